@@ -1,0 +1,165 @@
+# selfsup — one Makefile for the whole tree.
+#
+#   make                 build every binary into build/
+#   make test            install deps, build, run the fuzz smoke runs, then the test suite
+#   make SANITIZE=1 test the same under AddressSanitizer + UndefinedBehaviorSanitizer (build/san/)
+#   make deps            install the Debian packages the project needs (no-op when present)
+#   make demo            the main job on its own data
+#   make bench           speed measurements against the PyTorch/VISSL way
+#   make install PREFIX=/usr/local
+#
+# Sources are found by directory: lib/*.c is the common library, every stage folder with a
+# main.c is one binary, tests/unit/*.c is one Criterion binary. Header dependencies come
+# from -MMD, so editing a header rebuilds what includes it.
+
+SHELL      := /bin/bash
+CC         ?= cc
+PREFIX     ?= /usr/local
+BUILD      ?= build
+SANITIZE   ?= 0
+FUZZ_SECONDS ?= 20
+
+ifeq ($(SANITIZE),1)
+  override BUILD := $(BUILD)/san
+  SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+PKGS       := yaml-0.1 jansson
+CPPFLAGS   += -Ilib -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+CFLAGS     ?= -O2 -g
+CFLAGS     += -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
+LDFLAGS    += $(SANFLAGS)
+LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson) -lm
+
+# ---- CUDA hook: the GPU backend (nn/cuda/*.cu) is compiled only where nvcc exists. ----------
+NVCC       := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_SRC   := $(wildcard nn/cuda/*.cu)
+ifneq ($(NVCC),)
+  HAVE_CUDA := 1
+  CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+endif
+
+# ---- sources ------------------------------------------------------------------------------
+LIB_SRC    := $(wildcard lib/*.c)
+LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIBSELFSUP := $(BUILD)/libselfsup.a
+
+# The front door: `selfsup` (orchestrator/ holds its commands).
+SELFSUP_SRC := $(wildcard orchestrator/*.c)
+SELFSUP_OBJ := $(SELFSUP_SRC:%.c=$(BUILD)/obj/%.o)
+
+# Every stages/NAME/main.c becomes selfsup-NAME.
+STAGE_DIRS := $(patsubst %/main.c,%,$(wildcard stages/*/main.c))
+STAGE_BINS := $(STAGE_DIRS:stages/%=$(BUILD)/selfsup-%)
+
+BINS       := $(BUILD)/selfsup $(STAGE_BINS)
+
+# Every bench/*.c is one benchmark program; bench/run.sh runs them beside the reference way.
+BENCH_SRC  := $(wildcard bench/*.c)
+BENCH_BINS := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+UNIT_SRC   := $(wildcard tests/unit/*.c)
+UNIT_OBJ   := $(UNIT_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_BIN   := $(BUILD)/tests/unit
+
+# Fuzz targets need clang's libFuzzer; they are built in their own tree.
+FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BUILD := $(BUILD)/fuzz
+FUZZ_BINS  := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
+FUZZ_CC    := clang
+FUZZ_FLAGS := -std=gnu17 -O1 -g -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+              -fno-sanitize-recover=undefined $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+
+.PHONY: all test unit fuzz deps demo bench install clean check-deps
+.DEFAULT_GOAL := all
+
+all: $(BINS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) -O2 -Ilib -c $< -o $@
+
+$(LIBSELFSUP): $(LIB_OBJ) $(CUDA_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/selfsup: $(SELFSUP_OBJ) $(LIBSELFSUP)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/selfsup-%: $(BUILD)/obj/stages/%/main.o $(LIBSELFSUP)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBSELFSUP)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(UNIT_BIN): $(UNIT_OBJ) $(LIBSELFSUP)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(wildcard lib/*.h)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(LIB_SRC) $(LDLIBS) -o $@
+
+# ---- dependencies -------------------------------------------------------------------------
+# Build + run: compilers, libraries. Test: Criterion, clang (libFuzzer), numpy for golden
+# read-back. Golden generation and bench: PyTorch, torchvision, scikit-learn (Debian's).
+DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libturbojpeg0-dev \
+            libpng-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev libcriterion-dev \
+            python3 python3-numpy python3-torch python3-torchvision python3-sklearn \
+            dataset-fashion-mnist
+
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
+	  done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing:" $$missing; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# ---- tests --------------------------------------------------------------------------------
+# The Criterion run comes last so that its "Synthesis" line ends the output.
+unit: $(UNIT_BIN) $(BINS)
+	SELFSUP_BUILD=$(abspath $(BUILD)) $(UNIT_BIN) --jobs 2 $(UNIT_ARGS)
+
+fuzz: $(FUZZ_BINS)
+	@for f in $(FUZZ_BINS); do \
+	  name=$$(basename $$f); corpus=tests/fuzz/corpus/$${name#fuzz_}; \
+	  work=$$(mktemp -d); cp -r $$corpus/. $$work/ 2>/dev/null; \
+	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=1024 -print_final_stats=0 \
+	      $$work 2>$$work.log || { tail -40 $$work.log; rm -rf $$work; exit 1; }; \
+	  grep -E '^#[0-9]+ *DONE' $$work.log | tail -1; rm -rf $$work $$work.log; \
+	done
+
+test: deps
+	$(MAKE) all
+	$(MAKE) fuzz
+	$(MAKE) unit
+
+# ---- demo and bench -----------------------------------------------------------------------
+demo: deps
+	$(MAKE) all
+	./demo/run.sh $(BUILD)
+
+bench: deps
+	$(MAKE) all $(BENCH_BINS)
+	./bench/run.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/selfsup
+	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	cp -r configs $(DESTDIR)$(PREFIX)/share/selfsup/
+	install -m 0644 tools/*.py $(DESTDIR)$(PREFIX)/share/selfsup/ 2>/dev/null || true
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

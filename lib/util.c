@@ -1,0 +1,251 @@
+/*
+ * util.c — see util.h.
+ */
+#include "util.h"
+
+#include "log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void out_of_memory(size_t n)
+{
+    die(EXIT_RUNTIME, "out of memory allocating %zu bytes", n);
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        out_of_memory(n);
+    return p;
+}
+
+void *xcalloc(size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p)
+        out_of_memory(count * size);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        out_of_memory(n);
+    return q;
+}
+
+char *xstrdup(const char *s)
+{
+    return xstrndup(s, strlen(s));
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+    strbuf sb = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(&sb, fmt, ap);
+    va_end(ap);
+    return sb.s ? sb.s : xstrdup("");
+}
+
+static void sb_reserve(strbuf *sb, size_t extra)
+{
+    if (sb->len + extra + 1 <= sb->cap)
+        return;
+    size_t cap = sb->cap ? sb->cap : 64;
+    while (cap < sb->len + extra + 1)
+        cap *= 2;
+    sb->s = xrealloc(sb->s, cap);
+    sb->cap = cap;
+}
+
+void sb_putn(strbuf *sb, const char *s, size_t n)
+{
+    sb_reserve(sb, n);
+    memcpy(sb->s + sb->len, s, n);
+    sb->len += n;
+    sb->s[sb->len] = '\0';
+}
+
+void sb_putc(strbuf *sb, char c)
+{
+    sb_putn(sb, &c, 1);
+}
+
+void sb_puts(strbuf *sb, const char *s)
+{
+    sb_putn(sb, s, strlen(s));
+}
+
+void sb_vprintf(strbuf *sb, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0)
+        return;
+    sb_reserve(sb, (size_t)n);
+    vsnprintf(sb->s + sb->len, (size_t)n + 1, fmt, ap);
+    sb->len += (size_t)n;
+}
+
+void sb_printf(strbuf *sb, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(sb, fmt, ap);
+    va_end(ap);
+}
+
+const char *sb_str(const strbuf *sb)
+{
+    return sb->s ? sb->s : "";
+}
+
+void sb_free(strbuf *sb)
+{
+    free(sb->s);
+    *sb = (strbuf){0};
+}
+
+char *read_whole_file(const char *path, size_t *len_out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    strbuf sb = {0};
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        sb_putn(&sb, buf, n);
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        sb_free(&sb);
+        errno = EIO;
+        return NULL;
+    }
+    if (len_out)
+        *len_out = sb.len;
+    return sb.s ? sb.s : xstrdup("");
+}
+
+bool path_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+bool path_is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+char *path_join(const char *dir, const char *name)
+{
+    if (!dir || !*dir || name[0] == '/')
+        return xstrdup(name);
+    size_t n = strlen(dir);
+    return xasprintf("%s%s%s", dir, dir[n - 1] == '/' ? "" : "/", name);
+}
+
+char *path_dirname(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return xstrdup(".");
+    if (slash == path)
+        return xstrdup("/");
+    return xstrndup(path, (size_t)(slash - path));
+}
+
+char *exe_dir(void)
+{
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0)
+        return NULL;
+    buf[n] = '\0';
+    return path_dirname(buf);
+}
+
+size_t edit_distance(const char *a, const char *b, size_t limit)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if ((la > lb ? la - lb : lb - la) > limit)
+        return limit + 1;
+    size_t *row = xmalloc((lb + 1) * sizeof *row);
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0], best = i;
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+            size_t v = diag + cost;
+            if (up + 1 < v)
+                v = up + 1;
+            if (row[j - 1] + 1 < v)
+                v = row[j - 1] + 1;
+            row[j] = v;
+            diag = up;
+            if (v < best)
+                best = v;
+        }
+        if (best > limit) {
+            free(row);
+            return limit + 1;
+        }
+    }
+    size_t d = row[lb];
+    free(row);
+    return d;
+}
+
+void format_double(char *out, size_t size, double v)
+{
+    if (isnan(v)) {
+        snprintf(out, size, ".nan");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(out, size, v > 0 ? ".inf" : "-.inf");
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, size, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            break;
+    }
+    /* Keep it a float for every YAML reader: 1 -> 1.0, and 1e-05 -> 1.0e-05 because
+     * PyYAML's YAML 1.1 float needs a dot in the mantissa. */
+    char *e = strchr(out, 'e');
+    if (!strchr(out, '.') && e && strlen(out) + 3 <= size) {
+        memmove(e + 2, e, strlen(e) + 1);
+        e[0] = '.';
+        e[1] = '0';
+    } else if (!strpbrk(out, ".e")) {
+        strncat(out, ".0", size - strlen(out) - 1);
+    }
+}

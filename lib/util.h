@@ -1,0 +1,50 @@
+/*
+ * util.h — small helpers with no better home: checked allocation, a growable string
+ * buffer, whole-file reads, path joins and edit distance (for "did you mean").
+ */
+#ifndef SELFSUP_UTIL_H
+#define SELFSUP_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A growable NUL-terminated string. Zero-initialise, append, take `s`, free with sb_free. */
+typedef struct {
+    char *s;
+    size_t len, cap;
+} strbuf;
+
+void sb_putc(strbuf *sb, char c);
+void sb_puts(strbuf *sb, const char *s);
+void sb_putn(strbuf *sb, const char *s, size_t n);
+void sb_printf(strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_vprintf(strbuf *sb, const char *fmt, va_list ap);
+const char *sb_str(const strbuf *sb); /* "" when empty, never NULL */
+void sb_free(strbuf *sb);
+
+/* Read a whole file; returns NULL and sets errno on failure. */
+char *read_whole_file(const char *path, size_t *len_out);
+bool path_exists(const char *path);
+bool path_is_dir(const char *path);
+char *path_join(const char *dir, const char *name);
+char *path_dirname(const char *path);
+/* Directory of the running executable (from /proc/self/exe), or NULL. */
+char *exe_dir(void);
+
+/* Levenshtein distance, case-insensitive; stops early and returns > limit past `limit`. */
+size_t edit_distance(const char *a, const char *b, size_t limit);
+
+/* Shortest decimal text that reads back as the same double (like Python's repr). */
+void format_double(char *out, size_t size, double v);
+
+#endif

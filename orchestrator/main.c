@@ -1,0 +1,72 @@
+/*
+ * selfsup — the front door.
+ *
+ *   selfsup config show CONFIG [overrides...]      print the composed, inferred config
+ *   selfsup config validate CONFIG [overrides...]  check it (exit 2 on any error)
+ *   selfsup config lr CONFIG [overrides...]        print the LR schedule, epoch by epoch
+ *   selfsup NAME [args...]                          run selfsup-NAME, as git does
+ *
+ * CONFIG is a file, or a VISSL name such as pretrain/simclr/simclr_8node_resnet (or
+ * config=pretrain/simclr/simclr_8node_resnet) looked up under the configs directory.
+ */
+#include "cmd.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *out)
+{
+    fputs("usage: selfsup COMMAND [args...]\n"
+          "\n"
+          "commands:\n"
+          "  config show CONFIG [overrides...]      print the composed config (VISSL YAML)\n"
+          "  config validate CONFIG [overrides...]  check a config; exit 2 if it is wrong\n"
+          "  config lr CONFIG [overrides...]        print the learning-rate schedule\n"
+          "  NAME [args...]                         run the stage selfsup-NAME\n"
+          "\n"
+          "CONFIG is a YAML file or a VISSL config name (pretrain/simclr/simclr_8node_resnet).\n"
+          "Overrides use VISSL/Hydra syntax: config.OPTIMIZER.num_epochs=100, +config.NEW=1,\n"
+          "+config/pretrain/swav/transforms=NAME.\n"
+          "\n"
+          "options: --help, --version\n", out);
+}
+
+/* `selfsup NAME args` runs selfsup-NAME from the same directory, then from PATH. */
+static int run_stage(const char *name, char **argv)
+{
+    char *dir = exe_dir();
+    char *prog = xasprintf("selfsup-%s", name);
+    char *local = dir ? path_join(dir, prog) : NULL;
+    argv[0] = prog;
+    if (local && access(local, X_OK) == 0)
+        execv(local, argv);
+    execvp(prog, argv);
+    fprintf(stderr, "selfsup: '%s' is not a selfsup command (%s: %s); see 'selfsup --help'\n", name, prog,
+            strerror(errno));
+    return EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    log_init("selfsup");
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("selfsup %s\n", SELFSUP_VERSION);
+        return 0;
+    }
+    if (!strcmp(argv[1], "config"))
+        return cmd_config(argc - 1, argv + 1);
+    return run_stage(argv[1], argv + 1);
+}

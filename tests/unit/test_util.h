@@ -1,0 +1,17 @@
+/*
+ * test_util.h — what the unit tests share: where the source tree is, and scratch files.
+ */
+#ifndef SELFSUP_TEST_UTIL_H
+#define SELFSUP_TEST_UTIL_H
+
+/* A path inside the source tree: $SELFSUP_SRC/rel, or ./rel (make runs tests from the top). */
+char *test_path(const char *rel);
+/* The build directory ($SELFSUP_BUILD, else ./build), where the binaries are. */
+char *test_build_path(const char *rel);
+/* Write `text` to a fresh file named `name` in a private temporary directory. */
+char *test_write_temp(const char *name, const char *text);
+/* Run a command, capture stdout+stderr into *output (malloc'd); returns the exit status
+ * (or 128+signal). */
+int test_run(const char *cmd, char **output);
+
+#endif
