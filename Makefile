@@ -136,7 +136,7 @@ fuzz: $(FUZZ_BINS)
 	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
 	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=1024 -print_final_stats=0 \
 	      $$work 2>$$work.log || { tail -40 $$work.log; rm -rf $$work; exit 1; }; \
-	  grep -E '^#[0-9]+ *DONE' $$work.log | tail -1; rm -rf $$work $$work.log; \
+	  grep -E '^Done [0-9]+ runs' $$work.log | tail -1; rm -rf $$work $$work.log; \
 	done
 
 test: deps

@@ -334,12 +334,16 @@ typedef struct {
     override_op op;
     char *key;
     const char *value; /* points into the override text; NULL for a bare ~key */
+    const char *text;  /* the whole override, for messages */
+    int index;         /* 1-based position on the command line */
 } override;
 
 static bool split_override(const char *text, override *ov, int index, cfg_err *err)
 {
     const char *p = text;
     ov->op = OV_SET;
+    ov->text = text;
+    ov->index = index;
     if (!strncmp(p, "++", 2))
         ov->op = OV_FORCE, p += 2;
     else if (*p == '+')
@@ -457,81 +461,117 @@ static void set_source(cfg_node *n, const char *source)
         set_source(n->items[k], source);
 }
 
-static bool apply_value(cfg_t *cfg, const override *ov, const char *text, int index, cfg_err *err)
+/* An error about one override: "override #N 'TEXT': ...". */
+static void ov_fail(cfg_err *err, const override *ov, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void ov_fail(cfg_err *err, const override *ov, const char *fmt, ...)
 {
-    if (!strncmp(ov->key, "hydra.", 6) || !strcmp(ov->key, "hydra")) {
-        log_debug("ignoring Hydra setting %s", text);
-        return true;
-    }
+    strbuf sb = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(&sb, fmt, ap);
+    va_end(ap);
+    cfg_fail(err, NULL, NULL, "override #%d '%s': %s", ov->index, ov->text, sb_str(&sb));
+    sb_free(&sb);
+}
+
+/* A place in the working tree: the parent node, the last key, and the schema beside them. */
+typedef struct {
+    cfg_node *parent;
+    char *leaf;
+    cfg_node *old;                /* the current value, if any */
     const cfg_node *schema_parent;
-    char *leaf = NULL;
-    cfg_node *parent = walk_to_parent(cfg, ov->key, ov->op == OV_ADD || ov->op == OV_FORCE,
-                                      &schema_parent, &leaf, text, index, err);
-    if (!parent)
-        return false;
-    bool ok = false;
-    cfg_node *old = cfg_path(parent, leaf);
-    const cfg_node *schema = schema_parent && schema_parent->kind == CFG_MAP ? cfg_map_get(schema_parent, leaf) : NULL;
-    cfg_node *value = NULL;
-    if (parent->kind != CFG_MAP && !(parent->kind == CFG_LIST && old)) {
-        cfg_fail(err, NULL, NULL, "override #%d '%s': cannot set '%s' inside a %s", index, text, leaf,
-                 cfg_kind_name(parent->kind));
-        goto out;
-    }
-    if (ov->op == OV_DELETE) {
-        if (!old) {
-            cfg_fail(err, NULL, NULL, "override #%d '%s': cannot delete '%s': no such key", index, text, ov->key);
-        } else if (schema) {
-            cfg_fail(err, NULL, NULL, "override #%d '%s': '%s' is a VISSL key that selfsup needs; "
-                     "set it instead of deleting it", index, text, ov->key);
-        } else {
-            ok = parent->kind == CFG_MAP ? cfg_map_del(parent, leaf) : false;
-            if (!ok)
-                cfg_fail(err, NULL, NULL, "override #%d '%s': cannot delete a list item", index, text);
-        }
-        goto out;
-    }
-    if (!(value = cfg_parse_override_value(ov->value, err))) {
-        char inner[sizeof err->msg];
-        snprintf(inner, sizeof inner, "%s", err->msg);
-        cfg_fail(err, NULL, NULL, "override #%d '%s': %s", index, text, inner);
-        goto out;
-    }
-    char *source = xasprintf("override #%d '%s'", index, text);
-    set_source(value, cfg_intern(source));
-    free(source);
-    if (ov->op == OV_SET && !old) {
-        char *parent_path = xstrndup(ov->key, strlen(ov->key) - strlen(leaf) - (strlen(ov->key) > strlen(leaf)));
-        char *near = suggest_key(cfg, schema_parent, parent_path, leaf);
-        cfg_fail(err, NULL, NULL, "override #%d '%s': no key '%s' in the config%s%s%s (to add a new key, write +%s)",
-                 index, text, ov->key, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", text);
+    const cfg_node *schema;       /* the default at this place, if any */
+} slot;
+
+static bool delete_value(const override *ov, const slot *at, cfg_err *err)
+{
+    if (!at->old)
+        ov_fail(err, ov, "cannot delete '%s': no such key", ov->key);
+    else if (at->schema)
+        ov_fail(err, ov, "'%s' is a VISSL key that selfsup needs; set it instead of deleting it", ov->key);
+    else if (at->parent->kind != CFG_MAP)
+        ov_fail(err, ov, "cannot delete a list item");
+    else
+        return cfg_map_del(at->parent, at->leaf);
+    return false;
+}
+
+/* Hydra's rules: `key=` needs the key, `+key=` needs it absent, `++key=` takes either. */
+static bool may_set(cfg_t *cfg, const override *ov, const slot *at, cfg_err *err)
+{
+    if (ov->op == OV_SET && !at->old) {
+        char *parent_path = xstrndup(ov->key, strlen(ov->key) - strlen(at->leaf) - (strlen(ov->key) > strlen(at->leaf)));
+        char *near = suggest_key(cfg, at->schema_parent, parent_path, at->leaf);
+        ov_fail(err, ov, "no key '%s' in the config%s%s%s (to add a new key, write +%s)", ov->key,
+                near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", ov->text);
         free(near);
         free(parent_path);
-        goto out;
+        return false;
     }
-    if (ov->op == OV_ADD && old) {
-        cfg_fail(err, NULL, NULL, "override #%d '%s': '%s' already exists; set it without '+' (%s=%s)",
-                 index, text, ov->key, ov->key, ov->value);
-        goto out;
+    if (ov->op == OV_ADD && at->old) {
+        ov_fail(err, ov, "'%s' already exists; set it without '+' (%s=%s)", ov->key, ov->key, ov->value);
+        return false;
     }
-    if (!schema && !old && schema_parent && schema_parent->kind == CFG_MAP && schema_parent->len > 0)
-        cfg_warn(cfg, "%s is not a VISSL or selfsup key: it is kept in the config but nothing reads it",
-                 ov->key);
-    if (old && old->kind == CFG_MAP && value->kind == CFG_MAP && ov->op != OV_FORCE) {
-        ok = merge_map(cfg, old, schema, value, ov->key, err);
-    } else if ((ok = fit_type(schema, value, ov->key, err))) {
-        if (parent->kind == CFG_MAP) {
-            cfg_map_set(parent, leaf, value);
-        } else {
-            size_t idx = (size_t)strtoul(leaf, NULL, 10);
-            cfg_free(parent->items[idx]);
-            parent->items[idx] = value;
-        }
-        value = NULL;
+    if (!at->schema && !at->old && at->schema_parent && at->schema_parent->kind == CFG_MAP && at->schema_parent->len)
+        cfg_warn(cfg, "%s is not a VISSL or selfsup key: it is kept in the config but nothing reads it", ov->key);
+    return true;
+}
+
+/* Put `value` (owned) at the slot: maps merge unless forced, anything else replaces. */
+static bool store_value(cfg_t *cfg, const override *ov, const slot *at, cfg_node *value, cfg_err *err)
+{
+    if (at->old && at->old->kind == CFG_MAP && value->kind == CFG_MAP && ov->op != OV_FORCE) {
+        bool ok = merge_map(cfg, at->old, at->schema, value, ov->key, err);
+        cfg_free(value);
+        return ok;
     }
-out:
-    cfg_free(value);
-    free(leaf);
+    if (!fit_type(at->schema, value, ov->key, err)) {
+        cfg_free(value);
+        return false;
+    }
+    if (at->parent->kind == CFG_MAP) {
+        cfg_map_set(at->parent, at->leaf, value);
+    } else {
+        size_t idx = (size_t)strtoul(at->leaf, NULL, 10);
+        cfg_free(at->parent->items[idx]);
+        at->parent->items[idx] = value;
+    }
+    return true;
+}
+
+static bool apply_value(cfg_t *cfg, const override *ov, cfg_err *err)
+{
+    if (!strncmp(ov->key, "hydra.", 6) || !strcmp(ov->key, "hydra")) {
+        log_debug("ignoring Hydra setting %s", ov->text);
+        return true;
+    }
+    slot at = {0};
+    at.parent = walk_to_parent(cfg, ov->key, ov->op == OV_ADD || ov->op == OV_FORCE, &at.schema_parent,
+                               &at.leaf, ov->text, ov->index, err);
+    if (!at.parent)
+        return false;
+    at.old = cfg_path(at.parent, at.leaf);
+    at.schema = at.schema_parent && at.schema_parent->kind == CFG_MAP ? cfg_map_get(at.schema_parent, at.leaf) : NULL;
+    bool ok = false;
+    cfg_node *value;
+    if (at.parent->kind != CFG_MAP && !(at.parent->kind == CFG_LIST && at.old)) {
+        ov_fail(err, ov, "cannot set '%s' inside a %s", at.leaf, cfg_kind_name(at.parent->kind));
+    } else if (ov->op == OV_DELETE) {
+        ok = delete_value(ov, &at, err);
+    } else if (!(value = cfg_parse_override_value(ov->value, err))) {
+        char inner[sizeof err->msg];
+        snprintf(inner, sizeof inner, "%s", err->msg);
+        ov_fail(err, ov, "%s", inner);
+    } else {
+        char *source = xasprintf("override #%d '%s'", ov->index, ov->text);
+        set_source(value, cfg_intern(source));
+        free(source);
+        if (may_set(cfg, ov, &at, err))
+            ok = store_value(cfg, ov, &at, value, err);
+        else
+            cfg_free(value);
+    }
+    free(at.leaf);
     return ok;
 }
 
@@ -540,8 +580,7 @@ bool cfg_apply_override(cfg_t *cfg, const char *text, int index, cfg_err *err)
     override ov;
     if (!split_override(text, &ov, index, err))
         return false;
-    bool ok = is_group_key(ov.key) ? apply_group(cfg, &ov, text, index, err)
-                                   : apply_value(cfg, &ov, text, index, err);
+    bool ok = is_group_key(ov.key) ? apply_group(cfg, &ov, text, index, err) : apply_value(cfg, &ov, err);
     free(ov.key);
     return ok;
 }

@@ -16,6 +16,7 @@
 #include "npy.h"
 
 #include "log.h"
+#include "atomic_file.h"
 #include "util.h"
 
 #include <errno.h>
@@ -33,25 +34,6 @@
 #define MAGIC_LEN 6
 #define ALIGN 64
 #define GROWTH_AXIS_MAX_DIGITS 21
-
-/* ---- errors --------------------------------------------------------------------------- */
-
-/* Report a failure the npy.h way (into *err, or to the log) and return -1. */
-__attribute__((format(printf, 2, 3))) static int fail(char **err, const char *fmt, ...)
-{
-    strbuf sb = {0};
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vprintf(&sb, fmt, ap);
-    va_end(ap);
-    if (err) {
-        *err = sb.s ? sb.s : xstrdup("");
-    } else {
-        log_error("%s", sb_str(&sb));
-        sb_free(&sb);
-    }
-    return -1;
-}
 
 /* ---- dtypes --------------------------------------------------------------------------- */
 
@@ -112,14 +94,14 @@ static int descr_to_dtype(const char *descr, const char *name, npy_dtype *out, c
         if (strcmp(code, DTYPES[i].name) != 0)
             continue;
         if (order == '>' && DTYPES[i].size > 1)
-            return fail(err,
+            return report_failure(err,
                         "%s: big-endian dtype '%s' is not supported; convert it with "
                         "arr.astype('<%s') in numpy",
                         name, descr, code);
         *out = (npy_dtype)i;
         return 0;
     }
-    return fail(err,
+    return report_failure(err,
                 "%s: unsupported dtype '%s' (supported: f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8 b1, "
                 "little-endian)",
                 name, descr);
@@ -161,7 +143,7 @@ static int syntax_error(cursor *c, const char *what, char **err)
     for (const char *q = c->p; q < c->end && n < sizeof near - 1; q++)
         near[n++] = (*q >= 32 && *q < 127) ? *q : '?';
     near[n] = '\0';
-    return fail(err, "%s: malformed .npy header: expected %s at \"%s\"", c->name, what, near);
+    return report_failure(err, "%s: malformed .npy header: expected %s at \"%s\"", c->name, what, near);
 }
 
 /* A Python string literal in single or double quotes, without escapes (numpy never writes
@@ -218,7 +200,7 @@ static int parse_dim(cursor *c, size_t *out, char **err)
     while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
         size_t digit = (size_t)(*c->p - '0');
         if (v > (SIZE_MAX - digit) / 10)
-            return fail(err, "%s: .npy header has a dimension too large for this machine",
+            return report_failure(err, "%s: .npy header has a dimension too large for this machine",
                         c->name);
         v = v * 10 + digit;
         c->p++;
@@ -239,7 +221,7 @@ static int parse_shape(cursor *c, int *ndim, size_t *shape, char **err)
     bool trailing_comma = false;
     while (!accept(c, ')')) {
         if (n >= NPY_MAX_DIMS)
-            return fail(err, "%s: .npy shape has more than %d dimensions", c->name,
+            return report_failure(err, "%s: .npy shape has more than %d dimensions", c->name,
                         NPY_MAX_DIMS);
         if (parse_dim(c, &shape[n++], err))
             return -1;
@@ -248,7 +230,7 @@ static int parse_shape(cursor *c, int *ndim, size_t *shape, char **err)
             return syntax_error(c, "',' or ')' in the shape", err);
     }
     if (n == 1 && !trailing_comma)
-        return fail(err, "%s: .npy shape is not a tuple (a 1-d shape is written \"(N,)\")",
+        return report_failure(err, "%s: .npy shape is not a tuple (a 1-d shape is written \"(N,)\")",
                     c->name);
     *ndim = n;
     return 0;
@@ -276,13 +258,13 @@ static int parse_entry(cursor *c, header_info *h, unsigned *seen, char **err)
                    : strcmp(key, "shape") == 0         ? KEY_SHAPE
                                                        : 0;
     if (!bit)
-        return fail(err, "%s: .npy header has unexpected key '%s'", c->name, key);
+        return report_failure(err, "%s: .npy header has unexpected key '%s'", c->name, key);
     if (*seen & bit)
-        return fail(err, "%s: .npy header repeats key '%s'", c->name, key);
+        return report_failure(err, "%s: .npy header repeats key '%s'", c->name, key);
     *seen |= bit;
     if (bit == KEY_DESCR) {
         if (peek(c, '['))
-            return fail(err, "%s: structured dtypes are not supported", c->name);
+            return report_failure(err, "%s: structured dtypes are not supported", c->name);
         return parse_string(c, h->descr, sizeof h->descr, err);
     }
     if (bit == KEY_FORTRAN)
@@ -305,7 +287,7 @@ static int parse_dict(cursor *c, header_info *h, char **err)
     if (c->p != c->end)
         return syntax_error(c, "only padding after the header dict", err);
     if (seen != (KEY_DESCR | KEY_FORTRAN | KEY_SHAPE))
-        return fail(err, "%s: .npy header lacks '%s'", c->name,
+        return report_failure(err, "%s: .npy header lacks '%s'", c->name,
                     !(seen & KEY_DESCR) ? "descr" : !(seen & KEY_FORTRAN) ? "fortran_order"
                                                                             : "shape");
     return 0;
@@ -335,15 +317,15 @@ static int parse_preamble(const unsigned char *b, size_t len, const char *name,
                           size_t *header_off, size_t *header_len, char **err)
 {
     if (len < MAGIC_LEN + 2 || memcmp(b, MAGIC, MAGIC_LEN) != 0)
-        return fail(err, "%s: not a .npy file (%s)", name,
+        return report_failure(err, "%s: not a .npy file (%s)", name,
                     len < MAGIC_LEN + 2 ? "too short" : "bad magic, expected \\x93NUMPY");
     unsigned major = b[6], minor = b[7];
     if (minor != 0 || major < 1 || major > 3)
-        return fail(err, "%s: unsupported .npy format version %u.%u (known: 1.0, 2.0, 3.0)",
+        return report_failure(err, "%s: unsupported .npy format version %u.%u (known: 1.0, 2.0, 3.0)",
                     name, major, minor);
     size_t field = major == 1 ? 2 : 4;
     if (len < MAGIC_LEN + 2 + field)
-        return fail(err, "%s: truncated .npy file (%zu bytes, no room for the header length)",
+        return report_failure(err, "%s: truncated .npy file (%zu bytes, no room for the header length)",
                     name, len);
     const unsigned char *f = b + MAGIC_LEN + 2;
     size_t hl = (size_t)f[0] | (size_t)f[1] << 8;
@@ -351,7 +333,7 @@ static int parse_preamble(const unsigned char *b, size_t len, const char *name,
         hl |= (size_t)f[2] << 16 | (size_t)f[3] << 24;
     *header_off = MAGIC_LEN + 2 + field;
     if (hl > len - *header_off)
-        return fail(err, "%s: truncated .npy file: header of %zu bytes runs past the end "
+        return report_failure(err, "%s: truncated .npy file: header of %zu bytes runs past the end "
                          "(file is %zu bytes)",
                     name, hl, len);
     *header_len = hl;
@@ -366,17 +348,17 @@ static int describe(const header_info *h, const unsigned char *payload, size_t p
     if (descr_to_dtype(h->descr, name, &dtype, err))
         return -1;
     if (h->fortran_order && !order_irrelevant(h))
-        return fail(err, "%s: array is stored in Fortran order, which is not supported; save "
+        return report_failure(err, "%s: array is stored in Fortran order, which is not supported; save "
                          "it with numpy.ascontiguousarray(arr) first",
                     name);
     size_t count = 1, nbytes;
     for (int i = 0; i < h->ndim; i++)
         if (mul_overflows(count, h->shape[i], &count))
-            return fail(err, "%s: .npy shape is too large (element count overflows)", name);
+            return report_failure(err, "%s: .npy shape is too large (element count overflows)", name);
     if (mul_overflows(count, npy_dtype_size(dtype), &nbytes))
-        return fail(err, "%s: .npy shape is too large (byte count overflows)", name);
+        return report_failure(err, "%s: .npy shape is too large (byte count overflows)", name);
     if (nbytes != payload_len)
-        return fail(err,
+        return report_failure(err,
                     "%s: .npy payload is %zu bytes but shape and dtype '%s' need %zu (%s)",
                     name, payload_len, h->descr, nbytes,
                     payload_len < nbytes ? "file truncated?" : "trailing bytes");
@@ -448,20 +430,20 @@ static int open_sized(const char *path, int *fd_out, size_t *size_out, char **er
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return report_failure(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, "%s: cannot stat: %s", path, strerror(e));
+        return report_failure(err, "%s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, "%s: not a regular file", path);
+        return report_failure(err, "%s: not a regular file", path);
     }
     if ((uintmax_t)st.st_size > SIZE_MAX) {
         close(fd);
-        return fail(err, "%s: file too large for this machine's address space", path);
+        return report_failure(err, "%s: file too large for this machine's address space", path);
     }
     *fd_out = fd;
     *size_out = (size_t)st.st_size;
@@ -477,13 +459,13 @@ int npy_open(const char *path, npy_array *arr, char **err)
         return -1;
     if (size == 0) {
         close(fd);
-        return fail(err, "%s: not a .npy file (file is empty)", path);
+        return report_failure(err, "%s: not a .npy file (file is empty)", path);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
     close(fd); /* the mapping keeps the file alive */
     if (map == MAP_FAILED)
-        return fail(err, "%s: cannot map %zu bytes: %s", path, size, strerror(map_errno));
+        return report_failure(err, "%s: cannot map %zu bytes: %s", path, size, strerror(map_errno));
     if (parse_image(map, size, path, arr, err)) {
         munmap(map, size);
         return -1;
@@ -504,7 +486,7 @@ static int read_all(int fd, void *buf, size_t n, const char *path, char **err)
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            return fail(err, "%s: read failed: %s", path,
+            return report_failure(err, "%s: read failed: %s", path,
                         r == 0 ? "file shrank while reading" : strerror(errno));
         done += (size_t)r;
     }
@@ -548,16 +530,16 @@ static int check_args(npy_dtype dtype, int ndim, const size_t *shape, size_t *nb
                       const char *name, char **err)
 {
     if (!dtype_valid(dtype))
-        return fail(err, "%s: invalid npy dtype %d", name, (int)dtype);
+        return report_failure(err, "%s: invalid npy dtype %d", name, (int)dtype);
     if (ndim < 0 || ndim > NPY_MAX_DIMS || (ndim > 0 && !shape))
-        return fail(err, "%s: invalid number of dimensions %d (0..%d)", name, ndim,
+        return report_failure(err, "%s: invalid number of dimensions %d (0..%d)", name, ndim,
                     NPY_MAX_DIMS);
     size_t count = 1;
     for (int i = 0; i < ndim; i++)
         if (mul_overflows(count, shape[i], &count))
-            return fail(err, "%s: shape too large (element count overflows)", name);
+            return report_failure(err, "%s: shape too large (element count overflows)", name);
     if (mul_overflows(count, npy_dtype_size(dtype), nbytes))
-        return fail(err, "%s: shape too large (byte count overflows)", name);
+        return report_failure(err, "%s: shape too large (byte count overflows)", name);
     return 0;
 }
 
@@ -605,7 +587,7 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
     if (check_args(dtype, ndim, shape, &nbytes, path, err))
         return -1;
     if (nbytes > 0 && !data)
-        return fail(err, "%s: no data given for a non-empty array", path);
+        return report_failure(err, "%s: no data given for a non-empty array", path);
     char *header = format_header(dtype, ndim, shape, &hlen);
     atomic_file f;
     int rc = atomic_file_open(&f, path, err);
@@ -620,95 +602,3 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
     return rc;
 }
 
-/* ---- atomic_file ---------------------------------------------------------------------- */
-
-int atomic_file_open(atomic_file *f, const char *path, char **err)
-{
-    static unsigned counter;
-    *f = (atomic_file){.fd = -1, .path = xstrdup(path)};
-    /* pid + per-process counter makes collisions rare; O_EXCL makes them harmless */
-    for (int attempt = 0; attempt < 100; attempt++) {
-        unsigned n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
-        f->tmp = xasprintf("%s.tmp-%ld-%u", path, (long)getpid(), n);
-        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (f->fd >= 0)
-            return 0;
-        int e = errno;
-        free(f->tmp);
-        f->tmp = NULL;
-        if (e != EEXIST) {
-            atomic_file_abort(f);
-            return fail(err, "%s: cannot create temporary file: %s", path, strerror(e));
-        }
-    }
-    atomic_file_abort(f);
-    return fail(err, "%s: cannot create a temporary file name", path);
-}
-
-int atomic_file_write(atomic_file *f, const void *buf, size_t n, char **err)
-{
-    const char *p = buf;
-    while (n > 0) {
-        /* Linux writes at most ~2 GiB per call; stay well under */
-        ssize_t w = write(f->fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return fail(err, "%s: write failed: %s", f->path, strerror(errno));
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Make the rename itself durable; some filesystems refuse fsync on directories, which is
- * not worth failing a finished write over. */
-static void fsync_dir_of(const char *path)
-{
-    char *dir = path_dirname(path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-int atomic_file_commit(atomic_file *f, char **err)
-{
-    const char *step = "fsync";
-    int rc = fsync(f->fd);
-    if (rc == 0) {
-        step = "close";
-        rc = close(f->fd);
-        f->fd = -1;
-    }
-    if (rc == 0) {
-        step = "rename";
-        rc = rename(f->tmp, f->path);
-    }
-    if (rc != 0) {
-        int e = errno;
-        fail(err, "%s: %s failed: %s", f->path, step, strerror(e));
-        atomic_file_abort(f);
-        return -1;
-    }
-    free(f->tmp);
-    f->tmp = NULL;
-    fsync_dir_of(f->path);
-    free(f->path);
-    f->path = NULL;
-    return 0;
-}
-
-void atomic_file_abort(atomic_file *f)
-{
-    if (f->fd >= 0)
-        close(f->fd);
-    f->fd = -1;
-    if (f->tmp)
-        unlink(f->tmp);
-    free(f->tmp);
-    free(f->path);
-    f->tmp = f->path = NULL;
-}

@@ -14,7 +14,7 @@
  * is not NULL, *err receives a malloc'd message naming the file and the problem (free it), and
  * when `err` is NULL the message is logged at ERROR level instead.
  *
- * This header also declares atomic_file, the temp-file + fsync + rename writer that npy and
+ * Writes go through atomic_file (atomic_file.h), the temp-file + fsync + rename writer that npy and
  * safetensors share, so that a crash never leaves a half-written file under the final name.
  */
 #ifndef SELFSUP_NPY_H
@@ -89,22 +89,6 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
  * buffer and its length in *len, or NULL with *err set for bad arguments. */
 char *npy_header(npy_dtype dtype, int ndim, const size_t *shape, size_t *len, char **err);
 
-/*
- * atomic_file — write a file under a temporary name in the same directory, then fsync it,
- * rename it over `path` and fsync the directory, so readers see the old file or the whole new
- * one. The temp file is created with mode 0666 & ~umask, like fopen would.
- */
-typedef struct {
-    int fd;
-    char *path;
-    char *tmp;
-} atomic_file;
 
-int atomic_file_open(atomic_file *f, const char *path, char **err);
-int atomic_file_write(atomic_file *f, const void *buf, size_t n, char **err);
-/* fsync, close, rename, fsync the directory. On failure the temp file is removed. */
-int atomic_file_commit(atomic_file *f, char **err);
-/* Close and remove the temp file; safe after commit or on a failed open. */
-void atomic_file_abort(atomic_file *f);
 
 #endif

@@ -11,12 +11,13 @@
  * Writing: the tensors are ordered as the reference orders them (descending dtype alignment,
  * then name), the header is built as a jansson object in insertion order and dumped compact
  * (serde_json's layout), padded with spaces to a multiple of 8, and written with the data
- * through atomic_file (lib/npy.h).
+ * through atomic_file (lib/atomic_file.h).
  */
 #include "safetensors.h"
 
 #include "log.h"
 #include "npy.h"
+#include "atomic_file.h"
 #include "util.h"
 
 #include <errno.h>
@@ -45,23 +46,6 @@ struct st_file {
     void *map;            /* st_open's mapping */
     size_t map_len;
 };
-
-/* Same contract as npy.c's: message into *err, or to the log; returns -1. */
-__attribute__((format(printf, 2, 3))) static int fail(char **err, const char *fmt, ...)
-{
-    strbuf sb = {0};
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vprintf(&sb, fmt, ap);
-    va_end(ap);
-    if (err) {
-        *err = sb.s ? sb.s : xstrdup("");
-    } else {
-        log_error("%s", sb_str(&sb));
-        sb_free(&sb);
-    }
-    return -1;
-}
 
 /* ---- dtypes --------------------------------------------------------------------------- */
 
@@ -147,30 +131,30 @@ static int parse_entry(const char *name, const char *key, json_t *info, st_tenso
                        size_t *shape_store, size_t off[2], char **err)
 {
     if (!json_is_object(info))
-        return fail(err, "%s: tensor '%s': header entry is not an object", name, key);
+        return report_failure(err, "%s: tensor '%s': header entry is not an object", name, key);
     json_t *dtype = json_object_get(info, "dtype"), *shape = json_object_get(info, "shape");
     json_t *offsets = json_object_get(info, "data_offsets");
     if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets))
-        return fail(err, "%s: tensor '%s': needs \"dtype\" (string), \"shape\" and "
+        return report_failure(err, "%s: tensor '%s': needs \"dtype\" (string), \"shape\" and "
                          "\"data_offsets\" (arrays)",
                     name, key);
     t->name = key;
     if (!st_dtype_from_name(json_string_value(dtype), &t->dtype))
-        return fail(err, "%s: tensor '%s': unknown dtype \"%s\"", name, key,
+        return report_failure(err, "%s: tensor '%s': unknown dtype \"%s\"", name, key,
                     json_string_value(dtype));
     t->ndim = (int)json_array_size(shape);
     for (size_t i = 0; i < json_array_size(shape); i++)
         if (!json_size(json_array_get(shape, i), &shape_store[i]))
-            return fail(err, "%s: tensor '%s': shape entries must be non-negative integers",
+            return report_failure(err, "%s: tensor '%s': shape entries must be non-negative integers",
                         name, key);
     t->shape = shape_store;
     if (json_array_size(offsets) != 2 || !json_size(json_array_get(offsets, 0), &off[0]) ||
         !json_size(json_array_get(offsets, 1), &off[1]))
-        return fail(err, "%s: tensor '%s': data_offsets must be [begin, end], non-negative "
+        return report_failure(err, "%s: tensor '%s': data_offsets must be [begin, end], non-negative "
                          "integers",
                     name, key);
     if (off[1] < off[0])
-        return fail(err, "%s: tensor '%s': data_offsets [%zu, %zu] end before they begin", name,
+        return report_failure(err, "%s: tensor '%s': data_offsets [%zu, %zu] end before they begin", name,
                     key, off[0], off[1]);
     return 0;
 }
@@ -180,13 +164,13 @@ static int parse_metadata(const char *name, json_t *meta, st_file *f, char **err
     if (json_is_null(meta))
         return 0; /* the reference reads null as "no metadata" */
     if (!json_is_object(meta))
-        return fail(err, "%s: \"" META_KEY "\" is not an object", name);
+        return report_failure(err, "%s: \"" META_KEY "\" is not an object", name);
     f->meta = xcalloc(json_object_size(meta), sizeof *f->meta);
     const char *k;
     json_t *v;
     json_object_foreach(meta, k, v) {
         if (!json_is_string(v))
-            return fail(err, "%s: \"" META_KEY "\" value for '%s' is not a string", name, k);
+            return report_failure(err, "%s: \"" META_KEY "\" value for '%s' is not a string", name, k);
         f->meta[f->n_meta++] = (st_meta){k, json_string_value(v)};
     }
     return 0;
@@ -218,22 +202,22 @@ static int check_layout(const char *name, placed *p, size_t n, size_t buf_len, c
     for (size_t i = 0; i < n; i++) {
         const char *key = p[i].t.name;
         if (p[i].end > buf_len)
-            return fail(err, "%s: tensor '%s': data_offsets [%zu, %zu] run past the end of the "
+            return report_failure(err, "%s: tensor '%s': data_offsets [%zu, %zu] run past the end of the "
                              "%zu-byte data buffer (file truncated?)",
                         name, key, p[i].begin, p[i].end, buf_len);
         if (p[i].begin < at)
-            return fail(err, "%s: tensor '%s': data_offsets [%zu, %zu] overlap tensor '%s'",
+            return report_failure(err, "%s: tensor '%s': data_offsets [%zu, %zu] overlap tensor '%s'",
                         name, key, p[i].begin, p[i].end, p[i - 1].t.name);
         if (p[i].begin > at)
-            return fail(err, "%s: tensor '%s': gap before data_offsets [%zu, %zu] (bytes from "
+            return report_failure(err, "%s: tensor '%s': gap before data_offsets [%zu, %zu] (bytes from "
                              "%zu are not covered)",
                         name, key, p[i].begin, p[i].end, at);
         size_t need;
         if (!tensor_bytes(p[i].t.dtype, p[i].t.ndim, p[i].t.shape, &need))
-            return fail(err, "%s: tensor '%s': shape is too large (size overflows)", name, key);
+            return report_failure(err, "%s: tensor '%s': shape is too large (size overflows)", name, key);
         if (need != p[i].end - p[i].begin) {
             char *s = shape_text(p[i].t.ndim, p[i].t.shape);
-            fail(err, "%s: tensor '%s': shape %s of %s needs %zu bytes but data_offsets span %zu",
+            report_failure(err, "%s: tensor '%s': shape %s of %s needs %zu bytes but data_offsets span %zu",
                  name, key, s, DTYPES[p[i].t.dtype].name, need, p[i].end - p[i].begin);
             free(s);
             return -1;
@@ -241,7 +225,7 @@ static int check_layout(const char *name, placed *p, size_t n, size_t buf_len, c
         at = p[i].end;
     }
     if (at != buf_len)
-        return fail(err, "%s: %zu trailing bytes after the last tensor's data", name,
+        return report_failure(err, "%s: %zu trailing bytes after the last tensor's data", name,
                     buf_len - at);
     return 0;
 }
@@ -327,22 +311,22 @@ static int check_preamble(const unsigned char *b, size_t len, const char *name, 
                           char **err)
 {
     if (len < 8)
-        return fail(err, "%s: not a safetensors file (%zu bytes, shorter than the 8-byte "
+        return report_failure(err, "%s: not a safetensors file (%zu bytes, shorter than the 8-byte "
                          "header length)",
                     name, len);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | b[i];
     if (n > MAX_HEADER)
-        return fail(err, "%s: not a safetensors file (header length %llu is over the %u-byte "
+        return report_failure(err, "%s: not a safetensors file (header length %llu is over the %u-byte "
                          "limit)",
                     name, (unsigned long long)n, MAX_HEADER);
     if (n > len - 8)
-        return fail(err, "%s: truncated safetensors file: header of %llu bytes runs past the "
+        return report_failure(err, "%s: truncated safetensors file: header of %llu bytes runs past the "
                          "end (file is %zu bytes)",
                     name, (unsigned long long)n, len);
     if (n == 0 || b[8] != '{')
-        return fail(err, "%s: not a safetensors file (header does not start with '{')", name);
+        return report_failure(err, "%s: not a safetensors file (header does not start with '{')", name);
     *hlen = (size_t)n;
     return 0;
 }
@@ -359,10 +343,10 @@ int st_parse(const void *buf, size_t len, const char *name, st_file **out, char 
     f->root = json_loadb((const char *)b + 8, hlen, JSON_REJECT_DUPLICATES, &jerr);
     int rc = 0;
     if (!f->root)
-        rc = fail(err, "%s: bad safetensors JSON header at byte %d: %s", name,
+        rc = report_failure(err, "%s: bad safetensors JSON header at byte %d: %s", name,
                   jerr.position + 8, jerr.text);
     else if (!json_is_object(f->root))
-        rc = fail(err, "%s: safetensors header is not a JSON object", name);
+        rc = report_failure(err, "%s: safetensors header is not a JSON object", name);
     else
         rc = build(name, b + 8 + hlen, len - 8 - hlen, f, err);
     if (rc) {
@@ -379,16 +363,16 @@ int st_open(const char *path, st_file **out, char **err)
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return report_failure(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, "%s: cannot stat: %s", path, strerror(e));
+        return report_failure(err, "%s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, "%s: not a regular file", path);
+        return report_failure(err, "%s: not a regular file", path);
     }
     size_t size = (size_t)st.st_size;
     void *map = NULL;
@@ -397,7 +381,7 @@ int st_open(const char *path, st_file **out, char **err)
         if (map == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return fail(err, "%s: cannot map %zu bytes: %s", path, size, strerror(e));
+            return report_failure(err, "%s: cannot map %zu bytes: %s", path, size, strerror(e));
         }
     }
     close(fd); /* the mapping keeps the file alive */
@@ -488,17 +472,17 @@ static int cmp_write_order(const void *a, const void *b, void *ctx)
 static int check_input(const char *path, const st_tensor *t, size_t *nbytes, char **err)
 {
     if (!t->name)
-        return fail(err, "%s: a tensor has no name", path);
+        return report_failure(err, "%s: a tensor has no name", path);
     if (strcmp(t->name, META_KEY) == 0)
-        return fail(err, "%s: '" META_KEY "' is reserved and cannot name a tensor", path);
+        return report_failure(err, "%s: '" META_KEY "' is reserved and cannot name a tensor", path);
     if (!dtype_valid(t->dtype))
-        return fail(err, "%s: tensor '%s': invalid dtype %d", path, t->name, (int)t->dtype);
+        return report_failure(err, "%s: tensor '%s': invalid dtype %d", path, t->name, (int)t->dtype);
     if (t->ndim < 0 || (t->ndim > 0 && !t->shape))
-        return fail(err, "%s: tensor '%s': invalid shape", path, t->name);
+        return report_failure(err, "%s: tensor '%s': invalid shape", path, t->name);
     if (!tensor_bytes(t->dtype, t->ndim, t->shape, nbytes) || *nbytes > INT64_MAX)
-        return fail(err, "%s: tensor '%s': shape is too large (size overflows)", path, t->name);
+        return report_failure(err, "%s: tensor '%s': shape is too large (size overflows)", path, t->name);
     if (*nbytes > 0 && !t->data)
-        return fail(err, "%s: tensor '%s': no data for a non-empty tensor", path, t->name);
+        return report_failure(err, "%s: tensor '%s': no data for a non-empty tensor", path, t->name);
     return 0;
 }
 
@@ -523,11 +507,11 @@ static int meta_json(const char *path, const st_meta *meta, size_t n, json_t **o
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (!sorted[i].key || !sorted[i].value)
-            rc = fail(err, "%s: metadata entry %zu has a NULL key or value", path, i);
+            rc = report_failure(err, "%s: metadata entry %zu has a NULL key or value", path, i);
         else if (i > 0 && strcmp(sorted[i].key, sorted[i - 1].key) == 0)
-            rc = fail(err, "%s: metadata key '%s' appears twice", path, sorted[i].key);
+            rc = report_failure(err, "%s: metadata key '%s' appears twice", path, sorted[i].key);
         else if (json_object_set_new(obj, sorted[i].key, json_string(sorted[i].value)))
-            rc = fail(err, "%s: metadata '%s' is not valid UTF-8", path, sorted[i].key);
+            rc = report_failure(err, "%s: metadata '%s' is not valid UTF-8", path, sorted[i].key);
     }
     free(sorted);
     if (rc)
@@ -562,12 +546,12 @@ static int header_json(const char *path, const st_tensor *tensors, size_t n, con
         tensor_bytes(t->dtype, t->ndim, t->shape, &nbytes);
         if (json_object_get(root, t->name)) {
             json_decref(root);
-            return fail(err, "%s: tensor name '%s' appears twice", path, t->name);
+            return report_failure(err, "%s: tensor name '%s' appears twice", path, t->name);
         }
         if (__builtin_add_overflow(at, nbytes, &at) || at > INT64_MAX ||
             json_object_set_new(root, t->name, entry_json(t, at - nbytes, at))) {
             json_decref(root);
-            return fail(err, "%s: tensor '%s': name is not valid UTF-8 or data is too large",
+            return report_failure(err, "%s: tensor '%s': name is not valid UTF-8 or data is too large",
                         path, t->name);
         }
     }

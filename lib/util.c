@@ -127,6 +127,22 @@ void sb_free(strbuf *sb)
     *sb = (strbuf){0};
 }
 
+int report_failure(char **err, const char *fmt, ...)
+{
+    strbuf sb = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(&sb, fmt, ap);
+    va_end(ap);
+    if (err) {
+        *err = sb.s ? sb.s : xstrdup("");
+    } else {
+        log_error("%s", sb_str(&sb));
+        sb_free(&sb);
+    }
+    return -1;
+}
+
 char *read_whole_file(const char *path, size_t *len_out)
 {
     FILE *f = fopen(path, "rb");

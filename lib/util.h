@@ -32,6 +32,10 @@ void sb_vprintf(strbuf *sb, const char *fmt, va_list ap);
 const char *sb_str(const strbuf *sb); /* "" when empty, never NULL */
 void sb_free(strbuf *sb);
 
+/* The error contract of the file-format modules: format a message into *err (malloc'd) or,
+ * when err is NULL, log it; returns -1 so callers can `return report_failure(...)`. */
+int report_failure(char **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Read a whole file; returns NULL and sets errno on failure. */
 char *read_whole_file(const char *path, size_t *len_out);
 bool path_exists(const char *path);

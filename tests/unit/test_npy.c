@@ -35,44 +35,6 @@ static char *fixture(const char *name)
     return path;
 }
 
-static char *make_tmpdir(void)
-{
-    char *dir = xstrdup("/tmp/selfsup-npy-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-    return dir;
-}
-
-/* Remove a flat directory of files. */
-static void rm_dir(char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                char *p = path_join(dir, e->d_name);
-                unlink(p);
-                free(p);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-    free(dir);
-}
-
-static size_t count_files(const char *dir)
-{
-    size_t n = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        n += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n;
-}
-
 static size_t shape_count(int ndim, const size_t *shape)
 {
     size_t n = 1;
@@ -279,7 +241,7 @@ Test(npy, numpy_fixtures_read_into_memory)
 
 Test(npy, numpy_fixtures_write_identical)
 {
-    char *dir = make_tmpdir();
+    char *dir = test_make_tmpdir();
     for (size_t i = 0; i < ARRAY_LEN(FIXTURES); i++) {
         const fixture_case *c = &FIXTURES[i];
         void *data = pattern(c->dtype, shape_count(c->ndim, c->shape));
@@ -300,7 +262,7 @@ Test(npy, numpy_fixtures_write_identical)
         free(theirs);
         free(data);
     }
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 /* Fixtures with explicit values: read them, then write the same values and compare. */
@@ -313,11 +275,11 @@ static void check_explicit(const char *file, npy_dtype d, const void *values, si
     assert_shape(&a, d, 1, shape);
     cr_assert(memcmp(a.data, values, a.nbytes) == 0, "%s: values differ", file);
     npy_close(&a);
-    char *dir = make_tmpdir(), *ours = path_join(dir, file);
+    char *dir = test_make_tmpdir(), *ours = path_join(dir, file);
     cr_assert_eq(npy_write(ours, d, 1, shape, values, &err), 0, "%s", err);
     assert_same_bytes(ours, path);
     free(ours);
-    rm_dir(dir);
+    test_rm_dir(dir);
     free(path);
 }
 
@@ -392,7 +354,7 @@ static const shape_case SHAPES[] = {
 
 Test(npy, round_trip_every_dtype_and_shape)
 {
-    char *dir = make_tmpdir();
+    char *dir = test_make_tmpdir();
     for (int d = 0; d < NPY_DTYPE_COUNT; d++) {
         for (size_t s = 0; s < ARRAY_LEN(SHAPES); s++) {
             const shape_case *c = &SHAPES[s];
@@ -415,13 +377,13 @@ Test(npy, round_trip_every_dtype_and_shape)
             free(data);
         }
     }
-    cr_assert_eq(count_files(dir), NPY_DTYPE_COUNT * ARRAY_LEN(SHAPES), "temp files left");
-    rm_dir(dir);
+    cr_assert_eq(test_count_files(dir), NPY_DTYPE_COUNT * ARRAY_LEN(SHAPES), "temp files left");
+    test_rm_dir(dir);
 }
 
 Test(npy, write_empty_array_without_data)
 {
-    char *dir = make_tmpdir(), *path = path_join(dir, "e.npy"), *err = NULL;
+    char *dir = test_make_tmpdir(), *path = path_join(dir, "e.npy"), *err = NULL;
     size_t shape[] = {0, 5};
     cr_assert_eq(npy_write(path, NPY_F4, 2, shape, NULL, &err), 0, "%s", err);
     size_t one[] = {1};
@@ -429,12 +391,12 @@ Test(npy, write_empty_array_without_data)
     cr_assert(strstr(err, "no data"), "%s", err);
     free(err);
     free(path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 Test(npy, write_argument_errors)
 {
-    char *dir = make_tmpdir(), *path = path_join(dir, "x.npy"), *err = NULL;
+    char *dir = test_make_tmpdir(), *path = path_join(dir, "x.npy"), *err = NULL;
     size_t shape[40] = {0};
     float v = 0;
     cr_assert_eq(npy_write(path, NPY_F4, 33, shape, &v, &err), -1);
@@ -447,16 +409,16 @@ Test(npy, write_argument_errors)
     cr_assert_eq(npy_write(path, NPY_F4, 2, huge, &v, &err), -1);
     cr_assert(strstr(err, "overflows"), "%s", err);
     free(err);
-    cr_assert_eq(count_files(dir), 0);
+    cr_assert_eq(test_count_files(dir), 0);
     free(path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 /* ---- atomic replacement ----------------------------------------------------------------- */
 
 Test(npy, write_replaces_atomically)
 {
-    char *dir = make_tmpdir(), *path = path_join(dir, "a.npy"), *err = NULL;
+    char *dir = test_make_tmpdir(), *path = path_join(dir, "a.npy"), *err = NULL;
     size_t s1[] = {3}, s2[] = {2, 2};
     int32_t a[] = {1, 2, 3}, b[] = {4, 5, 6, 7};
     cr_assert_eq(npy_write(path, NPY_I4, 1, s1, a, &err), 0, "%s", err);
@@ -466,14 +428,14 @@ Test(npy, write_replaces_atomically)
     assert_shape(&arr, NPY_I4, 2, s2);
     cr_assert(memcmp(arr.data, b, sizeof b) == 0);
     npy_close(&arr);
-    cr_assert_eq(count_files(dir), 1, "temporary files were left behind");
+    cr_assert_eq(test_count_files(dir), 1, "temporary files were left behind");
     struct stat st;
     cr_assert_eq(stat(path, &st), 0);
     mode_t mask = umask(0);
     umask(mask);
     cr_assert_eq(st.st_mode & 0777, 0666 & ~mask, "mode %o", st.st_mode & 0777);
     free(path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 Test(npy, write_into_missing_directory_fails_cleanly)
@@ -683,20 +645,20 @@ Test(npy, fortran_order)
 Test(npy, file_errors)
 {
     expect_file_error("/nonexistent-dir/x.npy", "cannot open");
-    char *dir = make_tmpdir();
+    char *dir = test_make_tmpdir();
     expect_file_error(dir, "not a regular file");
     char *empty = path_join(dir, "empty.npy");
     FILE *f = fopen(empty, "w");
     fclose(f);
     expect_file_error(empty, "not a .npy file");
     free(empty);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 /* A 3 GiB array in a sparse file: sizes past 2^31 and 2^32 go through size_t/off_t. */
 Test(npy, open_over_2gib_sparse)
 {
-    char *dir = make_tmpdir(), *path = path_join(dir, "big.npy"), *err = NULL;
+    char *dir = test_make_tmpdir(), *path = path_join(dir, "big.npy"), *err = NULL;
     size_t shape[] = {3ull << 30}, hlen;
     char *h = npy_header(NPY_U1, 1, shape, &hlen, &err);
     cr_assert_not_null(h, "%s", err);
@@ -717,7 +679,7 @@ Test(npy, open_over_2gib_sparse)
     free(err);
     free(h);
     free(path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 /* ---- numpy reads what we write ---------------------------------------------------------- */
@@ -731,7 +693,7 @@ Test(npy, numpy_reads_our_files)
 {
     if (!have_numpy())
         cr_skip_test("/usr/bin/python3 with numpy is not installed (make deps)");
-    char *dir = make_tmpdir(), *err = NULL;
+    char *dir = test_make_tmpdir(), *err = NULL;
     char *manifest_path = path_join(dir, "manifest.txt");
     FILE *manifest = fopen(manifest_path, "w");
     cr_assert_not_null(manifest);
@@ -761,5 +723,5 @@ Test(npy, numpy_reads_our_files)
               status);
     free(cmd);
     free(manifest_path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }

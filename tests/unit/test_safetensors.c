@@ -32,42 +32,6 @@ static char *fixture(const char *name)
     return path;
 }
 
-static char *make_tmpdir(void)
-{
-    char *dir = xstrdup("/tmp/selfsup-st-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-    return dir;
-}
-
-static size_t count_files(const char *dir)
-{
-    size_t n = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        n += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n;
-}
-
-static void rm_dir(char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] != '.') {
-            char *p = path_join(dir, e->d_name);
-            unlink(p);
-            free(p);
-        }
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-    free(dir);
-}
-
 static size_t elements(int ndim, const size_t *shape)
 {
     size_t n = 1;
@@ -229,7 +193,7 @@ Test(safetensors, dtype_table)
 static void expect_serialized(const st_tensor *t, size_t n, const st_meta *meta, size_t n_meta,
                               const char *header, const void *data, size_t data_len)
 {
-    char *dir = make_tmpdir(), *path = path_join(dir, "v.safetensors"), *err = NULL;
+    char *dir = test_make_tmpdir(), *path = path_join(dir, "v.safetensors"), *err = NULL;
     cr_assert_eq(st_write(path, t, n, meta, n_meta, &err), 0, "%s", err);
     size_t len;
     unsigned char *want = make_image(header, 0, 0, &len);
@@ -239,7 +203,7 @@ static void expect_serialized(const st_tensor *t, size_t n, const st_meta *meta,
     assert_file_is(path, want, len + data_len);
     free(want);
     free(path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 Test(safetensors, reference_vectors)
@@ -352,22 +316,22 @@ static void free_tensors(st_tensor *t, size_t n)
 
 Test(safetensors, fixture_mix_write_identical)
 {
-    char *dir = make_tmpdir(), *ours = path_join(dir, "mix.safetensors");
+    char *dir = test_make_tmpdir(), *ours = path_join(dir, "mix.safetensors");
     char *theirs = fixture("mix.safetensors"), *err = NULL;
     st_tensor *t = mix_tensors();
     cr_assert_eq(st_write(ours, t, ARRAY_LEN(MIX), MIX_META, ARRAY_LEN(MIX_META), &err), 0,
                  "%s", err);
     assert_same_files(ours, theirs);
-    cr_assert_eq(count_files(dir), 1, "temporary files left behind");
+    cr_assert_eq(test_count_files(dir), 1, "temporary files left behind");
     free_tensors(t, ARRAY_LEN(MIX));
     free(ours);
     free(theirs);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 Test(safetensors, fixture_small_files)
 {
-    char *dir = make_tmpdir(), *err = NULL;
+    char *dir = test_make_tmpdir(), *err = NULL;
     /* no_metadata: one F32 [1, 2, 3] tensor "x" */
     size_t shape[] = {1, 2, 3};
     void *data = pattern(ST_F32, 6);
@@ -395,7 +359,7 @@ Test(safetensors, fixture_small_files)
     free(path);
     free(ours);
     free(data);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 Test(safetensors, fixture_unordered_reads)
@@ -444,7 +408,7 @@ static st_tensor *every_tensor(char names[][32])
 
 Test(safetensors, round_trip_every_dtype_and_shape)
 {
-    char names[N_ROUND][32], *dir = make_tmpdir(), *path = path_join(dir, "r.safetensors");
+    char names[N_ROUND][32], *dir = test_make_tmpdir(), *path = path_join(dir, "r.safetensors");
     char *err = NULL;
     st_tensor *t = every_tensor(names);
     st_meta meta[] = {{"k", "v"}};
@@ -464,15 +428,15 @@ Test(safetensors, round_trip_every_dtype_and_shape)
     cr_assert_eq(st_open(path, &f, &err), 0, "%s", err);
     cr_assert_eq(st_count(f), 1);
     st_close(f);
-    cr_assert_eq(count_files(dir), 1, "temporary files left behind");
+    cr_assert_eq(test_count_files(dir), 1, "temporary files left behind");
     free_tensors(t, N_ROUND);
     free(path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 Test(safetensors, empty_name_and_null_data)
 {
-    char *dir = make_tmpdir(), *path = path_join(dir, "e.safetensors"), *err = NULL;
+    char *dir = test_make_tmpdir(), *path = path_join(dir, "e.safetensors"), *err = NULL;
     size_t zero[] = {0, 4};
     st_tensor t = {.name = "", .dtype = ST_F32, .ndim = 2, .shape = zero, .data = NULL};
     cr_assert_eq(st_write(path, &t, 1, NULL, 0, &err), 0, "%s", err);
@@ -482,7 +446,7 @@ Test(safetensors, empty_name_and_null_data)
     cr_assert_eq(st_find(f, "")->nbytes, 0);
     st_close(f);
     free(path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 /* ---- writer errors ---------------------------------------------------------------------- */
@@ -490,14 +454,14 @@ Test(safetensors, empty_name_and_null_data)
 static void expect_write_error(const st_tensor *t, size_t n, const st_meta *m, size_t nm,
                                const char *needle)
 {
-    char *dir = make_tmpdir(), *path = path_join(dir, "w.safetensors"), *err = NULL;
+    char *dir = test_make_tmpdir(), *path = path_join(dir, "w.safetensors"), *err = NULL;
     cr_assert_eq(st_write(path, t, n, m, nm, &err), -1, "accepted; wanted \"%s\"", needle);
     cr_assert(strstr(err, path), "message lacks the path: %s", err);
     cr_assert(strstr(err, needle), "message \"%s\" lacks \"%s\"", err, needle);
     free(err);
-    cr_assert_eq(count_files(dir), 0, "a file was left behind");
+    cr_assert_eq(test_count_files(dir), 0, "a file was left behind");
     free(path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 Test(safetensors, writer_errors)
@@ -660,7 +624,7 @@ Test(safetensors, file_errors)
     cr_assert_eq(st_open("/nonexistent-dir/x.safetensors", &f, &err), -1);
     cr_assert(strstr(err, "cannot open"), "%s", err);
     free(err);
-    char *dir = make_tmpdir();
+    char *dir = test_make_tmpdir();
     cr_assert_eq(st_open(dir, &f, &err), -1);
     cr_assert(strstr(err, "not a regular file"), "%s", err);
     free(err);
@@ -670,14 +634,14 @@ Test(safetensors, file_errors)
     cr_assert(strstr(err, empty) && strstr(err, "not a safetensors file"), "%s", err);
     free(err);
     free(empty);
-    rm_dir(dir);
+    test_rm_dir(dir);
     st_close(NULL);
 }
 
 /* A 5 GiB tensor in a sparse file: offsets past 2^32 go through size_t/off_t. */
 Test(safetensors, open_over_4gib_sparse)
 {
-    char *dir = make_tmpdir(), *path = path_join(dir, "big.safetensors"), *err = NULL;
+    char *dir = test_make_tmpdir(), *path = path_join(dir, "big.safetensors"), *err = NULL;
     size_t len, data = 5ull << 30;
     unsigned char *img = make_image(
         "{\"big\":{\"dtype\":\"F32\",\"shape\":[1342177280],"
@@ -700,7 +664,7 @@ Test(safetensors, open_over_4gib_sparse)
     free(err);
     free(img);
     free(path);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }
 
 /* ---- read back with Python -------------------------------------------------------------- */
@@ -709,7 +673,7 @@ Test(safetensors, python_reads_our_files)
 {
     if (system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0)
         cr_skip_test("/usr/bin/python3 with numpy is not installed (make deps)");
-    char names[N_ROUND][32], *dir = make_tmpdir(), *err = NULL;
+    char names[N_ROUND][32], *dir = test_make_tmpdir(), *err = NULL;
     st_tensor *t = every_tensor(names);
     char *mpath = path_join(dir, "manifest.txt");
     FILE *m = fopen(mpath, "w");
@@ -751,5 +715,5 @@ Test(safetensors, python_reads_our_files)
     free(mpath);
     free_tensors(mix, ARRAY_LEN(MIX));
     free_tensors(t, N_ROUND);
-    rm_dir(dir);
+    test_rm_dir(dir);
 }

@@ -6,6 +6,10 @@
 #include "util.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -22,11 +26,47 @@ char *test_build_path(const char *rel)
     return path_join(build && *build ? build : "build", rel);
 }
 
+char *test_make_tmpdir(void)
+{
+    char *dir = xstrdup("/tmp/selfsup-test-XXXXXX");
+    cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    return dir;
+}
+
+void test_rm_dir(char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            char *p = path_join(dir, e->d_name);
+            unlink(p);
+            free(p);
+        }
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+    free(dir);
+}
+
+size_t test_count_files(const char *dir)
+{
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
 char *test_write_temp(const char *name, const char *text)
 {
-    char dir[] = "/tmp/selfsup-test-XXXXXX";
-    cr_assert(mkdtemp(dir), "mkdtemp failed");
+    char *dir = test_make_tmpdir();
     char *path = path_join(dir, name);
+    free(dir);
     FILE *f = fopen(path, "w");
     cr_assert(f, "cannot write %s", path);
     fputs(text, f);

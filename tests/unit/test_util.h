@@ -4,12 +4,20 @@
 #ifndef SELFSUP_TEST_UTIL_H
 #define SELFSUP_TEST_UTIL_H
 
+#include <stddef.h>
+
 /* A path inside the source tree: $SELFSUP_SRC/rel, or ./rel (make runs tests from the top). */
 char *test_path(const char *rel);
 /* The build directory ($SELFSUP_BUILD, else ./build), where the binaries are. */
 char *test_build_path(const char *rel);
 /* Write `text` to a fresh file named `name` in a private temporary directory. */
 char *test_write_temp(const char *name, const char *text);
+/* A fresh private directory under /tmp (malloc'd path). */
+char *test_make_tmpdir(void);
+/* Remove a flat directory of files and free its path. */
+void test_rm_dir(char *dir);
+/* Number of entries in a directory, dot files excluded. */
+size_t test_count_files(const char *dir);
 /* Run a command, capture stdout+stderr into *output (malloc'd); returns the exit status
  * (or 128+signal). */
 int test_run(const char *cmd, char **output);

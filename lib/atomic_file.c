@@ -1,0 +1,105 @@
+/*
+ * atomic_file.c — see atomic_file.h. The temp name is PATH.tmp-PID-N in the same directory,
+ * so the final rename never crosses a filesystem.
+ */
+#include "atomic_file.h"
+
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int atomic_file_open(atomic_file *f, const char *path, char **err)
+{
+    static unsigned counter;
+    *f = (atomic_file){.fd = -1, .path = xstrdup(path)};
+    /* pid + per-process counter makes collisions rare; O_EXCL makes them harmless */
+    for (int attempt = 0; attempt < 100; attempt++) {
+        unsigned n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+        f->tmp = xasprintf("%s.tmp-%ld-%u", path, (long)getpid(), n);
+        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (f->fd >= 0)
+            return 0;
+        int e = errno;
+        free(f->tmp);
+        f->tmp = NULL;
+        if (e != EEXIST) {
+            atomic_file_abort(f);
+            return report_failure(err, "%s: cannot create temporary file: %s", path, strerror(e));
+        }
+    }
+    atomic_file_abort(f);
+    return report_failure(err, "%s: cannot create a temporary file name", path);
+}
+
+int atomic_file_write(atomic_file *f, const void *buf, size_t n, char **err)
+{
+    const char *p = buf;
+    while (n > 0) {
+        /* Linux writes at most ~2 GiB per call; stay well under */
+        ssize_t w = write(f->fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return report_failure(err, "%s: write failed: %s", f->path, strerror(errno));
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Make the rename itself durable; some filesystems refuse fsync on directories, which is
+ * not worth failing a finished write over. */
+static void fsync_dir_of(const char *path)
+{
+    char *dir = path_dirname(path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+int atomic_file_commit(atomic_file *f, char **err)
+{
+    const char *step = "fsync";
+    int rc = fsync(f->fd);
+    if (rc == 0) {
+        step = "close";
+        rc = close(f->fd);
+        f->fd = -1;
+    }
+    if (rc == 0) {
+        step = "rename";
+        rc = rename(f->tmp, f->path);
+    }
+    if (rc != 0) {
+        int e = errno;
+        report_failure(err, "%s: %s failed: %s", f->path, step, strerror(e));
+        atomic_file_abort(f);
+        return -1;
+    }
+    free(f->tmp);
+    f->tmp = NULL;
+    fsync_dir_of(f->path);
+    free(f->path);
+    f->path = NULL;
+    return 0;
+}
+
+void atomic_file_abort(atomic_file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+    if (f->tmp)
+        unlink(f->tmp);
+    free(f->tmp);
+    free(f->path);
+    f->tmp = f->path = NULL;
+}
