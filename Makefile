@@ -157,7 +157,6 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/selfsup
 	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
 	cp -r configs $(DESTDIR)$(PREFIX)/share/selfsup/
-	install -m 0644 tools/*.py $(DESTDIR)$(PREFIX)/share/selfsup/ 2>/dev/null || true
 
 clean:
 	rm -rf build

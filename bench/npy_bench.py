@@ -4,9 +4,9 @@
 For each size (ROWSxCOLS[:DTYPE] or ROWS[:DTYPE]) it times, with CLOCK_MONOTONIC, one
 discarded warm-up and then --reps repetitions (median reported) of:
 
+  write_stream  np.save(path, arr): plain np.save, no fsync
   write         np.save into a temp file object + flush + os.fsync + os.replace + fsync of the
                 directory: the same durability as selfsup's npy_write (atomic_file)
-  write_stream  np.save(path, arr): plain np.save, no fsync
   read          np.load(path) + arr.sum(dtype=np.float64) + del
   mmap          np.load(path, mmap_mode='r') + arr.sum(dtype=np.float64) + del
 

@@ -66,12 +66,13 @@ for f in "$work"/selfsup_*.npy; do
     identical=$((identical + 1))
 done
 
+fstype=$(findmnt -n -o FSTYPE -T "$work" 2>/dev/null || stat -f -c %T "$work")
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
 numpy_version=$("$python" -c 'import numpy; print(numpy.__version__)')
 
 echo "## npy: lib/npy vs numpy $numpy_version"
 echo
-echo "Machine: $(nproc) cores, ${cpu:-unknown CPU}, $(uname -sr), files on $(stat -f -c %T "$work")."
+echo "Machine: $(nproc) cores, ${cpu:-unknown CPU}, $(uname -sr), files on $fstype (${TMPDIR:-/tmp})."
 echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'). Both sides ran in this run (${elapsed}s)."
 echo "Median of 5 after 1 warm-up; read and mmap read files in the page cache (both sides)."
 echo "Files byte-identical: $identical/$identical; sums equal on both sides."
@@ -88,12 +89,12 @@ awk '
             if (!(k in p)) { print "bench/run.sh: numpy has no result for " k > "/dev/stderr"; bad = 1; continue }
             split(k, f, " ")
             r = s[k] > 0 ? sprintf("%.2f", p[k] / s[k]) : "n/a"
-            printf "| %s | %s %s | %.4f | %.4f | %s | %.2f |\n", f[1], f[2], f[3], s[k], p[k], r, g[k]
+            printf "| %s | %s %s | %.4g | %.4g | %s | %.2f |\n", f[1], f[2], f[3], s[k], p[k], r, g[k]
         }
         if (n == 0) { print "bench/run.sh: no selfsup results" > "/dev/stderr"; bad = 1 }
         exit bad
     }' "$work/selfsup.txt" "$work/numpy.txt"
 echo
+echo "write_stream = plain write, no fsync (npy_header + fallocate + write(2); np.save(path)),"
 echo "write = atomic write with fsync (npy_write; numpy: np.save to a temp file + fsync +"
-echo "os.replace), write_stream = plain write, no fsync (npy_header + write(2); np.save(path)),"
-echo "read = load into memory + sum in double, mmap = map + sum in double."
+echo "os.replace), read = load into memory + sum in double, mmap = map + sum in double."

@@ -36,6 +36,13 @@ int atomic_file_open(atomic_file *f, const char *path, char **err)
     return report_failure(err, "%s: cannot create a temporary file name", path);
 }
 
+void atomic_file_reserve(atomic_file *f, size_t bytes)
+{
+    enum { RESERVE_FROM = 16 << 20 }; /* numpy's threshold */
+    if (f->fd >= 0 && bytes >= RESERVE_FROM)
+        (void)posix_fallocate(f->fd, 0, (off_t)bytes);
+}
+
 int atomic_file_write(atomic_file *f, const void *buf, size_t n, char **err)
 {
     const char *p = buf;

@@ -20,6 +20,10 @@ typedef struct {
 } atomic_file;
 
 int atomic_file_open(atomic_file *f, const char *path, char **err);
+/* Reserve `bytes` of disk for the file before writing it (best effort: ignored where the
+ * filesystem cannot). Large writes then avoid ext4's delayed allocation work, as numpy's
+ * np.save does with fallocate; small ones are not worth the call. */
+void atomic_file_reserve(atomic_file *f, size_t bytes);
 int atomic_file_write(atomic_file *f, const void *buf, size_t n, char **err);
 /* fsync, close, rename, fsync the directory. On failure the temp file is removed. */
 int atomic_file_commit(atomic_file *f, char **err);

@@ -92,7 +92,8 @@ static const char *const LOSSES[] = {
     "CrossEntropyLoss", "BCEWithLogitsLoss", "BCELoss", "MSELoss", "L1Loss", "NLLLoss", "SmoothL1Loss",
     "KLDivLoss", "soft_target_cross_entropy", "label_smoothing_cross_entropy",
     /* newer than 0.1.5 */
-    "barlow_twins_loss", "dino_loss", "ibot_loss", "msn_loss", "distillation_loss", "simclr_info_nce_loss_v2",
+    "barlow_twins_loss", "byol_loss", "dino_loss", "ibot_loss", "msn_loss", "distillation_loss",
+    "simclr_info_nce_loss_v2",
 };
 
 static const char *const COLLATORS[] = {
@@ -111,7 +112,8 @@ static const char *const TRUNKS[] = {
     "resnet", "regnet", "efficientnet", "alexnet_bvlc", "alexnet_colorization", "alexnet_deepcluster",
     "alexnet_jigsaw", "alexnet_rotnet", "feature_extractor",
     /* newer than 0.1.5 */
-    "vision_transformer", "xcit", "convit", "regnet_fsdp", "regnet_v2", "resnext",
+    "vision_transformer", "vision_transformer_deit", "xcit", "convit", "convnext", "swin_transformer",
+    "regnet_fsdp", "regnet_v2", "resnext",
 };
 
 static const char *const HEADS[] = {

@@ -401,7 +401,7 @@ static void ensure_aligned(npy_array *arr)
     size_t item = npy_dtype_size(arr->dtype);
     if (arr->nbytes == 0 || (uintptr_t)arr->data % item == 0)
         return;
-    void *copy = xmalloc(arr->nbytes);
+    void *copy = xmalloc_large(arr->nbytes);
     memcpy(copy, arr->data, arr->nbytes);
     release_backing(arr);
     arr->owned_ = copy;
@@ -500,7 +500,7 @@ int npy_read(const char *path, npy_array *arr, char **err)
     size_t size;
     if (open_sized(path, &fd, &size, err))
         return -1;
-    void *buf = xmalloc(size);
+    void *buf = xmalloc_large(size);
     int rc = read_all(fd, buf, size, path, err);
     close(fd);
     if (rc == 0)
@@ -591,6 +591,7 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
     char *header = format_header(dtype, ndim, shape, &hlen);
     atomic_file f;
     int rc = atomic_file_open(&f, path, err);
+    atomic_file_reserve(&f, hlen + nbytes);
     if (rc == 0)
         rc = atomic_file_write(&f, header, hlen, err);
     if (rc == 0)

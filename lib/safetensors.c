@@ -583,6 +583,13 @@ static int write_all(const char *path, const char *header, size_t hlen, const st
     atomic_file f;
     if (atomic_file_open(&f, path, err))
         return -1;
+    size_t total = 8 + hlen;
+    for (size_t i = 0; i < n; i++) {
+        size_t nbytes;
+        tensor_bytes(tensors[order[i]].dtype, tensors[order[i]].ndim, tensors[order[i]].shape, &nbytes);
+        total += nbytes;
+    }
+    atomic_file_reserve(&f, total);
     int rc = atomic_file_write(&f, len8, 8, err);
     if (rc == 0)
         rc = atomic_file_write(&f, header, hlen, err);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +42,19 @@ void *xrealloc(void *p, size_t n)
     if (!q)
         out_of_memory(n);
     return q;
+}
+
+void *xmalloc_large(size_t n)
+{
+    enum { HUGE_PAGE = 2 << 20, HUGE_FROM = 4 << 20 };
+    if (n < HUGE_FROM)
+        return xmalloc(n);
+    void *p;
+    if (posix_memalign(&p, HUGE_PAGE, n))
+        out_of_memory(n);
+    size_t span = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    (void)madvise(p, span, MADV_HUGEPAGE); /* advice only: fine where THP is off */
+    return p;
 }
 
 char *xstrdup(const char *s)
