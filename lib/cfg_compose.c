@@ -30,6 +30,14 @@ static const char *const OPEN_MAPS[] = {
 
 static const char CMDLINE[] = "<command line>";
 
+/* Mark a subtree as set by the current composition step (see cfg_node.stamp). */
+static void stamp_tree(cfg_node *n, int stamp)
+{
+    n->stamp = stamp;
+    for (size_t k = 0; k < n->len; k++)
+        stamp_tree(n->items[k], stamp);
+}
+
 /* ---- schema checks ----------------------------------------------------------------------- */
 
 static bool is_open_map(const cfg_node *schema, const char *path)
@@ -206,6 +214,7 @@ static bool merge_map(cfg_t *cfg, cfg_node *dst, const cfg_node *schema, const c
         } else {
             cfg_node *copy = cfg_copy(value);
             ok = fit_type(sub_schema, copy, sub_path, err);
+            stamp_tree(copy, cfg->stamp);
             if (ok)
                 cfg_map_set(dst, key, copy);
             else
@@ -222,6 +231,7 @@ static bool merge_map(cfg_t *cfg, cfg_node *dst, const cfg_node *schema, const c
 
 bool cfg_merge_file(cfg_t *cfg, const cfg_node *file_root, const char *file, cfg_err *err)
 {
+    cfg->stamp++;
     if (file_root->kind != CFG_MAP) {
         cfg_fail(err, file_root, NULL, "a config file must be a map with a top-level 'config:' key");
         return false;
@@ -529,6 +539,7 @@ static bool store_value(cfg_t *cfg, const override *ov, const slot *at, cfg_node
         cfg_free(value);
         return false;
     }
+    stamp_tree(value, cfg->stamp);
     if (at->parent->kind == CFG_MAP) {
         cfg_map_set(at->parent, at->leaf, value);
     } else {
@@ -577,6 +588,7 @@ static bool apply_value(cfg_t *cfg, const override *ov, cfg_err *err)
 
 bool cfg_apply_override(cfg_t *cfg, const char *text, int index, cfg_err *err)
 {
+    cfg->stamp++;
     override ov;
     if (!split_override(text, &ov, index, err))
         return false;

@@ -145,9 +145,15 @@ static bool infer_swav_head(cfg_t *cfg, cfg_node *loss, const char *loss_name, c
     cfg_node *kwargs = head->items[1];
     cfg_node *clusters = cfg_map_get(kwargs, "num_clusters");
     cfg_node *dims = cfg_map_get(kwargs, "dims");
-    if (!clusters || clusters->kind != CFG_LIST || !dims || dims->kind != CFG_LIST || !dims->len) {
-        cfg_fail(err, head, "config.MODEL.HEAD.PARAMS.0",
-                 "swav_head needs 'dims' (a non-empty list) and 'num_clusters' (a list)");
+    const char *missing = !dims || dims->kind != CFG_LIST || !dims->len ? "dims"
+                          : !clusters || clusters->kind != CFG_LIST   ? "num_clusters"
+                                                                        : NULL;
+    if (missing) {
+        const char *near = kwargs->kind == CFG_MAP
+                               ? cfg_suggest(missing, (const char *const *)kwargs->keys, kwargs->len)
+                               : NULL;
+        cfg_fail(err, head, "config.MODEL.HEAD.PARAMS.0", "swav_head needs '%s' (a list)%s%s%s", missing,
+                 near ? "; found '" : "", near ? near : "", near ? "', which VISSL does not read" : "");
         return false;
     }
     put(loss, "num_prototypes", cfg_copy(clusters));
@@ -435,8 +441,84 @@ static void infer_label_type(cfg_t *cfg)
     }
 }
 
+/* ---- keys VISSL moved after 0.1.5 ------------------------------------------------------- */
+
+/* Each pair is one setting in two VISSL versions: (newer place, 0.1.5 place). Stages read the
+ * 0.1.5 place; a config may use either. */
+static const char *const MOVED_KEYS[][2] = {
+    {"MODEL.TRUNK.RESNETS", "MODEL.TRUNK.TRUNK_PARAMS.RESNETS"},
+    {"MODEL.TRUNK.REGNET", "MODEL.TRUNK.TRUNK_PARAMS.REGNET"},
+    {"MODEL.TRUNK.EFFICIENT_NETS", "MODEL.TRUNK.TRUNK_PARAMS.EFFICIENT_NETS"},
+    {"MODEL.TRUNK.VISION_TRANSFORMERS", "MODEL.TRUNK.TRUNK_PARAMS.VISION_TRANSFORMERS"},
+    {"MODEL.TRUNK.CONVIT", "MODEL.TRUNK.TRUNK_PARAMS.CONVIT"},
+    {"HOOKS.TENSORBOARD_SETUP", "TENSORBOARD_SETUP"},
+    {"HOOKS.MODEL_COMPLEXITY", "MODEL.MODEL_COMPLEXITY"},
+    {"HOOKS.PERF_STATS.MONITOR_PERF_STATS", "MONITOR_PERF_STATS"},
+    {"HOOKS.PERF_STATS.PERF_STAT_FREQUENCY", "PERF_STAT_FREQUENCY"},
+    {"HOOKS.PERF_STATS.ROLLING_BTIME_FREQ", "ROLLING_BTIME_FREQ"},
+    {"CLUSTERFIT.NUM_ITER", "CLUSTERFIT.N_ITER"},
+    {"IMG_RETRIEVAL.TRAIN_PCA_WHITENING", "IMG_RETRIEVAL.SHOULD_TRAIN_PCA_OR_WHITENING"},
+};
+
+/* The latest composition step that set anything at or below `n` (0: all defaults). */
+static int latest_stamp(const cfg_node *n)
+{
+    if (!n)
+        return 0;
+    int latest = n->kind == CFG_MAP ? 0 : n->stamp;
+    for (size_t k = 0; k < n->len; k++) {
+        int s = latest_stamp(n->items[k]);
+        if (s > latest)
+            latest = s;
+    }
+    return latest;
+}
+
+/* Make map entries a[key_a] and b[key_b] agree, key by key inside maps: what the config set
+ * on one side is copied to the other, and where both sides were set, the later step wins,
+ * as it would if the setting had one name. */
+static void reconcile(cfg_node *a, const char *key_a, cfg_node *b, const char *key_b)
+{
+    cfg_node *va = cfg_map_get(a, key_a), *vb = cfg_map_get(b, key_b);
+    if (va && vb && va->kind == CFG_MAP && vb->kind == CFG_MAP) {
+        for (int side = 0; side < 2; side++) {
+            cfg_node *from = side ? vb : va;
+            for (size_t k = 0; k < from->len; k++) {
+                char *key = xstrdup(from->keys[k]); /* the maps may change under us */
+                reconcile(va, key, vb, key);
+                free(key);
+            }
+        }
+        return;
+    }
+    int sa = latest_stamp(va), sb = latest_stamp(vb);
+    if (sa > sb)
+        put(b, key_b, cfg_copy(va));
+    else if (sb > sa)
+        put(a, key_a, cfg_copy(vb));
+}
+
+static void infer_moved_keys(cfg_t *cfg)
+{
+    cfg_node *config = cfg_map_get(cfg->root, "config");
+    for (size_t k = 0; k < ARRAY_LEN(MOVED_KEYS); k++) {
+        const char *newer = MOVED_KEYS[k][0], *older = MOVED_KEYS[k][1];
+        const char *leaf_a = strrchr(newer, '.') ? strrchr(newer, '.') + 1 : newer;
+        const char *leaf_b = strrchr(older, '.') ? strrchr(older, '.') + 1 : older;
+        char *parent_a = xstrndup(newer, (size_t)(leaf_a - newer - (leaf_a > newer)));
+        char *parent_b = xstrndup(older, (size_t)(leaf_b - older - (leaf_b > older)));
+        cfg_node *a = *parent_a ? cfg_path(config, parent_a) : config;
+        cfg_node *b = *parent_b ? cfg_path(config, parent_b) : config;
+        if (a && b)
+            reconcile(a, leaf_a, b, leaf_b);
+        free(parent_a);
+        free(parent_b);
+    }
+}
+
 bool cfg_infer(cfg_t *cfg, cfg_err *err)
 {
+    infer_moved_keys(cfg);
     if (!infer_losses(cfg, err) || !infer_learning_rate(cfg, err))
         return false;
     infer_meters(cfg);

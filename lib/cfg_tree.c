@@ -87,6 +87,7 @@ cfg_node *cfg_copy(const cfg_node *n)
     if (!n)
         return NULL;
     cfg_node *c = cfg_new(n->kind, n->file, n->line);
+    c->stamp = n->stamp;
     c->b = n->b;
     c->i = n->i;
     c->f = n->f;

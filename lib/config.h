@@ -32,6 +32,8 @@ struct cfg_node {
     cfg_kind kind;
     const char *file; /* interned; who set this value ("<command line>", "<inferred>") */
     int line;         /* 1-based line in `file`, 0 when not from a file */
+    int stamp;        /* composition order: 0 = defaults.yaml, then rising with each file
+                         and override that set it (later wins where VISSL moved a key) */
     bool b;
     int64_t i;
     double f;
@@ -102,6 +104,7 @@ typedef struct {
     cfg_node *defaults; /* the schema: defaults.yaml as loaded */
     char *configs_dir;
     char **warnings;    /* non-fatal findings (e.g. missing data paths when not checking) */
+    int stamp;          /* the last composition stamp given out */
     size_t n_warnings;
 } cfg_t;
 

@@ -627,3 +627,34 @@ Test(config, missing_paths_warn_in_show_and_fail_in_validate)
     free(file);
     free(dir);
 }
+
+/* VISSL moved some keys after 0.1.5; either place works and the stages see one value. */
+Test(config, moved_keys_are_reconciled)
+{
+    cfg_t cfg;
+    cfg_err err;
+    char *newer[] = {"config.MODEL.TRUNK.RESNETS.DEPTH=101", "config.HOOKS.TENSORBOARD_SETUP.USE_TENSORBOARD=true",
+                     "config.HOOKS.PERF_STATS.MONITOR_PERF_STATS=true"};
+    cr_assert(compose_text(&cfg, &err, BASE, 3, newer), "%s", err.msg);
+    cr_assert_eq(Cnum(&cfg, "MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH"), 101);
+    cr_assert(C(&cfg, "TENSORBOARD_SETUP.USE_TENSORBOARD")->b);
+    cr_assert(C(&cfg, "MONITOR_PERF_STATS")->b);
+    cfg_destroy(&cfg);
+
+    char *older[] = {"config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH=152"};
+    cr_assert(compose_text(&cfg, &err, BASE, 1, older), "%s", err.msg);
+    cr_assert_eq(Cnum(&cfg, "MODEL.TRUNK.RESNETS.DEPTH"), 152);
+    cfg_destroy(&cfg);
+
+    /* Set in both places: the later one wins, in either order. */
+    char *both[] = {"config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH=152", "config.MODEL.TRUNK.RESNETS.DEPTH=101"};
+    cr_assert(compose_text(&cfg, &err, BASE, 2, both), "%s", err.msg);
+    cr_assert_eq(Cnum(&cfg, "MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH"), 101);
+    cfg_destroy(&cfg);
+    char *file_then_override[] = {"config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH=34"};
+    cr_assert(compose_text(&cfg, &err, "config:\n  TEST_MODEL: False\n  MODEL: {TRUNK: {RESNETS: {DEPTH: 101}}}\n",
+                           1, file_then_override), "%s", err.msg);
+    cr_assert_eq(Cnum(&cfg, "MODEL.TRUNK.RESNETS.DEPTH"), 34);
+    cr_assert_eq(Cnum(&cfg, "MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH"), 34);
+    cfg_destroy(&cfg);
+}
