@@ -490,6 +490,27 @@ static bool check_runtime(checker *ck)
            ENUM(ck, "MODEL.SYNC_BN_CONFIG.SYNC_BN_TYPE", "apex", "pytorch");
 }
 
+/* Several nodes meet over tcp at RUN_ID, which must then be "HOST:PORT" (VISSL's recipes
+ * ship a placeholder there). Like a missing file: an error for validate, a warning for show. */
+static bool check_rendezvous(checker *ck)
+{
+    cfg_node *nodes = C(ck, "DISTRIBUTED.NUM_NODES"), *method = C(ck, "DISTRIBUTED.INIT_METHOD");
+    cfg_node *run_id = C(ck, "DISTRIBUTED.RUN_ID");
+    if (!nodes || nodes->kind != CFG_INT || nodes->i <= 1 || !method || method->kind != CFG_STR ||
+        strcmp(method->s, "tcp") || !run_id || run_id->kind != CFG_STR)
+        return true;
+    const char *colon = strrchr(run_id->s, ':');
+    if (colon && colon > run_id->s && strspn(colon + 1, "0123456789") == strlen(colon + 1) && colon[1])
+        return true;
+    const char *what = "must be HOST:PORT of the first node when NUM_NODES > 1 with INIT_METHOD tcp";
+    if (ck->opt->check_paths) {
+        cfg_fail(ck->err, run_id, "config.DISTRIBUTED.RUN_ID", "'%s' %s", run_id->s, what);
+        return false;
+    }
+    cfg_warn(ck->cfg, "config.DISTRIBUTED.RUN_ID: '%s' %s", run_id->s, what);
+    return true;
+}
+
 static bool check_weights(checker *ck)
 {
     cfg_node *file = C(ck, "MODEL.WEIGHTS_INIT.PARAMS_FILE");
@@ -507,7 +528,7 @@ bool cfg_check(cfg_t *cfg, const cfg_options *opt, cfg_err *err)
 {
     checker ck = {cfg, opt, err, NULL};
     bool ok = check_runtime(&ck) && check_model(&ck) && check_loss_and_meters(&ck) && check_optimizer(&ck) &&
-              check_data(&ck) && check_weights(&ck);
+              check_data(&ck) && check_weights(&ck) && check_rendezvous(&ck);
     json_decref(ck.catalog);
     return ok;
 }
