@@ -27,22 +27,6 @@
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static char *fixture(const char *name)
-{
-    char *rel = xasprintf("tests/golden/fixtures/npy/%s", name);
-    char *path = test_path(rel);
-    free(rel);
-    return path;
-}
-
-static size_t shape_count(int ndim, const size_t *shape)
-{
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= shape[i];
-    return n;
-}
-
 /* float -> IEEE half for values exactly representable (all the pattern values are). */
 static uint16_t half_exact(float f)
 {
@@ -93,7 +77,7 @@ static void assert_shape(const npy_array *a, npy_dtype d, int ndim, const size_t
     cr_assert_eq(a->ndim, ndim);
     for (int i = 0; i < ndim; i++)
         cr_assert_eq(a->shape[i], shape[i], "dim %d: %zu != %zu", i, a->shape[i], shape[i]);
-    cr_assert_eq(a->count, shape_count(ndim, shape));
+    cr_assert_eq(a->count, test_shape_count(ndim, shape));
     cr_assert_eq(a->nbytes, a->count * npy_dtype_size(d));
     if (a->nbytes)
         cr_assert_eq((uintptr_t)a->data % npy_dtype_size(d), 0, "data is not aligned");
@@ -217,7 +201,7 @@ static const fixture_case FIXTURES[] = {
 
 static void check_fixture(const fixture_case *c, bool mapped)
 {
-    char *path = fixture(c->file), *err = NULL;
+    char *path = test_fixture("npy", c->file), *err = NULL;
     npy_array a;
     int rc = mapped ? npy_open(path, &a, &err) : npy_read(path, &a, &err);
     cr_assert_eq(rc, 0, "%s", err ? err : "?");
@@ -244,8 +228,8 @@ Test(npy, numpy_fixtures_write_identical)
     char *dir = test_make_tmpdir();
     for (size_t i = 0; i < ARRAY_LEN(FIXTURES); i++) {
         const fixture_case *c = &FIXTURES[i];
-        void *data = pattern(c->dtype, shape_count(c->ndim, c->shape));
-        char *ours = path_join(dir, c->file), *theirs = fixture(c->file), *err = NULL;
+        void *data = pattern(c->dtype, test_shape_count(c->ndim, c->shape));
+        char *ours = path_join(dir, c->file), *theirs = test_fixture("npy", c->file), *err = NULL;
         cr_assert_eq(npy_write(ours, c->dtype, c->ndim, c->shape, data, &err), 0, "%s", err);
         assert_same_bytes(ours, theirs);
         /* npy_header is the file's prefix */
@@ -254,7 +238,7 @@ Test(npy, numpy_fixtures_write_identical)
         char *f = read_whole_file(theirs, &flen);
         cr_assert_not_null(h, "%s", err);
         cr_assert_eq(hlen % 64, 0);
-        cr_assert_eq(flen - hlen, shape_count(c->ndim, c->shape) * npy_dtype_size(c->dtype));
+        cr_assert_eq(flen - hlen, test_shape_count(c->ndim, c->shape) * npy_dtype_size(c->dtype));
         cr_assert(memcmp(h, f, hlen) == 0);
         free(h);
         free(f);
@@ -268,7 +252,7 @@ Test(npy, numpy_fixtures_write_identical)
 /* Fixtures with explicit values: read them, then write the same values and compare. */
 static void check_explicit(const char *file, npy_dtype d, const void *values, size_t n)
 {
-    char *path = fixture(file), *err = NULL;
+    char *path = test_fixture("npy", file), *err = NULL;
     npy_array a;
     cr_assert_eq(npy_open(path, &a, &err), 0, "%s", err);
     size_t shape[1] = {n};
@@ -335,7 +319,7 @@ Test(npy, numpy_fixtures_refused)
         {"bad_structured.npy", "structured"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-        char *p = fixture(cases[i][0]);
+        char *p = test_fixture("npy", cases[i][0]);
         expect_file_error(p, cases[i][1]);
         free(p);
     }
@@ -358,7 +342,7 @@ Test(npy, round_trip_every_dtype_and_shape)
     for (int d = 0; d < NPY_DTYPE_COUNT; d++) {
         for (size_t s = 0; s < ARRAY_LEN(SHAPES); s++) {
             const shape_case *c = &SHAPES[s];
-            size_t n = shape_count(c->ndim, c->shape);
+            size_t n = test_shape_count(c->ndim, c->shape);
             void *data = pattern((npy_dtype)d, n);
             char *path = xasprintf("%s/%s_%zu.npy", dir, npy_dtype_name((npy_dtype)d), s);
             char *err = NULL;
@@ -700,7 +684,7 @@ Test(npy, numpy_reads_our_files)
     for (int d = 0; d < NPY_DTYPE_COUNT; d++) {
         for (size_t s = 0; s < ARRAY_LEN(SHAPES); s++) {
             const shape_case *c = &SHAPES[s];
-            void *data = pattern((npy_dtype)d, shape_count(c->ndim, c->shape));
+            void *data = pattern((npy_dtype)d, test_shape_count(c->ndim, c->shape));
             char *name = xasprintf("%s_%zu.npy", npy_dtype_name((npy_dtype)d), s);
             char *path = path_join(dir, name);
             cr_assert_eq(npy_write(path, (npy_dtype)d, c->ndim, c->shape, data, &err), 0,

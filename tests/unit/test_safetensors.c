@@ -24,14 +24,6 @@
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static char *fixture(const char *name)
-{
-    char *rel = xasprintf("tests/golden/fixtures/safetensors/%s", name);
-    char *path = test_path(rel);
-    free(rel);
-    return path;
-}
-
 static size_t elements(int ndim, const size_t *shape)
 {
     size_t n = 1;
@@ -261,7 +253,7 @@ static const st_meta MIX_META[] = {
 
 Test(safetensors, fixture_mix_read)
 {
-    char *path = fixture("mix.safetensors"), *err = NULL;
+    char *path = test_fixture("safetensors", "mix.safetensors"), *err = NULL;
     st_file *f;
     cr_assert_eq(st_open(path, &f, &err), 0, "%s", err);
     cr_assert_eq(st_count(f), ARRAY_LEN(MIX));
@@ -317,7 +309,7 @@ static void free_tensors(st_tensor *t, size_t n)
 Test(safetensors, fixture_mix_write_identical)
 {
     char *dir = test_make_tmpdir(), *ours = path_join(dir, "mix.safetensors");
-    char *theirs = fixture("mix.safetensors"), *err = NULL;
+    char *theirs = test_fixture("safetensors", "mix.safetensors"), *err = NULL;
     st_tensor *t = mix_tensors();
     cr_assert_eq(st_write(ours, t, ARRAY_LEN(MIX), MIX_META, ARRAY_LEN(MIX_META), &err), 0,
                  "%s", err);
@@ -336,7 +328,7 @@ Test(safetensors, fixture_small_files)
     size_t shape[] = {1, 2, 3};
     void *data = pattern(ST_F32, 6);
     st_tensor x = {.name = "x", .dtype = ST_F32, .ndim = 3, .shape = shape, .data = data};
-    char *path = fixture("no_metadata.safetensors"), *ours = path_join(dir, "a");
+    char *path = test_fixture("safetensors", "no_metadata.safetensors"), *ours = path_join(dir, "a");
     st_file *f;
     cr_assert_eq(st_open(path, &f, &err), 0, "%s", err);
     cr_assert_eq(st_count(f), 1);
@@ -348,7 +340,7 @@ Test(safetensors, fixture_small_files)
     free(path);
     free(ours);
     /* empty */
-    path = fixture("empty.safetensors");
+    path = test_fixture("safetensors", "empty.safetensors");
     ours = path_join(dir, "b");
     cr_assert_eq(st_open(path, &f, &err), 0, "%s", err);
     cr_assert_eq(st_count(f), 0);
@@ -364,7 +356,7 @@ Test(safetensors, fixture_small_files)
 
 Test(safetensors, fixture_unordered_reads)
 {
-    char *path = fixture("unordered.safetensors"), *err = NULL;
+    char *path = test_fixture("safetensors", "unordered.safetensors"), *err = NULL;
     st_file *f;
     cr_assert_eq(st_open(path, &f, &err), 0, "%s", err);
     cr_assert_eq(st_count(f), 3);
@@ -511,7 +503,7 @@ Test(safetensors, write_into_missing_directory)
 
 Test(safetensors, every_truncation_is_refused)
 {
-    char *path = fixture("mix.safetensors");
+    char *path = test_fixture("safetensors", "mix.safetensors");
     size_t len;
     char *whole = slurp(path, &len);
     for (size_t n = 0; n < len; n++) {

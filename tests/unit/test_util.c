@@ -20,6 +20,22 @@ char *test_path(const char *rel)
     return path_join(root && *root ? root : ".", rel);
 }
 
+char *test_fixture(const char *kind, const char *name)
+{
+    char *rel = xasprintf("tests/golden/fixtures/%s/%s", kind, name);
+    char *path = test_path(rel);
+    free(rel);
+    return path;
+}
+
+size_t test_shape_count(int ndim, const size_t *shape)
+{
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    return n;
+}
+
 char *test_build_path(const char *rel)
 {
     const char *build = getenv("SELFSUP_BUILD");

@@ -8,6 +8,10 @@
 
 /* A path inside the source tree: $SELFSUP_SRC/rel, or ./rel (make runs tests from the top). */
 char *test_path(const char *rel);
+/* A golden fixture: tests/golden/fixtures/KIND/NAME in the source tree. */
+char *test_fixture(const char *kind, const char *name);
+/* Number of elements of an array of this shape. */
+size_t test_shape_count(int ndim, const size_t *shape);
 /* The build directory ($SELFSUP_BUILD, else ./build), where the binaries are. */
 char *test_build_path(const char *rel);
 /* Write `text` to a fresh file named `name` in a private temporary directory. */
