@@ -512,8 +512,12 @@ static bool may_set(cfg_t *cfg, const override *ov, const slot *at, cfg_err *err
     if (ov->op == OV_SET && !at->old) {
         char *parent_path = xstrndup(ov->key, strlen(ov->key) - strlen(at->leaf) - (strlen(ov->key) > strlen(at->leaf)));
         char *near = suggest_key(cfg, at->schema_parent, parent_path, at->leaf);
-        ov_fail(err, ov, "no key '%s' in the config%s%s%s (to add a new key, write +%s)", ov->key,
-                near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", ov->text);
+        if (near && !strcmp(near, ov->key))
+            ov_fail(err, ov, "'%s' is no longer in the config: an earlier value replaced the map that held it",
+                    ov->key);
+        else
+            ov_fail(err, ov, "no key '%s' in the config%s%s%s (to add a new key, write +%s)", ov->key,
+                    near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", ov->text);
         free(near);
         free(parent_path);
         return false;
@@ -527,10 +531,11 @@ static bool may_set(cfg_t *cfg, const override *ov, const slot *at, cfg_err *err
     return true;
 }
 
-/* Put `value` (owned) at the slot: maps merge unless forced, anything else replaces. */
+/* Put `value` (owned) at the slot: a map merges into a map (Hydra updates with merge=True,
+ * for `=` and `++` alike); anything else replaces. */
 static bool store_value(cfg_t *cfg, const override *ov, const slot *at, cfg_node *value, cfg_err *err)
 {
-    if (at->old && at->old->kind == CFG_MAP && value->kind == CFG_MAP && ov->op != OV_FORCE) {
+    if (at->old && at->old->kind == CFG_MAP && value->kind == CFG_MAP) {
         bool ok = merge_map(cfg, at->old, at->schema, value, ov->key, err);
         cfg_free(value);
         return ok;

@@ -651,3 +651,58 @@ Test(config, moved_keys_are_reconciled)
     cr_assert_eq(Cnum(&cfg, "MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH"), 34);
     cfg_destroy(&cfg);
 }
+
+/* Auto-scaling rewrites every scheduler kind as VISSL's get_scaled_lr_scheduler does
+ * (spec part 1 §4): 64 x 8 = 512 with base 0.1 per 256 gives scaled LR 0.2. */
+Test(config, auto_scaling_rewrites_every_scheduler_kind)
+{
+    static const struct { const char *sched; const char *key; double want; } cases[] = {
+        {"{name: constant, value: 0.5}", "value", 0.2},
+        {"{name: linear, start_value: 0.0, end_value: 1.0}", "end_value", 0.2},
+        {"{name: linear, start_value: 0.0, end_value: 1.0}", "start_value", 0.0},
+        {"{name: cosine, start_value: 0.5, end_value: 0.05}", "end_value", 0.02},
+        {"{name: cosine_warm_restart, start_value: 0.5, end_value: 0.005, restart_interval_length: 0.5, wave_type: half}",
+         "end_value", 0.002},
+        {"{name: step, values: [0.1, 0.05]}", "values.1", 0.1},
+        {"{name: step_with_fixed_gamma, base_value: 0.3, gamma: 0.1, num_decays: 2}", "base_value", 0.2},
+        {"{name: inverse_sqrt, start_value: 4.8, warmup_interval_length: 0.1}", "start_value", 0.2},
+        /* gamma = round(0.1 / 0.3, 6) = 0.333333, then round(0.2 * 0.333333^2, 8) = 0.02222218 */
+        {"{name: multistep, values: [0.3, 0.1, 0.0333333], milestones: [30, 60]}", "values.2", 0.02222218},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char *ov[] = {"config.DISTRIBUTED.NUM_PROC_PER_NODE=8", xasprintf("++config.OPTIMIZER.param_schedulers.lr=%s", cases[k].sched),
+                      "config.OPTIMIZER.param_schedulers.lr.auto_lr_scaling={auto_scale: true, base_value: 0.1, base_lr_batch_size: 256}"};
+        cfg_t cfg;
+        cfg_err err;
+        cr_assert(compose_text(&cfg, &err, BASE, 3, ov), "%s: %s", cases[k].sched, err.msg);
+        char *path = xasprintf("OPTIMIZER.param_schedulers.lr.%s", cases[k].key);
+        assert_near(Cnum(&cfg, path), cases[k].want, 1e-12);
+        free(path);
+        free(ov[1]);
+        cfg_destroy(&cfg);
+    }
+}
+
+/* The typed API is for stages after validation: a missing key or a wrong type is a bug and
+ * stops the process with exit 1, not a silent zero. */
+Test(config, typed_access)
+{
+    cfg_t cfg;
+    cfg_err err;
+    cr_assert(compose_text(&cfg, &err, BASE, 0, NULL), "%s", err.msg);
+    const cfg_node *c = cfg_map_get(cfg.root, "config");
+    cr_assert_eq(cfg_int(c, "DATA.TRAIN.BATCHSIZE_PER_REPLICA"), 64);
+    cr_assert_eq(cfg_float(c, "OPTIMIZER.num_epochs"), 90.0, "an int reads as a float");
+    cr_assert_str_eq(cfg_str(c, "OPTIMIZER.name"), "sgd");
+    cr_assert(!cfg_bool(c, "OPTIMIZER.nesterov"));
+    cr_assert_eq(cfg_get(c, "OPTIMIZER.param_schedulers.lr.values")->len, 3);
+    cfg_destroy(&cfg);
+}
+
+Test(config, typed_access_of_a_wrong_type_exits_1, .exit_code = 1)
+{
+    cfg_t cfg;
+    cfg_err err;
+    cr_assert(compose_text(&cfg, &err, BASE, 0, NULL), "%s", err.msg);
+    cfg_int(cfg_map_get(cfg.root, "config"), "OPTIMIZER.name");
+}
