@@ -17,6 +17,7 @@
 #include "util.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,14 +234,38 @@ static json_t *catalog(checker *ck)
     return ck->catalog;
 }
 
-static bool report_missing(checker *ck, const cfg_node *where, const char *path, const char *what, const char *file)
+/* Something a run could not use (a missing file, a URL, a placeholder address): an error
+ * when paths are checked (validate, run), a warning otherwise (show). */
+static bool report_unusable(checker *ck, const cfg_node *where, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static bool report_unusable(checker *ck, const cfg_node *where, const char *path, const char *fmt, ...)
 {
-    if (ck->opt->check_paths) {
-        cfg_fail(ck->err, where, path, "%s '%s' does not exist", what, file);
-        return false;
+    strbuf sb = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(&sb, fmt, ap);
+    va_end(ap);
+    if (ck->opt->check_paths)
+        cfg_fail(ck->err, where, path, "%s", sb_str(&sb));
+    else
+        cfg_warn(ck->cfg, "%s: %s", path, sb_str(&sb));
+    sb_free(&sb);
+    return !ck->opt->check_paths;
+}
+
+/* The catalog's dataset name closest to `name`, or NULL. */
+static const char *catalog_suggest(checker *ck, const char *name)
+{
+    const char *names[512];
+    size_t n = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach(catalog(ck), key, value)
+    {
+        if (n < ARRAY_LEN(names))
+            names[n++] = key;
     }
-    cfg_warn(ck->cfg, "%s: %s '%s' does not exist", path, what, file);
-    return true;
+    return cfg_suggest(name, names, n);
 }
 
 /* The data path of source `i`: DATA_PATHS[i], else the catalog's [split][0]. */
@@ -260,23 +285,11 @@ static bool resolve_data_path(checker *ck, const char *split, size_t i, const ch
         json_t *entry = json_object_get(catalog(ck), name);
         json_t *files = json_object_get(entry, strcmp(split, "DATA.TRAIN") ? "val" : "train");
         if (!entry) {
-            const char *keys[256];
-            size_t n = 0;
-            const char *key;
-            json_t *value;
-            json_object_foreach(catalog(ck), key, value) if (n < ARRAY_LEN(keys)) keys[n++] = key;
-            const char *near = cfg_suggest(name, keys, n);
+            const char *near = catalog_suggest(ck, name);
             char *full = xasprintf("config.%s.%zu", names_key, i);
-            char *what = xasprintf("dataset '%s' is not in dataset_catalog.json and DATA_PATHS is empty%s%s%s", name,
-                                   near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
-            if (ck->opt->check_paths) {
-                cfg_fail(ck->err, *where, full, "%s", what);
-                ok = false;
-            } else {
-                cfg_warn(ck->cfg, "%s: %s", full, what);
-                *out = "";
-            }
-            free(what);
+            ok = report_unusable(ck, *where, full, "dataset '%s' is not in dataset_catalog.json and DATA_PATHS is empty%s%s%s",
+                                 name, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+            *out = "";
             free(full);
         } else if (json_is_array(files) && json_is_string(json_array_get(files, 0))) {
             *out = json_string_value(json_array_get(files, 0));
@@ -307,7 +320,8 @@ static bool check_split_paths(checker *ck, const char *split)
             cfg_fail(ck->err, where, key, "no data path: set DATA_PATHS or add the dataset to dataset_catalog.json");
             ok = false;
         } else if (!strcmp(source, "disk_folder") ? !path_is_dir(path) : !path_exists(path)) {
-            ok = report_missing(ck, where, key, !strcmp(source, "disk_folder") ? "data folder" : "file list", path);
+            ok = report_unusable(ck, where, key, "%s '%s' does not exist",
+                                 !strcmp(source, "disk_folder") ? "data folder" : "file list", path);
         }
         free(key);
     }
@@ -502,13 +516,8 @@ static bool check_rendezvous(checker *ck)
     const char *colon = strrchr(run_id->s, ':');
     if (colon && colon > run_id->s && strspn(colon + 1, "0123456789") == strlen(colon + 1) && colon[1])
         return true;
-    const char *what = "must be HOST:PORT of the first node when NUM_NODES > 1 with INIT_METHOD tcp";
-    if (ck->opt->check_paths) {
-        cfg_fail(ck->err, run_id, "config.DISTRIBUTED.RUN_ID", "'%s' %s", run_id->s, what);
-        return false;
-    }
-    cfg_warn(ck->cfg, "config.DISTRIBUTED.RUN_ID: '%s' %s", run_id->s, what);
-    return true;
+    return report_unusable(ck, run_id, "config.DISTRIBUTED.RUN_ID",
+                           "'%s' must be HOST:PORT of the first node when NUM_NODES > 1 with INIT_METHOD tcp", run_id->s);
 }
 
 static bool check_weights(checker *ck)
@@ -516,12 +525,11 @@ static bool check_weights(checker *ck)
     cfg_node *file = C(ck, "MODEL.WEIGHTS_INIT.PARAMS_FILE");
     if (!file || file->kind != CFG_STR || !*file->s || path_exists(file->s))
         return true;
-    if (!strncmp(file->s, "http://", 7) || !strncmp(file->s, "https://", 8) || !strncmp(file->s, "manifold://", 11)) {
-        cfg_fail(ck->err, file, "config.MODEL.WEIGHTS_INIT.PARAMS_FILE",
-                 "'%s' is a URL; selfsup reads weights from local files only: download it and give its path", file->s);
-        return false;
-    }
-    return report_missing(ck, file, "config.MODEL.WEIGHTS_INIT.PARAMS_FILE", "weights file", file->s);
+    if (strstr(file->s, "://"))
+        return report_unusable(ck, file, "config.MODEL.WEIGHTS_INIT.PARAMS_FILE",
+                               "'%s' is a URL; selfsup reads weights from local files only: download it and give its path",
+                               file->s);
+    return report_unusable(ck, file, "config.MODEL.WEIGHTS_INIT.PARAMS_FILE", "weights file '%s' does not exist", file->s);
 }
 
 bool cfg_check(cfg_t *cfg, const cfg_options *opt, cfg_err *err)

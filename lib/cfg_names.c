@@ -93,6 +93,7 @@ static const char *const LOSSES[] = {
     "KLDivLoss", "soft_target_cross_entropy", "label_smoothing_cross_entropy",
     /* newer than 0.1.5 */
     "barlow_twins_loss", "byol_loss", "nnclr_info_nce_loss", "dino_loss", "ibot_loss", "msn_loss", "distillation_loss",
+    "dino_distillation_loss", "swav_distillation_loss", "ibot_distillation_loss",
     "simclr_info_nce_loss_v2",
 };
 

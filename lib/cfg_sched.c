@@ -166,7 +166,7 @@ static const cfg_node *user_set_child(const cfg_node *node)
     const cfg_node *from_file = NULL;
     for (size_t k = 0; k < node->len; k++) {
         const cfg_node *child = node->items[k];
-        if (child->file == node->file)
+        if (child->file == node->file || (child->file && !strcmp(child->file, "<inferred>")))
             continue;
         if (child->file && !strncmp(child->file, "override", 8))
             return child;
