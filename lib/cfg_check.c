@@ -80,8 +80,7 @@ static bool check_name(checker *ck, const cfg_node *n, const char *path, const c
 static bool check_enum(checker *ck, const char *path, const char *const *values, size_t count)
 {
     char *full = xasprintf("config.%s", path);
-    const char *leaf = strrchr(path, '.') ? strrchr(path, '.') + 1 : path;
-    bool ok = check_in(ck, C(ck, path), full, leaf, values, count);
+    bool ok = check_in(ck, C(ck, path), full, cfg_path_leaf(path), values, count);
     free(full);
     return ok;
 }

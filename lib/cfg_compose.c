@@ -214,10 +214,10 @@ static bool merge_map(cfg_t *cfg, cfg_node *dst, const cfg_node *schema, const c
         } else {
             cfg_node *copy = cfg_copy(value);
             ok = fit_type(sub_schema, copy, sub_path, err);
-            stamp_tree(copy, cfg->stamp);
-            if (ok)
+            if (ok) {
+                stamp_tree(copy, cfg->stamp);
                 cfg_map_set(dst, key, copy);
-            else
+            } else
                 cfg_free(copy);
         }
         free(sub_path);
@@ -348,6 +348,19 @@ typedef struct {
     int index;         /* 1-based position on the command line */
 } override;
 
+/* An error about one override: "override #N 'TEXT': ...". */
+static void ov_fail(cfg_err *err, const override *ov, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void ov_fail(cfg_err *err, const override *ov, const char *fmt, ...)
+{
+    strbuf sb = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(&sb, fmt, ap);
+    va_end(ap);
+    cfg_fail(err, NULL, NULL, "override #%d '%s': %s", ov->index, ov->text, sb_str(&sb));
+    sb_free(&sb);
+}
+
 static bool split_override(const char *text, override *ov, int index, cfg_err *err)
 {
     const char *p = text;
@@ -367,14 +380,13 @@ static bool split_override(const char *text, override *ov, int index, cfg_err *e
     ov->key = xstrndup(p, klen);
     ov->value = eq ? eq + 1 : NULL;
     if (!*ov->key || strspn(ov->key, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-@+") != klen) {
-        cfg_fail(err, NULL, NULL, "override #%d '%s': '%s' is not a valid key (expected KEY=VALUE, "
-                 "e.g. config.OPTIMIZER.num_epochs=100)", index, text, ov->key);
+        ov_fail(err, ov, "'%s' is not a valid key (expected KEY=VALUE, e.g. config.OPTIMIZER.num_epochs=100)",
+                ov->key);
         free(ov->key);
         return false;
     }
     if (!eq && ov->op != OV_DELETE) {
-        cfg_fail(err, NULL, NULL, "override #%d '%s': missing '=' (expected KEY=VALUE, "
-                 "e.g. config.OPTIMIZER.num_epochs=100)", index, text);
+        ov_fail(err, ov, "missing '=' (expected KEY=VALUE, e.g. config.OPTIMIZER.num_epochs=100)");
         free(ov->key);
         return false;
     }
@@ -387,12 +399,12 @@ static bool is_group_key(const char *key)
 }
 
 /* `config=NAME` (primary config) and `+config/GROUP=NAME` (group file). */
-static bool apply_group(cfg_t *cfg, const override *ov, const char *text, int index, cfg_err *err)
+static bool apply_group(cfg_t *cfg, const override *ov, cfg_err *err)
 {
     bool primary = !strcmp(ov->key, "config");
     if (!primary && ov->op != OV_ADD && ov->op != OV_FORCE) {
-        cfg_fail(err, NULL, NULL, "override #%d '%s': config group '%s' is not in the defaults list; "
-                 "add it with a leading '+': +%s", index, text, ov->key, text);
+        ov_fail(err, ov, "config group '%s' is not in the defaults list; add it with a leading '+': +%s", ov->key,
+                ov->text);
         return false;
     }
     const char *group = ov->key;
@@ -403,8 +415,7 @@ static bool apply_group(cfg_t *cfg, const override *ov, const char *text, int in
     char *rel = *group ? xasprintf("%s/%s", group, ov->value) : xstrdup(ov->value);
     char *path = cfg_resolve_config_file(cfg->configs_dir, rel);
     if (!path) {
-        cfg_fail(err, NULL, NULL, "override #%d '%s': no config file '%s.yaml' under %s", index, text,
-                 rel, cfg->configs_dir);
+        ov_fail(err, ov, "no config file '%s.yaml' under %s", rel, cfg->configs_dir);
         free(rel);
         return false;
     }
@@ -416,9 +427,10 @@ static bool apply_group(cfg_t *cfg, const override *ov, const char *text, int in
 
 /* Walk `key` (dotted) down the working tree and the schema; returns the parent node (a map,
  * or a list when the last step is an index) and sets *leaf and *schema_parent. */
-static cfg_node *walk_to_parent(cfg_t *cfg, const char *key, bool create, const cfg_node **schema_parent,
-                                char **leaf, const char *text, int index, cfg_err *err)
+static cfg_node *walk_to_parent(cfg_t *cfg, const override *ov, bool create, const cfg_node **schema_parent,
+                                char **leaf, cfg_err *err)
 {
+    const char *key = ov->key;
     cfg_node *n = cfg->root;
     const cfg_node *s = cfg->defaults;
     const char *p = key;
@@ -431,6 +443,7 @@ static cfg_node *walk_to_parent(cfg_t *cfg, const char *key, bool create, const 
         }
         char *step = xstrndup(p, (size_t)(dot - p));
         char *parent = xstrndup(key, (size_t)(p - key - (p > key)));
+        char *upto = xstrndup(key, (size_t)(dot - key)); /* parent.step, for messages */
         cfg_node *child = n->kind == CFG_MAP ? cfg_map_get(n, step) : cfg_path(n, step);
         if (!child && create && n->kind == CFG_MAP) {
             child = cfg_new(CFG_MAP, CMDLINE, 0);
@@ -442,18 +455,17 @@ static cfg_node *walk_to_parent(cfg_t *cfg, const char *key, bool create, const 
                 free(near);
                 near = NULL;
             }
-            cfg_fail(err, NULL, NULL, "override #%d '%s': unknown key '%s%s%s'%s%s%s", index, text, parent,
-                     *parent ? "." : "", step, near ? "; did you mean '" : "", near ? near : "",
-                     near ? "'?" : (n == cfg->root ? " (VISSL keys start with 'config.')" : ""));
+            ov_fail(err, ov, "unknown key '%s'%s%s%s", upto, near ? "; did you mean '" : "", near ? near : "",
+                    near ? "'?" : (n == cfg->root ? " (VISSL keys start with 'config.')" : ""));
             free(near);
         } else if (child->kind != CFG_MAP && child->kind != CFG_LIST) {
-            cfg_fail(err, NULL, NULL, "override #%d '%s': '%s%s%s' is a %s, not a map", index, text, parent,
-                     *parent ? "." : "", step, cfg_kind_name(child->kind));
+            ov_fail(err, ov, "'%s' is a %s, not a map", upto, cfg_kind_name(child->kind));
             child = NULL;
         }
         s = s && s->kind == CFG_MAP ? cfg_map_get(s, step) : NULL;
         free(step);
         free(parent);
+        free(upto);
         if (!child)
             return NULL;
         n = child;
@@ -469,19 +481,6 @@ static void set_source(cfg_node *n, const char *source)
     n->line = 0;
     for (size_t k = 0; k < n->len; k++)
         set_source(n->items[k], source);
-}
-
-/* An error about one override: "override #N 'TEXT': ...". */
-static void ov_fail(cfg_err *err, const override *ov, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void ov_fail(cfg_err *err, const override *ov, const char *fmt, ...)
-{
-    strbuf sb = {0};
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vprintf(&sb, fmt, ap);
-    va_end(ap);
-    cfg_fail(err, NULL, NULL, "override #%d '%s': %s", ov->index, ov->text, sb_str(&sb));
-    sb_free(&sb);
 }
 
 /* A place in the working tree: the parent node, the last key, and the schema beside them. */
@@ -510,7 +509,7 @@ static bool delete_value(const override *ov, const slot *at, cfg_err *err)
 static bool may_set(cfg_t *cfg, const override *ov, const slot *at, cfg_err *err)
 {
     if (ov->op == OV_SET && !at->old) {
-        char *parent_path = xstrndup(ov->key, strlen(ov->key) - strlen(at->leaf) - (strlen(ov->key) > strlen(at->leaf)));
+        char *parent_path = cfg_path_parent(ov->key);
         char *near = suggest_key(cfg, at->schema_parent, parent_path, at->leaf);
         if (near && !strcmp(near, ov->key))
             ov_fail(err, ov, "'%s' is no longer in the config: an earlier value replaced the map that held it",
@@ -562,8 +561,7 @@ static bool apply_value(cfg_t *cfg, const override *ov, cfg_err *err)
         return true;
     }
     slot at = {0};
-    at.parent = walk_to_parent(cfg, ov->key, ov->op == OV_ADD || ov->op == OV_FORCE, &at.schema_parent,
-                               &at.leaf, ov->text, ov->index, err);
+    at.parent = walk_to_parent(cfg, ov, ov->op == OV_ADD || ov->op == OV_FORCE, &at.schema_parent, &at.leaf, err);
     if (!at.parent)
         return false;
     at.old = cfg_path(at.parent, at.leaf);
@@ -597,7 +595,7 @@ bool cfg_apply_override(cfg_t *cfg, const char *text, int index, cfg_err *err)
     override ov;
     if (!split_override(text, &ov, index, err))
         return false;
-    bool ok = is_group_key(ov.key) ? apply_group(cfg, &ov, text, index, err) : apply_value(cfg, &ov, err);
+    bool ok = is_group_key(ov.key) ? apply_group(cfg, &ov, err) : apply_value(cfg, &ov, err);
     free(ov.key);
     return ok;
 }

@@ -503,14 +503,11 @@ static void infer_moved_keys(cfg_t *cfg)
     cfg_node *config = cfg_map_get(cfg->root, "config");
     for (size_t k = 0; k < ARRAY_LEN(MOVED_KEYS); k++) {
         const char *newer = MOVED_KEYS[k][0], *older = MOVED_KEYS[k][1];
-        const char *leaf_a = strrchr(newer, '.') ? strrchr(newer, '.') + 1 : newer;
-        const char *leaf_b = strrchr(older, '.') ? strrchr(older, '.') + 1 : older;
-        char *parent_a = xstrndup(newer, (size_t)(leaf_a - newer - (leaf_a > newer)));
-        char *parent_b = xstrndup(older, (size_t)(leaf_b - older - (leaf_b > older)));
+        char *parent_a = cfg_path_parent(newer), *parent_b = cfg_path_parent(older);
         cfg_node *a = *parent_a ? cfg_path(config, parent_a) : config;
         cfg_node *b = *parent_b ? cfg_path(config, parent_b) : config;
         if (a && b)
-            reconcile(a, leaf_a, b, leaf_b);
+            reconcile(a, cfg_path_leaf(newer), b, cfg_path_leaf(older));
         free(parent_a);
         free(parent_b);
     }

@@ -222,6 +222,18 @@ cfg_node *cfg_path(const cfg_node *root, const char *path)
     return (cfg_node *)n;
 }
 
+const char *cfg_path_leaf(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    return dot ? dot + 1 : path;
+}
+
+char *cfg_path_parent(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    return dot ? xstrndup(path, (size_t)(dot - path)) : xstrdup("");
+}
+
 bool cfg_is_number(const cfg_node *n)
 {
     return n && (n->kind == CFG_INT || n->kind == CFG_FLOAT);

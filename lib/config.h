@@ -67,6 +67,10 @@ void cfg_list_del(cfg_node *list, size_t index);
 /* Lookup by dotted path: "config.OPTIMIZER.param_schedulers.lr.values.1" (list items by
  * index, `a.0` or `a[0]`). Returns NULL when any step is missing. */
 cfg_node *cfg_path(const cfg_node *root, const char *path);
+/* The last step of a dotted path ("c" for "a.b.c"), and everything before it ("a.b", or ""
+ * for a one-step path; malloc'd). */
+const char *cfg_path_leaf(const char *path);
+char *cfg_path_parent(const char *path);
 bool cfg_is_number(const cfg_node *n);
 /* Same kinds, values, keys (in order) and items; positions are ignored; NaN equals NaN. */
 bool cfg_equal(const cfg_node *a, const cfg_node *b);
