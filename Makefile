@@ -24,12 +24,12 @@ ifeq ($(SANITIZE),1)
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
-PKGS       := yaml-0.1 jansson
-CPPFLAGS   += -Ilib -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKGS       := yaml-0.1 jansson libzmq
+CPPFLAGS   += -iquote lib -iquote shm -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS     ?= -O2 -g
 CFLAGS     += -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
 LDFLAGS    += $(SANFLAGS)
-LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson) -lm
+LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq) -lm
 
 # ---- CUDA hook: the GPU backend (nn/cuda/*.cu) is compiled only where nvcc exists. ----------
 NVCC       := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
@@ -40,7 +40,9 @@ ifneq ($(NVCC),)
 endif
 
 # ---- sources ------------------------------------------------------------------------------
-LIB_SRC    := $(wildcard lib/*.c)
+# lib/ is the common code, shm/ the plumbing between processes (records, rings, transports,
+# the stage framework, the control plane); both go into libselfsup.a.
+LIB_SRC    := $(wildcard lib/*.c shm/*.c)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIBSELFSUP := $(BUILD)/libselfsup.a
 
@@ -51,6 +53,11 @@ SELFSUP_OBJ := $(SELFSUP_SRC:%.c=$(BUILD)/obj/%.o)
 # Every stages/NAME/main.c becomes selfsup-NAME.
 STAGE_DIRS := $(patsubst %/main.c,%,$(wildcard stages/*/main.c))
 STAGE_BINS := $(STAGE_DIRS:stages/%=$(BUILD)/selfsup-%)
+
+# Small stages that only the tests use (a synthetic producer, a pass-through worker, a
+# checking consumer): tests/stages/NAME.c becomes selfsup-test-NAME.
+TSTAGE_SRC  := $(wildcard tests/stages/*.c)
+TSTAGE_BINS := $(TSTAGE_SRC:tests/stages/%.c=$(BUILD)/tests/selfsup-test-%)
 
 BINS       := $(BUILD)/selfsup $(STAGE_BINS)
 
@@ -67,7 +74,7 @@ FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BUILD := $(BUILD)/fuzz
 FUZZ_BINS  := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
 FUZZ_CC    := clang
-FUZZ_FLAGS := -std=gnu17 -O1 -g -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+FUZZ_FLAGS := -std=gnu17 -O1 -g -iquote lib -iquote shm -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=undefined $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
 .PHONY: all test unit fuzz deps demo bench install clean check-deps
@@ -93,6 +100,10 @@ $(BUILD)/selfsup: $(SELFSUP_OBJ) $(LIBSELFSUP)
 $(BUILD)/selfsup-%: $(BUILD)/obj/stages/%/main.o $(LIBSELFSUP)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+$(BUILD)/tests/selfsup-test-%: $(BUILD)/obj/tests/stages/%.o $(LIBSELFSUP)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBSELFSUP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -101,7 +112,7 @@ $(UNIT_BIN): $(UNIT_OBJ) $(LIBSELFSUP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(wildcard lib/*.h)
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(wildcard lib/*.h shm/*.h)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(LIB_SRC) $(LDLIBS) -o $@
 
@@ -126,8 +137,9 @@ deps:
 
 # ---- tests --------------------------------------------------------------------------------
 # The Criterion run comes last so that its "Synthesis" line ends the output.
-unit: $(UNIT_BIN) $(BINS)
-	SELFSUP_BUILD=$(abspath $(BUILD)) $(UNIT_BIN) --jobs 2 $(UNIT_ARGS)
+unit: $(UNIT_BIN) $(BINS) $(TSTAGE_BINS)
+	SELFSUP_BUILD=$(abspath $(BUILD)) SELFSUP_CONFIGS=$(abspath configs) LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
+	  $(UNIT_BIN) --jobs 2 $(UNIT_ARGS)
 
 fuzz: $(FUZZ_BINS)
 	@for f in $(FUZZ_BINS); do \
@@ -146,7 +158,7 @@ test: deps
 
 # ---- demo and bench -----------------------------------------------------------------------
 demo: deps
-	$(MAKE) all
+	$(MAKE) all $(TSTAGE_BINS)
 	./demo/run.sh $(BUILD)
 
 bench: deps

@@ -46,3 +46,44 @@ echo "  exit code: $?"
 "$selfsup" config validate pretrain/simclr/simclr_8node_resnet config.LOSS.name=simclr_info_nce
 echo "  exit code: $?"
 set -e
+
+# ---- processes: records, rings, transports and the orchestrator ----------------------------
+# The data stages and the trainer arrive with their issues; the test stages (a checkable
+# producer, a pass-through worker, a checking consumer) show the plumbing they will use.
+produce="$build/tests/selfsup-test-produce"
+pass="$build/tests/selfsup-test-passthru"
+check="$build/tests/selfsup-test-check"
+work=$(mktemp -d)
+trap 'rm -rf "$bad" "$work"' EXIT
+
+say "Stages chain in a shell pipeline: framed records on stdin/stdout"
+"$produce" --count 5000 --size 4096 | "$pass" | "$check" --expect 5000
+
+say "The same stream cached to a file, then inspected"
+"$produce" --count 3 --size 8 --out "file:$work/three.rec"
+"$selfsup" inspect --values 8 "$work/three.rec"
+
+say "selfsup run: decode -> augment x 2 -> collate -> train, each a process, over shared-memory rings"
+cat > "$work/run.yaml" <<YAML
+config:
+  DATA: {NUM_DATALOADER_WORKERS: 2}
+  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}
+  SELFSUP:
+    RING: {SLOT_BYTES: 1048576, DEPTH: 8}
+    STAGES:
+      decode: "$produce --count 20000 --size 150528"
+      augment: "$pass"
+      collate: "$pass"
+      train: "$check --expect 20000"
+YAML
+"$selfsup" run "$work/run.yaml" --run-dir "$work/run"
+grep -h 'check:' "$work/run/logs/train.0.log"
+echo "  run directory: config.yaml and logs/ ($(ls "$work/run/logs" | tr '\n' ' '))"
+
+say "A stage that dies stops the whole run within a second, named, with its last lines (exit 1)"
+sed -i "s|augment: \"$pass\"|augment: \"$pass --crash-after 500\"|" "$work/run.yaml"
+set +e
+"$selfsup" run "$work/run.yaml" --run-dir "$work/run2"
+echo "  exit code: $?"
+set -e
+echo "  segments left in /dev/shm: $(ls /dev/shm | grep -c '^selfsup\.' || true)"

@@ -47,11 +47,11 @@ void *xrealloc(void *p, size_t n)
 void *xmalloc_large(size_t n)
 {
     enum { HUGE_PAGE = 2 << 20, HUGE_FROM = 4 << 20 };
-    if (n < HUGE_FROM)
-        return xmalloc(n);
     void *p;
-    if (posix_memalign(&p, HUGE_PAGE, n))
+    if (posix_memalign(&p, n < HUGE_FROM ? 64 : HUGE_PAGE, n ? n : 1))
         out_of_memory(n);
+    if (n < HUGE_FROM)
+        return p;
     size_t span = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
     (void)madvise(p, span, MADV_HUGEPAGE); /* advice only: fine where THP is off */
     return p;

@@ -8,5 +8,11 @@
 
 /* selfsup config {show,validate,lr} CONFIG [overrides...]; argv[0] is "config". */
 int cmd_config(int argc, char **argv);
+/* selfsup run CONFIG [overrides...]: start and supervise a whole pipeline. */
+int cmd_run(int argc, char **argv);
+/* selfsup inspect [--values N] [--count] FILE|-: print records. */
+int cmd_inspect(int argc, char **argv);
+/* selfsup keygen [--force] FILE: a CURVE keypair for the control plane. */
+int cmd_keygen(int argc, char **argv);
 
 #endif

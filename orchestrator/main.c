@@ -4,6 +4,9 @@
  *   selfsup config show CONFIG [overrides...]      print the composed, inferred config
  *   selfsup config validate CONFIG [overrides...]  check it (exit 2 on any error)
  *   selfsup config lr CONFIG [overrides...]        print the LR schedule, epoch by epoch
+ *   selfsup run CONFIG [overrides...]              run the pipeline: every stage, supervised
+ *   selfsup inspect FILE|-                          print records (a record file or a stream)
+ *   selfsup keygen FILE                             a CURVE keypair for the control plane
  *   selfsup NAME [args...]                          run selfsup-NAME, as git does
  *
  * CONFIG is a file, or a VISSL name such as pretrain/simclr/simclr_8node_resnet (or
@@ -27,6 +30,9 @@ static void usage(FILE *out)
           "  config show CONFIG [overrides...]      print the composed config (VISSL YAML)\n"
           "  config validate CONFIG [overrides...]  check a config; exit 2 if it is wrong\n"
           "  config lr CONFIG [overrides...]        print the learning-rate schedule\n"
+          "  run CONFIG [overrides...]              run the pipeline (see selfsup run --help)\n"
+          "  inspect FILE|-                         print the records of a file or stream\n"
+          "  keygen FILE                            make a CURVE key file for the control plane\n"
           "  NAME [args...]                         run the stage selfsup-NAME\n"
           "\n"
           "CONFIG is a YAML file or a VISSL config name (pretrain/simclr/simclr_8node_resnet).\n"
@@ -68,5 +74,11 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "config"))
         return cmd_config(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "run"))
+        return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "inspect"))
+        return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "keygen"))
+        return cmd_keygen(argc - 1, argv + 1);
     return run_stage(argv[1], argv + 1);
 }

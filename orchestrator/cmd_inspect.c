@@ -1,0 +1,156 @@
+/*
+ * cmd_inspect.c — `selfsup inspect [--values N] [--count] FILE|file:PATH|-`.
+ *
+ * Prints a stream of records for humans: a `file:` cache, or the framed records a stage
+ * writes to stdout (`selfsup-decode ... --out - | selfsup inspect -`). Records are read one
+ * at a time with rec_fd_read, so a stream of any length needs one record's memory, and each
+ * is printed (rec_print) before the next is read: when a record is invalid, everything good
+ * before it has been shown, then the error, with its byte offset in the stream, and exit 1.
+ * --count prints one summary line instead. A stream that ends without an end-of-stream
+ * record is reported as a warning (its producer may have died), not an error, since a cache
+ * being written is legitimately unfinished.
+ */
+#include "cmd.h"
+
+#include "log.h"
+#include "record.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    int values;
+    bool count;
+    const char *path;
+} inspect_args;
+
+typedef struct {
+    uint64_t records, data, eos, tensors, bytes;
+    bool ended; /* the last record read was an end-of-stream */
+} inspect_totals;
+
+static void inspect_usage(FILE *out)
+{
+    fputs("usage: selfsup inspect [--values N] [--count] FILE|file:PATH|-\n"
+          "\n"
+          "Print the records of a file (a file: cache) or of stdin (-), one header line and one\n"
+          "line per tensor: name, dtype, shape and the first values.\n"
+          "\n"
+          "options:\n"
+          "  --values N   values to print per tensor (default 8; 0 none; -1 all)\n"
+          "  --count      print only a summary: records, tensors, bytes\n"
+          "\n"
+          "exit status: 0 all records valid, 1 an invalid or cut-short record (printed after\n"
+          "the good ones), 2 usage error\n", out);
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("selfsup inspect: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n\n", stderr);
+    inspect_usage(stderr);
+    return EXIT_USAGE;
+}
+
+/* 0 to go on, -1 for --help (exit 0), or EXIT_USAGE. */
+static int parse_args(int argc, char **argv, inspect_args *a)
+{
+    *a = (inspect_args){.values = 8};
+    for (int k = 1; k < argc; k++) {
+        const char *arg = argv[k];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            inspect_usage(stdout);
+            return -1;
+        } else if (!strcmp(arg, "--count")) {
+            a->count = true;
+        } else if (!strcmp(arg, "--values")) {
+            if (k + 1 >= argc)
+                return usage_error("%s needs a number", arg);
+            char *end;
+            errno = 0;
+            long v = strtol(argv[++k], &end, 10);
+            if (errno || end == argv[k] || *end || v < -1 || v > 1000000000)
+                return usage_error("--values wants a number from -1 up, not '%s'", argv[k]);
+            a->values = (int)v;
+        } else if (arg[0] == '-' && arg[1]) {
+            return usage_error("unknown option '%s'", arg);
+        } else if (a->path) {
+            return usage_error("one input only (extra argument '%s')", arg);
+        } else {
+            a->path = arg;
+        }
+    }
+    if (!a->path)
+        return usage_error("no input given: a FILE, file:PATH or - for stdin");
+    return 0;
+}
+
+static void print_totals(const char *name, const inspect_totals *t)
+{
+    printf("%s: %" PRIu64 " record%s (%" PRIu64 " data, %" PRIu64 " end of stream), %" PRIu64 " tensors, %" PRIu64
+           " bytes\n", name, t->records, t->records == 1 ? "" : "s", t->data, t->eos, t->tensors, t->bytes);
+}
+
+static void add_record(inspect_totals *t, const rec_view *v)
+{
+    t->records++;
+    t->bytes += v->hdr->size;
+    t->tensors += v->hdr->n_tensors;
+    t->ended = v->hdr->kind == REC_EOS;
+    if (t->ended)
+        t->eos++;
+    else
+        t->data++;
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    inspect_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    const char *path = strncmp(a.path, "file:", 5) ? a.path : a.path + 5;
+    bool is_stdin = !strcmp(path, "-");
+    const char *name = is_stdin ? "<stdin>" : path;
+    int fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "selfsup inspect: %s: %s\n", path, strerror(errno));
+        return EXIT_RUNTIME;
+    }
+    rec_buf buf = {0};
+    rec_view view;
+    inspect_totals totals = {0};
+    uint64_t offset = 0;
+    char *err = NULL;
+    while ((rc = rec_fd_read(fd, &buf, &view, &offset, &err)) == 1) {
+        add_record(&totals, &view);
+        if (!a.count)
+            rec_print(stdout, &view, a.values);
+    }
+    if (a.count)
+        print_totals(name, &totals);
+    fflush(stdout);
+    if (rc < 0)
+        fprintf(stderr, "selfsup inspect: %s: %s\n", name, err);
+    else if (!totals.ended)
+        fprintf(stderr, "selfsup inspect: %s: warning: the stream ends without an end-of-stream record "
+                        "(%" PRIu64 " record%s read; did the producer die?)\n", name, totals.records,
+                totals.records == 1 ? "" : "s");
+    free(err);
+    rec_buf_free(&buf);
+    if (!is_stdin)
+        close(fd);
+    return rc < 0 ? EXIT_RUNTIME : 0;
+}

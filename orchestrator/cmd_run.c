@@ -1,0 +1,306 @@
+/*
+ * cmd_run.c — `selfsup run CONFIG [overrides...]`: compose and check the config, make the
+ * run directory, build the topology (topology.h), create its rings, bind the control
+ * socket, start and supervise the stages (supervise.h), and clean up whatever way it ends.
+ *
+ * The run directory holds config.yaml (the composed config, as the stages see it) and
+ * logs/ID.log for every stage. Nothing in /dev/shm survives the run: the rings are created
+ * here and unlinked here, and segments left by an earlier orchestrator that was killed
+ * outright are swept first.
+ */
+#include "cmd.h"
+
+#include "atomic_file.h"
+#include "config.h"
+#include "control.h"
+#include "log.h"
+#include "ring.h"
+#include "supervise.h"
+#include "timer.h"
+#include "topology.h"
+#include "util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ipc:// paths must fit in sockaddr_un.sun_path (108 bytes with the NUL). */
+#define IPC_PATH_MAX 100
+
+typedef struct {
+    const char *config_arg;
+    char **overrides;
+    int n_overrides;
+    const char *run_dir;
+    int node_rank;
+} run_args;
+
+static void usage(FILE *out)
+{
+    fputs("usage: selfsup run CONFIG [overrides...] [--run-dir DIR] [--node-rank N]\n"
+          "\n"
+          "Run the pipeline the config describes (decode → augment × workers → collate → train\n"
+          "or extract), each stage its own process, connected by shared-memory rings.\n"
+          "\n"
+          "  --run-dir DIR    where config.yaml and logs/ go (default: SELFSUP.RUN_DIR, else\n"
+          "                   runs/DATE-TIME-NAME)\n"
+          "  --node-rank N    this node's index in a multi-node run (default: $SLURM_NODEID or 0)\n"
+          "\n"
+          "On a terminal a progress line shows each stage's throughput and the ring fill.\n"
+          "^C stops every stage cleanly (the trainer finishes its step); a second ^C kills them.\n",
+          out);
+}
+
+static int parse_run_args(int argc, char **argv, run_args *a)
+{
+    const char *slurm = getenv("SLURM_NODEID");
+    a->node_rank = slurm ? atoi(slurm) : 0;
+    a->overrides = xcalloc((size_t)argc + 1, sizeof *a->overrides);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--run-dir") || !strcmp(argv[i], "--node-rank")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "selfsup run: %s needs a value\n", argv[i]);
+                return EXIT_USAGE;
+            }
+            if (argv[i][2] == 'r')
+                a->run_dir = argv[++i];
+            else
+                a->node_rank = atoi(argv[++i]);
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "selfsup run: unknown option '%s'; see selfsup run --help\n", argv[i]);
+            return EXIT_USAGE;
+        } else if (!a->config_arg && !strchr(argv[i], '=')) {
+            a->config_arg = argv[i];
+        } else {
+            a->overrides[a->n_overrides++] = argv[i];
+        }
+    }
+    if (!a->config_arg && a->n_overrides == 0) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+static bool compose(cfg_t *cfg, const run_args *a, char **file_out)
+{
+    cfg_options opt = {.check_paths = true};
+    char *dir = cfg_find_configs_dir();
+    opt.configs_dir = dir;
+    char *file = NULL;
+    if (a->config_arg) {
+        file = dir ? cfg_resolve_config_file(dir, a->config_arg) : NULL;
+        if (!file)
+            file = xstrdup(a->config_arg);
+        char *abs = realpath(file, NULL);
+        if (abs) {
+            free(file);
+            file = abs;
+        }
+    }
+    cfg_err err;
+    bool ok = cfg_compose(cfg, &opt, file, a->n_overrides, a->overrides, &err);
+    if (dir) /* the stages compose the same config: they must find the same defaults */
+        setenv("SELFSUP_CONFIGS", dir, 1);
+    free(dir);
+    if (!ok) {
+        fprintf(stderr, "selfsup run: %s\n", err.msg);
+        cfg_destroy(cfg);
+        free(file);
+        return false;
+    }
+    for (size_t i = 0; i < cfg->n_warnings; i++)
+        log_warn("%s", cfg->warnings[i]);
+    *file_out = file;
+    return true;
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char *p = xstrdup(path);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            mkdir(p, 0755);
+            *s = '/';
+        }
+    int rc = mkdir(p, mode);
+    free(p);
+    return rc == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static char *make_run_dir(const cfg_node *config, const run_args *a)
+{
+    const char *dir = a->run_dir ? a->run_dir : cfg_str(config, "SELFSUP.RUN_DIR");
+    char *path;
+    if (dir[0]) {
+        path = xstrdup(dir);
+    } else {
+        char stamp[32];
+        time_t now = time(NULL);
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+        const char *base = a->config_arg ? strrchr(a->config_arg, '/') : NULL;
+        base = base ? base + 1 : (a->config_arg ? a->config_arg : "defaults");
+        char *name = xstrndup(base, strcspn(base, "."));
+        path = xasprintf("runs/%s-%s", stamp, name);
+        free(name);
+    }
+    char *logs = path_join(path, "logs");
+    if (mkdir_p(path, 0700) != 0 || mkdir_p(logs, 0700) != 0) {
+        log_error("cannot make the run directory %s: %s", path, strerror(errno));
+        free(path);
+        path = NULL;
+    }
+    free(logs);
+    if (path) {
+        char *abs = realpath(path, NULL);
+        free(path);
+        path = abs;
+    }
+    return path;
+}
+
+static int write_config(const cfg_t *cfg, const char *run_dir)
+{
+    char *path = path_join(run_dir, "config.yaml");
+    char *yaml = cfg_to_yaml(cfg->root);
+    atomic_file f;
+    char *err = NULL;
+    int rc = atomic_file_open(&f, path, &err);
+    if (rc == 0 && (rc = atomic_file_write(&f, yaml, strlen(yaml), &err)) == 0)
+        rc = atomic_file_commit(&f, &err);
+    else if (rc == 0)
+        atomic_file_abort(&f);
+    if (rc != 0)
+        log_error("%s", err);
+    free(err);
+    free(yaml);
+    free(path);
+    return rc;
+}
+
+/* The control endpoint, and the socket file to remove at the end (NULL for tcp). */
+static char *control_endpoint(const cfg_node *config, const char *run_dir, char **socket_file)
+{
+    const char *ep = cfg_str(config, "SELFSUP.CONTROL.ENDPOINT");
+    *socket_file = NULL;
+    if (ep[0])
+        return xstrdup(ep);
+    char *sock = path_join(run_dir, "control.sock");
+    if (strlen(sock) > IPC_PATH_MAX) { /* a deep run directory: keep the socket short */
+        free(sock);
+        sock = xasprintf("/tmp/selfsup-%d-control.sock", (int)getpid());
+    }
+    *socket_file = sock;
+    return xasprintf("ipc://%s", sock);
+}
+
+static ring **create_rings(const topology *t)
+{
+    ring **rings = xcalloc((size_t)t->n_rings + 1, sizeof *rings);
+    for (int i = 0; i < t->n_rings; i++) {
+        char *err = NULL;
+        rings[i] = ring_create(t->rings[i].name, &t->rings[i].geo, RING_OBSERVER, &err);
+        if (!rings[i]) {
+            log_error("cannot create the ring %s: %s", t->rings[i].label, err);
+            free(err);
+            for (int k = 0; k < i; k++)
+                ring_close(rings[k]);
+            free(rings);
+            return NULL;
+        }
+    }
+    return rings;
+}
+
+static void destroy_rings(const topology *t, ring **rings)
+{
+    for (int i = 0; rings && i < t->n_rings; i++)
+        ring_close(rings[i]);
+    for (int i = 0; i < t->n_rings; i++)
+        ring_unlink(t->rings[i].name); /* whatever a stage left behind */
+    free(rings);
+}
+
+static int start(cfg_t *cfg, const run_args *a, const char *file)
+{
+    const cfg_node *config = cfg_map_get(cfg->root, "config");
+    char *run_dir = make_run_dir(config, a);
+    if (!run_dir || write_config(cfg, run_dir) != 0) {
+        free(run_dir);
+        return EXIT_RUNTIME;
+    }
+    char *socket_file;
+    char *endpoint = control_endpoint(config, run_dir, &socket_file);
+    char *bin_dir = exe_dir();
+    topo_options topt = {.config_file = file, .overrides = a->overrides, .n_overrides = a->n_overrides,
+                         .control = endpoint, .node_rank = a->node_rank, .bin_dir = bin_dir ? bin_dir : "."};
+    topology t;
+    cfg_err err;
+    int status = EXIT_USAGE;
+    const cfg_node *engine = cfg_map_get(cfg->root, "engine_name");
+    if (!topology_build(&t, config, engine && engine->kind == CFG_STR ? engine->s : "train", &topt, &err)) {
+        fprintf(stderr, "selfsup run: %s\n", err.msg);
+        goto out;
+    }
+    status = EXIT_RUNTIME;
+    ring_sweep_stale();
+    ring **rings = create_rings(&t);
+    char *msg = NULL;
+    const char *key = cfg_str(config, "SELFSUP.CONTROL.CURVE_KEY_FILE");
+    ctl_server *ctl = rings ? ctl_bind(endpoint, key, &msg) : NULL;
+    if (rings && !ctl)
+        log_error("cannot open the control endpoint %s: %s", endpoint, msg);
+    free(msg);
+    if (ctl) {
+        log_info("run directory %s: %d stages, %d rings", run_dir, t.n_stages, t.n_rings);
+        double t0 = now_seconds();
+        supervise_options sopt = {.run_dir = run_dir, .rings = rings,
+                                  .heartbeat_timeout_s = cfg_float(config, "SELFSUP.CONTROL.HEARTBEAT_TIMEOUT_S")};
+        status = supervise(&t, ctl, &sopt);
+        if (status == 0)
+            log_info("run finished in %.1f s; logs in %s/logs", now_seconds() - t0, run_dir);
+        ctl_server_close(ctl);
+    }
+    if (rings || ctl)
+        destroy_rings(&t, rings);
+    topology_free(&t);
+out:
+    if (socket_file)
+        unlink(socket_file);
+    free(socket_file);
+    free(endpoint);
+    free(bin_dir);
+    free(run_dir);
+    return status;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    log_init("selfsup");
+    run_args a = {0};
+    int status = parse_run_args(argc, argv, &a);
+    if (status >= 0) {
+        free(a.overrides);
+        return status;
+    }
+    cfg_t cfg;
+    char *file = NULL;
+    status = EXIT_USAGE;
+    if (compose(&cfg, &a, &file)) {
+        status = start(&cfg, &a, file);
+        cfg_destroy(&cfg);
+    }
+    free(file);
+    free(a.overrides);
+    return status;
+}

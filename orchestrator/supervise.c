@@ -1,0 +1,492 @@
+/*
+ * supervise.c — the orchestrator's event loop (see supervise.h).
+ *
+ * State lives in one `run` struct: a `proc` per stage (pid, pipe, log, last lines, last
+ * heartbeat) and the phase of the run. Every event handler is a small function that updates
+ * that state; the loop then decides what follows (START, shutdown, SIGKILL) from the state
+ * alone, so the order in which events arrive does not matter.
+ */
+#include "supervise.h"
+
+#include "log.h"
+#include "timer.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define TAIL_LINES 12
+#define HELLO_TIMEOUT_S 30.0
+#define FAIL_GRACE_S 1.0
+#define STOP_GRACE_S 30.0
+#define PROGRESS_TTY_S 1.0
+#define PROGRESS_LOG_S 10.0
+
+typedef struct {
+    const topo_stage *ts;
+    pid_t pid;
+    int out_fd;                 /* read end of the stage's stdout+stderr, -1 once closed */
+    FILE *log;
+    char tail[TAIL_LINES][240]; /* last lines, a circular buffer */
+    int tail_count;
+    char partial[1024];         /* the line being received */
+    size_t partial_len;
+    bool hello, exited;
+    int wstatus;
+    double last_heartbeat;
+    uint64_t records_out, prev_records_out;
+    int64_t expected;           /* from a stage's "expected" counter, for the ETA */
+    double rate;                /* records out per second */
+} proc;
+
+typedef enum { PHASE_STARTING, PHASE_RUNNING, PHASE_STOPPING } phase;
+
+typedef struct {
+    const topology *topo;
+    const supervise_options *opt;
+    ctl_server *ctl;
+    proc *procs;
+    int n;
+    phase phase;
+    int exit_status;            /* decided by the first thing that ends the run */
+    double kill_at;             /* SIGKILL the survivors at this time (0: not yet) */
+    double started_at, last_progress, last_rate_at;
+    bool tty, progress_shown;
+    int sfd;                    /* signalfd for SIGCHLD, SIGINT, SIGTERM */
+} run;
+
+/* ---- spawning ------------------------------------------------------------------------------- */
+
+static void child_exec(const topo_stage *ts, int out_fd, pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) /* the orchestrator died before prctl took effect */
+        _exit(EXIT_RUNTIME);
+    setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int null = open("/dev/null", O_RDONLY);
+    dup2(null, STDIN_FILENO);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(out_fd, STDERR_FILENO);
+    execv(ts->argv[0], ts->argv);
+    dprintf(STDERR_FILENO, "cannot start %s: %s\n", ts->argv[0], strerror(errno));
+    _exit(127);
+}
+
+static int spawn(run *r, proc *p)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -1;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        child_exec(p->ts, fds[1], parent);
+    }
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    p->pid = pid;
+    p->out_fd = fds[0];
+    p->last_heartbeat = now_seconds();
+    char *logs = path_join(r->opt->run_dir, "logs");
+    char *name = xasprintf("%s/%s.log", logs, p->ts->id);
+    p->log = fopen(name, "w");
+    if (!p->log)
+        log_warn("cannot write %s: %s", name, strerror(errno));
+    free(name);
+    free(logs);
+    return 0;
+}
+
+/* ---- output of the stages ------------------------------------------------------------------- */
+
+static void keep_line(proc *p, const char *line)
+{
+    snprintf(p->tail[p->tail_count % TAIL_LINES], sizeof p->tail[0], "%s", line);
+    p->tail_count++;
+    if (p->log) {
+        fputs(line, p->log);
+        fputc('\n', p->log);
+        fflush(p->log);
+    }
+    /* Warnings and errors are worth seeing live; the rest is in the log. */
+    if (strstr(line, " WARN ") || strstr(line, " ERROR "))
+        fprintf(stderr, "%s%s\n", "", line);
+}
+
+static void read_output(proc *p)
+{
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(p->out_fd, buf, sizeof buf)) > 0)
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] == '\n' || p->partial_len == sizeof p->partial - 1) {
+                p->partial[p->partial_len] = 0;
+                keep_line(p, p->partial);
+                p->partial_len = 0;
+                if (buf[i] == '\n')
+                    continue;
+            }
+            p->partial[p->partial_len++] = buf[i];
+        }
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        if (p->partial_len) {
+            p->partial[p->partial_len] = 0;
+            keep_line(p, p->partial);
+            p->partial_len = 0;
+        }
+        close(p->out_fd);
+        p->out_fd = -1;
+    }
+}
+
+/* ---- ending the run -------------------------------------------------------------------------- */
+
+static void signal_all(run *r, int sig)
+{
+    for (int i = 0; i < r->n; i++)
+        if (!r->procs[i].exited)
+            kill(r->procs[i].pid, sig);
+}
+
+static void send_all(run *r, const char *type)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->procs[i].hello && !r->procs[i].exited)
+            ctl_server_send(r->ctl, r->procs[i].ts->id, ctl_msg(type));
+}
+
+static void clear_progress(run *r)
+{
+    if (r->progress_shown) {
+        fputs("\r\033[K", stderr);
+        r->progress_shown = false;
+    }
+}
+
+/* Stop every stage: STOP over the control plane and SIGTERM, SIGKILL after `grace`. */
+static void shut_down(run *r, int status, double grace)
+{
+    if (r->phase == PHASE_STOPPING)
+        return;
+    r->phase = PHASE_STOPPING;
+    r->exit_status = status;
+    r->kill_at = now_seconds() + grace;
+    send_all(r, "stop");
+    signal_all(r, SIGTERM);
+}
+
+static void describe_status(int wstatus, char *out, size_t size)
+{
+    if (WIFSIGNALED(wstatus))
+        snprintf(out, size, "was killed by signal %d (%s)", WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
+    else
+        snprintf(out, size, "exited with status %d", WEXITSTATUS(wstatus));
+}
+
+static void report_failure_of(run *r, proc *p, const char *what)
+{
+    clear_progress(r);
+    log_error("stage %s (pid %d) %s; stopping the run", p->ts->id, (int)p->pid, what);
+    int first = p->tail_count > TAIL_LINES ? p->tail_count - TAIL_LINES : 0;
+    if (p->tail_count)
+        log_error("last lines of %s/logs/%s.log:", r->opt->run_dir, p->ts->id);
+    for (int i = first; i < p->tail_count; i++)
+        fprintf(stderr, "  | %s\n", p->tail[i % TAIL_LINES]);
+}
+
+static void reap(run *r)
+{
+    int wstatus;
+    pid_t pid;
+    while ((pid = waitpid(-1, &wstatus, WNOHANG)) > 0)
+        for (int i = 0; i < r->n; i++) {
+            proc *p = &r->procs[i];
+            if (p->pid != pid)
+                continue;
+            p->exited = true;
+            p->wstatus = wstatus;
+            bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+            if (ok || r->phase == PHASE_STOPPING)
+                break;
+            if (p->out_fd >= 0)
+                read_output(p); /* its last words, before they are quoted */
+            char what[128];
+            describe_status(wstatus, what, sizeof what);
+            report_failure_of(r, p, what);
+            shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+        }
+}
+
+static void on_signal(run *r)
+{
+    struct signalfd_siginfo si;
+    while (read(r->sfd, &si, sizeof si) == sizeof si) {
+        if (si.ssi_signo == SIGCHLD) {
+            reap(r);
+            continue;
+        }
+        clear_progress(r);
+        if (r->phase == PHASE_STOPPING && r->exit_status >= 128) {
+            log_warn("second %s: killing every stage now", strsignal((int)si.ssi_signo));
+            signal_all(r, SIGKILL);
+            continue;
+        }
+        log_info("%s: stopping every stage (again to kill them at once)", strsignal((int)si.ssi_signo));
+        shut_down(r, 128 + (int)si.ssi_signo, STOP_GRACE_S);
+    }
+}
+
+/* ---- control messages ----------------------------------------------------------------------- */
+
+static proc *find_proc(run *r, const char *id)
+{
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->procs[i].ts->id, id))
+            return &r->procs[i];
+    return NULL;
+}
+
+static void on_message(run *r, json_t *m, const char *peer)
+{
+    proc *p = find_proc(r, peer);
+    const char *type = json_string_value(json_object_get(m, "type"));
+    if (!p) {
+        log_warn("control message '%s' from unknown peer '%s' ignored", type, peer);
+        return;
+    }
+    p->last_heartbeat = now_seconds();
+    if (!strcmp(type, "hello")) {
+        p->hello = true;
+        if (r->phase == PHASE_STOPPING) /* late: it missed the broadcast */
+            ctl_server_send(r->ctl, peer, ctl_msg("stop"));
+        return;
+    }
+    if (strcmp(type, "heartbeat") != 0 && strcmp(type, "final") != 0)
+        return;
+    const char *status = json_string_value(json_object_get(m, "status"));
+    if (!strcmp(type, "final") && status && strcmp(status, "ok") != 0 && r->phase != PHASE_STOPPING) {
+        /* It says so before it exits and before its broken outputs make others fail. */
+        if (p->out_fd >= 0)
+            read_output(p);
+        report_failure_of(r, p, "failed");
+        shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+    }
+    p->records_out = (uint64_t)json_integer_value(json_object_get(m, "records_out"));
+    json_t *expected = json_object_get(json_object_get(m, "counters"), "expected");
+    if (json_is_integer(expected))
+        p->expected = json_integer_value(expected);
+}
+
+static void drain_control(run *r)
+{
+    char *peer = NULL;
+    json_t *m;
+    while ((m = ctl_server_recv(r->ctl, 0, &peer))) {
+        on_message(r, m, peer);
+        json_decref(m);
+        free(peer);
+        peer = NULL;
+    }
+}
+
+/* ---- progress -------------------------------------------------------------------------------- */
+
+static void update_rates(run *r, double now)
+{
+    double dt = now - r->last_rate_at;
+    if (dt <= 0)
+        return;
+    for (int i = 0; i < r->n; i++) {
+        proc *p = &r->procs[i];
+        p->rate = (double)(p->records_out - p->prev_records_out) / dt;
+        p->prev_records_out = p->records_out;
+    }
+    r->last_rate_at = now;
+}
+
+/* "decode 812/s | augment×4 806/s | collate 50/s | train 50/s | rings 3/8 8/8 1/8 | ETA 0:42" */
+static void progress_text(run *r, strbuf *sb)
+{
+    int64_t expected = 0;
+    uint64_t done = 0;
+    double first_rate = 0;
+    for (int i = 0; i < r->n;) {
+        const char *name = r->procs[i].ts->name;
+        double rate = 0;
+        int k = i;
+        for (; k < r->n && !strcmp(r->procs[k].ts->name, name); k++)
+            rate += r->procs[k].rate;
+        if (i == 0) {
+            expected = r->procs[0].expected;
+            done = r->procs[0].records_out;
+            first_rate = rate;
+        }
+        sb_printf(sb, "%s%s", i ? " | " : "", name);
+        if (k - i > 1)
+            sb_printf(sb, "×%d", k - i);
+        sb_printf(sb, " %.0f/s", rate);
+        i = k;
+    }
+    if (r->opt->rings) {
+        sb_puts(sb, " | rings");
+        for (int i = 0; i < r->topo->n_rings; i++)
+            if (r->opt->rings[i])
+                sb_printf(sb, " %u/%u", ring_fill(r->opt->rings[i]), ring_n_slots(r->opt->rings[i]));
+    }
+    if (expected > 0 && first_rate > 0 && (uint64_t)expected > done) {
+        int eta = (int)((double)((uint64_t)expected - done) / first_rate);
+        sb_printf(sb, " | ETA %d:%02d", eta / 60, eta % 60);
+    }
+}
+
+static void show_progress(run *r, double now)
+{
+    double every = r->tty ? PROGRESS_TTY_S : PROGRESS_LOG_S;
+    if (r->phase != PHASE_RUNNING || now - r->last_progress < every)
+        return;
+    update_rates(r, now);
+    r->last_progress = now;
+    strbuf sb = {0};
+    progress_text(r, &sb);
+    if (r->tty) {
+        fprintf(stderr, "\r\033[K%s", sb_str(&sb));
+        r->progress_shown = true;
+    } else {
+        log_info("%s", sb_str(&sb));
+    }
+    sb_free(&sb);
+}
+
+/* ---- the loop ------------------------------------------------------------------------------- */
+
+static int live_count(const run *r)
+{
+    int n = 0;
+    for (int i = 0; i < r->n; i++)
+        n += !r->procs[i].exited || r->procs[i].out_fd >= 0;
+    return n;
+}
+
+/* Decisions that follow from the state: START, timeouts, SIGKILL. */
+static void advance(run *r, double now)
+{
+    if (r->phase == PHASE_STARTING) {
+        int hellos = 0;
+        for (int i = 0; i < r->n; i++)
+            hellos += r->procs[i].hello || r->procs[i].exited;
+        if (hellos == r->n) {
+            r->phase = PHASE_RUNNING;
+            send_all(r, "start");
+            r->last_rate_at = r->last_progress = now;
+        } else if (now - r->started_at > HELLO_TIMEOUT_S) {
+            for (int i = 0; i < r->n; i++)
+                if (!r->procs[i].hello && !r->procs[i].exited)
+                    report_failure_of(r, &r->procs[i], "did not say hello to the orchestrator in time");
+            shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+        }
+    }
+    if (r->phase == PHASE_RUNNING && r->opt->heartbeat_timeout_s > 0)
+        for (int i = 0; i < r->n; i++) {
+            proc *p = &r->procs[i];
+            if (!p->exited && now - p->last_heartbeat > r->opt->heartbeat_timeout_s) {
+                char what[96];
+                snprintf(what, sizeof what, "sent no heartbeat for %.0f s (hung?)", r->opt->heartbeat_timeout_s);
+                report_failure_of(r, p, what);
+                shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+                break;
+            }
+        }
+    if (r->phase == PHASE_STOPPING && now >= r->kill_at) {
+        signal_all(r, SIGKILL);
+        r->kill_at = now + 1.0;
+    }
+}
+
+static void poll_once(run *r)
+{
+    zmq_pollitem_t *items = xcalloc((size_t)r->n + 2, sizeof *items);
+    proc **owners = xcalloc((size_t)r->n + 2, sizeof *owners);
+    int n = 0;
+    items[n++] = (zmq_pollitem_t){.socket = ctl_server_socket(r->ctl), .events = ZMQ_POLLIN};
+    items[n++] = (zmq_pollitem_t){.fd = r->sfd, .events = ZMQ_POLLIN};
+    for (int i = 0; i < r->n; i++)
+        if (r->procs[i].out_fd >= 0) {
+            owners[n] = &r->procs[i];
+            items[n++] = (zmq_pollitem_t){.fd = r->procs[i].out_fd, .events = ZMQ_POLLIN};
+        }
+    if (zmq_poll(items, n, 100) >= 0) {
+        for (int i = 2; i < n; i++)
+            if (items[i].revents)
+                read_output(owners[i]);
+        if (items[0].revents)
+            drain_control(r);
+        if (items[1].revents)
+            on_signal(r);
+    }
+    free(items);
+    free(owners);
+}
+
+static int open_signalfd(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+int supervise(const topology *t, ctl_server *ctl, const supervise_options *opt)
+{
+    run r = {.topo = t, .opt = opt, .ctl = ctl, .n = t->n_stages, .tty = isatty(STDERR_FILENO)};
+    r.procs = xcalloc((size_t)r.n, sizeof *r.procs);
+    r.sfd = open_signalfd();
+    if (r.sfd < 0)
+        die(EXIT_RUNTIME, "signalfd: %s", strerror(errno));
+    r.started_at = now_seconds();
+    for (int i = 0; i < r.n; i++) {
+        r.procs[i].ts = &t->stages[i];
+        r.procs[i].out_fd = -1;
+        if (spawn(&r, &r.procs[i]) != 0) {
+            log_error("cannot start stage %s: %s", t->stages[i].id, strerror(errno));
+            r.procs[i].exited = true;
+            shut_down(&r, EXIT_RUNTIME, FAIL_GRACE_S);
+            break;
+        }
+    }
+    while (live_count(&r) > 0) {
+        poll_once(&r);
+        reap(&r); /* also here: a SIGCHLD can be merged with one already read */
+        double now = now_seconds();
+        advance(&r, now);
+        show_progress(&r, now);
+    }
+    drain_control(&r);
+    clear_progress(&r);
+    for (int i = 0; i < r.n; i++)
+        if (r.procs[i].log)
+            fclose(r.procs[i].log);
+    close(r.sfd);
+    free(r.procs);
+    return r.exit_status;
+}

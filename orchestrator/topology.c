@@ -1,0 +1,177 @@
+/*
+ * topology.c — the run's processes and rings, from the config (see topology.h).
+ */
+#include "topology.h"
+
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A NULL-terminated argv under construction. */
+typedef struct {
+    char **v;
+    int n, cap;
+} argvec;
+
+static void arg_push(argvec *a, const char *s)
+{
+    if (a->n + 2 > a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 16;
+        a->v = xrealloc(a->v, (size_t)a->cap * sizeof *a->v);
+    }
+    a->v[a->n++] = xstrdup(s);
+    a->v[a->n] = NULL;
+}
+
+size_t topology_slot_bytes(const cfg_node *config)
+{
+    int64_t b = cfg_int(config, "SELFSUP.RING.SLOT_BYTES");
+    if (b > 0)
+        return (size_t)b;
+    /* A batch of two 224² uint8 RGB crops per sample plus 1 MiB for labels and indices: the
+     * common SSL case. The data stages (issue 4) will size each ring from its transforms. */
+    int64_t batch = cfg_int(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA");
+    size_t bytes = (size_t)(batch > 0 ? batch : 1) * 2 * 224 * 224 * 3 + ((size_t)1 << 20);
+    return (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+}
+
+/* The command words of stage `name`: SELFSUP.STAGES.name split on spaces, else
+ * BIN_DIR/selfsup-name. The program must exist and be executable. */
+static bool stage_command(argvec *a, const cfg_node *config, const char *name, const topo_options *opt,
+                          cfg_err *err)
+{
+    const cfg_node *stages = cfg_path(config, "SELFSUP.STAGES");
+    const cfg_node *custom = stages ? cfg_map_get(stages, name) : NULL;
+    if (custom && custom->kind == CFG_STR && custom->s[0]) {
+        char *copy = xstrdup(custom->s), *save = NULL;
+        for (char *w = strtok_r(copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
+            arg_push(a, w);
+        free(copy);
+    } else if (custom && custom->kind != CFG_NULL) {
+        cfg_fail(err, custom, "config.SELFSUP.STAGES", "%s: expected a command line (a string)", name);
+        return false;
+    } else {
+        char *prog = xasprintf("%s/selfsup-%s", opt->bin_dir, name);
+        arg_push(a, prog);
+        free(prog);
+    }
+    if (a->n == 0 || access(a->v[0], X_OK) != 0) {
+        cfg_fail(err, custom, "config.SELFSUP.STAGES",
+                 "the %s stage's program '%s' is not there (or not executable)%s", name, a->n ? a->v[0] : "",
+                 custom ? "" : "; it is not built yet in this version of selfsup");
+        return false;
+    }
+    return true;
+}
+
+static int add_ring(topology *t, const char *label, const cfg_node *config, uint32_t producers)
+{
+    t->rings = xrealloc(t->rings, (size_t)(t->n_rings + 1) * sizeof *t->rings);
+    topo_ring *r = &t->rings[t->n_rings];
+    r->label = xstrdup(label);
+    r->name = ring_name(label);
+    r->geo = (ring_geometry){
+        .slot_bytes = topology_slot_bytes(config),
+        .n_slots = (uint32_t)cfg_int(config, "SELFSUP.RING.DEPTH"),
+        .n_producers = producers,
+    };
+    return t->n_rings++;
+}
+
+static bool add_stage(topology *t, const cfg_node *config, const char *name, int index, int rank, int world,
+                      int in_ring, int out_ring, const topo_options *opt, cfg_err *err)
+{
+    argvec a = {0};
+    if (!stage_command(&a, config, name, opt, err)) {
+        for (int i = 0; i < a.n; i++)
+            free(a.v[i]);
+        free(a.v);
+        return false;
+    }
+    char *id = xasprintf("%s.%d", name, index);
+    char num[32];
+    if (opt->config_file) {
+        arg_push(&a, "--config");
+        arg_push(&a, opt->config_file);
+    }
+    const char *flags[] = {"--in", "--out"};
+    const int rings[] = {in_ring, out_ring};
+    for (int k = 0; k < 2; k++)
+        if (rings[k] >= 0) {
+            char *uri = xasprintf("shm:%s", t->rings[rings[k]].name);
+            arg_push(&a, flags[k]);
+            arg_push(&a, uri);
+            free(uri);
+        }
+    arg_push(&a, "--control");
+    arg_push(&a, opt->control);
+    arg_push(&a, "--id");
+    arg_push(&a, id);
+    snprintf(num, sizeof num, "%d", rank);
+    arg_push(&a, "--rank");
+    arg_push(&a, num);
+    snprintf(num, sizeof num, "%d", world);
+    arg_push(&a, "--world-size");
+    arg_push(&a, num);
+    for (int i = 0; i < opt->n_overrides; i++)
+        arg_push(&a, opt->overrides[i]);
+
+    t->stages = xrealloc(t->stages, (size_t)(t->n_stages + 1) * sizeof *t->stages);
+    t->stages[t->n_stages++] = (topo_stage){
+        .name = xstrdup(name), .id = id, .argv = a.v, .in_ring = in_ring, .out_ring = out_ring};
+    return true;
+}
+
+bool topology_build(topology *t, const cfg_node *config, const char *engine, const topo_options *opt,
+                    cfg_err *err)
+{
+    memset(t, 0, sizeof *t);
+    const char *last;
+    if (!strcmp(engine, "train"))
+        last = "train";
+    else if (!strcmp(engine, "extract_features"))
+        last = "extract";
+    else {
+        cfg_fail(err, NULL, "engine_name", "'%s': selfsup runs the engines train and extract_features", engine);
+        return false;
+    }
+    t->engine = engine;
+    int workers = (int)cfg_int(config, "DATA.NUM_DATALOADER_WORKERS");
+    workers = workers < 1 ? 1 : workers;
+    int procs = (int)cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    int world = procs * (int)cfg_int(config, "DISTRIBUTED.NUM_NODES");
+
+    int decoded = add_ring(t, "decoded", config, 1);
+    int augmented = add_ring(t, "augmented", config, (uint32_t)workers);
+    int batches = add_ring(t, "batches", config, 1);
+    bool ok = add_stage(t, config, "decode", 0, opt->node_rank, 1, -1, decoded, opt, err);
+    for (int i = 0; ok && i < workers; i++)
+        ok = add_stage(t, config, "augment", i, opt->node_rank, 1, decoded, augmented, opt, err);
+    ok = ok && add_stage(t, config, "collate", 0, opt->node_rank, 1, augmented, batches, opt, err);
+    for (int i = 0; ok && i < procs; i++)
+        ok = add_stage(t, config, last, i, opt->node_rank * procs + i, world, batches, -1, opt, err);
+    if (!ok)
+        topology_free(t);
+    return ok;
+}
+
+void topology_free(topology *t)
+{
+    for (int i = 0; i < t->n_rings; i++) {
+        free(t->rings[i].label);
+        free(t->rings[i].name);
+    }
+    for (int i = 0; i < t->n_stages; i++) {
+        for (char **a = t->stages[i].argv; *a; a++)
+            free(*a);
+        free(t->stages[i].argv);
+        free(t->stages[i].name);
+        free(t->stages[i].id);
+    }
+    free(t->rings);
+    free(t->stages);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,59 @@
+/*
+ * topology.h — which processes a run needs and how the rings connect them, from the config.
+ *
+ *   train:            decode → ring "decoded" → augment × W → ring "augmented" → collate
+ *                     → ring "batches" → train × P
+ *   extract_features: the same with extract × P in place of train
+ *
+ * W is DATA.NUM_DATALOADER_WORKERS (at least 1); P is DISTRIBUTED.NUM_PROC_PER_NODE, the
+ * trainers of this node, ranked node_rank·P + i of NUM_NODES·P. Each ring knows how many
+ * producers it has, so that its end of stream comes only when all of them have finished.
+ * Stage commands are selfsup-NAME beside the selfsup binary unless SELFSUP.STAGES names
+ * another command line for NAME (the tests put their own small stages there).
+ */
+#ifndef SELFSUP_TOPOLOGY_H
+#define SELFSUP_TOPOLOGY_H
+
+#include "config.h"
+#include "ring.h"
+
+typedef struct {
+    char *label;        /* "decoded" */
+    char *name;         /* the shm name: selfsup.<pid>.<label> */
+    ring_geometry geo;
+} topo_ring;
+
+typedef struct {
+    char *name;         /* stage name: "augment" */
+    char *id;           /* control-plane id: "augment.2" */
+    char **argv;        /* NULL-terminated, ready for execv */
+    int in_ring, out_ring; /* indexes into topology.rings, -1 for none */
+} topo_stage;
+
+typedef struct {
+    const char *engine;
+    topo_ring *rings;
+    int n_rings;
+    topo_stage *stages;
+    int n_stages;
+} topology;
+
+typedef struct {
+    const char *config_file;  /* passed on to every stage with the overrides */
+    char *const *overrides;
+    int n_overrides;
+    const char *control;      /* control endpoint the stages connect to */
+    int node_rank;
+    const char *bin_dir;      /* where selfsup-NAME binaries are (the selfsup binary's dir) */
+} topo_options;
+
+/* Build the topology. Returns false with err filled (a stage command that does not exist,
+ * an engine we cannot run yet). */
+bool topology_build(topology *t, const cfg_node *config, const char *engine, const topo_options *opt,
+                    cfg_err *err);
+void topology_free(topology *t);
+
+/* Bytes of one ring slot: SELFSUP.RING.SLOT_BYTES, or sized from the batch. */
+size_t topology_slot_bytes(const cfg_node *config);
+
+#endif

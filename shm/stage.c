@@ -1,0 +1,597 @@
+/*
+ * stage.c — the stage framework of stage.h: command line, config, transports, control
+ * plane, signals and heartbeats around a stage's own run() function.
+ *
+ * Waiting is always done in slices of POLL_SLICE_MS so that one thread can do everything:
+ * between two slices of waiting for a record, stage_poll() sends the heartbeat when one is
+ * due, drains the orchestrator's commands and looks at the stop flag that the signal
+ * handler sets. No helper thread, no locks: the stage's state belongs to its one thread.
+ */
+#include "stage.h"
+
+#include "control.h"
+#include "log.h"
+#include "timer.h"
+#include "transport.h"
+#include "util.h"
+#include "version.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define POLL_SLICE_MS 100
+#define HEARTBEAT_S 1.0
+#define START_TIMEOUT_S 60.0
+#define MAX_COUNTERS 32
+
+typedef struct {
+    char name[48];
+    int64_t value;
+} counter;
+
+struct stage {
+    const stage_info *info;
+    cfg_t cfg;
+    bool have_cfg;
+    const char *config_file;
+    char **overrides;
+    int n_overrides;
+
+    const char *in_uri, *out_uri, *control, *id_arg;
+    char *id;
+    int rank, world_size;
+    tp_options tp;
+    transport *in, *out;
+    ctl_client *ctl;
+
+    rec_writer writer;
+    bool writing;
+    uint32_t epoch;
+    bool paused, failed, readers_gone;
+
+    uint64_t records_in, records_out, bytes_in, bytes_out;
+    double blocked_in_s, blocked_out_s, last_heartbeat;
+    counter counters[MAX_COUNTERS];
+    int n_counters;
+};
+
+/* ---- signals ------------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) /* the second one: the user means it */
+        _exit(128 + sig);
+    stop_signal = sig;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    /* No SA_RESTART: a blocking read or write returns EINTR and the loop sees the flag. */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe is an EPIPE error we report, not a silent death */
+}
+
+bool stage_stopping(const stage *s)
+{
+    (void)s;
+    return stop_signal != 0 || s->readers_gone;
+}
+
+/* ---- command line ---------------------------------------------------------------------------- */
+
+static void usage(const stage_info *info, FILE *out)
+{
+    fprintf(out,
+            "usage: selfsup-%s [-c CONFIG] [options] [overrides...]\n"
+            "\n%s\n\n"
+            "common options:\n"
+            "  -c, --config FILE      VISSL config file or name; overrides follow the options\n"
+            "  --in URI, --out URI    shm:NAME | - | file:PATH | tcp://HOST:PORT[?producers=N]\n"
+            "                         (default: - when stdin/stdout is not a terminal)\n"
+            "  --control ENDPOINT     report to the orchestrator at ENDPOINT (ZeroMQ)\n"
+            "  --id ID                name on the control plane (default %s.RANK)\n"
+            "  --rank R               this process's rank (default 0)\n"
+            "  --world-size W         number of ranks (default 1)\n"
+            "  --slot-bytes N         ring slot size for an output ring this stage creates\n"
+            "  --depth N              ring slots / network high-water mark\n"
+            "  --producers N          writers a ring or tcp reader waits for before the end\n"
+            "  -h, --help, --version\n",
+            info->name, info->summary, info->name);
+    if (info->options)
+        fprintf(out, "\n%s options:\n%s", info->name, info->options);
+}
+
+static int parse_count(const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (errno || end == val || *end || v < lo || v > hi) {
+        log_error("%s %s: expected an integer from %lld to %lld", opt, val, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* One common option at argv[0] (value in argv[1]); returns arguments used, 0 if unknown. */
+static int common_option(stage *s, int argc, char **argv)
+{
+    const char *o = argv[0];
+    static const char *const with_value[] = {"-c", "--config", "--in", "--out", "--control", "--id",
+                                             "--rank", "--world-size", "--slot-bytes", "--depth",
+                                             "--producers"};
+    bool known = false;
+    for (size_t i = 0; i < ARRAY_LEN(with_value); i++)
+        known |= !strcmp(o, with_value[i]);
+    if (!known)
+        return 0;
+    if (argc < 2) {
+        log_error("%s needs a value", o);
+        return -1;
+    }
+    const char *v = argv[1];
+    int64_t n;
+    if (!strcmp(o, "-c") || !strcmp(o, "--config")) s->config_file = v;
+    else if (!strcmp(o, "--in")) s->in_uri = v;
+    else if (!strcmp(o, "--out")) s->out_uri = v;
+    else if (!strcmp(o, "--control")) s->control = v;
+    else if (!strcmp(o, "--id")) s->id_arg = v;
+    else if (!strcmp(o, "--rank")) {
+        if (parse_count(o, v, 0, 1 << 20, &n)) return -1;
+        s->rank = (int)n;
+    } else if (!strcmp(o, "--world-size")) {
+        if (parse_count(o, v, 1, 1 << 20, &n)) return -1;
+        s->world_size = (int)n;
+    } else if (!strcmp(o, "--slot-bytes")) {
+        if (parse_count(o, v, 4096, (int64_t)REC_MAX_BYTES, &n)) return -1;
+        s->tp.slot_bytes = (size_t)n;
+    } else if (!strcmp(o, "--depth")) {
+        if (parse_count(o, v, 2, 1 << 16, &n)) return -1;
+        s->tp.depth = (uint32_t)n;
+    } else {
+        if (parse_count(o, v, 1, 4096, &n)) return -1;
+        s->tp.producers = (uint32_t)n;
+    }
+    return 2;
+}
+
+/* Split "--opt=value" into two arguments so that both spellings work. */
+static char **split_equals(int argc, char **argv, int *out_argc)
+{
+    char **v = xcalloc((size_t)argc * 2 + 1, sizeof *v);
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!strncmp(argv[i], "--", 2) && eq) {
+            v[n++] = xstrndup(argv[i], (size_t)(eq - argv[i]));
+            v[n++] = xstrdup(eq + 1);
+        } else {
+            v[n++] = xstrdup(argv[i]);
+        }
+    }
+    *out_argc = n;
+    return v;
+}
+
+/* Returns -1 to continue, else an exit status (help, version, usage error). */
+static int parse_args(stage *s, int argc, char **argv, void *state)
+{
+    s->overrides = xcalloc((size_t)argc + 1, sizeof *s->overrides);
+    for (int i = 1; i < argc;) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(s->info, stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--version")) {
+            printf("selfsup-%s %s\n", s->info->name, SELFSUP_VERSION);
+            return 0;
+        }
+        if (a[0] != '-' || !a[1]) { /* an override (or "-", which no option takes alone) */
+            s->overrides[s->n_overrides++] = argv[i++];
+            continue;
+        }
+        int used = common_option(s, argc - i, argv + i);
+        if (used == 0 && s->info->option)
+            used = s->info->option(state, argc - i, argv + i);
+        if (used == 0) {
+            log_error("unknown option '%s'; see selfsup-%s --help", a, s->info->name);
+            return EXIT_USAGE;
+        }
+        if (used < 0)
+            return EXIT_USAGE;
+        i += used;
+    }
+    const char *uris[] = {s->in_uri, s->out_uri};
+    for (size_t k = 0; k < 2; k++) {
+        char *err = NULL;
+        if (uris[k] && tp_check_uri(uris[k], &err) != 0) {
+            log_error("--%s %s", k ? "out" : "in", err);
+            free(err);
+            return EXIT_USAGE;
+        }
+    }
+    return -1;
+}
+
+/* ---- setup ---------------------------------------------------------------------------------- */
+
+static int compose_config(stage *s)
+{
+    cfg_options opt = {.check_paths = true};
+    cfg_err err;
+    char *dir = cfg_find_configs_dir();
+    opt.configs_dir = dir;
+    char *file = NULL;
+    if (s->config_file && dir)
+        file = cfg_resolve_config_file(dir, s->config_file);
+    if (s->config_file && !file)
+        file = xstrdup(s->config_file);
+    bool ok = cfg_compose(&s->cfg, &opt, file, s->n_overrides, s->overrides, &err);
+    free(file);
+    free(dir);
+    s->have_cfg = true; /* a failed composition still holds memory to free */
+    if (!ok) {
+        log_error("%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Ring geometry from the config unless the command line gave it. */
+static void ring_options_from_config(stage *s)
+{
+    const cfg_node *c = stage_config(s);
+    if (!s->tp.slot_bytes) {
+        int64_t b = cfg_int(c, "SELFSUP.RING.SLOT_BYTES");
+        s->tp.slot_bytes = b > 0 ? (size_t)b : (size_t)64 << 20;
+    }
+    if (!s->tp.depth)
+        s->tp.depth = (uint32_t)cfg_int(c, "SELFSUP.RING.DEPTH");
+    s->tp.attach_wait_ms = 10000;
+}
+
+static const char *default_uri(const char *given, int fd, const char *what)
+{
+    if (given)
+        return given;
+    if (!isatty(fd))
+        return "-";
+    log_error("no %s: give --%s URI, or connect %s to a pipe", what, fd == 0 ? "in" : "out",
+              fd == 0 ? "stdin" : "stdout");
+    return NULL;
+}
+
+static int open_transports(stage *s)
+{
+    char *err = NULL;
+    if (s->info->reads) {
+        const char *uri = default_uri(s->in_uri, STDIN_FILENO, "input");
+        if (!uri || !(s->in = tp_open(uri, TP_IN, &s->tp, &err)))
+            goto fail;
+    }
+    if (s->info->writes) {
+        const char *uri = default_uri(s->out_uri, STDOUT_FILENO, "output");
+        if (!uri || !(s->out = tp_open(uri, TP_OUT, &s->tp, &err)))
+            goto fail;
+    }
+    return 0;
+fail:
+    if (err)
+        log_error("%s", err);
+    free(err);
+    return -1;
+}
+
+/* ---- control plane -------------------------------------------------------------------------- */
+
+static json_t *report(const stage *s, const char *type)
+{
+    json_t *m = ctl_msg(type);
+    json_object_set_new(m, "records_in", json_integer((json_int_t)s->records_in));
+    json_object_set_new(m, "records_out", json_integer((json_int_t)s->records_out));
+    json_object_set_new(m, "bytes_in", json_integer((json_int_t)s->bytes_in));
+    json_object_set_new(m, "bytes_out", json_integer((json_int_t)s->bytes_out));
+    json_object_set_new(m, "blocked_in_s", json_real(s->blocked_in_s));
+    json_object_set_new(m, "blocked_out_s", json_real(s->blocked_out_s));
+    json_t *c = json_object();
+    for (int i = 0; i < s->n_counters; i++)
+        json_object_set_new(c, s->counters[i].name, json_integer((json_int_t)s->counters[i].value));
+    json_object_set_new(m, "counters", c);
+    return m;
+}
+
+static void handle_command(stage *s, json_t *m)
+{
+    const char *type = json_string_value(json_object_get(m, "type"));
+    if (!strcmp(type, "stop")) {
+        log_info("stop requested by the orchestrator");
+        stop_signal = SIGTERM;
+    } else if (!strcmp(type, "pause")) {
+        s->paused = true;
+    } else if (!strcmp(type, "resume")) {
+        s->paused = false;
+    } else if (!strcmp(type, "epoch")) {
+        s->epoch = (uint32_t)json_integer_value(json_object_get(m, "epoch"));
+    } else if (strcmp(type, "start") != 0) {
+        log_warn("ignoring unknown control command '%s'", type);
+    }
+    json_decref(m);
+}
+
+void stage_poll(stage *s)
+{
+    if (!s->ctl)
+        return;
+    do {
+        double now = now_seconds();
+        if (now - s->last_heartbeat >= HEARTBEAT_S) {
+            ctl_send(s->ctl, report(s, "heartbeat"), 100);
+            s->last_heartbeat = now;
+        }
+        json_t *m;
+        while ((m = ctl_recv(s->ctl, s->paused ? POLL_SLICE_MS : 0)))
+            handle_command(s, m);
+    } while (s->paused && !stop_signal);
+}
+
+static json_t *hello(const stage *s)
+{
+    json_t *m = ctl_msg("hello");
+    json_object_set_new(m, "stage", json_string(s->info->name));
+    json_object_set_new(m, "id", json_string(s->id));
+    json_object_set_new(m, "pid", json_integer(getpid()));
+    json_object_set_new(m, "rank", json_integer(s->rank));
+    json_object_set_new(m, "world_size", json_integer(s->world_size));
+    json_object_set_new(m, "role", json_string(s->info->role));
+    json_object_set_new(m, "version", json_string(SELFSUP_VERSION));
+    return m;
+}
+
+/* HELLO, then wait for START: every stage is attached to its rings before data flows. */
+static int connect_control(stage *s)
+{
+    if (!s->control)
+        return 0;
+    char *err = NULL;
+    const char *key = s->have_cfg ? cfg_str(stage_config(s), "SELFSUP.CONTROL.CURVE_KEY_FILE") : "";
+    s->ctl = ctl_connect(s->control, s->id, key, &err);
+    if (!s->ctl || ctl_send(s->ctl, hello(s), 5000) != 0) {
+        log_error("cannot reach the orchestrator at %s: %s", s->control, err ? err : "send failed");
+        free(err);
+        return -1;
+    }
+    double deadline = now_seconds() + START_TIMEOUT_S;
+    while (!stop_signal && now_seconds() < deadline) {
+        json_t *m = ctl_recv(s->ctl, POLL_SLICE_MS);
+        if (!m)
+            continue;
+        bool start = !strcmp(json_string_value(json_object_get(m, "type")), "start");
+        handle_command(s, m);
+        if (start) {
+            s->last_heartbeat = now_seconds();
+            return 0;
+        }
+    }
+    if (stop_signal)
+        return 0;
+    log_error("the orchestrator at %s sent no START within %.0f s", s->control, START_TIMEOUT_S);
+    return -1;
+}
+
+static void send_final(stage *s, int status)
+{
+    if (!s->ctl)
+        return;
+    json_t *m = report(s, "final");
+    json_object_set_new(m, "status", json_string(status == 0 ? "ok" : "error"));
+    ctl_send(s->ctl, m, 1000);
+}
+
+/* ---- reading and writing -------------------------------------------------------------------- */
+
+static void fail(stage *s, const char *msg)
+{
+    log_error("%s", msg);
+    s->failed = true;
+}
+
+int stage_read(stage *s, rec_view *view)
+{
+    double t0 = now_seconds();
+    for (;;) {
+        stage_poll(s);
+        if (stage_stopping(s))
+            return STAGE_END;
+        tp_status st = tp_read(s->in, view, POLL_SLICE_MS);
+        if (st == TP_TIMEOUT)
+            continue;
+        s->blocked_in_s += now_seconds() - t0;
+        if (st == TP_EOS)
+            return STAGE_END;
+        if (st != TP_OK) {
+            fail(s, tp_error(s->in));
+            return STAGE_FAILED;
+        }
+        s->records_in++;
+        s->bytes_in += view->hdr->size;
+        return STAGE_RECORD;
+    }
+}
+
+void stage_read_done(stage *s) { tp_read_done(s->in); }
+
+rec_writer *stage_record_begin(stage *s, rec_kind kind, uint64_t seq, uint32_t epoch, uint32_t max_tensors)
+{
+    double t0 = now_seconds();
+    void *buf;
+    size_t cap;
+    for (;;) {
+        stage_poll(s);
+        if (stage_stopping(s))
+            return NULL;
+        tp_status st = tp_write_begin(s->out, &buf, &cap, POLL_SLICE_MS);
+        if (st == TP_TIMEOUT)
+            continue;
+        s->blocked_out_s += now_seconds() - t0;
+        if (st == TP_NO_READERS) {
+            log_info("%s; stopping", tp_error(s->out));
+            s->readers_gone = true;
+            return NULL;
+        }
+        if (st != TP_OK) {
+            fail(s, tp_error(s->out));
+            return NULL;
+        }
+        break;
+    }
+    if (rec_writer_init(&s->writer, buf, cap, kind, seq, epoch, max_tensors) != 0) {
+        tp_write_abort(s->out);
+        fail(s, s->writer.error);
+        return NULL;
+    }
+    s->writing = true;
+    return &s->writer;
+}
+
+int stage_record_end(stage *s)
+{
+    s->writing = false;
+    size_t len = rec_finish(&s->writer);
+    if (len == 0) {
+        tp_write_abort(s->out);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s; raise SELFSUP.RING.SLOT_BYTES (or --slot-bytes) above %zu",
+                 s->writer.error, s->writer.needed);
+        fail(s, msg);
+        return -1;
+    }
+    tp_status st = tp_write_end(s->out, len);
+    if (st == TP_NO_READERS) {
+        log_info("%s; stopping", tp_error(s->out));
+        s->readers_gone = true;
+        return 0;
+    }
+    if (st != TP_OK) {
+        fail(s, tp_error(s->out));
+        return -1;
+    }
+    s->records_out++;
+    s->bytes_out += len;
+    return 0;
+}
+
+int stage_forward(stage *s, const rec_view *view)
+{
+    const rec_header *h = view->hdr;
+    rec_writer *w = stage_record_begin(s, (rec_kind)h->kind, h->seq, h->epoch, h->n_tensors);
+    if (!w)
+        return stage_failed(s) ? -1 : 0;
+    for (uint32_t i = 0; i < h->n_tensors; i++) {
+        const rec_tensor *t = &view->tensors[i];
+        if (rec_add_copy(w, t->name, (rec_dtype)t->dtype, t->ndim, t->shape, rec_data(view, (int)i)) != 0)
+            break; /* rec_finish reports it */
+    }
+    rec_writer_header(w)->flags = h->flags;
+    rec_writer_header(w)->source = h->source;
+    return stage_record_end(s);
+}
+
+/* ---- counters and accessors ----------------------------------------------------------------- */
+
+void stage_count(stage *s, const char *name, int64_t delta)
+{
+    for (int i = 0; i < s->n_counters; i++)
+        if (!strcmp(s->counters[i].name, name)) {
+            s->counters[i].value += delta;
+            return;
+        }
+    if (s->n_counters == MAX_COUNTERS)
+        return;
+    counter *c = &s->counters[s->n_counters++];
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->value = delta;
+}
+
+bool stage_failed(const stage *s) { return s->failed; }
+int stage_exit_status(const stage *s) { return s->failed ? EXIT_RUNTIME : 0; }
+const cfg_node *stage_config(const stage *s) { return cfg_map_get(s->cfg.root, "config"); }
+int stage_rank(const stage *s) { return s->rank; }
+int stage_world_size(const stage *s) { return s->world_size; }
+uint32_t stage_epoch(const stage *s) { return s->epoch; }
+const char *stage_id(const stage *s) { return s->id; }
+
+/* ---- main ------------------------------------------------------------------------------------ */
+
+/* End the output: EOS after success, a broken stream after failure. */
+static int close_transports(stage *s, int status)
+{
+    if (s->writing)
+        tp_write_abort(s->out);
+    if (status == 0 && s->out && tp_close(s->out) != TP_OK)
+        status = EXIT_RUNTIME;
+    else if (status != 0)
+        tp_abandon(s->out);
+    if (s->in) {
+        tp_read_done(s->in);
+        tp_close(s->in);
+    }
+    s->in = s->out = NULL;
+    return status;
+}
+
+static void destroy(stage *s)
+{
+    log_init(s->info->name); /* the log keeps a pointer to the id freed below */
+    if (s->have_cfg)
+        cfg_destroy(&s->cfg);
+    ctl_close(s->ctl);
+    free(s->overrides);
+    free(s->id);
+}
+
+int stage_main(int argc, char **argv, const stage_info *info, void *state, int (*run)(stage *s, void *state))
+{
+    log_init(info->name);
+    stage s = {.info = info, .world_size = 1};
+    int n_args;
+    char **args = split_equals(argc, argv, &n_args);
+    int status = parse_args(&s, n_args, args, state);
+    if (status < 0) {
+        s.id = s.id_arg ? xstrdup(s.id_arg) : xasprintf("%s.%d", info->name, s.rank);
+        log_init(s.id);
+        install_signals();
+        status = EXIT_USAGE;
+        if (compose_config(&s) == 0) {
+            ring_options_from_config(&s);
+            status = EXIT_RUNTIME;
+            if (open_transports(&s) == 0 && connect_control(&s) == 0)
+                status = stop_signal ? 0 : run(&s, state);
+            if (status == 0 && s.failed)
+                status = EXIT_RUNTIME;
+            /* A failure is reported before the outputs break, so that the orchestrator
+             * hears it from this stage first, not from the stages that see the break. */
+            if (status != 0)
+                send_final(&s, status);
+            int closed = close_transports(&s, status);
+            if (status == 0)
+                send_final(&s, closed);
+            status = closed;
+        }
+    }
+    destroy(&s);
+    for (int i = 0; i < n_args; i++)
+        free(args[i]);
+    free(args);
+    return status;
+}

@@ -1,0 +1,93 @@
+/*
+ * stage.h — what every stage binary shares, so that its main.c holds only its own logic.
+ *
+ * A stage is a loop "read a record, do the work, write a record". stage_main() does the
+ * rest: it parses the common command line, composes the config, opens the input and output
+ * transports, connects to the orchestrator when --control is given (HELLO, then wait for
+ * START), installs the signal handlers, calls the stage's run function, and afterwards ends
+ * the output stream (EOS on success, a broken stream on failure) and sends a FINAL report.
+ *
+ * Inside run(), stage_read() and stage_record_begin() wait in short slices; between slices
+ * they send the once-a-second heartbeat, obey PAUSE / RESUME / STOP / EPOCH, and notice
+ * SIGINT / SIGTERM. A stage that computes for a long time without I/O calls stage_poll().
+ *
+ * Common options (every stage):
+ *   -c, --config FILE      VISSL config; the arguments after the options are overrides
+ *   --in URI, --out URI    shm:NAME | - | file:PATH | tcp://HOST:PORT (see transport.h).
+ *                          Default: - when stdin / stdout is not a terminal
+ *   --control ENDPOINT     the orchestrator's ZeroMQ endpoint (none: run on our own)
+ *   --id ID                name on the control plane (default NAME.RANK)
+ *   --rank R, --world-size W
+ *   --slot-bytes N, --depth N, --producers N
+ *                          ring geometry when this stage creates its output ring, and the
+ *                          number of writers a tcp reader waits for (default: config)
+ *   -h, --help, --version
+ *
+ * Exit status: 0 when the input ended (or a stop was asked for) and the output was closed
+ * cleanly, 1 on a runtime failure, 2 on a usage or config error. A second SIGINT/SIGTERM
+ * ends the process at once.
+ */
+#ifndef SELFSUP_STAGE_H
+#define SELFSUP_STAGE_H
+
+#include "config.h"
+#include "record.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct stage stage;
+
+typedef struct {
+    const char *name;    /* "augment": logs, control id, help */
+    const char *summary; /* one line for --help */
+    const char *role;    /* "producer", "worker" or "consumer", as reported in HELLO */
+    const char *options; /* --help text for the stage's own options, or NULL */
+    bool reads, writes;  /* whether the stage has an input / an output */
+    /* Stage-specific options. Called with argv at an option the framework does not know;
+     * returns how many arguments it used (1 or 2), 0 when the option is unknown, -1 when
+     * its value is bad (after logging why). May be NULL. */
+    int (*option)(void *state, int argc, char **argv);
+} stage_info;
+
+/* Parse, set up, run, tear down; returns the process exit status. */
+int stage_main(int argc, char **argv, const stage_info *info, void *state, int (*run)(stage *s, void *state));
+
+/* ---- inside run() ----------------------------------------------------------------------- */
+
+enum { STAGE_FAILED = -1, STAGE_END = 0, STAGE_RECORD = 1 };
+
+/* Next input record, valid until stage_read_done(). STAGE_END when the input ended or a
+ * stop was asked for (see stage_stopping), STAGE_FAILED on an error (already logged). */
+int stage_read(stage *s, rec_view *view);
+void stage_read_done(stage *s);
+
+/* Start an output record in place (in the ring slot itself for shm:). NULL when the stage
+ * should end: a stop was asked for, the readers are gone (stage_failed() false) or the
+ * output broke (stage_failed() true, logged). */
+rec_writer *stage_record_begin(stage *s, rec_kind kind, uint64_t seq, uint32_t epoch, uint32_t max_tensors);
+/* Send it. -1 when it did not fit the slot (the error names the sizes and the setting to
+ * raise) or the output broke. */
+int stage_record_end(stage *s);
+/* Copy a whole input record to the output unchanged. 0 or -1. */
+int stage_forward(stage *s, const rec_view *view);
+
+/* Add to a stage-specific counter reported in heartbeats ("invalid_images"). */
+void stage_count(stage *s, const char *counter, int64_t delta);
+/* Heartbeat and control commands, for long computations between reads and writes. */
+void stage_poll(stage *s);
+bool stage_stopping(const stage *s);
+/* True once something failed (the exit status will be 1). */
+bool stage_failed(const stage *s);
+/* What run() should return when stage_read / stage_record_begin said to end: 0 after a
+ * clean end or stop, 1 after a failure. */
+int stage_exit_status(const stage *s);
+
+/* The composed config (the `config` map), rank, world size, current epoch. */
+const cfg_node *stage_config(const stage *s);
+int stage_rank(const stage *s);
+int stage_world_size(const stage *s);
+uint32_t stage_epoch(const stage *s);
+const char *stage_id(const stage *s);
+
+#endif

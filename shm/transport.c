@@ -1,0 +1,555 @@
+/*
+ * transport.c — the four ways records travel (see transport.h): shm rings, stdin/stdout
+ * pipes, record files and ZeroMQ PUSH/PULL.
+ *
+ * Each scheme fills in the same struct: a ring and its claimed slot (shm:), a file descriptor
+ * and buffers (-, file:), or a ZeroMQ socket (tcp://). The public functions switch on the
+ * scheme; there is no vtable because four small cases read more plainly than one.
+ *
+ * Byte streams carry records back to back, each self-delimiting (its header holds its size),
+ * and end with a REC_EOS record. A reader that meets the end of the bytes before that record
+ * reports the stream as broken: that is how a dead producer upstream of a pipe shows up.
+ */
+#include "transport.h"
+
+#include "atomic_file.h"
+#include "log.h"
+#include "ring.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define TCP_LINGER_MS 30000
+
+typedef enum { SCHEME_SHM, SCHEME_PIPE, SCHEME_FILE, SCHEME_TCP } scheme;
+
+struct transport {
+    scheme kind;
+    tp_direction dir;
+    char *uri;
+    char error[1024];
+    bool ended; /* reader: saw the end; writer: sent it */
+
+    /* shm: */
+    ring *ring;
+    ring_slot slot;
+    bool claimed;
+
+    /* -, file:, tcp: the record being read or written */
+    rec_buf buf;
+    uint64_t offset;     /* bytes read so far (for error messages) */
+    int fd;
+    atomic_file out_file; /* file: writer */
+    bool out_file_open;
+
+    /* tcp: */
+    void *zsock;
+    uint32_t producers;   /* EOS records to wait for */
+    uint32_t eos_seen;
+    uint64_t last_seq;    /* for the EOS record we send */
+};
+
+/* One ZeroMQ context for this process's tcp transports, ended when the last of them closes:
+ * ending it is what makes a closing writer deliver what it still has queued (the linger). */
+static void *zmq_ctx;
+static int zmq_sockets;
+
+static void *zmq_socket_open(int type)
+{
+    if (!zmq_ctx)
+        zmq_ctx = zmq_ctx_new();
+    void *sock = zmq_ctx ? zmq_socket(zmq_ctx, type) : NULL;
+    zmq_sockets += sock != NULL;
+    return sock;
+}
+
+static void zmq_socket_close(void *sock)
+{
+    zmq_close(sock);
+    if (--zmq_sockets == 0) {
+        zmq_ctx_term(zmq_ctx); /* waits up to each socket's linger for queued records */
+        zmq_ctx = NULL;
+    }
+}
+
+static void set_error(transport *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(transport *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->error, sizeof t->error, fmt, ap);
+    va_end(ap);
+}
+
+/* Take a malloc'd message from the record/ring modules into t->error. */
+static tp_status fail_with(transport *t, char *msg)
+{
+    set_error(t, "%s: %s", t->uri, msg ? msg : "unknown error");
+    free(msg);
+    return TP_ERROR;
+}
+
+/* ---- URIs ------------------------------------------------------------------------------- */
+
+typedef struct {
+    scheme kind;
+    char *target;      /* ring name, file path, or tcp://host:port without the query */
+    uint32_t producers; /* from ?producers=N, 0 when absent */
+} parsed_uri;
+
+static int parse_query(const char *q, parsed_uri *p, char **err)
+{
+    if (strncmp(q, "producers=", 10) != 0)
+        return report_failure(err, "unknown URI option '%s' (known: producers=N)", q);
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(q + 10, &end, 10);
+    if (errno || *end || n < 1 || n > 4096 || q[10] == '-')
+        return report_failure(err, "producers=%s: expected a count from 1 to 4096", q + 10);
+    p->producers = (uint32_t)n;
+    return 0;
+}
+
+static bool ring_name_ok(const char *name)
+{
+    if (!*name || strlen(name) > 200)
+        return false;
+    for (const char *c = name; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '.' || *c == '_' || *c == '-'))
+            return false;
+    return true;
+}
+
+static int parse_uri(const char *uri, parsed_uri *p, char **err)
+{
+    memset(p, 0, sizeof *p);
+    if (!strcmp(uri, "-")) {
+        p->kind = SCHEME_PIPE;
+        p->target = xstrdup("-");
+        return 0;
+    }
+    if (!strncmp(uri, "file:", 5)) {
+        if (!uri[5])
+            return report_failure(err, "'%s': file: needs a path (file:PATH)", uri);
+        p->kind = SCHEME_FILE;
+        p->target = xstrdup(uri + 5);
+        return 0;
+    }
+    const char *q = strchr(uri, '?');
+    size_t base_len = q ? (size_t)(q - uri) : strlen(uri);
+    if (q && parse_query(q + 1, p, err) != 0)
+        return -1;
+    if (!strncmp(uri, "shm:", 4)) {
+        p->kind = SCHEME_SHM;
+        p->target = xstrndup(uri + 4, base_len - 4);
+        if (!ring_name_ok(p->target)) {
+            free(p->target);
+            return report_failure(err, "'%s': a ring name is letters, digits, '.', '_' and '-'", uri);
+        }
+        return 0;
+    }
+    if (!strncmp(uri, "tcp://", 6)) {
+        p->kind = SCHEME_TCP;
+        p->target = xstrndup(uri, base_len);
+        const char *colon = strrchr(p->target + 6, ':');
+        if (!colon || colon == p->target + 6 || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
+            free(p->target);
+            return report_failure(err, "'%s': expected tcp://HOST:PORT", uri);
+        }
+        return 0;
+    }
+    return report_failure(err, "'%s': unknown transport; use shm:NAME, -, file:PATH or tcp://HOST:PORT", uri);
+}
+
+int tp_check_uri(const char *uri, char **err)
+{
+    parsed_uri p;
+    if (parse_uri(uri, &p, err) != 0)
+        return -1;
+    free(p.target);
+    return 0;
+}
+
+/* ---- opening ---------------------------------------------------------------------------- */
+
+static int open_shm(transport *t, const parsed_uri *p, const tp_options *opt, char **err)
+{
+    if (t->dir == TP_IN) {
+        t->ring = ring_attach(p->target, RING_CONSUMER, opt->attach_wait_ms, err);
+        return t->ring ? 0 : -1;
+    }
+    /* A writer makes the ring when it is first; attaching again covers the race with a
+     * second writer creating it at the same moment. */
+    char *attach_err = NULL, *create_err = NULL;
+    t->ring = ring_attach(p->target, RING_PRODUCER, 0, &attach_err);
+    free(attach_err);
+    attach_err = NULL;
+    if (t->ring)
+        return 0;
+    ring_geometry geo = {
+        .slot_bytes = opt->slot_bytes,
+        .n_slots = opt->depth ? opt->depth : 8,
+        .n_producers = p->producers ? p->producers : (opt->producers ? opt->producers : 1),
+    };
+    t->ring = ring_create(p->target, &geo, RING_PRODUCER, &create_err);
+    if (!t->ring) /* lost the race to another writer, or a real failure: tell which */
+        t->ring = ring_attach(p->target, RING_PRODUCER, 1000, &attach_err);
+    free(attach_err);
+    if (!t->ring && err)
+        *err = create_err, create_err = NULL;
+    free(create_err);
+    return t->ring ? 0 : -1;
+}
+
+static int open_fd(transport *t, const parsed_uri *p, char **err)
+{
+    if (t->kind == SCHEME_PIPE) {
+        t->fd = t->dir == TP_IN ? STDIN_FILENO : STDOUT_FILENO;
+        return 0;
+    }
+    if (t->dir == TP_OUT) {
+        /* Through a temp name: a cache that a crash cut short never takes the real name. */
+        if (atomic_file_open(&t->out_file, p->target, err) != 0)
+            return -1;
+        t->out_file_open = true;
+        t->fd = t->out_file.fd;
+        return 0;
+    }
+    t->fd = open(p->target, O_RDONLY | O_CLOEXEC);
+    if (t->fd < 0)
+        return report_failure(err, "%s: %s", p->target, strerror(errno));
+    return 0;
+}
+
+static int open_tcp(transport *t, const parsed_uri *p, const tp_options *opt, char **err)
+{
+    t->zsock = zmq_socket_open(t->dir == TP_IN ? ZMQ_PULL : ZMQ_PUSH);
+    if (!t->zsock)
+        return report_failure(err, "%s: zmq_socket: %s", t->uri, zmq_strerror(zmq_errno()));
+    int hwm = opt->depth ? (int)opt->depth : 8;
+    /* A closing writer delivers what it queued, EOS included, unless the reader is gone
+     * for this long. */
+    int linger = TCP_LINGER_MS;
+    zmq_setsockopt(t->zsock, t->dir == TP_IN ? ZMQ_RCVHWM : ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(t->zsock, ZMQ_LINGER, &linger, sizeof linger);
+    int64_t max_msg = (int64_t)(opt->slot_bytes ? opt->slot_bytes : REC_MAX_BYTES);
+    if (t->dir == TP_IN)
+        zmq_setsockopt(t->zsock, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
+    int rc = t->dir == TP_IN ? zmq_bind(t->zsock, p->target) : zmq_connect(t->zsock, p->target);
+    if (rc != 0)
+        return report_failure(err, "%s: cannot %s: %s", t->uri, t->dir == TP_IN ? "bind" : "connect",
+                              zmq_strerror(zmq_errno()));
+    t->producers = p->producers ? p->producers : (opt->producers ? opt->producers : 1);
+    return 0;
+}
+
+transport *tp_open(const char *uri, tp_direction dir, const tp_options *opt, char **err)
+{
+    parsed_uri p;
+    if (parse_uri(uri, &p, err) != 0)
+        return NULL;
+    transport *t = xcalloc(1, sizeof *t);
+    t->kind = p.kind;
+    t->dir = dir;
+    t->uri = xstrdup(uri);
+    t->fd = -1;
+    int rc;
+    switch (p.kind) {
+    case SCHEME_SHM: rc = open_shm(t, &p, opt, err); break;
+    case SCHEME_TCP: rc = open_tcp(t, &p, opt, err); break;
+    default: rc = open_fd(t, &p, err); break;
+    }
+    if (rc == 0 && dir == TP_OUT && p.kind != SCHEME_SHM) {
+        t->buf.cap = opt->slot_bytes ? opt->slot_bytes : (size_t)64 << 20;
+        t->buf.data = xmalloc_large(t->buf.cap);
+    }
+    free(p.target);
+    if (rc != 0) {
+        tp_abandon(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* ---- reading ---------------------------------------------------------------------------- */
+
+/* Wait until fd is readable, so that a stage blocked on a quiet pipe can still heartbeat. */
+static tp_status wait_readable(transport *t, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = t->fd, .events = POLLIN};
+    int n = poll(&pfd, 1, timeout_ms);
+    if (n == 0 || (n < 0 && errno == EINTR))
+        return TP_TIMEOUT;
+    if (n < 0) {
+        set_error(t, "%s: poll: %s", t->uri, strerror(errno));
+        return TP_ERROR;
+    }
+    return TP_OK;
+}
+
+static tp_status after_stream_record(transport *t, rec_view *view)
+{
+    if (view->hdr->kind == REC_EOS) {
+        t->ended = true;
+        return TP_EOS;
+    }
+    return TP_OK;
+}
+
+static tp_status read_fd(transport *t, rec_view *view, int timeout_ms)
+{
+    if (t->kind == SCHEME_PIPE) {
+        tp_status st = wait_readable(t, timeout_ms);
+        if (st != TP_OK)
+            return st;
+    }
+    char *msg = NULL;
+    int rc = rec_fd_read(t->fd, &t->buf, view, &t->offset, &msg);
+    if (rc < 0)
+        return fail_with(t, msg);
+    if (rc == 0) {
+        set_error(t, "%s: the stream ended after %llu bytes without an end-of-stream record: the "
+                     "stage writing it stopped early (see its error)",
+                  t->kind == SCHEME_PIPE ? "stdin" : t->uri, (unsigned long long)t->offset);
+        return TP_ERROR;
+    }
+    return after_stream_record(t, view);
+}
+
+static tp_status read_shm(transport *t, rec_view *view, int timeout_ms)
+{
+    for (;;) {
+        ring_status st = ring_read_begin(t->ring, &t->slot, timeout_ms);
+        if (st == RING_TIMEOUT)
+            return TP_TIMEOUT;
+        if (st == RING_EOS) {
+            t->ended = true;
+            return TP_EOS;
+        }
+        if (st != RING_OK) {
+            set_error(t, "%s: %s", t->uri, ring_error(t->ring));
+            return TP_ERROR;
+        }
+        if (t->slot.len == 0) { /* a writer gave its slot back empty */
+            ring_read_end(t->ring, &t->slot);
+            continue;
+        }
+        t->claimed = true;
+        char *msg = NULL;
+        if (rec_parse(t->slot.data, t->slot.len, view, &msg) != 0)
+            return fail_with(t, msg);
+        return TP_OK;
+    }
+}
+
+/* One ZeroMQ message is one record. Payloads must be 64-byte aligned for the readers, and
+ * ZeroMQ's buffers are not, so the message is copied into our aligned buffer. */
+static tp_status read_tcp(transport *t, rec_view *view, int timeout_ms)
+{
+    for (;;) {
+        zmq_pollitem_t item = {.socket = t->zsock, .events = ZMQ_POLLIN};
+        int n = zmq_poll(&item, 1, timeout_ms);
+        if (n == 0 || (n < 0 && zmq_errno() == EINTR))
+            return TP_TIMEOUT;
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (n < 0 || zmq_msg_recv(&m, t->zsock, ZMQ_DONTWAIT) < 0) {
+            int e = zmq_errno();
+            zmq_msg_close(&m);
+            if (e == EAGAIN || e == EINTR)
+                return TP_TIMEOUT;
+            set_error(t, "%s: receive: %s", t->uri, zmq_strerror(e));
+            return TP_ERROR;
+        }
+        size_t len = zmq_msg_size(&m);
+        if (len > t->buf.cap) {
+            free(t->buf.data);
+            t->buf.cap = (len + 4095) & ~(size_t)4095;
+            t->buf.data = xmalloc_large(t->buf.cap);
+        }
+        memcpy(t->buf.data, zmq_msg_data(&m), len);
+        zmq_msg_close(&m);
+        char *msg = NULL;
+        if (rec_parse(t->buf.data, len, view, &msg) != 0)
+            return fail_with(t, msg);
+        t->offset += len;
+        if (view->hdr->kind != REC_EOS)
+            return TP_OK;
+        if (++t->eos_seen >= t->producers) {
+            t->ended = true;
+            return TP_EOS;
+        }
+    }
+}
+
+tp_status tp_read(transport *t, rec_view *view, int timeout_ms)
+{
+    if (t->ended)
+        return TP_EOS;
+    switch (t->kind) {
+    case SCHEME_SHM: return read_shm(t, view, timeout_ms);
+    case SCHEME_TCP: return read_tcp(t, view, timeout_ms);
+    default: return read_fd(t, view, timeout_ms);
+    }
+}
+
+void tp_read_done(transport *t)
+{
+    if (t->kind == SCHEME_SHM && t->claimed) {
+        ring_read_end(t->ring, &t->slot);
+        t->claimed = false;
+    }
+}
+
+/* ---- writing ---------------------------------------------------------------------------- */
+
+tp_status tp_write_begin(transport *t, void **buf, size_t *cap, int timeout_ms)
+{
+    if (t->kind != SCHEME_SHM) {
+        *buf = t->buf.data;
+        *cap = t->buf.cap;
+        return TP_OK;
+    }
+    ring_status st = ring_write_begin(t->ring, &t->slot, timeout_ms);
+    if (st == RING_TIMEOUT)
+        return TP_TIMEOUT;
+    if (st == RING_NO_READERS) {
+        set_error(t, "%s: every reader of this ring has gone", t->uri);
+        return TP_NO_READERS;
+    }
+    if (st != RING_OK) {
+        set_error(t, "%s: %s", t->uri, ring_error(t->ring));
+        return TP_ERROR;
+    }
+    t->claimed = true;
+    *buf = t->slot.data;
+    *cap = ring_slot_bytes(t->ring);
+    return TP_OK;
+}
+
+static tp_status send_tcp(transport *t, const void *data, size_t len)
+{
+    for (;;) {
+        if (zmq_send(t->zsock, data, len, 0) >= 0)
+            return TP_OK;
+        if (zmq_errno() != EINTR) {
+            set_error(t, "%s: send: %s", t->uri, zmq_strerror(zmq_errno()));
+            return TP_ERROR;
+        }
+    }
+}
+
+static tp_status send_bytes(transport *t, const void *data, size_t len)
+{
+    if (t->kind == SCHEME_TCP)
+        return send_tcp(t, data, len);
+    char *msg = NULL;
+    if (rec_fd_write(t->fd, data, len, &msg) == 0)
+        return TP_OK;
+    if (t->kind == SCHEME_PIPE && errno == EPIPE) {
+        free(msg);
+        set_error(t, "stdout: the reader of this pipe has gone");
+        return TP_NO_READERS;
+    }
+    return fail_with(t, msg);
+}
+
+tp_status tp_write_end(transport *t, size_t len)
+{
+    if (t->kind == SCHEME_SHM) {
+        ring_write_end(t->ring, &t->slot, len);
+        t->claimed = false;
+        return TP_OK;
+    }
+    const rec_header *h = (const rec_header *)t->buf.data;
+    if (len >= sizeof *h)
+        t->last_seq = h->seq;
+    return send_bytes(t, t->buf.data, len);
+}
+
+void tp_write_abort(transport *t)
+{
+    if (t->kind == SCHEME_SHM && t->claimed) {
+        ring_write_abort(t->ring, &t->slot);
+        t->claimed = false;
+    }
+}
+
+/* ---- closing ---------------------------------------------------------------------------- */
+
+static tp_status send_eos(transport *t)
+{
+    uint8_t eos[REC_HEADER_BYTES] __attribute__((aligned(64)));
+    size_t n = rec_write_eos(eos, sizeof eos, t->last_seq + 1);
+    return send_bytes(t, eos, n);
+}
+
+static void free_transport(transport *t)
+{
+    if (t->fd >= 0 && t->kind == SCHEME_FILE && !t->out_file_open)
+        close(t->fd);
+    if (t->out_file_open)
+        atomic_file_abort(&t->out_file);
+    if (t->zsock)
+        zmq_socket_close(t->zsock);
+    rec_buf_free(&t->buf);
+    free(t->uri);
+    free(t);
+}
+
+tp_status tp_close(transport *t)
+{
+    if (!t)
+        return TP_OK;
+    tp_status st = TP_OK;
+    if (t->dir == TP_OUT && t->kind != SCHEME_SHM) {
+        st = send_eos(t);
+        char *msg = NULL;
+        if (st == TP_OK && t->out_file_open) {
+            if (atomic_file_commit(&t->out_file, &msg) != 0)
+                st = fail_with(t, msg);
+            t->out_file_open = false;
+            t->fd = -1; /* closed by the commit */
+        }
+        if (st != TP_OK)
+            log_error("%s", t->error);
+    }
+    if (t->kind == SCHEME_SHM) {
+        tp_write_abort(t);
+        tp_read_done(t);
+        ring_close(t->ring); /* a producer's close counts towards the ring's end of stream */
+    }
+    free_transport(t);
+    return st;
+}
+
+void tp_abandon(transport *t)
+{
+    if (!t)
+        return;
+    if (t->kind == SCHEME_SHM && t->ring) {
+        /* Leaving without closing as a producer would leave readers waiting for an end that
+         * never comes; breaking the ring tells them at once. */
+        if (t->dir == TP_OUT)
+            ring_break(t->ring, "%s: the writer pid %d stopped on an error", t->uri, (int)getpid());
+        ring_close(t->ring);
+    }
+    if (t->kind == SCHEME_TCP && t->zsock) {
+        int zero = 0;
+        zmq_setsockopt(t->zsock, ZMQ_LINGER, &zero, sizeof zero);
+    }
+    free_transport(t);
+}
+
+const char *tp_error(const transport *t) { return t->error; }
+const char *tp_uri(const transport *t) { return t->uri; }
+struct ring *tp_ring(const transport *t) { return t->ring; }

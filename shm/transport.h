@@ -1,0 +1,79 @@
+/*
+ * transport.h — one way to move records between stages, whatever carries them.
+ *
+ * A stage reads from one transport and writes to another, each named by a URI:
+ *
+ *   shm:NAME        a shared-memory ring (ring.h): zero-copy, records built and read in place
+ *   -               framed records on stdin (--in) or stdout (--out), for shell pipelines
+ *   file:PATH       a file of records, to cache a stream and replay it
+ *   tcp://HOST:PORT ZeroMQ PUSH/PULL between machines; the reading side binds, the writing
+ *                   side connects (so many decode nodes can feed one trainer node); the
+ *                   high-water marks are the ring depth, so a slow reader holds writers back
+ *
+ * The same record bytes travel on all four. The byte transports (-, file:, tcp://) end a
+ * stream with an explicit REC_EOS record, so a reader can tell a producer that finished from
+ * one that died (a pipe or file that ends without it is an error). A tcp reader counts one
+ * EOS per producer (`?producers=N`, default 1) before it reports the end.
+ *
+ * Writing is two-step everywhere: tp_write_begin hands out a 64-byte-aligned buffer of
+ * `slot_bytes` (the ring slot itself for shm:, a private buffer for the others) in which
+ * the caller builds its record with rec_writer; tp_write_end sends it. Reading hands out a
+ * validated rec_view that stays valid until tp_read_done.
+ *
+ * Every wait is bounded by timeout_ms so that a stage can send heartbeats and notice a stop
+ * request while it waits; TP_TIMEOUT means "nothing yet, call again".
+ */
+#ifndef SELFSUP_TRANSPORT_H
+#define SELFSUP_TRANSPORT_H
+
+#include "record.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    TP_OK = 0,
+    TP_EOS = 1,        /* read: the stream ended cleanly */
+    TP_TIMEOUT = 2,    /* nothing happened within timeout_ms */
+    TP_ERROR = -1,     /* see tp_error() */
+    TP_NO_READERS = -2 /* write: nobody will ever read what we write (reader gone) */
+} tp_status;
+
+typedef enum { TP_IN, TP_OUT } tp_direction;
+
+typedef struct {
+    size_t slot_bytes;    /* largest record this side writes or accepts */
+    uint32_t depth;       /* ring slots / ZeroMQ high-water mark */
+    uint32_t producers;   /* shm: producers a ring made by this side expects; tcp: EOS count */
+    int attach_wait_ms;   /* shm reader: how long to wait for the ring to appear */
+} tp_options;
+
+typedef struct transport transport;
+
+/* Open `uri` for reading or writing. An shm: writer creates the ring when it does not exist
+ * yet (with opt's geometry) and attaches otherwise; an shm: reader attaches, waiting up to
+ * attach_wait_ms. NULL with *err on failure (unknown scheme, unreachable, bad name). */
+transport *tp_open(const char *uri, tp_direction dir, const tp_options *opt, char **err);
+/* Check a URI's syntax without opening it (for argument parsing). 0 or -1 with *err. */
+int tp_check_uri(const char *uri, char **err);
+
+tp_status tp_read(transport *t, rec_view *view, int timeout_ms);
+void tp_read_done(transport *t);
+
+tp_status tp_write_begin(transport *t, void **buf, size_t *cap, int timeout_ms);
+tp_status tp_write_end(transport *t, size_t len);
+void tp_write_abort(transport *t);
+
+/* Writer: end the stream (EOS record or producer close). Reader: detach. Then free. Returns
+ * TP_OK or TP_ERROR (e.g. the EOS could not be written); frees in any case. */
+tp_status tp_close(transport *t);
+/* Close after a failure: no EOS is sent, so readers learn that the stream broke. */
+void tp_abandon(transport *t);
+
+const char *tp_error(const transport *t);
+const char *tp_uri(const transport *t);
+/* For shm: the ring (fill level, data area for cudaHostRegister); NULL for the others. */
+struct ring *tp_ring(const transport *t);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * selfsup-test-produce — a synthetic data source for the tests: writes --count records whose
+ * sequence numbers are INDEX, INDEX+STRIDE, INDEX+2·STRIDE … (so several producers never
+ * collide), each with a checkable "data" payload of --size bytes and its "sum".
+ */
+#include "stage.h"
+#include "test_stage.h"
+
+#include <signal.h>
+#include <stdio.h>
+
+typedef struct {
+    long count, size, index, stride;
+    test_misbehave bad;
+} produce_opts;
+
+static int option(void *state, int argc, char **argv)
+{
+    produce_opts *o = state;
+    int used = test_misbehave_option(&o->bad, argc, argv);
+    if (used)
+        return used;
+    long *target = !strcmp(argv[0], "--count")    ? &o->count
+                   : !strcmp(argv[0], "--size")   ? &o->size
+                   : !strcmp(argv[0], "--index")  ? &o->index
+                   : !strcmp(argv[0], "--stride") ? &o->stride
+                                                  : NULL;
+    if (!target)
+        return 0;
+    if (argc < 2)
+        return -1;
+    *target = strtol(argv[1], NULL, 10);
+    return 2;
+}
+
+static int run(stage *s, void *state)
+{
+    produce_opts *o = state;
+    for (long i = 0; i < o->count; i++) {
+        if (o->bad.fail_after && i == o->bad.fail_after) {
+            fprintf(stderr, "test-produce: failing on purpose after %ld records\n", i);
+            return 1;
+        }
+        if (o->bad.crash_after && i == o->bad.crash_after)
+            raise(SIGKILL);
+        uint64_t seq = (uint64_t)(o->index + i * o->stride);
+        rec_writer *w = stage_record_begin(s, REC_DATA, seq, stage_epoch(s), 2);
+        if (!w)
+            return stage_exit_status(s);
+        uint64_t n = (uint64_t)o->size, one = 1;
+        uint8_t *data = rec_add(w, "data", REC_U8, 1, &n);
+        uint64_t *sum = rec_add(w, "sum", REC_I64, 1, &one);
+        if (data && sum) {
+            for (size_t k = 0; k < n; k++)
+                data[k] = test_pattern(seq, k);
+            *sum = test_fnv1a(data, n);
+        }
+        if (stage_record_end(s) != 0)
+            return 1;
+        if (o->bad.sleep_us)
+            usleep((useconds_t)o->bad.sleep_us);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const stage_info info = {
+        .name = "test-produce",
+        .summary = "Write synthetic, checkable records (a test stage).",
+        .role = "producer",
+        .writes = true,
+        .option = option,
+        .options = "  --count N, --size BYTES, --index K, --stride S   records K, K+S, ...\n"
+                   "  --sleep-us N, --fail-after N, --crash-after N     misbehave on purpose\n",
+    };
+    produce_opts o = {.count = 100, .size = 1000, .stride = 1};
+    return stage_main(argc, argv, &info, &o, run);
+}

@@ -1,0 +1,53 @@
+/*
+ * test_stage.h — what the test stages share: the synthetic record they pass around and the
+ * options that make them misbehave on purpose (fail, die, go slow) for the fault tests.
+ *
+ * A test record is seq-numbered; its "data" tensor (uint8, `size` bytes) is a pattern that
+ * depends only on (seq, i), and its "sum" tensor (uint64) is the FNV-1a hash of the data, so
+ * a consumer can check every byte that crossed the pipeline without knowing the producer.
+ */
+#ifndef SELFSUP_TEST_STAGE_H
+#define SELFSUP_TEST_STAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static inline uint8_t test_pattern(uint64_t seq, size_t i)
+{
+    uint64_t x = seq * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return (uint8_t)(x * 0x94D049BB133111EBull >> 56);
+}
+
+static inline uint64_t test_fnv1a(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Options every test stage takes: --sleep-us N (per record), --fail-after N (exit 1 after N
+ * records), --crash-after N (SIGKILL itself after N records). Returns arguments used. */
+typedef struct {
+    long sleep_us, fail_after, crash_after;
+} test_misbehave;
+
+static inline int test_misbehave_option(test_misbehave *m, int argc, char **argv)
+{
+    long *target = !strcmp(argv[0], "--sleep-us")      ? &m->sleep_us
+                   : !strcmp(argv[0], "--fail-after")  ? &m->fail_after
+                   : !strcmp(argv[0], "--crash-after") ? &m->crash_after
+                                                       : NULL;
+    if (!target)
+        return 0;
+    if (argc < 2)
+        return -1;
+    *target = strtol(argv[1], NULL, 10);
+    return 2;
+}
+
+#endif

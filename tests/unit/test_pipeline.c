@@ -1,0 +1,590 @@
+/*
+ * test_pipeline.c — stages, transports and the orchestrator, end to end, with the test
+ * stages of tests/stages (a checkable producer, a pass-through worker, a checking consumer).
+ *
+ *   - transport equivalence: one stream through shm:, -, file: and tcp:// arrives as the same
+ *     bytes, and those bytes are the ones the producer wrote straight to a file;
+ *   - shell pipelines: a dead producer upstream of a pipe is an error downstream, never a
+ *     silently short stream; a record too big for its slot names the setting to raise;
+ *   - `selfsup run`: a clean run; a stage that fails; kill -9 of the producer, of a worker and
+ *     of the consumer at random moments, 20 times each; SIGINT. Every ending must come within
+ *     2 s (generous deadlines beyond that only keep a broken build from hanging), name the
+ *     stage, and leave no process and no /dev/shm segment behind.
+ */
+#include "control.h"
+#include "util.h"
+
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RECORDS 2000
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static char *bin(const char *name)
+{
+    char *rel = xasprintf("tests/selfsup-test-%s", name);
+    char *p = test_build_path(rel);
+    free(rel);
+    return p;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A TCP port that was free a moment ago (bind to port 0, read it back, let it go). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static bool files_equal(const char *a, const char *b)
+{
+    size_t na, nb;
+    char *da = read_whole_file(a, &na), *db = read_whole_file(b, &nb);
+    bool eq = da && db && na == nb && memcmp(da, db, na) == 0;
+    free(da);
+    free(db);
+    return eq;
+}
+
+/* Start `sh -c "exec CMD"` with stdout+stderr into `log`; the pid is CMD's own. */
+static pid_t start_cmd(const char *cmd, const char *log)
+{
+    /* Nothing allocates in the child: with ZeroMQ's threads running in this process, a
+     * malloc between fork and exec could wait forever on a lock a thread held. */
+    char *full = xasprintf("exec %s", cmd);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
+    free(full);
+    return pid;
+}
+
+/* Wait up to `seconds`; on timeout kill it and fail the test. Returns the exit status. */
+static int wait_for(pid_t pid, double seconds, double *took)
+{
+    double t0 = now();
+    int st;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            break;
+        if (now() - t0 > seconds) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            cr_assert_fail("process %d did not end within %.0f s", (int)pid, seconds);
+        }
+        usleep(5000);
+    }
+    if (took)
+        *took = now() - t0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Processes whose command line mentions `tag` (our temp dir), other than ourselves. */
+static int processes_mentioning(const char *tag)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        int pid = atoi(e->d_name);
+        if (pid <= 0 || pid == getpid())
+            continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        size_t len;
+        char *cmd = read_whole_file(path, &len);
+        if (!cmd)
+            continue;
+        for (size_t i = 0; i + 1 < len; i++)
+            if (!cmd[i])
+                cmd[i] = ' ';
+        if (len && strstr(cmd, tag)) {
+            /* A zombie that its parent has not reaped yet is gone for our purposes. */
+            char stat_path[64];
+            snprintf(stat_path, sizeof stat_path, "/proc/%d/stat", pid);
+            char *stat = read_whole_file(stat_path, &len);
+            char *close_paren = stat ? strrchr(stat, ')') : NULL;
+            if (!close_paren || close_paren[2] != 'Z')
+                n++;
+            free(stat);
+        }
+        free(cmd);
+    }
+    closedir(d);
+    return n;
+}
+
+static int shm_segments_of(pid_t creator)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "selfsup.%d.", (int)creator);
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)))
+        n += !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return n;
+}
+
+static char *read_text(const char *path)
+{
+    size_t n;
+    char *s = read_whole_file(path, &n);
+    return s ? s : xstrdup("");
+}
+
+/* ---- transports ------------------------------------------------------------------------------ */
+
+static const char *COMMON = "--slot-bytes 65536 --depth 4";
+
+/* produce → passthru → passthru → file, with `a` and `b` the two links between them; `sep`
+ * is "|" for stages that run at once, "&&" for files (written, then replayed). */
+static void relay(const char *dir, const char *a_out, const char *a_in, const char *b_out, const char *b_in,
+                  const char *sep, const char *result)
+{
+    char *produce = bin("produce"), *pass = bin("passthru");
+    char *cmd = xasprintf("cd %s && %s %s --count %d --size 3000 --out '%s' %s "
+                          "%s %s --in '%s' --out '%s' %s %s %s --in '%s' --out file:%s",
+                          dir, produce, COMMON, RECORDS, a_out, sep, pass, COMMON, a_in, b_out, sep, pass, COMMON,
+                          b_in, result);
+    char *out;
+    int st = test_run(cmd, &out);
+    cr_assert_eq(st, 0, "%s\n%s", cmd, out);
+    free(out);
+    free(cmd);
+    free(produce);
+    free(pass);
+}
+
+Test(pipeline, transports_carry_identical_bytes, .timeout = 120)
+{
+    char *dir = test_make_tmpdir();
+    char *produce = bin("produce");
+    char *cmd = xasprintf("cd %s && %s %s --count %d --size 3000 --out file:direct.rec", dir, produce, COMMON,
+                          RECORDS);
+    char *out;
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    free(out);
+    free(cmd);
+
+    char ring1[64], ring2[64];
+    snprintf(ring1, sizeof ring1, "shm:selfsup-test-%d-a", (int)getpid());
+    snprintf(ring2, sizeof ring2, "shm:selfsup-test-%d-b", (int)getpid());
+    relay(dir, "-", "-", "-", "-", "|", "pipe.rec");
+    relay(dir, ring1, ring1, ring2, ring2, "|", "shm.rec");
+    relay(dir, "file:f1.rec", "file:f1.rec", "file:f2.rec", "file:f2.rec", "&&", "file.rec");
+    char tcp[64];
+    snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", free_port());
+    relay(dir, tcp, tcp, "-", "-", "|", "tcp.rec");
+
+    char *direct = path_join(dir, "direct.rec");
+    const char *names[] = {"pipe.rec", "shm.rec", "file.rec", "tcp.rec"};
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        char *p = path_join(dir, names[i]);
+        cr_expect(files_equal(direct, p), "%s differs from what the producer wrote", names[i]);
+        free(p);
+    }
+    /* And the consumer agrees that every record is intact and present once. */
+    char *check = bin("check");
+    cmd = xasprintf("%s --in file:%s --expect %d", check, direct, RECORDS);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    cr_expect(strstr(out, "check: 2000 records"), "%s", out);
+    free(out);
+    free(cmd);
+    cr_expect_eq(access("/dev/shm/selfsup-test-a", F_OK), -1);
+    free(check);
+    free(direct);
+    free(produce);
+    test_rm_dir(dir);
+}
+
+Test(pipeline, dead_producer_is_an_error_downstream, .timeout = 60)
+{
+    char *produce = bin("produce"), *check = bin("check");
+    char *cmd = xasprintf("%s --count 1000 --crash-after 300 | %s --expect 1000", produce, check);
+    char *out;
+    int st = test_run(cmd, &out);
+    cr_expect_eq(st, 1, "%s", out);
+    cr_expect(strstr(out, "without an end-of-stream record"), "%s", out);
+    free(out);
+    free(cmd);
+    /* The same with a clean end is fine: the error above is about the crash, not the pipe. */
+    cmd = xasprintf("%s --count 1000 | %s --expect 1000", produce, check);
+    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    free(out);
+    free(cmd);
+    free(produce);
+    free(check);
+}
+
+Test(pipeline, record_too_big_for_its_slot, .timeout = 60)
+{
+    char *produce = bin("produce"), *check = bin("check");
+    char ring[64];
+    snprintf(ring, sizeof ring, "selfsup-test-%d-big", (int)getpid());
+    char *cmd = xasprintf("%s --count 10 --size 100000 --slot-bytes 65536 --out shm:%s & "
+                          "%s --in shm:%s; wait $!",
+                          produce, ring, check, ring);
+    char *out;
+    int st = test_run(cmd, &out);
+    cr_expect_neq(st, 0, "%s", out);
+    cr_expect(strstr(out, "SELFSUP.RING.SLOT_BYTES"), "the error should name the setting to raise:\n%s", out);
+    char *seg = xasprintf("/dev/shm/%s", ring);
+    cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
+    unlink(seg);
+    free(seg);
+    free(out);
+    free(cmd);
+    free(produce);
+    free(check);
+}
+
+/* ---- the orchestrator ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *dir, *config, *log;
+} run_env;
+
+/* A config whose stages are the test stages; `extra` holds extra options per stage. */
+static run_env make_run(const char *decode_extra, const char *augment_extra, const char *train_extra, int count)
+{
+    run_env e;
+    e.dir = test_make_tmpdir();
+    char *produce = bin("produce"), *pass = bin("passthru"), *check = bin("check");
+    char *yaml = xasprintf("config:\n"
+                           "  DATA:\n"
+                           "    NUM_DATALOADER_WORKERS: 2\n"
+                           "  DISTRIBUTED:\n"
+                           "    NUM_PROC_PER_NODE: 1\n"
+                           "  SELFSUP:\n"
+                           "    RING: {SLOT_BYTES: 65536, DEPTH: 4}\n"
+                           "    STAGES:\n"
+                           "      decode: \"%s --count %d --size 2000 %s\"\n"
+                           "      augment: \"%s %s\"\n"
+                           "      collate: \"%s\"\n"
+                           "      train: \"%s --expect %d %s\"\n",
+                           produce, count, decode_extra, pass, augment_extra, pass, check, count, train_extra);
+    e.config = path_join(e.dir, "run.yaml");
+    FILE *f = fopen(e.config, "w");
+    fputs(yaml, f);
+    fclose(f);
+    e.log = path_join(e.dir, "selfsup.log");
+    free(yaml);
+    free(produce);
+    free(pass);
+    free(check);
+    return e;
+}
+
+static pid_t start_run(const run_env *e)
+{
+    char *selfsup = test_build_path("selfsup");
+    char *cmd = xasprintf("%s run %s --run-dir %s/run", selfsup, e->config, e->dir);
+    pid_t pid = start_cmd(cmd, e->log);
+    free(cmd);
+    free(selfsup);
+    return pid;
+}
+
+/* Nothing of the run may survive it. */
+static void expect_clean(const run_env *e, pid_t selfsup)
+{
+    /* PDEATHSIG and SIGKILL are asynchronous: give the kernel a moment to finish them. */
+    for (int i = 0; i < 100 && processes_mentioning(e->dir) > 0; i++)
+        usleep(10000);
+    cr_expect_eq(processes_mentioning(e->dir), 0, "a stage outlived the run");
+    cr_expect_eq(shm_segments_of(selfsup), 0, "a shared-memory segment outlived the run");
+}
+
+static void free_run(run_env *e)
+{
+    char *cmd = xasprintf("rm -rf '%s'", e->dir);
+    cr_expect_eq(system(cmd), 0);
+    free(cmd);
+    free(e->dir);
+    free(e->config);
+    free(e->log);
+}
+
+Test(pipeline, run_completes, .timeout = 120)
+{
+    run_env e = make_run("", "", "", RECORDS);
+    pid_t pid = start_run(&e);
+    int st = wait_for(pid, 60, NULL);
+    char *log = read_text(e.log);
+    cr_assert_eq(st, 0, "%s", log);
+    char *consumer_log_path = xasprintf("%s/run/logs/train.0.log", e.dir);
+    char *consumer = read_text(consumer_log_path);
+    cr_expect(strstr(consumer, "check: 2000 records"), "%s", consumer);
+    char *config_yaml = xasprintf("%s/run/config.yaml", e.dir);
+    cr_expect_eq(access(config_yaml, F_OK), 0, "the run directory should hold config.yaml");
+    for (int i = 0; i < 2; i++) {
+        char *p = xasprintf("%s/run/logs/augment.%d.log", e.dir, i);
+        cr_expect_eq(access(p, F_OK), 0, "no log for augment.%d", i);
+        free(p);
+    }
+    expect_clean(&e, pid);
+    free(config_yaml);
+    free(consumer);
+    free(consumer_log_path);
+    free(log);
+    free_run(&e);
+}
+
+Test(pipeline, failing_stage_stops_the_run, .timeout = 120)
+{
+    run_env e = make_run("", "--fail-after 100", "", 100000);
+    pid_t pid = start_run(&e);
+    double took;
+    int st = wait_for(pid, 60, &took);
+    char *log = read_text(e.log);
+    cr_expect_eq(st, 1, "%s", log);
+    cr_expect(strstr(log, "stage augment.") && strstr(log, ") failed; stopping the run"),
+              "the message should name the stage that failed:\n%s", log);
+    cr_expect(strstr(log, "failing on purpose"), "the stage's last lines should be quoted:\n%s", log);
+    expect_clean(&e, pid);
+    free(log);
+    free_run(&e);
+}
+
+Test(pipeline, bad_config_starts_nothing)
+{
+    char *selfsup = test_build_path("selfsup");
+    char *dir = test_make_tmpdir();
+    char *cmd = xasprintf("%s run --run-dir %s/run config.DATA.NUM_DATALOADER_WORKRS=2", selfsup, dir);
+    char *out;
+    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    cr_expect(strstr(out, "NUM_DATALOADER_WORKERS"), "should suggest the right key:\n%s", out);
+    char *run = path_join(dir, "run");
+    cr_expect_eq(access(run, F_OK), -1, "no run directory for a refused config");
+    free(run);
+    free(out);
+    free(cmd);
+    /* A stage program that is not there is a config error too. */
+    cmd = xasprintf("%s run --run-dir %s/run2 config.SELFSUP.STAGES.decode=/nonexistent/prog", selfsup, dir);
+    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    cr_expect(strstr(out, "/nonexistent/prog"), "%s", out);
+    free(out);
+    free(cmd);
+    test_rm_dir(dir);
+    free(selfsup);
+}
+
+/* Stage ids as the orchestrator names them. */
+static pid_t find_stage(const run_env *e, const char *id)
+{
+    char *pattern = xasprintf("--id %s ", id);
+    pid_t found = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *ent;
+    while (!found && (ent = readdir(d))) {
+        int pid = atoi(ent->d_name);
+        if (pid <= 0)
+            continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        size_t len;
+        char *cmd = read_whole_file(path, &len);
+        if (!cmd)
+            continue;
+        for (size_t i = 0; i + 1 < len; i++)
+            if (!cmd[i])
+                cmd[i] = ' ';
+        if (strstr(cmd, e->dir) && strstr(cmd, pattern))
+            found = pid;
+        free(cmd);
+    }
+    closedir(d);
+    free(pattern);
+    return found;
+}
+
+/* kill -9 one stage at a random moment, `rounds` times; the run must end within 2 s. */
+static void kill_rounds(const char *id, int rounds, unsigned seed)
+{
+    srand(seed);
+    for (int round = 0; round < rounds; round++) {
+        /* Paced so that the run is still going when the kill comes. */
+        run_env e = make_run("--sleep-us 200", "", "", 1000000);
+        pid_t pid = start_run(&e);
+        usleep((useconds_t)(20000 + rand() % 400000));
+        pid_t victim = 0;
+        for (int i = 0; i < 500 && !(victim = find_stage(&e, id)); i++)
+            usleep(2000);
+        cr_assert(victim > 0, "round %d: stage %s never started", round, id);
+        kill(victim, SIGKILL);
+        double took;
+        int st = wait_for(pid, 30, &took);
+        char *log = read_text(e.log);
+        cr_expect_eq(st, 1, "round %d: %s", round, log);
+        char *named = xasprintf("stage %s (pid %d) was killed by signal 9", id, (int)victim);
+        cr_expect(strstr(log, named), "round %d: the message should name %s:\n%s", round, id, log);
+        cr_expect_lt(took, 2.0, "round %d: the run took %.2f s to stop after the kill", round, took);
+        expect_clean(&e, pid);
+        free(named);
+        free(log);
+        free_run(&e);
+    }
+}
+
+Test(pipeline, kill_producer, .timeout = 300) { kill_rounds("decode.0", 20, 1); }
+Test(pipeline, kill_worker, .timeout = 300) { kill_rounds("augment.1", 20, 2); }
+Test(pipeline, kill_consumer, .timeout = 300) { kill_rounds("train.0", 20, 3); }
+
+Test(pipeline, sigint_stops_cleanly, .timeout = 120)
+{
+    run_env e = make_run("--sleep-us 200", "", "", 1000000);
+    pid_t pid = start_run(&e);
+    for (int i = 0; i < 500 && !find_stage(&e, "train.0"); i++)
+        usleep(2000);
+    usleep(300000);
+    kill(pid, SIGINT);
+    double took;
+    int st = wait_for(pid, 30, &took);
+    char *log = read_text(e.log);
+    cr_expect_eq(st, 128 + SIGINT, "%s", log);
+    cr_expect_lt(took, 2.0, "a graceful stop of idle test stages took %.2f s", took);
+    char *consumer_log_path = xasprintf("%s/run/logs/train.0.log", e.dir);
+    char *consumer = read_text(consumer_log_path);
+    cr_expect(strstr(consumer, "check: "), "the consumer should have finished its loop:\n%s", consumer);
+    expect_clean(&e, pid);
+    free(consumer);
+    free(consumer_log_path);
+    free(log);
+    free_run(&e);
+}
+
+/* ---- the control protocol, seen from the orchestrator's side ---------------------------------- */
+
+/* Next message of `type` from the stage, skipping others; NULL after `seconds`. */
+static json_t *expect_msg(ctl_server *srv, const char *type, double seconds)
+{
+    double end = now() + seconds;
+    while (now() < end) {
+        char *peer = NULL;
+        json_t *m = ctl_server_recv(srv, 100, &peer);
+        free(peer);
+        if (m && !strcmp(json_string_value(json_object_get(m, "type")), type))
+            return m;
+        json_decref(m);
+    }
+    return NULL;
+}
+
+static json_int_t field(json_t *m, const char *key)
+{
+    return json_integer_value(json_object_get(m, key));
+}
+
+Test(pipeline, stage_obeys_control_commands, .timeout = 120)
+{
+    char *dir = test_make_tmpdir();
+    char *endpoint = xasprintf("ipc://%s/control.sock", dir);
+    char *err = NULL;
+    ctl_server *srv = ctl_bind(endpoint, "", &err);
+    cr_assert(srv, "%s", err);
+    char *produce = bin("produce"), *check = bin("check");
+    char *log = path_join(dir, "log");
+    char *ring = xasprintf("selfsup-test-%d-ctl", (int)getpid());
+    char *cmd = xasprintf("%s --count 1000000 --size 100 --sleep-us 100 --slot-bytes 65536 --out shm:%s "
+                          "--control %s --id decode.0 & %s --in shm:%s; wait",
+                          produce, ring, endpoint, check, ring);
+    pid_t pid = start_cmd(cmd, log);
+
+    json_t *hello = expect_msg(srv, "hello", 20);
+    cr_assert(hello, "no HELLO");
+    cr_expect_str_eq(json_string_value(json_object_get(hello, "id")), "decode.0");
+    cr_expect_str_eq(json_string_value(json_object_get(hello, "role")), "producer");
+    cr_expect_gt(field(hello, "pid"), 0);
+    json_decref(hello);
+
+    /* Nothing flows before START. */
+    json_t *hb = expect_msg(srv, "heartbeat", 3);
+    cr_expect(!hb || field(hb, "records_out") == 0, "records went out before START");
+    json_decref(hb);
+    cr_assert_eq(ctl_server_send(srv, "decode.0", ctl_msg("start")), 0);
+    json_t *running = expect_msg(srv, "heartbeat", 5);
+    cr_assert(running, "no heartbeat after START");
+    json_decref(running);
+    running = expect_msg(srv, "heartbeat", 5);
+    cr_assert(running);
+    cr_expect_gt(field(running, "records_out"), 0, "START did not start the stage");
+    json_t *counters = json_object_get(running, "counters");
+    cr_expect(json_is_object(counters) && json_is_real(json_object_get(running, "blocked_out_s")));
+    json_decref(running);
+
+    /* PAUSE: the count stops moving while heartbeats go on; RESUME: it moves again. */
+    cr_assert_eq(ctl_server_send(srv, "decode.0", ctl_msg("pause")), 0);
+    json_decref(expect_msg(srv, "heartbeat", 5)); /* may predate the pause */
+    json_t *a = expect_msg(srv, "heartbeat", 5), *b = expect_msg(srv, "heartbeat", 5);
+    cr_assert(a && b, "heartbeats must go on while paused");
+    cr_expect_eq(field(a, "records_out"), field(b, "records_out"), "records went out while paused");
+    json_int_t paused_at = field(b, "records_out");
+    json_decref(a);
+    json_decref(b);
+    cr_assert_eq(ctl_server_send(srv, "decode.0", ctl_msg("resume")), 0);
+    json_decref(expect_msg(srv, "heartbeat", 5));
+    a = expect_msg(srv, "heartbeat", 5);
+    cr_assert(a);
+    cr_expect_gt(field(a, "records_out"), paused_at, "RESUME did not resume");
+    json_decref(a);
+
+    /* STOP: a clean end, a FINAL with status ok, and the consumer sees the end of stream. */
+    cr_assert_eq(ctl_server_send(srv, "decode.0", ctl_msg("stop")), 0);
+    json_t *fin = expect_msg(srv, "final", 10);
+    cr_assert(fin, "no FINAL after STOP");
+    cr_expect_str_eq(json_string_value(json_object_get(fin, "status")), "ok");
+    json_decref(fin);
+    cr_expect_eq(wait_for(pid, 20, NULL), 0);
+    char *text = read_text(log);
+    cr_expect(strstr(text, "check: "), "%s", text);
+    char *seg = xasprintf("/dev/shm/%s", ring);
+    cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
+    free(seg);
+    free(text);
+    ctl_server_close(srv);
+    free(cmd);
+    free(ring);
+    free(log);
+    free(produce);
+    free(check);
+    free(endpoint);
+    free(err);
+    char *rm = xasprintf("rm -rf '%s'", dir);
+    cr_expect_eq(system(rm), 0);
+    free(rm);
+    free(dir);
+}
