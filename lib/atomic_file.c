@@ -11,12 +11,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int atomic_file_open(atomic_file *f, const char *path, char **err)
 {
     static unsigned counter;
     *f = (atomic_file){.fd = -1, .path = xstrdup(path)};
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* Renaming over /dev/null or a fifo would replace it with a plain file. */
+        atomic_file_abort(f);
+        return report_failure(err, "%s: not a regular file; refusing to replace it", path);
+    }
     /* pid + per-process counter makes collisions rare; O_EXCL makes them harmless */
     for (int attempt = 0; attempt < 100; attempt++) {
         unsigned n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);

@@ -43,9 +43,11 @@ typedef struct {
     bool hello, exited;
     int wstatus;
     double last_heartbeat;
-    uint64_t records_out, prev_records_out;
+    uint64_t records;           /* records handled: read (or written, for a source) */
+    double records_at;          /* when that count came */
+    uint64_t records_out;       /* for the ETA: a source's progress against "expected" */
     int64_t expected;           /* from a stage's "expected" counter, for the ETA */
-    double rate;                /* records out per second */
+    double rate;                /* records per second between its last two heartbeats */
 } proc;
 
 typedef enum { PHASE_STARTING, PHASE_RUNNING, PHASE_STOPPING } phase;
@@ -59,7 +61,7 @@ typedef struct {
     phase phase;
     int exit_status;            /* decided by the first thing that ends the run */
     double kill_at;             /* SIGKILL the survivors at this time (0: not yet) */
-    double started_at, last_progress, last_rate_at;
+    double started_at, last_progress;
     bool tty, progress_shown;
     int sfd;                    /* signalfd for SIGCHLD, SIGINT, SIGTERM */
 } run;
@@ -290,6 +292,13 @@ static void on_message(run *r, json_t *m, const char *peer)
         shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
     }
     p->records_out = (uint64_t)json_integer_value(json_object_get(m, "records_out"));
+    uint64_t in = (uint64_t)json_integer_value(json_object_get(m, "records_in"));
+    uint64_t records = in ? in : p->records_out;
+    double t = now_seconds();
+    if (p->records_at > 0 && t > p->records_at && records >= p->records)
+        p->rate = (double)(records - p->records) / (t - p->records_at);
+    p->records = records;
+    p->records_at = t;
     json_t *expected = json_object_get(json_object_get(m, "counters"), "expected");
     if (json_is_integer(expected))
         p->expected = json_integer_value(expected);
@@ -308,19 +317,6 @@ static void drain_control(run *r)
 }
 
 /* ---- progress -------------------------------------------------------------------------------- */
-
-static void update_rates(run *r, double now)
-{
-    double dt = now - r->last_rate_at;
-    if (dt <= 0)
-        return;
-    for (int i = 0; i < r->n; i++) {
-        proc *p = &r->procs[i];
-        p->rate = (double)(p->records_out - p->prev_records_out) / dt;
-        p->prev_records_out = p->records_out;
-    }
-    r->last_rate_at = now;
-}
 
 /* "decode 812/s | augment×4 806/s | collate 50/s | train 50/s | rings 3/8 8/8 1/8 | ETA 0:42" */
 static void progress_text(run *r, strbuf *sb)
@@ -362,7 +358,6 @@ static void show_progress(run *r, double now)
     double every = r->tty ? PROGRESS_TTY_S : PROGRESS_LOG_S;
     if (r->phase != PHASE_RUNNING || now - r->last_progress < every)
         return;
-    update_rates(r, now);
     r->last_progress = now;
     strbuf sb = {0};
     progress_text(r, &sb);
@@ -395,7 +390,7 @@ static void advance(run *r, double now)
         if (hellos == r->n) {
             r->phase = PHASE_RUNNING;
             send_all(r, "start");
-            r->last_rate_at = r->last_progress = now;
+            r->last_progress = now;
         } else if (now - r->started_at > HELLO_TIMEOUT_S) {
             for (int i = 0; i < r->n; i++)
                 if (!r->procs[i].hello && !r->procs[i].exited)

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -214,6 +215,14 @@ static int open_fd(transport *t, const parsed_uri *p, char **err)
 {
     if (t->kind == SCHEME_PIPE) {
         t->fd = t->dir == TP_IN ? STDIN_FILENO : STDOUT_FILENO;
+        return 0;
+    }
+    struct stat st;
+    if (t->dir == TP_OUT && stat(p->target, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* A device or a fifo (file:/dev/null, file:/dev/stdout): write to it as it is. */
+        t->fd = open(p->target, O_WRONLY | O_CLOEXEC);
+        if (t->fd < 0)
+            return report_failure(err, "%s: %s", p->target, strerror(errno));
         return 0;
     }
     if (t->dir == TP_OUT) {

@@ -18,13 +18,10 @@ typedef struct {
 static int option(void *state, int argc, char **argv)
 {
     check_opts *o = state;
+    static const char *const names[] = {"--expect"};
+    long *const targets[] = {&o->expect};
     int used = test_misbehave_option(&o->bad, argc, argv);
-    if (used || strcmp(argv[0], "--expect") != 0)
-        return used;
-    if (argc < 2)
-        return -1;
-    o->expect = strtol(argv[1], NULL, 10);
-    return 2;
+    return used ? used : test_long_option(argc, argv, names, targets, 1);
 }
 
 /* Returns the record's sum, or sets *bad with a message. */

@@ -20,22 +20,15 @@ static int option(void *state, int argc, char **argv)
     int used = test_misbehave_option(&o->bad, argc, argv);
     if (used)
         return used;
-    long *target = !strcmp(argv[0], "--count")    ? &o->count
-                   : !strcmp(argv[0], "--size")   ? &o->size
-                   : !strcmp(argv[0], "--index")  ? &o->index
-                   : !strcmp(argv[0], "--stride") ? &o->stride
-                                                  : NULL;
-    if (!target)
-        return 0;
-    if (argc < 2)
-        return -1;
-    *target = strtol(argv[1], NULL, 10);
-    return 2;
+    static const char *const names[] = {"--count", "--size", "--index", "--stride"};
+    long *const targets[] = {&o->count, &o->size, &o->index, &o->stride};
+    return test_long_option(argc, argv, names, targets, 4);
 }
 
 static int run(stage *s, void *state)
 {
     produce_opts *o = state;
+    stage_count(s, "expected", o->count); /* lets the orchestrator show an ETA */
     for (long i = 0; i < o->count; i++) {
         if (o->bad.fail_after && i == o->bad.fail_after) {
             fprintf(stderr, "test-produce: failing on purpose after %ld records\n", i);

@@ -36,18 +36,25 @@ typedef struct {
     long sleep_us, fail_after, crash_after;
 } test_misbehave;
 
+/* "--NAME N" for one of names[0..n) into *targets[i]; returns the arguments used (0 when the
+ * option is not one of them, -1 when its value is missing). */
+static inline int test_long_option(int argc, char **argv, const char *const *names, long *const *targets, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(argv[0], names[i])) {
+            if (argc < 2)
+                return -1;
+            *targets[i] = strtol(argv[1], NULL, 10);
+            return 2;
+        }
+    return 0;
+}
+
 static inline int test_misbehave_option(test_misbehave *m, int argc, char **argv)
 {
-    long *target = !strcmp(argv[0], "--sleep-us")      ? &m->sleep_us
-                   : !strcmp(argv[0], "--fail-after")  ? &m->fail_after
-                   : !strcmp(argv[0], "--crash-after") ? &m->crash_after
-                                                       : NULL;
-    if (!target)
-        return 0;
-    if (argc < 2)
-        return -1;
-    *target = strtol(argv[1], NULL, 10);
-    return 2;
+    static const char *const names[] = {"--sleep-us", "--fail-after", "--crash-after"};
+    long *const targets[] = {&m->sleep_us, &m->fail_after, &m->crash_after};
+    return test_long_option(argc, argv, names, targets, 3);
 }
 
 #endif

@@ -27,17 +27,6 @@
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-/* float -> IEEE half for values exactly representable (all the pattern values are). */
-static uint16_t half_exact(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    uint16_t sign = (uint16_t)((b >> 16) & 0x8000);
-    if ((b & 0x7fffffff) == 0)
-        return sign;
-    int exp = (int)((b >> 23) & 0xff) - 127 + 15;
-    return (uint16_t)(sign | (unsigned)exp << 10 | ((b >> 13) & 0x3ff));
-}
 
 /* The make_npy_fixtures.py formula for element i, stored as dtype d at out. */
 static void put_pattern(npy_dtype d, size_t i, void *out)
@@ -47,7 +36,7 @@ static void put_pattern(npy_dtype d, size_t i, void *out)
     switch (d) {
     case NPY_F4: { float v = (float)f; memcpy(out, &v, 4); break; }
     case NPY_F8: memcpy(out, &f, 8); break;
-    case NPY_F2: { uint16_t v = half_exact((float)f); memcpy(out, &v, 2); break; }
+    case NPY_F2: { uint16_t v = test_half_exact((float)f); memcpy(out, &v, 2); break; }
     case NPY_I1: { int8_t v = (int8_t)s; memcpy(out, &v, 1); break; }
     case NPY_I2: { int16_t v = (int16_t)s; memcpy(out, &v, 2); break; }
     case NPY_I4: { int32_t v = s; memcpy(out, &v, 4); break; }

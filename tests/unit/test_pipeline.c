@@ -27,6 +27,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -111,39 +112,46 @@ static int wait_for(pid_t pid, double seconds, double *took)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Processes whose command line mentions `tag` (our temp dir), other than ourselves. */
-static int processes_mentioning(const char *tag)
+/* Each live process's command line (arguments joined by spaces) goes to `visit` until it
+ * returns true; returns that process's pid, or 0. Zombies are skipped: they are gone for our
+ * purposes, only not reaped yet. */
+static pid_t scan_processes(bool (*visit)(const char *cmdline, void *arg), void *arg)
 {
     DIR *d = opendir("/proc");
     struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
+    pid_t found = 0;
+    while (!found && (e = readdir(d))) {
         int pid = atoi(e->d_name);
         if (pid <= 0 || pid == getpid())
             continue;
         char path[64];
-        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
         size_t len;
-        char *cmd = read_whole_file(path, &len);
+        char *stat = read_whole_file(path, &len);
+        char *close_paren = stat ? strrchr(stat, ')') : NULL;
+        bool zombie = !close_paren || close_paren[2] == 'Z';
+        free(stat);
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        char *cmd = zombie ? NULL : read_whole_file(path, &len);
         if (!cmd)
             continue;
         for (size_t i = 0; i + 1 < len; i++)
             if (!cmd[i])
                 cmd[i] = ' ';
-        if (len && strstr(cmd, tag)) {
-            /* A zombie that its parent has not reaped yet is gone for our purposes. */
-            char stat_path[64];
-            snprintf(stat_path, sizeof stat_path, "/proc/%d/stat", pid);
-            char *stat = read_whole_file(stat_path, &len);
-            char *close_paren = stat ? strrchr(stat, ')') : NULL;
-            if (!close_paren || close_paren[2] != 'Z')
-                n++;
-            free(stat);
-        }
+        if (len && visit(cmd, arg))
+            found = pid;
         free(cmd);
     }
     closedir(d);
-    return n;
+    return found;
+}
+
+static bool mentions(const char *cmdline, void *tag) { return strstr(cmdline, tag) != NULL; }
+
+/* Is a process whose command line mentions `tag` (our temp dir) still running? */
+static bool process_mentioning(const char *tag)
+{
+    return scan_processes(mentions, (void *)tag) != 0;
 }
 
 static int shm_segments_of(pid_t creator)
@@ -323,9 +331,9 @@ static pid_t start_run(const run_env *e)
 static void expect_clean(const run_env *e, pid_t selfsup)
 {
     /* PDEATHSIG and SIGKILL are asynchronous: give the kernel a moment to finish them. */
-    for (int i = 0; i < 100 && processes_mentioning(e->dir) > 0; i++)
+    for (int i = 0; i < 100 && process_mentioning(e->dir); i++)
         usleep(10000);
-    cr_expect_eq(processes_mentioning(e->dir), 0, "a stage outlived the run");
+    cr_expect(!process_mentioning(e->dir), "a stage outlived the run");
     cr_expect_eq(shm_segments_of(selfsup), 0, "a shared-memory segment outlived the run");
 }
 
@@ -403,33 +411,24 @@ Test(pipeline, bad_config_starts_nothing)
     free(selfsup);
 }
 
-/* Stage ids as the orchestrator names them. */
+typedef struct {
+    const char *dir;
+    char *pattern;
+} stage_query;
+
+static bool is_stage(const char *cmdline, void *arg)
+{
+    const stage_query *q = arg;
+    return strstr(cmdline, q->dir) && strstr(cmdline, q->pattern);
+}
+
+/* The pid of the run's stage `id` (as the orchestrator names them: decode.0, augment.1), or 0. */
 static pid_t find_stage(const run_env *e, const char *id)
 {
-    char *pattern = xasprintf("--id %s ", id);
-    pid_t found = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *ent;
-    while (!found && (ent = readdir(d))) {
-        int pid = atoi(ent->d_name);
-        if (pid <= 0)
-            continue;
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-        size_t len;
-        char *cmd = read_whole_file(path, &len);
-        if (!cmd)
-            continue;
-        for (size_t i = 0; i + 1 < len; i++)
-            if (!cmd[i])
-                cmd[i] = ' ';
-        if (strstr(cmd, e->dir) && strstr(cmd, pattern))
-            found = pid;
-        free(cmd);
-    }
-    closedir(d);
-    free(pattern);
-    return found;
+    stage_query q = {.dir = e->dir, .pattern = xasprintf("--id %s ", id)};
+    pid_t pid = scan_processes(is_stage, &q);
+    free(q.pattern);
+    return pid;
 }
 
 /* kill -9 one stage at a random moment, `rounds` times; the run must end within 2 s. */
@@ -587,4 +586,99 @@ Test(pipeline, stage_obeys_control_commands, .timeout = 120)
     cr_expect_eq(system(rm), 0);
     free(rm);
     free(dir);
+}
+
+/* ---- the command lines ------------------------------------------------------------------------ */
+
+Test(pipeline, stage_command_line)
+{
+    char *produce = bin("produce"), *check = bin("check");
+    char *cmd = xasprintf("%s --help", produce), *out;
+    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    cr_expect(strstr(out, "--in URI, --out URI") && strstr(out, "--count N"), "%s", out);
+    free(out);
+    free(cmd);
+    cmd = xasprintf("%s --version", check);
+    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    cr_expect(strstr(out, "selfsup-test-check 0."), "%s", out);
+    free(out);
+    free(cmd);
+    /* Usage errors: exit 2 before anything is opened. */
+    const char *bad[] = {"--bogus", "--out nowhere:x", "--out tcp://nohost", "--depth 1", "--rank",
+                         "config.DATA.NUM_DATALOADER_WORKRS=2"};
+    const char *says[] = {"unknown option '--bogus'", "unknown transport", "expected tcp://HOST:PORT",
+                          "--depth 1: expected an integer from 2", "--rank needs a value", "did you mean"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        cmd = xasprintf("%s --out file:/dev/null %s", produce, bad[i]);
+        cr_expect_eq(test_run(cmd, &out), 2, "%s: %s", bad[i], out);
+        cr_expect(strstr(out, says[i]), "%s: expected '%s' in:\n%s", bad[i], says[i], out);
+        free(out);
+        free(cmd);
+    }
+    /* A device is written as it is, never replaced by a renamed temp file. */
+    cmd = xasprintf("%s --count 50 --out file:/dev/null", produce);
+    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    struct stat st;
+    cr_expect(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode), "/dev/null is no longer a device");
+    free(out);
+    free(cmd);
+    free(produce);
+    free(check);
+}
+
+Test(pipeline, inspect_prints_records_and_refuses_bad_ones)
+{
+    char *dir = test_make_tmpdir();
+    char *produce = bin("produce"), *selfsup = test_build_path("selfsup");
+    char *cmd = xasprintf("%s --count 3 --size 5 --index 7 --out file:%s/three.rec && %s inspect %s/three.rec",
+                          produce, dir, selfsup, dir);
+    char *out;
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    /* test_pattern(7, 0..4), computed by hand from test_stage.h's formula. */
+    cr_expect(strstr(out, "seq 7") && strstr(out, "seq 8") && strstr(out, "seq 9"), "%s", out);
+    cr_expect(strstr(out, "data") && strstr(out, "uint8") && strstr(out, "[5]"), "%s", out);
+    free(out);
+    free(cmd);
+    /* A record corrupted after the first: the good one is shown, then the error, exit 1. */
+    char *path = xasprintf("%s/three.rec", dir);
+    size_t n;
+    char *bytes = read_whole_file(path, &n);
+    cr_assert(bytes && n > 600);
+    size_t first = *(uint64_t *)(bytes + 16); /* rec_header.size */
+    bytes[first] ^= 0xFF;                     /* the second record's magic */
+    FILE *f = fopen(path, "wb");
+    fwrite(bytes, 1, n, f);
+    fclose(f);
+    cmd = xasprintf("%s inspect %s", selfsup, path);
+    cr_expect_eq(test_run(cmd, &out), 1, "%s", out);
+    cr_expect(strstr(out, "seq 7") && strstr(out, "magic"), "%s", out);
+    free(out);
+    free(cmd);
+    free(bytes);
+    free(path);
+    free(produce);
+    free(selfsup);
+    test_rm_dir(dir);
+}
+
+Test(pipeline, silent_stage_counts_as_hung, .timeout = 120)
+{
+    run_env e = make_run("--sleep-us 200", "", "", 1000000);
+    FILE *f = fopen(e.config, "a");
+    fputs("    CONTROL: {HEARTBEAT_TIMEOUT_S: 2}\n", f);
+    fclose(f);
+    pid_t pid = start_run(&e);
+    pid_t victim = 0;
+    for (int i = 0; i < 500 && !(victim = find_stage(&e, "collate.0")); i++)
+        usleep(2000);
+    cr_assert(victim > 0);
+    usleep(300000);
+    kill(victim, SIGSTOP); /* alive, but silent: what a deadlocked stage looks like */
+    int st = wait_for(pid, 30, NULL);
+    char *log = read_text(e.log);
+    cr_expect_eq(st, 1, "%s", log);
+    cr_expect(strstr(log, "stage collate.0") && strstr(log, "sent no heartbeat for 2 s"), "%s", log);
+    expect_clean(&e, pid);
+    free(log);
+    free_run(&e);
 }

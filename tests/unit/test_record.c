@@ -47,17 +47,6 @@ static void put_le(uint8_t *b, size_t off, uint64_t v, int width)
         b[off + (size_t)i] = (uint8_t)(v >> (8 * i));
 }
 
-/* float -> IEEE half for values exactly representable (all the pattern values are). */
-static uint16_t half_exact(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    uint16_t sign = (uint16_t)((b >> 16) & 0x8000);
-    if ((b & 0x7fffffff) == 0)
-        return sign;
-    int exp = (int)((b >> 23) & 0xff) - 127 + 15;
-    return (uint16_t)(sign | (unsigned)exp << 10 | ((b >> 13) & 0x3ff));
-}
 
 /* The pattern value of element i as a double (what Python prints for it). */
 static double pattern_value(int d, size_t i)
@@ -83,7 +72,7 @@ static void put_pattern(int d, size_t i, uint8_t *out)
     case REC_I16: put_le(out, 0, (uint64_t)(int64_t)v, 2); break;
     case REC_I32: put_le(out, 0, (uint64_t)(int64_t)v, 4); break;
     case REC_I64: put_le(out, 0, (uint64_t)(int64_t)v, 8); break;
-    case REC_F16: put_le(out, 0, half_exact(f), 2); break;
+    case REC_F16: put_le(out, 0, test_half_exact(f), 2); break;
     case REC_BF16: put_le(out, 0, fb >> 16, 2); break;
     case REC_F32: memcpy(out, &f, 4); break;
     case REC_F64: memcpy(out, &v, 8); break;

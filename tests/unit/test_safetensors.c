@@ -39,17 +39,6 @@ static uint32_t f32_bits(float f)
     return b;
 }
 
-/* float -> IEEE half, for the exactly representable pattern values. */
-static uint16_t half_exact(float f)
-{
-    uint32_t b = f32_bits(f);
-    uint16_t sign = (uint16_t)((b >> 16) & 0x8000);
-    if ((b & 0x7fffffff) == 0)
-        return sign;
-    int exp = (int)((b >> 23) & 0xff) - 127 + 15;
-    return (uint16_t)(sign | (unsigned)exp << 10 | ((b >> 13) & 0x3ff));
-}
-
 /* Element i of the fixture formula, as dtype d, little-endian at out. */
 static void put_pattern(st_dtype d, size_t i, unsigned char *out)
 {
@@ -59,7 +48,7 @@ static void put_pattern(st_dtype d, size_t i, unsigned char *out)
     switch (d) {
     case ST_F32: v = f32_bits(f); break;
     case ST_F64: { double x = f; memcpy(&v, &x, 8); break; }
-    case ST_F16: v = half_exact(f); break;
+    case ST_F16: v = test_half_exact(f); break;
     case ST_BF16: v = f32_bits(f) >> 16; break;
     case ST_I8: case ST_I16: case ST_I32: case ST_I64: v = (uint64_t)s; break;
     case ST_BOOL: v = i % 3 == 0; break;

@@ -107,3 +107,14 @@ int test_run(const char *cmd, char **output)
         return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
+
+uint16_t test_half_exact(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    uint16_t sign = (uint16_t)((b >> 16) & 0x8000);
+    if ((b & 0x7fffffff) == 0)
+        return sign;
+    int exp = (int)((b >> 23) & 0xff) - 127 + 15;
+    return (uint16_t)(sign | (unsigned)exp << 10 | ((b >> 13) & 0x3ff));
+}

@@ -5,6 +5,7 @@
 #define SELFSUP_TEST_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A path inside the source tree: $SELFSUP_SRC/rel, or ./rel (make runs tests from the top). */
 char *test_path(const char *rel);
@@ -22,6 +23,8 @@ char *test_make_tmpdir(void);
 void test_rm_dir(char *dir);
 /* Number of entries in a directory, dot files excluded. */
 size_t test_count_files(const char *dir);
+/* float -> IEEE half, for values a half holds exactly (the test patterns' values). */
+uint16_t test_half_exact(float f);
 /* Run a command, capture stdout+stderr into *output (malloc'd); returns the exit status
  * (or 128+signal). */
 int test_run(const char *cmd, char **output);
