@@ -83,7 +83,9 @@ echo "  run directory: config.yaml and logs/ ($(ls "$work/run/logs" | tr '\n' ' 
 say "A stage that dies stops the whole run within a second, named, with its last lines (exit 1)"
 sed -i "s|augment: \"$pass\"|augment: \"$pass --crash-after 500\"|" "$work/run.yaml"
 set +e
-"$selfsup" run "$work/run.yaml" --run-dir "$work/run2"
+"$selfsup" run "$work/run.yaml" --run-dir "$work/run2" &
+pid=$!
+wait $pid
 echo "  exit code: $?"
 set -e
-echo "  segments left in /dev/shm: $(ls /dev/shm | grep -c '^selfsup\.' || true)"
+echo "  its shared-memory segments left in /dev/shm: $(ls /dev/shm | grep -c "^selfsup\.$pid\." || true)"

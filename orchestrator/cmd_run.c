@@ -231,56 +231,70 @@ static void destroy_rings(const topology *t, ring **rings)
     free(rings);
 }
 
-static int start(cfg_t *cfg, const run_args *a, const char *file)
+/* Bind the control socket: the configured endpoint, else ipc in the run directory. The real
+ * endpoint (a tcp port 0 becomes the port the kernel chose) goes to the stages. */
+static ctl_server *bind_control(const cfg_node *config, const char *run_dir, char **socket_file)
 {
-    const cfg_node *config = cfg_map_get(cfg->root, "config");
-    char *run_dir = make_run_dir(config, a);
-    if (!run_dir || write_config(cfg, run_dir) != 0) {
-        free(run_dir);
-        return EXIT_RUNTIME;
-    }
-    char *socket_file;
-    char *endpoint = control_endpoint(config, run_dir, &socket_file);
-    char *bin_dir = exe_dir();
-    topo_options topt = {.config_file = file, .overrides = a->overrides, .n_overrides = a->n_overrides,
-                         .control = endpoint, .node_rank = a->node_rank, .bin_dir = bin_dir ? bin_dir : "."};
-    topology t;
-    cfg_err err;
-    int status = EXIT_USAGE;
-    const cfg_node *engine = cfg_map_get(cfg->root, "engine_name");
-    if (!topology_build(&t, config, engine && engine->kind == CFG_STR ? engine->s : "train", &topt, &err)) {
-        fprintf(stderr, "selfsup run: %s\n", err.msg);
-        goto out;
-    }
-    status = EXIT_RUNTIME;
-    ring_sweep_stale();
-    ring **rings = create_rings(&t);
+    char *endpoint = control_endpoint(config, run_dir, socket_file);
     char *msg = NULL;
-    const char *key = cfg_str(config, "SELFSUP.CONTROL.CURVE_KEY_FILE");
-    ctl_server *ctl = rings ? ctl_bind(endpoint, key, &msg) : NULL;
-    if (rings && !ctl)
+    ctl_server *ctl = ctl_bind(endpoint, cfg_str(config, "SELFSUP.CONTROL.CURVE_KEY_FILE"), &msg);
+    if (!ctl)
         log_error("cannot open the control endpoint %s: %s", endpoint, msg);
     free(msg);
-    if (ctl) {
-        log_info("run directory %s: %d stages, %d rings", run_dir, t.n_stages, t.n_rings);
+    free(endpoint);
+    return ctl;
+}
+
+/* Everything after the topology is known to be buildable: run directory, control socket,
+ * rings, the stages themselves. */
+static int launch(const cfg_t *cfg, topology *t, const run_args *a)
+{
+    const cfg_node *config = cfg_map_get(cfg->root, "config");
+    char *socket_file = NULL;
+    ctl_server *ctl = NULL;
+    ring **rings = NULL;
+    int status = EXIT_RUNTIME;
+    char *run_dir = make_run_dir(config, a);
+    if (run_dir && write_config(cfg, run_dir) == 0 && (ctl = bind_control(config, run_dir, &socket_file))) {
+        topology_set_control(t, ctl_server_endpoint(ctl));
+        ring_sweep_stale();
+        rings = create_rings(t);
+    }
+    if (rings) {
+        log_info("run directory %s: %d stages, %d rings", run_dir, t->n_stages, t->n_rings);
         double t0 = now_seconds();
         supervise_options sopt = {.run_dir = run_dir, .rings = rings,
                                   .heartbeat_timeout_s = cfg_float(config, "SELFSUP.CONTROL.HEARTBEAT_TIMEOUT_S")};
-        status = supervise(&t, ctl, &sopt);
+        status = supervise(t, ctl, &sopt);
         if (status == 0)
             log_info("run finished in %.1f s; logs in %s/logs", now_seconds() - t0, run_dir);
-        ctl_server_close(ctl);
+        destroy_rings(t, rings);
     }
-    if (rings || ctl)
-        destroy_rings(&t, rings);
-    topology_free(&t);
-out:
+    ctl_server_close(ctl);
     if (socket_file)
         unlink(socket_file);
     free(socket_file);
-    free(endpoint);
-    free(bin_dir);
     free(run_dir);
+    return status;
+}
+
+static int start(cfg_t *cfg, const run_args *a, const char *file)
+{
+    const cfg_node *config = cfg_map_get(cfg->root, "config");
+    char *bin_dir = exe_dir();
+    topo_options topt = {.config_file = file, .overrides = a->overrides, .n_overrides = a->n_overrides,
+                         .node_rank = a->node_rank, .bin_dir = bin_dir ? bin_dir : "."};
+    const cfg_node *engine = cfg_map_get(cfg->root, "engine_name");
+    topology t;
+    cfg_err err;
+    int status = EXIT_USAGE; /* a stage that cannot be started is a config error: nothing starts */
+    if (topology_build(&t, config, engine && engine->kind == CFG_STR ? engine->s : "train", &topt, &err)) {
+        status = launch(cfg, &t, a);
+        topology_free(&t);
+    } else {
+        fprintf(stderr, "selfsup run: %s\n", err.msg);
+    }
+    free(bin_dir);
     return status;
 }
 

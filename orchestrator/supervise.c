@@ -27,6 +27,7 @@
 #define TAIL_LINES 12
 #define HELLO_TIMEOUT_S 30.0
 #define FAIL_GRACE_S 1.0
+#define PEER_GRACE_S 0.5 /* how long a stage that failed because of another may wait for it */
 #define STOP_GRACE_S 30.0
 #define PROGRESS_TTY_S 1.0
 #define PROGRESS_LOG_S 10.0
@@ -41,6 +42,7 @@ typedef struct {
     char partial[1024];         /* the line being received */
     size_t partial_len;
     bool hello, exited;
+    double peer_failed_at;      /* it reported a failure caused by another stage (0: none) */
     int wstatus;
     double last_heartbeat;
     uint64_t records;           /* records handled: read (or written, for a source) */
@@ -226,7 +228,8 @@ static void reap(run *r)
             p->exited = true;
             p->wstatus = wstatus;
             bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-            if (ok || r->phase == PHASE_STOPPING)
+            /* A stage that failed because of another waits for that one to be named. */
+            if (ok || r->phase == PHASE_STOPPING || (p->peer_failed_at && WIFEXITED(wstatus)))
                 break;
             if (p->out_fd >= 0)
                 read_output(p); /* its last words, before they are quoted */
@@ -284,13 +287,22 @@ static void on_message(run *r, json_t *m, const char *peer)
     if (strcmp(type, "heartbeat") != 0 && strcmp(type, "final") != 0)
         return;
     const char *status = json_string_value(json_object_get(m, "status"));
-    if (!strcmp(type, "final") && status && strcmp(status, "ok") != 0 && r->phase != PHASE_STOPPING) {
-        /* It says so before it exits and before its broken outputs make others fail. */
-        if (p->out_fd >= 0)
-            read_output(p);
-        report_failure_of(r, p, "failed");
-        shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+    if (strcmp(type, "final") != 0 || !status || !strcmp(status, "ok") || r->phase == PHASE_STOPPING)
+        return;
+    const char *cause = json_string_value(json_object_get(m, "cause"));
+    if (cause && !strcmp(cause, "peer")) {
+        /* The stage whose failure or death broke its ring is the one to name; its own
+         * report or exit is on its way. advance() names this one if it does not come. */
+        if (!p->peer_failed_at)
+            p->peer_failed_at = now_seconds();
+        return;
     }
+    /* A stage says it failed before it exits and before its broken outputs make others
+     * fail, so this is the cause. */
+    if (p->out_fd >= 0)
+        read_output(p);
+    report_failure_of(r, p, "failed");
+    shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
     p->records_out = (uint64_t)json_integer_value(json_object_get(m, "records_out"));
     uint64_t in = (uint64_t)json_integer_value(json_object_get(m, "records_in"));
     uint64_t records = in ? in : p->records_out;
@@ -398,6 +410,15 @@ static void advance(run *r, double now)
             shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
         }
     }
+    for (int i = 0; r->phase != PHASE_STOPPING && i < r->n; i++) {
+        proc *p = &r->procs[i];
+        if (p->peer_failed_at && now - p->peer_failed_at > PEER_GRACE_S) {
+            if (p->out_fd >= 0)
+                read_output(p);
+            report_failure_of(r, p, "failed");
+            shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+        }
+    }
     if (r->phase == PHASE_RUNNING && r->opt->heartbeat_timeout_s > 0)
         for (int i = 0; i < r->n; i++) {
             proc *p = &r->procs[i];
@@ -428,13 +449,13 @@ static void poll_once(run *r)
             items[n++] = (zmq_pollitem_t){.fd = r->procs[i].out_fd, .events = ZMQ_POLLIN};
         }
     if (zmq_poll(items, n, 100) >= 0) {
+        if (items[1].revents) /* deaths first: they explain the errors that follow them */
+            on_signal(r);
         for (int i = 2; i < n; i++)
             if (items[i].revents)
                 read_output(owners[i]);
         if (items[0].revents)
             drain_control(r);
-        if (items[1].revents)
-            on_signal(r);
     }
     free(items);
     free(owners);

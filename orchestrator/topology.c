@@ -106,8 +106,6 @@ static bool add_stage(topology *t, const cfg_node *config, const char *name, int
             arg_push(&a, uri);
             free(uri);
         }
-    arg_push(&a, "--control");
-    arg_push(&a, opt->control);
     arg_push(&a, "--id");
     arg_push(&a, id);
     snprintf(num, sizeof num, "%d", rank);
@@ -156,6 +154,19 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     if (!ok)
         topology_free(t);
     return ok;
+}
+
+void topology_set_control(topology *t, const char *endpoint)
+{
+    for (int i = 0; i < t->n_stages; i++) {
+        argvec a = {.v = t->stages[i].argv};
+        while (a.v[a.n])
+            a.n++;
+        a.cap = a.n + 1;
+        arg_push(&a, "--control");
+        arg_push(&a, endpoint);
+        t->stages[i].argv = a.v;
+    }
 }
 
 void topology_free(topology *t)

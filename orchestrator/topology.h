@@ -42,7 +42,6 @@ typedef struct {
     const char *config_file;  /* passed on to every stage with the overrides */
     char *const *overrides;
     int n_overrides;
-    const char *control;      /* control endpoint the stages connect to */
     int node_rank;
     const char *bin_dir;      /* where selfsup-NAME binaries are (the selfsup binary's dir) */
 } topo_options;
@@ -51,6 +50,8 @@ typedef struct {
  * an engine we cannot run yet). */
 bool topology_build(topology *t, const cfg_node *config, const char *engine, const topo_options *opt,
                     cfg_err *err);
+/* Tell every stage where the control socket is (known once it is bound). */
+void topology_set_control(topology *t, const char *endpoint);
 void topology_free(topology *t);
 
 /* Bytes of one ring slot: SELFSUP.RING.SLOT_BYTES, or sized from the batch. */

@@ -52,6 +52,7 @@ struct stage {
     bool writing;
     uint32_t epoch;
     bool paused, failed, readers_gone;
+    bool peer_failed;  /* the failure came through a transport from another stage */
 
     uint64_t records_in, records_out, bytes_in, bytes_out;
     double blocked_in_s, blocked_out_s, last_heartbeat;
@@ -395,6 +396,8 @@ static void send_final(stage *s, int status)
         return;
     json_t *m = report(s, "final");
     json_object_set_new(m, "status", json_string(status == 0 ? "ok" : "error"));
+    if (status != 0) /* lets the orchestrator blame the stage where it started */
+        json_object_set_new(m, "cause", json_string(s->peer_failed ? "peer" : "self"));
     ctl_send(s->ctl, m, 1000);
 }
 
@@ -404,6 +407,13 @@ static void fail(stage *s, const char *msg)
 {
     log_error("%s", msg);
     s->failed = true;
+}
+
+/* A transport failed: was it this stage's doing, or news of another stage's failure? */
+static void transport_failed(stage *s, const transport *t)
+{
+    s->peer_failed = tp_peer_failed(t);
+    fail(s, tp_error(t));
 }
 
 int stage_read(stage *s, rec_view *view)
@@ -420,7 +430,7 @@ int stage_read(stage *s, rec_view *view)
         if (st == TP_EOS)
             return STAGE_END;
         if (st != TP_OK) {
-            fail(s, tp_error(s->in));
+            transport_failed(s, s->in);
             return STAGE_FAILED;
         }
         s->records_in++;
@@ -450,7 +460,7 @@ rec_writer *stage_record_begin(stage *s, rec_kind kind, uint64_t seq, uint32_t e
             return NULL;
         }
         if (st != TP_OK) {
-            fail(s, tp_error(s->out));
+            transport_failed(s, s->out);
             return NULL;
         }
         break;
@@ -483,7 +493,7 @@ int stage_record_end(stage *s)
         return 0;
     }
     if (st != TP_OK) {
-        fail(s, tp_error(s->out));
+        transport_failed(s, s->out);
         return -1;
     }
     s->records_out++;

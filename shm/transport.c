@@ -38,6 +38,7 @@ struct transport {
     char *uri;
     char error[1024];
     bool ended; /* reader: saw the end; writer: sent it */
+    bool peer_failed; /* the last error came from the other side: a broken ring, a cut stream */
 
     /* shm: */
     ring *ring;
@@ -326,6 +327,7 @@ static tp_status read_fd(transport *t, rec_view *view, int timeout_ms)
     if (rc < 0)
         return fail_with(t, msg);
     if (rc == 0) {
+        t->peer_failed = true;
         set_error(t, "%s: the stream ended after %llu bytes without an end-of-stream record: the "
                      "stage writing it stopped early (see its error)",
                   t->kind == SCHEME_PIPE ? "stdin" : t->uri, (unsigned long long)t->offset);
@@ -345,6 +347,7 @@ static tp_status read_shm(transport *t, rec_view *view, int timeout_ms)
             return TP_EOS;
         }
         if (st != RING_OK) {
+            t->peer_failed = true;
             set_error(t, "%s: %s", t->uri, ring_error(t->ring));
             return TP_ERROR;
         }
@@ -436,6 +439,7 @@ tp_status tp_write_begin(transport *t, void **buf, size_t *cap, int timeout_ms)
         return TP_NO_READERS;
     }
     if (st != RING_OK) {
+        t->peer_failed = true;
         set_error(t, "%s: %s", t->uri, ring_error(t->ring));
         return TP_ERROR;
     }
@@ -560,5 +564,6 @@ void tp_abandon(transport *t)
 }
 
 const char *tp_error(const transport *t) { return t->error; }
+bool tp_peer_failed(const transport *t) { return t->peer_failed; }
 const char *tp_uri(const transport *t) { return t->uri; }
 struct ring *tp_ring(const transport *t) { return t->ring; }

@@ -72,6 +72,9 @@ tp_status tp_close(transport *t);
 void tp_abandon(transport *t);
 
 const char *tp_error(const transport *t);
+/* Whether the last error came from the other side (a ring broken by a peer that failed or
+ * died, a stream cut short): the cause of the failure is elsewhere. */
+bool tp_peer_failed(const transport *t);
 const char *tp_uri(const transport *t);
 /* For shm: the ring (fill level, data area for cudaHostRegister); NULL for the others. */
 struct ring *tp_ring(const transport *t);

@@ -682,3 +682,61 @@ Test(pipeline, silent_stage_counts_as_hung, .timeout = 120)
     free(log);
     free_run(&e);
 }
+
+/* The multi-node setting: control over tcp (the port the kernel picks), encrypted with CURVE. */
+Test(pipeline, run_with_tcp_control_and_curve, .timeout = 120)
+{
+    run_env e = make_run("", "", "", 500);
+    char *selfsup = test_build_path("selfsup");
+    char *keys = path_join(e.dir, "control.key");
+    char *cmd = xasprintf("%s keygen %s", selfsup, keys), *out;
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    free(out);
+    free(cmd);
+    FILE *f = fopen(e.config, "a");
+    fprintf(f, "    CONTROL: {ENDPOINT: \"tcp://127.0.0.1:0\", CURVE_KEY_FILE: \"%s\"}\n", keys);
+    fclose(f);
+    pid_t pid = start_run(&e);
+    int st = wait_for(pid, 60, NULL);
+    char *log = read_text(e.log);
+    cr_expect_eq(st, 0, "%s", log);
+    char *consumer_log_path = xasprintf("%s/run/logs/train.0.log", e.dir);
+    char *consumer = read_text(consumer_log_path);
+    cr_expect(strstr(consumer, "check: 500 records"), "%s", consumer);
+    expect_clean(&e, pid);
+    free(consumer);
+    free(consumer_log_path);
+    free(log);
+    free(keys);
+    free(selfsup);
+    free_run(&e);
+}
+
+/* Several writers into one ring and into one tcp reader: the end comes after the last one. */
+Test(pipeline, several_producers_end_together, .timeout = 120)
+{
+    char *produce = bin("produce"), *check = bin("check");
+    char shm[64], tcp[64];
+    snprintf(shm, sizeof shm, "shm:selfsup-test-%d-many?producers=3", (int)getpid());
+    snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d?producers=3", free_port());
+    const char *uris[] = {shm, tcp};
+    for (int k = 0; k < 2; k++) {
+        /* Uneven: 3000 records split 0,3,6… / 1,4,7… / 2,5,8…, the last writer slow. */
+        char *cmd = xasprintf("%s --slot-bytes 65536 --in '%s' --expect 3000 & "
+                              "%s --slot-bytes 65536 --count 1000 --index 0 --stride 3 --out '%s' & "
+                              "%s --slot-bytes 65536 --count 1000 --index 1 --stride 3 --out '%s' & "
+                              "%s --slot-bytes 65536 --count 1000 --index 2 --stride 3 --sleep-us 300 --out '%s' & "
+                              "wait %%1",
+                              check, uris[k], produce, uris[k], produce, uris[k], produce, uris[k]);
+        char *out;
+        cr_expect_eq(test_run(cmd, &out), 0, "%s\n%s", cmd, out);
+        cr_expect(strstr(out, "check: 3000 records"), "%s: %s", uris[k], out);
+        free(out);
+        free(cmd);
+    }
+    char *seg = xasprintf("/dev/shm/selfsup-test-%d-many", (int)getpid());
+    cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
+    free(seg);
+    free(produce);
+    free(check);
+}
