@@ -19,7 +19,7 @@
  *    grow (2^64 records never wrap, and comparisons use signed differences all the same). A
  *    process claims ticket t with a compare-and-swap on the head or tail once slot t is in the
  *    state it needs, so a wait that times out holds nothing, and a process that dies while
- *    waiting leaves nothing half-done. (ring.h's first draft said fetch-add; see ring.h.)
+ *    waiting leaves nothing half-done.
  *
  * 3. Waiting (wait_round). Spin a little, then sleep on a futex on the low 32 bits of the
  *    slot's sequence word, in slices of at most RING_CHECK_MS. How long to spin adapts

@@ -83,7 +83,6 @@ static void install_signals(void)
 
 bool stage_stopping(const stage *s)
 {
-    (void)s;
     return stop_signal != 0 || s->readers_gone;
 }
 

@@ -553,7 +553,7 @@ void tp_abandon(transport *t)
         /* Leaving without closing as a producer would leave readers waiting for an end that
          * never comes; breaking the ring tells them at once. */
         if (t->dir == TP_OUT)
-            ring_break(t->ring, "%s: the writer pid %d stopped on an error", t->uri, (int)getpid());
+            ring_break(t->ring, "the writer pid %d stopped on an error", (int)getpid());
         ring_close(t->ring);
     }
     if (t->kind == SCHEME_TCP && t->zsock) {
