@@ -24,12 +24,12 @@ ifeq ($(SANITIZE),1)
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
-PKGS       := yaml-0.1 jansson libzmq
-CPPFLAGS   += -iquote lib -iquote shm -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKGS       := yaml-0.1 jansson libzmq libzip
+CPPFLAGS   += -iquote lib -iquote shm -iquote nn -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS     ?= -O2 -g
 CFLAGS     += -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
 LDFLAGS    += $(SANFLAGS)
-LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq) -lm
+LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip) -ldnnl -lgomp -lm
 
 # ---- CUDA hook: the GPU backend (nn/cuda/*.cu) is compiled only where nvcc exists. ----------
 NVCC       := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
@@ -43,7 +43,9 @@ endif
 # lib/ is the common code, shm/ the plumbing between processes (records, rings, transports,
 # the stage framework, the control plane); both go into libselfsup.a.
 LIB_SRC    := $(wildcard lib/*.c shm/*.c)
-LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# nn/ is the model engine: the backend-neutral front (nn/*.c) and the cpu backend (oneDNN).
+NN_SRC     := $(wildcard nn/*.c nn/cpu/*.c)
+LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(NN_SRC:%.c=$(BUILD)/obj/%.o)
 LIBSELFSUP := $(BUILD)/libselfsup.a
 
 # The front door: `selfsup` (orchestrator/ holds its commands).
@@ -119,7 +121,7 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(wildcard lib/*.h shm/*.h)
 # ---- dependencies -------------------------------------------------------------------------
 # Build + run: compilers, libraries. Test: Criterion, clang (libFuzzer), numpy for golden
 # read-back. Golden generation and bench: PyTorch, torchvision, scikit-learn (Debian's).
-DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libturbojpeg0-dev \
+DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libzip-dev libturbojpeg0-dev \
             libpng-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev libcriterion-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-sklearn \
             dataset-fashion-mnist

@@ -1,0 +1,102 @@
+/*
+ * cpu.c — the `cpu` backend: memory, threads, and the table of operations (backend.h).
+ *
+ * Tensors are fp32 in PyTorch's logical layout (C-contiguous NCHW / N×F), so upload and
+ * download are copies. Matrix products go to oneDNN's sgemm; the elementwise layers are
+ * plain loops the compiler vectorises. oneDNN runs on OpenMP here (Debian's build), so the
+ * thread count is OpenMP's; results are deterministic for a fixed count.
+ */
+#include "cpu.h"
+
+#include "util.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+float *cpu_ptr(const eng_tensor *t) { return (float *)((char *)t->base + t->offset); }
+
+static int cpu_open(eng_backend *be, const eng_backend_options *opt, char **err)
+{
+    (void)err;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = opt->threads > 0 ? opt->threads : (int)(cores > 0 ? cores : 1);
+    omp_set_num_threads(threads);
+    be->opt.threads = threads;
+    return 0;
+}
+
+static void cpu_close(eng_backend *be) { (void)be; }
+
+static size_t cpu_bytes(eng_backend *be, const eng_shape *s)
+{
+    (void)be;
+    return (size_t)eng_numel(s) * sizeof(float);
+}
+
+static void *cpu_alloc(eng_backend *be, size_t bytes)
+{
+    (void)be;
+    return xmalloc_large(bytes);
+}
+
+static void cpu_free(eng_backend *be, void *base)
+{
+    (void)be;
+    free(base);
+}
+
+static void cpu_zero(eng_backend *be, const eng_tensor *t)
+{
+    memset(cpu_ptr(t), 0, cpu_bytes(be, &t->shape));
+}
+
+static void cpu_upload(eng_backend *be, const eng_tensor *dst, const float *src)
+{
+    memcpy(cpu_ptr(dst), src, cpu_bytes(be, &dst->shape));
+}
+
+static void cpu_download(eng_backend *be, const eng_tensor *src, float *dst)
+{
+    memcpy(dst, cpu_ptr(src), cpu_bytes(be, &src->shape));
+}
+
+const eng_ops eng_cpu_ops = {
+    .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .bytes = cpu_bytes,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .relu_forward = cpu_relu_forward,
+    .relu_backward = cpu_relu_backward,
+    .linear_forward = cpu_linear_forward,
+    .linear_backward = cpu_linear_backward,
+    .add_forward = cpu_add_forward,
+    .add_backward = cpu_add_backward,
+    .l2norm_forward = cpu_l2norm_forward,
+    .l2norm_backward = cpu_l2norm_backward,
+    .dropout_forward = cpu_dropout_forward,
+    .dropout_backward = cpu_dropout_backward,
+    /* convolution and batch norm (conv.c, batchnorm.c) */
+    .plan_free = cpu_plan_free,
+    .conv_plan = cpu_conv_plan,
+    .conv_forward = cpu_conv_forward,
+    .conv_backward = cpu_conv_backward,
+    .batchnorm_forward_train = cpu_batchnorm_forward_train,
+    .batchnorm_forward_eval = cpu_batchnorm_forward_eval,
+    .batchnorm_backward = cpu_batchnorm_backward,
+    /* pooling (pool.c) */
+    .maxpool_forward = cpu_maxpool_forward,
+    .maxpool_backward = cpu_maxpool_backward,
+    .avgpool_forward = cpu_avgpool_forward,
+    .avgpool_backward = cpu_avgpool_backward,
+    .adaptive_avgpool_forward = cpu_adaptive_avgpool_forward,
+    .adaptive_avgpool_backward = cpu_adaptive_avgpool_backward,
+    .adaptive_maxpool_forward = cpu_adaptive_maxpool_forward,
+    .adaptive_maxpool_backward = cpu_adaptive_maxpool_backward,
+};

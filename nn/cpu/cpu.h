@@ -1,0 +1,54 @@
+/*
+ * cpu.h — the cpu backend's layers, one file each (relu.c, linear.c, ...), gathered into
+ * eng_cpu_ops by cpu.c. Tensors are fp32, C-contiguous, in PyTorch's logical layout.
+ */
+#ifndef SELFSUP_NN_CPU_H
+#define SELFSUP_NN_CPU_H
+
+#include "../backend.h"
+
+/* The first element of a tensor (its allocation plus its offset). */
+float *cpu_ptr(const eng_tensor *t);
+
+void cpu_relu_forward(eng_backend *be, T *x, T *y);
+void cpu_relu_backward(eng_backend *be, T *y, T *dy, T *dx);
+void cpu_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y);
+void cpu_linear_backward(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db);
+void cpu_add_forward(eng_backend *be, T *a, T *b, T *y);
+void cpu_add_backward(eng_backend *be, T *dy, T *da, T *db);
+void cpu_l2norm_forward(eng_backend *be, T *x, T *y);
+void cpu_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx);
+void cpu_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y);
+void cpu_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx);
+
+/* convolution and batch norm (conv.c, batchnorm.c) */
+
+/* A prepared layer (nn.h's eng_plan). Every kind of plan starts with this header, so
+ * cpu_plan_free can free any of them without knowing its kind. */
+enum { CPU_PLAN_CONV = 1 };
+struct eng_plan {
+    int kind;
+    void (*destroy)(struct eng_plan *plan);
+};
+void cpu_plan_free(eng_backend *be, eng_plan *plan);
+eng_plan *cpu_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias);
+void cpu_conv_forward(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y);
+void cpu_conv_backward(eng_backend *be, eng_plan *plan, T *x, T *w, T *dy, T *dx, T *dw, T *db);
+void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T *x, T *gamma, T *beta,
+                                 T *running_mean, T *running_var, T *save_mean, T *save_invstd, T *y);
+void cpu_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *running_mean,
+                                T *running_var, T *y);
+void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
+                            T *dgamma, T *dbeta);
+
+/* pooling (pool.c) */
+void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
+void cpu_maxpool_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx);
+void cpu_avgpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
+void cpu_avgpool_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx);
+void cpu_adaptive_avgpool_forward(eng_backend *be, T *x, T *y);
+void cpu_adaptive_avgpool_backward(eng_backend *be, T *dy, T *dx);
+void cpu_adaptive_maxpool_forward(eng_backend *be, T *x, T *y);
+void cpu_adaptive_maxpool_backward(eng_backend *be, T *x, T *dy, T *dx);
+
+#endif

@@ -1,0 +1,202 @@
+/*
+ * pool.c — the cpu backend's pooling layers: MaxPool2d, AvgPool2d and the adaptive average
+ * and max pools, with exactly PyTorch's CPU semantics (nn.h).
+ *
+ * Every layer walks the N·C planes and, for each output element, a window of the input plane:
+ * window_at() gives it, either from the pool descriptor (kernel, stride, padding, ceil_mode) or
+ * from the adaptive rule [floor(i·in/out), ceil((i+1)·in/out)) when there is no descriptor.
+ * The four kernels (max and average, forward and backward) are then shared by the fixed and
+ * adaptive pools. Max pool keeps no indices: the backward finds each window's argmax again
+ * from x with the same scan, so the gradient goes where PyTorch sends it. Plain serial loops:
+ * pooling is a small share of a ResNet step, and the build does not enable OpenMP pragmas.
+ */
+#include "cpu.h"
+
+#include <math.h>
+
+/* N·C planes of ih × iw in, oh × ow out. */
+typedef struct {
+    int64_t planes, ih, iw, oh, ow;
+} geometry;
+
+/* One output element's input rows [h0, h1) and columns [w0, w1), already clipped to the
+ * input, and the divisor an average uses. */
+typedef struct {
+    int64_t h0, h1, w0, w1;
+    int64_t divisor;
+} window;
+
+static geometry geometry_of(T *x, T *y)
+{
+    return (geometry){.planes = x->shape.dim[0] * x->shape.dim[1],
+                      .ih = x->shape.dim[2],
+                      .iw = x->shape.dim[3],
+                      .oh = y->shape.dim[2],
+                      .ow = y->shape.dim[3]};
+}
+
+/* PyTorch's AvgPool2d: the window may run into the right padding but never past it, and with
+ * count_include_pad the divisor counts that padded window (so a ceil_mode window that hangs
+ * past the padding is divided by less than kernel²). */
+static void fixed_span(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t in, int64_t *lo, int64_t *hi,
+                       int64_t *padded)
+{
+    int64_t start = o * (stride ? stride : k) - pad;
+    int64_t end = start + k < in + pad ? start + k : in + pad;
+    *padded = end - start;
+    *lo = start > 0 ? start : 0;
+    *hi = end < in ? end : in;
+}
+
+/* The adaptive rule: [floor(o·in/out), ceil((o+1)·in/out)). */
+static void adaptive_span(int64_t o, int64_t out, int64_t in, int64_t *lo, int64_t *hi)
+{
+    *lo = o * in / out;
+    *hi = ((o + 1) * in + out - 1) / out;
+}
+
+/* d NULL: the adaptive window. */
+static window window_at(const eng_pool_desc *d, const geometry *g, int64_t oh, int64_t ow)
+{
+    window w;
+    if (!d) {
+        adaptive_span(oh, g->oh, g->ih, &w.h0, &w.h1);
+        adaptive_span(ow, g->ow, g->iw, &w.w0, &w.w1);
+        w.divisor = (w.h1 - w.h0) * (w.w1 - w.w0);
+        return w;
+    }
+    int64_t ph, pw;
+    fixed_span(oh, d->kernel[0], d->stride[0], d->pad[0], g->ih, &w.h0, &w.h1, &ph);
+    fixed_span(ow, d->kernel[1], d->stride[1], d->pad[1], g->iw, &w.w0, &w.w1, &pw);
+    w.divisor = d->count_include_pad ? ph * pw : (w.h1 - w.h0) * (w.w1 - w.w0);
+    return w;
+}
+
+/* The index in the plane of the window's maximum, scanning rows then columns: the first of
+ * equal maxima wins (strict >), and a NaN always takes over so it propagates — both as
+ * PyTorch's CPU kernel does. Padding never wins: it is -inf. */
+static int64_t window_argmax(const float *plane, int64_t iw, const window *w)
+{
+    int64_t best = w->h0 * iw + w->w0;
+    float top = -INFINITY;
+    for (int64_t h = w->h0; h < w->h1; h++)
+        for (int64_t c = w->w0; c < w->w1; c++) {
+            float v = plane[h * iw + c];
+            if (v > top || isnan(v)) {
+                top = v;
+                best = h * iw + c;
+            }
+        }
+    return best;
+}
+
+static void max_forward(const eng_pool_desc *d, T *x, T *y)
+{
+    geometry g = geometry_of(x, y);
+    const float *in = cpu_ptr(x);
+    float *out = cpu_ptr(y);
+    for (int64_t p = 0; p < g.planes; p++, in += g.ih * g.iw)
+        for (int64_t oh = 0; oh < g.oh; oh++)
+            for (int64_t ow = 0; ow < g.ow; ow++) {
+                window w = window_at(d, &g, oh, ow);
+                /* an empty window cannot arise from nn.c's shape rule; PyTorch would give -inf */
+                *out++ = w.h0 < w.h1 && w.w0 < w.w1 ? in[window_argmax(in, g.iw, &w)] : -INFINITY;
+            }
+}
+
+static void max_backward(const eng_pool_desc *d, T *x, T *dy, T *dx)
+{
+    geometry g = geometry_of(x, dy);
+    const float *in = cpu_ptr(x), *gy = cpu_ptr(dy);
+    float *gx = cpu_ptr(dx);
+    for (int64_t p = 0; p < g.planes; p++, in += g.ih * g.iw, gx += g.ih * g.iw)
+        for (int64_t oh = 0; oh < g.oh; oh++)
+            for (int64_t ow = 0; ow < g.ow; ow++, gy++) {
+                window w = window_at(d, &g, oh, ow);
+                if (w.h0 < w.h1 && w.w0 < w.w1)
+                    gx[window_argmax(in, g.iw, &w)] += *gy;
+            }
+}
+
+static void avg_forward(const eng_pool_desc *d, T *x, T *y)
+{
+    geometry g = geometry_of(x, y);
+    const float *in = cpu_ptr(x);
+    float *out = cpu_ptr(y);
+    for (int64_t p = 0; p < g.planes; p++, in += g.ih * g.iw)
+        for (int64_t oh = 0; oh < g.oh; oh++)
+            for (int64_t ow = 0; ow < g.ow; ow++) {
+                window w = window_at(d, &g, oh, ow);
+                double sum = 0.0; /* double: a large adaptive window sums many terms */
+                for (int64_t h = w.h0; h < w.h1; h++)
+                    for (int64_t c = w.w0; c < w.w1; c++)
+                        sum += in[h * g.iw + c];
+                *out++ = w.divisor > 0 ? (float)(sum / (double)w.divisor) : 0.0f;
+            }
+}
+
+static void avg_backward(const eng_pool_desc *d, T *dy, T *dx)
+{
+    geometry g = geometry_of(dx, dy);
+    const float *gy = cpu_ptr(dy);
+    float *gx = cpu_ptr(dx);
+    for (int64_t p = 0; p < g.planes; p++, gx += g.ih * g.iw)
+        for (int64_t oh = 0; oh < g.oh; oh++)
+            for (int64_t ow = 0; ow < g.ow; ow++, gy++) {
+                window w = window_at(d, &g, oh, ow);
+                if (w.divisor <= 0)
+                    continue;
+                float share = *gy / (float)w.divisor;
+                for (int64_t h = w.h0; h < w.h1; h++)
+                    for (int64_t c = w.w0; c < w.w1; c++)
+                        gx[h * g.iw + c] += share;
+            }
+}
+
+void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
+{
+    (void)be;
+    max_forward(d, x, y);
+}
+
+void cpu_maxpool_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx)
+{
+    (void)be;
+    max_backward(d, x, dy, dx);
+}
+
+void cpu_avgpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
+{
+    (void)be;
+    avg_forward(d, x, y);
+}
+
+void cpu_avgpool_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx)
+{
+    (void)be;
+    avg_backward(d, dy, dx);
+}
+
+void cpu_adaptive_avgpool_forward(eng_backend *be, T *x, T *y)
+{
+    (void)be;
+    avg_forward(NULL, x, y);
+}
+
+void cpu_adaptive_avgpool_backward(eng_backend *be, T *dy, T *dx)
+{
+    (void)be;
+    avg_backward(NULL, dy, dx);
+}
+
+void cpu_adaptive_maxpool_forward(eng_backend *be, T *x, T *y)
+{
+    (void)be;
+    max_forward(NULL, x, y);
+}
+
+void cpu_adaptive_maxpool_backward(eng_backend *be, T *x, T *dy, T *dx)
+{
+    (void)be;
+    max_backward(NULL, x, dy, dx);
+}

@@ -1,0 +1,438 @@
+/*
+ * nn.c — the front of the model engine: backend lookup, shape helpers, and one checked
+ * dispatch per layer (see nn.h). Shape mismatches are programming errors in model code, so
+ * they abort with a message naming the layer and both shapes rather than return codes that
+ * every caller would have to thread through.
+ */
+#include "nn.h"
+
+#include "backend.h"
+#include "log.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const eng_ops *const BACKENDS[] = {&eng_cpu_ops};
+
+eng_backend *eng_backend_open(const char *name, const eng_backend_options *opt, char **err)
+{
+    for (size_t i = 0; i < ARRAY_LEN(BACKENDS); i++) {
+        if (strcmp(BACKENDS[i]->name, name) != 0)
+            continue;
+        eng_backend *be = xcalloc(1, sizeof *be);
+        be->ops = BACKENDS[i];
+        be->opt = opt ? *opt : (eng_backend_options){0};
+        if (be->ops->open(be, &be->opt, err) != 0) {
+            free(be);
+            return NULL;
+        }
+        return be;
+    }
+    report_failure(err, "unknown backend '%s' (this build has: cpu)", name);
+    return NULL;
+}
+
+void eng_backend_close(eng_backend *be)
+{
+    if (!be)
+        return;
+    be->ops->close(be);
+    free(be);
+}
+
+const char *eng_backend_name(const eng_backend *be) { return be->ops->name; }
+
+/* ---- shapes ------------------------------------------------------------------------------- */
+
+int64_t eng_numel(const eng_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++)
+        n *= s->dim[i];
+    return n;
+}
+
+eng_shape eng_shape2(int64_t n, int64_t f) { return (eng_shape){.ndim = 2, .dim = {n, f}}; }
+
+eng_shape eng_shape4(int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    return (eng_shape){.ndim = 4, .dim = {n, c, h, w}};
+}
+
+bool eng_shape_equal(const eng_shape *a, const eng_shape *b)
+{
+    if (a->ndim != b->ndim)
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->dim[i] != b->dim[i])
+            return false;
+    return true;
+}
+
+static void shape_text(const eng_shape *s, char *out, size_t size)
+{
+    size_t n = (size_t)snprintf(out, size, "[");
+    for (int i = 0; i < s->ndim && n < size; i++)
+        n += (size_t)snprintf(out + n, size - n, "%s%lld", i ? ", " : "", (long long)s->dim[i]);
+    if (n < size)
+        snprintf(out + n, size - n, "]");
+}
+
+/* Abort when `got` is not `want`: model code built the layer wrongly. */
+static void expect_shape(const char *layer, const char *what, const eng_tensor *got, const eng_shape *want)
+{
+    if (eng_shape_equal(&got->shape, want))
+        return;
+    char a[96], b[96];
+    shape_text(&got->shape, a, sizeof a);
+    shape_text(want, b, sizeof b);
+    die(EXIT_RUNTIME, "%s: %s has shape %s, expected %s", layer, what, a, b);
+}
+
+static void expect_same(const char *layer, const char *what, const eng_tensor *got, const eng_tensor *like)
+{
+    if (got)
+        expect_shape(layer, what, got, &like->shape);
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+size_t eng_bytes(eng_backend *be, const eng_shape *s) { return be->ops->bytes(be, s); }
+void *eng_alloc(eng_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
+void eng_free(eng_backend *be, void *base) { be->ops->free(be, base); }
+
+eng_tensor eng_tensor_new(eng_backend *be, eng_shape shape)
+{
+    return (eng_tensor){.shape = shape, .base = eng_alloc(be, eng_bytes(be, &shape)), .offset = 0};
+}
+
+void eng_tensor_free(eng_backend *be, eng_tensor *t)
+{
+    eng_free(be, t->base);
+    t->base = NULL;
+}
+
+eng_tensor eng_reshape(const eng_tensor *t, eng_shape shape)
+{
+    if (eng_numel(&shape) != eng_numel(&t->shape))
+        die(EXIT_RUNTIME, "reshape: %lld elements cannot become %lld", (long long)eng_numel(&t->shape),
+            (long long)eng_numel(&shape));
+    eng_tensor v = *t;
+    v.shape = shape;
+    return v;
+}
+
+void eng_zero(eng_backend *be, const eng_tensor *t) { be->ops->zero(be, t); }
+void eng_upload(eng_backend *be, const eng_tensor *dst, const float *src) { be->ops->upload(be, dst, src); }
+void eng_download(eng_backend *be, const eng_tensor *src, float *dst) { be->ops->download(be, src, dst); }
+
+/* ---- layers ------------------------------------------------------------------------------ */
+
+void eng_relu_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
+{
+    expect_same("relu", "output", y, x);
+    be->ops->relu_forward(be, x, y);
+}
+
+void eng_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *dy, const eng_tensor *dx)
+{
+    expect_same("relu backward", "dy", dy, y);
+    expect_same("relu backward", "dx", dx, y);
+    if (dx)
+        be->ops->relu_backward(be, y, dy, dx);
+}
+
+static void check_linear(const char *layer, const eng_tensor *x, const eng_tensor *w, const eng_tensor *b,
+                         const eng_tensor *y)
+{
+    if (x->shape.ndim != 2 || w->shape.ndim != 2)
+        die(EXIT_RUNTIME, "%s: input and weight must be 2-D (flatten first)", layer);
+    eng_shape ws = eng_shape2(w->shape.dim[0], x->shape.dim[1]);
+    expect_shape(layer, "weight", w, &ws);
+    eng_shape bs = {.ndim = 1, .dim = {w->shape.dim[0]}};
+    if (b)
+        expect_shape(layer, "bias", b, &bs);
+    eng_shape ys = eng_shape2(x->shape.dim[0], w->shape.dim[0]);
+    expect_shape(layer, "output", y, &ys);
+}
+
+void eng_linear_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *w, const eng_tensor *b,
+                       const eng_tensor *y)
+{
+    check_linear("linear", x, w, b, y);
+    be->ops->linear_forward(be, x, w, b, y);
+}
+
+void eng_linear_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *w, const eng_tensor *dy,
+                        const eng_tensor *dx, const eng_tensor *dw, const eng_tensor *db)
+{
+    check_linear("linear backward", x, w, db, dy);
+    expect_same("linear backward", "dx", dx, x);
+    expect_same("linear backward", "dw", dw, w);
+    be->ops->linear_backward(be, x, w, dy, dx, dw, db);
+}
+
+void eng_add_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *b, const eng_tensor *y)
+{
+    expect_same("add", "second input", b, a);
+    expect_same("add", "output", y, a);
+    be->ops->add_forward(be, a, b, y);
+}
+
+void eng_add_backward(eng_backend *be, const eng_tensor *dy, const eng_tensor *da, const eng_tensor *db)
+{
+    expect_same("add backward", "da", da, dy);
+    expect_same("add backward", "db", db, dy);
+    be->ops->add_backward(be, dy, da, db);
+}
+
+void eng_l2norm_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
+{
+    if (x->shape.ndim != 2)
+        die(EXIT_RUNTIME, "l2norm: input must be N×F");
+    expect_same("l2norm", "output", y, x);
+    be->ops->l2norm_forward(be, x, y);
+}
+
+void eng_l2norm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *dy, const eng_tensor *dx)
+{
+    expect_same("l2norm backward", "dy", dy, x);
+    expect_same("l2norm backward", "dx", dx, x);
+    if (dx)
+        be->ops->l2norm_backward(be, x, dy, dx);
+}
+
+static void check_p(float p)
+{
+    if (!(p >= 0.0f && p < 1.0f))
+        die(EXIT_RUNTIME, "dropout: p = %g must be in [0, 1)", (double)p);
+}
+
+void eng_dropout_forward(eng_backend *be, float p, uint64_t step, const eng_tensor *x, const eng_tensor *y)
+{
+    check_p(p);
+    expect_same("dropout", "output", y, x);
+    be->ops->dropout_forward(be, p, step, x, y);
+}
+
+void eng_dropout_backward(eng_backend *be, float p, uint64_t step, const eng_tensor *dy, const eng_tensor *dx)
+{
+    check_p(p);
+    expect_same("dropout backward", "dx", dx, dy);
+    if (dx)
+        be->ops->dropout_backward(be, p, step, dy, dx);
+}
+
+/* ---- convolution, batch norm, pooling -------------------------------------------------------- */
+
+/* Abort when a backend lacks an operation: model code asked for a layer it cannot run. */
+#define NEED(be, op) \
+    do { \
+        if (!(be)->ops->op) \
+            die(EXIT_RUNTIME, "the %s backend has no " #op, (be)->ops->name); \
+    } while (0)
+
+static int64_t or_one(int64_t v) { return v ? v : 1; }
+
+/* floor((in + 2·pad − dil·(k − 1) − 1) / stride) + 1, or with ceil for ceil_mode. */
+static int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil, bool ceil_mode)
+{
+    int64_t span = in + 2 * pad - dil * (k - 1) - 1;
+    if (span < 0)
+        return 0;
+    int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+    /* PyTorch: with ceil_mode the last window must start inside the input or left padding */
+    if (ceil_mode && (out - 1) * stride >= in + pad)
+        out--;
+    return out;
+}
+
+void eng_plan_free(eng_backend *be, eng_plan *plan)
+{
+    if (plan)
+        be->ops->plan_free(be, plan);
+}
+
+eng_shape eng_conv_output_shape(const eng_shape *x, const eng_shape *w, const eng_conv_desc *d)
+{
+    if (x->ndim != 4 || w->ndim != 4)
+        die(EXIT_RUNTIME, "conv: input and weight must be 4-D (N×C×H×W, O×I×KH×KW)");
+    int64_t groups = or_one(d->groups);
+    if (x->dim[1] != w->dim[1] * groups || w->dim[0] % groups)
+        die(EXIT_RUNTIME, "conv: %lld input channels do not fit a weight of %lld×%lld with %lld groups",
+            (long long)x->dim[1], (long long)w->dim[0], (long long)w->dim[1], (long long)groups);
+    eng_shape y = eng_shape4(x->dim[0], w->dim[0], 0, 0);
+    for (int i = 0; i < 2; i++)
+        y.dim[2 + i] = out_size(x->dim[2 + i], w->dim[2 + i], or_one(d->stride[i]), d->pad[i],
+                                or_one(d->dilation[i]), false);
+    if (y.dim[2] < 1 || y.dim[3] < 1)
+        die(EXIT_RUNTIME, "conv: a %lldx%lld input is smaller than the %lldx%lld kernel", (long long)x->dim[2],
+            (long long)x->dim[3], (long long)w->dim[2], (long long)w->dim[3]);
+    return y;
+}
+
+eng_plan *eng_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias)
+{
+    NEED(be, conv_plan);
+    (void)eng_conv_output_shape(x, w, d); /* validates */
+    return be->ops->conv_plan(be, d, x, w, bias);
+}
+
+void eng_conv_forward(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
+                      const eng_tensor *b, const eng_tensor *y)
+{
+    NEED(be, conv_forward);
+    be->ops->conv_forward(be, plan, x, w, b, y);
+}
+
+void eng_conv_backward(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
+                       const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dw, const eng_tensor *db)
+{
+    NEED(be, conv_backward);
+    expect_same("conv backward", "dx", dx, x);
+    expect_same("conv backward", "dw", dw, w);
+    be->ops->conv_backward(be, plan, x, w, dy, dx, dw, db);
+}
+
+/* The per-channel tensors of batch norm must all be C long. */
+static void check_channels(const char *layer, const eng_tensor *x, const eng_tensor *const *per_channel, size_t n)
+{
+    if (x->shape.ndim != 2 && x->shape.ndim != 4)
+        die(EXIT_RUNTIME, "%s: input must be N×C or N×C×H×W", layer);
+    eng_shape c = {.ndim = 1, .dim = {x->shape.dim[1]}};
+    for (size_t i = 0; i < n; i++)
+        if (per_channel[i])
+            expect_shape(layer, "a per-channel tensor", per_channel[i], &c);
+}
+
+void eng_batchnorm_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
+                                 const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *running_mean,
+                                 const eng_tensor *running_var, const eng_tensor *save_mean,
+                                 const eng_tensor *save_invstd, const eng_tensor *y)
+{
+    NEED(be, batchnorm_forward_train);
+    const eng_tensor *pc[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
+    check_channels("batchnorm", x, pc, ARRAY_LEN(pc));
+    expect_same("batchnorm", "output", y, x);
+    be->ops->batchnorm_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean,
+                                     save_invstd, y);
+}
+
+void eng_batchnorm_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
+                                const eng_tensor *beta, const eng_tensor *running_mean,
+                                const eng_tensor *running_var, const eng_tensor *y)
+{
+    NEED(be, batchnorm_forward_eval);
+    const eng_tensor *pc[] = {gamma, beta, running_mean, running_var};
+    check_channels("batchnorm (eval)", x, pc, ARRAY_LEN(pc));
+    expect_same("batchnorm (eval)", "output", y, x);
+    be->ops->batchnorm_forward_eval(be, eps, x, gamma, beta, running_mean, running_var, y);
+}
+
+void eng_batchnorm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
+                            const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
+                            const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta)
+{
+    NEED(be, batchnorm_backward);
+    const eng_tensor *pc[] = {gamma, save_mean, save_invstd, dgamma, dbeta};
+    check_channels("batchnorm backward", x, pc, ARRAY_LEN(pc));
+    expect_same("batchnorm backward", "dy", dy, x);
+    expect_same("batchnorm backward", "dx", dx, x);
+    be->ops->batchnorm_backward(be, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta);
+}
+
+eng_shape eng_pool_output_shape(const eng_shape *x, const eng_pool_desc *d)
+{
+    if (x->ndim != 4)
+        die(EXIT_RUNTIME, "pool: input must be N×C×H×W");
+    eng_shape y = *x;
+    for (int i = 0; i < 2; i++) {
+        if (d->kernel[i] < 1 || d->pad[i] < 0 || 2 * d->pad[i] > d->kernel[i])
+            die(EXIT_RUNTIME, "pool: kernel %lld with padding %lld (padding must be at most half the kernel)",
+                (long long)d->kernel[i], (long long)d->pad[i]);
+        int64_t stride = d->stride[i] ? d->stride[i] : d->kernel[i];
+        y.dim[2 + i] = out_size(x->dim[2 + i], d->kernel[i], stride, d->pad[i], 1, d->ceil_mode);
+        if (y.dim[2 + i] < 1)
+            die(EXIT_RUNTIME, "pool: a %lld-wide input is smaller than the %lld-wide window",
+                (long long)x->dim[2 + i], (long long)d->kernel[i]);
+    }
+    return y;
+}
+
+static void check_pool(const char *layer, const eng_pool_desc *d, const eng_tensor *x, const eng_tensor *y)
+{
+    eng_shape want = eng_pool_output_shape(&x->shape, d);
+    expect_shape(layer, "output", y, &want);
+}
+
+void eng_maxpool_forward(eng_backend *be, const eng_pool_desc *d, const eng_tensor *x, const eng_tensor *y)
+{
+    NEED(be, maxpool_forward);
+    check_pool("maxpool", d, x, y);
+    be->ops->maxpool_forward(be, d, x, y);
+}
+
+void eng_maxpool_backward(eng_backend *be, const eng_pool_desc *d, const eng_tensor *x, const eng_tensor *dy,
+                          const eng_tensor *dx)
+{
+    NEED(be, maxpool_backward);
+    check_pool("maxpool backward", d, x, dy);
+    expect_same("maxpool backward", "dx", dx, x);
+    if (dx)
+        be->ops->maxpool_backward(be, d, x, dy, dx);
+}
+
+void eng_avgpool_forward(eng_backend *be, const eng_pool_desc *d, const eng_tensor *x, const eng_tensor *y)
+{
+    NEED(be, avgpool_forward);
+    check_pool("avgpool", d, x, y);
+    be->ops->avgpool_forward(be, d, x, y);
+}
+
+void eng_avgpool_backward(eng_backend *be, const eng_pool_desc *d, const eng_tensor *dy, const eng_tensor *dx)
+{
+    NEED(be, avgpool_backward);
+    check_pool("avgpool backward", d, dx, dy);
+    be->ops->avgpool_backward(be, d, dy, dx);
+}
+
+/* Adaptive pools keep N and C and take their output size from y. */
+static void check_adaptive(const char *layer, const eng_tensor *x, const eng_tensor *y)
+{
+    if (x->shape.ndim != 4 || y->shape.ndim != 4 || x->shape.dim[0] != y->shape.dim[0] ||
+        x->shape.dim[1] != y->shape.dim[1] || y->shape.dim[2] < 1 || y->shape.dim[3] < 1)
+        die(EXIT_RUNTIME, "%s: input and output must be N×C×H×W with the same N and C", layer);
+}
+
+void eng_adaptive_avgpool_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
+{
+    NEED(be, adaptive_avgpool_forward);
+    check_adaptive("adaptive avgpool", x, y);
+    be->ops->adaptive_avgpool_forward(be, x, y);
+}
+
+void eng_adaptive_avgpool_backward(eng_backend *be, const eng_tensor *dy, const eng_tensor *dx)
+{
+    NEED(be, adaptive_avgpool_backward);
+    check_adaptive("adaptive avgpool backward", dx, dy);
+    be->ops->adaptive_avgpool_backward(be, dy, dx);
+}
+
+void eng_adaptive_maxpool_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
+{
+    NEED(be, adaptive_maxpool_forward);
+    check_adaptive("adaptive maxpool", x, y);
+    be->ops->adaptive_maxpool_forward(be, x, y);
+}
+
+void eng_adaptive_maxpool_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *dy,
+                                   const eng_tensor *dx)
+{
+    NEED(be, adaptive_maxpool_backward);
+    check_adaptive("adaptive maxpool backward", x, dy);
+    expect_same("adaptive maxpool backward", "dx", dx, x);
+    if (dx)
+        be->ops->adaptive_maxpool_backward(be, x, dy, dx);
+}

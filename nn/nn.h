@@ -1,0 +1,185 @@
+/*
+ * nn.h — the model engine's contract between model code and a backend.
+ *
+ * Model code (trunks, heads, the train step) describes tensors by their logical shape and
+ * asks a backend to run layers on them; it never reads or writes a tensor's memory and never
+ * assumes a layout. A backend (`cpu` today on oneDNN, `cuda` later on cuDNN/cuBLAS) owns the
+ * memory, keeps it in whatever layout and precision is fastest for it, and converts only at
+ * the edges: eng_upload / eng_download move fp32 data in the logical (PyTorch) layout between
+ * the host and the device.
+ *
+ * The layers follow llm.c: one forward and one explicit backward per layer, no autograd.
+ * Conventions every backward function keeps:
+ *   - gradients ACCUMULATE (+=): the caller zeroes gradient memory once per step. That is what
+ *     makes residual connections, weights shared across multi-crop passes and heads that read
+ *     the same features correct without special cases;
+ *   - a NULL input-gradient tensor means "not needed" (the first layer, a frozen trunk), and
+ *     the backend then skips that work;
+ *   - forward functions overwrite their output.
+ *
+ * Shapes are logical and PyTorch-ordered: activations N×C×H×W or N×F, linear weights O×I,
+ * convolution weights O×(I/groups)×KH×KW. A tensor is a view into a backend allocation (a
+ * base pointer and a byte offset), so all parameters can live in one buffer and all their
+ * gradients in another, as DESIGN.md asks (one all-reduce, one optimizer pass, one write).
+ *
+ * Names start with eng_ (the model engine), not nn_: libnanomsg, which Criterion links,
+ * exports hundreds of nn_* symbols (nn_free among them).
+ */
+#ifndef SELFSUP_NN_H
+#define SELFSUP_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NN_MAX_DIMS 4
+
+typedef struct {
+    int ndim;
+    int64_t dim[NN_MAX_DIMS];
+} eng_shape;
+
+typedef struct eng_backend eng_backend;
+
+/* A view of backend memory: opaque to model code. */
+typedef struct {
+    eng_shape shape;
+    void *base;        /* a backend allocation (eng_alloc) */
+    size_t offset;     /* bytes from base, as the backend laid the view out */
+} eng_tensor;
+
+/* ---- backends ------------------------------------------------------------------------------- */
+
+typedef struct {
+    int threads;       /* 0 = every core */
+    uint64_t seed;     /* for dropout masks (counter-based, see rng.h) */
+} eng_backend_options;
+
+/* Open a backend by name ("cpu"). NULL with *err when it is unknown or unavailable. */
+eng_backend *eng_backend_open(const char *name, const eng_backend_options *opt, char **err);
+void eng_backend_close(eng_backend *be);
+const char *eng_backend_name(const eng_backend *be);
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+int64_t eng_numel(const eng_shape *s);
+eng_shape eng_shape2(int64_t n, int64_t f);
+eng_shape eng_shape4(int64_t n, int64_t c, int64_t h, int64_t w);
+bool eng_shape_equal(const eng_shape *a, const eng_shape *b);
+
+/* Bytes the backend needs for a tensor of this shape (its layout and precision). */
+size_t eng_bytes(eng_backend *be, const eng_shape *s);
+/* An allocation of `bytes`, aligned for the backend; freed with eng_free. */
+void *eng_alloc(eng_backend *be, size_t bytes);
+void eng_free(eng_backend *be, void *base);
+/* A tensor that owns a fresh allocation (free it with eng_tensor_free). */
+eng_tensor eng_tensor_new(eng_backend *be, eng_shape shape);
+void eng_tensor_free(eng_backend *be, eng_tensor *t);
+/* The same memory seen with another shape of the same element count (flatten). */
+eng_tensor eng_reshape(const eng_tensor *t, eng_shape shape);
+
+void eng_zero(eng_backend *be, const eng_tensor *t);
+/* Host fp32 in logical (PyTorch, C-contiguous) order to and from the device. */
+void eng_upload(eng_backend *be, const eng_tensor *dst, const float *src);
+void eng_download(eng_backend *be, const eng_tensor *src, float *dst);
+
+/* ---- layers ---------------------------------------------------------------------------------- */
+
+/* y = max(x, 0). Backward from y (as PyTorch's in-place ReLU does): dx += dy · [y > 0]. */
+void eng_relu_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y);
+void eng_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *dy, const eng_tensor *dx);
+
+/* y = x·Wᵀ + b for x N×I, W O×I, b O (may be NULL). */
+void eng_linear_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *w, const eng_tensor *b,
+                       const eng_tensor *y);
+/* dx += dy·W, dW += dyᵀ·x, db += Σ_n dy. dx and db may be NULL. */
+void eng_linear_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *w, const eng_tensor *dy,
+                        const eng_tensor *dx, const eng_tensor *dw, const eng_tensor *db);
+
+/* y = a + b (residual add). Backward: da += dy, db += dy. */
+void eng_add_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *b, const eng_tensor *y);
+void eng_add_backward(eng_backend *be, const eng_tensor *dy, const eng_tensor *da, const eng_tensor *db);
+
+/* Rows of x (N×F) scaled to unit L2 norm, as torch.nn.functional.normalize(x, dim=1,
+ * eps=1e-12): y = x / max(‖x‖, eps). */
+void eng_l2norm_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y);
+void eng_l2norm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *dy, const eng_tensor *dx);
+
+/* Inverted dropout in training: each element is kept with probability 1-p and scaled by
+ * 1/(1-p); the keep mask is a pure function of (seed, step, element index), so backward
+ * recomputes it instead of storing it. p = 0 copies. */
+void eng_dropout_forward(eng_backend *be, float p, uint64_t step, const eng_tensor *x, const eng_tensor *y);
+void eng_dropout_backward(eng_backend *be, float p, uint64_t step, const eng_tensor *dy, const eng_tensor *dx);
+
+/* ---- convolution ------------------------------------------------------------------------------ */
+
+/* PyTorch's Conv2d arguments; the kernel size comes from the weight's shape
+ * (O × I/groups × KH × KW). */
+typedef struct {
+    int64_t stride[2], pad[2], dilation[2]; /* (h, w); 0 in stride/dilation means 1 */
+    int64_t groups;                         /* 0 means 1 */
+} eng_conv_desc;
+
+/* A backend's prepared state for one layer at one input shape (oneDNN primitives today,
+ * cuDNN algorithms and workspace later): made once when activation memory is planned and
+ * reused every step, so the steady-state step allocates nothing. */
+typedef struct eng_plan eng_plan;
+void eng_plan_free(eng_backend *be, eng_plan *plan);
+
+/* N × O × OH × OW for input x and weight w; aborts on an impossible geometry. */
+eng_shape eng_conv_output_shape(const eng_shape *x, const eng_shape *w, const eng_conv_desc *d);
+eng_plan *eng_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w,
+                        bool bias);
+/* y = conv(x, w) + b (b may be NULL when the plan has no bias). */
+void eng_conv_forward(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
+                      const eng_tensor *b, const eng_tensor *y);
+/* dx += ∂, dw += ∂, db += ∂ (dx and db may be NULL). */
+void eng_conv_backward(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
+                       const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dw, const eng_tensor *db);
+
+/* ---- batch norm ---------------------------------------------------------------------------- */
+
+/* BatchNorm2d over N × C × H × W (or BatchNorm1d over N × C), PyTorch's semantics.
+ * Training: normalise with the batch's mean and biased variance; update the running stats
+ * in place, running = (1 − momentum)·running + momentum·batch, with the UNBIASED variance
+ * (n/(n−1)) as PyTorch does; keep the batch mean and 1/sqrt(var + eps) in save_mean and
+ * save_invstd (C each) for the backward. Eval: normalise with the running stats. */
+void eng_batchnorm_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
+                                 const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *running_mean,
+                                 const eng_tensor *running_var, const eng_tensor *save_mean,
+                                 const eng_tensor *save_invstd, const eng_tensor *y);
+void eng_batchnorm_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
+                                const eng_tensor *beta, const eng_tensor *running_mean,
+                                const eng_tensor *running_var, const eng_tensor *y);
+/* Backward of the training forward (mean and invstd from save_*): dx, dgamma, dbeta
+ * accumulate; dx may be NULL. */
+void eng_batchnorm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
+                            const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
+                            const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta);
+
+/* ---- pooling ---------------------------------------------------------------------------------- */
+
+/* PyTorch's MaxPool2d / AvgPool2d arguments (dilation 1). */
+typedef struct {
+    int64_t kernel[2], stride[2], pad[2]; /* stride 0 means = kernel, as PyTorch's default */
+    bool ceil_mode;
+    bool count_include_pad;               /* AvgPool2d's, PyTorch default true: set it */
+} eng_pool_desc;
+
+eng_shape eng_pool_output_shape(const eng_shape *x, const eng_pool_desc *d);
+void eng_maxpool_forward(eng_backend *be, const eng_pool_desc *d, const eng_tensor *x, const eng_tensor *y);
+/* The gradient goes to the first maximum of each window (PyTorch's choice); it is found again
+ * from x rather than stored. dx += ∂. */
+void eng_maxpool_backward(eng_backend *be, const eng_pool_desc *d, const eng_tensor *x, const eng_tensor *dy,
+                          const eng_tensor *dx);
+void eng_avgpool_forward(eng_backend *be, const eng_pool_desc *d, const eng_tensor *x, const eng_tensor *y);
+void eng_avgpool_backward(eng_backend *be, const eng_pool_desc *d, const eng_tensor *dy, const eng_tensor *dx);
+/* Adaptive pools: the output size is y's H × W; window i spans
+ * [floor(i·in/out), ceil((i+1)·in/out)) as in PyTorch. */
+void eng_adaptive_avgpool_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y);
+void eng_adaptive_avgpool_backward(eng_backend *be, const eng_tensor *dy, const eng_tensor *dx);
+void eng_adaptive_maxpool_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y);
+void eng_adaptive_maxpool_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *dy,
+                                   const eng_tensor *dx);
+
+#endif

@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""make_nn_conv_fixtures.py — PyTorch's answers for convolution and batch norm
+(tests/unit/test_nn_conv.c).
+
+Each conv case saves its input x, weight w (and bias b), the output y, an upstream gradient dy,
+and autograd's dx, dw (db) as float32 .npy files in tests/golden/fixtures/nn/ named
+conv_CASE_TENSOR.npy, plus conv_CASE_geom.npy: [stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+groups] as float32. Batch norm cases save x, gamma, beta, running stats before (rm0, rv0) and
+after (rm1, rv1) one training step, y, dy and dx, dgamma, dbeta (bn_CASE_TENSOR.npy); the eval
+case saves x, gamma, beta, rm, rv, y. Shapes are small and odd on purpose.
+
+Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_nn_conv_fixtures.py
+"""
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "nn")
+
+
+def save(case, **tensors):
+    for name, t in tensors.items():
+        arr = np.asarray(t.detach().cpu().numpy() if torch.is_tensor(t) else t, dtype=np.float32)
+        np.save(os.path.join(OUT, f"{case}_{name}.npy"), np.ascontiguousarray(arr))
+
+
+def conv(case, x_shape, w_shape, stride, pad, dil, groups, bias):
+    x = torch.randn(*x_shape, requires_grad=True)
+    w = torch.randn(*w_shape, requires_grad=True)
+    b = torch.randn(w_shape[0], requires_grad=True) if bias else None
+    y = F.conv2d(x, w, b, stride=stride, padding=pad, dilation=dil, groups=groups)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    geom = [stride, stride, pad, pad, dil, dil, groups]
+    extra = dict(b=b, db=b.grad) if bias else {}
+    save(f"conv_{case}", x=x, w=w, y=y, dy=dy, dx=x.grad, dw=w.grad, geom=geom, **extra)
+
+
+def bn_train(case, x_shape):
+    c = x_shape[1]
+    bn = torch.nn.BatchNorm2d(c) if len(x_shape) == 4 else torch.nn.BatchNorm1d(c)
+    with torch.no_grad():
+        bn.weight.copy_(torch.rand(c) + 0.5)
+        bn.bias.copy_(torch.randn(c))
+        bn.running_mean.copy_(torch.randn(c))
+        bn.running_var.copy_(torch.rand(c) + 0.5)
+    rm0, rv0 = bn.running_mean.clone(), bn.running_var.clone()
+    x = (torch.randn(*x_shape) * 2.0 + 0.7).requires_grad_(True)
+    bn.train()
+    y = bn(x)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    save(f"bn_{case}", x=x, gamma=bn.weight, beta=bn.bias, rm0=rm0, rv0=rv0, rm1=bn.running_mean,
+         rv1=bn.running_var, y=y, dy=dy, dx=x.grad, dgamma=bn.weight.grad, dbeta=bn.bias.grad)
+
+
+def bn_eval():
+    c = 5
+    bn = torch.nn.BatchNorm2d(c)
+    with torch.no_grad():
+        bn.weight.copy_(torch.rand(c) + 0.5)
+        bn.bias.copy_(torch.randn(c))
+        bn.running_mean.copy_(torch.randn(c))
+        bn.running_var.copy_(torch.rand(c) + 0.5)
+    bn.eval()
+    x = torch.randn(3, c, 4, 7)
+    y = bn(x)
+    save("bn_eval", x=x, gamma=bn.weight, beta=bn.bias, rm=bn.running_mean, rv=bn.running_var, y=y)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    torch.manual_seed(1)
+    conv("3x3", (2, 5, 9, 11), (7, 5, 3, 3), 1, 1, 1, 1, True)
+    conv("stem", (2, 3, 23, 19), (8, 3, 7, 7), 2, 3, 1, 1, False)
+    conv("down", (2, 6, 9, 7), (10, 6, 1, 1), 2, 0, 1, 1, False)
+    conv("down_even", (2, 6, 8, 10), (10, 6, 1, 1), 2, 0, 1, 1, False)  # ResNet's 56 -> 28: the stride drops a column
+    conv("group", (2, 8, 7, 9), (12, 2, 3, 3), 1, 1, 1, 4, True)
+    conv("dil", (2, 4, 11, 10), (6, 4, 3, 3), 1, 2, 2, 1, True)
+    bn_train("train4d", (3, 5, 4, 7))
+    bn_train("train2d", (6, 9))
+    bn_eval()
+    print(f"make_nn_conv_fixtures: wrote to {OUT} (torch {torch.__version__})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,398 @@
+/*
+ * test_nn_conv.c — convolution and batch norm on the cpu backend, against PyTorch and
+ * against finite differences.
+ *
+ * Golden: tests/golden/make_nn_conv_fixtures.py saved PyTorch's outputs, autograd gradients
+ * and running statistics (fixtures/nn/conv_* and bn_*); each must match within 1e-4
+ * (forward) and 1e-3 (gradients) relative to the largest reference value, as in test_nn.c.
+ * Conv cases: 3×3 with bias, the 7×7/2 ResNet stem, a 1×1/2 downsample (odd and even input),
+ * groups = 4, dilation 2.
+ * Finite differences: for L = Σ y·r, each analytic gradient element must match central
+ * differences of L (summed in double). Conventions: gradients accumulate, NULL skips.
+ * NN_CONV_VERBOSE=1 prints every measured error.
+ */
+#include "nn.h"
+#include "npy.h"
+#include "util.h"
+
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FWD_TOL 1e-4
+#define GRAD_TOL 1e-3
+#define FD_TOL 2e-3
+
+static eng_backend *open_cpu(void)
+{
+    char *err = NULL;
+    eng_backend_options opt = {.threads = 2, .seed = 1234};
+    eng_backend *be = eng_backend_open("cpu", &opt, &err);
+    cr_assert(be, "%s", err);
+    return be;
+}
+
+/* A fixture as a tensor on the backend, with its host copy. */
+typedef struct {
+    eng_tensor t;
+    npy_array a;
+} fixture;
+
+static fixture load(eng_backend *be, const char *kase, const char *name)
+{
+    char *file = xasprintf("%s_%s.npy", kase, name);
+    char *path = test_fixture("nn", file);
+    fixture f;
+    char *err = NULL;
+    cr_assert_eq(npy_read(path, &f.a, &err), 0, "%s: %s", file, err);
+    cr_assert_eq(f.a.dtype, NPY_F4);
+    eng_shape s = {.ndim = f.a.ndim};
+    for (int i = 0; i < f.a.ndim; i++)
+        s.dim[i] = (int64_t)f.a.shape[i];
+    f.t = eng_tensor_new(be, s);
+    eng_upload(be, &f.t, f.a.data);
+    free(path);
+    free(file);
+    return f;
+}
+
+static void unload(eng_backend *be, fixture *f)
+{
+    eng_tensor_free(be, &f->t);
+    npy_close(&f->a);
+}
+
+static eng_tensor zeros_like(eng_backend *be, const eng_tensor *like)
+{
+    eng_tensor t = eng_tensor_new(be, like->shape);
+    eng_zero(be, &t);
+    return t;
+}
+
+/* max |got − want| / max |want| over the tensor. */
+static double rel_error(eng_backend *be, const eng_tensor *got, const fixture *want)
+{
+    size_t n = want->a.count;
+    cr_assert_eq((size_t)eng_numel(&got->shape), n);
+    float *host = xmalloc(n * sizeof *host);
+    eng_download(be, got, host);
+    const float *ref = want->a.data;
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)host[i] - ref[i]));
+        scale = fmax(scale, fabs((double)ref[i]));
+    }
+    free(host);
+    return worst / (scale > 0 ? scale : 1.0);
+}
+
+static void expect_close(eng_backend *be, const eng_tensor *got, const fixture *want, double tol, const char *what)
+{
+    double e = rel_error(be, got, want);
+    if (getenv("NN_CONV_VERBOSE"))
+        fprintf(stderr, "nn_conv: %-22s rel error %.3g\n", what, e);
+    cr_expect_leq(e, tol, "%s: relative error %g", what, e);
+}
+
+/* ---- convolution against PyTorch ---------------------------------------------------------- */
+
+static eng_conv_desc geom_of(const fixture *g)
+{
+    const float *v = g->a.data;
+    cr_assert_eq(g->a.count, 7u);
+    eng_conv_desc d = {.stride = {(int64_t)v[0], (int64_t)v[1]}, .pad = {(int64_t)v[2], (int64_t)v[3]},
+                       .dilation = {(int64_t)v[4], (int64_t)v[5]}, .groups = (int64_t)v[6]};
+    return d;
+}
+
+static void conv_case(const char *name, bool bias)
+{
+    eng_backend *be = open_cpu();
+    char *kase = xasprintf("conv_%s", name);
+    fixture g = load(be, kase, "geom"), x = load(be, kase, "x"), w = load(be, kase, "w"), y = load(be, kase, "y"),
+            dy = load(be, kase, "dy"), dx = load(be, kase, "dx"), dw = load(be, kase, "dw"), b = {0}, db = {0};
+    if (bias)
+        b = load(be, kase, "b"), db = load(be, kase, "db");
+    eng_conv_desc d = geom_of(&g);
+    eng_shape ys = eng_conv_output_shape(&x.t.shape, &w.t.shape, &d);
+    cr_assert(eng_shape_equal(&ys, &y.t.shape), "%s: output shape", name);
+    eng_plan *plan = eng_conv_plan(be, &d, &x.t.shape, &w.t.shape, bias);
+    eng_tensor out = zeros_like(be, &y.t), gx = zeros_like(be, &x.t), gw = zeros_like(be, &w.t), gb = {0};
+    if (bias)
+        gb = zeros_like(be, &b.t);
+    char what[64];
+    eng_conv_forward(be, plan, &x.t, &w.t, bias ? &b.t : NULL, &out);
+    snprintf(what, sizeof what, "%s y", name);
+    expect_close(be, &out, &y, FWD_TOL, what);
+    eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, &gx, &gw, bias ? &gb : NULL);
+    snprintf(what, sizeof what, "%s dx", name);
+    expect_close(be, &gx, &dx, GRAD_TOL, what);
+    snprintf(what, sizeof what, "%s dw", name);
+    expect_close(be, &gw, &dw, GRAD_TOL, what);
+    if (bias) {
+        snprintf(what, sizeof what, "%s db", name);
+        expect_close(be, &gb, &db, GRAD_TOL, what);
+        eng_tensor_free(be, &gb);
+        unload(be, &b), unload(be, &db);
+    }
+    eng_plan_free(be, plan);
+    eng_tensor *mine[] = {&out, &gx, &gw};
+    for (size_t i = 0; i < ARRAY_LEN(mine); i++)
+        eng_tensor_free(be, mine[i]);
+    fixture *all[] = {&g, &x, &w, &y, &dy, &dx, &dw};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        unload(be, all[i]);
+    free(kase);
+    eng_backend_close(be);
+}
+
+Test(nn_conv, conv3x3_bias_matches_torch) { conv_case("3x3", true); }
+Test(nn_conv, resnet_stem_7x7_stride2_matches_torch) { conv_case("stem", false); }
+Test(nn_conv, downsample_1x1_stride2_matches_torch) { conv_case("down", false); }
+Test(nn_conv, downsample_1x1_stride2_on_even_input_matches_torch) { conv_case("down_even", false); }
+Test(nn_conv, grouped_conv_matches_torch) { conv_case("group", true); }
+Test(nn_conv, dilated_conv_matches_torch) { conv_case("dil", true); }
+
+/* Backward twice doubles every gradient; dx NULL skips backward-data and leaves dw right;
+ * db NULL on a plan with a bias is allowed. */
+Test(nn_conv, gradients_accumulate_and_null_skips)
+{
+    eng_backend *be = open_cpu();
+    fixture g = load(be, "conv_group", "geom"), x = load(be, "conv_group", "x"), w = load(be, "conv_group", "w"),
+            b = load(be, "conv_group", "b"), dy = load(be, "conv_group", "dy"), dx = load(be, "conv_group", "dx"),
+            dw = load(be, "conv_group", "dw"), db = load(be, "conv_group", "db");
+    eng_conv_desc d = geom_of(&g);
+    eng_plan *plan = eng_conv_plan(be, &d, &x.t.shape, &w.t.shape, true);
+    eng_tensor gx = zeros_like(be, &x.t), gw = zeros_like(be, &w.t), gb = zeros_like(be, &b.t);
+    eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, NULL, &gw, NULL);
+    expect_close(be, &gw, &dw, GRAD_TOL, "group dw (dx NULL)");
+    eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, &gx, &gw, &gb);
+    eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, &gx, NULL, &gb);
+    /* dw was accumulated twice, dx and db twice: compare with 2× PyTorch's. */
+    fixture *twice[] = {&dx, &dw, &db};
+    for (size_t i = 0; i < ARRAY_LEN(twice); i++)
+        for (size_t k = 0; k < twice[i]->a.count; k++)
+            ((float *)twice[i]->a.data)[k] *= 2.0f;
+    expect_close(be, &gx, &dx, GRAD_TOL, "group 2×dx");
+    expect_close(be, &gw, &dw, GRAD_TOL, "group 2×dw");
+    expect_close(be, &gb, &db, GRAD_TOL, "group 2×db");
+    eng_plan_free(be, plan);
+    eng_tensor *mine[] = {&gx, &gw, &gb};
+    for (size_t i = 0; i < ARRAY_LEN(mine); i++)
+        eng_tensor_free(be, mine[i]);
+    fixture *all[] = {&g, &x, &w, &b, &dy, &dx, &dw, &db};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        unload(be, all[i]);
+    eng_backend_close(be);
+}
+
+/* ---- finite differences ---------------------------------------------------------------------- */
+
+static void fill_normal(float *p, int64_t n, unsigned seed)
+{
+    srand(seed);
+    for (int64_t i = 0; i < n; i++) { /* Box-Muller: smooth values, no exact zeros */
+        double u1 = (rand() + 1.0) / (RAND_MAX + 2.0), u2 = (rand() + 1.0) / (RAND_MAX + 2.0);
+        p[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+    }
+}
+
+static eng_tensor host_tensor(eng_backend *be, eng_shape s, unsigned seed, float **host)
+{
+    eng_tensor t = eng_tensor_new(be, s);
+    *host = xmalloc((size_t)eng_numel(&s) * sizeof(float));
+    fill_normal(*host, eng_numel(&s), seed);
+    eng_upload(be, &t, *host);
+    return t;
+}
+
+static eng_shape shape1(int64_t n) { return (eng_shape){.ndim = 1, .dim = {n}}; }
+
+/* Σ y·r in double. */
+static double loss(eng_backend *be, const eng_tensor *y, const float *r)
+{
+    int64_t n = eng_numel(&y->shape);
+    float *h = xmalloc((size_t)n * sizeof *h);
+    eng_download(be, y, h);
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)h[i] * r[i];
+    free(h);
+    return s;
+}
+
+/* Compare every element of `grad` (analytic, for `param` whose host copy is `host`) with
+ * central differences of the loss. */
+static void check_fd(eng_backend *be, void (*forward)(eng_backend *, void *), void *arg, eng_tensor *param,
+                     float *host, const eng_tensor *grad, const eng_tensor *y, const float *r, const char *what)
+{
+    int64_t n = eng_numel(&param->shape);
+    float *g = xmalloc((size_t)n * sizeof *g);
+    eng_download(be, grad, g);
+    const float h = 1e-2f;
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float keep = host[i];
+        host[i] = keep + h;
+        eng_upload(be, param, host);
+        forward(be, arg);
+        double up = loss(be, y, r);
+        host[i] = keep - h;
+        eng_upload(be, param, host);
+        forward(be, arg);
+        double down = loss(be, y, r);
+        host[i] = keep;
+        double fd = (up - down) / (2.0 * h);
+        worst = fmax(worst, fabs(fd - g[i]) / fmax(1.0, fabs(fd)));
+    }
+    eng_upload(be, param, host);
+    free(g);
+    if (getenv("NN_CONV_VERBOSE"))
+        fprintf(stderr, "nn_conv: %-22s fd error %.3g\n", what, worst);
+    cr_expect_leq(worst, FD_TOL, "%s: finite differences disagree by %g", what, worst);
+}
+
+typedef struct {
+    eng_plan *plan;
+    eng_tensor *x, *w, *b, *y;
+} conv_args;
+
+static void run_conv(eng_backend *be, void *arg)
+{
+    conv_args *a = arg;
+    eng_conv_forward(be, a->plan, a->x, a->w, a->b, a->y);
+}
+
+/* Stride, padding, dilation and groups at once, on a tiny odd shape. */
+Test(nn_conv, conv_gradients_match_finite_differences)
+{
+    eng_backend *be = open_cpu();
+    eng_conv_desc d = {.stride = {2, 1}, .pad = {1, 2}, .dilation = {1, 2}, .groups = 2};
+    float *hx, *hw, *hb, *r;
+    eng_tensor x = host_tensor(be, eng_shape4(2, 4, 5, 6), 11, &hx), w = host_tensor(be, eng_shape4(6, 2, 3, 3), 12, &hw),
+               b = host_tensor(be, shape1(6), 13, &hb);
+    eng_shape ys = eng_conv_output_shape(&x.shape, &w.shape, &d);
+    eng_tensor dy = host_tensor(be, ys, 14, &r), y = zeros_like(be, &dy);
+    eng_tensor gx = zeros_like(be, &x), gw = zeros_like(be, &w), gb = zeros_like(be, &b);
+    eng_plan *plan = eng_conv_plan(be, &d, &x.shape, &w.shape, true);
+    eng_conv_backward(be, plan, &x, &w, &dy, &gx, &gw, &gb);
+    conv_args a = {plan, &x, &w, &b, &y};
+    check_fd(be, run_conv, &a, &x, hx, &gx, &y, r, "conv fd dx");
+    check_fd(be, run_conv, &a, &w, hw, &gw, &y, r, "conv fd dw");
+    check_fd(be, run_conv, &a, &b, hb, &gb, &y, r, "conv fd db");
+    eng_plan_free(be, plan);
+    eng_tensor *all[] = {&x, &w, &b, &dy, &y, &gx, &gw, &gb};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    free(hx), free(hw), free(hb), free(r);
+    eng_backend_close(be);
+}
+
+typedef struct {
+    eng_tensor *x, *gamma, *beta, *rm, *rv, *mean, *invstd, *y;
+} bn_args;
+
+static void run_bn(eng_backend *be, void *arg)
+{
+    bn_args *a = arg;
+    eng_batchnorm_forward_train(be, 0.1, 1e-5, a->x, a->gamma, a->beta, a->rm, a->rv, a->mean, a->invstd, a->y);
+}
+
+static void bn_fd(eng_shape xs, const char *what_x, const char *what_g, const char *what_b)
+{
+    eng_backend *be = open_cpu();
+    int64_t c = xs.dim[1];
+    float *hx, *hg, *hb, *r, *hrm, *hrv;
+    eng_tensor x = host_tensor(be, xs, 21, &hx), gamma = host_tensor(be, shape1(c), 22, &hg),
+               beta = host_tensor(be, shape1(c), 23, &hb), dy = host_tensor(be, xs, 24, &r),
+               rm = host_tensor(be, shape1(c), 25, &hrm), rv = host_tensor(be, shape1(c), 26, &hrv);
+    eng_tensor mean = zeros_like(be, &gamma), invstd = zeros_like(be, &gamma), y = zeros_like(be, &x);
+    eng_tensor gx = zeros_like(be, &x), gg = zeros_like(be, &gamma), gb = zeros_like(be, &beta);
+    bn_args a = {&x, &gamma, &beta, &rm, &rv, &mean, &invstd, &y};
+    run_bn(be, &a);
+    eng_batchnorm_backward(be, &x, &gamma, &mean, &invstd, &dy, &gx, &gg, &gb);
+    check_fd(be, run_bn, &a, &x, hx, &gx, &y, r, what_x);
+    check_fd(be, run_bn, &a, &gamma, hg, &gg, &y, r, what_g);
+    check_fd(be, run_bn, &a, &beta, hb, &gb, &y, r, what_b);
+    eng_tensor *all[] = {&x, &gamma, &beta, &dy, &rm, &rv, &mean, &invstd, &y, &gx, &gg, &gb};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    free(hx), free(hg), free(hb), free(r), free(hrm), free(hrv);
+    eng_backend_close(be);
+}
+
+Test(nn_conv, batchnorm2d_gradients_match_finite_differences)
+{
+    bn_fd(eng_shape4(3, 2, 2, 3), "bn4d fd dx", "bn4d fd dgamma", "bn4d fd dbeta");
+}
+
+Test(nn_conv, batchnorm1d_gradients_match_finite_differences)
+{
+    bn_fd(eng_shape2(5, 3), "bn2d fd dx", "bn2d fd dgamma", "bn2d fd dbeta");
+}
+
+/* ---- batch norm against PyTorch ----------------------------------------------------------- */
+
+static void bn_train_case(const char *kase)
+{
+    eng_backend *be = open_cpu();
+    fixture x = load(be, kase, "x"), gamma = load(be, kase, "gamma"), beta = load(be, kase, "beta"),
+            rm0 = load(be, kase, "rm0"), rv0 = load(be, kase, "rv0"), rm1 = load(be, kase, "rm1"),
+            rv1 = load(be, kase, "rv1"), y = load(be, kase, "y"), dy = load(be, kase, "dy"), dx = load(be, kase, "dx"),
+            dgamma = load(be, kase, "dgamma"), dbeta = load(be, kase, "dbeta");
+    eng_tensor mean = zeros_like(be, &gamma.t), invstd = zeros_like(be, &gamma.t), out = zeros_like(be, &x.t);
+    eng_tensor gx = zeros_like(be, &x.t), gg = zeros_like(be, &gamma.t), gb = zeros_like(be, &beta.t);
+    /* rm0/rv0 are updated in place into PyTorch's rm1/rv1. */
+    eng_batchnorm_forward_train(be, 0.1, 1e-5, &x.t, &gamma.t, &beta.t, &rm0.t, &rv0.t, &mean, &invstd, &out);
+    char what[64];
+    snprintf(what, sizeof what, "%s y", kase);
+    expect_close(be, &out, &y, FWD_TOL, what);
+    snprintf(what, sizeof what, "%s running_mean", kase);
+    expect_close(be, &rm0.t, &rm1, FWD_TOL, what);
+    snprintf(what, sizeof what, "%s running_var", kase);
+    expect_close(be, &rv0.t, &rv1, FWD_TOL, what);
+    eng_batchnorm_backward(be, &x.t, &gamma.t, &mean, &invstd, &dy.t, &gx, &gg, &gb);
+    snprintf(what, sizeof what, "%s dx", kase);
+    expect_close(be, &gx, &dx, GRAD_TOL, what);
+    snprintf(what, sizeof what, "%s dgamma", kase);
+    expect_close(be, &gg, &dgamma, GRAD_TOL, what);
+    snprintf(what, sizeof what, "%s dbeta", kase);
+    expect_close(be, &gb, &dbeta, GRAD_TOL, what);
+    /* dx NULL skips; dgamma and dbeta accumulate. */
+    eng_batchnorm_backward(be, &x.t, &gamma.t, &mean, &invstd, &dy.t, NULL, &gg, &gb);
+    for (size_t k = 0; k < dgamma.a.count; k++)
+        ((float *)dgamma.a.data)[k] *= 2.0f, ((float *)dbeta.a.data)[k] *= 2.0f;
+    snprintf(what, sizeof what, "%s 2×dgamma", kase);
+    expect_close(be, &gg, &dgamma, GRAD_TOL, what);
+    snprintf(what, sizeof what, "%s 2×dbeta", kase);
+    expect_close(be, &gb, &dbeta, GRAD_TOL, what);
+    eng_tensor *mine[] = {&mean, &invstd, &out, &gx, &gg, &gb};
+    for (size_t i = 0; i < ARRAY_LEN(mine); i++)
+        eng_tensor_free(be, mine[i]);
+    fixture *all[] = {&x, &gamma, &beta, &rm0, &rv0, &rm1, &rv1, &y, &dy, &dx, &dgamma, &dbeta};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        unload(be, all[i]);
+    eng_backend_close(be);
+}
+
+Test(nn_conv, batchnorm2d_train_matches_torch) { bn_train_case("bn_train4d"); }
+Test(nn_conv, batchnorm1d_train_matches_torch) { bn_train_case("bn_train2d"); }
+
+Test(nn_conv, batchnorm_eval_matches_torch)
+{
+    eng_backend *be = open_cpu();
+    fixture x = load(be, "bn_eval", "x"), gamma = load(be, "bn_eval", "gamma"), beta = load(be, "bn_eval", "beta"),
+            rm = load(be, "bn_eval", "rm"), rv = load(be, "bn_eval", "rv"), y = load(be, "bn_eval", "y");
+    eng_tensor out = zeros_like(be, &x.t);
+    eng_batchnorm_forward_eval(be, 1e-5, &x.t, &gamma.t, &beta.t, &rm.t, &rv.t, &out);
+    expect_close(be, &out, &y, FWD_TOL, "bn_eval y");
+    eng_tensor_free(be, &out);
+    fixture *all[] = {&x, &gamma, &beta, &rm, &rv, &y};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        unload(be, all[i]);
+    eng_backend_close(be);
+}
