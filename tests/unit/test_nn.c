@@ -14,75 +14,13 @@
 #include "npy.h"
 #include "util.h"
 
+#include "test_nn_util.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static eng_backend *open_cpu(void)
-{
-    char *err = NULL;
-    eng_backend_options opt = {.threads = 2, .seed = 1234};
-    eng_backend *be = eng_backend_open("cpu", &opt, &err);
-    cr_assert(be, "%s", err);
-    return be;
-}
-
-/* A fixture as a tensor on the backend, with its host copy. */
-typedef struct {
-    eng_tensor t;
-    npy_array a;
-} fixture;
-
-static fixture load(eng_backend *be, const char *kase, const char *name)
-{
-    char *file = xasprintf("%s_%s.npy", kase, name);
-    char *path = test_fixture("nn", file);
-    fixture f;
-    char *err = NULL;
-    cr_assert_eq(npy_read(path, &f.a, &err), 0, "%s", err);
-    cr_assert_eq(f.a.dtype, NPY_F4);
-    eng_shape s = {.ndim = f.a.ndim};
-    for (int i = 0; i < f.a.ndim; i++)
-        s.dim[i] = (int64_t)f.a.shape[i];
-    f.t = eng_tensor_new(be, s);
-    eng_upload(be, &f.t, f.a.data);
-    free(path);
-    free(file);
-    return f;
-}
-
-static void unload(eng_backend *be, fixture *f)
-{
-    eng_tensor_free(be, &f->t);
-    npy_close(&f->a);
-}
-
-/* A zeroed tensor shaped like `like` (for outputs and accumulated gradients). */
-static eng_tensor zeros_like(eng_backend *be, const eng_tensor *like)
-{
-    eng_tensor t = eng_tensor_new(be, like->shape);
-    eng_zero(be, &t);
-    return t;
-}
-
-/* max |got - want| / max |want| over the tensor. */
-static double rel_error(eng_backend *be, const eng_tensor *got, const fixture *want)
-{
-    size_t n = want->a.count;
-    float *host = xmalloc(n * sizeof *host);
-    eng_download(be, got, host);
-    const float *ref = want->a.data;
-    double worst = 0.0, scale = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)host[i] - ref[i]));
-        scale = fmax(scale, fabs((double)ref[i]));
-    }
-    free(host);
-    return worst / (scale > 0 ? scale : 1.0);
-}
 
 #define FWD_TOL 1e-4
 #define GRAD_TOL 1e-3
@@ -91,95 +29,64 @@ static double rel_error(eng_backend *be, const eng_tensor *got, const fixture *w
 
 Test(nn, relu_matches_torch)
 {
-    eng_backend *be = open_cpu();
-    fixture x = load(be, "relu", "x"), y = load(be, "relu", "y"), dy = load(be, "relu", "dy"),
-            dx = load(be, "relu", "dx");
-    eng_tensor out = zeros_like(be, &x.t), grad = zeros_like(be, &x.t);
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture x = nnt_load(be, "relu", "x"), y = nnt_load(be, "relu", "y"), dy = nnt_load(be, "relu", "dy"),
+            dx = nnt_load(be, "relu", "dx");
+    eng_tensor out = nnt_zeros_like(be, &x.t), grad = nnt_zeros_like(be, &x.t);
     eng_relu_forward(be, &x.t, &out);
-    cr_expect_leq(rel_error(be, &out, &y), FWD_TOL);
+    cr_expect_leq(nnt_rel_error(be, &out, &y), FWD_TOL);
     eng_relu_backward(be, &out, &dy.t, &grad);
-    cr_expect_leq(rel_error(be, &grad, &dx), GRAD_TOL);
+    cr_expect_leq(nnt_rel_error(be, &grad, &dx), GRAD_TOL);
     eng_tensor_free(be, &out);
     eng_tensor_free(be, &grad);
-    fixture *all[] = {&x, &y, &dy, &dx};
+    nnt_fixture *all[] = {&x, &y, &dy, &dx};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        unload(be, all[i]);
+        nnt_unload(be, all[i]);
     eng_backend_close(be);
 }
 
 Test(nn, linear_matches_torch)
 {
-    eng_backend *be = open_cpu();
-    fixture x = load(be, "linear", "x"), w = load(be, "linear", "w"), b = load(be, "linear", "b"),
-            y = load(be, "linear", "y"), dy = load(be, "linear", "dy"), dx = load(be, "linear", "dx"),
-            dw = load(be, "linear", "dw"), db = load(be, "linear", "db");
-    eng_tensor out = zeros_like(be, &y.t), gx = zeros_like(be, &x.t), gw = zeros_like(be, &w.t),
-              gb = zeros_like(be, &b.t);
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture x = nnt_load(be, "linear", "x"), w = nnt_load(be, "linear", "w"), b = nnt_load(be, "linear", "b"),
+            y = nnt_load(be, "linear", "y"), dy = nnt_load(be, "linear", "dy"), dx = nnt_load(be, "linear", "dx"),
+            dw = nnt_load(be, "linear", "dw"), db = nnt_load(be, "linear", "db");
+    eng_tensor out = nnt_zeros_like(be, &y.t), gx = nnt_zeros_like(be, &x.t), gw = nnt_zeros_like(be, &w.t),
+              gb = nnt_zeros_like(be, &b.t);
     eng_linear_forward(be, &x.t, &w.t, &b.t, &out);
-    cr_expect_leq(rel_error(be, &out, &y), FWD_TOL);
+    cr_expect_leq(nnt_rel_error(be, &out, &y), FWD_TOL);
     eng_linear_backward(be, &x.t, &w.t, &dy.t, &gx, &gw, &gb);
-    cr_expect_leq(rel_error(be, &gx, &dx), GRAD_TOL);
-    cr_expect_leq(rel_error(be, &gw, &dw), GRAD_TOL);
-    cr_expect_leq(rel_error(be, &gb, &db), GRAD_TOL);
+    cr_expect_leq(nnt_rel_error(be, &gx, &dx), GRAD_TOL);
+    cr_expect_leq(nnt_rel_error(be, &gw, &dw), GRAD_TOL);
+    cr_expect_leq(nnt_rel_error(be, &gb, &db), GRAD_TOL);
     eng_tensor *mine[] = {&out, &gx, &gw, &gb};
     for (size_t i = 0; i < ARRAY_LEN(mine); i++)
         eng_tensor_free(be, mine[i]);
-    fixture *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
+    nnt_fixture *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        unload(be, all[i]);
+        nnt_unload(be, all[i]);
     eng_backend_close(be);
 }
 
 Test(nn, l2norm_matches_torch_including_a_zero_row)
 {
-    eng_backend *be = open_cpu();
-    fixture x = load(be, "l2norm", "x"), y = load(be, "l2norm", "y"), dy = load(be, "l2norm", "dy"),
-            dx = load(be, "l2norm", "dx");
-    eng_tensor out = zeros_like(be, &x.t), grad = zeros_like(be, &x.t);
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture x = nnt_load(be, "l2norm", "x"), y = nnt_load(be, "l2norm", "y"), dy = nnt_load(be, "l2norm", "dy"),
+            dx = nnt_load(be, "l2norm", "dx");
+    eng_tensor out = nnt_zeros_like(be, &x.t), grad = nnt_zeros_like(be, &x.t);
     eng_l2norm_forward(be, &x.t, &out);
-    cr_expect_leq(rel_error(be, &out, &y), FWD_TOL);
+    cr_expect_leq(nnt_rel_error(be, &out, &y), FWD_TOL);
     eng_l2norm_backward(be, &x.t, &dy.t, &grad);
-    cr_expect_leq(rel_error(be, &grad, &dx), GRAD_TOL);
+    cr_expect_leq(nnt_rel_error(be, &grad, &dx), GRAD_TOL);
     eng_tensor_free(be, &out);
     eng_tensor_free(be, &grad);
-    fixture *all[] = {&x, &y, &dy, &dx};
+    nnt_fixture *all[] = {&x, &y, &dy, &dx};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        unload(be, all[i]);
+        nnt_unload(be, all[i]);
     eng_backend_close(be);
 }
 
 /* ---- finite differences ---------------------------------------------------------------------- */
-
-static void fill_normal(float *p, int64_t n, unsigned seed)
-{
-    srand(seed);
-    for (int64_t i = 0; i < n; i++) { /* Box-Muller: smooth values, no exact zeros */
-        double u1 = (rand() + 1.0) / (RAND_MAX + 2.0), u2 = (rand() + 1.0) / (RAND_MAX + 2.0);
-        p[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-    }
-}
-
-static eng_tensor host_tensor(eng_backend *be, eng_shape s, unsigned seed, float **host)
-{
-    eng_tensor t = eng_tensor_new(be, s);
-    *host = xmalloc((size_t)eng_numel(&s) * sizeof(float));
-    fill_normal(*host, eng_numel(&s), seed);
-    eng_upload(be, &t, *host);
-    return t;
-}
-
-/* Σ y·r in double. */
-static double loss(eng_backend *be, const eng_tensor *y, const float *r)
-{
-    int64_t n = eng_numel(&y->shape);
-    float *h = xmalloc((size_t)n * sizeof *h);
-    eng_download(be, y, h);
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)h[i] * r[i];
-    free(h);
-    return s;
-}
 
 /* The linear layer as a function of (x, w, b): forward into y. */
 typedef struct {
@@ -198,44 +105,22 @@ static void run_l2norm(eng_backend *be, void *arg)
     eng_l2norm_forward(be, a->x, a->y);
 }
 
-/* Compare every element of `grad` (analytic, for parameter `param` whose host copy is
- * `host`) with central differences of the loss. */
 static void check_fd(eng_backend *be, void (*forward)(eng_backend *, void *), void *arg, eng_tensor *param,
                      float *host, const eng_tensor *grad, const eng_tensor *y, const float *r, const char *what)
 {
-    int64_t n = eng_numel(&param->shape);
-    float *g = xmalloc((size_t)n * sizeof *g);
-    eng_download(be, grad, g);
-    const float h = 1e-2f;
-    double worst = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        float keep = host[i];
-        host[i] = keep + h;
-        eng_upload(be, param, host);
-        forward(be, arg);
-        double up = loss(be, y, r);
-        host[i] = keep - h;
-        eng_upload(be, param, host);
-        forward(be, arg);
-        double down = loss(be, y, r);
-        host[i] = keep;
-        double fd = (up - down) / (2.0 * h);
-        worst = fmax(worst, fabs(fd - g[i]) / fmax(1.0, fabs(fd)));
-    }
-    eng_upload(be, param, host);
-    free(g);
+    double worst = nnt_fd_error(be, forward, arg, param, host, grad, y, r);
     cr_expect_leq(worst, 2e-3, "%s: finite differences disagree by %g", what, worst);
 }
 
 Test(nn, linear_gradients_match_finite_differences)
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     float *hx, *hw, *hb, *r;
-    eng_tensor x = host_tensor(be, eng_shape2(3, 5), 1, &hx), w = host_tensor(be, eng_shape2(4, 5), 2, &hw);
+    eng_tensor x = nnt_host_tensor(be, eng_shape2(3, 5), 1, &hx), w = nnt_host_tensor(be, eng_shape2(4, 5), 2, &hw);
     eng_shape bs = {.ndim = 1, .dim = {4}};
-    eng_tensor b = host_tensor(be, bs, 3, &hb);
-    eng_tensor dy = host_tensor(be, eng_shape2(3, 4), 4, &r); /* dL/dy = r */
-    eng_tensor y = zeros_like(be, &dy), gx = zeros_like(be, &x), gw = zeros_like(be, &w), gb = zeros_like(be, &b);
+    eng_tensor b = nnt_host_tensor(be, bs, 3, &hb);
+    eng_tensor dy = nnt_host_tensor(be, eng_shape2(3, 4), 4, &r); /* dL/dy = r */
+    eng_tensor y = nnt_zeros_like(be, &dy), gx = nnt_zeros_like(be, &x), gw = nnt_zeros_like(be, &w), gb = nnt_zeros_like(be, &b);
     eng_linear_backward(be, &x, &w, &dy, &gx, &gw, &gb);
     linear_args a = {&x, &w, &b, &y};
     check_fd(be, run_linear, &a, &x, hx, &gx, &y, r, "linear dx");
@@ -250,10 +135,10 @@ Test(nn, linear_gradients_match_finite_differences)
 
 Test(nn, l2norm_gradient_matches_finite_differences)
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     float *hx, *r;
-    eng_tensor x = host_tensor(be, eng_shape2(3, 7), 5, &hx), dy = host_tensor(be, eng_shape2(3, 7), 6, &r);
-    eng_tensor y = zeros_like(be, &x), gx = zeros_like(be, &x);
+    eng_tensor x = nnt_host_tensor(be, eng_shape2(3, 7), 5, &hx), dy = nnt_host_tensor(be, eng_shape2(3, 7), 6, &r);
+    eng_tensor y = nnt_zeros_like(be, &x), gx = nnt_zeros_like(be, &x);
     eng_l2norm_backward(be, &x, &dy, &gx);
     linear_args a = {.x = &x, .y = &y};
     check_fd(be, run_l2norm, &a, &x, hx, &gx, &y, r, "l2norm dx");
@@ -268,10 +153,10 @@ Test(nn, l2norm_gradient_matches_finite_differences)
 
 Test(nn, gradients_accumulate_and_null_skips)
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     float *hx, *hw, *r;
-    eng_tensor x = host_tensor(be, eng_shape2(2, 3), 7, &hx), w = host_tensor(be, eng_shape2(2, 3), 8, &hw);
-    eng_tensor dy = host_tensor(be, eng_shape2(2, 2), 9, &r), gw = zeros_like(be, &w);
+    eng_tensor x = nnt_host_tensor(be, eng_shape2(2, 3), 7, &hx), w = nnt_host_tensor(be, eng_shape2(2, 3), 8, &hw);
+    eng_tensor dy = nnt_host_tensor(be, eng_shape2(2, 2), 9, &r), gw = nnt_zeros_like(be, &w);
     eng_linear_backward(be, &x, &w, &dy, NULL, &gw, NULL);
     float once[6], twice[6];
     eng_download(be, &gw, once);
@@ -282,9 +167,9 @@ Test(nn, gradients_accumulate_and_null_skips)
     /* dW[o][i] = Σ_n dy[n][o]·x[n][i], by hand for one element. */
     cr_expect_float_eq(once[1 * 3 + 2], r[0 * 2 + 1] * hx[0 * 3 + 2] + r[1 * 2 + 1] * hx[1 * 3 + 2], 1e-5f);
     /* The residual add hands dy to both branches, accumulating. */
-    eng_tensor da = zeros_like(be, &x), db = zeros_like(be, &x);
+    eng_tensor da = nnt_zeros_like(be, &x), db = nnt_zeros_like(be, &x);
     eng_upload(be, &da, hx);
-    eng_tensor dsum = host_tensor(be, eng_shape2(2, 3), 10, &hw);
+    eng_tensor dsum = nnt_host_tensor(be, eng_shape2(2, 3), 10, &hw);
     eng_add_backward(be, &dsum, &da, &db);
     float a_out[6], b_out[6];
     eng_download(be, &da, a_out);
@@ -302,9 +187,9 @@ Test(nn, gradients_accumulate_and_null_skips)
 
 Test(nn, dropout_keeps_the_right_fraction_and_replays_its_mask)
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     const int64_t n = 100003; /* odd: the last Philox block is partial */
-    eng_tensor x = eng_tensor_new(be, eng_shape2(1, n)), y = zeros_like(be, &x), dx = zeros_like(be, &x);
+    eng_tensor x = eng_tensor_new(be, eng_shape2(1, n)), y = nnt_zeros_like(be, &x), dx = nnt_zeros_like(be, &x);
     float *ones = xmalloc((size_t)n * sizeof *ones), *out = xmalloc((size_t)n * sizeof *out);
     for (int64_t i = 0; i < n; i++)
         ones[i] = 1.0f;

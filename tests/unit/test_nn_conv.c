@@ -15,6 +15,7 @@
 #include "npy.h"
 #include "util.h"
 
+#include "test_nn_util.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -27,72 +28,9 @@
 #define GRAD_TOL 1e-3
 #define FD_TOL 2e-3
 
-static eng_backend *open_cpu(void)
+static void expect_close(eng_backend *be, const eng_tensor *got, const nnt_fixture *want, double tol, const char *what)
 {
-    char *err = NULL;
-    eng_backend_options opt = {.threads = 2, .seed = 1234};
-    eng_backend *be = eng_backend_open("cpu", &opt, &err);
-    cr_assert(be, "%s", err);
-    return be;
-}
-
-/* A fixture as a tensor on the backend, with its host copy. */
-typedef struct {
-    eng_tensor t;
-    npy_array a;
-} fixture;
-
-static fixture load(eng_backend *be, const char *kase, const char *name)
-{
-    char *file = xasprintf("%s_%s.npy", kase, name);
-    char *path = test_fixture("nn", file);
-    fixture f;
-    char *err = NULL;
-    cr_assert_eq(npy_read(path, &f.a, &err), 0, "%s: %s", file, err);
-    cr_assert_eq(f.a.dtype, NPY_F4);
-    eng_shape s = {.ndim = f.a.ndim};
-    for (int i = 0; i < f.a.ndim; i++)
-        s.dim[i] = (int64_t)f.a.shape[i];
-    f.t = eng_tensor_new(be, s);
-    eng_upload(be, &f.t, f.a.data);
-    free(path);
-    free(file);
-    return f;
-}
-
-static void unload(eng_backend *be, fixture *f)
-{
-    eng_tensor_free(be, &f->t);
-    npy_close(&f->a);
-}
-
-static eng_tensor zeros_like(eng_backend *be, const eng_tensor *like)
-{
-    eng_tensor t = eng_tensor_new(be, like->shape);
-    eng_zero(be, &t);
-    return t;
-}
-
-/* max |got − want| / max |want| over the tensor. */
-static double rel_error(eng_backend *be, const eng_tensor *got, const fixture *want)
-{
-    size_t n = want->a.count;
-    cr_assert_eq((size_t)eng_numel(&got->shape), n);
-    float *host = xmalloc(n * sizeof *host);
-    eng_download(be, got, host);
-    const float *ref = want->a.data;
-    double worst = 0.0, scale = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)host[i] - ref[i]));
-        scale = fmax(scale, fabs((double)ref[i]));
-    }
-    free(host);
-    return worst / (scale > 0 ? scale : 1.0);
-}
-
-static void expect_close(eng_backend *be, const eng_tensor *got, const fixture *want, double tol, const char *what)
-{
-    double e = rel_error(be, got, want);
+    double e = nnt_rel_error(be, got, want);
     if (getenv("NN_CONV_VERBOSE"))
         fprintf(stderr, "nn_conv: %-22s rel error %.3g\n", what, e);
     cr_expect_leq(e, tol, "%s: relative error %g", what, e);
@@ -100,7 +38,7 @@ static void expect_close(eng_backend *be, const eng_tensor *got, const fixture *
 
 /* ---- convolution against PyTorch ---------------------------------------------------------- */
 
-static eng_conv_desc geom_of(const fixture *g)
+static eng_conv_desc geom_of(const nnt_fixture *g)
 {
     const float *v = g->a.data;
     cr_assert_eq(g->a.count, 7u);
@@ -111,19 +49,19 @@ static eng_conv_desc geom_of(const fixture *g)
 
 static void conv_case(const char *name, bool bias)
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     char *kase = xasprintf("conv_%s", name);
-    fixture g = load(be, kase, "geom"), x = load(be, kase, "x"), w = load(be, kase, "w"), y = load(be, kase, "y"),
-            dy = load(be, kase, "dy"), dx = load(be, kase, "dx"), dw = load(be, kase, "dw"), b = {0}, db = {0};
+    nnt_fixture g = nnt_load(be, kase, "geom"), x = nnt_load(be, kase, "x"), w = nnt_load(be, kase, "w"), y = nnt_load(be, kase, "y"),
+            dy = nnt_load(be, kase, "dy"), dx = nnt_load(be, kase, "dx"), dw = nnt_load(be, kase, "dw"), b = {0}, db = {0};
     if (bias)
-        b = load(be, kase, "b"), db = load(be, kase, "db");
+        b = nnt_load(be, kase, "b"), db = nnt_load(be, kase, "db");
     eng_conv_desc d = geom_of(&g);
     eng_shape ys = eng_conv_output_shape(&x.t.shape, &w.t.shape, &d);
     cr_assert(eng_shape_equal(&ys, &y.t.shape), "%s: output shape", name);
     eng_plan *plan = eng_conv_plan(be, &d, &x.t.shape, &w.t.shape, bias);
-    eng_tensor out = zeros_like(be, &y.t), gx = zeros_like(be, &x.t), gw = zeros_like(be, &w.t), gb = {0};
+    eng_tensor out = nnt_zeros_like(be, &y.t), gx = nnt_zeros_like(be, &x.t), gw = nnt_zeros_like(be, &w.t), gb = {0};
     if (bias)
-        gb = zeros_like(be, &b.t);
+        gb = nnt_zeros_like(be, &b.t);
     char what[64];
     eng_conv_forward(be, plan, &x.t, &w.t, bias ? &b.t : NULL, &out);
     snprintf(what, sizeof what, "%s y", name);
@@ -137,15 +75,15 @@ static void conv_case(const char *name, bool bias)
         snprintf(what, sizeof what, "%s db", name);
         expect_close(be, &gb, &db, GRAD_TOL, what);
         eng_tensor_free(be, &gb);
-        unload(be, &b), unload(be, &db);
+        nnt_unload(be, &b), nnt_unload(be, &db);
     }
     eng_plan_free(be, plan);
     eng_tensor *mine[] = {&out, &gx, &gw};
     for (size_t i = 0; i < ARRAY_LEN(mine); i++)
         eng_tensor_free(be, mine[i]);
-    fixture *all[] = {&g, &x, &w, &y, &dy, &dx, &dw};
+    nnt_fixture *all[] = {&g, &x, &w, &y, &dy, &dx, &dw};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        unload(be, all[i]);
+        nnt_unload(be, all[i]);
     free(kase);
     eng_backend_close(be);
 }
@@ -161,19 +99,19 @@ Test(nn_conv, dilated_conv_matches_torch) { conv_case("dil", true); }
  * db NULL on a plan with a bias is allowed. */
 Test(nn_conv, gradients_accumulate_and_null_skips)
 {
-    eng_backend *be = open_cpu();
-    fixture g = load(be, "conv_group", "geom"), x = load(be, "conv_group", "x"), w = load(be, "conv_group", "w"),
-            b = load(be, "conv_group", "b"), dy = load(be, "conv_group", "dy"), dx = load(be, "conv_group", "dx"),
-            dw = load(be, "conv_group", "dw"), db = load(be, "conv_group", "db");
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture g = nnt_load(be, "conv_group", "geom"), x = nnt_load(be, "conv_group", "x"), w = nnt_load(be, "conv_group", "w"),
+            b = nnt_load(be, "conv_group", "b"), dy = nnt_load(be, "conv_group", "dy"), dx = nnt_load(be, "conv_group", "dx"),
+            dw = nnt_load(be, "conv_group", "dw"), db = nnt_load(be, "conv_group", "db");
     eng_conv_desc d = geom_of(&g);
     eng_plan *plan = eng_conv_plan(be, &d, &x.t.shape, &w.t.shape, true);
-    eng_tensor gx = zeros_like(be, &x.t), gw = zeros_like(be, &w.t), gb = zeros_like(be, &b.t);
+    eng_tensor gx = nnt_zeros_like(be, &x.t), gw = nnt_zeros_like(be, &w.t), gb = nnt_zeros_like(be, &b.t);
     eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, NULL, &gw, NULL);
     expect_close(be, &gw, &dw, GRAD_TOL, "group dw (dx NULL)");
     eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, &gx, &gw, &gb);
     eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, &gx, NULL, &gb);
     /* dw was accumulated twice, dx and db twice: compare with 2× PyTorch's. */
-    fixture *twice[] = {&dx, &dw, &db};
+    nnt_fixture *twice[] = {&dx, &dw, &db};
     for (size_t i = 0; i < ARRAY_LEN(twice); i++)
         for (size_t k = 0; k < twice[i]->a.count; k++)
             ((float *)twice[i]->a.data)[k] *= 2.0f;
@@ -184,73 +122,20 @@ Test(nn_conv, gradients_accumulate_and_null_skips)
     eng_tensor *mine[] = {&gx, &gw, &gb};
     for (size_t i = 0; i < ARRAY_LEN(mine); i++)
         eng_tensor_free(be, mine[i]);
-    fixture *all[] = {&g, &x, &w, &b, &dy, &dx, &dw, &db};
+    nnt_fixture *all[] = {&g, &x, &w, &b, &dy, &dx, &dw, &db};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        unload(be, all[i]);
+        nnt_unload(be, all[i]);
     eng_backend_close(be);
 }
 
 /* ---- finite differences ---------------------------------------------------------------------- */
 
-static void fill_normal(float *p, int64_t n, unsigned seed)
-{
-    srand(seed);
-    for (int64_t i = 0; i < n; i++) { /* Box-Muller: smooth values, no exact zeros */
-        double u1 = (rand() + 1.0) / (RAND_MAX + 2.0), u2 = (rand() + 1.0) / (RAND_MAX + 2.0);
-        p[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-    }
-}
-
-static eng_tensor host_tensor(eng_backend *be, eng_shape s, unsigned seed, float **host)
-{
-    eng_tensor t = eng_tensor_new(be, s);
-    *host = xmalloc((size_t)eng_numel(&s) * sizeof(float));
-    fill_normal(*host, eng_numel(&s), seed);
-    eng_upload(be, &t, *host);
-    return t;
-}
-
 static eng_shape shape1(int64_t n) { return (eng_shape){.ndim = 1, .dim = {n}}; }
 
-/* Σ y·r in double. */
-static double loss(eng_backend *be, const eng_tensor *y, const float *r)
-{
-    int64_t n = eng_numel(&y->shape);
-    float *h = xmalloc((size_t)n * sizeof *h);
-    eng_download(be, y, h);
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)h[i] * r[i];
-    free(h);
-    return s;
-}
-
-/* Compare every element of `grad` (analytic, for `param` whose host copy is `host`) with
- * central differences of the loss. */
 static void check_fd(eng_backend *be, void (*forward)(eng_backend *, void *), void *arg, eng_tensor *param,
                      float *host, const eng_tensor *grad, const eng_tensor *y, const float *r, const char *what)
 {
-    int64_t n = eng_numel(&param->shape);
-    float *g = xmalloc((size_t)n * sizeof *g);
-    eng_download(be, grad, g);
-    const float h = 1e-2f;
-    double worst = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        float keep = host[i];
-        host[i] = keep + h;
-        eng_upload(be, param, host);
-        forward(be, arg);
-        double up = loss(be, y, r);
-        host[i] = keep - h;
-        eng_upload(be, param, host);
-        forward(be, arg);
-        double down = loss(be, y, r);
-        host[i] = keep;
-        double fd = (up - down) / (2.0 * h);
-        worst = fmax(worst, fabs(fd - g[i]) / fmax(1.0, fabs(fd)));
-    }
-    eng_upload(be, param, host);
-    free(g);
+    double worst = nnt_fd_error(be, forward, arg, param, host, grad, y, r);
     if (getenv("NN_CONV_VERBOSE"))
         fprintf(stderr, "nn_conv: %-22s fd error %.3g\n", what, worst);
     cr_expect_leq(worst, FD_TOL, "%s: finite differences disagree by %g", what, worst);
@@ -270,14 +155,14 @@ static void run_conv(eng_backend *be, void *arg)
 /* Stride, padding, dilation and groups at once, on a tiny odd shape. */
 Test(nn_conv, conv_gradients_match_finite_differences)
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     eng_conv_desc d = {.stride = {2, 1}, .pad = {1, 2}, .dilation = {1, 2}, .groups = 2};
     float *hx, *hw, *hb, *r;
-    eng_tensor x = host_tensor(be, eng_shape4(2, 4, 5, 6), 11, &hx), w = host_tensor(be, eng_shape4(6, 2, 3, 3), 12, &hw),
-               b = host_tensor(be, shape1(6), 13, &hb);
+    eng_tensor x = nnt_host_tensor(be, eng_shape4(2, 4, 5, 6), 11, &hx), w = nnt_host_tensor(be, eng_shape4(6, 2, 3, 3), 12, &hw),
+               b = nnt_host_tensor(be, shape1(6), 13, &hb);
     eng_shape ys = eng_conv_output_shape(&x.shape, &w.shape, &d);
-    eng_tensor dy = host_tensor(be, ys, 14, &r), y = zeros_like(be, &dy);
-    eng_tensor gx = zeros_like(be, &x), gw = zeros_like(be, &w), gb = zeros_like(be, &b);
+    eng_tensor dy = nnt_host_tensor(be, ys, 14, &r), y = nnt_zeros_like(be, &dy);
+    eng_tensor gx = nnt_zeros_like(be, &x), gw = nnt_zeros_like(be, &w), gb = nnt_zeros_like(be, &b);
     eng_plan *plan = eng_conv_plan(be, &d, &x.shape, &w.shape, true);
     eng_conv_backward(be, plan, &x, &w, &dy, &gx, &gw, &gb);
     conv_args a = {plan, &x, &w, &b, &y};
@@ -304,14 +189,14 @@ static void run_bn(eng_backend *be, void *arg)
 
 static void bn_fd(eng_shape xs, const char *what_x, const char *what_g, const char *what_b)
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     int64_t c = xs.dim[1];
     float *hx, *hg, *hb, *r, *hrm, *hrv;
-    eng_tensor x = host_tensor(be, xs, 21, &hx), gamma = host_tensor(be, shape1(c), 22, &hg),
-               beta = host_tensor(be, shape1(c), 23, &hb), dy = host_tensor(be, xs, 24, &r),
-               rm = host_tensor(be, shape1(c), 25, &hrm), rv = host_tensor(be, shape1(c), 26, &hrv);
-    eng_tensor mean = zeros_like(be, &gamma), invstd = zeros_like(be, &gamma), y = zeros_like(be, &x);
-    eng_tensor gx = zeros_like(be, &x), gg = zeros_like(be, &gamma), gb = zeros_like(be, &beta);
+    eng_tensor x = nnt_host_tensor(be, xs, 21, &hx), gamma = nnt_host_tensor(be, shape1(c), 22, &hg),
+               beta = nnt_host_tensor(be, shape1(c), 23, &hb), dy = nnt_host_tensor(be, xs, 24, &r),
+               rm = nnt_host_tensor(be, shape1(c), 25, &hrm), rv = nnt_host_tensor(be, shape1(c), 26, &hrv);
+    eng_tensor mean = nnt_zeros_like(be, &gamma), invstd = nnt_zeros_like(be, &gamma), y = nnt_zeros_like(be, &x);
+    eng_tensor gx = nnt_zeros_like(be, &x), gg = nnt_zeros_like(be, &gamma), gb = nnt_zeros_like(be, &beta);
     bn_args a = {&x, &gamma, &beta, &rm, &rv, &mean, &invstd, &y};
     run_bn(be, &a);
     eng_batchnorm_backward(be, &x, &gamma, &mean, &invstd, &dy, &gx, &gg, &gb);
@@ -339,13 +224,13 @@ Test(nn_conv, batchnorm1d_gradients_match_finite_differences)
 
 static void bn_train_case(const char *kase)
 {
-    eng_backend *be = open_cpu();
-    fixture x = load(be, kase, "x"), gamma = load(be, kase, "gamma"), beta = load(be, kase, "beta"),
-            rm0 = load(be, kase, "rm0"), rv0 = load(be, kase, "rv0"), rm1 = load(be, kase, "rm1"),
-            rv1 = load(be, kase, "rv1"), y = load(be, kase, "y"), dy = load(be, kase, "dy"), dx = load(be, kase, "dx"),
-            dgamma = load(be, kase, "dgamma"), dbeta = load(be, kase, "dbeta");
-    eng_tensor mean = zeros_like(be, &gamma.t), invstd = zeros_like(be, &gamma.t), out = zeros_like(be, &x.t);
-    eng_tensor gx = zeros_like(be, &x.t), gg = zeros_like(be, &gamma.t), gb = zeros_like(be, &beta.t);
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture x = nnt_load(be, kase, "x"), gamma = nnt_load(be, kase, "gamma"), beta = nnt_load(be, kase, "beta"),
+            rm0 = nnt_load(be, kase, "rm0"), rv0 = nnt_load(be, kase, "rv0"), rm1 = nnt_load(be, kase, "rm1"),
+            rv1 = nnt_load(be, kase, "rv1"), y = nnt_load(be, kase, "y"), dy = nnt_load(be, kase, "dy"), dx = nnt_load(be, kase, "dx"),
+            dgamma = nnt_load(be, kase, "dgamma"), dbeta = nnt_load(be, kase, "dbeta");
+    eng_tensor mean = nnt_zeros_like(be, &gamma.t), invstd = nnt_zeros_like(be, &gamma.t), out = nnt_zeros_like(be, &x.t);
+    eng_tensor gx = nnt_zeros_like(be, &x.t), gg = nnt_zeros_like(be, &gamma.t), gb = nnt_zeros_like(be, &beta.t);
     /* rm0/rv0 are updated in place into PyTorch's rm1/rv1. */
     eng_batchnorm_forward_train(be, 0.1, 1e-5, &x.t, &gamma.t, &beta.t, &rm0.t, &rv0.t, &mean, &invstd, &out);
     char what[64];
@@ -373,9 +258,9 @@ static void bn_train_case(const char *kase)
     eng_tensor *mine[] = {&mean, &invstd, &out, &gx, &gg, &gb};
     for (size_t i = 0; i < ARRAY_LEN(mine); i++)
         eng_tensor_free(be, mine[i]);
-    fixture *all[] = {&x, &gamma, &beta, &rm0, &rv0, &rm1, &rv1, &y, &dy, &dx, &dgamma, &dbeta};
+    nnt_fixture *all[] = {&x, &gamma, &beta, &rm0, &rv0, &rm1, &rv1, &y, &dy, &dx, &dgamma, &dbeta};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        unload(be, all[i]);
+        nnt_unload(be, all[i]);
     eng_backend_close(be);
 }
 
@@ -384,15 +269,15 @@ Test(nn_conv, batchnorm1d_train_matches_torch) { bn_train_case("bn_train2d"); }
 
 Test(nn_conv, batchnorm_eval_matches_torch)
 {
-    eng_backend *be = open_cpu();
-    fixture x = load(be, "bn_eval", "x"), gamma = load(be, "bn_eval", "gamma"), beta = load(be, "bn_eval", "beta"),
-            rm = load(be, "bn_eval", "rm"), rv = load(be, "bn_eval", "rv"), y = load(be, "bn_eval", "y");
-    eng_tensor out = zeros_like(be, &x.t);
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture x = nnt_load(be, "bn_eval", "x"), gamma = nnt_load(be, "bn_eval", "gamma"), beta = nnt_load(be, "bn_eval", "beta"),
+            rm = nnt_load(be, "bn_eval", "rm"), rv = nnt_load(be, "bn_eval", "rv"), y = nnt_load(be, "bn_eval", "y");
+    eng_tensor out = nnt_zeros_like(be, &x.t);
     eng_batchnorm_forward_eval(be, 1e-5, &x.t, &gamma.t, &beta.t, &rm.t, &rv.t, &out);
     expect_close(be, &out, &y, FWD_TOL, "bn_eval y");
     eng_tensor_free(be, &out);
-    fixture *all[] = {&x, &gamma, &beta, &rm, &rv, &y};
+    nnt_fixture *all[] = {&x, &gamma, &beta, &rm, &rv, &y};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        unload(be, all[i]);
+        nnt_unload(be, all[i]);
     eng_backend_close(be);
 }

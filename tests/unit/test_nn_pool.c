@@ -17,6 +17,7 @@
 #include "npy.h"
 #include "util.h"
 
+#include "test_nn_util.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -25,54 +26,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static eng_backend *open_cpu(void)
+/* Pool fixtures are named pool_CASE_TENSOR.npy. */
+static nnt_fixture pool_load(eng_backend *be, const char *kase, const char *name)
 {
-    char *err = NULL;
-    eng_backend_options opt = {.threads = 2, .seed = 1234};
-    eng_backend *be = eng_backend_open("cpu", &opt, &err);
-    cr_assert(be, "%s", err);
-    return be;
-}
-
-/* A fixture as a tensor on the backend, with its host copy. */
-typedef struct {
-    eng_tensor t;
-    npy_array a;
-} fixture;
-
-static fixture load(eng_backend *be, const char *kase, const char *name)
-{
-    char *file = xasprintf("pool_%s_%s.npy", kase, name);
-    char *path = test_fixture("nn", file);
-    fixture f;
-    char *err = NULL;
-    cr_assert_eq(npy_read(path, &f.a, &err), 0, "%s", err);
-    cr_assert_eq(f.a.dtype, NPY_F4);
-    eng_shape s = {.ndim = f.a.ndim};
-    for (int i = 0; i < f.a.ndim; i++)
-        s.dim[i] = (int64_t)f.a.shape[i];
-    f.t = eng_tensor_new(be, s);
-    eng_upload(be, &f.t, f.a.data);
-    free(path);
-    free(file);
+    char *prefixed = xasprintf("pool_%s", kase);
+    nnt_fixture f = nnt_load(be, prefixed, name);
+    free(prefixed);
     return f;
 }
 
-static void unload(eng_backend *be, fixture *f)
-{
-    eng_tensor_free(be, &f->t);
-    npy_close(&f->a);
-}
-
-static eng_tensor zeros_like(eng_backend *be, const eng_tensor *like)
-{
-    eng_tensor t = eng_tensor_new(be, like->shape);
-    eng_zero(be, &t);
-    return t;
-}
-
-/* max |got − want| / max |want| over the tensor, with want = a·ref + b elementwise. */
-static double rel_error_affine(eng_backend *be, const eng_tensor *got, const fixture *want, float a, float b)
+static double rel_error_affine(eng_backend *be, const eng_tensor *got, const nnt_fixture *want, float a, float b)
 {
     size_t n = want->a.count;
     float *host = xmalloc(n * sizeof *host);
@@ -86,11 +49,6 @@ static double rel_error_affine(eng_backend *be, const eng_tensor *got, const fix
     }
     free(host);
     return worst / (scale > 0 ? scale : 1.0);
-}
-
-static double rel_error(eng_backend *be, const eng_tensor *got, const fixture *want)
-{
-    return rel_error_affine(be, got, want, 1.0f, 0.0f);
 }
 
 #define FWD_TOL 1e-4
@@ -126,7 +84,7 @@ static void pool_backward(eng_backend *be, const pool *p, const eng_tensor *x, c
     }
 }
 
-/* The kind from the case name's prefix; a fixed pool's geometry from its desc fixture. */
+/* The kind from the case name's prefix; a fixed pool's geometry from its desc nnt_fixture. */
 static pool pool_of_case(eng_backend *be, const char *kase)
 {
     pool p = {0};
@@ -136,7 +94,7 @@ static pool pool_of_case(eng_backend *be, const char *kase)
         p.kind = AAVG;
     else {
         p.kind = strncmp(kase, "max", 3) == 0 ? MAX : AVG;
-        fixture f = load(be, kase, "desc");
+        nnt_fixture f = pool_load(be, kase, "desc");
         cr_assert_eq(f.a.count, 8);
         const float *v = f.a.data;
         p.d = (eng_pool_desc){.kernel = {(int64_t)v[0], (int64_t)v[1]},
@@ -144,7 +102,7 @@ static pool pool_of_case(eng_backend *be, const char *kase)
                               .pad = {(int64_t)v[4], (int64_t)v[5]},
                               .ceil_mode = v[6] != 0.0f,
                               .count_include_pad = v[7] != 0.0f};
-        unload(be, &f);
+        nnt_unload(be, &f);
     }
     return p;
 }
@@ -162,14 +120,14 @@ static const char *const CASES[] = {
  * twice, so dx must come out as 1 + 2·(PyTorch's dx): accumulation checked on every case. */
 static void check_case(const char *kase)
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     pool p = pool_of_case(be, kase);
-    fixture x = load(be, kase, "x"), y = load(be, kase, "y"), dy = load(be, kase, "dy"), dx = load(be, kase, "dx");
-    eng_tensor out = zeros_like(be, &y.t), grad = zeros_like(be, &x.t);
+    nnt_fixture x = pool_load(be, kase, "x"), y = pool_load(be, kase, "y"), dy = pool_load(be, kase, "dy"), dx = pool_load(be, kase, "dx");
+    eng_tensor out = nnt_zeros_like(be, &y.t), grad = nnt_zeros_like(be, &x.t);
     pool_forward(be, &p, &x.t, &out);
-    double fwd = rel_error(be, &out, &y);
+    double fwd = nnt_rel_error(be, &out, &y);
     pool_backward(be, &p, &x.t, &dy.t, &grad);
-    double bwd = rel_error(be, &grad, &dx);
+    double bwd = nnt_rel_error(be, &grad, &dx);
     float *ones = xmalloc(x.a.count * sizeof *ones);
     for (size_t i = 0; i < x.a.count; i++)
         ones[i] = 1.0f;
@@ -184,9 +142,9 @@ static void check_case(const char *kase)
     free(ones);
     eng_tensor_free(be, &out);
     eng_tensor_free(be, &grad);
-    fixture *all[] = {&x, &y, &dy, &dx};
+    nnt_fixture *all[] = {&x, &y, &dy, &dx};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        unload(be, all[i]);
+        nnt_unload(be, all[i]);
     eng_backend_close(be);
 }
 
@@ -197,15 +155,6 @@ Test(nn_pool, every_case_matches_torch)
 }
 
 /* ---- finite differences ---------------------------------------------------------------------- */
-
-static void fill_normal(float *p, int64_t n, unsigned seed)
-{
-    srand(seed);
-    for (int64_t i = 0; i < n; i++) { /* Box-Muller */
-        double u1 = (rand() + 1.0) / (RAND_MAX + 2.0), u2 = (rand() + 1.0) / (RAND_MAX + 2.0);
-        p[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-    }
-}
 
 /* Values 0.1·perm(0..n−1) − n/20: all distinct and 0.1 apart, so max pools stay smooth
  * under the ±h steps below. */
@@ -224,34 +173,21 @@ static void fill_distinct(float *p, int64_t n, unsigned seed)
         p[i] = 0.1f * p[i] - 0.05f * (float)n;
 }
 
-/* Σ y·r in double. */
-static double loss(eng_backend *be, const eng_tensor *y, const float *r)
-{
-    int64_t n = eng_numel(&y->shape);
-    float *h = xmalloc((size_t)n * sizeof *h);
-    eng_download(be, y, h);
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)h[i] * r[i];
-    free(h);
-    return s;
-}
-
 /* The analytic dx of pool p on an x of shape xs (output shape ys) against central
  * differences of L = Σ y·r, every element. */
 static void check_fd(const pool *p, eng_shape xs, eng_shape ys, const char *what)
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     int64_t n = eng_numel(&xs), m = eng_numel(&ys);
     float *hx = xmalloc((size_t)n * sizeof *hx), *r = xmalloc((size_t)m * sizeof *r);
     float *g = xmalloc((size_t)n * sizeof *g);
     if (p->kind == MAX || p->kind == AMAX)
         fill_distinct(hx, n, 11);
     else
-        fill_normal(hx, n, 11);
-    fill_normal(r, m, 12);
+        nnt_fill_normal(hx, n, 11);
+    nnt_fill_normal(r, m, 12);
     eng_tensor x = eng_tensor_new(be, xs), y = eng_tensor_new(be, ys), dy = eng_tensor_new(be, ys);
-    eng_tensor dx = zeros_like(be, &x);
+    eng_tensor dx = nnt_zeros_like(be, &x);
     eng_upload(be, &x, hx);
     eng_upload(be, &dy, r);
     pool_backward(be, p, &x, &dy, &dx);
@@ -263,11 +199,11 @@ static void check_fd(const pool *p, eng_shape xs, eng_shape ys, const char *what
         hx[i] = keep + h;
         eng_upload(be, &x, hx);
         pool_forward(be, p, &x, &y);
-        double up = loss(be, &y, r);
+        double up = nnt_loss(be, &y, r);
         hx[i] = keep - h;
         eng_upload(be, &x, hx);
         pool_forward(be, p, &x, &y);
-        double down = loss(be, &y, r);
+        double down = nnt_loss(be, &y, r);
         hx[i] = keep;
         double fd = (up - down) / (2.0 * h);
         worst = fmax(worst, fabs(fd - g[i]) / fmax(1.0, fabs(fd)));
@@ -323,9 +259,9 @@ Test(nn_pool, maxpool_gradients_match_finite_differences)
 /* One row of four through a 1-row pool: returns y (up to 5 values) and dx for dy = 1. */
 static void run_row(const pool *p, const float x4[4], int64_t ow, float *y, float dx[4])
 {
-    eng_backend *be = open_cpu();
+    eng_backend *be = nnt_open_cpu();
     eng_tensor x = eng_tensor_new(be, eng_shape4(1, 1, 1, 4)), out = eng_tensor_new(be, eng_shape4(1, 1, 1, ow));
-    eng_tensor dy = eng_tensor_new(be, out.shape), gx = zeros_like(be, &x);
+    eng_tensor dy = eng_tensor_new(be, out.shape), gx = nnt_zeros_like(be, &x);
     float ones[5] = {1, 1, 1, 1, 1};
     eng_upload(be, &x, x4);
     eng_upload(be, &dy, ones);

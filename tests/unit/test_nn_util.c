@@ -1,0 +1,124 @@
+/*
+ * test_nn_util.c — the model-engine tests' shared helpers (see test_nn_util.h).
+ */
+#include "test_nn_util.h"
+
+#include "test_util.h"
+#include "util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+
+eng_backend *nnt_open_cpu(void)
+{
+    char *err = NULL;
+    eng_backend_options opt = {.threads = 2, .seed = 1234};
+    eng_backend *be = eng_backend_open("cpu", &opt, &err);
+    cr_assert(be, "%s", err);
+    return be;
+}
+
+nnt_fixture nnt_load(eng_backend *be, const char *kase, const char *name)
+{
+    char *file = xasprintf("%s_%s.npy", kase, name);
+    char *path = test_fixture("nn", file);
+    nnt_fixture f;
+    char *err = NULL;
+    cr_assert_eq(npy_read(path, &f.a, &err), 0, "%s: %s", file, err);
+    cr_assert_eq(f.a.dtype, NPY_F4, "%s is not float32", file);
+    eng_shape s = {.ndim = f.a.ndim};
+    for (int i = 0; i < f.a.ndim; i++)
+        s.dim[i] = (int64_t)f.a.shape[i];
+    f.t = eng_tensor_new(be, s);
+    eng_upload(be, &f.t, f.a.data);
+    free(path);
+    free(file);
+    return f;
+}
+
+void nnt_unload(eng_backend *be, nnt_fixture *f)
+{
+    eng_tensor_free(be, &f->t);
+    npy_close(&f->a);
+}
+
+eng_tensor nnt_zeros_like(eng_backend *be, const eng_tensor *like)
+{
+    eng_tensor t = eng_tensor_new(be, like->shape);
+    eng_zero(be, &t);
+    return t;
+}
+
+double nnt_rel_error(eng_backend *be, const eng_tensor *got, const nnt_fixture *want)
+{
+    size_t n = want->a.count;
+    cr_assert_eq((size_t)eng_numel(&got->shape), n);
+    float *host = xmalloc(n * sizeof *host);
+    eng_download(be, got, host);
+    const float *ref = want->a.data;
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)host[i] - ref[i]));
+        scale = fmax(scale, fabs((double)ref[i]));
+    }
+    free(host);
+    return worst / (scale > 0 ? scale : 1.0);
+}
+
+void nnt_fill_normal(float *p, int64_t n, unsigned seed)
+{
+    srand(seed);
+    for (int64_t i = 0; i < n; i++) {
+        double u1 = (rand() + 1.0) / (RAND_MAX + 2.0), u2 = (rand() + 1.0) / (RAND_MAX + 2.0);
+        p[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+    }
+}
+
+eng_tensor nnt_host_tensor(eng_backend *be, eng_shape s, unsigned seed, float **host)
+{
+    eng_tensor t = eng_tensor_new(be, s);
+    *host = xmalloc((size_t)eng_numel(&s) * sizeof(float));
+    nnt_fill_normal(*host, eng_numel(&s), seed);
+    eng_upload(be, &t, *host);
+    return t;
+}
+
+double nnt_loss(eng_backend *be, const eng_tensor *y, const float *r)
+{
+    int64_t n = eng_numel(&y->shape);
+    float *h = xmalloc((size_t)n * sizeof *h);
+    eng_download(be, y, h);
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)h[i] * r[i];
+    free(h);
+    return s;
+}
+
+double nnt_fd_error(eng_backend *be, void (*forward)(eng_backend *, void *), void *arg, const eng_tensor *param,
+                    float *host, const eng_tensor *grad, const eng_tensor *y, const float *r)
+{
+    int64_t n = eng_numel(&param->shape);
+    float *g = xmalloc((size_t)n * sizeof *g);
+    eng_download(be, grad, g);
+    const float h = 1e-2f;
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float keep = host[i];
+        host[i] = keep + h;
+        eng_upload(be, param, host);
+        forward(be, arg);
+        double up = nnt_loss(be, y, r);
+        host[i] = keep - h;
+        eng_upload(be, param, host);
+        forward(be, arg);
+        double down = nnt_loss(be, y, r);
+        host[i] = keep;
+        double fd = (up - down) / (2.0 * h);
+        worst = fmax(worst, fabs(fd - g[i]) / fmax(1.0, fabs(fd)));
+    }
+    eng_upload(be, param, host);
+    free(g);
+    return worst;
+}
