@@ -1,0 +1,586 @@
+/*
+ * resnet.c — VISSL's ResNet / ResNeXt trunk on the model engine (see resnet.h).
+ *
+ * How it works, in the spirit of llm.c: the network is a stem `unit` (conv → BN → ReLU), an
+ * optional max pool, a flat array of residual `block`s (each 2 or 3 units plus an optional
+ * downsample unit), then an adaptive average pool whose N × C × 1 × 1 output is also the N × C
+ * flatten feature. Forward and backward are explicit loops over that array; there is no graph.
+ *
+ * Memory is laid out by bump allocation in three passes over the same structures:
+ *   - construction lays out parameters (and their gradients, same offsets) and BN running
+ *     statistics, recording every tensor as a named entry in state-dict order;
+ *   - resnet_plan lays out every activation, its gradient and the BN batch statistics for one
+ *     input shape, then makes one allocation and points all the views at it.
+ * Each unit keeps the conv output (the BN's input, needed by BN backward) and the BN output,
+ * ReLU'd in place (ReLU backward reads the output, as PyTorch's in-place ReLU does). Gradients
+ * of activations get their own tensors; backward zeroes them first because the engine's
+ * backward functions accumulate, which also makes the residual fan-out correct for free.
+ */
+#include "resnet.h"
+
+#include "log.h"
+#include "rng.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BN_MOMENTUM 0.1
+#define BN_EPS 1e-5
+#define ACT_ALIGN 64 /* bytes between activation views: cache lines, SIMD loads */
+
+/* conv → BN (→ ReLU): the building brick of every block. Indices name entries. */
+typedef struct {
+    int w, gamma, beta, rmean, rvar;
+    eng_conv_desc desc;
+    bool relu;
+    eng_plan *plan;
+    eng_tensor conv_out, conv_grad; /* the BN's input and its gradient */
+    eng_tensor out, out_grad;       /* the unit's output (after ReLU when relu) and its gradient */
+    eng_tensor pre_grad;            /* relu only: gradient of the BN output before the ReLU */
+    eng_tensor mean, invstd;        /* batch statistics kept for BN backward */
+} unit;
+
+/* out = ReLU(last unit + identity or downsample(x)), ReLU'd in place. */
+typedef struct {
+    unit u[3];
+    int nu;
+    bool has_down;
+    unit down;
+    eng_tensor out, out_grad, sum_grad;
+} block;
+
+struct resnet {
+    resnet_options opt;
+    bool bottleneck;
+    resnet_entry *entries;
+    int nentries, cap;
+    void *param_base, *grad_base, *buf_base;
+    size_t param_bytes, buf_bytes;
+
+    unit stem;
+    eng_pool_desc pool;
+    block *blocks;
+    int nblocks;
+    int layer_end[4]; /* index of each layer's last block */
+    int64_t out_dim;
+
+    /* planned for one input shape */
+    bool planned;
+    eng_shape in_shape;
+    void *act_base;
+    size_t act_bytes;
+    eng_tensor **acts;   /* every activation view, re-pointed after allocation */
+    eng_tensor **grads;  /* the subset that backward zeroes */
+    int nacts, ngrads, acap, gcap;
+    eng_tensor pool_out, pool_grad, avg, flat;
+    eng_tensor last_x; /* the image of the last forward: conv1's weight gradient reads it */
+    bool last_train;
+};
+
+resnet_options resnet_defaults(void)
+{
+    return (resnet_options){.depth = 50, .width_multiplier = 1, .groups = 1, .width_per_group = 64,
+                            .layer4_stride = 2, .in_channels = 3};
+}
+
+/* ---- construction: named entries in state-dict order ------------------------------------------ */
+
+static eng_shape shape1(int64_t n) { return (eng_shape){.ndim = 1, .dim = {n}}; }
+
+static int add_entry(eng_backend *be, resnet *net, resnet_kind kind, eng_shape s, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int add_entry(eng_backend *be, resnet *net, resnet_kind kind, eng_shape s, const char *fmt, ...)
+{
+    if (net->nentries == net->cap) {
+        net->cap = net->cap ? 2 * net->cap : 64;
+        net->entries = realloc(net->entries, (size_t)net->cap * sizeof *net->entries);
+        if (!net->entries)
+            die(EXIT_RUNTIME, "resnet: out of memory");
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *name = NULL;
+    if (vasprintf(&name, fmt, ap) < 0)
+        die(EXIT_RUNTIME, "resnet: out of memory");
+    va_end(ap);
+    /* Packed (no padding), so the whole buffer is one 1-D view for the optimizer. */
+    size_t *bump = kind == RESNET_PARAM ? &net->param_bytes : &net->buf_bytes;
+    eng_tensor t = {.shape = s, .base = NULL, .offset = *bump};
+    *bump += eng_bytes(be, &s);
+    net->entries[net->nentries] = (resnet_entry){.name = name, .kind = kind, .value = t, .grad = t};
+    return net->nentries++;
+}
+
+static void unit_make(eng_backend *be, resnet *net, unit *u, const char *prefix, const char *conv, const char *bn,
+                      int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, bool relu)
+{
+    *u = (unit){.relu = relu,
+                .desc = {.stride = {stride, stride}, .pad = {k / 2, k / 2}, .dilation = {1, 1}, .groups = groups}};
+    u->w = add_entry(be, net, RESNET_PARAM, eng_shape4(out, in / groups, k, k), "%s%s.weight", prefix, conv);
+    u->gamma = add_entry(be, net, RESNET_PARAM, shape1(out), "%s%s.weight", prefix, bn);
+    u->beta = add_entry(be, net, RESNET_PARAM, shape1(out), "%s%s.bias", prefix, bn);
+    u->rmean = add_entry(be, net, RESNET_BUFFER, shape1(out), "%s%s.running_mean", prefix, bn);
+    u->rvar = add_entry(be, net, RESNET_BUFFER, shape1(out), "%s%s.running_var", prefix, bn);
+}
+
+/* torchvision's Bottleneck / BasicBlock; the stride sits on the 3×3 conv (v1.5). */
+static int64_t block_make(eng_backend *be, resnet *net, block *b, int layer, int index, int64_t in, int64_t planes,
+                          int64_t stride)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "_feature_blocks.layer%d.%d.", layer, index);
+    const resnet_options *o = &net->opt;
+    int64_t out;
+    if (net->bottleneck) {
+        int64_t width = planes * o->width_per_group / 64 * o->groups;
+        out = planes * 4;
+        b->nu = 3;
+        unit_make(be, net, &b->u[0], prefix, "conv1", "bn1", in, width, 1, 1, 1, true);
+        unit_make(be, net, &b->u[1], prefix, "conv2", "bn2", width, width, 3, stride, o->groups, true);
+        unit_make(be, net, &b->u[2], prefix, "conv3", "bn3", width, out, 1, 1, 1, false);
+    } else {
+        out = planes;
+        b->nu = 2;
+        unit_make(be, net, &b->u[0], prefix, "conv1", "bn1", in, planes, 3, stride, 1, true);
+        unit_make(be, net, &b->u[1], prefix, "conv2", "bn2", planes, planes, 3, 1, 1, false);
+    }
+    b->has_down = stride != 1 || in != out;
+    if (b->has_down)
+        unit_make(be, net, &b->down, prefix, "downsample.0", "downsample.1", in, out, 1, stride, 1, false);
+    return out;
+}
+
+static int blocks_per_layer(int depth, int layers[4])
+{
+    static const struct { int depth, n[4]; } CONFIG[] = {
+        {18, {2, 2, 2, 2}},   {34, {3, 4, 6, 3}},    {50, {3, 4, 6, 3}},
+        {101, {3, 4, 23, 3}}, {152, {3, 8, 36, 3}}, {200, {3, 24, 36, 3}},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(CONFIG); i++)
+        if (CONFIG[i].depth == depth) {
+            memcpy(layers, CONFIG[i].n, sizeof CONFIG[i].n);
+            return 0;
+        }
+    return -1;
+}
+
+static int check_options(const resnet_options *o, int layers[4], char **err)
+{
+    if (blocks_per_layer(o->depth, layers) != 0)
+        return report_failure(err, "resnet: DEPTH %d is not one of 18, 34, 50, 101, 152, 200", o->depth);
+    if (o->width_multiplier < 1 || o->groups < 1 || o->width_per_group < 1)
+        return report_failure(err, "resnet: WIDTH_MULTIPLIER, GROUPS and WIDTH_PER_GROUP must be ≥ 1");
+    if (o->depth < 50 && (o->groups != 1 || o->width_per_group != 64))
+        return report_failure(err, "resnet: depth %d (BasicBlock) needs GROUPS 1 and WIDTH_PER_GROUP 64", o->depth);
+    if (o->layer4_stride != 1 && o->layer4_stride != 2)
+        return report_failure(err, "resnet: LAYER4_STRIDE must be 1 or 2 (got %d)", o->layer4_stride);
+    if (o->in_channels != 1 && o->in_channels != 3)
+        return report_failure(err, "resnet: input channels must be 3 (rgb/bgr) or 1 (lab)");
+    return 0;
+}
+
+static void point_entries(resnet *net)
+{
+    for (int i = 0; i < net->nentries; i++) {
+        resnet_entry *e = &net->entries[i];
+        e->value.base = e->kind == RESNET_PARAM ? net->param_base : net->buf_base;
+        e->grad.base = e->kind == RESNET_PARAM ? net->grad_base : NULL;
+    }
+}
+
+resnet *resnet_new(eng_backend *be, const resnet_options *opt, uint64_t seed, char **err)
+{
+    int layers[4];
+    if (check_options(opt, layers, err) != 0)
+        return NULL;
+    resnet *net = xcalloc(1, sizeof *net);
+    net->opt = *opt;
+    net->bottleneck = opt->depth >= 50;
+    int64_t w = opt->width_multiplier;
+    if (opt->small_stem)
+        unit_make(be, net, &net->stem, "_feature_blocks.", "conv1", "bn1", opt->in_channels, 64 * w, 3, 1, 1, true);
+    else
+        unit_make(be, net, &net->stem, "_feature_blocks.", "conv1", "bn1", opt->in_channels, 64 * w, 7, 2, 1, true);
+    net->pool = (eng_pool_desc){.kernel = {3, 3}, .stride = {2, 2}, .pad = {1, 1}};
+    net->nblocks = layers[0] + layers[1] + layers[2] + layers[3];
+    net->blocks = xcalloc((size_t)net->nblocks, sizeof *net->blocks);
+    int64_t in = 64 * w;
+    int k = 0;
+    for (int l = 0; l < 4; l++) {
+        int64_t planes = (64 << l) * w, stride = l == 0 ? 1 : l == 3 ? opt->layer4_stride : 2;
+        for (int i = 0; i < layers[l]; i++, k++)
+            in = block_make(be, net, &net->blocks[k], l + 1, i, in, planes, i == 0 ? stride : 1);
+        net->layer_end[l] = k - 1;
+    }
+    net->out_dim = in;
+    net->param_base = eng_alloc(be, net->param_bytes);
+    net->grad_base = eng_alloc(be, net->param_bytes);
+    net->buf_base = eng_alloc(be, net->buf_bytes);
+    point_entries(net);
+    resnet_init(be, net, seed);
+    resnet_zero_grad(be, net);
+    return net;
+}
+
+static void unplan(eng_backend *be, resnet *net);
+
+void resnet_free(eng_backend *be, resnet *net)
+{
+    if (!net)
+        return;
+    unplan(be, net);
+    eng_free(be, net->param_base);
+    eng_free(be, net->grad_base);
+    eng_free(be, net->buf_base);
+    for (int i = 0; i < net->nentries; i++)
+        free((char *)net->entries[i].name);
+    free(net->entries);
+    free(net->blocks);
+    free(net);
+}
+
+/* ---- accessors ------------------------------------------------------------------------------ */
+
+int resnet_entry_count(const resnet *net) { return net->nentries; }
+const resnet_entry *resnet_entry_at(const resnet *net, int i) { return &net->entries[i]; }
+int64_t resnet_out_dim(const resnet *net) { return net->out_dim; }
+int64_t resnet_param_count(const resnet *net) { return (int64_t)(net->param_bytes / sizeof(float)); }
+
+static eng_tensor whole(void *base, size_t bytes)
+{
+    return (eng_tensor){.shape = shape1((int64_t)(bytes / sizeof(float))), .base = base, .offset = 0};
+}
+
+eng_tensor resnet_params(const resnet *net) { return whole(net->param_base, net->param_bytes); }
+eng_tensor resnet_grads(const resnet *net) { return whole(net->grad_base, net->param_bytes); }
+eng_tensor resnet_buffers(const resnet *net) { return whole(net->buf_base, net->buf_bytes); }
+
+void resnet_zero_grad(eng_backend *be, resnet *net)
+{
+    eng_tensor g = resnet_grads(net);
+    eng_zero(be, &g);
+}
+
+/* ---- initialisation ------------------------------------------------------------------------- */
+
+static float *host_scratch(const resnet *net)
+{
+    int64_t most = 1;
+    for (int i = 0; i < net->nentries; i++) {
+        int64_t n = eng_numel(&net->entries[i].value.shape);
+        most = n > most ? n : most;
+    }
+    return xmalloc((size_t)most * sizeof(float));
+}
+
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && strcmp(s + n - m, tail) == 0;
+}
+
+static int64_t fan_in(const eng_shape *s) { return s->dim[1] * s->dim[2] * s->dim[3]; }
+
+void resnet_init(eng_backend *be, resnet *net, uint64_t seed)
+{
+    float *h = host_scratch(net);
+    int param = 0;
+    for (int i = 0; i < net->nentries; i++) {
+        resnet_entry *e = &net->entries[i];
+        int64_t n = eng_numel(&e->value.shape);
+        if (e->value.shape.ndim == 4) {
+            /* kaiming_uniform_(a=√5): gain √(1/3), bound = gain·√3/√fan_in = 1/√fan_in. */
+            double bound = 1.0 / sqrt((double)fan_in(&e->value.shape));
+            rng_stream s;
+            rng_stream_init(&s, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_MODEL_INIT,
+                                          .sample_index = (uint64_t)param});
+            for (int64_t j = 0; j < n; j++)
+                h[j] = (float)rng_uniform_range(&s, -bound, bound);
+        } else {
+            /* BN: weight 1, bias 0, running mean 0, running var 1. */
+            float v = ends_with(e->name, ".weight") || ends_with(e->name, "running_var") ? 1.0f : 0.0f;
+            for (int64_t j = 0; j < n; j++)
+                h[j] = v;
+        }
+        param += e->kind == RESNET_PARAM;
+        eng_upload(be, &e->value, h);
+    }
+    if (net->opt.zero_init_residual)
+        for (int b = 0; b < net->nblocks; b++) {
+            const eng_tensor *g = &net->entries[net->blocks[b].u[net->blocks[b].nu - 1].gamma].value;
+            eng_zero(be, g);
+        }
+    free(h);
+}
+
+/* The Weyl-sequence formula of tests/golden/make_resnet_fixtures.py, in the same float64
+ * operations so both sides round to the same float32 values. */
+#define FORMULA_ALPHA 0.7548776662466927
+#define FORMULA_BETA 0.5698402909980532
+
+static double weyl(int64_t i, int k)
+{
+    double x = (double)i * FORMULA_ALPHA + (double)k * FORMULA_BETA;
+    return x - floor(x);
+}
+
+static double formula_value(const resnet_entry *e, int64_t i, int k)
+{
+    double u = weyl(i, k);
+    if (e->kind == RESNET_BUFFER)
+        return ends_with(e->name, "running_mean") ? 0.1 * (2.0 * u - 1.0) : 1.0 + 0.5 * u;
+    if (e->value.shape.ndim == 4)
+        return sqrt(6.0 / (double)fan_in(&e->value.shape)) * (2.0 * u - 1.0);
+    return ends_with(e->name, ".weight") ? 1.0 + 0.25 * (2.0 * u - 1.0) : 0.1 * (2.0 * u - 1.0);
+}
+
+void resnet_init_formula(eng_backend *be, resnet *net)
+{
+    float *h = host_scratch(net);
+    int counter[2] = {0, 0}; /* parameters and buffers are numbered separately */
+    for (int i = 0; i < net->nentries; i++) {
+        resnet_entry *e = &net->entries[i];
+        int k = counter[e->kind]++;
+        int64_t n = eng_numel(&e->value.shape);
+        for (int64_t j = 0; j < n; j++)
+            h[j] = (float)formula_value(e, j, k);
+        eng_upload(be, &e->value, h);
+    }
+    free(h);
+}
+
+/* ---- planning: every activation laid out, then one allocation ------------------------------ */
+
+static void track(eng_tensor ***list, int *n, int *cap, eng_tensor *t)
+{
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        *list = realloc(*list, (size_t)*cap * sizeof **list);
+        if (!*list)
+            die(EXIT_RUNTIME, "resnet: out of memory");
+    }
+    (*list)[(*n)++] = t;
+}
+
+/* Lay out `t` (value or gradient) in the activation buffer. */
+static void act(eng_backend *be, resnet *net, eng_tensor *t, eng_shape s, bool is_grad)
+{
+    *t = (eng_tensor){.shape = s, .base = NULL, .offset = net->act_bytes};
+    net->act_bytes += (eng_bytes(be, &s) + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
+    track(&net->acts, &net->nacts, &net->acap, t);
+    if (is_grad)
+        track(&net->grads, &net->ngrads, &net->gcap, t);
+}
+
+static eng_shape unit_plan(eng_backend *be, resnet *net, unit *u, const eng_shape *x)
+{
+    const eng_shape *ws = &net->entries[u->w].value.shape;
+    eng_shape y = eng_conv_output_shape(x, ws, &u->desc);
+    u->plan = eng_conv_plan(be, &u->desc, x, ws, false);
+    act(be, net, &u->conv_out, y, false);
+    act(be, net, &u->conv_grad, y, true);
+    act(be, net, &u->out, y, false);
+    act(be, net, &u->out_grad, y, true);
+    if (u->relu)
+        act(be, net, &u->pre_grad, y, true);
+    act(be, net, &u->mean, shape1(y.dim[1]), false);
+    act(be, net, &u->invstd, shape1(y.dim[1]), false);
+    return y;
+}
+
+static eng_shape block_plan(eng_backend *be, resnet *net, block *b, const eng_shape *x)
+{
+    eng_shape s = *x;
+    for (int i = 0; i < b->nu; i++)
+        s = unit_plan(be, net, &b->u[i], &s);
+    if (b->has_down)
+        unit_plan(be, net, &b->down, x);
+    act(be, net, &b->out, s, false);
+    act(be, net, &b->out_grad, s, true);
+    act(be, net, &b->sum_grad, s, true);
+    return s;
+}
+
+static void unit_unplan(eng_backend *be, unit *u)
+{
+    eng_plan_free(be, u->plan);
+    u->plan = NULL;
+}
+
+static void unplan(eng_backend *be, resnet *net)
+{
+    if (!net->planned)
+        return;
+    unit_unplan(be, &net->stem);
+    for (int i = 0; i < net->nblocks; i++) {
+        block *b = &net->blocks[i];
+        for (int j = 0; j < b->nu; j++)
+            unit_unplan(be, &b->u[j]);
+        if (b->has_down)
+            unit_unplan(be, &b->down);
+    }
+    eng_free(be, net->act_base);
+    free(net->acts);
+    free(net->grads);
+    net->act_base = NULL;
+    net->acts = net->grads = NULL;
+    net->nacts = net->ngrads = net->acap = net->gcap = 0;
+    net->act_bytes = 0;
+    net->planned = false;
+}
+
+void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input)
+{
+    if (net->planned && eng_shape_equal(&net->in_shape, input))
+        return;
+    unplan(be, net);
+    if (input->ndim != 4 || input->dim[1] != net->opt.in_channels)
+        die(EXIT_RUNTIME, "resnet: input must be N × %d × H × W", net->opt.in_channels);
+    eng_shape s = unit_plan(be, net, &net->stem, input);
+    if (!net->opt.small_stem) {
+        s = eng_pool_output_shape(&s, &net->pool);
+        act(be, net, &net->pool_out, s, false);
+        act(be, net, &net->pool_grad, s, true);
+    }
+    for (int i = 0; i < net->nblocks; i++)
+        s = block_plan(be, net, &net->blocks[i], &s);
+    eng_shape avg = eng_shape4(s.dim[0], s.dim[1], 1, 1);
+    act(be, net, &net->avg, avg, false);
+    net->act_base = eng_alloc(be, net->act_bytes);
+    for (int i = 0; i < net->nacts; i++)
+        net->acts[i]->base = net->act_base;
+    net->flat = eng_reshape(&net->avg, eng_shape2(s.dim[0], s.dim[1]));
+    net->in_shape = *input;
+    net->planned = true;
+    net->last_train = false;
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+static const eng_tensor *ent(const resnet *net, int i) { return &net->entries[i].value; }
+static const eng_tensor *grad(const resnet *net, int i) { return &net->entries[i].grad; }
+
+static void unit_forward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, bool train)
+{
+    eng_conv_forward(be, u->plan, x, ent(net, u->w), NULL, &u->conv_out);
+    if (train)
+        eng_batchnorm_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, ent(net, u->gamma), ent(net, u->beta),
+                                    ent(net, u->rmean), ent(net, u->rvar), &u->mean, &u->invstd, &u->out);
+    else
+        eng_batchnorm_forward_eval(be, BN_EPS, &u->conv_out, ent(net, u->gamma), ent(net, u->beta),
+                                   ent(net, u->rmean), ent(net, u->rvar), &u->out);
+    if (u->relu)
+        eng_relu_forward(be, &u->out, &u->out);
+}
+
+static void block_forward(eng_backend *be, resnet *net, block *b, const eng_tensor *x, bool train)
+{
+    const eng_tensor *h = x;
+    for (int i = 0; i < b->nu; i++) {
+        unit_forward(be, net, &b->u[i], h, train);
+        h = &b->u[i].out;
+    }
+    const eng_tensor *identity = x;
+    if (b->has_down) {
+        unit_forward(be, net, &b->down, x, train);
+        identity = &b->down.out;
+    }
+    eng_add_forward(be, h, identity, &b->out);
+    eng_relu_forward(be, &b->out, &b->out);
+}
+
+static const eng_tensor *res1(const resnet *net) { return net->opt.small_stem ? &net->stem.out : &net->pool_out; }
+
+const eng_tensor *resnet_forward(eng_backend *be, resnet *net, const eng_tensor *x, bool train)
+{
+    if (!net->planned || !eng_shape_equal(&x->shape, &net->in_shape))
+        die(EXIT_RUNTIME, "resnet: forward on a shape that resnet_plan did not plan");
+    unit_forward(be, net, &net->stem, x, train);
+    if (!net->opt.small_stem)
+        eng_maxpool_forward(be, &net->pool, &net->stem.out, &net->pool_out);
+    const eng_tensor *h = res1(net);
+    for (int i = 0; i < net->nblocks; i++) {
+        block_forward(be, net, &net->blocks[i], h, train);
+        h = &net->blocks[i].out;
+    }
+    eng_adaptive_avgpool_forward(be, h, &net->avg);
+    net->last_x = *x;
+    net->last_train = train;
+    return &net->flat;
+}
+
+const eng_tensor *resnet_feature(const resnet *net, resnet_feature_id f)
+{
+    switch (f) {
+    case RESNET_CONV1: return &net->stem.out;
+    case RESNET_RES1: return res1(net);
+    case RESNET_RES2:
+    case RESNET_RES3:
+    case RESNET_RES4:
+    case RESNET_RES5: return &net->blocks[net->layer_end[f - RESNET_RES2]].out;
+    case RESNET_RES5AVG: return &net->avg;
+    case RESNET_FLATTEN: return &net->flat;
+    default: die(EXIT_RUNTIME, "resnet: no feature number %d", (int)f);
+    }
+}
+
+int resnet_feature_by_name(const char *name)
+{
+    static const char *const NAMES[RESNET_NFEATURES] = {"conv1", "res1", "res2", "res3", "res4",
+                                                         "res5", "res5avg", "flatten"};
+    for (int i = 0; i < RESNET_NFEATURES; i++)
+        if (strcmp(NAMES[i], name) == 0)
+            return i;
+    return -1;
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+
+/* The unit's upstream gradient is in out_grad; dx (NULL: skip) receives the input gradient. */
+static void unit_backward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, const eng_tensor *dx)
+{
+    const eng_tensor *dy = &u->out_grad;
+    if (u->relu) {
+        eng_relu_backward(be, &u->out, &u->out_grad, &u->pre_grad);
+        dy = &u->pre_grad;
+    }
+    eng_batchnorm_backward(be, &u->conv_out, ent(net, u->gamma), &u->mean, &u->invstd, dy, &u->conv_grad,
+                           grad(net, u->gamma), grad(net, u->beta));
+    eng_conv_backward(be, u->plan, x, ent(net, u->w), &u->conv_grad, dx, grad(net, u->w), NULL);
+}
+
+static void block_backward(eng_backend *be, resnet *net, block *b, const eng_tensor *x, const eng_tensor *dx)
+{
+    eng_relu_backward(be, &b->out, &b->out_grad, &b->sum_grad);
+    eng_add_backward(be, &b->sum_grad, &b->u[b->nu - 1].out_grad, b->has_down ? &b->down.out_grad : dx);
+    for (int i = b->nu - 1; i >= 0; i--)
+        unit_backward(be, net, &b->u[i], i ? &b->u[i - 1].out : x, i ? &b->u[i - 1].out_grad : dx);
+    if (b->has_down)
+        unit_backward(be, net, &b->down, x, dx);
+}
+
+void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat)
+{
+    if (!net->planned || !net->last_train)
+        die(EXIT_RUNTIME, "resnet: backward needs a training-mode forward first");
+    for (int i = 0; i < net->ngrads; i++)
+        eng_zero(be, net->grads[i]);
+    eng_tensor d4 = eng_reshape(dfeat, net->avg.shape);
+    block *last = &net->blocks[net->nblocks - 1];
+    eng_adaptive_avgpool_backward(be, &d4, &last->out_grad);
+    for (int i = net->nblocks - 1; i >= 0; i--) {
+        const eng_tensor *x = i ? &net->blocks[i - 1].out : res1(net);
+        const eng_tensor *dx = i ? &net->blocks[i - 1].out_grad : net->opt.small_stem ? &net->stem.out_grad
+                                                                                       : &net->pool_grad;
+        block_backward(be, net, &net->blocks[i], x, dx);
+    }
+    if (!net->opt.small_stem)
+        eng_maxpool_backward(be, &net->pool, &net->stem.out, &net->pool_grad, &net->stem.out_grad);
+    /* The image needs no gradient: NULL skips conv1's backward-data. */
+    unit_backward(be, net, &net->stem, &net->last_x, NULL);
+}

@@ -1,0 +1,110 @@
+/*
+ * resnet.h — VISSL's ResNet / ResNeXt trunk (spec part 2 §4, `resnet`) on the model engine.
+ *
+ * The layout is torchvision's (ResNet v1.5: the stride sits on the 3×3 conv): stem conv1 7×7/2
+ * + bn1 + ReLU + max pool 3/2/1, layer1..4 of Bottleneck blocks (depth 50/101/152/200) or
+ * BasicBlocks (18/34), a 1×1 conv + BN downsample where a block changes shape, then adaptive
+ * average pool and flatten. `small_stem` is this project's extension for 28–64 px data: a 3×3
+ * stride-1 conv1 and no max pool (res1 is then the stem's ReLU output).
+ *
+ * Memory, as DESIGN.md asks: all parameters live in one backend allocation, all their
+ * gradients in another with the same layout, the BN running statistics in a third; every
+ * tensor is a view at an offset and carries its VISSL name (`_feature_blocks.layer1.0.conv1.weight`),
+ * in torchvision's state-dict order, so checkpoint code maps names 1:1 (num_batches_tracked is
+ * not kept: VISSL's WEIGHTS_INIT skips it by default). resnet_plan() plans every convolution and
+ * allocates all activation memory for one input shape; forward and backward then allocate
+ * nothing.
+ *
+ * Backward: gradients accumulate into the gradient buffer (the caller zeroes it once per step,
+ * resnet_zero_grad); it needs the activations of a preceding training-mode forward.
+ */
+#ifndef SELFSUP_RESNET_H
+#define SELFSUP_RESNET_H
+
+#include "nn.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    int depth;               /* 18, 34 (BasicBlock), 50, 101, 152, 200 (Bottleneck) */
+    int width_multiplier;    /* ≥ 1: planes 64w, 128w, 256w, 512w */
+    int groups;              /* ResNeXt cardinality (Bottleneck only), 1 = ResNet */
+    int width_per_group;     /* 64 = ResNet */
+    bool zero_init_residual; /* torchvision's meaning; VISSL 0.1.5's key has no effect (spec §4) */
+    int layer4_stride;       /* 2 (default) or 1 */
+    bool small_stem;         /* 3×3 stride-1 conv1, no max pool (extension) */
+    int in_channels;         /* 3 (rgb/bgr), 1 (lab) */
+} resnet_options;
+
+/* VISSL's defaults: depth 50, w 1, groups 1, 64 per group, stride 2, rgb. */
+resnet_options resnet_defaults(void);
+
+typedef enum { RESNET_PARAM, RESNET_BUFFER } resnet_kind;
+
+/* One named tensor of the trunk. `grad` is set for parameters only. */
+typedef struct {
+    const char *name;
+    resnet_kind kind;
+    eng_tensor value;
+    eng_tensor grad;
+} resnet_entry;
+
+/* VISSL's feature names, in network order. */
+typedef enum {
+    RESNET_CONV1,   /* after the stem's ReLU (conv1_relu) */
+    RESNET_RES1,    /* after the max pool */
+    RESNET_RES2,    /* layer1 ... */
+    RESNET_RES3,
+    RESNET_RES4,
+    RESNET_RES5,    /* ... layer4 */
+    RESNET_RES5AVG, /* N × C × 1 × 1 */
+    RESNET_FLATTEN, /* N × C */
+    RESNET_NFEATURES
+} resnet_feature_id;
+
+typedef struct resnet resnet;
+
+/* Build the trunk and allocate its parameters (initialised by resnet_init). NULL with *err for
+ * an unsupported option. */
+resnet *resnet_new(eng_backend *be, const resnet_options *opt, uint64_t seed, char **err);
+void resnet_free(eng_backend *be, resnet *net);
+
+/* VISSL's initialisation: PyTorch's defaults (conv kaiming_uniform a=√5, i.e. U(±1/√fan_in);
+ * BN weight 1, bias 0, running mean 0, var 1), drawn from rng (RNG_PURPOSE_MODEL_INIT, `seed`,
+ * sample index = parameter number). zero_init_residual zeroes each block's last BN weight. */
+void resnet_init(eng_backend *be, resnet *net, uint64_t seed);
+/* Test hook: every parameter and running statistic set by the closed formula documented in
+ * tests/golden/make_resnet_fixtures.py, so Python reproduces the weights without storing them. */
+void resnet_init_formula(eng_backend *be, resnet *net);
+
+/* All named tensors in state-dict order (parameters and buffers interleaved). */
+int resnet_entry_count(const resnet *net);
+const resnet_entry *resnet_entry_at(const resnet *net, int i);
+/* The whole buffers (one 1-D view each), e.g. for one all-reduce or one optimizer pass. */
+eng_tensor resnet_params(const resnet *net);
+eng_tensor resnet_grads(const resnet *net);
+eng_tensor resnet_buffers(const resnet *net);
+int64_t resnet_param_count(const resnet *net);
+/* Channels of the pooled feature: 2048·w (Bottleneck) or 512·w (BasicBlock). */
+int64_t resnet_out_dim(const resnet *net);
+
+/* Plan every conv and allocate all activations and their gradients for input N × C × H × W.
+ * Calling it again with the same shape does nothing; another shape replans. */
+void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input);
+
+/* Forward over x (the planned shape). train: batch statistics and a running-stat update
+ * (momentum 0.1, eps 1e-5); else the running statistics. Returns the N × C flatten feature
+ * (valid until the next forward). */
+const eng_tensor *resnet_forward(eng_backend *be, resnet *net, const eng_tensor *x, bool train);
+/* An intermediate output of the last forward, by VISSL feature name. */
+const eng_tensor *resnet_feature(const resnet *net, resnet_feature_id f);
+/* Map "conv1", "res1", ..., "res5avg", "flatten" to the enum; -1 when unknown. */
+int resnet_feature_by_name(const char *name);
+
+/* Backward of the last (training) forward from dfeat (N × C, the flatten feature's gradient):
+ * parameter gradients accumulate into the gradient buffer. */
+void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat);
+void resnet_zero_grad(eng_backend *be, resnet *net);
+
+#endif
