@@ -18,3 +18,5 @@ cd "$(dirname "$0")/.."
 ./bench/npy.sh "$build" "$@"
 echo
 ./bench/ring.sh "$build"
+echo
+./bench/resnet.sh "$build"

@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""resnet_bench.py — PyTorch's side of bench/resnet.sh: the same ResNet trunk, the same work.
+
+train = forward in train mode + backward of (features · 0) (no optimizer step, as on the
+selfsup side); infer = forward in eval mode under no_grad. Prints
+"torch_bench MODE images_per_second", each the median of --reps runs after a warm-up.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+import torchvision
+
+
+def trunk(depth, small_stem):
+    net = getattr(torchvision.models, f"resnet{depth}")()
+    if small_stem:
+        net.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        net.maxpool = torch.nn.Identity()
+    net.fc = torch.nn.Identity()
+    return net
+
+
+def timed(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--depth", type=int, default=50)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--small-stem", action="store_true")
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    net = trunk(a.depth, a.small_stem)
+    x = torch.rand(a.batch, 3, a.size, a.size) * 2 - 1
+
+    def train():
+        net.train()
+        net.zero_grad(set_to_none=False)
+        (net(x) * 0).sum().backward()
+
+    def infer():
+        net.eval()
+        with torch.no_grad():
+            net(x)
+
+    print(f"torch_bench train {a.batch / timed(train, a.reps):.3f}")
+    print(f"torch_bench infer {a.batch / timed(infer, a.reps):.3f}")
+
+
+if __name__ == "__main__":
+    main()
