@@ -2,16 +2,25 @@
  * conv.c — the cpu backend's 2-D convolution on oneDNN 2.6 (C API).
  *
  * A plan (made once per layer and input shape) holds three primitives: forward, backward-data
- * and backward-weights (with the bias gradient when the layer has a bias), all on plain
- * nchw / oihw memory, which is exactly our C-contiguous tensors, so no reorders are needed.
- * Groups use oneDNN's 5-D goihw weight descriptor: the same bytes as PyTorch's
- * O × I/groups × KH × KW. oneDNN's dilation counts the gaps (PyTorch's minus one).
+ * and backward-weights (with the bias gradient when the layer has a bias). Groups use
+ * oneDNN's 5-D goihw weight descriptor: the same bytes as PyTorch's O × I/groups × KH × KW.
+ * oneDNN's dilation counts the gaps (PyTorch's minus one).
  *
- * oneDNN overwrites its outputs, but nn.h's gradients accumulate, so backward computes into
- * plan-owned temporaries and adds them in (oneDNN 2.6 has no sum post-op on backward
- * primitives). The scratchpad and the temporaries are allocated once, in the plan, so a
- * steady-state step allocates nothing. Memory objects are made once and re-pointed at the
- * caller's tensors on every call.
+ * Layout. Our tensors are plain nchw / oihw, but on plain memory oneDNN falls back to its
+ * slow GEMM-based kernels. So the primitives are created with format_tag_any for the
+ * activations and weights, letting oneDNN pick its blocked layouts (nChw16c, OIhw16i16o, ...)
+ * and its direct JIT kernels; each primitive argument is a "port" that, where the chosen layout
+ * differs from ours, reorders between the caller's plain tensor and a plan-owned blocked buffer
+ * on every call (weights change every step; the forward's buffers are not reused by backward,
+ * since a layer may run forward twice before its backward). The blocked buffers are shared by
+ * role (x-, y- and w-sized) across the three primitives, which run one at a time. The bias
+ * stays plain. Converting costs far less than the GEMM path loses.
+ *
+ * oneDNN overwrites its outputs, but nn.h's gradients accumulate, so backward computes (or
+ * reorders) into plan-owned temporaries and adds them in (oneDNN 2.6 has no sum post-op on
+ * backward primitives). The scratchpad, the temporaries and the blocked buffers are allocated
+ * once, in the plan, so a steady-state step allocates nothing. Memory objects are made once
+ * and re-pointed at the caller's tensors on every call.
  */
 #include "cpu.h"
 
@@ -24,18 +33,34 @@
 
 enum { FWD, BWD_DATA, BWD_WEIGHTS, NPRIM };
 
-/* The memory objects a plan's primitives read and write (handles set per call). */
-enum { M_SRC, M_WEI, M_BIAS, M_DST, M_DSRC, M_DWEI, M_DBIAS, M_DDST, M_SCRATCH, NMEM };
+/* The primitives' layout-converted arguments. */
+enum { P_FWD_SRC, P_FWD_WEI, P_FWD_DST, P_BD_DDST, P_BD_WEI, P_BD_DSRC, P_BW_SRC, P_BW_DDST, P_BW_DWEI, NPORT };
+
+/* The plan's blocked buffers, by the tensor size they hold; each port uses one. */
+enum { BUF_X, BUF_Y, BUF_W, NBUF };
+
+/* The plain-only memory objects (handles set per call). */
+enum { M_BIAS, M_DBIAS, M_SCRATCH, NMEM };
+
+/* One primitive argument: `user` is in our plain layout (the caller's tensor or a temporary),
+ * `inner` in the primitive's; when they agree they are the same object and there is no reorder. */
+typedef struct {
+    dnnl_memory_t user, inner;
+    dnnl_primitive_t reorder; /* user → inner for inputs, inner → user for outputs; or NULL */
+} port;
 
 typedef struct {
     struct eng_plan base; /* first: cpu_plan_free sees an eng_plan */
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     dnnl_primitive_t prim[NPRIM];
+    port port[NPORT];
     dnnl_memory_t mem[NMEM];
     bool bias;
+    bool dy_shared; /* backward-weights reads the blocked dy that backward-data reordered */
     size_t x_count, w_count, o_count; /* elements of x, w, and output channels */
-    float *tmp_dx, *tmp_dw, *tmp_db;  /* oneDNN writes here; we add into the caller's */
+    float *tmp_dx, *tmp_dw, *tmp_db;  /* gradients land here; we add into the caller's */
+    void *buf[NBUF];                  /* blocked copies (NULL when no port needs one) */
     void *scratch;
 } conv_plan;
 
@@ -45,16 +70,17 @@ static void check(dnnl_status_t st, const char *what)
         die(EXIT_RUNTIME, "oneDNN: %s failed (status %d)", what, (int)st);
 }
 
-static dnnl_memory_desc_t plain_md(int ndims, const dnnl_dims_t dims, dnnl_format_tag_t tag)
+static dnnl_memory_desc_t tag_md(int ndims, const dnnl_dims_t dims, dnnl_format_tag_t tag)
 {
     dnnl_memory_desc_t md;
     check(dnnl_memory_desc_init_by_tag(&md, ndims, dims, dnnl_f32, tag), "memory descriptor");
     return md;
 }
 
-/* The descriptors of one convolution geometry. */
+/* The descriptors of one convolution geometry: ours (plain) and oneDNN's choice (any). */
 typedef struct {
     dnnl_memory_desc_t src, wei, bias, dst;
+    dnnl_memory_desc_t any_src, any_wei, any_dst;
     dnnl_dims_t strides, dilates, pad_l, pad_r;
 } conv_geom;
 
@@ -66,15 +92,19 @@ static conv_geom geometry(const eng_conv_desc *d, const eng_shape *x, const eng_
     dnnl_dims_t xd = {x->dim[0], x->dim[1], x->dim[2], x->dim[3]};
     dnnl_dims_t yd = {y.dim[0], y.dim[1], y.dim[2], y.dim[3]};
     dnnl_dims_t bd = {w->dim[0]};
-    g.src = plain_md(4, xd, dnnl_nchw);
-    g.dst = plain_md(4, yd, dnnl_nchw);
-    g.bias = plain_md(1, bd, dnnl_a);
+    g.src = tag_md(4, xd, dnnl_nchw);
+    g.dst = tag_md(4, yd, dnnl_nchw);
+    g.bias = tag_md(1, bd, dnnl_a);
+    g.any_src = tag_md(4, xd, dnnl_format_tag_any);
+    g.any_dst = tag_md(4, yd, dnnl_format_tag_any);
     if (groups > 1) {
         dnnl_dims_t wd = {groups, w->dim[0] / groups, w->dim[1], w->dim[2], w->dim[3]};
-        g.wei = plain_md(5, wd, dnnl_goihw);
+        g.wei = tag_md(5, wd, dnnl_goihw);
+        g.any_wei = tag_md(5, wd, dnnl_format_tag_any);
     } else {
         dnnl_dims_t wd = {w->dim[0], w->dim[1], w->dim[2], w->dim[3]};
-        g.wei = plain_md(4, wd, dnnl_oihw);
+        g.wei = tag_md(4, wd, dnnl_oihw);
+        g.any_wei = tag_md(4, wd, dnnl_format_tag_any);
     }
     for (int i = 0; i < 2; i++) {
         int64_t stride = d->stride[i] ? d->stride[i] : 1, dil = d->dilation[i] ? d->dilation[i] : 1;
@@ -88,13 +118,19 @@ static conv_geom geometry(const eng_conv_desc *d, const eng_shape *x, const eng_
     return g;
 }
 
-/* A primitive from its operation descriptor; the scratchpad is ours (one per plan). */
-static dnnl_primitive_desc_t make_pd(const void *op, dnnl_engine_t engine, const_dnnl_primitive_desc_t hint,
-                                     const char *what)
+/* An attribute asking for our own scratchpad (one per plan). */
+static dnnl_primitive_attr_t user_scratch_attr(void)
 {
     dnnl_primitive_attr_t attr;
     check(dnnl_primitive_attr_create(&attr), "attribute");
     check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
+    return attr;
+}
+
+static dnnl_primitive_desc_t make_pd(const void *op, dnnl_engine_t engine, const_dnnl_primitive_desc_t hint,
+                                     const char *what)
+{
+    dnnl_primitive_attr_t attr = user_scratch_attr();
     dnnl_primitive_desc_t pd;
     check(dnnl_primitive_desc_create(&pd, op, attr, engine, hint), what);
     dnnl_primitive_attr_destroy(attr);
@@ -106,51 +142,152 @@ static size_t scratch_bytes(const_dnnl_primitive_desc_t pd)
     return dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
 }
 
-static dnnl_memory_t make_mem(const dnnl_memory_desc_t *md, dnnl_engine_t engine)
+static size_t max_size(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+static dnnl_memory_t make_mem(const dnnl_memory_desc_t *md, dnnl_engine_t engine, void *handle)
 {
     dnnl_memory_t m;
-    check(dnnl_memory_create(&m, md, engine, DNNL_MEMORY_NONE), "memory object");
+    check(dnnl_memory_create(&m, md, engine, handle), "memory object");
     return m;
 }
 
 static void conv_destroy(struct eng_plan *base)
 {
     conv_plan *p = (conv_plan *)base;
+    for (int i = 0; i < NPORT; i++) {
+        port *pt = &p->port[i];
+        if (pt->reorder) {
+            dnnl_primitive_destroy(pt->reorder);
+            dnnl_memory_destroy(pt->inner);
+        }
+        if (pt->user)
+            dnnl_memory_destroy(pt->user);
+    }
     for (int i = 0; i < NMEM; i++)
         if (p->mem[i])
             dnnl_memory_destroy(p->mem[i]);
     for (int i = 0; i < NPRIM; i++)
-        dnnl_primitive_destroy(p->prim[i]);
+        if (p->prim[i])
+            dnnl_primitive_destroy(p->prim[i]);
     dnnl_stream_destroy(p->stream);
     dnnl_engine_destroy(p->engine);
+    for (int i = 0; i < NBUF; i++)
+        free(p->buf[i]);
     free(p->tmp_dx), free(p->tmp_dw), free(p->tmp_db), free(p->scratch);
     free(p);
 }
 
-/* The three operation descriptors, made into primitives; returns the largest scratchpad. */
-static size_t make_primitives(conv_plan *p, conv_geom *g)
+/* The three primitive descriptors, the backward ones hinted by the forward. */
+static void make_pds(conv_plan *p, const conv_geom *g, dnnl_primitive_desc_t pd[NPRIM])
 {
     const dnnl_alg_kind_t alg = dnnl_convolution_direct;
+    const dnnl_memory_desc_t *bias = p->bias ? &g->bias : NULL;
     dnnl_convolution_desc_t fwd, bwd_data, bwd_wei;
-    check(dnnl_dilated_convolution_forward_desc_init(&fwd, dnnl_forward_training, alg, &g->src, &g->wei,
-                                                     p->bias ? &g->bias : NULL, &g->dst, g->strides, g->dilates,
-                                                     g->pad_l, g->pad_r),
+    check(dnnl_dilated_convolution_forward_desc_init(&fwd, dnnl_forward_training, alg, &g->any_src, &g->any_wei,
+                                                     bias, &g->any_dst, g->strides, g->dilates, g->pad_l,
+                                                     g->pad_r),
           "convolution forward descriptor");
-    check(dnnl_dilated_convolution_backward_data_desc_init(&bwd_data, alg, &g->src, &g->wei, &g->dst, g->strides,
-                                                           g->dilates, g->pad_l, g->pad_r),
+    check(dnnl_dilated_convolution_backward_data_desc_init(&bwd_data, alg, &g->any_src, &g->any_wei, &g->any_dst,
+                                                           g->strides, g->dilates, g->pad_l, g->pad_r),
           "convolution backward-data descriptor");
-    check(dnnl_dilated_convolution_backward_weights_desc_init(&bwd_wei, alg, &g->src, &g->wei,
-                                                              p->bias ? &g->bias : NULL, &g->dst, g->strides,
-                                                              g->dilates, g->pad_l, g->pad_r),
+    check(dnnl_dilated_convolution_backward_weights_desc_init(&bwd_wei, alg, &g->any_src, &g->any_wei, bias,
+                                                              &g->any_dst, g->strides, g->dilates, g->pad_l,
+                                                              g->pad_r),
           "convolution backward-weights descriptor");
-    dnnl_primitive_desc_t pd[NPRIM];
     pd[FWD] = make_pd(&fwd, p->engine, NULL, "convolution forward");
     pd[BWD_DATA] = make_pd(&bwd_data, p->engine, pd[FWD], "convolution backward-data");
     pd[BWD_WEIGHTS] = make_pd(&bwd_wei, p->engine, pd[FWD], "convolution backward-weights");
+}
+
+/* Where each port's layouts come from: its primitive, what to query, our plain layout, the
+ * buffer it uses when the layouts differ, and whether it is an input. */
+typedef struct {
+    int prim;
+    dnnl_query_t query;
+    int role; /* BUF_X / BUF_Y / BUF_W, also picks the plain descriptor */
+    bool in;
+} port_spec;
+
+static const port_spec specs[NPORT] = {
+    [P_FWD_SRC] = {FWD, dnnl_query_src_md, BUF_X, true},
+    [P_FWD_WEI] = {FWD, dnnl_query_weights_md, BUF_W, true},
+    [P_FWD_DST] = {FWD, dnnl_query_dst_md, BUF_Y, false},
+    [P_BD_DDST] = {BWD_DATA, dnnl_query_diff_dst_md, BUF_Y, true},
+    [P_BD_WEI] = {BWD_DATA, dnnl_query_weights_md, BUF_W, true},
+    [P_BD_DSRC] = {BWD_DATA, dnnl_query_diff_src_md, BUF_X, false},
+    [P_BW_SRC] = {BWD_WEIGHTS, dnnl_query_src_md, BUF_X, true},
+    [P_BW_DDST] = {BWD_WEIGHTS, dnnl_query_diff_dst_md, BUF_Y, true},
+    [P_BW_DWEI] = {BWD_WEIGHTS, dnnl_query_diff_weights_md, BUF_W, false},
+};
+
+static const dnnl_memory_desc_t *plain_of(const conv_geom *g, int role)
+{
+    return role == BUF_X ? &g->src : role == BUF_Y ? &g->dst : &g->wei;
+}
+
+static const dnnl_memory_desc_t *chosen_md(dnnl_primitive_desc_t pd[NPRIM], int i)
+{
+    return dnnl_primitive_desc_query_md(pd[specs[i].prim], specs[i].query, 0);
+}
+
+/* Allocates each role's blocked buffer, as large as the largest layout that needs it. */
+static void alloc_buffers(conv_plan *p, const conv_geom *g, dnnl_primitive_desc_t pd[NPRIM])
+{
+    size_t bytes[NBUF] = {0};
+    for (int i = 0; i < NPORT; i++) {
+        const dnnl_memory_desc_t *md = chosen_md(pd, i);
+        if (!dnnl_memory_desc_equal(md, plain_of(g, specs[i].role)))
+            bytes[specs[i].role] = max_size(bytes[specs[i].role], dnnl_memory_desc_get_size(md));
+    }
+    for (int r = 0; r < NBUF; r++)
+        if (bytes[r])
+            p->buf[r] = xmalloc_large(bytes[r]);
+}
+
+/* A reorder between two layouts; returns its scratchpad size. */
+static size_t make_reorder(conv_plan *p, dnnl_primitive_t *out, const dnnl_memory_desc_t *from,
+                           const dnnl_memory_desc_t *to)
+{
+    dnnl_primitive_attr_t attr = user_scratch_attr();
+    dnnl_primitive_desc_t pd;
+    check(dnnl_reorder_primitive_desc_create(&pd, from, p->engine, to, p->engine, attr), "reorder descriptor");
+    dnnl_primitive_attr_destroy(attr);
+    size_t scratch = scratch_bytes(pd);
+    check(dnnl_primitive_create(out, pd), "reorder primitive");
+    dnnl_primitive_desc_destroy(pd);
+    return scratch;
+}
+
+/* Makes one port; returns its reorder's scratchpad size. */
+static size_t make_port(conv_plan *p, const conv_geom *g, dnnl_primitive_desc_t pd[NPRIM], int i)
+{
+    port *pt = &p->port[i];
+    const dnnl_memory_desc_t *plain = plain_of(g, specs[i].role), *md = chosen_md(pd, i);
+    pt->user = make_mem(plain, p->engine, DNNL_MEMORY_NONE);
+    if (dnnl_memory_desc_equal(md, plain)) {
+        pt->inner = pt->user;
+        return 0;
+    }
+    pt->inner = make_mem(md, p->engine, p->buf[specs[i].role]);
+    return specs[i].in ? make_reorder(p, &pt->reorder, plain, md) : make_reorder(p, &pt->reorder, md, plain);
+}
+
+/* The primitives and their ports; returns the largest scratchpad any of them needs. */
+static size_t make_primitives(conv_plan *p, const conv_geom *g)
+{
+    dnnl_primitive_desc_t pd[NPRIM];
+    make_pds(p, g, pd);
+    alloc_buffers(p, g, pd);
     size_t scratch = 0;
+    for (int i = 0; i < NPORT; i++)
+        scratch = max_size(scratch, make_port(p, g, pd, i));
+    p->dy_shared = p->port[P_BD_DDST].reorder && p->port[P_BW_DDST].reorder &&
+                   dnnl_memory_desc_equal(chosen_md(pd, P_BD_DDST), chosen_md(pd, P_BW_DDST));
     for (int i = 0; i < NPRIM; i++) {
-        size_t s = scratch_bytes(pd[i]);
-        scratch = s > scratch ? s : scratch;
+        scratch = max_size(scratch, scratch_bytes(pd[i]));
         check(dnnl_primitive_create(&p->prim[i], pd[i]), "convolution primitive");
         dnnl_primitive_desc_destroy(pd[i]);
     }
@@ -180,16 +317,12 @@ eng_plan *cpu_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape
     dnnl_memory_desc_t scratch_md; /* bytes */
     check(dnnl_memory_desc_init_by_tag(&scratch_md, 1, sd, dnnl_u8, dnnl_a), "scratchpad descriptor");
 
-    const dnnl_memory_desc_t *mds[NMEM] = {
-        [M_SRC] = &g.src,   [M_WEI] = &g.wei,   [M_BIAS] = &g.bias,   [M_DST] = &g.dst,       [M_DSRC] = &g.src,
-        [M_DWEI] = &g.wei, [M_DBIAS] = &g.bias, [M_DDST] = &g.dst, [M_SCRATCH] = &scratch_md,
-    };
-    for (int i = 0; i < NMEM; i++)
-        p->mem[i] = make_mem(mds[i], p->engine);
-    check(dnnl_memory_set_data_handle(p->mem[M_SCRATCH], p->scratch), "scratchpad handle");
-    check(dnnl_memory_set_data_handle(p->mem[M_DSRC], p->tmp_dx), "dx handle");
-    check(dnnl_memory_set_data_handle(p->mem[M_DWEI], p->tmp_dw), "dw handle");
-    check(dnnl_memory_set_data_handle(p->mem[M_DBIAS], p->tmp_db), "db handle");
+    p->mem[M_BIAS] = make_mem(&g.bias, p->engine, DNNL_MEMORY_NONE);
+    p->mem[M_DBIAS] = make_mem(&g.bias, p->engine, p->tmp_db);
+    p->mem[M_SCRATCH] = make_mem(&scratch_md, p->engine, p->scratch);
+    /* The gradient outputs' plain side is always our temporary. */
+    check(dnnl_memory_set_data_handle(p->port[P_BD_DSRC].user, p->tmp_dx), "dx handle");
+    check(dnnl_memory_set_data_handle(p->port[P_BW_DWEI].user, p->tmp_dw), "dw handle");
     return &p->base;
 }
 
@@ -206,16 +339,32 @@ static conv_plan *as_conv(eng_plan *plan)
     return (conv_plan *)plan;
 }
 
-/* oneDNN does not write through const: the handles are the caller's tensors. */
-static void point(conv_plan *p, int m, const eng_tensor *t)
+static void run(conv_plan *p, dnnl_primitive_t prim, int nargs, const dnnl_exec_arg_t *args)
 {
-    check(dnnl_memory_set_data_handle(p->mem[m], cpu_ptr(t)), "memory handle");
+    check(dnnl_primitive_execute(prim, p->stream, nargs, args), "convolution execute");
+    check(dnnl_stream_wait(p->stream), "stream wait");
 }
 
-static void run(conv_plan *p, int prim, int nargs, const dnnl_exec_arg_t *args)
+/* Runs a port's reorder (if it has one) in its direction. */
+static void convert(conv_plan *p, int i)
 {
-    check(dnnl_primitive_execute(p->prim[prim], p->stream, nargs, args), "convolution execute");
-    check(dnnl_stream_wait(p->stream), "stream wait");
+    port *pt = &p->port[i];
+    if (!pt->reorder)
+        return;
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_FROM, specs[i].in ? pt->user : pt->inner},
+        {DNNL_ARG_TO, specs[i].in ? pt->inner : pt->user},
+        {DNNL_ARG_SCRATCHPAD, p->mem[M_SCRATCH]},
+    };
+    run(p, pt->reorder, 3, args);
+}
+
+/* Points an input port at the caller's tensor and converts it in. oneDNN does not write
+ * through const: the handles are the caller's tensors. */
+static void feed(conv_plan *p, int i, const eng_tensor *t)
+{
+    check(dnnl_memory_set_data_handle(p->port[i].user, cpu_ptr(t)), "memory handle");
+    convert(p, i);
 }
 
 void cpu_conv_forward(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y)
@@ -224,19 +373,20 @@ void cpu_conv_forward(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y)
     conv_plan *p = as_conv(plan);
     if (p->bias != (b != NULL))
         die(EXIT_RUNTIME, "conv forward: the plan was made %s a bias", p->bias ? "with" : "without");
-    point(p, M_SRC, x);
-    point(p, M_WEI, w);
-    point(p, M_DST, y);
+    feed(p, P_FWD_SRC, x);
+    feed(p, P_FWD_WEI, w);
+    check(dnnl_memory_set_data_handle(p->port[P_FWD_DST].user, cpu_ptr(y)), "memory handle");
     dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, p->mem[M_SRC]},
-        {DNNL_ARG_WEIGHTS, p->mem[M_WEI]},
-        {DNNL_ARG_DST, p->mem[M_DST]},
+        {DNNL_ARG_SRC, p->port[P_FWD_SRC].inner},
+        {DNNL_ARG_WEIGHTS, p->port[P_FWD_WEI].inner},
+        {DNNL_ARG_DST, p->port[P_FWD_DST].inner},
         {DNNL_ARG_SCRATCHPAD, p->mem[M_SCRATCH]},
         {DNNL_ARG_BIAS, p->mem[M_BIAS]},
     };
     if (b)
-        point(p, M_BIAS, b);
-    run(p, FWD, b ? 5 : 4, args);
+        check(dnnl_memory_set_data_handle(p->mem[M_BIAS], cpu_ptr(b)), "memory handle");
+    run(p, p->prim[FWD], b ? 5 : 4, args);
+    convert(p, P_FWD_DST);
 }
 
 static void add_into(float *dst, const float *src, size_t n)
@@ -245,39 +395,57 @@ static void add_into(float *dst, const float *src, size_t n)
         dst[i] += src[i];
 }
 
+/* dx += ∂L/∂x, through the temporary. */
+static void backward_data(conv_plan *p, T *w, T *dy, T *dx)
+{
+    feed(p, P_BD_DDST, dy);
+    feed(p, P_BD_WEI, w);
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_DIFF_DST, p->port[P_BD_DDST].inner},
+        {DNNL_ARG_WEIGHTS, p->port[P_BD_WEI].inner},
+        {DNNL_ARG_DIFF_SRC, p->port[P_BD_DSRC].inner},
+        {DNNL_ARG_SCRATCHPAD, p->mem[M_SCRATCH]},
+    };
+    run(p, p->prim[BWD_DATA], 4, args);
+    convert(p, P_BD_DSRC);
+    add_into(cpu_ptr(dx), p->tmp_dx, p->x_count);
+}
+
+/* dw += ∂L/∂w and db += ∂L/∂b, through the temporaries. `dy_ready`: the blocked dy that
+ * backward-data left in the y buffer is the one this primitive reads. */
+static void backward_weights(conv_plan *p, T *x, T *dy, T *dw, T *db, bool dy_ready)
+{
+    feed(p, P_BW_SRC, x);
+    if (dy_ready)
+        check(dnnl_memory_set_data_handle(p->port[P_BW_DDST].user, cpu_ptr(dy)), "memory handle");
+    else
+        feed(p, P_BW_DDST, dy);
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, p->port[P_BW_SRC].inner},
+        {DNNL_ARG_DIFF_DST, p->port[P_BW_DDST].inner},
+        {DNNL_ARG_DIFF_WEIGHTS, p->port[P_BW_DWEI].inner},
+        {DNNL_ARG_SCRATCHPAD, p->mem[M_SCRATCH]},
+        {DNNL_ARG_DIFF_BIAS, p->mem[M_DBIAS]},
+    };
+    /* A plan with a bias always computes its gradient (the primitive was made so); it is
+     * only added when the caller asked. */
+    run(p, p->prim[BWD_WEIGHTS], p->bias ? 5 : 4, args);
+    if (dw) {
+        convert(p, P_BW_DWEI);
+        add_into(cpu_ptr(dw), p->tmp_dw, p->w_count);
+    }
+    if (db)
+        add_into(cpu_ptr(db), p->tmp_db, p->o_count);
+}
+
 void cpu_conv_backward(eng_backend *be, eng_plan *plan, T *x, T *w, T *dy, T *dx, T *dw, T *db)
 {
     (void)be;
     conv_plan *p = as_conv(plan);
     if (db && !p->bias)
         die(EXIT_RUNTIME, "conv backward: a bias gradient from a plan made without a bias");
-    point(p, M_DDST, dy);
-    if (dx) {
-        point(p, M_WEI, w);
-        dnnl_exec_arg_t args[] = {
-            {DNNL_ARG_DIFF_DST, p->mem[M_DDST]},
-            {DNNL_ARG_WEIGHTS, p->mem[M_WEI]},
-            {DNNL_ARG_DIFF_SRC, p->mem[M_DSRC]},
-            {DNNL_ARG_SCRATCHPAD, p->mem[M_SCRATCH]},
-        };
-        run(p, BWD_DATA, 4, args);
-        add_into(cpu_ptr(dx), p->tmp_dx, p->x_count);
-    }
-    if (!dw && !db)
-        return;
-    point(p, M_SRC, x);
-    dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, p->mem[M_SRC]},
-        {DNNL_ARG_DIFF_DST, p->mem[M_DDST]},
-        {DNNL_ARG_DIFF_WEIGHTS, p->mem[M_DWEI]},
-        {DNNL_ARG_SCRATCHPAD, p->mem[M_SCRATCH]},
-        {DNNL_ARG_DIFF_BIAS, p->mem[M_DBIAS]},
-    };
-    /* A plan with a bias always computes its gradient (the primitive was made so); it is
-     * only added when the caller asked. */
-    run(p, BWD_WEIGHTS, p->bias ? 5 : 4, args);
-    if (dw)
-        add_into(cpu_ptr(dw), p->tmp_dw, p->w_count);
-    if (db)
-        add_into(cpu_ptr(db), p->tmp_db, p->o_count);
+    if (dx)
+        backward_data(p, w, dy, dx);
+    if (dw || db)
+        backward_weights(p, x, dy, dw, db, dx && p->dy_shared);
 }
