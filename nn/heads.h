@@ -1,0 +1,133 @@
+/*
+ * heads.h — VISSL's model heads (spec part 2 §4 "Heads") on the model engine.
+ *
+ * One `head` type covers VISSL's registry names mlp, eval_mlp, siamese_concat_view and
+ * swav_head. Internally every head is a short list of layers (Linear, BatchNorm, ReLU, Dropout,
+ * L2-normalise) over N × F activations, each reading the output of an earlier layer or the
+ * head's input, so swav's prototypes can all read the embedding.
+ *
+ * Memory follows resnet.h: all parameters live in one backend allocation, their gradients in
+ * another with the same layout, BN running statistics in a third, packed in PyTorch's
+ * state-dict order; each tensor is a named entry whose name is VISSL's module path relative to
+ * the head (prepend "heads.I." for a model's state dict):
+ *   mlp                 clf.{i}.weight / .bias (BN: + running_mean, running_var); i counts
+ *                       nn.Sequential slots, ReLU and Dropout included (clf.0 Linear, clf.1 BN, …)
+ *   eval_mlp            channel_bn.{weight,bias,running_mean,running_var}, then clf.clf.{i}.*
+ *   swav_head           projection_head.{i}.*, prototypes{j}.weight (no bias)
+ *   siamese_concat_view no entries
+ * num_batches_tracked is not kept (VISSL's WEIGHTS_INIT skips it by default).
+ *
+ * head_plan() allocates every activation for one input shape; forward/backward then allocate
+ * nothing. Backward follows nn.h: parameter gradients and dx ACCUMULATE, dx NULL = skip.
+ * Deliberate differences from VISSL: MLP's torch.squeeze is not applied (an N = 1 batch stays
+ * 1 × F), and a single-element input list is simply the input.
+ */
+#ifndef SELFSUP_HEADS_H
+#define SELFSUP_HEADS_H
+
+#include "nn.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define HEAD_MAX_DIMS 16
+#define HEAD_MAX_PROTOTYPES 16
+#define HEAD_BN_EPS 1e-5      /* HEAD.BATCHNORM_EPS */
+#define HEAD_BN_MOMENTUM 0.1  /* HEAD.BATCHNORM_MOMENTUM */
+#define HEAD_DROPOUT_P 0.5f   /* nn.Dropout() */
+
+typedef enum { HEAD_MLP, HEAD_EVAL_MLP, HEAD_SIAMESE_CONCAT_VIEW, HEAD_SWAV } head_type;
+
+typedef struct {
+    head_type type;
+    int64_t dims[HEAD_MAX_DIMS]; /* mlp, eval_mlp, swav_head */
+    int ndims;
+    bool use_bn, use_relu, use_dropout; /* use_relu/use_dropout: mlp and eval_mlp */
+    bool use_bias;                      /* mlp, swav_head (VISSL default true) */
+    int64_t in_channels;                /* eval_mlp */
+    int num_towers;                     /* siamese_concat_view */
+    int64_t num_clusters[HEAD_MAX_PROTOTYPES]; /* swav_head */
+    int nclusters;
+    bool return_embeddings, skip_last_bn, normalize_feats; /* swav_head (VISSL defaults: true) */
+} head_options;
+
+/* VISSL's defaults for a type: use_bias, return_embeddings, skip_last_bn, normalize_feats on. */
+head_options head_defaults(head_type type);
+/* "mlp", "eval_mlp", "siamese_concat_view", "swav_head" → type; -1 when unknown. */
+int head_type_by_name(const char *name);
+
+typedef enum { HEAD_PARAM, HEAD_BUFFER } head_kind;
+
+typedef struct {
+    const char *name;
+    head_kind kind;
+    eng_tensor value;
+    eng_tensor grad; /* parameters only */
+} head_entry;
+
+typedef struct head head;
+
+/* Build a head and initialise it (head_init). NULL with *err for impossible options, among
+ * them an mlp dims list that VISSL's last_dim QUIRK makes inconsistent (without use_relu every
+ * Linear after the first keeps in_features = dims[0]). */
+head *head_new(eng_backend *be, const head_options *opt, uint64_t seed, char **err);
+void head_free(eng_backend *be, head *h);
+
+/* PyTorch's defaults: Linear weight and bias U(±1/√in_features) (kaiming_uniform a=√5), drawn
+ * from rng (RNG_PURPOSE_MODEL_INIT, seed, sample index = parameter number); BN weight 1, bias 0,
+ * running mean 0, var 1. */
+void head_init(eng_backend *be, head *h, uint64_t seed);
+/* Test hook: the closed formula of tests/golden/make_heads_fixtures.py (Weyl sequence u(i,k) as
+ * in resnet_init_formula; linear weight √(3/in)·(2u−1), 1-D ".weight" 1+0.25(2u−1), ".bias"
+ * 0.1(2u−1), running_mean 0.1(2u−1), running_var 1+0.5u; k numbers parameters and buffers
+ * separately). */
+void head_init_formula(eng_backend *be, head *h);
+
+int head_entry_count(const head *h);
+const head_entry *head_entry_at(const head *h, int i);
+eng_tensor head_params(const head *h);  /* the whole buffers as 1-D views (0 elements: base NULL) */
+eng_tensor head_grads(const head *h);
+eng_tensor head_buffers(const head *h);
+int64_t head_param_count(const head *h);
+void head_zero_grad(eng_backend *be, head *h);
+
+/* Allocate activations for input `in` (N × F; eval_mlp also N × C × H × W). Same shape again does
+ * nothing. Dies on a shape the head cannot take. */
+void head_plan(eng_backend *be, head *h, const eng_shape *in);
+/* Shape of output 0 for an input shape (after head_plan on it). */
+eng_shape head_output_shape(const head *h);
+
+/* Forward over x (the planned shape). train: batch statistics, running-stat update, dropout
+ * with a fresh mask (the head's step counter advances). Returns output 0. */
+const eng_tensor *head_forward(eng_backend *be, head *h, const eng_tensor *x, bool train);
+/* mlp / eval_mlp / siamese: 1 output; swav: [emb if return_embeddings], scores_0, …. */
+int head_output_count(const head *h);
+const eng_tensor *head_output(const head *h, int i);
+/* Backward of the last training forward. dout[i] is output i's gradient (dout itself or any
+ * element NULL = zero); dx (NULL: skip) and parameter gradients accumulate. */
+void head_backward(eng_backend *be, head *h, const eng_tensor *const *dout, const eng_tensor *dx);
+/* The dropout counter (training forwards so far): set it to resume a run bit-exactly. */
+uint64_t head_step(const head *h);
+void head_set_step(head *h, uint64_t step);
+
+/* ---- sequential head lists (VISSL runs MODEL.HEAD.PARAMS in order) ----------------------- */
+
+/* Each head feeds output 0 to the next; the list's outputs are the last head's. */
+typedef struct {
+    head **heads;
+    int n;
+    eng_tensor *grads; /* gradient of each link between heads (n − 1), planned */
+    bool planned;
+} head_list;
+
+/* Build heads opts[0..n-1] (seed + i each). Returns 0, or -1 with *err (nothing kept). */
+int head_list_new(eng_backend *be, head_list *l, const head_options *opts, int n, uint64_t seed, char **err);
+void head_list_free(eng_backend *be, head_list *l);
+void head_list_plan(eng_backend *be, head_list *l, const eng_shape *in);
+const eng_tensor *head_list_forward(eng_backend *be, head_list *l, const eng_tensor *x, bool train);
+int head_list_output_count(const head_list *l);
+const eng_tensor *head_list_output(const head_list *l, int i);
+void head_list_backward(eng_backend *be, head_list *l, const eng_tensor *const *dout, const eng_tensor *dx);
+void head_list_zero_grad(eng_backend *be, head_list *l);
+
+#endif
