@@ -37,17 +37,9 @@ typedef struct {
     eng_tensor out, out_grad, mean, invstd;
 } layer;
 
-typedef struct {
-    head_entry e;
-    int64_t fan_in; /* linear weight and bias: in_features (default init bound); 0 for BN */
-} entry;
-
 struct head {
     head_options opt;
-    entry *entries;
-    int nentries, cap;
-    void *param_base, *grad_base, *buf_base;
-    size_t param_bytes, buf_bytes;
+    eng_params params; /* every named tensor; a Linear's fan_in is its in_features, BN's 0 */
     layer layers[MAX_LAYERS];
     int nlayers;
     int outputs[HEAD_MAX_PROTOTYPES + 1]; /* layer indices (siamese: none, see siamese_out) */
@@ -81,30 +73,7 @@ int head_type_by_name(const char *name)
 
 static eng_shape shape1(int64_t n) { return (eng_shape){.ndim = 1, .dim = {n}}; }
 
-static int add_entry(eng_backend *be, head *h, head_kind kind, eng_shape s, int64_t fan_in, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-static int add_entry(eng_backend *be, head *h, head_kind kind, eng_shape s, int64_t fan_in, const char *fmt, ...)
-{
-    if (h->nentries == h->cap) {
-        h->cap = h->cap ? 2 * h->cap : 16;
-        h->entries = realloc(h->entries, (size_t)h->cap * sizeof *h->entries);
-        if (!h->entries)
-            die(EXIT_RUNTIME, "heads: out of memory");
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    char *name = NULL;
-    if (vasprintf(&name, fmt, ap) < 0)
-        die(EXIT_RUNTIME, "heads: out of memory");
-    va_end(ap);
-    /* Packed, so each whole buffer is one 1-D view (one all-reduce, one optimizer pass). */
-    size_t *bump = kind == HEAD_PARAM ? &h->param_bytes : &h->buf_bytes;
-    eng_tensor t = {.shape = s, .base = NULL, .offset = *bump};
-    *bump += eng_bytes(be, &s);
-    h->entries[h->nentries] = (entry){.e = {.name = name, .kind = kind, .value = t, .grad = t}, .fan_in = fan_in};
-    return h->nentries++;
-}
+#define add_entry(be, h, kind, s, fan_in, ...) eng_params_add((be), &(h)->params, (kind), (s), (fan_in), __VA_ARGS__)
 
 static int add_layer(head *h, layer_op op, int src)
 {
@@ -249,15 +218,6 @@ static int build(eng_backend *be, head *h, char **err)
     return report_failure(err, "heads: unknown head type %d", (int)o->type);
 }
 
-static void point_entries(head *h)
-{
-    for (int i = 0; i < h->nentries; i++) {
-        head_entry *e = &h->entries[i].e;
-        e->value.base = e->kind == HEAD_PARAM ? h->param_base : h->buf_base;
-        e->grad.base = e->kind == HEAD_PARAM ? h->grad_base : NULL;
-    }
-}
-
 head *head_new(eng_backend *be, const head_options *opt, uint64_t seed, char **err)
 {
     head *h = xcalloc(1, sizeof *h);
@@ -266,11 +226,7 @@ head *head_new(eng_backend *be, const head_options *opt, uint64_t seed, char **e
         head_free(be, h);
         return NULL;
     }
-    /* Heads without parameters (siamese) keep NULL bases. */
-    h->param_base = h->param_bytes ? eng_alloc(be, h->param_bytes) : NULL;
-    h->grad_base = h->param_bytes ? eng_alloc(be, h->param_bytes) : NULL;
-    h->buf_base = h->buf_bytes ? eng_alloc(be, h->buf_bytes) : NULL;
-    point_entries(h);
+    eng_params_alloc(be, &h->params); /* heads without parameters (siamese) keep NULL bases */
     head_init(be, h, seed);
     head_zero_grad(be, h);
     return h;
@@ -290,69 +246,33 @@ void head_free(eng_backend *be, head *h)
     if (!h)
         return;
     unplan(be, h);
-    if (h->param_base) {
-        eng_free(be, h->param_base);
-        eng_free(be, h->grad_base);
-    }
-    if (h->buf_base)
-        eng_free(be, h->buf_base);
-    for (int i = 0; i < h->nentries; i++)
-        free((char *)h->entries[i].e.name);
-    free(h->entries);
+    eng_params_free(be, &h->params);
     free(h);
 }
 
 /* ---- accessors ------------------------------------------------------------------------------- */
 
-int head_entry_count(const head *h) { return h->nentries; }
-const head_entry *head_entry_at(const head *h, int i) { return &h->entries[i].e; }
-int64_t head_param_count(const head *h) { return (int64_t)(h->param_bytes / sizeof(float)); }
+int head_entry_count(const head *h) { return h->params.nentries; }
+const head_entry *head_entry_at(const head *h, int i) { return &h->params.entries[i]; }
+int64_t head_param_count(const head *h) { return eng_params_count(&h->params); }
 int head_output_count(const head *h) { return h->noutputs; }
 uint64_t head_step(const head *h) { return h->step; }
 void head_set_step(head *h, uint64_t step) { h->step = step; }
 
-static eng_tensor whole(void *base, size_t bytes)
-{
-    return (eng_tensor){.shape = shape1((int64_t)(bytes / sizeof(float))), .base = base, .offset = 0};
-}
-
-eng_tensor head_params(const head *h) { return whole(h->param_base, h->param_bytes); }
-eng_tensor head_grads(const head *h) { return whole(h->grad_base, h->param_bytes); }
-eng_tensor head_buffers(const head *h) { return whole(h->buf_base, h->buf_bytes); }
-
-void head_zero_grad(eng_backend *be, head *h)
-{
-    if (!h->param_bytes)
-        return;
-    eng_tensor g = head_grads(h);
-    eng_zero(be, &g);
-}
+eng_tensor head_params(const head *h) { return eng_params_values(&h->params); }
+eng_tensor head_grads(const head *h) { return eng_params_grads(&h->params); }
+eng_tensor head_buffers(const head *h) { return eng_params_buffers(&h->params); }
+void head_zero_grad(eng_backend *be, head *h) { eng_params_zero_grad(be, &h->params); }
 
 /* ---- initialisation -------------------------------------------------------------------------- */
 
-static bool ends_with(const char *s, const char *tail)
-{
-    size_t n = strlen(s), m = strlen(tail);
-    return n >= m && strcmp(s + n - m, tail) == 0;
-}
-
-static float *host_scratch(const head *h)
-{
-    int64_t most = 1;
-    for (int i = 0; i < h->nentries; i++) {
-        int64_t n = eng_numel(&h->entries[i].e.value.shape);
-        most = n > most ? n : most;
-    }
-    return xmalloc((size_t)most * sizeof(float));
-}
-
 void head_init(eng_backend *be, head *h, uint64_t seed)
 {
-    float *buf = host_scratch(h);
+    float *buf = eng_params_host_scratch(&h->params);
     int param = 0;
-    for (int i = 0; i < h->nentries; i++) {
-        const entry *en = &h->entries[i];
-        int64_t n = eng_numel(&en->e.value.shape);
+    for (int i = 0; i < h->params.nentries; i++) {
+        const eng_entry *en = &h->params.entries[i];
+        int64_t n = eng_numel(&en->value.shape);
         if (en->fan_in > 0) {
             /* nn.Linear.reset_parameters: both weight and bias U(±1/√in_features). */
             double bound = 1.0 / sqrt((double)en->fan_in);
@@ -362,37 +282,33 @@ void head_init(eng_backend *be, head *h, uint64_t seed)
             for (int64_t j = 0; j < n; j++)
                 buf[j] = (float)rng_uniform_range(&s, -bound, bound);
         } else {
-            float v = ends_with(en->e.name, ".weight") || ends_with(en->e.name, "running_var") ? 1.0f : 0.0f;
+            float v = eng_name_ends_with(en->name, ".weight") || eng_name_ends_with(en->name, "running_var") ? 1.0f : 0.0f;
             for (int64_t j = 0; j < n; j++)
                 buf[j] = v;
         }
-        param += en->e.kind == HEAD_PARAM;
-        eng_upload(be, &en->e.value, buf);
+        param += en->kind == HEAD_PARAM;
+        eng_upload(be, &en->value, buf);
     }
     free(buf);
 }
 
-/* The Weyl formula of make_heads_fixtures.py, in the same float64 operations. */
-#define FORMULA_ALPHA 0.7548776662466927
-#define FORMULA_BETA 0.5698402909980532
-
+/* The formula of make_heads_fixtures.py on the shared Weyl sequence (params.h). */
 static double formula_value(const head_entry *e, int64_t i, int k)
 {
-    double x = (double)i * FORMULA_ALPHA + (double)k * FORMULA_BETA;
-    double u = x - floor(x);
+    double u = eng_params_weyl(i, k);
     if (e->kind == HEAD_BUFFER)
-        return ends_with(e->name, "running_mean") ? 0.1 * (2.0 * u - 1.0) : 1.0 + 0.5 * u;
+        return eng_name_ends_with(e->name, "running_mean") ? 0.1 * (2.0 * u - 1.0) : 1.0 + 0.5 * u;
     if (e->value.shape.ndim == 2)
         return sqrt(3.0 / (double)e->value.shape.dim[1]) * (2.0 * u - 1.0);
-    return ends_with(e->name, ".weight") ? 1.0 + 0.25 * (2.0 * u - 1.0) : 0.1 * (2.0 * u - 1.0);
+    return eng_name_ends_with(e->name, ".weight") ? 1.0 + 0.25 * (2.0 * u - 1.0) : 0.1 * (2.0 * u - 1.0);
 }
 
 void head_init_formula(eng_backend *be, head *h)
 {
-    float *buf = host_scratch(h);
+    float *buf = eng_params_host_scratch(&h->params);
     int counter[2] = {0, 0};
-    for (int i = 0; i < h->nentries; i++) {
-        head_entry *e = &h->entries[i].e;
+    for (int i = 0; i < h->params.nentries; i++) {
+        head_entry *e = &h->params.entries[i];
         int k = counter[e->kind]++;
         for (int64_t j = 0; j < eng_numel(&e->value.shape); j++)
             buf[j] = (float)formula_value(e, j, k);
@@ -420,7 +336,7 @@ static eng_shape layer_plan_shape(head *h, layer *L, const eng_shape *src)
         if (L->in_shape.dim[1] != L->in_features)
             die(EXIT_RUNTIME, "heads: a Linear with in_features %lld receives %lld features",
                 (long long)L->in_features, (long long)L->in_shape.dim[1]);
-        return eng_shape2(src->dim[0], h->entries[L->w].e.value.shape.dim[0]);
+        return eng_shape2(src->dim[0], h->params.entries[L->w].value.shape.dim[0]);
     case OP_BN:
         L->in_shape = *src;
         if (src->dim[1] != L->in_features)
@@ -486,8 +402,8 @@ eng_shape head_output_shape(const head *h)
 
 /* ---- forward / backward ---------------------------------------------------------------------- */
 
-static const eng_tensor *val(const head *h, int i) { return &h->entries[i].e.value; }
-static const eng_tensor *grd(const head *h, int i) { return &h->entries[i].e.grad; }
+static const eng_tensor *val(const head *h, int i) { return &h->params.entries[i].value; }
+static const eng_tensor *grd(const head *h, int i) { return &h->params.entries[i].grad; }
 
 /* The layer's input, seen with its planned shape. */
 static eng_tensor layer_input(const head *h, const layer *L)

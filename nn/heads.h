@@ -26,6 +26,7 @@
 #define SELFSUP_HEADS_H
 
 #include "nn.h"
+#include "params.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,14 +57,11 @@ head_options head_defaults(head_type type);
 /* "mlp", "eval_mlp", "siamese_concat_view", "swav_head" → type; -1 when unknown. */
 int head_type_by_name(const char *name);
 
-typedef enum { HEAD_PARAM, HEAD_BUFFER } head_kind;
-
-typedef struct {
-    const char *name;
-    head_kind kind;
-    eng_tensor value;
-    eng_tensor grad; /* parameters only */
-} head_entry;
+/* One named tensor of a head (params.h). `grad` is set for parameters only. */
+typedef eng_entry head_entry;
+typedef eng_entry_kind head_kind;
+#define HEAD_PARAM ENG_PARAM
+#define HEAD_BUFFER ENG_BUFFER
 
 typedef struct head head;
 

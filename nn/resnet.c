@@ -56,10 +56,7 @@ typedef struct {
 struct resnet {
     resnet_options opt;
     bool bottleneck;
-    resnet_entry *entries;
-    int nentries, cap;
-    void *param_base, *grad_base, *buf_base;
-    size_t param_bytes, buf_bytes;
+    eng_params params; /* every named tensor, in state-dict order */
 
     unit stem;
     eng_pool_desc pool;
@@ -91,30 +88,9 @@ resnet_options resnet_defaults(void)
 
 static eng_shape shape1(int64_t n) { return (eng_shape){.ndim = 1, .dim = {n}}; }
 
-static int add_entry(eng_backend *be, resnet *net, resnet_kind kind, eng_shape s, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int add_entry(eng_backend *be, resnet *net, resnet_kind kind, eng_shape s, const char *fmt, ...)
-{
-    if (net->nentries == net->cap) {
-        net->cap = net->cap ? 2 * net->cap : 64;
-        net->entries = realloc(net->entries, (size_t)net->cap * sizeof *net->entries);
-        if (!net->entries)
-            die(EXIT_RUNTIME, "resnet: out of memory");
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    char *name = NULL;
-    if (vasprintf(&name, fmt, ap) < 0)
-        die(EXIT_RUNTIME, "resnet: out of memory");
-    va_end(ap);
-    /* Packed (no padding), so the whole buffer is one 1-D view for the optimizer. */
-    size_t *bump = kind == RESNET_PARAM ? &net->param_bytes : &net->buf_bytes;
-    eng_tensor t = {.shape = s, .base = NULL, .offset = *bump};
-    *bump += eng_bytes(be, &s);
-    net->entries[net->nentries] = (resnet_entry){.name = name, .kind = kind, .value = t, .grad = t};
-    return net->nentries++;
-}
+/* Entries are reserved while the trunk is built and allocated together afterwards. The
+ * default init computes fan-in from the conv weight's shape, so none is stored. */
+#define add_entry(be, net, kind, s, ...) eng_params_add((be), &(net)->params, (kind), (s), 0, __VA_ARGS__)
 
 static void unit_make(eng_backend *be, resnet *net, unit *u, const char *prefix, const char *conv, const char *bn,
                       int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, bool relu)
@@ -184,15 +160,6 @@ static int check_options(const resnet_options *o, int layers[4], char **err)
     return 0;
 }
 
-static void point_entries(resnet *net)
-{
-    for (int i = 0; i < net->nentries; i++) {
-        resnet_entry *e = &net->entries[i];
-        e->value.base = e->kind == RESNET_PARAM ? net->param_base : net->buf_base;
-        e->grad.base = e->kind == RESNET_PARAM ? net->grad_base : NULL;
-    }
-}
-
 resnet *resnet_new(eng_backend *be, const resnet_options *opt, uint64_t seed, char **err)
 {
     int layers[4];
@@ -218,10 +185,7 @@ resnet *resnet_new(eng_backend *be, const resnet_options *opt, uint64_t seed, ch
         net->layer_end[l] = k - 1;
     }
     net->out_dim = in;
-    net->param_base = eng_alloc(be, net->param_bytes);
-    net->grad_base = eng_alloc(be, net->param_bytes);
-    net->buf_base = eng_alloc(be, net->buf_bytes);
-    point_entries(net);
+    eng_params_alloc(be, &net->params);
     resnet_init(be, net, seed);
     resnet_zero_grad(be, net);
     return net;
@@ -234,64 +198,32 @@ void resnet_free(eng_backend *be, resnet *net)
     if (!net)
         return;
     unplan(be, net);
-    eng_free(be, net->param_base);
-    eng_free(be, net->grad_base);
-    eng_free(be, net->buf_base);
-    for (int i = 0; i < net->nentries; i++)
-        free((char *)net->entries[i].name);
-    free(net->entries);
+    eng_params_free(be, &net->params);
     free(net->blocks);
     free(net);
 }
 
 /* ---- accessors ------------------------------------------------------------------------------ */
 
-int resnet_entry_count(const resnet *net) { return net->nentries; }
-const resnet_entry *resnet_entry_at(const resnet *net, int i) { return &net->entries[i]; }
+int resnet_entry_count(const resnet *net) { return net->params.nentries; }
+const resnet_entry *resnet_entry_at(const resnet *net, int i) { return &net->params.entries[i]; }
 int64_t resnet_out_dim(const resnet *net) { return net->out_dim; }
-int64_t resnet_param_count(const resnet *net) { return (int64_t)(net->param_bytes / sizeof(float)); }
-
-static eng_tensor whole(void *base, size_t bytes)
-{
-    return (eng_tensor){.shape = shape1((int64_t)(bytes / sizeof(float))), .base = base, .offset = 0};
-}
-
-eng_tensor resnet_params(const resnet *net) { return whole(net->param_base, net->param_bytes); }
-eng_tensor resnet_grads(const resnet *net) { return whole(net->grad_base, net->param_bytes); }
-eng_tensor resnet_buffers(const resnet *net) { return whole(net->buf_base, net->buf_bytes); }
-
-void resnet_zero_grad(eng_backend *be, resnet *net)
-{
-    eng_tensor g = resnet_grads(net);
-    eng_zero(be, &g);
-}
+int64_t resnet_param_count(const resnet *net) { return eng_params_count(&net->params); }
+eng_tensor resnet_params(const resnet *net) { return eng_params_values(&net->params); }
+eng_tensor resnet_grads(const resnet *net) { return eng_params_grads(&net->params); }
+eng_tensor resnet_buffers(const resnet *net) { return eng_params_buffers(&net->params); }
+void resnet_zero_grad(eng_backend *be, resnet *net) { eng_params_zero_grad(be, &net->params); }
 
 /* ---- initialisation ------------------------------------------------------------------------- */
-
-static float *host_scratch(const resnet *net)
-{
-    int64_t most = 1;
-    for (int i = 0; i < net->nentries; i++) {
-        int64_t n = eng_numel(&net->entries[i].value.shape);
-        most = n > most ? n : most;
-    }
-    return xmalloc((size_t)most * sizeof(float));
-}
-
-static bool ends_with(const char *s, const char *tail)
-{
-    size_t n = strlen(s), m = strlen(tail);
-    return n >= m && strcmp(s + n - m, tail) == 0;
-}
 
 static int64_t fan_in(const eng_shape *s) { return s->dim[1] * s->dim[2] * s->dim[3]; }
 
 void resnet_init(eng_backend *be, resnet *net, uint64_t seed)
 {
-    float *h = host_scratch(net);
+    float *h = eng_params_host_scratch(&net->params);
     int param = 0;
-    for (int i = 0; i < net->nentries; i++) {
-        resnet_entry *e = &net->entries[i];
+    for (int i = 0; i < net->params.nentries; i++) {
+        resnet_entry *e = &net->params.entries[i];
         int64_t n = eng_numel(&e->value.shape);
         if (e->value.shape.ndim == 4) {
             /* kaiming_uniform_(a=√5): gain √(1/3), bound = gain·√3/√fan_in = 1/√fan_in. */
@@ -303,7 +235,7 @@ void resnet_init(eng_backend *be, resnet *net, uint64_t seed)
                 h[j] = (float)rng_uniform_range(&s, -bound, bound);
         } else {
             /* BN: weight 1, bias 0, running mean 0, running var 1. */
-            float v = ends_with(e->name, ".weight") || ends_with(e->name, "running_var") ? 1.0f : 0.0f;
+            float v = eng_name_ends_with(e->name, ".weight") || eng_name_ends_with(e->name, "running_var") ? 1.0f : 0.0f;
             for (int64_t j = 0; j < n; j++)
                 h[j] = v;
         }
@@ -312,39 +244,29 @@ void resnet_init(eng_backend *be, resnet *net, uint64_t seed)
     }
     if (net->opt.zero_init_residual)
         for (int b = 0; b < net->nblocks; b++) {
-            const eng_tensor *g = &net->entries[net->blocks[b].u[net->blocks[b].nu - 1].gamma].value;
+            const eng_tensor *g = &net->params.entries[net->blocks[b].u[net->blocks[b].nu - 1].gamma].value;
             eng_zero(be, g);
         }
     free(h);
 }
 
-/* The Weyl-sequence formula of tests/golden/make_resnet_fixtures.py, in the same float64
- * operations so both sides round to the same float32 values. */
-#define FORMULA_ALPHA 0.7548776662466927
-#define FORMULA_BETA 0.5698402909980532
-
-static double weyl(int64_t i, int k)
-{
-    double x = (double)i * FORMULA_ALPHA + (double)k * FORMULA_BETA;
-    return x - floor(x);
-}
-
+/* The formula of tests/golden/make_resnet_fixtures.py on the shared Weyl sequence. */
 static double formula_value(const resnet_entry *e, int64_t i, int k)
 {
-    double u = weyl(i, k);
+    double u = eng_params_weyl(i, k);
     if (e->kind == RESNET_BUFFER)
-        return ends_with(e->name, "running_mean") ? 0.1 * (2.0 * u - 1.0) : 1.0 + 0.5 * u;
+        return eng_name_ends_with(e->name, "running_mean") ? 0.1 * (2.0 * u - 1.0) : 1.0 + 0.5 * u;
     if (e->value.shape.ndim == 4)
         return sqrt(6.0 / (double)fan_in(&e->value.shape)) * (2.0 * u - 1.0);
-    return ends_with(e->name, ".weight") ? 1.0 + 0.25 * (2.0 * u - 1.0) : 0.1 * (2.0 * u - 1.0);
+    return eng_name_ends_with(e->name, ".weight") ? 1.0 + 0.25 * (2.0 * u - 1.0) : 0.1 * (2.0 * u - 1.0);
 }
 
 void resnet_init_formula(eng_backend *be, resnet *net)
 {
-    float *h = host_scratch(net);
+    float *h = eng_params_host_scratch(&net->params);
     int counter[2] = {0, 0}; /* parameters and buffers are numbered separately */
-    for (int i = 0; i < net->nentries; i++) {
-        resnet_entry *e = &net->entries[i];
+    for (int i = 0; i < net->params.nentries; i++) {
+        resnet_entry *e = &net->params.entries[i];
         int k = counter[e->kind]++;
         int64_t n = eng_numel(&e->value.shape);
         for (int64_t j = 0; j < n; j++)
@@ -379,7 +301,7 @@ static void act(eng_backend *be, resnet *net, eng_tensor *t, eng_shape s, bool i
 
 static eng_shape unit_plan(eng_backend *be, resnet *net, unit *u, const eng_shape *x)
 {
-    const eng_shape *ws = &net->entries[u->w].value.shape;
+    const eng_shape *ws = &net->params.entries[u->w].value.shape;
     eng_shape y = eng_conv_output_shape(x, ws, &u->desc);
     u->plan = eng_conv_plan(be, &u->desc, x, ws, false);
     act(be, net, &u->conv_out, y, false);
@@ -462,8 +384,8 @@ void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input)
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-static const eng_tensor *ent(const resnet *net, int i) { return &net->entries[i].value; }
-static const eng_tensor *grad(const resnet *net, int i) { return &net->entries[i].grad; }
+static const eng_tensor *ent(const resnet *net, int i) { return &net->params.entries[i].value; }
+static const eng_tensor *grad(const resnet *net, int i) { return &net->params.entries[i].grad; }
 
 static void unit_forward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, bool train)
 {

@@ -22,6 +22,7 @@
 #define SELFSUP_RESNET_H
 
 #include "nn.h"
+#include "params.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,15 +41,11 @@ typedef struct {
 /* VISSL's defaults: depth 50, w 1, groups 1, 64 per group, stride 2, rgb. */
 resnet_options resnet_defaults(void);
 
-typedef enum { RESNET_PARAM, RESNET_BUFFER } resnet_kind;
-
-/* One named tensor of the trunk. `grad` is set for parameters only. */
-typedef struct {
-    const char *name;
-    resnet_kind kind;
-    eng_tensor value;
-    eng_tensor grad;
-} resnet_entry;
+/* One named tensor of the trunk (params.h). `grad` is set for parameters only. */
+typedef eng_entry resnet_entry;
+typedef eng_entry_kind resnet_kind;
+#define RESNET_PARAM ENG_PARAM
+#define RESNET_BUFFER ENG_BUFFER
 
 /* VISSL's feature names, in network order. */
 typedef enum {

@@ -1,0 +1,97 @@
+/*
+ * params.c — a model's named tensors in three packed allocations (see params.h).
+ */
+#include "params.h"
+
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int eng_params_add(eng_backend *be, eng_params *p, eng_entry_kind kind, eng_shape s, int64_t fan_in,
+                   const char *fmt, ...)
+{
+    if (p->nentries == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 64;
+        p->entries = xrealloc(p->entries, (size_t)p->cap * sizeof *p->entries);
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    strbuf name = {0};
+    sb_vprintf(&name, fmt, ap);
+    va_end(ap);
+    /* Packed (no padding), so each whole allocation is one 1-D view. */
+    size_t *bump = kind == ENG_PARAM ? &p->param_bytes : &p->buf_bytes;
+    eng_tensor t = {.shape = s, .base = NULL, .offset = *bump};
+    *bump += eng_bytes(be, &s);
+    p->entries[p->nentries] =
+        (eng_entry){.name = name.s ? name.s : xstrdup(""), .kind = kind, .value = t, .grad = t, .fan_in = fan_in};
+    return p->nentries++;
+}
+
+void eng_params_alloc(eng_backend *be, eng_params *p)
+{
+    p->param_base = p->param_bytes ? eng_alloc(be, p->param_bytes) : NULL;
+    p->grad_base = p->param_bytes ? eng_alloc(be, p->param_bytes) : NULL;
+    p->buf_base = p->buf_bytes ? eng_alloc(be, p->buf_bytes) : NULL;
+    for (int i = 0; i < p->nentries; i++) {
+        eng_entry *e = &p->entries[i];
+        e->value.base = e->kind == ENG_PARAM ? p->param_base : p->buf_base;
+        e->grad.base = e->kind == ENG_PARAM ? p->grad_base : NULL;
+    }
+}
+
+void eng_params_free(eng_backend *be, eng_params *p)
+{
+    void *bases[] = {p->param_base, p->grad_base, p->buf_base};
+    for (size_t i = 0; i < ARRAY_LEN(bases); i++)
+        if (bases[i])
+            eng_free(be, bases[i]);
+    for (int i = 0; i < p->nentries; i++)
+        free((char *)p->entries[i].name);
+    free(p->entries);
+    memset(p, 0, sizeof *p);
+}
+
+static eng_tensor whole(void *base, size_t bytes)
+{
+    return (eng_tensor){.shape = {.ndim = 1, .dim = {(int64_t)(bytes / sizeof(float))}}, .base = base};
+}
+
+eng_tensor eng_params_values(const eng_params *p) { return whole(p->param_base, p->param_bytes); }
+eng_tensor eng_params_grads(const eng_params *p) { return whole(p->grad_base, p->param_bytes); }
+eng_tensor eng_params_buffers(const eng_params *p) { return whole(p->buf_base, p->buf_bytes); }
+int64_t eng_params_count(const eng_params *p) { return (int64_t)(p->param_bytes / sizeof(float)); }
+
+void eng_params_zero_grad(eng_backend *be, eng_params *p)
+{
+    if (!p->param_bytes)
+        return;
+    eng_tensor g = eng_params_grads(p);
+    eng_zero(be, &g);
+}
+
+float *eng_params_host_scratch(const eng_params *p)
+{
+    int64_t most = 1;
+    for (int i = 0; i < p->nentries; i++) {
+        int64_t n = eng_numel(&p->entries[i].value.shape);
+        most = n > most ? n : most;
+    }
+    return xmalloc((size_t)most * sizeof(float));
+}
+
+bool eng_name_ends_with(const char *name, const char *tail)
+{
+    size_t n = strlen(name), m = strlen(tail);
+    return n >= m && strcmp(name + n - m, tail) == 0;
+}
+
+double eng_params_weyl(int64_t i, int k)
+{
+    double x = (double)i * 0.7548776662466927 + (double)k * 0.5698402909980532;
+    return x - floor(x);
+}

@@ -1,0 +1,56 @@
+/*
+ * params.h — a model's named tensors: parameters, their gradients and buffers (BN running
+ * stats), each kind packed into ONE backend allocation.
+ *
+ * A model (resnet.c, heads.c) declares its tensors in state-dict order with eng_params_add,
+ * which only reserves a byte range; eng_params_alloc then makes the three allocations and
+ * points every entry at its range. One allocation per kind is what DESIGN.md asks for: one
+ * all-reduce over the gradients, one optimizer pass over the parameters, one checkpoint write.
+ * The names are VISSL's, so checkpoint import and export map entries 1:1.
+ */
+#ifndef SELFSUP_NN_PARAMS_H
+#define SELFSUP_NN_PARAMS_H
+
+#include "nn.h"
+
+typedef enum { ENG_PARAM, ENG_BUFFER } eng_entry_kind;
+
+typedef struct {
+    const char *name;    /* owned */
+    eng_entry_kind kind;
+    eng_tensor value;
+    eng_tensor grad;     /* parameters only (base NULL for buffers) */
+    int64_t fan_in;      /* what the model's default init needs (0 when unused) */
+} eng_entry;
+
+typedef struct {
+    eng_entry *entries;
+    int nentries, cap;
+    void *param_base, *grad_base, *buf_base; /* NULL while empty */
+    size_t param_bytes, buf_bytes;
+} eng_params;
+
+/* Reserve a tensor named by fmt; returns its entry index. */
+int eng_params_add(eng_backend *be, eng_params *p, eng_entry_kind kind, eng_shape s, int64_t fan_in,
+                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Make the allocations and point the entries at them. */
+void eng_params_alloc(eng_backend *be, eng_params *p);
+void eng_params_free(eng_backend *be, eng_params *p);
+
+/* The whole allocations as 1-D views (0 elements and base NULL when empty). */
+eng_tensor eng_params_values(const eng_params *p);
+eng_tensor eng_params_grads(const eng_params *p);
+eng_tensor eng_params_buffers(const eng_params *p);
+int64_t eng_params_count(const eng_params *p);
+void eng_params_zero_grad(eng_backend *be, eng_params *p);
+
+/* A host buffer big enough for the largest entry (for initialisation; free it). */
+float *eng_params_host_scratch(const eng_params *p);
+bool eng_name_ends_with(const char *name, const char *tail);
+
+/* frac(i·α + k·β) with α, β the plastic-number constants: the test formulas that set weights
+ * identically in C and in the tests/golden scripts (same float64 operations, so both sides
+ * round to the same float32). i = element, k = tensor number. */
+double eng_params_weyl(int64_t i, int k);
+
+#endif
