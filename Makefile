@@ -24,12 +24,12 @@ ifeq ($(SANITIZE),1)
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
-PKGS       := yaml-0.1 jansson libzmq libzip
-CPPFLAGS   += -iquote lib -iquote shm -iquote nn -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKGS       := yaml-0.1 jansson libzmq libzip libturbojpeg libpng liburing
+CPPFLAGS   += -iquote lib -iquote shm -iquote nn -iquote stages -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS     ?= -O2 -g
 CFLAGS     += -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
 LDFLAGS    += $(SANFLAGS)
-LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip) -ldnnl -lgomp -lm
+LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -lturbojpeg -lpng16 -luring) -ldnnl -lgomp -lm
 
 # ---- CUDA hook: the GPU backend (nn/cuda/*.cu) is compiled only where nvcc exists. ----------
 NVCC       := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
@@ -43,6 +43,10 @@ endif
 # lib/ is the common code, shm/ the plumbing between processes (records, rings, transports,
 # the stage framework, the control plane); both go into libselfsup.a.
 LIB_SRC    := $(wildcard lib/*.c shm/*.c)
+# A stage's working parts (stages/NAME/*.c other than main.c: decoders, transforms,
+# collators) also go into the library, so that unit tests and benchmarks can call them.
+STAGE_LIB_SRC := $(filter-out %/main.c,$(wildcard stages/*/*.c))
+LIB_SRC    += $(STAGE_LIB_SRC)
 # nn/ is the model engine: the backend-neutral front (nn/*.c) and the cpu backend (oneDNN).
 NN_SRC     := $(wildcard nn/*.c nn/cpu/*.c)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(NN_SRC:%.c=$(BUILD)/obj/%.o)
@@ -76,7 +80,7 @@ FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BUILD := $(BUILD)/fuzz
 FUZZ_BINS  := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
 FUZZ_CC    := clang
-FUZZ_FLAGS := -std=gnu17 -O1 -g -iquote lib -iquote shm -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+FUZZ_FLAGS := -std=gnu17 -O1 -g -iquote lib -iquote shm -iquote stages -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=undefined $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
 .PHONY: all test unit fuzz deps demo bench install clean check-deps
@@ -114,7 +118,7 @@ $(UNIT_BIN): $(UNIT_OBJ) $(LIBSELFSUP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(wildcard lib/*.h shm/*.h)
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(wildcard lib/*.h shm/*.h stages/*/*.h)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(LIB_SRC) $(LDLIBS) -o $@
 
@@ -124,7 +128,7 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(wildcard lib/*.h shm/*.h)
 DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libzip-dev libturbojpeg0-dev \
             libpng-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev libcriterion-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-sklearn \
-            dataset-fashion-mnist
+            dataset-fashion-mnist mate-backgrounds
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \

@@ -11,6 +11,8 @@
 #include "cmd.h"
 
 #include "atomic_file.h"
+#include "augment/transforms.h"
+#include "collate/collate.h"
 #include "config.h"
 #include "control.h"
 #include "log.h"
@@ -278,6 +280,32 @@ static int launch(const cfg_t *cfg, topology *t, const run_args *a)
     return status;
 }
 
+/* What the data stages would refuse in their prepare step (transform lists, collators),
+ * refused here first, so a typo stops the run before any process starts. */
+static bool check_data_stages(const cfg_node *config)
+{
+    static const char *const splits[] = {"TRAIN", "TEST"};
+    for (int i = 0; i < 2; i++) {
+        char key[64], why[160];
+        snprintf(key, sizeof key, "config.DATA.%s.TRANSFORMS", splits[i]);
+        cfg_err err;
+        aug_pipeline *p = aug_pipeline_build(cfg_get(config, key + strlen("config.")), key, &err);
+        if (!p) {
+            fprintf(stderr, "selfsup run: %s\n", err.msg);
+            return false;
+        }
+        aug_pipeline_free(p);
+        snprintf(key, sizeof key, "DATA.%s.COLLATE_FUNCTION", splits[i]);
+        const char *name = cfg_str(config, key);
+        collate_kind kind;
+        if (name && collate_from_name(name, &kind, why, sizeof why) != 0) {
+            fprintf(stderr, "selfsup run: config.%s: %s\n", key, why);
+            return false;
+        }
+    }
+    return true;
+}
+
 static int start(cfg_t *cfg, const run_args *a, const char *file)
 {
     const cfg_node *config = cfg_map_get(cfg->root, "config");
@@ -288,6 +316,10 @@ static int start(cfg_t *cfg, const run_args *a, const char *file)
     topology t;
     cfg_err err;
     int status = EXIT_USAGE; /* a stage that cannot be started is a config error: nothing starts */
+    if (!check_data_stages(config)) {
+        free(bin_dir);
+        return status;
+    }
     if (topology_build(&t, config, engine && engine->kind == CFG_STR ? engine->s : "train", &topt, &err)) {
         status = launch(cfg, &t, a);
         topology_free(&t);

@@ -39,7 +39,8 @@ size_t topology_slot_bytes(const cfg_node *config)
 }
 
 /* The command words of stage `name`: SELFSUP.STAGES.name split on spaces, else
- * BIN_DIR/selfsup-name. The program must exist and be executable. */
+ * BIN_DIR/selfsup-name (a bare "selfsup-X" as the first word is BIN_DIR/selfsup-X too). The
+ * program must exist and be executable. */
 static bool stage_command(argvec *a, const cfg_node *config, const char *name, const topo_options *opt,
                           cfg_err *err)
 {
@@ -47,8 +48,13 @@ static bool stage_command(argvec *a, const cfg_node *config, const char *name, c
     const cfg_node *custom = stages ? cfg_map_get(stages, name) : NULL;
     if (custom && custom->kind == CFG_STR && custom->s[0]) {
         char *copy = xstrdup(custom->s), *save = NULL;
-        for (char *w = strtok_r(copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
-            arg_push(a, w);
+        for (char *w = strtok_r(copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
+            /* A bare selfsup-NAME is one of ours: take it from the same place as the rest. */
+            char *prog = a->n == 0 && !strchr(w, '/') && !strncmp(w, "selfsup-", 8) ? xasprintf("%s/%s", opt->bin_dir, w)
+                                                                                   : xstrdup(w);
+            arg_push(a, prog);
+            free(prog);
+        }
         free(copy);
     } else if (custom && custom->kind != CFG_NULL) {
         cfg_fail(err, custom, "config.SELFSUP.STAGES", "%s: expected a command line (a string)", name);

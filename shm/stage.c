@@ -569,6 +569,24 @@ static void destroy(stage *s)
     free(s->id);
 }
 
+/* Open, run, close, report: the part of a stage's life after its config is known. */
+static int run_stage(stage *s, void *state, int (*run)(stage *s, void *state))
+{
+    int status = EXIT_RUNTIME;
+    if (open_transports(s) == 0 && connect_control(s) == 0)
+        status = stop_signal ? 0 : run(s, state);
+    if (status == 0 && s->failed)
+        status = EXIT_RUNTIME;
+    /* A failure is reported before the outputs break, so that the orchestrator
+     * hears it from this stage first, not from the stages that see the break. */
+    if (status != 0)
+        send_final(s, status);
+    int closed = close_transports(s, status);
+    if (status == 0)
+        send_final(s, closed);
+    return closed;
+}
+
 int stage_main(int argc, char **argv, const stage_info *info, void *state, int (*run)(stage *s, void *state))
 {
     log_init(info->name);
@@ -583,19 +601,8 @@ int stage_main(int argc, char **argv, const stage_info *info, void *state, int (
         status = EXIT_USAGE;
         if (compose_config(&s) == 0) {
             ring_options_from_config(&s);
-            status = EXIT_RUNTIME;
-            if (open_transports(&s) == 0 && connect_control(&s) == 0)
-                status = stop_signal ? 0 : run(&s, state);
-            if (status == 0 && s.failed)
-                status = EXIT_RUNTIME;
-            /* A failure is reported before the outputs break, so that the orchestrator
-             * hears it from this stage first, not from the stages that see the break. */
-            if (status != 0)
-                send_final(&s, status);
-            int closed = close_transports(&s, status);
-            if (status == 0)
-                send_final(&s, closed);
-            status = closed;
+            int prepared = info->prepare ? info->prepare(&s, state) : 0;
+            status = prepared ? prepared : run_stage(&s, state, run);
         }
     }
     destroy(&s);

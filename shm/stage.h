@@ -48,6 +48,11 @@ typedef struct {
      * returns how many arguments it used (1 or 2), 0 when the option is unknown, -1 when
      * its value is bad (after logging why). May be NULL. */
     int (*option)(void *state, int argc, char **argv);
+    /* Called once the config is composed, before any transport opens or the orchestrator
+     * is told we are ready: build what the config describes (a transform list, a dataset
+     * index) and refuse a bad config here, so it stops the run before anything moves.
+     * Returns 0, or an exit status (2 for a config error, after logging why). May be NULL. */
+    int (*prepare)(stage *s, void *state);
 } stage_info;
 
 /* Parse, set up, run, tear down; returns the process exit status. */

@@ -1,0 +1,577 @@
+/*
+ * apply.c — run a parsed transform list on one sample (see transforms.h).
+ *
+ * The random parameters follow torchvision 0.14 and VISSL 0.1.5 draw for draw in their
+ * distributions (which crop box, which factor, in which order), drawn from our counter-based
+ * stream instead of torch's global generator; the pixels are then made by the PIL-exact
+ * kernels of img.h. Python's round() rounds half to even, so does nearbyint() here.
+ */
+#include "augment/transforms_internal.h"
+
+#include "rng.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    rng_stream rng;
+    char *err;
+    size_t err_len;
+} run_ctx;
+
+/* ---- the sample's lists ------------------------------------------------------------------ */
+
+static void sample_reserve(aug_sample *s, int n)
+{
+    if (n <= s->cap)
+        return;
+    int cap = s->cap ? s->cap : 4;
+    while (cap < n)
+        cap *= 2;
+    s->items = xrealloc(s->items, (size_t)cap * sizeof *s->items);
+    s->valid = xrealloc(s->valid, (size_t)cap * sizeof *s->valid);
+    s->idx = xrealloc(s->idx, (size_t)cap * sizeof *s->idx);
+    s->cap = cap;
+}
+
+static void label_reserve(aug_sample *s, int n)
+{
+    if (n <= s->cap_label)
+        return;
+    int cap = s->cap_label ? s->cap_label : 4;
+    while (cap < n)
+        cap *= 2;
+    s->label = xrealloc(s->label, (size_t)cap * sizeof *s->label);
+    s->cap_label = cap;
+}
+
+void aug_sample_init(aug_sample *s, const img_u8 *images, int n_src, const int64_t *label, int n_label,
+                     const int64_t *valid, const int64_t *idx)
+{
+    s->n = 0;
+    s->n_label = 0;
+    sample_reserve(s, n_src);
+    label_reserve(s, n_label);
+    for (int i = 0; i < n_src; i++) {
+        s->items[i] = (aug_item){.im = images[i], .towers = 1};
+        s->valid[i] = valid[i];
+        s->idx[i] = idx[i];
+    }
+    s->n = n_src;
+    memcpy(s->label, label, (size_t)n_label * sizeof *label);
+    s->n_label = n_label;
+}
+
+void aug_sample_clear(aug_sample *s)
+{
+    for (int i = 0; i < s->n; i++)
+        img_free(&s->items[i].im);
+    free(s->items);
+    free(s->valid);
+    free(s->idx);
+    free(s->label);
+    *s = (aug_sample){0};
+}
+
+/* Replace item i's image by `im` (freeing the old one). */
+static void item_set(aug_item *it, img_u8 im)
+{
+    img_free(&it->im);
+    it->im = im;
+}
+
+/* ---- torchvision's random parameters ------------------------------------------------------ */
+
+static int py_round(double x)
+{
+    return (int)nearbyint(x);
+}
+
+/* RandomResizedCrop.get_params: 10 tries at a random area and log-uniform aspect ratio,
+ * then the central crop clamped to the ratio range. Box = (x, y, w, h). */
+static void rrc_box(rng_stream *r, int W, int H, const double scale[2], const double ratio[2], int box[4])
+{
+    double area = (double)W * H;
+    double log_r0 = log(ratio[0]), log_r1 = log(ratio[1]);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * rng_uniform_range(r, scale[0], scale[1]);
+        double aspect = exp(rng_uniform_range(r, log_r0, log_r1));
+        int w = py_round(sqrt(target * aspect)), h = py_round(sqrt(target / aspect));
+        if (0 < w && w <= W && 0 < h && h <= H) {
+            int y = (int)rng_randint(r, 0, H - h + 1), x = (int)rng_randint(r, 0, W - w + 1);
+            box[0] = x, box[1] = y, box[2] = w, box[3] = h;
+            return;
+        }
+    }
+    double in_ratio = (double)W / H;
+    int w = W, h = H;
+    if (in_ratio < ratio[0])
+        h = py_round(w / ratio[0]);
+    else if (in_ratio > ratio[1])
+        w = py_round(h * ratio[1]);
+    box[0] = (W - w) / 2, box[1] = (H - h) / 2, box[2] = w, box[3] = h;
+}
+
+/* Crop box then resize to out_w x out_h, as F.resized_crop: PIL never reads outside the box. */
+static img_u8 crop_resize(const img_u8 *src, const int box[4], int out_w, int out_h, img_filter f)
+{
+    img_u8 view = img_view(src, box[0], box[1], box[2], box[3]);
+    img_u8 out = img_alloc(out_w, out_h, src->c);
+    img_resize(&view, &out, f);
+    return out;
+}
+
+static img_u8 random_resized_crop(rng_stream *r, const img_u8 *src, int out_h, int out_w, const double scale[2],
+                                  const double ratio[2], img_filter f)
+{
+    int box[4];
+    rrc_box(r, src->w, src->h, scale, ratio, box);
+    return crop_resize(src, box, out_w, out_h, f);
+}
+
+/* torchvision Resize's output size: an int sets the shorter side, the longer keeps the aspect
+ * ratio truncated (int(size * long / short)), capped by max_size. */
+static void resize_size(const aug_op *op, int W, int H, int *ow, int *oh)
+{
+    if (!op->size_is_int) {
+        *oh = op->size[0], *ow = op->size[1];
+        return;
+    }
+    int shorter = W <= H ? W : H, longer = W <= H ? H : W;
+    int new_short = op->size[0], new_long = (int)((double)new_short * longer / shorter);
+    if (op->max_size > 0 && new_long > op->max_size) {
+        new_short = (int)((double)op->max_size * new_short / new_long);
+        new_long = op->max_size;
+    }
+    *ow = W <= H ? new_short : new_long;
+    *oh = W <= H ? new_long : new_short;
+}
+
+/* F.center_crop: pad with zeros when the crop is larger, then take the centre with Python's
+ * round-half-even offsets. */
+static img_u8 center_crop(const img_u8 *src, int ch, int cw)
+{
+    int pad_l = cw > src->w ? (cw - src->w) / 2 : 0, pad_r = cw > src->w ? (cw - src->w + 1) / 2 : 0;
+    int pad_t = ch > src->h ? (ch - src->h) / 2 : 0, pad_b = ch > src->h ? (ch - src->h + 1) / 2 : 0;
+    int W = src->w + pad_l + pad_r, H = src->h + pad_t + pad_b;
+    int x0 = py_round((W - cw) / 2.0) - pad_l, y0 = py_round((H - ch) / 2.0) - pad_t;
+    img_u8 out = img_alloc(cw, ch, src->c);
+    img_crop_padded(src, x0, y0, &out);
+    return out;
+}
+
+/* ---- colour ------------------------------------------------------------------------------- */
+
+/* ColorJitter: factors drawn, then applied in a random order (fn_idx = randperm(4)). */
+static void color_jitter(rng_stream *r, img_u8 *im, const aug_range j[4])
+{
+    size_t order[4];
+    rng_permutation(r, 4, order);
+    double f[4];
+    for (int k = 0; k < 4; k++)
+        f[k] = j[k].on ? rng_uniform_range(r, j[k].lo, j[k].hi) : 0;
+    for (int k = 0; k < 4; k++) {
+        size_t fn = order[k];
+        if (!j[fn].on)
+            continue;
+        switch (fn) {
+        case 0: img_adjust_brightness(im, f[0]); break;
+        case 1: img_adjust_contrast(im, f[1]); break;
+        case 2: img_adjust_saturation(im, f[2]); break;
+        default: img_adjust_hue(im, f[3]); break;
+        }
+    }
+}
+
+/* torchvision's RandomApply applies when p >= rand(); RandomHorizontalFlip and RandomGrayscale
+ * when rand() < p; VISSL's blur when rand() <= p. With continuous draws these agree. */
+static bool coin(rng_stream *r, double p)
+{
+    return rng_uniform(r) < p;
+}
+
+static void photometric(rng_stream *r, img_u8 *im)
+{
+    int bits = (int)rng_randint(r, 4, 9);         /* randint [4, 8] */
+    double sharp = rng_uniform_range(r, 0.1, 1.9); /* U(0.1, 1.9) */
+    int thr = (int)rng_randint(r, 0, 257);         /* randint [0, 256] */
+    img_posterize(im, bits);
+    img_adjust_sharpness(im, sharp);
+    img_solarize(im, thr);
+    img_autocontrast(im);
+}
+
+/* ---- patches ------------------------------------------------------------------------------ */
+
+/* ImgPatchesFromTensor: a side x side grid of cells `grid` pixels wide (grid = int(H / side)),
+ * one (grid - jitter)-pixel patch per cell at a random offset, cells column-major (outer loop
+ * over x). Returns the patches stacked top to bottom. VISSL 0.1.5's code slices x with
+ * jitter[0,i,i] at the end index (a typo that trips its own assert unless the offsets agree);
+ * we cut the patch the assert demands: start jitter[0,i,j], width patch. */
+static int patches_from_image(rng_stream *r, const img_u8 *src, int num_patches, int jitter, img_u8 *out,
+                              char *err, size_t err_len)
+{
+    int side = (int)sqrt((double)num_patches);
+    int grid = src->h / side, patch = grid - jitter;
+    if (side * side != num_patches || patch <= 0 || grid * side > src->w) {
+        snprintf(err, err_len, "ImgPatchesFromTensor: a %dx%d image cannot give %d patches with jitter %d", src->w,
+                 src->h, num_patches, jitter);
+        return -1;
+    }
+    *out = img_alloc(patch, patch * num_patches, src->c);
+    int k = 0;
+    for (int i = 0; i < side; i++)
+        for (int j = 0; j < side; j++, k++) {
+            int jx = (int)rng_randint(r, 0, jitter), jy = (int)rng_randint(r, 0, jitter);
+            img_u8 cell = img_view(src, i * grid + jx, j * grid + jy, patch, patch);
+            img_u8 dst = img_view(out, 0, k * patch, patch, patch);
+            img_copy(&cell, &dst);
+        }
+    return 0;
+}
+
+/* Reorder the towers of a stacked item: tower k of the result = tower perm[k] of the input. */
+static void towers_permute(aug_item *it, const int64_t *perm)
+{
+    int ph = it->im.h / it->towers;
+    img_u8 out = img_alloc(it->im.w, it->im.h, it->im.c);
+    for (int k = 0; k < it->towers; k++) {
+        img_u8 a = img_view(&it->im, 0, (int)perm[k] * ph, it->im.w, ph);
+        img_u8 b = img_view(&out, 0, k * ph, it->im.w, ph);
+        img_copy(&a, &b);
+    }
+    item_set(it, out);
+}
+
+/* ---- one transform on one item ------------------------------------------------------------- */
+
+static int apply_item(run_ctx *c, const aug_op *op, aug_sample *s, int i)
+{
+    aug_item *it = &s->items[i];
+    img_u8 *im = &it->im;
+    rng_stream *r = &c->rng;
+    bool stack = it->towers > 1;
+    if (stack && op->kind != OP_SHUFFLE_PATCHES && op->kind != OP_HFLIP && op->kind != OP_TO_TENSOR &&
+        op->kind != OP_NORMALIZE) {
+        snprintf(c->err, c->err_len, "%s cannot take a list of patches", op->name);
+        return -1;
+    }
+    if ((op->kind == OP_ROTATE || op->kind == OP_SHUFFLE_PATCHES) && s->n_label == 0) {
+        snprintf(c->err, c->err_len, "%s sets the last label, but the sample has no label", op->name);
+        return -1;
+    }
+    switch (op->kind) {
+    case OP_RANDOM_RESIZED_CROP:
+        item_set(it, random_resized_crop(r, im, op->size[0], op->size[1], op->scale, op->ratio, op->filter));
+        return 0;
+    case OP_RESIZE: {
+        int ow, oh;
+        resize_size(op, im->w, im->h, &ow, &oh);
+        img_u8 out = img_alloc(ow, oh, im->c);
+        img_resize(im, &out, op->filter);
+        item_set(it, out);
+        return 0;
+    }
+    case OP_CENTER_CROP:
+        item_set(it, center_crop(im, op->size[0], op->size[1]));
+        return 0;
+    case OP_RANDOM_CROP: {
+        int th = op->size[0], tw = op->size[1];
+        if (th > im->h || tw > im->w) {
+            snprintf(c->err, c->err_len, "RandomCrop: required crop size %dx%d is larger than the %dx%d image", tw,
+                     th, im->w, im->h);
+            return -1;
+        }
+        int y = (int)rng_randint(r, 0, im->h - th + 1), x = (int)rng_randint(r, 0, im->w - tw + 1);
+        img_u8 view = img_view(im, x, y, tw, th), out = img_alloc(tw, th, im->c);
+        img_copy(&view, &out);
+        item_set(it, out);
+        return 0;
+    }
+    case OP_HFLIP:
+        if (coin(r, op->p)) {
+            /* A stack of patches flips each patch (torch.flip on the last axis). */
+            int ph = im->h / it->towers;
+            for (int k = 0; k < it->towers; k++) {
+                img_u8 v = img_view(im, 0, k * ph, im->w, ph);
+                img_flip_lr(&v);
+            }
+        }
+        return 0;
+    case OP_COLOR_JITTER:
+        if (coin(r, op->p))
+            color_jitter(r, im, op->jitter);
+        return 0;
+    case OP_GRAYSCALE:
+        if (coin(r, op->p))
+            img_grayscale3(im);
+        return 0;
+    case OP_COLOR_DISTORTION:
+        if (coin(r, op->p))
+            color_jitter(r, im, op->jitter);
+        if (coin(r, op->p2))
+            img_grayscale3(im);
+        return 0;
+    case OP_BLUR:
+        if (coin(r, op->p))
+            img_gaussian_blur(im, rng_uniform_range(r, op->radius[0], op->radius[1]));
+        return 0;
+    case OP_PHOTOMETRIC:
+        if (coin(r, op->p))
+            photometric(r, im);
+        return 0;
+    case OP_SOLARIZE:
+        if (coin(r, op->p))
+            img_solarize(im, (int)rng_randint(r, 0, 257));
+        return 0;
+    case OP_ROTATE: {
+        int label = (int)rng_randint(r, 0, op->num_angles);
+        img_u8 out = img_alloc(im->w, im->h, im->c);
+        img_rotate(im, &out, label * 360 / op->num_angles);
+        item_set(it, out);
+        s->label[s->n_label - 1] = label; /* VISSL: sample["label"][-1] = label */
+        return 0;
+    }
+    case OP_PATCHES: {
+        img_u8 out;
+        if (patches_from_image(r, im, op->num_patches, op->patch_jitter, &out, c->err, c->err_len) != 0)
+            return -1;
+        item_set(it, out);
+        it->towers = op->num_patches;
+        return 0;
+    }
+    case OP_SHUFFLE_PATCHES: {
+        if (it->towers != op->perm_len) {
+            snprintf(c->err, c->err_len, "ShuffleImgPatches: %d patches but permutations of %d", it->towers,
+                     op->perm_len);
+            return -1;
+        }
+        int k = (int)rng_randint(r, 0, op->n_perms);
+        towers_permute(it, op->perms + (size_t)k * (size_t)op->perm_len);
+        s->label[s->n_label - 1] = k;
+        return 0;
+    }
+    case OP_TO_TENSOR:
+    case OP_NORMALIZE:
+        return 0; /* folded into the pipeline's pending normalisation */
+    default:
+        snprintf(c->err, c->err_len, "internal: %s reached apply_item", op->name);
+        return -1;
+    }
+}
+
+/* ---- copies -------------------------------------------------------------------------------- */
+
+/* What a copy transform made of one item. */
+typedef struct {
+    img_u8 *ims;
+    int n;
+} copies;
+
+/* Flatten the copies into the data list as SSLTransformsWrapper does: item i becomes its
+ * copies (an item the transform skipped stays itself), and label, data_valid and data_idx
+ * become label[i], valid[i], idx[i] repeated once per copy — so the label list ends up as long
+ * as the data list, and labels past the data list are dropped, as in VISSL. */
+static int flatten_copies(run_ctx *c, aug_sample *s, copies *all)
+{
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        n += all[i].n ? all[i].n : 1;
+    if (s->n_label < s->n) {
+        snprintf(c->err, c->err_len, "a copy transform needs a label per item (%d labels, %d items)", s->n_label, s->n);
+        return -1;
+    }
+    aug_sample out = {0};
+    sample_reserve(&out, n);
+    label_reserve(&out, n);
+    for (int i = 0; i < s->n; i++) {
+        int cnt = all[i].n ? all[i].n : 1;
+        for (int k = 0; k < cnt; k++, out.n++) {
+            out.items[out.n] = all[i].n ? (aug_item){.im = all[i].ims[k], .towers = 1} : s->items[i];
+            out.valid[out.n] = s->valid[i];
+            out.idx[out.n] = s->idx[i];
+            out.label[out.n] = s->label[i];
+        }
+        if (all[i].n)
+            img_free(&s->items[i].im);
+    }
+    out.n_label = out.n;
+    free(s->items), free(s->valid), free(s->idx), free(s->label);
+    *s = out;
+    return 0;
+}
+
+static copies make_copies(run_ctx *c, const aug_op *op, const img_u8 *src)
+{
+    rng_stream *r = &c->rng;
+    copies cp = {0};
+    if (op->kind == OP_REPLICATE) {
+        cp.ims = xcalloc((size_t)op->num_times, sizeof *cp.ims);
+        for (int k = 0; k < op->num_times; k++) {
+            cp.ims[k] = img_alloc(src->w, src->h, src->c);
+            img_copy(src, &cp.ims[k]);
+        }
+        cp.n = op->num_times;
+    } else if (op->kind == OP_MULTICROP) {
+        int total = 0;
+        for (int t = 0; t < op->n_types; t++)
+            total += op->multicrop[t].count;
+        cp.ims = xcalloc((size_t)total + 1, sizeof *cp.ims);
+        for (int t = 0; t < op->n_types; t++) {
+            const aug_crop_type *ct = &op->multicrop[t];
+            const double ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+            for (int k = 0; k < ct->count; k++)
+                cp.ims[cp.n++] = random_resized_crop(r, src, ct->size, ct->size, ct->scale, ratio, IMG_BILINEAR);
+        }
+    }
+    return cp;
+}
+
+/* ImgPilToPatchesAndImage: [RandomResizedCrop image] + num_patches patches, in a random order,
+ * cut from a second RandomResizedCrop. */
+static int patches_and_image(run_ctx *c, const aug_op *op, const img_u8 *src, copies *cp)
+{
+    rng_stream *r = &c->rng;
+    img_u8 image = random_resized_crop(r, src, op->size[0], op->size[1], op->scale, op->ratio, IMG_BILINEAR);
+    img_u8 big = random_resized_crop(r, src, op->size2, op->size2, op->scale2, op->ratio, IMG_BILINEAR);
+    img_u8 stack;
+    int rc = patches_from_image(r, &big, op->num_patches, op->patch_jitter, &stack, c->err, c->err_len);
+    img_free(&big);
+    if (rc != 0) {
+        img_free(&image);
+        return -1;
+    }
+    size_t *perm = xcalloc((size_t)op->num_patches, sizeof *perm);
+    rng_permutation(r, (size_t)op->num_patches, perm);
+    cp->n = op->num_patches + 1;
+    cp->ims = xcalloc((size_t)cp->n, sizeof *cp->ims);
+    cp->ims[0] = image;
+    int ph = stack.h / op->num_patches;
+    for (int k = 0; k < op->num_patches; k++) {
+        img_u8 v = img_view(&stack, 0, (int)perm[k] * ph, stack.w, ph);
+        cp->ims[k + 1] = img_alloc(stack.w, ph, stack.c);
+        img_copy(&v, &cp->ims[k + 1]);
+    }
+    free(perm);
+    img_free(&stack);
+    return 0;
+}
+
+/* ---- the list ----------------------------------------------------------------------------- */
+
+static bool selected(const aug_op *op, int i)
+{
+    if (!op->n_indices)
+        return true;
+    for (int k = 0; k < op->n_indices; k++)
+        if (op->indices[k] == i)
+            return true;
+    return false;
+}
+
+static int check_indices(run_ctx *c, const aug_op *op, const aug_sample *s)
+{
+    for (int k = 0; k < op->n_indices; k++)
+        if (op->indices[k] >= s->n) {
+            snprintf(c->err, c->err_len, "%s: indices has %d but the sample has %d items", op->name, op->indices[k],
+                     s->n);
+            return -1;
+        }
+    return 0;
+}
+
+static int run_ops(run_ctx *c, const aug_pipeline *p, aug_sample *s, const rng_key *base, int depth);
+
+/* ImgPilMultiCropRandomApply: item i gets the whole sub-list with probability prob[i]. */
+static int multicrop_random_apply(run_ctx *c, const aug_op *op, aug_sample *s, const rng_key *key)
+{
+    if (s->n != op->n_probs) {
+        snprintf(c->err, c->err_len, "ImgPilMultiCropRandomApply: %d items but %d probabilities", s->n, op->n_probs);
+        return -1;
+    }
+    for (int i = 0; i < s->n; i++) {
+        if (!coin(&c->rng, op->probs[i]))
+            continue;
+        /* Run the sub-list on a one-item view of the sample; its draws come from sub-streams
+         * keyed by (transform position, item), so they never collide with ours. */
+        aug_sample one = {.items = &s->items[i], .valid = &s->valid[i], .idx = &s->idx[i], .n = 1, .cap = 1,
+                          .label = s->label, .n_label = s->n_label, .cap_label = s->n_label};
+        rng_key sub = *key;
+        sub.transform_pos = (uint32_t)(key->transform_pos * 256u + 64u + (unsigned)i) & 0xffffu;
+        rng_stream saved = c->rng;
+        int rc = run_ops(c, op->sub, &one, &sub, 1);
+        c->rng = saved;
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int run_op(run_ctx *c, const aug_op *op, aug_sample *s, const rng_key *key)
+{
+    if (check_indices(c, op, s) != 0)
+        return -1;
+    if (op->kind == OP_MULTICROP_RANDOM_APPLY)
+        return multicrop_random_apply(c, op, s, key);
+    bool copy_kind = op->kind == OP_REPLICATE || op->kind == OP_MULTICROP || op->kind == OP_PATCHES_AND_IMAGE;
+    if (!copy_kind) {
+        for (int i = 0; i < s->n; i++)
+            if (selected(op, i) && apply_item(c, op, s, i) != 0)
+                return -1;
+        return 0;
+    }
+    /* Copies: make every item's copies first (draws in item order), then flatten. */
+    int n = s->n;
+    copies *all = xcalloc((size_t)n, sizeof *all);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (!selected(op, i))
+            continue;
+        if (s->items[i].towers > 1) {
+            snprintf(c->err, c->err_len, "%s cannot take a list of patches", op->name);
+            rc = -1;
+        } else if (op->kind == OP_PATCHES_AND_IMAGE) {
+            rc = patches_and_image(c, op, &s->items[i].im, &all[i]);
+        } else {
+            all[i] = make_copies(c, op, &s->items[i].im);
+        }
+    }
+    if (rc == 0)
+        rc = flatten_copies(c, s, all);
+    for (int i = 0; i < n; i++) {
+        if (rc != 0)
+            for (int k = 0; k < all[i].n; k++)
+                img_free(&all[i].ims[k]);
+        free(all[i].ims);
+    }
+    free(all);
+    return rc;
+}
+
+static int run_ops(run_ctx *c, const aug_pipeline *p, aug_sample *s, const rng_key *base, int depth)
+{
+    for (int t = 0; t < p->n_ops; t++) {
+        rng_key key = *base;
+        key.transform_pos = depth ? (base->transform_pos + (uint32_t)t * 4096u) & 0xffffu : (uint32_t)t;
+        rng_stream_init(&c->rng, key);
+        if (run_op(c, &p->ops[t], s, &key) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int aug_apply(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32_t epoch, uint64_t sample_index, char *err,
+              size_t err_len)
+{
+    run_ctx c = {.err = err, .err_len = err_len};
+    rng_key key = {.seed = seed, .purpose = RNG_PURPOSE_TRANSFORM, .epoch = epoch, .sample_index = sample_index};
+    if (sample_index >= (1ull << 32)) {
+        snprintf(err, err_len, "sample index %llu is too large for the transform RNG",
+                 (unsigned long long)sample_index);
+        return -1;
+    }
+    return run_ops(&c, p, s, &key, 0);
+}

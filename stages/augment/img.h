@@ -1,0 +1,91 @@
+/*
+ * img.h — the pixel kernels of selfsup-augment: PIL/torchvision's image operations, exact.
+ *
+ * VISSL augments with PIL and torchvision; a user who trains with selfsup must get the same
+ * pixels. Every function here reproduces one PIL (9.4) or torchvision (0.14) operation on
+ * 8-bit images, bit for bit where PIL is integer-exact and within ±1 level elsewhere. The
+ * random parameters (crop boxes, factors, radii) are drawn by the caller; these functions
+ * are pure.
+ *
+ * An image is interleaved 8-bit, HWC, `c` = 3 (RGB) or 1 (L), rows `stride` bytes apart.
+ * A view of part of an image (a crop) is the same struct with `px` moved and the parent's
+ * stride, so cropping costs nothing and crop+resize is one pass (img_resize on a view is
+ * exactly PIL's `img.crop(box).resize(size)`, because the filter never reads outside the
+ * view, as PIL never reads outside the cropped image).
+ *
+ * Files: resample.c (resize, crops, flips, rotations, grayscale, to-float), color.c
+ * (ImageEnhance, hue, posterize, solarize, autocontrast), blur.c (GaussianBlur, SMOOTH).
+ */
+#ifndef SELFSUP_AUGMENT_IMG_H
+#define SELFSUP_AUGMENT_IMG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint8_t *px;   /* pixel (0,0) */
+    int w, h;      /* size in pixels */
+    int c;         /* channels: 3 (RGB) or 1 (L) */
+    size_t stride; /* bytes from one row to the next (>= w*c) */
+} img_u8;
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+/* A new image with stride w*c (64-byte aligned pixels). Dies on out-of-memory. */
+img_u8 img_alloc(int w, int h, int c);
+void img_free(img_u8 *im);
+/* A view of the rectangle (x, y, w, h), which must lie inside `im`. */
+img_u8 img_view(const img_u8 *im, int x, int y, int w, int h);
+/* dst := src (same size and channels; strides may differ). */
+void img_copy(const img_u8 *src, img_u8 *dst);
+/* Every byte of `im` := v (VISSL's gray image is img_fill(.., 128)). */
+void img_fill(img_u8 *im, uint8_t v);
+
+/* ---- geometry (resample.c) ------------------------------------------------------------------ */
+
+typedef enum { IMG_NEAREST = 0, IMG_BILINEAR = 2, IMG_BICUBIC = 3 } img_filter; /* PIL's numbers */
+
+/* PIL's Image.resize(dst size, filter) of the whole of `src` (antialiased, separable,
+ * PIL's fixed-point coefficients; a side that keeps its size is not resampled, as PIL).
+ * src and dst have the same channels and must not overlap. Scratch memory is internal. */
+void img_resize(const img_u8 *src, img_u8 *dst, img_filter filter);
+
+/* PIL's img.crop((x0, y0, x0+w, y0+h)) where the box may leave the image: the outside is
+ * filled with 0 (torchvision's CenterCrop pads the same way when the crop is larger). */
+void img_crop_padded(const img_u8 *src, int x0, int y0, img_u8 *dst);
+
+/* In place: FLIP_LEFT_RIGHT. */
+void img_flip_lr(img_u8 *im);
+
+/* torchvision F.rotate(img, angle) on PIL (= img.rotate(angle, NEAREST, expand=False, fill 0))
+ * for angle in {0, 90, 180, 270} degrees counter-clockwise. The output has the input's size;
+ * a 90/270 rotation of a non-square image follows PIL's affine nearest-neighbour path. */
+void img_rotate(const img_u8 *src, img_u8 *dst, int angle_deg);
+
+/* PIL convert("L") of an RGB image (ITU-R 601-2 luma, PIL's integer rounding): dst has c = 1. */
+void img_rgb_to_l(const img_u8 *src, img_u8 *dst);
+/* torchvision rgb_to_grayscale(img, num_output_channels=3): L replicated into R, G, B. In place. */
+void img_grayscale3(img_u8 *im);
+
+/* ToTensor then Normalize: out[ch][y][x] = (px/255 - mean[ch]) / std[ch] in float32, computed
+ * as torchvision does (divide by 255, subtract, divide), CHW planar. mean = {0,..}, std = {1,..}
+ * gives plain ToTensor. `out` holds c*h*w floats. */
+void img_to_float_chw(const img_u8 *im, const float *mean, const float *std, float *out);
+
+/* ---- colour (color.c): each is the PIL / torchvision function named --------------------- */
+
+void img_adjust_brightness(img_u8 *im, double factor); /* ImageEnhance.Brightness(im).enhance */
+void img_adjust_contrast(img_u8 *im, double factor);   /* ImageEnhance.Contrast */
+void img_adjust_saturation(img_u8 *im, double factor); /* ImageEnhance.Color */
+void img_adjust_sharpness(img_u8 *im, double factor);  /* ImageEnhance.Sharpness */
+void img_adjust_hue(img_u8 *im, double hue_factor);    /* torchvision F.adjust_hue, PIL path */
+void img_posterize(img_u8 *im, int bits);              /* ImageOps.posterize, bits 1..8 */
+void img_solarize(img_u8 *im, int threshold);          /* ImageOps.solarize: v >= t -> 255 - v */
+void img_autocontrast(img_u8 *im);                     /* ImageOps.autocontrast(cutoff=0) */
+
+/* ---- filters (blur.c) --------------------------------------------------------------------- */
+
+/* im.filter(ImageFilter.GaussianBlur(radius)): PIL's extended box blur, 3 passes. In place. */
+void img_gaussian_blur(img_u8 *im, double radius);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * transforms.h — VISSL's transform list (DATA.<split>.TRANSFORMS), parsed once and applied to
+ * one sample at a time.
+ *
+ * A sample is VISSL's sample dict: a list of items ("data": images, or stacks of patches),
+ * a label list, and per-item data_valid / data_idx. aug_apply() runs every transform in
+ * order with SSLTransformsWrapper's rules: `indices` picks the items a transform touches;
+ * copy transforms (ImgReplicatePil, ImgPilToMultiCrop, ImgPilToPatchesAndImage) flatten
+ * their copies into the list and replicate label, data_valid and data_idx; label transforms
+ * (ImgRotatePil, ShuffleImgPatches) overwrite the LAST label (VISSL's `label[-1] = ...`);
+ * grouping transforms (ImgPilMultiCropRandomApply) see the whole list.
+ *
+ * Randomness: transform number t draws from the counter-based stream
+ * (seed, RNG_PURPOSE_TRANSFORM, epoch, data_idx, t), items in list order, so a sample's
+ * crops depend on nothing but those five numbers — not on the worker that made them.
+ *
+ * Pixels stay 8-bit: ToTensor / ImgToTensor / ImgPilToRawTensor and Normalize only record
+ * the arithmetic (divide, subtract mean, divide by std) for whoever turns the bytes into
+ * floats (aug_normalize), which is exact because every transform allowed after them only
+ * moves pixels (patches, shuffles, flips).
+ */
+#ifndef SELFSUP_AUGMENT_TRANSFORMS_H
+#define SELFSUP_AUGMENT_TRANSFORMS_H
+
+#include "augment/img.h"
+#include "config.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct aug_pipeline aug_pipeline;
+
+/* One entry of the sample's data list: an RGB image, or `towers` equal patches stacked
+ * top to bottom (im.h = towers * patch height), as ImgPatchesFromTensor makes them. */
+typedef struct {
+    img_u8 im;
+    int towers;
+} aug_item;
+
+typedef struct {
+    aug_item *items;
+    int64_t *valid, *idx; /* per item */
+    int n, cap;
+    int64_t *label;
+    int n_label, cap_label;
+} aug_sample;
+
+/* The arithmetic that turns a byte into the float VISSL's model sees:
+ * (px / div - mean[c]) / std[c], in float32, in that order. */
+typedef struct {
+    bool pending; /* false: the transforms never asked for a tensor */
+    float div, mean[3], std[3];
+} aug_normalize;
+
+/* Parse a TRANSFORMS list. NULL with err filled (file, line, key) on a bad list: an unknown
+ * transform or parameter, a wrong value, or a pixel transform after ToTensor. */
+aug_pipeline *aug_pipeline_build(const cfg_node *transforms, const char *key, cfg_err *err);
+void aug_pipeline_free(aug_pipeline *p);
+aug_normalize aug_pipeline_normalize(const aug_pipeline *p);
+
+/* Start a sample from decoded images: n_src items that the sample takes over (freed by
+ * aug_sample_clear), with their labels, validity and indices. */
+void aug_sample_init(aug_sample *s, const img_u8 *images, int n_src, const int64_t *label, int n_label,
+                     const int64_t *valid, const int64_t *idx);
+void aug_sample_clear(aug_sample *s);
+
+/* Run the pipeline on `s` in place. Returns 0, or -1 with a message in err (a runtime
+ * impossibility VISSL would also raise on, e.g. RandomCrop larger than the image). */
+int aug_apply(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32_t epoch, uint64_t sample_index,
+              char *err, size_t err_len);
+
+#endif

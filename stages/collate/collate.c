@@ -1,0 +1,406 @@
+/*
+ * collate.c — VISSL's collators over records (see collate.h).
+ *
+ * Every collator is a few loops over two primitives: stack (N equal tensors → one tensor
+ * with a new first axis, or concatenated along the first axis for Jigsaw's towers) and a
+ * vector of per-sample integers (labels, validity, indices), in the order VISSL builds its
+ * Python lists. The samples arrive here already in sampler order.
+ */
+#include "collate/collate.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- reading the samples ------------------------------------------------------------------ */
+
+static int find_item(const rec_view *v, const char *prefix, int k)
+{
+    char name[REC_NAME_MAX + 1];
+    snprintf(name, sizeof name, "%s.%d", prefix, k);
+    return rec_find(v, name);
+}
+
+/* The number of items data.0, data.1, ... in a sample. */
+static int count_items(const rec_view *v)
+{
+    int k = 0;
+    while (k < REC_MAX_TENSORS && find_item(v, "data", k) >= 0)
+        k++;
+    return k;
+}
+
+static const int64_t *int_vector(const rec_view *v, const char *name, int *n)
+{
+    int i = rec_find(v, name);
+    if (i < 0 || v->tensors[i].dtype != REC_I64 || v->tensors[i].ndim != 1)
+        return NULL;
+    *n = (int)v->tensors[i].shape[0];
+    return rec_data(v, i);
+}
+
+typedef struct {
+    const rec_view *v;
+    int t; /* tensor index in v */
+} tensor_ref;
+
+/* ---- writing ---------------------------------------------------------------------------- */
+
+/* Stack m equal tensors under a new first axis ([m, ...]), or, with `concat`, join them along
+ * their first axis ([m * d0, ...]); `squeeze` then drops every axis of size 1 (torch's
+ * .squeeze()). */
+static int stack(rec_writer *w, const char *name, const tensor_ref *refs, int m, bool concat, bool squeeze,
+                 char *why, size_t why_len)
+{
+    const rec_tensor *t0 = &refs[0].v->tensors[refs[0].t];
+    for (int i = 1; i < m; i++) {
+        const rec_tensor *ti = &refs[i].v->tensors[refs[i].t];
+        if (ti->dtype != t0->dtype || ti->ndim != t0->ndim || memcmp(ti->shape, t0->shape, sizeof ti->shape)) {
+            snprintf(why, why_len, "%s: the samples' tensors differ in type or shape (sample 0: %s, sample %d: %s)",
+                     name, t0->name, i, ti->name);
+            return -1;
+        }
+    }
+    uint64_t shape[REC_MAX_DIMS + 1];
+    int nd = 0;
+    if (concat) {
+        shape[nd++] = (uint64_t)m * t0->shape[0];
+        for (int d = 1; d < t0->ndim; d++)
+            shape[nd++] = t0->shape[d];
+    } else {
+        shape[nd++] = (uint64_t)m;
+        for (int d = 0; d < t0->ndim; d++)
+            shape[nd++] = t0->shape[d];
+    }
+    if (nd > REC_MAX_DIMS) {
+        snprintf(why, why_len, "%s: too many dimensions to stack", name);
+        return -1;
+    }
+    if (squeeze) {
+        int out = 0;
+        for (int d = 0; d < nd; d++)
+            if (shape[d] != 1)
+                shape[out++] = shape[d];
+        nd = out;
+    }
+    uint8_t *dst = rec_add(w, name, (rec_dtype)t0->dtype, nd, shape);
+    if (!dst)
+        return 0; /* rec_finish reports the overflow with the bytes it needed */
+    for (int i = 0; i < m; i++) {
+        memcpy(dst, rec_data(refs[i].v, refs[i].t), t0->nbytes);
+        dst += t0->nbytes;
+    }
+    return 0;
+}
+
+static void add_ints(rec_writer *w, const char *name, const int64_t *vals, int ndim, const uint64_t *shape,
+                     bool as_bool)
+{
+    uint64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    if (!as_bool) {
+        rec_add_copy(w, name, REC_I64, ndim, shape, vals);
+        return;
+    }
+    uint8_t *b = rec_add(w, name, REC_BOOL, ndim, shape);
+    for (uint64_t i = 0; b && i < n; i++)
+        b[i] = vals[i] != 0;
+}
+
+/* ---- the per-sample lists --------------------------------------------------------------- */
+
+typedef struct {
+    int n_items, n_label;
+    const int64_t *label[1024], *valid[1024], *idx[1024]; /* per sample */
+} lists;
+
+static int read_lists(const rec_view *s, int n, lists *l, char *why, size_t why_len)
+{
+    if (n > 1024) {
+        snprintf(why, why_len, "a batch of %d samples is more than selfsup's collator takes (1024)", n);
+        return -1;
+    }
+    l->n_items = count_items(&s[0]);
+    for (int i = 0; i < n; i++) {
+        int nl = 0, nv = 0, ni = 0;
+        l->label[i] = int_vector(&s[i], "label", &nl);
+        l->valid[i] = int_vector(&s[i], "data_valid", &nv);
+        l->idx[i] = int_vector(&s[i], "data_idx", &ni);
+        if (!l->label[i] || !l->valid[i] || !l->idx[i]) {
+            snprintf(why, why_len, "sample %d lacks int64 label, data_valid or data_idx", i);
+            return -1;
+        }
+        if (i == 0)
+            l->n_label = nl;
+        if (count_items(&s[i]) != l->n_items || nl != l->n_label || nv != l->n_items || ni != l->n_items) {
+            snprintf(why, why_len, "samples of one batch differ in their number of items or labels (sample %d)", i);
+            return -1;
+        }
+    }
+    if (l->n_items == 0) {
+        snprintf(why, why_len, "the samples have no data.0");
+        return -1;
+    }
+    return 0;
+}
+
+static void gather_item(const rec_view *s, int n, const char *prefix, int k, tensor_ref *refs)
+{
+    for (int i = 0; i < n; i++)
+        refs[i] = (tensor_ref){&s[i], find_item(&s[i], prefix, k)};
+}
+
+/* ---- the collators ----------------------------------------------------------------------- */
+
+/* torch's default_collate on VISSL's sample dicts: one stacked tensor per list position. */
+static int collate_default(const rec_view *s, int n, const lists *l, rec_writer *w, char *why, size_t wl)
+{
+    tensor_ref refs[1024];
+    int64_t v[1024];
+    uint64_t shape[1] = {(uint64_t)n};
+    char name[REC_NAME_MAX + 1];
+    for (int k = 0; k < l->n_items; k++) {
+        gather_item(s, n, "data", k, refs);
+        snprintf(name, sizeof name, "data.%d", k);
+        if (stack(w, name, refs, n, false, false, why, wl) != 0)
+            return -1;
+    }
+    for (int j = 0; j < l->n_label; j++) {
+        for (int i = 0; i < n; i++)
+            v[i] = l->label[i][j];
+        snprintf(name, sizeof name, "label.%d", j);
+        add_ints(w, name, v, 1, shape, false);
+    }
+    for (int k = 0; k < l->n_items; k++) {
+        for (int i = 0; i < n; i++)
+            v[i] = l->valid[i][k];
+        snprintf(name, sizeof name, "data_valid.%d", k);
+        add_ints(w, name, v, 1, shape, false);
+        for (int i = 0; i < n; i++)
+            v[i] = l->idx[i][k];
+        snprintf(name, sizeof name, "data_idx.%d", k);
+        add_ints(w, name, v, 1, shape, false);
+    }
+    return 0;
+}
+
+/* Crop-major metadata: entry pos of every sample, for pos = 0..K-1 (simclr, multicrop). */
+static int crop_major_meta(int n, const lists *l, rec_writer *w, char *why, size_t wl)
+{
+    if (l->n_label < l->n_items) {
+        snprintf(why, wl, "the collator takes label[k] for each of the %d crops, but the samples have %d labels",
+                 l->n_items, l->n_label);
+        return -1;
+    }
+    static int64_t lab[1024 * 64], val[1024 * 64], idx[1024 * 64];
+    if ((size_t)n * (size_t)l->n_items > sizeof lab / sizeof lab[0]) {
+        snprintf(why, wl, "too many crops in one batch");
+        return -1;
+    }
+    int m = 0;
+    for (int pos = 0; pos < l->n_items; pos++)
+        for (int i = 0; i < n; i++, m++)
+            lab[m] = l->label[i][pos], val[m] = l->valid[i][pos], idx[m] = l->idx[i][pos];
+    uint64_t shape[1] = {(uint64_t)m};
+    add_ints(w, "label.0", lab, 1, shape, false);
+    add_ints(w, "data_valid.0", val, 1, shape, false);
+    add_ints(w, "data_idx.0", idx, 1, shape, false);
+    return 0;
+}
+
+/* simclr_collator: every crop of the batch in one tensor, crop-major. */
+static int collate_simclr(const rec_view *s, int n, const lists *l, rec_writer *w, char *why, size_t wl)
+{
+    static tensor_ref refs[1024 * 64];
+    if ((size_t)n * (size_t)l->n_items > sizeof refs / sizeof refs[0]) {
+        snprintf(why, wl, "too many crops in one batch");
+        return -1;
+    }
+    for (int pos = 0; pos < l->n_items; pos++)
+        gather_item(s, n, "data", pos, refs + (size_t)pos * (size_t)n);
+    if (stack(w, "data.0", refs, n * l->n_items, false, false, why, wl) != 0)
+        return -1;
+    return crop_major_meta(n, l, w, why, wl);
+}
+
+/* multicrop_collator: one tensor per crop position (resolutions may differ), crop-major meta. */
+static int collate_multicrop(const rec_view *s, int n, const lists *l, rec_writer *w, char *why, size_t wl)
+{
+    tensor_ref refs[1024];
+    char name[REC_NAME_MAX + 1];
+    for (int pos = 0; pos < l->n_items; pos++) {
+        gather_item(s, n, "data", pos, refs);
+        snprintf(name, sizeof name, "data.0.%d", pos);
+        if (stack(w, name, refs, n, false, false, why, wl) != 0)
+            return -1;
+    }
+    return crop_major_meta(n, l, w, why, wl);
+}
+
+/* moco_collator: crop 0 for the encoder, crop 1 for the momentum encoder; metadata stacked
+ * per sample and squeezed, as torch.stack(...).squeeze() leaves it. */
+static int collate_moco(const rec_view *s, int n, const lists *l, rec_writer *w, char *why, size_t wl)
+{
+    if (l->n_items < 2) {
+        snprintf(why, wl, "moco_collator needs 2 crops per sample (ImgReplicatePil num_times: 2), not %d", l->n_items);
+        return -1;
+    }
+    tensor_ref refs[1024];
+    gather_item(s, n, "data", 0, refs);
+    if (stack(w, "data.0", refs, n, false, true, why, wl) != 0)
+        return -1;
+    gather_item(s, n, "data", 1, refs);
+    if (stack(w, "data_momentum.0", refs, n, false, true, why, wl) != 0)
+        return -1;
+    static int64_t lab[1024 * 64], val[1024 * 64], idx[1024 * 64];
+    if ((size_t)n * (size_t)(l->n_items > l->n_label ? l->n_items : l->n_label) > sizeof lab / sizeof lab[0]) {
+        snprintf(why, wl, "too many crops in one batch");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(lab + (size_t)i * (size_t)l->n_label, l->label[i], (size_t)l->n_label * sizeof *lab);
+        memcpy(val + (size_t)i * (size_t)l->n_items, l->valid[i], (size_t)l->n_items * sizeof *val);
+        memcpy(idx + (size_t)i * (size_t)l->n_items, l->idx[i], (size_t)l->n_items * sizeof *idx);
+    }
+    /* [N, L] and [N, K] after squeeze: axes of size 1 go. */
+    uint64_t sl[2] = {(uint64_t)n, (uint64_t)l->n_label}, sk[2] = {(uint64_t)n, (uint64_t)l->n_items};
+    int nl = 0, nk = 0;
+    uint64_t ql[2], qk[2];
+    for (int d = 0; d < 2; d++) {
+        if (sl[d] != 1)
+            ql[nl++] = sl[d];
+        if (sk[d] != 1)
+            qk[nk++] = sk[d];
+    }
+    add_ints(w, "label.0", lab, nl, ql, false);
+    add_ints(w, "data_valid.0", val, nk, qk, false);
+    add_ints(w, "data_idx.0", idx, nk, qk, false);
+    return 0;
+}
+
+/* siamese_collator (Jigsaw): per item position, every sample's towers one after another
+ * (image-major); label[k] per sample; data_valid[0] per sample as booleans. No data_idx. */
+static int collate_siamese(const rec_view *s, int n, const lists *l, rec_writer *w, char *why, size_t wl)
+{
+    tensor_ref refs[1024];
+    int64_t v[1024];
+    uint64_t shape[1] = {(uint64_t)n};
+    char name[REC_NAME_MAX + 1];
+    if (l->n_label < l->n_items) {
+        snprintf(why, wl, "siamese_collator takes label[k] for each of the %d items, but the samples have %d labels",
+                 l->n_items, l->n_label);
+        return -1;
+    }
+    for (int k = 0; k < l->n_items; k++) {
+        gather_item(s, n, "data", k, refs);
+        const rec_tensor *t0 = &s[0].tensors[refs[0].t];
+        if (t0->ndim != 4) {
+            snprintf(why, wl, "siamese_collator needs stacked patches [towers, ...] (ShuffleImgPatches) in data.%d", k);
+            return -1;
+        }
+        snprintf(name, sizeof name, "data.%d", k);
+        if (stack(w, name, refs, n, true, false, why, wl) != 0)
+            return -1;
+        for (int i = 0; i < n; i++)
+            v[i] = l->label[i][k];
+        snprintf(name, sizeof name, "label.%d", k);
+        add_ints(w, name, v, 1, shape, false);
+    }
+    for (int i = 0; i < n; i++)
+        v[i] = l->valid[i][0];
+    add_ints(w, "data_valid.0", v, 1, shape, true);
+    return 0;
+}
+
+/* patch_and_image_collator (PIRL): item 0 is the image, items 1..P the patches. */
+static int collate_patch_and_image(const rec_view *s, int n, const lists *l, rec_writer *w, char *why, size_t wl)
+{
+    static tensor_ref refs[1024 * 64];
+    int p = l->n_items - 1;
+    if (p < 1 || (size_t)n * (size_t)p > sizeof refs / sizeof refs[0]) {
+        snprintf(why, wl, "patch_and_image_collator needs an image and its patches (ImgPilToPatchesAndImage)");
+        return -1;
+    }
+    gather_item(s, n, "data", 0, refs);
+    if (stack(w, "images.0", refs, n, false, false, why, wl) != 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < p; k++)
+            refs[(size_t)i * (size_t)p + (size_t)k] = (tensor_ref){&s[i], find_item(&s[i], "data", k + 1)};
+    if (stack(w, "patches.0", refs, n * p, false, false, why, wl) != 0)
+        return -1;
+    int64_t v[1024];
+    uint64_t shape[1] = {(uint64_t)n};
+    for (int i = 0; i < n; i++)
+        v[i] = l->label[i][0];
+    add_ints(w, "label.0", v, 1, shape, false);
+    for (int i = 0; i < n; i++)
+        v[i] = l->valid[i][0];
+    add_ints(w, "data_valid.0", v, 1, shape, true);
+    return 0;
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    collate_kind kind;
+} collators[] = {
+    {"default_collate", COLLATE_DEFAULT},
+    {"simclr_collator", COLLATE_SIMCLR},
+    {"multicrop_collator", COLLATE_MULTICROP},
+    {"moco_collator", COLLATE_MOCO},
+    {"siamese_collator", COLLATE_SIAMESE},
+    {"patch_and_image_collator", COLLATE_PATCH_AND_IMAGE},
+};
+
+int collate_from_name(const char *name, collate_kind *kind, char *why, size_t why_len)
+{
+    for (size_t i = 0; i < sizeof collators / sizeof collators[0]; i++)
+        if (!strcmp(name, collators[i].name)) {
+            *kind = collators[i].kind;
+            return 0;
+        }
+    if (!strcmp(name, "multicrop_mixup_collator") || !strcmp(name, "targets_one_hot_default_collator"))
+        snprintf(why, why_len, "%s is not supported by selfsup yet", name);
+    else
+        snprintf(why, why_len, "unknown collator '%s'", name);
+    return -1;
+}
+
+uint32_t collate_max_tensors(collate_kind kind, const rec_view *first)
+{
+    (void)kind;
+    int nl = 0;
+    int li = rec_find(first, "label");
+    if (li >= 0 && first->tensors[li].ndim == 1)
+        nl = (int)first->tensors[li].shape[0];
+    /* default_collate is the widest: items + labels + 2 per item, plus `normalize`. */
+    uint32_t n = (uint32_t)(3 * count_items(first) + nl + 4);
+    return n > REC_MAX_TENSORS ? REC_MAX_TENSORS : n;
+}
+
+int collate_batch(collate_kind kind, const rec_view *samples, int n, rec_writer *w, char *why, size_t why_len)
+{
+    lists l;
+    if (n < 1 || read_lists(samples, n, &l, why, why_len) != 0)
+        return -1;
+    int rc;
+    switch (kind) {
+    case COLLATE_DEFAULT: rc = collate_default(samples, n, &l, w, why, why_len); break;
+    case COLLATE_SIMCLR: rc = collate_simclr(samples, n, &l, w, why, why_len); break;
+    case COLLATE_MULTICROP: rc = collate_multicrop(samples, n, &l, w, why, why_len); break;
+    case COLLATE_MOCO: rc = collate_moco(samples, n, &l, w, why, why_len); break;
+    case COLLATE_SIAMESE: rc = collate_siamese(samples, n, &l, w, why, why_len); break;
+    default: rc = collate_patch_and_image(samples, n, &l, w, why, why_len); break;
+    }
+    if (rc != 0)
+        return -1;
+    /* The pending ToTensor/Normalize travels with the batch to the trainer. */
+    int ni = rec_find(&samples[0], "normalize");
+    if (ni >= 0) {
+        const rec_tensor *t = &samples[0].tensors[ni];
+        rec_add_copy(w, "normalize", (rec_dtype)t->dtype, t->ndim, t->shape, rec_data(&samples[0], ni));
+    }
+    return 0;
+}

@@ -1,0 +1,300 @@
+/*
+ * selfsup-collate — turn augmented samples into VISSL batches, in sampler order.
+ *
+ * Samples arrive from any number of augment workers in whatever order they finished. This
+ * stage keeps them until batch b of the epoch is complete — samples b*B … b*B+B-1 by their
+ * header seq (their position in the sampler's order) — and then writes one batch record with
+ * DATA.<split>.COLLATE_FUNCTION (collate.h). So batches never depend on how many workers ran
+ * or how they were scheduled. The sample that carries SAMPLE_FLAG_EPOCH_LAST gives the
+ * epoch's length, which closes its last, partial batch (dropped with DROP_LAST).
+ *
+ *   selfsup-collate -c CONFIG [--split train|test] [--in URI] [--out URI] [overrides]
+ *
+ * The batch header's seq is the batch number within the epoch; its epoch is the epoch.
+ */
+#include "collate/collate.h"
+#include "log.h"
+#include "sample.h"
+#include "stage.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A sample kept until its batch is complete: a private copy of the record. */
+typedef struct {
+    uint32_t epoch;
+    uint64_t seq;
+    void *bytes;
+    rec_view view;
+} held;
+
+typedef struct {
+    const char *split;
+    collate_kind kind;
+    int batch;       /* BATCHSIZE_PER_REPLICA */
+    bool drop_last;
+    /* the cursor: the next batch to write */
+    bool started;
+    uint32_t epoch;
+    uint64_t next_batch;
+    int64_t epoch_len; /* samples in `epoch`, -1 until its last sample is seen */
+    int64_t later_len[8]; uint32_t later_epoch[8]; int n_later; /* lengths of epochs ahead */
+    held *pending;
+    size_t n_pending, cap_pending;
+    rec_view *gather;
+} collate;
+
+static int option(void *state, int argc, char **argv)
+{
+    collate *c = state;
+    if (!strcmp(argv[0], "--split") && argc > 1) {
+        if (!strcasecmp(argv[1], "train") || !strcasecmp(argv[1], "test")) {
+            c->split = !strcasecmp(argv[1], "train") ? "TRAIN" : "TEST";
+            return 2;
+        }
+        log_error("--split must be train or test, not '%s'", argv[1]);
+        return -1;
+    }
+    return 0;
+}
+
+static int prepare(stage *s, void *state)
+{
+    collate *c = state;
+    const cfg_node *cfg = stage_config(s);
+    char key[96];
+    snprintf(key, sizeof key, "DATA.%s.COLLATE_FUNCTION", c->split);
+    const char *name = cfg_str(cfg, key);
+    char why[160];
+    if (!name || collate_from_name(name, &c->kind, why, sizeof why) != 0) {
+        log_error("config.%s: %s", key, name ? why : "missing");
+        return 2;
+    }
+    snprintf(key, sizeof key, "DATA.%s.COLLATE_FUNCTION_PARAMS", c->split);
+    const cfg_node *params = cfg_get(cfg, key);
+    if (params && params->kind == CFG_MAP && params->len > 0) {
+        log_error("config.%s: %s takes no parameters (got '%s')", key, name, params->keys[0]);
+        return 2;
+    }
+    snprintf(key, sizeof key, "DATA.%s.BATCHSIZE_PER_REPLICA", c->split);
+    int64_t b = cfg_int(cfg, key);
+    if (b < 1 || b > 1024) {
+        log_error("config.%s: %lld is outside 1..1024", key, (long long)b);
+        return 2;
+    }
+    c->batch = (int)b;
+    snprintf(key, sizeof key, "DATA.%s.DROP_LAST", c->split);
+    c->drop_last = cfg_bool(cfg, key);
+    c->gather = xcalloc((size_t)c->batch, sizeof *c->gather);
+    c->epoch_len = -1;
+    return 0;
+}
+
+/* ---- the reorder buffer ----------------------------------------------------------------- */
+
+static void hold(collate *c, const rec_view *v)
+{
+    if (c->n_pending == c->cap_pending) {
+        c->cap_pending = c->cap_pending ? 2 * c->cap_pending : 64;
+        c->pending = xrealloc(c->pending, c->cap_pending * sizeof *c->pending);
+    }
+    size_t len = v->hdr->size;
+    void *copy = aligned_alloc(REC_ALIGN, len);
+    if (!copy)
+        die(1, "out of memory holding a %zu-byte sample", len);
+    memcpy(copy, v->base, len);
+    held *h = &c->pending[c->n_pending++];
+    *h = (held){.epoch = v->hdr->epoch, .seq = v->hdr->seq, .bytes = copy};
+    char *err = NULL;
+    if (rec_parse(copy, len, &h->view, &err) != 0) /* cannot fail: the transport validated it */
+        die(1, "held record: %s", err);
+}
+
+static held *find_held(collate *c, uint32_t epoch, uint64_t seq)
+{
+    for (size_t i = 0; i < c->n_pending; i++)
+        if (c->pending[i].epoch == epoch && c->pending[i].seq == seq)
+            return &c->pending[i];
+    return NULL;
+}
+
+static void release(collate *c, uint32_t epoch, uint64_t from, uint64_t to)
+{
+    size_t out = 0;
+    for (size_t i = 0; i < c->n_pending; i++) {
+        held *h = &c->pending[i];
+        if (h->epoch == epoch && h->seq >= from && h->seq < to)
+            free(h->bytes);
+        else
+            c->pending[out++] = *h;
+    }
+    c->n_pending = out;
+}
+
+/* Remember the length of an epoch whose last sample just arrived. */
+static void note_epoch_len(collate *c, uint32_t epoch, int64_t len)
+{
+    if (epoch == c->epoch) {
+        c->epoch_len = len;
+    } else if (c->n_later < 8) {
+        c->later_epoch[c->n_later] = epoch;
+        c->later_len[c->n_later++] = len;
+    }
+}
+
+static void next_epoch(collate *c)
+{
+    c->epoch++;
+    c->next_batch = 0;
+    c->epoch_len = -1;
+    for (int i = 0; i < c->n_later; i++)
+        if (c->later_epoch[i] == c->epoch) {
+            c->epoch_len = c->later_len[i];
+            c->later_epoch[i] = c->later_epoch[--c->n_later];
+            c->later_len[i] = c->later_len[c->n_later];
+            break;
+        }
+}
+
+/* ---- writing batches ----------------------------------------------------------------------- */
+
+static int write_batch(stage *s, collate *c, uint64_t from, uint64_t to)
+{
+    int n = (int)(to - from);
+    for (int i = 0; i < n; i++)
+        c->gather[i] = find_held(c, c->epoch, from + (uint64_t)i)->view;
+    rec_writer *w = stage_record_begin(s, REC_DATA, c->next_batch, c->epoch, collate_max_tensors(c->kind, &c->gather[0]));
+    if (!w)
+        return 1;
+    char why[256];
+    if (collate_batch(c->kind, c->gather, n, w, why, sizeof why) != 0) {
+        log_error("epoch %u batch %llu: %s", c->epoch, (unsigned long long)c->next_batch, why);
+        return -1;
+    }
+    return stage_record_end(s) != 0 ? -1 : 0;
+}
+
+static bool all_held(collate *c, uint64_t from, uint64_t to)
+{
+    for (uint64_t q = from; q < to; q++)
+        if (!find_held(c, c->epoch, q))
+            return false;
+    return true;
+}
+
+/* Write every batch that is complete. `at_end`: the input ended, so an epoch whose length
+ * never came (a stream cut short on purpose, e.g. DATA_LIMIT by hand) ends with what is held.
+ * Returns 0, 1 to stop quietly, -1 on failure. */
+static int flush(stage *s, collate *c, bool at_end)
+{
+    while (c->started) {
+        uint64_t from = c->next_batch * (uint64_t)c->batch, to = from + (uint64_t)c->batch;
+        int64_t len = c->epoch_len;
+        if (len < 0 && at_end) {
+            len = (int64_t)from;
+            while (find_held(c, c->epoch, (uint64_t)len))
+                len++;
+        }
+        if (len >= 0 && from >= (uint64_t)len) {
+            if (at_end && c->n_pending == 0)
+                return 0;
+            next_epoch(c);
+            if (at_end && c->epoch_len < 0 && !c->n_pending)
+                return 0;
+            continue;
+        }
+        if (len >= 0 && to > (uint64_t)len)
+            to = (uint64_t)len;
+        if (!all_held(c, from, to)) {
+            if (at_end) {
+                log_error("the input ended with samples of epoch %u missing", c->epoch);
+                return -1;
+            }
+            return 0;
+        }
+        int rc = 0;
+        if (to - from == (uint64_t)c->batch || !c->drop_last)
+            rc = write_batch(s, c, from, to);
+        release(c, c->epoch, from, to);
+        if (rc != 0)
+            return rc;
+        c->next_batch++;
+    }
+    return 0;
+}
+
+static void start_cursor(collate *c, const rec_header *h)
+{
+    /* The first sample names where this run starts (a resumed epoch starts mid-way); an
+     * earlier one from a slower worker moves the cursor back while nothing is written. */
+    uint64_t b = h->seq / (uint64_t)c->batch;
+    if (!c->started || h->epoch < c->epoch || (h->epoch == c->epoch && b < c->next_batch)) {
+        if (c->started && h->epoch < c->epoch) {
+            c->later_epoch[c->n_later % 8] = c->epoch;
+            c->later_len[c->n_later % 8] = c->epoch_len;
+            c->n_later += c->n_later < 8;
+            c->epoch_len = -1;
+        }
+        c->epoch = h->epoch;
+        c->next_batch = b;
+        c->started = true;
+    }
+}
+
+static int run(stage *s, void *state)
+{
+    collate *c = state;
+    rec_view v;
+    int st;
+    bool wrote_any = false;
+    while ((st = stage_read(s, &v)) == STAGE_RECORD) {
+        if (!wrote_any)
+            start_cursor(c, v.hdr);
+        else if (v.hdr->epoch < c->epoch ||
+                 (v.hdr->epoch == c->epoch && v.hdr->seq < c->next_batch * (uint64_t)c->batch)) {
+            log_error("sample %llu of epoch %u arrived after its batch was written (a duplicate?)",
+                      (unsigned long long)v.hdr->seq, v.hdr->epoch);
+            stage_read_done(s);
+            return 1;
+        }
+        if (v.hdr->flags & SAMPLE_FLAG_EPOCH_LAST)
+            note_epoch_len(c, v.hdr->epoch, (int64_t)v.hdr->seq + 1);
+        hold(c, &v);
+        stage_read_done(s);
+        uint64_t before = c->next_batch;
+        uint32_t before_epoch = c->epoch;
+        int rc = flush(s, c, false);
+        wrote_any = wrote_any || c->next_batch != before || c->epoch != before_epoch;
+        if (rc != 0)
+            return rc < 0 ? 1 : stage_exit_status(s);
+    }
+    if (st == STAGE_FAILED)
+        return 1;
+    if (stage_stopping(s))
+        return stage_exit_status(s);
+    int rc = flush(s, c, true);
+    return rc < 0 ? 1 : stage_exit_status(s);
+}
+
+int main(int argc, char **argv)
+{
+    static const stage_info info = {
+        .name = "collate",
+        .summary = "Stack augmented samples into VISSL batches (DATA.<split>.COLLATE_FUNCTION), in sampler order.",
+        .role = "worker",
+        .reads = true,
+        .writes = true,
+        .option = option,
+        .prepare = prepare,
+        .options = "  --split train|test  which DATA.<split> settings to use (default train)\n",
+    };
+    collate c = {.split = "TRAIN"};
+    int status = stage_main(argc, argv, &info, &c, run);
+    for (size_t i = 0; i < c.n_pending; i++)
+        free(c.pending[i].bytes);
+    free(c.pending);
+    free(c.gather);
+    return status;
+}

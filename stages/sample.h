@@ -1,0 +1,44 @@
+/*
+ * sample.h — what the data stages put in their records: the C twin of VISSL's sample dict.
+ *
+ * VISSL's GenericSSLDataset returns {"data": [img per source], "label": [...],
+ * "data_valid": [...], "data_idx": [...]}; the transforms turn each list entry into one or
+ * more crops; the collator stacks N samples into a batch dict whose values are lists. A
+ * record holds the same thing with one rule for names: a list entry i of key K is the tensor
+ * "K.i", a list inside a list "K.i.j". So a SimCLR batch is data.0, label.0, data_valid.0,
+ * data_idx.0, and a SwAV multi-crop batch is data.0.0 (the 224 crops) and data.0.1 (the 96s).
+ *
+ *   decode → augment: one record per sample, header seq = the sample's position in this
+ *     epoch's order (0, 1, 2, ... for this rank), header epoch = the epoch.
+ *       data.S      uint8 [H, W, 3]  the decoded RGB image of source S (S = 0..sources-1)
+ *       label       int64 [sources]  per-source label (class index, or the sample index)
+ *       data_valid  int64 [sources]  1, or -1 when the image could not be read (gray image)
+ *       data_idx    int64 [sources]  the sample's index in the dataset
+ *
+ *   augment → collate: one record per sample, same seq and epoch.
+ *       data.K      one per crop/copy K, uint8 [H, W, 3] (RGB), or [T, H, W, 3] for T
+ *                   patches (Jigsaw); float32 [3, H, W] / [T, 3, H, W] with augment --float
+ *       label       int64 [L]  the label list after the transforms (copies replicate it,
+ *                   ImgRotatePil / ShuffleImgPatches overwrite its last entry)
+ *       data_valid  int64 [K], data_idx int64 [K]   replicated per copy, as VISSL does
+ *       normalize   float32 [3, 3]  present when the transforms asked for a tensor (ToTensor,
+ *                   Normalize) and the augment stage left that to the consumer: rows are the
+ *                   divisor (255, or 1 for ImgPilToRawTensor), the mean and the std; the
+ *                   consumer computes (px / div - mean) / std per channel in float32, in that
+ *                   order (img_to_float_chw), which is torchvision's arithmetic exactly
+ *
+ *   collate → train: one record per batch, header seq = batch number within the epoch.
+ *       VISSL's batch dict with the naming rule above (tensors stacked along a new first
+ *       axis, in sampler order), plus "normalize" passed through unchanged.
+ */
+#ifndef SELFSUP_SAMPLE_H
+#define SELFSUP_SAMPLE_H
+
+/* Header flag: the last sample of this rank's epoch (decode sets it, augment keeps it), so
+ * that collate knows the epoch's length and can close its last, partial batch. */
+#define SAMPLE_FLAG_EPOCH_LAST 1u
+
+/* VISSL's get_mean_image: the replacement for an unreadable image. */
+#define SAMPLE_GRAY_VALUE 128
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * selfsup-sink — the end of a data-only pipeline: take every record, keep it or not, and say
+ * how fast they came.
+ *
+ * With no trainer attached, a user still wants to run the decode → augment → collate part of
+ * a config — to time the data path of a cluster node, to cache batches, or to check what the
+ * model would see. Put the sink where the trainer goes:
+ *
+ *   selfsup run CONFIG +config.SELFSUP.STAGES.train="selfsup-sink --save /tmp/batches.rec"
+ *   selfsup-decode -c CONFIG | selfsup-augment -c CONFIG | selfsup-collate -c CONFIG | selfsup-sink
+ *
+ * --save PATH writes the records as a record stream (readable by `selfsup inspect`, by
+ * --in file:PATH and by tools/selfsup_records.py), atomically: the file appears complete or
+ * not at all. At the end it prints one line on stderr: records, bytes, seconds, records/s.
+ */
+#include "atomic_file.h"
+#include "log.h"
+#include "stage.h"
+#include "timer.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *save;
+} sink;
+
+static int option(void *state, int argc, char **argv)
+{
+    sink *k = state;
+    if (!strcmp(argv[0], "--save") && argc > 1) {
+        k->save = argv[1];
+        return 2;
+    }
+    return 0;
+}
+
+static int run(stage *s, void *state)
+{
+    sink *k = state;
+    atomic_file af = {.fd = -1};
+    char *err = NULL;
+    if (k->save && atomic_file_open(&af, k->save, &err) != 0) {
+        log_error("cannot write %s: %s", k->save, err);
+        free(err);
+        return 1;
+    }
+    rec_view v;
+    int st;
+    long records = 0;
+    unsigned long long bytes = 0;
+    double t0 = now_seconds();
+    bool ok = true;
+    while ((st = stage_read(s, &v)) == STAGE_RECORD) {
+        if (k->save && ok && atomic_file_write(&af, v.base, v.hdr->size, &err) != 0) {
+            log_error("writing %s failed: %s", k->save, err);
+            free(err);
+            ok = false;
+        }
+        records++;
+        bytes += v.hdr->size;
+        stage_read_done(s);
+        if (!ok)
+            break;
+    }
+    double dt = now_seconds() - t0;
+    if (st == STAGE_FAILED || !ok) {
+        if (k->save)
+            atomic_file_abort(&af);
+        return 1;
+    }
+    /* End the stream the way the file: transport does, so --in file:PATH replays it. */
+    uint8_t eos[REC_HEADER_BYTES] __attribute__((aligned(64)));
+    size_t eos_len = rec_write_eos(eos, sizeof eos, (uint64_t)records);
+    if (k->save && (atomic_file_write(&af, eos, eos_len, &err) != 0 || atomic_file_commit(&af, &err) != 0)) {
+        log_error("could not finish %s: %s", k->save, err);
+        free(err);
+        return 1;
+    }
+    log_info("%ld records, %llu bytes in %.2f s (%.1f records/s)%s%s", records, bytes, dt,
+             dt > 0 ? (double)records / dt : 0.0, k->save ? "; saved to " : "", k->save ? k->save : "");
+    return stage_exit_status(s);
+}
+
+int main(int argc, char **argv)
+{
+    static const stage_info info = {
+        .name = "sink",
+        .summary = "Consume records (a data-only pipeline's end): count them, optionally save them.",
+        .role = "consumer",
+        .reads = true,
+        .writes = false,
+        .option = option,
+        .options = "  --save PATH         write the records to PATH as a record stream (atomically)\n",
+    };
+    sink k = {0};
+    return stage_main(argc, argv, &info, &k, run);
+}

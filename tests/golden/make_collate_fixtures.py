@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""Golden batches for selfsup-collate: VISSL 0.1.5's collators run with PyTorch.
+
+Regenerate:  /usr/bin/python3 tests/golden/make_collate_fixtures.py
+Writes tests/golden/fixtures/collate/<collator>/<tensor>.npy, one file per tensor of the batch
+dict, named with selfsup's record rule (list entry i of key K -> "K.i", nested "K.i.j").
+
+The samples follow formulas that tests/unit/test_collate.c rebuilds as records:
+  item k of sample i: uint8 [H_k, W_k, 3] (or [T, H, W, 3] for Jigsaw towers) with
+      value (i*37 + k*11 + y*5 + x*3 + c + t*7) % 256
+  label[j] = 100*i + j;  data_valid[k] = -1 for (i, k) == (1, 0) else 1;  data_idx[k] = 10 + i
+The collators below are VISSL's code paths (vissl/data/collators/*.py at v0.1.5), written
+out here so that torch.stack / view / squeeze do the stacking, not our C.
+"""
+import os
+import numpy as np
+import torch
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "collate")
+N = 3
+
+
+def item(i, k, shape):
+    t_, h, w = ((1,) + tuple(shape) if len(shape) == 3 else tuple(shape))[:3]
+    a = np.zeros((t_, h, w, 3), np.uint8)
+    for t in range(t_):
+        for y in range(h):
+            for x in range(w):
+                for c in range(3):
+                    a[t, y, x, c] = (i * 37 + k * 11 + y * 5 + x * 3 + c + t * 7) % 256
+    return torch.from_numpy(a[0] if len(shape) == 3 else a)
+
+
+def samples(shapes, n_label):
+    out = []
+    for i in range(N):
+        out.append({
+            "data": [item(i, k, s) for k, s in enumerate(shapes)],
+            "label": [100 * i + j for j in range(n_label)],
+            "data_valid": [(-1 if (i, k) == (1, 0) else 1) for k in range(len(shapes))],
+            "data_idx": [10 + i for _ in shapes],
+        })
+    return out
+
+
+def default_collate(batch):
+    return torch.utils.data.dataloader.default_collate(batch)
+
+
+def simclr_collator(batch):
+    num_pos = len(batch[0]["data"])
+    d, l, v, ix = [], [], [], []
+    for pos in range(num_pos):
+        for s in batch:
+            d.append(s["data"][pos]); l.append(s["label"][pos])
+            v.append(s["data_valid"][pos]); ix.append(s["data_idx"][pos])
+    return {"data": [torch.stack(d)], "label": [torch.LongTensor(l)],
+            "data_valid": [torch.LongTensor(v)], "data_idx": [torch.LongTensor(ix)]}
+
+
+def multicrop_collator(batch):
+    data = [x["data"] for x in batch]
+    labels = [torch.tensor(x["label"]) for x in batch]
+    valid = [torch.tensor(x["data_valid"]) for x in batch]
+    idx = [torch.tensor(x["data_idx"]) for x in batch]
+    od, ol, ov, oi = [], [], [], []
+    for pos in range(len(data[0])):
+        cur = []
+        for i in range(len(data)):
+            cur.append(data[i][pos]); ol.append(labels[i][pos]); ov.append(valid[i][pos]); oi.append(idx[i][pos])
+        od.append(torch.stack(cur))
+    return {"data": [od], "label": [torch.stack(ol)], "data_valid": [torch.stack(ov)], "data_idx": [torch.stack(oi)]}
+
+
+def moco_collator(batch):
+    # VISSL indexes [:, 0, :, :, :] on CHW tensors; our items are HWC, same rank.
+    data = [torch.stack(x["data"]) for x in batch]
+    labels = [torch.tensor(x["label"]) for x in batch]
+    valid = [torch.tensor(x["data_valid"]) for x in batch]
+    idx = [torch.tensor(x["data_idx"]) for x in batch]
+    return {"data": [torch.stack(data).squeeze()[:, 0, :, :, :].squeeze()],
+            "data_momentum": [torch.stack(data).squeeze()[:, 1, :, :, :].squeeze()],
+            "label": [torch.stack(labels).squeeze()], "data_valid": [torch.stack(valid).squeeze()],
+            "data_idx": [torch.stack(idx).squeeze()]}
+
+
+def siamese_collator(batch):
+    n_src = len(batch[0]["data"])
+    data = [x["data"] for x in batch]
+    labels = [x["label"] for x in batch]
+    data_valid = torch.BoolTensor([x["data_valid"][0] for x in batch])
+    od, ol = [], []
+    for s in range(n_src):
+        st = torch.stack([data[i][s] for i in range(len(batch))])
+        b, t = st.shape[:2]
+        od.append(st.view((b * t,) + tuple(st.shape[2:])))
+        ol.append(torch.stack([torch.tensor(labels[i][s]) for i in range(len(batch))]).squeeze())
+    return {"data": od, "label": ol, "data_valid": [data_valid]}
+
+
+def patch_and_image_collator(batch):
+    images = torch.stack([x["data"][0] for x in batch])
+    patches = torch.stack([p for x in batch for p in x["data"][1:]])
+    labels = torch.LongTensor([x["label"][0] for x in batch]).squeeze()
+    valid = torch.BoolTensor([x["data_valid"][0] for x in batch])
+    return {"images": [images], "patches": [patches], "label": [labels], "data_valid": [valid]}
+
+
+def flatten(batch):
+    out = {}
+    for key, val in batch.items():
+        for i, v in enumerate(val):
+            if isinstance(v, list):
+                for j, t in enumerate(v):
+                    out[f"{key}.{i}.{j}"] = t
+            else:
+                out[f"{key}.{i}"] = v
+    return out
+
+
+CASES = {
+    "default_collate": (default_collate, [(4, 5, 3), (2, 3, 3)], 2),
+    "simclr_collator": (simclr_collator, [(4, 5, 3), (4, 5, 3)], 2),
+    "multicrop_collator": (multicrop_collator, [(4, 5, 3), (4, 5, 3), (2, 3, 3), (2, 3, 3)], 4),
+    "moco_collator": (moco_collator, [(4, 5, 3), (4, 5, 3)], 2),
+    "siamese_collator": (siamese_collator, [(3, 2, 2, 3)], 1),
+    "patch_and_image_collator": (patch_and_image_collator, [(4, 5, 3), (2, 2, 3), (2, 2, 3), (2, 2, 3)], 4),
+}
+
+
+def main():
+    for name, (fn, shapes, n_label) in CASES.items():
+        d = os.path.join(OUT, name)
+        os.makedirs(d, exist_ok=True)
+        for f in os.listdir(d):
+            os.remove(os.path.join(d, f))
+        batch = fn(samples(shapes, n_label))
+        if name == "default_collate":  # torch returns a dict of lists already
+            batch = {k: list(v) for k, v in batch.items()}
+        for tname, t in flatten(batch).items():
+            a = t.numpy()
+            if a.dtype == np.int64 or a.dtype == np.uint8 or a.dtype == np.bool_:
+                np.save(os.path.join(d, tname + ".npy"), a)
+            else:
+                raise SystemExit(f"{name}/{tname}: unexpected dtype {a.dtype}")
+        print(name, sorted(os.listdir(d)))
+
+
+if __name__ == "__main__":
+    main()

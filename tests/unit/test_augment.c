@@ -1,0 +1,389 @@
+/*
+ * test_augment.c — the transform list of selfsup-augment (stages/augment/transforms.h).
+ *
+ * What VISSL's SSLTransformsWrapper and torchvision do with a sample, checked on small
+ * synthetic images whose expected results are derived by hand: copies flatten and replicate
+ * label/data_valid/data_idx, label transforms overwrite the last label, `indices` limits a
+ * transform, ToTensor/Normalize fold into the pending normalisation, sizes follow
+ * torchvision's rules (Resize's shorter side, CenterCrop's padding), random parameters stay
+ * inside their distributions' support, and everything is a pure function of (seed, epoch,
+ * sample index). Bad lists are refused with the position of the bad key. Pixel parity with
+ * PIL is tested with the kernels (test_img_resample.c, test_img_color.c) and the chains.
+ */
+#include "augment/transforms.h"
+#include "config.h"
+#include "npy.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static cfg_node *g_root;
+
+/* Parse a YAML list of transforms (the value of `t:` in the document). */
+static aug_pipeline *build(const char *yaml, cfg_err *err)
+{
+    cfg_err perr;
+    cfg_free(g_root);
+    g_root = cfg_parse_yaml(yaml, strlen(yaml), "t.yaml", &perr);
+    cr_assert(g_root, "yaml: %s", perr.msg);
+    return aug_pipeline_build(cfg_map_get(g_root, "t"), "config.DATA.TRAIN.TRANSFORMS", err);
+}
+
+static aug_pipeline *build_ok(const char *yaml)
+{
+    cfg_err err;
+    aug_pipeline *p = build(yaml, &err);
+    cr_assert(p, "refused: %s", err.msg);
+    return p;
+}
+
+/* A w x h RGB image whose pixel (x, y) is (x, y, x + y) mod 256: positions are readable back. */
+static img_u8 coords_image(int w, int h)
+{
+    img_u8 im = img_alloc(w, h, 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint8_t *p = im.px + (size_t)y * im.stride + (size_t)x * 3;
+            p[0] = (uint8_t)x, p[1] = (uint8_t)y, p[2] = (uint8_t)(x + y);
+        }
+    return im;
+}
+
+static void one_sample(aug_sample *s, int w, int h, int64_t label, int64_t idx)
+{
+    img_u8 im = coords_image(w, h);
+    int64_t valid = 1;
+    aug_sample_init(s, &im, 1, &label, 1, &valid, &idx);
+}
+
+static void run_ok(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32_t epoch)
+{
+    char err[256];
+    int rc = aug_apply(p, s, seed, epoch, (uint64_t)s->idx[0], err, sizeof err);
+    cr_assert_eq(rc, 0, "aug_apply: %s", err);
+}
+
+static bool same_pixels(const img_u8 *a, const img_u8 *b)
+{
+    if (a->w != b->w || a->h != b->h || a->c != b->c)
+        return false;
+    for (int y = 0; y < a->h; y++)
+        if (memcmp(a->px + (size_t)y * a->stride, b->px + (size_t)y * b->stride, (size_t)a->w * (size_t)a->c))
+            return false;
+    return true;
+}
+
+static void teardown(void)
+{
+    cfg_free(g_root);
+    g_root = NULL;
+}
+
+TestSuite(augment, .fini = teardown);
+
+/* ---- the wrapper's list rules ------------------------------------------------------------ */
+
+Test(augment, replicate_flattens_and_replicates_metadata)
+{
+    aug_pipeline *p = build_ok("t:\n  - {name: ImgReplicatePil, num_times: 3}\n");
+    aug_sample s = {0};
+    one_sample(&s, 5, 4, 7, 42);
+    run_ok(p, &s, 0, 0);
+    cr_assert_eq(s.n, 3);
+    cr_assert_eq(s.n_label, 3);
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(s.label[k], 7);
+        cr_assert_eq(s.idx[k], 42);
+        cr_assert_eq(s.valid[k], 1);
+        img_u8 ref = coords_image(5, 4);
+        cr_assert(same_pixels(&s.items[k].im, &ref), "copy %d differs from the image", k);
+        img_free(&ref);
+    }
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+Test(augment, multicrop_makes_crops_in_type_order)
+{
+    aug_pipeline *p = build_ok("t:\n  - name: ImgPilToMultiCrop\n    total_num_crops: 5\n    num_crops: [2, 3]\n"
+                               "    size_crops: [24, 8]\n    crop_scales: [[0.14, 1], [0.05, 0.14]]\n");
+    aug_sample s = {0};
+    one_sample(&s, 64, 48, 3, 9);
+    run_ok(p, &s, 1, 0);
+    cr_assert_eq(s.n, 5);
+    for (int k = 0; k < 5; k++) {
+        int want = k < 2 ? 24 : 8;
+        cr_assert_eq(s.items[k].im.w, want, "crop %d is %d wide", k, s.items[k].im.w);
+        cr_assert_eq(s.items[k].im.h, want);
+        cr_assert_eq(s.label[k], 3);
+    }
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+Test(augment, rotate_overwrites_the_last_label_with_the_angle_index)
+{
+    /* A square image: rotation is a transposition, so the angle can be read back from where
+     * pixel (0,0) went. Label index = angle / 90. */
+    aug_pipeline *p = build_ok("t:\n  - {name: ImgRotatePil}\n");
+    int seen[4] = {0};
+    for (int idx = 0; idx < 64; idx++) {
+        aug_sample s = {0};
+        one_sample(&s, 6, 6, 100, idx);
+        run_ok(p, &s, 5, 0);
+        cr_assert_eq(s.n_label, 1);
+        int64_t l = s.label[0];
+        cr_assert(l >= 0 && l < 4, "label %lld", (long long)l);
+        seen[l]++;
+        /* counter-clockwise by 90*l: the top-left source corner (0,0,0) lands at top-left
+         * (0), bottom-left (90), bottom-right (180), top-right (270). */
+        int cx[4] = {0, 0, 5, 5}, cy[4] = {0, 5, 5, 0};
+        const uint8_t *px = s.items[0].im.px + (size_t)cy[l] * s.items[0].im.stride + (size_t)cx[l] * 3;
+        cr_assert(px[0] == 0 && px[1] == 0, "label %lld: corner (0,0) not where a %lld-degree turn puts it",
+                  (long long)l, (long long)l * 90);
+        aug_sample_clear(&s);
+    }
+    for (int l = 0; l < 4; l++)
+        cr_assert(seen[l] > 0, "angle %d never drawn in 64 samples", l * 90);
+    aug_pipeline_free(p);
+}
+
+Test(augment, indices_limit_a_transform)
+{
+    /* Crop copy 1 only; copy 0 keeps its size. */
+    aug_pipeline *p = build_ok("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
+                               "  - {name: CenterCrop, size: 3, indices: [1]}\n");
+    aug_sample s = {0};
+    one_sample(&s, 9, 7, 0, 0);
+    run_ok(p, &s, 0, 0);
+    cr_assert_eq(s.items[0].im.w, 9);
+    cr_assert_eq(s.items[1].im.w, 3);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+Test(augment, indices_past_the_list_fail_at_run_time)
+{
+    aug_pipeline *p = build_ok("t:\n  - {name: CenterCrop, size: 3, indices: [2]}\n");
+    aug_sample s = {0};
+    one_sample(&s, 9, 7, 0, 0);
+    char err[256];
+    cr_assert_neq(aug_apply(p, &s, 0, 0, 0, err, sizeof err), 0);
+    cr_assert(strstr(err, "indices"), "%s", err);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+/* ---- torchvision's sizes ---------------------------------------------------------------- */
+
+Test(augment, resize_int_sets_the_shorter_side_and_truncates_the_longer)
+{
+    /* 500x375 -> 341x256 (int(256 * 500 / 375) = 341); 375x500 -> 256x341. */
+    aug_pipeline *p = build_ok("t:\n  - {name: Resize, size: 256}\n");
+    aug_sample s = {0};
+    one_sample(&s, 500, 375, 0, 0);
+    run_ok(p, &s, 0, 0);
+    cr_assert_eq(s.items[0].im.w, 341);
+    cr_assert_eq(s.items[0].im.h, 256);
+    aug_sample_clear(&s);
+    one_sample(&s, 375, 500, 0, 0);
+    run_ok(p, &s, 0, 0);
+    cr_assert_eq(s.items[0].im.w, 256);
+    cr_assert_eq(s.items[0].im.h, 341);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+Test(augment, center_crop_takes_the_middle_with_round_half_even)
+{
+    /* 9 wide -> 4: left = round(2.5) = 2 (Python rounds half to even); 7 high -> 4: top = round(1.5) = 2. */
+    aug_pipeline *p = build_ok("t:\n  - {name: CenterCrop, size: 4}\n");
+    aug_sample s = {0};
+    one_sample(&s, 9, 7, 0, 0);
+    run_ok(p, &s, 0, 0);
+    const uint8_t *px = s.items[0].im.px;
+    cr_assert_eq(px[0], 2, "left offset %d", px[0]);
+    cr_assert_eq(px[1], 2, "top offset %d", px[1]);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+Test(augment, center_crop_larger_than_the_image_pads_with_zeros)
+{
+    /* 3x3 -> 6x6: pad left (6-3)//2 = 1, right 2; the source pixel (0,0) lands at (1,1). */
+    aug_pipeline *p = build_ok("t:\n  - {name: CenterCrop, size: 6}\n");
+    aug_sample s = {0};
+    img_u8 im = img_alloc(3, 3, 3);
+    img_fill(&im, 200);
+    int64_t zero = 0, one = 1;
+    aug_sample_init(&s, &im, 1, &zero, 1, &one, &zero);
+    run_ok(p, &s, 0, 0);
+    const img_u8 *o = &s.items[0].im;
+    for (int y = 0; y < 6; y++)
+        for (int x = 0; x < 6; x++) {
+            bool inside = x >= 1 && x <= 3 && y >= 1 && y <= 3;
+            cr_assert_eq(o->px[(size_t)y * o->stride + (size_t)x * 3], inside ? 200 : 0, "(%d,%d)", x, y);
+        }
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+Test(augment, random_resized_crop_draws_boxes_inside_the_distribution)
+{
+    /* scale [0.5, 0.5] and ratio [1, 1] on a 40x40 coordinate image: the box is 28x28
+     * (round(sqrt(800)) = 28); with size 28 and no scaling, the crop is an exact copy whose
+     * top-left pixel tells the offset, which must be uniform over 0..12. */
+    aug_pipeline *p = build_ok("t:\n  - {name: RandomResizedCrop, size: 28, scale: [0.5, 0.5], ratio: [1, 1]}\n");
+    int hits[13] = {0};
+    for (int idx = 0; idx < 400; idx++) {
+        aug_sample s = {0};
+        one_sample(&s, 40, 40, 0, idx);
+        run_ok(p, &s, 11, 0);
+        const img_u8 *o = &s.items[0].im;
+        int x0 = o->px[0], y0 = o->px[1];
+        cr_assert(x0 <= 12 && y0 <= 12, "offset (%d,%d)", x0, y0);
+        /* a plain copy: every pixel is its source coordinate shifted by the offset */
+        cr_assert_eq(o->px[(size_t)27 * o->stride + 27 * 3], x0 + 27);
+        hits[x0]++;
+        aug_sample_clear(&s);
+    }
+    for (int i = 0; i <= 12; i++)
+        cr_assert(hits[i] > 5, "x offset %d drawn %d times in 400", i, hits[i]);
+    aug_pipeline_free(p);
+}
+
+Test(augment, random_resized_crop_falls_back_to_the_central_crop)
+{
+    /* A 100x10 image with ratio [1, 1] and scale [0.9, 1]: no square of 90%+ of the area fits,
+     * so torchvision takes the centre clamped to ratio 1: 10x10 at x = 45. */
+    aug_pipeline *p = build_ok("t:\n  - {name: RandomResizedCrop, size: 10, scale: [0.9, 1], ratio: [1, 1]}\n");
+    aug_sample s = {0};
+    one_sample(&s, 100, 10, 0, 3);
+    run_ok(p, &s, 0, 0);
+    cr_assert_eq(s.items[0].im.px[0], 45);
+    cr_assert_eq(s.items[0].im.px[1], 0);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+/* ---- determinism -------------------------------------------------------------------------- */
+
+static img_u8 simclr_view(uint64_t seed, uint32_t epoch, int64_t idx, int copy)
+{
+    aug_pipeline *p = build_ok("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
+                               "  - {name: RandomResizedCrop, size: 16}\n"
+                               "  - {name: RandomHorizontalFlip}\n"
+                               "  - {name: ImgPilColorDistortion, strength: 1.0}\n"
+                               "  - {name: ImgPilGaussianBlur, p: 0.5, radius_min: 0.1, radius_max: 2.0}\n");
+    aug_sample s = {0};
+    one_sample(&s, 50, 40, 0, idx);
+    run_ok(p, &s, seed, epoch);
+    img_u8 out = img_alloc(s.items[copy].im.w, s.items[copy].im.h, 3);
+    img_copy(&s.items[copy].im, &out);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+    return out;
+}
+
+Test(augment, output_is_a_function_of_seed_epoch_and_index_only)
+{
+    img_u8 a = simclr_view(3, 1, 17, 0), b = simclr_view(3, 1, 17, 0);
+    cr_assert(same_pixels(&a, &b), "same key, different crops");
+    img_u8 c = simclr_view(3, 2, 17, 0), d = simclr_view(4, 1, 17, 0), e = simclr_view(3, 1, 18, 0),
+           f = simclr_view(3, 1, 17, 1);
+    cr_assert(!same_pixels(&a, &c), "the epoch does not change the crop");
+    cr_assert(!same_pixels(&a, &d), "the seed does not change the crop");
+    cr_assert(!same_pixels(&a, &e), "the sample index does not change the crop");
+    cr_assert(!same_pixels(&a, &f), "both SimCLR views are the same");
+    img_free(&a), img_free(&b), img_free(&c), img_free(&d), img_free(&e), img_free(&f);
+}
+
+/* ---- tensors ------------------------------------------------------------------------------- */
+
+Test(augment, to_tensor_and_normalize_fold_into_the_pending_normalisation)
+{
+    aug_pipeline *p = build_ok("t:\n  - {name: CenterCrop, size: 4}\n  - {name: ToTensor}\n"
+                               "  - {name: Normalize, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n");
+    aug_normalize n = aug_pipeline_normalize(p);
+    cr_assert(n.pending);
+    cr_assert_eq(n.div, 255.0f);
+    cr_assert_eq(n.mean[1], 0.456f);
+    cr_assert_eq(n.std[2], 0.225f);
+    aug_pipeline_free(p);
+    p = build_ok("t:\n  - {name: ImgPilToRawTensor}\n");
+    n = aug_pipeline_normalize(p);
+    cr_assert(n.pending && n.div == 1.0f && n.mean[0] == 0.0f && n.std[0] == 1.0f);
+    aug_pipeline_free(p);
+    p = build_ok("t:\n  - {name: CenterCrop, size: 4}\n");
+    cr_assert(!aug_pipeline_normalize(p).pending);
+    aug_pipeline_free(p);
+}
+
+Test(augment, jigsaw_patches_are_cut_from_the_grid_and_shuffled_by_a_permutation)
+{
+    /* A 255x255 coordinate image (mod 256) -> 9 patches of 64 from 85-pixel cells, column-major;
+     * then a permutation file with one permutation (reverse order): the label must be 0 and
+     * tower k must be patch 8 - k, whose top-left lies in cell (i, j) = ((8-k)/3, (8-k)%3). */
+    char path[] = "/tmp/selfsup-perm-XXXXXX.npy";
+    int fd = mkstemps(path, 4);
+    cr_assert(fd >= 0);
+    close(fd);
+    int64_t perm[9] = {8, 7, 6, 5, 4, 3, 2, 1, 0};
+    size_t shape[2] = {1, 9};
+    char *why = NULL;
+    cr_assert_eq(npy_write(path, NPY_I8, 2, shape, perm, &why), 0, "%s", why);
+    char yaml[512];
+    snprintf(yaml, sizeof yaml,
+             "t:\n  - {name: ToTensor}\n  - {name: ImgPatchesFromTensor, num_patches: 9, patch_jitter: 21}\n"
+             "  - {name: ShuffleImgPatches, perm_file: \"%s\"}\n", path);
+    aug_pipeline *p = build_ok(yaml);
+    aug_sample s = {0};
+    one_sample(&s, 255, 255, 5, 1);
+    run_ok(p, &s, 0, 0);
+    unlink(path);
+    cr_assert_eq(s.n, 1);
+    cr_assert_eq(s.items[0].towers, 9);
+    cr_assert_eq(s.items[0].im.w, 64);
+    cr_assert_eq(s.items[0].im.h, 9 * 64);
+    cr_assert_eq(s.label[0], 0, "label %lld", (long long)s.label[0]);
+    for (int k = 0; k < 9; k++) {
+        int src = 8 - k, i = src / 3, j = src % 3;
+        const uint8_t *px = s.items[0].im.px + (size_t)(k * 64) * s.items[0].im.stride;
+        int x0 = px[0], y0 = px[1];
+        cr_assert(x0 >= i * 85 && x0 < i * 85 + 21, "tower %d: x %d not in cell column %d", k, x0, i);
+        cr_assert(y0 >= j * 85 && y0 < j * 85 + 21, "tower %d: y %d not in cell row %d", k, y0, j);
+    }
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+/* ---- refusals ------------------------------------------------------------------------------ */
+
+static void refused(const char *yaml, const char *needle)
+{
+    cfg_err err;
+    aug_pipeline *p = build(yaml, &err);
+    cr_assert_null(p, "accepted: %s", yaml);
+    cr_assert(strstr(err.msg, needle), "message '%s' lacks '%s'", err.msg, needle);
+    cr_assert(strstr(err.msg, "t.yaml:"), "message '%s' lacks the file and line", err.msg);
+}
+
+Test(augment, bad_lists_are_refused_with_their_position)
+{
+    refused("t:\n  - {name: RandomResizedCrap, size: 3}\n", "RandomResizedCrop");
+    refused("t:\n  - {name: RandomResizedCrop, sise: 3}\n", "did you mean 'size'");
+    refused("t:\n  - {name: RandomHorizontalFlip, p: 1.5}\n", "probability");
+    refused("t:\n  - {name: ImgPilToMultiCrop, total_num_crops: 3, num_crops: [1, 1], size_crops: [8, 4],"
+            " crop_scales: [[0.1, 1], [0.05, 0.1]]}\n",
+            "total_num_crops");
+    refused("t:\n  - {name: Normalize, mean: [0, 0, 0], std: [1, 1, 1]}\n", "ToTensor");
+    refused("t:\n  - {name: ToTensor}\n  - {name: ColorJitter, brightness: 0.4}\n", "after ToTensor");
+    refused("t:\n  - {name: ImgRotatePil, num_angles: 8}\n", "90");
+    refused("t:\n  - {name: ShuffleImgPatches, perm_file: \"https://example.invalid/p.npy\"}\n", "never downloads");
+    refused("t:\n  - {name: ColorJitter, hue: 0.7}\n", "hue");
+}

@@ -1,0 +1,182 @@
+/*
+ * test_collate.c — selfsup-collate's collators (stages/collate/collate.h) against VISSL's,
+ * run with PyTorch by tests/golden/make_collate_fixtures.py.
+ *
+ * Each case builds N sample records from the generator's formulas, collates them, and
+ * requires the batch to hold exactly the fixture's tensors (same names, dtypes, shapes and
+ * bytes): crop-major for simclr/multicrop, image-major towers for siamese, squeezed
+ * metadata for moco, and so on. Plus the refusals VISSL would raise on.
+ */
+#include "collate/collate.h"
+#include "npy.h"
+#include "record.h"
+
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 3
+#define CAP (1u << 20)
+
+typedef struct {
+    int t, h, w; /* t = 0: an image [h, w, 3]; t > 0: towers [t, h, w, 3] */
+} item_shape;
+
+/* One sample record, as make_collate_fixtures.py's samples() builds it. */
+static void make_sample(void *buf, int i, const item_shape *shapes, int k_items, int n_label, rec_view *view)
+{
+    rec_writer w;
+    cr_assert_eq(rec_writer_init(&w, buf, CAP, REC_DATA, (uint64_t)i, 0, (uint32_t)k_items + 3), 0);
+    for (int k = 0; k < k_items; k++) {
+        const item_shape *s = &shapes[k];
+        int towers = s->t ? s->t : 1;
+        uint64_t shape[4] = {(uint64_t)towers, (uint64_t)s->h, (uint64_t)s->w, 3};
+        char name[16];
+        snprintf(name, sizeof name, "data.%d", k);
+        uint8_t *p = rec_add(&w, name, REC_U8, s->t ? 4 : 3, s->t ? shape : shape + 1);
+        cr_assert(p);
+        for (int t = 0; t < towers; t++)
+            for (int y = 0; y < s->h; y++)
+                for (int x = 0; x < s->w; x++)
+                    for (int c = 0; c < 3; c++)
+                        *p++ = (uint8_t)((i * 37 + k * 11 + y * 5 + x * 3 + c + t * 7) % 256);
+    }
+    int64_t label[8], valid[8], idx[8];
+    for (int j = 0; j < n_label; j++)
+        label[j] = 100 * i + j;
+    for (int k = 0; k < k_items; k++)
+        valid[k] = (i == 1 && k == 0) ? -1 : 1, idx[k] = 10 + i;
+    uint64_t nl = (uint64_t)n_label, nk = (uint64_t)k_items;
+    cr_assert_eq(rec_add_copy(&w, "label", REC_I64, 1, &nl, label), 0);
+    cr_assert_eq(rec_add_copy(&w, "data_valid", REC_I64, 1, &nk, valid), 0);
+    cr_assert_eq(rec_add_copy(&w, "data_idx", REC_I64, 1, &nk, idx), 0);
+    size_t len = rec_finish(&w);
+    cr_assert(len > 0, "%s", w.error);
+    char *err = NULL;
+    cr_assert_eq(rec_parse(buf, len, view, &err), 0, "%s", err);
+}
+
+static int rec_dtype_of(npy_dtype d)
+{
+    return d == NPY_U1 ? REC_U8 : d == NPY_I8 ? REC_I64 : d == NPY_B1 ? REC_BOOL : -1;
+}
+
+/* Collate the case and compare every tensor with the fixture directory. */
+static void check_case(const char *collator, const item_shape *shapes, int k_items, int n_label)
+{
+    static uint8_t bufs[N][CAP] __attribute__((aligned(64)));
+    static uint8_t out[CAP] __attribute__((aligned(64)));
+    rec_view samples[N];
+    for (int i = 0; i < N; i++)
+        make_sample(bufs[i], i, shapes, k_items, n_label, &samples[i]);
+    collate_kind kind;
+    char why[256];
+    cr_assert_eq(collate_from_name(collator, &kind, why, sizeof why), 0, "%s", why);
+    rec_writer w;
+    cr_assert_eq(rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, collate_max_tensors(kind, &samples[0])), 0);
+    cr_assert_eq(collate_batch(kind, samples, N, &w, why, sizeof why), 0, "%s: %s", collator, why);
+    size_t len = rec_finish(&w);
+    cr_assert(len > 0, "%s: %s", collator, w.error);
+    rec_view batch;
+    char *err = NULL;
+    cr_assert_eq(rec_parse(out, len, &batch, &err), 0, "%s", err);
+
+    char rel[128];
+    snprintf(rel, sizeof rel, "collate/%s", collator);
+    char *dir = test_fixture(rel, "");
+    DIR *d = opendir(dir);
+    cr_assert(d, "no fixture directory %s", dir);
+    struct dirent *e;
+    int files = 0;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".npy"))
+            continue;
+        files++;
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(n - 4), e->d_name);
+        int ti = rec_find(&batch, name);
+        cr_assert(ti >= 0, "%s: the batch lacks %s", collator, name);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        npy_array a = {0};
+        cr_assert_eq(npy_read(path, &a, &err), 0, "%s", err);
+        const rec_tensor *t = &batch.tensors[ti];
+        cr_assert_eq(t->dtype, rec_dtype_of(a.dtype), "%s/%s: dtype %d", collator, name, t->dtype);
+        cr_assert_eq(t->ndim, a.ndim, "%s/%s: %d dims, torch has %d", collator, name, t->ndim, a.ndim);
+        for (int k = 0; k < a.ndim; k++)
+            cr_assert_eq(t->shape[k], a.shape[k], "%s/%s: dim %d is %llu, torch has %zu", collator, name, k,
+                         (unsigned long long)t->shape[k], a.shape[k]);
+        cr_assert_eq(t->nbytes, a.nbytes);
+        cr_assert(!memcmp(rec_data(&batch, ti), a.data, a.nbytes), "%s/%s: values differ from torch", collator, name);
+        npy_close(&a);
+    }
+    closedir(d);
+    cr_assert_eq((uint32_t)files, batch.hdr->n_tensors, "%s: %u tensors, torch has %d", collator, batch.hdr->n_tensors,
+                 files);
+    free(dir);
+}
+
+Test(collate, default_collate_matches_torch)
+{
+    item_shape s[] = {{0, 4, 5}, {0, 2, 3}};
+    check_case("default_collate", s, 2, 2);
+}
+
+Test(collate, simclr_collator_is_crop_major)
+{
+    item_shape s[] = {{0, 4, 5}, {0, 4, 5}};
+    check_case("simclr_collator", s, 2, 2);
+}
+
+Test(collate, multicrop_collator_keeps_one_tensor_per_resolution)
+{
+    item_shape s[] = {{0, 4, 5}, {0, 4, 5}, {0, 2, 3}, {0, 2, 3}};
+    check_case("multicrop_collator", s, 4, 4);
+}
+
+Test(collate, moco_collator_splits_query_and_key)
+{
+    item_shape s[] = {{0, 4, 5}, {0, 4, 5}};
+    check_case("moco_collator", s, 2, 2);
+}
+
+Test(collate, siamese_collator_puts_towers_image_major)
+{
+    item_shape s[] = {{3, 2, 2}};
+    check_case("siamese_collator", s, 1, 1);
+}
+
+Test(collate, patch_and_image_collator_separates_images_and_patches)
+{
+    item_shape s[] = {{0, 4, 5}, {0, 2, 2}, {0, 2, 2}, {0, 2, 2}};
+    check_case("patch_and_image_collator", s, 4, 4);
+}
+
+Test(collate, mismatched_samples_and_unknown_names_are_refused)
+{
+    static uint8_t a[CAP] __attribute__((aligned(64))), b[CAP] __attribute__((aligned(64))),
+        out[CAP] __attribute__((aligned(64)));
+    item_shape big[] = {{0, 4, 5}, {0, 4, 5}}, small[] = {{0, 2, 3}, {0, 2, 3}};
+    rec_view v[2];
+    make_sample(a, 0, big, 2, 2, &v[0]);
+    make_sample(b, 1, small, 2, 2, &v[1]);
+    rec_writer w;
+    char why[256];
+    rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, 16);
+    cr_assert_neq(collate_batch(COLLATE_SIMCLR, v, 2, &w, why, sizeof why), 0);
+    cr_assert(strstr(why, "shape"), "%s", why);
+    collate_kind k;
+    cr_assert_neq(collate_from_name("simclr_colator", &k, why, sizeof why), 0);
+    cr_assert(strstr(why, "unknown"), "%s", why);
+    /* simclr takes label[k] per crop: a single label for two crops is VISSL's IndexError. */
+    make_sample(a, 0, big, 2, 1, &v[0]);
+    make_sample(b, 1, big, 2, 1, &v[1]);
+    rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, 16);
+    cr_assert_neq(collate_batch(COLLATE_SIMCLR, v, 2, &w, why, sizeof why), 0);
+    cr_assert(strstr(why, "label"), "%s", why);
+}
