@@ -179,7 +179,7 @@ static void flush_batch(bench *b, int n)
     rec_writer w;
     char why[256];
     if (rec_writer_init(&w, b->batch_buf, b->batch_bytes, REC_DATA, 0, 0, collate_max_tensors(b->collator, &b->views[0])) != 0 ||
-        collate_batch(b->collator, b->views, n, &w, why, sizeof why) != 0 || !rec_finish(&w))
+        collate_batch(b->collator, b->views, n, &(collate_options){0}, &w, why, sizeof why) != 0 || !rec_finish(&w))
         die(1, "collate: %s %s", why, w.error);
     b->checksum += b->batch_buf[w.used - 1];
 }

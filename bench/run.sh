@@ -4,11 +4,13 @@
 # Runs each benchmark script in turn and prints their Markdown tables:
 #   bench/npy.sh BUILD_DIR [SIZE...]  lib/npy against numpy (SIZEs: see bench/npy.sh --help)
 #   bench/ring.sh BUILD_DIR           shm/ring against one core's memcpy and a pipe
+#   bench/resnet.sh BUILD_DIR         the model engine against PyTorch
+#   bench/data.sh BUILD_DIR           decode + augment + collate against PIL + torchvision
 # Exits non-zero when any of them fails. See bench/README.md.
 set -euo pipefail
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 build=${1:-build}
@@ -20,3 +22,5 @@ echo
 ./bench/ring.sh "$build"
 echo
 ./bench/resnet.sh "$build"
+echo
+./bench/data.sh "$build"

@@ -150,6 +150,34 @@ double rng_normal(rng_stream *s, double mean, double stddev)
     return mean + stddev * z;
 }
 
+double rng_gamma(rng_stream *s, double shape)
+{
+    /* Marsaglia & Tsang (2000), "A simple method for generating gamma variables"; for
+       shape < 1, Gamma(a) = Gamma(a + 1) * U^(1/a) with U in (0,1]. */
+    if (!(shape > 0))
+        die(1, "rng_gamma: shape %g must be positive", shape);
+    if (shape < 1) {
+        double g = rng_gamma(s, shape + 1.0);
+        return g * pow(1.0 - rng_uniform(s), 1.0 / shape);
+    }
+    double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+    for (;;) {
+        double x = rng_normal(s, 0.0, 1.0), v = 1.0 + c * x;
+        if (v <= 0)
+            continue;
+        v = v * v * v;
+        double u = 1.0 - rng_uniform(s);
+        if (u < 1.0 - 0.0331 * x * x * x * x || log(u) < 0.5 * x * x + d * (1.0 - v + log(v)))
+            return d * v;
+    }
+}
+
+double rng_beta(rng_stream *s, double a, double b)
+{
+    double x = rng_gamma(s, a), y = rng_gamma(s, b);
+    return x + y > 0 ? x / (x + y) : (rng_uniform(s) < a / (a + b) ? 1.0 : 0.0);
+}
+
 bool rng_bernoulli(rng_stream *s, double p)
 {
     return rng_uniform(s) < p;

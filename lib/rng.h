@@ -81,6 +81,10 @@ double rng_uniform_range(rng_stream *s, double a, double b);
 float rng_uniform_float(rng_stream *s, float a, float b);
 /* Normal(mean, stddev) by Box-Muller, one value per call (4 words). */
 double rng_normal(rng_stream *s, double mean, double stddev);
+/* Gamma(shape, scale 1), shape > 0 (Marsaglia-Tsang; a variable number of words). */
+double rng_gamma(rng_stream *s, double shape);
+/* Beta(a, b) as X / (X + Y) with X ~ Gamma(a), Y ~ Gamma(b) (numpy's random.beta law). */
+double rng_beta(rng_stream *s, double a, double b);
 /* Integer uniform in [lo, hi), lo < hi, no modulo bias (Lemire's multiply-and-reject).
    Spans up to 2^32 use one word per try, wider spans two. Dies if lo >= hi. */
 int64_t rng_randint(rng_stream *s, int64_t lo, int64_t hi);

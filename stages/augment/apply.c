@@ -12,6 +12,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,21 @@ typedef struct {
     rng_stream rng;
     char *err;
     size_t err_len;
+    strbuf *trace; /* NULL, or where every random decision is written (aug_apply_traced) */
 } run_ctx;
+
+/* One line of the trace: what was decided, with numbers printed exactly (%.17g). */
+static void trace(run_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void trace(run_ctx *c, const char *fmt, ...)
+{
+    if (!c->trace)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(c->trace, fmt, ap);
+    va_end(ap);
+    sb_putc(c->trace, '\n');
+}
 
 /* ---- the sample's lists ------------------------------------------------------------------ */
 
@@ -124,11 +139,12 @@ static img_u8 crop_resize(const img_u8 *src, const int box[4], int out_w, int ou
     return out;
 }
 
-static img_u8 random_resized_crop(rng_stream *r, const img_u8 *src, int out_h, int out_w, const double scale[2],
-                                  const double ratio[2], img_filter f)
+static img_u8 random_resized_crop(run_ctx *c, int item, const img_u8 *src, int out_h, int out_w,
+                                  const double scale[2], const double ratio[2], img_filter f)
 {
     int box[4];
-    rrc_box(r, src->w, src->h, scale, ratio, box);
+    rrc_box(&c->rng, src->w, src->h, scale, ratio, box);
+    trace(c, "rrc %d %d %d %d %d %d %d %d", item, box[0], box[1], box[2], box[3], out_w, out_h, (int)f);
     return crop_resize(src, box, out_w, out_h, f);
 }
 
@@ -166,13 +182,16 @@ static img_u8 center_crop(const img_u8 *src, int ch, int cw)
 /* ---- colour ------------------------------------------------------------------------------- */
 
 /* ColorJitter: factors drawn, then applied in a random order (fn_idx = randperm(4)). */
-static void color_jitter(rng_stream *r, img_u8 *im, const aug_range j[4])
+static void color_jitter(run_ctx *c, int item, img_u8 *im, const aug_range j[4])
 {
+    rng_stream *r = &c->rng;
     size_t order[4];
     rng_permutation(r, 4, order);
     double f[4];
     for (int k = 0; k < 4; k++)
         f[k] = j[k].on ? rng_uniform_range(r, j[k].lo, j[k].hi) : 0;
+    trace(c, "jitter %d %zu %zu %zu %zu %d %d %d %d %.17g %.17g %.17g %.17g", item, order[0], order[1], order[2],
+          order[3], j[0].on, j[1].on, j[2].on, j[3].on, f[0], f[1], f[2], f[3]);
     for (int k = 0; k < 4; k++) {
         size_t fn = order[k];
         if (!j[fn].on)
@@ -193,11 +212,13 @@ static bool coin(rng_stream *r, double p)
     return rng_uniform(r) < p;
 }
 
-static void photometric(rng_stream *r, img_u8 *im)
+static void photometric(run_ctx *c, int item, img_u8 *im)
 {
+    rng_stream *r = &c->rng;
     int bits = (int)rng_randint(r, 4, 9);         /* randint [4, 8] */
     double sharp = rng_uniform_range(r, 0.1, 1.9); /* U(0.1, 1.9) */
     int thr = (int)rng_randint(r, 0, 257);         /* randint [0, 256] */
+    trace(c, "photometric %d %d %.17g %d", item, bits, sharp, thr);
     img_posterize(im, bits);
     img_adjust_sharpness(im, sharp);
     img_solarize(im, thr);
@@ -211,9 +232,11 @@ static void photometric(rng_stream *r, img_u8 *im)
  * over x). Returns the patches stacked top to bottom. VISSL 0.1.5's code slices x with
  * jitter[0,i,i] at the end index (a typo that trips its own assert unless the offsets agree);
  * we cut the patch the assert demands: start jitter[0,i,j], width patch. */
-static int patches_from_image(rng_stream *r, const img_u8 *src, int num_patches, int jitter, img_u8 *out,
-                              char *err, size_t err_len)
+static int patches_from_image(run_ctx *c, int item, const img_u8 *src, int num_patches, int jitter, img_u8 *out)
 {
+    rng_stream *r = &c->rng;
+    char *err = c->err;
+    size_t err_len = c->err_len;
     int side = (int)sqrt((double)num_patches);
     int grid = src->h / side, patch = grid - jitter;
     if (side * side != num_patches || patch <= 0 || grid * side > src->w) {
@@ -226,6 +249,7 @@ static int patches_from_image(rng_stream *r, const img_u8 *src, int num_patches,
     for (int i = 0; i < side; i++)
         for (int j = 0; j < side; j++, k++) {
             int jx = (int)rng_randint(r, 0, jitter), jy = (int)rng_randint(r, 0, jitter);
+            trace(c, "patch %d %d %d %d", item, i * grid + jx, j * grid + jy, patch);
             img_u8 cell = img_view(src, i * grid + jx, j * grid + jy, patch, patch);
             img_u8 dst = img_view(out, 0, k * patch, patch, patch);
             img_copy(&cell, &dst);
@@ -248,34 +272,26 @@ static void towers_permute(aug_item *it, const int64_t *perm)
 
 /* ---- one transform on one item ------------------------------------------------------------- */
 
-static int apply_item(run_ctx *c, const aug_op *op, aug_sample *s, int i)
+/* Crops, resizes and flips of item i. */
+static int apply_geometry(run_ctx *c, const aug_op *op, aug_item *it, int i)
 {
-    aug_item *it = &s->items[i];
     img_u8 *im = &it->im;
     rng_stream *r = &c->rng;
-    bool stack = it->towers > 1;
-    if (stack && op->kind != OP_SHUFFLE_PATCHES && op->kind != OP_HFLIP && op->kind != OP_TO_TENSOR &&
-        op->kind != OP_NORMALIZE) {
-        snprintf(c->err, c->err_len, "%s cannot take a list of patches", op->name);
-        return -1;
-    }
-    if ((op->kind == OP_ROTATE || op->kind == OP_SHUFFLE_PATCHES) && s->n_label == 0) {
-        snprintf(c->err, c->err_len, "%s sets the last label, but the sample has no label", op->name);
-        return -1;
-    }
     switch (op->kind) {
     case OP_RANDOM_RESIZED_CROP:
-        item_set(it, random_resized_crop(r, im, op->size[0], op->size[1], op->scale, op->ratio, op->filter));
+        item_set(it, random_resized_crop(c, i, im, op->size[0], op->size[1], op->scale, op->ratio, op->filter));
         return 0;
     case OP_RESIZE: {
         int ow, oh;
         resize_size(op, im->w, im->h, &ow, &oh);
+        trace(c, "resize %d %d %d %d", i, ow, oh, (int)op->filter);
         img_u8 out = img_alloc(ow, oh, im->c);
         img_resize(im, &out, op->filter);
         item_set(it, out);
         return 0;
     }
     case OP_CENTER_CROP:
+        trace(c, "center_crop %d %d %d", i, op->size[0], op->size[1]);
         item_set(it, center_crop(im, op->size[0], op->size[1]));
         return 0;
     case OP_RANDOM_CROP: {
@@ -286,13 +302,15 @@ static int apply_item(run_ctx *c, const aug_op *op, aug_sample *s, int i)
             return -1;
         }
         int y = (int)rng_randint(r, 0, im->h - th + 1), x = (int)rng_randint(r, 0, im->w - tw + 1);
+        trace(c, "crop %d %d %d %d %d", i, x, y, tw, th);
         img_u8 view = img_view(im, x, y, tw, th), out = img_alloc(tw, th, im->c);
         img_copy(&view, &out);
         item_set(it, out);
         return 0;
     }
-    case OP_HFLIP:
+    default: /* OP_HFLIP */
         if (coin(r, op->p)) {
+            trace(c, "flip %d", i);
             /* A stack of patches flips each patch (torch.flip on the last axis). */
             int ph = im->h / it->towers;
             for (int k = 0; k < it->towers; k++) {
@@ -301,65 +319,121 @@ static int apply_item(run_ctx *c, const aug_op *op, aug_sample *s, int i)
             }
         }
         return 0;
+    }
+}
+
+/* Colour transforms of item i, each behind its coin. */
+static void apply_color(run_ctx *c, const aug_op *op, img_u8 *im, int i)
+{
+    rng_stream *r = &c->rng;
+    bool gray = false;
+    switch (op->kind) {
     case OP_COLOR_JITTER:
         if (coin(r, op->p))
-            color_jitter(r, im, op->jitter);
-        return 0;
+            color_jitter(c, i, im, op->jitter);
+        return;
     case OP_GRAYSCALE:
-        if (coin(r, op->p))
-            img_grayscale3(im);
-        return 0;
+        gray = coin(r, op->p);
+        break;
     case OP_COLOR_DISTORTION:
         if (coin(r, op->p))
-            color_jitter(r, im, op->jitter);
-        if (coin(r, op->p2))
-            img_grayscale3(im);
-        return 0;
+            color_jitter(c, i, im, op->jitter);
+        gray = coin(r, op->p2);
+        break;
     case OP_BLUR:
-        if (coin(r, op->p))
-            img_gaussian_blur(im, rng_uniform_range(r, op->radius[0], op->radius[1]));
-        return 0;
+        if (coin(r, op->p)) {
+            double radius = rng_uniform_range(r, op->radius[0], op->radius[1]);
+            trace(c, "blur %d %.17g", i, radius);
+            img_gaussian_blur(im, radius);
+        }
+        return;
     case OP_PHOTOMETRIC:
         if (coin(r, op->p))
-            photometric(r, im);
-        return 0;
-    case OP_SOLARIZE:
-        if (coin(r, op->p))
-            img_solarize(im, (int)rng_randint(r, 0, 257));
-        return 0;
-    case OP_ROTATE: {
-        int label = (int)rng_randint(r, 0, op->num_angles);
-        img_u8 out = img_alloc(im->w, im->h, im->c);
-        img_rotate(im, &out, label * 360 / op->num_angles);
-        item_set(it, out);
-        s->label[s->n_label - 1] = label; /* VISSL: sample["label"][-1] = label */
-        return 0;
+            photometric(c, i, im);
+        return;
+    default: /* OP_SOLARIZE */
+        if (coin(r, op->p)) {
+            int thr = (int)rng_randint(r, 0, 257);
+            trace(c, "solarize %d %d", i, thr);
+            img_solarize(im, thr);
+        }
+        return;
     }
-    case OP_PATCHES: {
+    if (gray) {
+        trace(c, "gray %d", i);
+        img_grayscale3(im);
+    }
+}
+
+/* Transforms that make a label (VISSL: sample["label"][-1] = label) or patches. */
+static int apply_patches_and_labels(run_ctx *c, const aug_op *op, aug_sample *s, int i)
+{
+    aug_item *it = &s->items[i];
+    rng_stream *r = &c->rng;
+    if (op->kind == OP_PATCHES) {
         img_u8 out;
-        if (patches_from_image(r, im, op->num_patches, op->patch_jitter, &out, c->err, c->err_len) != 0)
+        if (patches_from_image(c, i, &it->im, op->num_patches, op->patch_jitter, &out) != 0)
             return -1;
         item_set(it, out);
         it->towers = op->num_patches;
         return 0;
     }
-    case OP_SHUFFLE_PATCHES: {
-        if (it->towers != op->perm_len) {
-            snprintf(c->err, c->err_len, "ShuffleImgPatches: %d patches but permutations of %d", it->towers,
-                     op->perm_len);
-            return -1;
-        }
-        int k = (int)rng_randint(r, 0, op->n_perms);
-        towers_permute(it, op->perms + (size_t)k * (size_t)op->perm_len);
-        s->label[s->n_label - 1] = k;
+    if (s->n_label == 0) {
+        snprintf(c->err, c->err_len, "%s sets the last label, but the sample has no label", op->name);
+        return -1;
+    }
+    if (op->kind == OP_ROTATE) {
+        int label = (int)rng_randint(r, 0, op->num_angles);
+        trace(c, "rotate %d %d", i, label * 360 / op->num_angles);
+        img_u8 out = img_alloc(it->im.w, it->im.h, it->im.c);
+        img_rotate(&it->im, &out, label * 360 / op->num_angles);
+        item_set(it, out);
+        s->label[s->n_label - 1] = label;
         return 0;
     }
+    /* OP_SHUFFLE_PATCHES */
+    if (it->towers != op->perm_len) {
+        snprintf(c->err, c->err_len, "ShuffleImgPatches: %d patches but permutations of %d", it->towers, op->perm_len);
+        return -1;
+    }
+    int k = (int)rng_randint(r, 0, op->n_perms);
+    trace(c, "shuffle %d %d", i, k);
+    towers_permute(it, op->perms + (size_t)k * (size_t)op->perm_len);
+    s->label[s->n_label - 1] = k;
+    return 0;
+}
+
+static int apply_item(run_ctx *c, const aug_op *op, aug_sample *s, int i)
+{
+    aug_item *it = &s->items[i];
+    bool stack = it->towers > 1;
+    switch (op->kind) {
     case OP_TO_TENSOR:
     case OP_NORMALIZE:
         return 0; /* folded into the pipeline's pending normalisation */
+    case OP_HFLIP:
+        return apply_geometry(c, op, it, i);
+    case OP_SHUFFLE_PATCHES:
+        return apply_patches_and_labels(c, op, s, i);
     default:
-        snprintf(c->err, c->err_len, "internal: %s reached apply_item", op->name);
+        break;
+    }
+    if (stack) {
+        snprintf(c->err, c->err_len, "%s cannot take a list of patches", op->name);
         return -1;
+    }
+    switch (op->kind) {
+    case OP_RANDOM_RESIZED_CROP:
+    case OP_RESIZE:
+    case OP_CENTER_CROP:
+    case OP_RANDOM_CROP:
+        return apply_geometry(c, op, it, i);
+    case OP_ROTATE:
+    case OP_PATCHES:
+        return apply_patches_and_labels(c, op, s, i);
+    default:
+        apply_color(c, op, &it->im, i);
+        return 0;
     }
 }
 
@@ -404,12 +478,12 @@ static int flatten_copies(run_ctx *c, aug_sample *s, copies *all)
     return 0;
 }
 
-static copies make_copies(run_ctx *c, const aug_op *op, const img_u8 *src)
+static copies make_copies(run_ctx *c, const aug_op *op, const img_u8 *src, int item)
 {
-    rng_stream *r = &c->rng;
     copies cp = {0};
     if (op->kind == OP_REPLICATE) {
         cp.ims = xcalloc((size_t)op->num_times, sizeof *cp.ims);
+        trace(c, "replicate %d %d", item, op->num_times);
         for (int k = 0; k < op->num_times; k++) {
             cp.ims[k] = img_alloc(src->w, src->h, src->c);
             img_copy(src, &cp.ims[k]);
@@ -424,7 +498,7 @@ static copies make_copies(run_ctx *c, const aug_op *op, const img_u8 *src)
             const aug_crop_type *ct = &op->multicrop[t];
             const double ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
             for (int k = 0; k < ct->count; k++)
-                cp.ims[cp.n++] = random_resized_crop(r, src, ct->size, ct->size, ct->scale, ratio, IMG_BILINEAR);
+                cp.ims[cp.n++] = random_resized_crop(c, item, src, ct->size, ct->size, ct->scale, ratio, IMG_BILINEAR);
         }
     }
     return cp;
@@ -432,20 +506,25 @@ static copies make_copies(run_ctx *c, const aug_op *op, const img_u8 *src)
 
 /* ImgPilToPatchesAndImage: [RandomResizedCrop image] + num_patches patches, in a random order,
  * cut from a second RandomResizedCrop. */
-static int patches_and_image(run_ctx *c, const aug_op *op, const img_u8 *src, copies *cp)
+static int patches_and_image(run_ctx *c, const aug_op *op, const img_u8 *src, copies *cp, int item)
 {
-    rng_stream *r = &c->rng;
-    img_u8 image = random_resized_crop(r, src, op->size[0], op->size[1], op->scale, op->ratio, IMG_BILINEAR);
-    img_u8 big = random_resized_crop(r, src, op->size2, op->size2, op->scale2, op->ratio, IMG_BILINEAR);
+    img_u8 image = random_resized_crop(c, item, src, op->size[0], op->size[1], op->scale, op->ratio, IMG_BILINEAR);
+    img_u8 big = random_resized_crop(c, item, src, op->size2, op->size2, op->scale2, op->ratio, IMG_BILINEAR);
     img_u8 stack;
-    int rc = patches_from_image(r, &big, op->num_patches, op->patch_jitter, &stack, c->err, c->err_len);
+    int rc = patches_from_image(c, item, &big, op->num_patches, op->patch_jitter, &stack);
     img_free(&big);
     if (rc != 0) {
         img_free(&image);
         return -1;
     }
     size_t *perm = xcalloc((size_t)op->num_patches, sizeof *perm);
-    rng_permutation(r, (size_t)op->num_patches, perm);
+    rng_permutation(&c->rng, (size_t)op->num_patches, perm);
+    if (c->trace) {
+        sb_printf(c->trace, "permute %d", item);
+        for (int k = 0; k < op->num_patches; k++)
+            sb_printf(c->trace, " %zu", perm[k]);
+        sb_putc(c->trace, '\n');
+    }
     cp->n = op->num_patches + 1;
     cp->ims = xcalloc((size_t)cp->n, sizeof *cp->ims);
     cp->ims[0] = image;
@@ -495,6 +574,7 @@ static int multicrop_random_apply(run_ctx *c, const aug_op *op, aug_sample *s, c
     for (int i = 0; i < s->n; i++) {
         if (!coin(&c->rng, op->probs[i]))
             continue;
+        trace(c, "group_apply %d", i);
         /* Run the sub-list on a one-item view of the sample; its draws come from sub-streams
          * keyed by (transform position, item), so they never collide with ours. */
         aug_sample one = {.items = &s->items[i], .valid = &s->valid[i], .idx = &s->idx[i], .n = 1, .cap = 1,
@@ -534,13 +614,14 @@ static int run_op(run_ctx *c, const aug_op *op, aug_sample *s, const rng_key *ke
             snprintf(c->err, c->err_len, "%s cannot take a list of patches", op->name);
             rc = -1;
         } else if (op->kind == OP_PATCHES_AND_IMAGE) {
-            rc = patches_and_image(c, op, &s->items[i].im, &all[i]);
+            rc = patches_and_image(c, op, &s->items[i].im, &all[i], i);
         } else {
-            all[i] = make_copies(c, op, &s->items[i].im);
+            all[i] = make_copies(c, op, &s->items[i].im, i);
         }
     }
     if (rc == 0)
         rc = flatten_copies(c, s, all);
+    trace(c, "flatten");
     for (int i = 0; i < n; i++) {
         if (rc != 0)
             for (int k = 0; k < all[i].n; k++)
@@ -557,6 +638,7 @@ static int run_ops(run_ctx *c, const aug_pipeline *p, aug_sample *s, const rng_k
         rng_key key = *base;
         key.transform_pos = depth ? (base->transform_pos + (uint32_t)t * 4096u) & 0xffffu : (uint32_t)t;
         rng_stream_init(&c->rng, key);
+        trace(c, "T %s", p->ops[t].name);
         if (run_op(c, &p->ops[t], s, &key) != 0)
             return -1;
     }
@@ -566,7 +648,13 @@ static int run_ops(run_ctx *c, const aug_pipeline *p, aug_sample *s, const rng_k
 int aug_apply(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32_t epoch, uint64_t sample_index, char *err,
               size_t err_len)
 {
-    run_ctx c = {.err = err, .err_len = err_len};
+    return aug_apply_traced(p, s, seed, epoch, sample_index, NULL, err, err_len);
+}
+
+int aug_apply_traced(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32_t epoch, uint64_t sample_index,
+                     strbuf *trace_out, char *err, size_t err_len)
+{
+    run_ctx c = {.err = err, .err_len = err_len, .trace = trace_out};
     rng_key key = {.seed = seed, .purpose = RNG_PURPOSE_TRANSFORM, .epoch = epoch, .sample_index = sample_index};
     if (sample_index >= (1ull << 32)) {
         snprintf(err, err_len, "sample index %llu is too large for the transform RNG",

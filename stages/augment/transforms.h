@@ -24,6 +24,7 @@
 
 #include "augment/img.h"
 #include "config.h"
+#include "util.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -68,5 +69,12 @@ void aug_sample_clear(aug_sample *s);
  * impossibility VISSL would also raise on, e.g. RandomCrop larger than the image). */
 int aug_apply(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32_t epoch, uint64_t sample_index,
               char *err, size_t err_len);
+
+/* aug_apply, writing every random decision to `trace` as one line each, in the order they
+ * were taken ("rrc ITEM X Y W H OUT_W OUT_H FILTER", "flip ITEM", "jitter ITEM ORDER... ON...
+ * FACTORS...", ...): tests/golden/make_augment_fixtures.py replays these with torchvision and
+ * PIL to make the chain fixtures. */
+int aug_apply_traced(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32_t epoch, uint64_t sample_index,
+                     strbuf *trace, char *err, size_t err_len);
 
 #endif

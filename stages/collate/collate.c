@@ -8,7 +8,12 @@
  */
 #include "collate/collate.h"
 
+#include "augment/img.h"
+#include "rng.h"
+#include "util.h"
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- reading the samples ------------------------------------------------------------------ */
@@ -340,6 +345,102 @@ static int collate_patch_and_image(const rec_view *s, int n, const lists *l, rec
     return 0;
 }
 
+/* multicrop_mixup_collator: pairs (2j, 2j+1) blended as lambda * a + (1 - lambda) * b on the
+ * float tensors, per crop position; metadata of the even sample, crop-major. Bytes become
+ * floats first with the pending normalisation, exactly as ToTensor/Normalize would have. */
+static int item_as_float(const rec_view *v, int t, const float norm[3][3], float *out, char *why, size_t wl)
+{
+    const rec_tensor *d = &v->tensors[t];
+    if (d->dtype == REC_F32) {
+        memcpy(out, rec_data(v, t), d->nbytes);
+        return 0;
+    }
+    if (d->dtype != REC_U8 || d->ndim != 3 || d->shape[2] != 3 || !norm) {
+        snprintf(why, wl, "multicrop_mixup_collator blends tensors: end the transforms with ToTensor (and Normalize)");
+        return -1;
+    }
+    img_u8 im = {.px = (uint8_t *)rec_data(v, t), .w = (int)d->shape[1], .h = (int)d->shape[0], .c = 3,
+                 .stride = (size_t)d->shape[1] * 3};
+    if (norm[0][0] == 255.0f) {
+        img_to_float_chw(&im, norm[1], norm[2], out);
+        return 0;
+    }
+    size_t plane = (size_t)im.w * (size_t)im.h; /* ImgPilToRawTensor: no division */
+    for (size_t p = 0; p < plane; p++)
+        for (int c = 0; c < 3; c++)
+            out[(size_t)c * plane + p] = ((float)im.px[p * 3 + (size_t)c] - norm[1][c]) / norm[2][c];
+    return 0;
+}
+
+static int collate_mixup(const rec_view *s, int n, const lists *l, const collate_options *opt, rec_writer *w,
+                         char *why, size_t wl)
+{
+    if (n % 2) {
+        snprintf(why, wl, "multicrop_mixup_collator pairs samples: the batch of %d is odd", n);
+        return -1;
+    }
+    const float(*norm)[3] = NULL;
+    int ni = rec_find(&s[0], "normalize");
+    if (ni >= 0 && s[0].tensors[ni].dtype == REC_F32 && rec_numel(&s[0], ni) == 9)
+        norm = rec_data(&s[0], ni);
+    /* torch: images[0].mul_(lambda); images[1].mul_(1 - lambda); images[0].add_(images[1]), in
+     * float32 with both factors rounded to float32 first. */
+    float la = (float)opt->mixup_lambda, lb = (float)(1.0 - opt->mixup_lambda);
+    char name[REC_NAME_MAX + 1];
+    for (int pos = 0; pos < l->n_items; pos++) {
+        int t0 = find_item(&s[0], "data", pos);
+        const rec_tensor *d = &s[0].tensors[t0];
+        uint64_t chw[3] = {3, d->dtype == REC_F32 ? d->shape[1] : d->shape[0],
+                           d->dtype == REC_F32 ? d->shape[2] : d->shape[1]};
+        uint64_t shape[4] = {(uint64_t)n / 2, chw[0], chw[1], chw[2]};
+        size_t per = (size_t)(chw[0] * chw[1] * chw[2]);
+        snprintf(name, sizeof name, "data.0.%d", pos);
+        float *out = rec_add(w, name, REC_F32, 4, shape);
+        float *b = xmalloc(per * sizeof *b);
+        for (int j = 0; out && j < n / 2; j++) {
+            float *a = out + (size_t)j * per;
+            int ta = find_item(&s[2 * j], "data", pos), tb = find_item(&s[2 * j + 1], "data", pos);
+            if (rec_numel(&s[2 * j], ta) != rec_numel(&s[0], t0) || rec_numel(&s[2 * j + 1], tb) != rec_numel(&s[0], t0)) {
+                snprintf(why, wl, "crop %d differs in size between the samples of one batch", pos);
+                free(b);
+                return -1;
+            }
+            if (item_as_float(&s[2 * j], ta, norm, a, why, wl) != 0 ||
+                item_as_float(&s[2 * j + 1], tb, norm, b, why, wl) != 0) {
+                free(b);
+                return -1;
+            }
+            for (size_t i = 0; i < per; i++) {
+                float x = a[i] * la, y = b[i] * lb;
+                a[i] = x + y;
+            }
+        }
+        free(b);
+    }
+    static int64_t lab[1024 * 64], val[1024 * 64], idx[1024 * 64];
+    if (l->n_label < l->n_items || (size_t)n * (size_t)l->n_items > sizeof lab / sizeof lab[0]) {
+        snprintf(why, wl, "multicrop_mixup_collator takes label[k] for each crop");
+        return -1;
+    }
+    int m = 0;
+    for (int pos = 0; pos < l->n_items; pos++)
+        for (int i = 0; i < n; i += 2, m++)
+            lab[m] = l->label[i][pos], val[m] = l->valid[i][pos], idx[m] = l->idx[i][pos];
+    uint64_t shape[1] = {(uint64_t)m};
+    add_ints(w, "label.0", lab, 1, shape, false);
+    add_ints(w, "data_valid.0", val, 1, shape, false);
+    add_ints(w, "data_idx.0", idx, 1, shape, false);
+    return 0;
+}
+
+double collate_mixup_lambda(uint64_t seed, uint32_t epoch, uint64_t batch)
+{
+    rng_stream r;
+    rng_stream_init(&r, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_COLLATOR, .epoch = epoch,
+                                  .sample_index = batch});
+    return rng_beta(&r, 0.2, 0.2);
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const struct {
@@ -352,6 +453,7 @@ static const struct {
     {"moco_collator", COLLATE_MOCO},
     {"siamese_collator", COLLATE_SIAMESE},
     {"patch_and_image_collator", COLLATE_PATCH_AND_IMAGE},
+    {"multicrop_mixup_collator", COLLATE_MIXUP},
 };
 
 int collate_from_name(const char *name, collate_kind *kind, char *why, size_t why_len)
@@ -361,7 +463,7 @@ int collate_from_name(const char *name, collate_kind *kind, char *why, size_t wh
             *kind = collators[i].kind;
             return 0;
         }
-    if (!strcmp(name, "multicrop_mixup_collator") || !strcmp(name, "targets_one_hot_default_collator"))
+    if (!strcmp(name, "targets_one_hot_default_collator"))
         snprintf(why, why_len, "%s is not supported by selfsup yet", name);
     else
         snprintf(why, why_len, "unknown collator '%s'", name);
@@ -380,7 +482,8 @@ uint32_t collate_max_tensors(collate_kind kind, const rec_view *first)
     return n > REC_MAX_TENSORS ? REC_MAX_TENSORS : n;
 }
 
-int collate_batch(collate_kind kind, const rec_view *samples, int n, rec_writer *w, char *why, size_t why_len)
+int collate_batch(collate_kind kind, const rec_view *samples, int n, const collate_options *opt, rec_writer *w,
+                  char *why, size_t why_len)
 {
     lists l;
     if (n < 1 || read_lists(samples, n, &l, why, why_len) != 0)
@@ -392,13 +495,14 @@ int collate_batch(collate_kind kind, const rec_view *samples, int n, rec_writer 
     case COLLATE_MULTICROP: rc = collate_multicrop(samples, n, &l, w, why, why_len); break;
     case COLLATE_MOCO: rc = collate_moco(samples, n, &l, w, why, why_len); break;
     case COLLATE_SIAMESE: rc = collate_siamese(samples, n, &l, w, why, why_len); break;
-    default: rc = collate_patch_and_image(samples, n, &l, w, why, why_len); break;
+    case COLLATE_PATCH_AND_IMAGE: rc = collate_patch_and_image(samples, n, &l, w, why, why_len); break;
+    default: rc = collate_mixup(samples, n, &l, opt, w, why, why_len); break;
     }
     if (rc != 0)
         return -1;
-    /* The pending ToTensor/Normalize travels with the batch to the trainer. */
+    /* The pending ToTensor/Normalize travels with the batch to the trainer (mixup did it). */
     int ni = rec_find(&samples[0], "normalize");
-    if (ni >= 0) {
+    if (ni >= 0 && kind != COLLATE_MIXUP) {
         const rec_tensor *t = &samples[0].tensors[ni];
         rec_add_copy(w, "normalize", (rec_dtype)t->dtype, t->ndim, t->shape, rec_data(&samples[0], ni));
     }

@@ -12,6 +12,7 @@
 #include "record.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum {
     COLLATE_DEFAULT,       /* default_collate */
@@ -20,7 +21,18 @@ typedef enum {
     COLLATE_MOCO,          /* moco_collator */
     COLLATE_SIAMESE,       /* siamese_collator */
     COLLATE_PATCH_AND_IMAGE, /* patch_and_image_collator */
+    COLLATE_MIXUP,           /* multicrop_mixup_collator */
 } collate_kind;
+
+/* What a collator draws at random, drawn by the caller (collate_mixup_lambda) so that tests
+ * can fix it. */
+typedef struct {
+    double mixup_lambda; /* multicrop_mixup_collator's mixing factor */
+} collate_options;
+
+/* multicrop_mixup_collator's lambda ~ Beta(0.2, 0.2), one per batch, from the counter-based
+ * stream (seed, RNG_PURPOSE_COLLATOR, epoch, batch). */
+double collate_mixup_lambda(uint64_t seed, uint32_t epoch, uint64_t batch);
 
 /* The collator for a COLLATE_FUNCTION name; -1 when selfsup does not have it (`why` says
  * whether VISSL knows the name). */
@@ -31,6 +43,7 @@ uint32_t collate_max_tensors(collate_kind kind, const rec_view *first);
 
 /* Write the batch of samples[0..n) into w. Returns 0, or -1 with `why` set when the samples
  * do not fit the collator (VISSL would raise): missing tensors, mismatched shapes. */
-int collate_batch(collate_kind kind, const rec_view *samples, int n, rec_writer *w, char *why, size_t why_len);
+int collate_batch(collate_kind kind, const rec_view *samples, int n, const collate_options *opt, rec_writer *w,
+                  char *why, size_t why_len);
 
 #endif

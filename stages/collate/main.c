@@ -35,6 +35,7 @@ typedef struct {
     collate_kind kind;
     int batch;       /* BATCHSIZE_PER_REPLICA */
     bool drop_last;
+    uint64_t seed;   /* SEED_VALUE, for multicrop_mixup_collator's lambda */
     /* the cursor: the next batch to write */
     bool started;
     uint32_t epoch;
@@ -87,6 +88,7 @@ static int prepare(stage *s, void *state)
     c->batch = (int)b;
     snprintf(key, sizeof key, "DATA.%s.DROP_LAST", c->split);
     c->drop_last = cfg_bool(cfg, key);
+    c->seed = (uint64_t)cfg_int(cfg, "SEED_VALUE");
     c->gather = xcalloc((size_t)c->batch, sizeof *c->gather);
     c->epoch_len = -1;
     return 0;
@@ -169,7 +171,10 @@ static int write_batch(stage *s, collate *c, uint64_t from, uint64_t to)
     if (!w)
         return 1;
     char why[256];
-    if (collate_batch(c->kind, c->gather, n, w, why, sizeof why) != 0) {
+    collate_options opts = {0};
+    if (c->kind == COLLATE_MIXUP)
+        opts.mixup_lambda = collate_mixup_lambda(c->seed, c->epoch, c->next_batch);
+    if (collate_batch(c->kind, c->gather, n, &opts, w, why, sizeof why) != 0) {
         log_error("epoch %u batch %llu: %s", c->epoch, (unsigned long long)c->next_batch, why);
         return -1;
     }

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "collate")
-N = 3
+N = 3  # samples per batch (4 for mixup, which pairs them)
 
 
 def item(i, k, shape):
@@ -31,9 +31,9 @@ def item(i, k, shape):
     return torch.from_numpy(a[0] if len(shape) == 3 else a)
 
 
-def samples(shapes, n_label):
+def samples(shapes, n_label, n=N):
     out = []
-    for i in range(N):
+    for i in range(n):
         out.append({
             "data": [item(i, k, s) for k, s in enumerate(shapes)],
             "label": [100 * i + j for j in range(n_label)],
@@ -106,6 +106,38 @@ def patch_and_image_collator(batch):
     return {"images": [images], "patches": [patches], "label": [labels], "data_valid": [valid]}
 
 
+MIXUP_LAMBDA = 0.3141592653589793
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def multicrop_mixup_collator(batch):
+    # VISSL's collator sees float CHW tensors (ToTensor, Normalize); ours get HWC bytes plus the
+    # pending normalisation, so make the tensors torchvision's way first. lambda is fixed here
+    # (np.random.beta(0.2, 0.2) in VISSL) so the C test can pass the same one.
+    import torchvision.transforms.functional as F
+    for x in batch:
+        x["data"] = [F.normalize(F.to_tensor(d.numpy()), MEAN, STD) for d in x["data"]]
+    data = [x["data"] for x in batch]
+    labels = [torch.tensor(x["label"]) for x in batch]
+    valid = [torch.tensor(x["data_valid"]) for x in batch]
+    idx = [torch.tensor(x["data_idx"]) for x in batch]
+
+    def blend(images, m):
+        images[0].mul_(m)
+        images[1].mul_(1 - m)
+        images[0].add_(images[1])
+        return images[0]
+
+    od, ol, ov, oi = [], [], [], []
+    for pos in range(len(data[0])):
+        cur = []
+        for i in range(0, len(data), 2):
+            cur.append(blend([data[i][pos], data[i + 1][pos]], MIXUP_LAMBDA))
+            ol.append(labels[i][pos]); ov.append(valid[i][pos]); oi.append(idx[i][pos])
+        od.append(torch.stack(cur))
+    return {"data": [od], "label": [torch.stack(ol)], "data_valid": [torch.stack(ov)], "data_idx": [torch.stack(oi)]}
+
+
 def flatten(batch):
     out = {}
     for key, val in batch.items():
@@ -125,6 +157,7 @@ CASES = {
     "moco_collator": (moco_collator, [(4, 5, 3), (4, 5, 3)], 2),
     "siamese_collator": (siamese_collator, [(3, 2, 2, 3)], 1),
     "patch_and_image_collator": (patch_and_image_collator, [(4, 5, 3), (2, 2, 3), (2, 2, 3), (2, 2, 3)], 4),
+    "multicrop_mixup_collator": (multicrop_mixup_collator, [(4, 5, 3), (2, 3, 3)], 2),
 }
 
 
@@ -134,12 +167,12 @@ def main():
         os.makedirs(d, exist_ok=True)
         for f in os.listdir(d):
             os.remove(os.path.join(d, f))
-        batch = fn(samples(shapes, n_label))
+        batch = fn(samples(shapes, n_label, 4 if name == "multicrop_mixup_collator" else N))
         if name == "default_collate":  # torch returns a dict of lists already
             batch = {k: list(v) for k, v in batch.items()}
         for tname, t in flatten(batch).items():
             a = t.numpy()
-            if a.dtype == np.int64 or a.dtype == np.uint8 or a.dtype == np.bool_:
+            if a.dtype in (np.int64, np.uint8, np.bool_, np.float32):
                 np.save(os.path.join(d, tname + ".npy"), a)
             else:
                 raise SystemExit(f"{name}/{tname}: unexpected dtype {a.dtype}")

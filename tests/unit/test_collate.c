@@ -20,6 +20,7 @@
 #include <string.h>
 
 #define N 3
+#define MIXUP_LAMBDA 0.3141592653589793 /* make_collate_fixtures.py's fixed mixing factor */
 #define CAP (1u << 20)
 
 typedef struct {
@@ -30,7 +31,7 @@ typedef struct {
 static void make_sample(void *buf, int i, const item_shape *shapes, int k_items, int n_label, rec_view *view)
 {
     rec_writer w;
-    cr_assert_eq(rec_writer_init(&w, buf, CAP, REC_DATA, (uint64_t)i, 0, (uint32_t)k_items + 3), 0);
+    cr_assert_eq(rec_writer_init(&w, buf, CAP, REC_DATA, (uint64_t)i, 0, (uint32_t)k_items + 4), 0);
     for (int k = 0; k < k_items; k++) {
         const item_shape *s = &shapes[k];
         int towers = s->t ? s->t : 1;
@@ -54,31 +55,43 @@ static void make_sample(void *buf, int i, const item_shape *shapes, int k_items,
     cr_assert_eq(rec_add_copy(&w, "label", REC_I64, 1, &nl, label), 0);
     cr_assert_eq(rec_add_copy(&w, "data_valid", REC_I64, 1, &nk, valid), 0);
     cr_assert_eq(rec_add_copy(&w, "data_idx", REC_I64, 1, &nk, idx), 0);
+    /* ToTensor + Normalize left pending, as selfsup-augment writes it (only mixup reads it;
+     * the others pass it through). */
+    const float norm[3][3] = {{255, 255, 255}, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+    uint64_t ns[2] = {3, 3};
+    cr_assert_eq(rec_add_copy(&w, "normalize", REC_F32, 2, ns, norm), 0);
     size_t len = rec_finish(&w);
     cr_assert(len > 0, "%s", w.error);
     char *err = NULL;
     cr_assert_eq(rec_parse(buf, len, view, &err), 0, "%s", err);
 }
 
+/* true when `name` is not a .npy file */
+static bool len_ok(const char *name)
+{
+    size_t n = strlen(name);
+    return n < 5 || strcmp(name + n - 4, ".npy");
+}
+
 static int rec_dtype_of(npy_dtype d)
 {
-    return d == NPY_U1 ? REC_U8 : d == NPY_I8 ? REC_I64 : d == NPY_B1 ? REC_BOOL : -1;
+    return d == NPY_U1 ? REC_U8 : d == NPY_I8 ? REC_I64 : d == NPY_B1 ? REC_BOOL : d == NPY_F4 ? REC_F32 : -1;
 }
 
 /* Collate the case and compare every tensor with the fixture directory. */
-static void check_case(const char *collator, const item_shape *shapes, int k_items, int n_label)
+static void check_case(const char *collator, const item_shape *shapes, int k_items, int n_label, int n)
 {
-    static uint8_t bufs[N][CAP] __attribute__((aligned(64)));
+    static uint8_t bufs[4][CAP] __attribute__((aligned(64)));
     static uint8_t out[CAP] __attribute__((aligned(64)));
-    rec_view samples[N];
-    for (int i = 0; i < N; i++)
+    rec_view samples[4];
+    for (int i = 0; i < n; i++)
         make_sample(bufs[i], i, shapes, k_items, n_label, &samples[i]);
     collate_kind kind;
     char why[256];
     cr_assert_eq(collate_from_name(collator, &kind, why, sizeof why), 0, "%s", why);
     rec_writer w;
     cr_assert_eq(rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, collate_max_tensors(kind, &samples[0])), 0);
-    cr_assert_eq(collate_batch(kind, samples, N, &w, why, sizeof why), 0, "%s: %s", collator, why);
+    cr_assert_eq(collate_batch(kind, samples, n, &(collate_options){.mixup_lambda = MIXUP_LAMBDA}, &w, why, sizeof why), 0, "%s: %s", collator, why);
     size_t len = rec_finish(&w);
     cr_assert(len > 0, "%s: %s", collator, w.error);
     rec_view batch;
@@ -93,12 +106,11 @@ static void check_case(const char *collator, const item_shape *shapes, int k_ite
     struct dirent *e;
     int files = 0;
     while ((e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (n < 5 || strcmp(e->d_name + n - 4, ".npy"))
+        if (len_ok(e->d_name))
             continue;
         files++;
         char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)(n - 4), e->d_name);
+        snprintf(name, sizeof name, "%.*s", (int)(strlen(e->d_name) - 4), e->d_name);
         int ti = rec_find(&batch, name);
         cr_assert(ti >= 0, "%s: the batch lacks %s", collator, name);
         char path[4096];
@@ -116,7 +128,9 @@ static void check_case(const char *collator, const item_shape *shapes, int k_ite
         npy_close(&a);
     }
     closedir(d);
-    cr_assert_eq((uint32_t)files, batch.hdr->n_tensors, "%s: %u tensors, torch has %d", collator, batch.hdr->n_tensors,
+    /* `normalize` rides along (not a VISSL batch key); mixup consumed it. */
+    int extra = rec_find(&batch, "normalize") >= 0;
+    cr_assert_eq((uint32_t)files + (uint32_t)extra, batch.hdr->n_tensors, "%s: %u tensors, torch has %d", collator, batch.hdr->n_tensors,
                  files);
     free(dir);
 }
@@ -124,37 +138,61 @@ static void check_case(const char *collator, const item_shape *shapes, int k_ite
 Test(collate, default_collate_matches_torch)
 {
     item_shape s[] = {{0, 4, 5}, {0, 2, 3}};
-    check_case("default_collate", s, 2, 2);
+    check_case("default_collate", s, 2, 2, N);
 }
 
 Test(collate, simclr_collator_is_crop_major)
 {
     item_shape s[] = {{0, 4, 5}, {0, 4, 5}};
-    check_case("simclr_collator", s, 2, 2);
+    check_case("simclr_collator", s, 2, 2, N);
 }
 
 Test(collate, multicrop_collator_keeps_one_tensor_per_resolution)
 {
     item_shape s[] = {{0, 4, 5}, {0, 4, 5}, {0, 2, 3}, {0, 2, 3}};
-    check_case("multicrop_collator", s, 4, 4);
+    check_case("multicrop_collator", s, 4, 4, N);
 }
 
 Test(collate, moco_collator_splits_query_and_key)
 {
     item_shape s[] = {{0, 4, 5}, {0, 4, 5}};
-    check_case("moco_collator", s, 2, 2);
+    check_case("moco_collator", s, 2, 2, N);
 }
 
 Test(collate, siamese_collator_puts_towers_image_major)
 {
     item_shape s[] = {{3, 2, 2}};
-    check_case("siamese_collator", s, 1, 1);
+    check_case("siamese_collator", s, 1, 1, N);
 }
 
 Test(collate, patch_and_image_collator_separates_images_and_patches)
 {
     item_shape s[] = {{0, 4, 5}, {0, 2, 2}, {0, 2, 2}, {0, 2, 2}};
-    check_case("patch_and_image_collator", s, 4, 4);
+    check_case("patch_and_image_collator", s, 4, 4, N);
+}
+
+Test(collate, multicrop_mixup_collator_blends_pairs_as_torch)
+{
+    item_shape s[] = {{0, 4, 5}, {0, 2, 3}};
+    check_case("multicrop_mixup_collator", s, 2, 2, 4);
+}
+
+Test(collate, mixup_lambda_follows_beta_0_2)
+{
+    /* Beta(0.2, 0.2): mean 1/2, variance ab / ((a+b)^2 (a+b+1)) = 0.04 / 0.224 = 0.178571.
+     * 20000 draws: the standard errors are 0.003 and ~0.001, the bounds are > 5 of them. */
+    double sum = 0, sq = 0;
+    int n = 20000;
+    for (int b = 0; b < n; b++) {
+        double x = collate_mixup_lambda(0, 0, (uint64_t)b);
+        cr_assert(x >= 0 && x <= 1, "lambda %g", x);
+        sum += x, sq += x * x;
+    }
+    double mean = sum / n, var = sq / n - mean * mean;
+    cr_assert(mean > 0.5 - 0.016 && mean < 0.5 + 0.016, "mean %g", mean);
+    cr_assert(var > 0.178571 - 0.006 && var < 0.178571 + 0.006, "variance %g", var);
+    cr_assert_eq(collate_mixup_lambda(3, 1, 7), collate_mixup_lambda(3, 1, 7));
+    cr_assert_neq(collate_mixup_lambda(3, 1, 7), collate_mixup_lambda(3, 1, 8));
 }
 
 Test(collate, mismatched_samples_and_unknown_names_are_refused)
@@ -168,7 +206,7 @@ Test(collate, mismatched_samples_and_unknown_names_are_refused)
     rec_writer w;
     char why[256];
     rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, 16);
-    cr_assert_neq(collate_batch(COLLATE_SIMCLR, v, 2, &w, why, sizeof why), 0);
+    cr_assert_neq(collate_batch(COLLATE_SIMCLR, v, 2, &(collate_options){0}, &w, why, sizeof why), 0);
     cr_assert(strstr(why, "shape"), "%s", why);
     collate_kind k;
     cr_assert_neq(collate_from_name("simclr_colator", &k, why, sizeof why), 0);
@@ -177,6 +215,6 @@ Test(collate, mismatched_samples_and_unknown_names_are_refused)
     make_sample(a, 0, big, 2, 1, &v[0]);
     make_sample(b, 1, big, 2, 1, &v[1]);
     rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, 16);
-    cr_assert_neq(collate_batch(COLLATE_SIMCLR, v, 2, &w, why, sizeof why), 0);
+    cr_assert_neq(collate_batch(COLLATE_SIMCLR, v, 2, &(collate_options){0}, &w, why, sizeof why), 0);
     cr_assert(strstr(why, "label"), "%s", why);
 }

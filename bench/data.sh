@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# bench/data.sh BUILD_DIR [N] — the data pipeline (decode, SimCLR, SwAV, eval) on one core,
+# selfsup beside VISSL's way (PIL + torchvision, bench/data_bench.py), on the same photos, in
+# one run.
+#
+# The photo corpus (bench/make-photo-corpus: ImageNet-like JPEGs cut from Debian's
+# mate-backgrounds) is made once under ${SELFSUP_BENCH_DATA:-/tmp/selfsup-bench}/photos.
+# Both sides are pinned to CPU 0 with one thread and run N images (default 200) per
+# pipeline, median of 3 passes. selfsup is timed twice: as it runs (uint8 crops; ToTensor /
+# Normalize left to the trainer's device) and "+float" (float32 CHW made on the CPU, as VISSL
+# hands it to its collator). Prints a Markdown table with images/s and ratios (> 1: faster).
+set -euo pipefail
+build=${1:-build}
+n=${2:-200}
+cd "$(dirname "$0")/.."
+bench="$build/bench/data_bench"
+python=/usr/bin/python3
+[[ -x $bench ]] || { echo "bench/data.sh: $bench not found (make $bench)" >&2; exit 2; }
+corpus=${SELFSUP_BENCH_DATA:-/tmp/selfsup-bench}/photos
+if [[ ! -d $corpus/train ]]; then
+    echo "data: making a photo corpus of 200 JPEGs in $corpus ..." >&2
+    ./bench/make-photo-corpus 200 "$corpus" >&2
+fi
+ours=$("$bench" --dir "$corpus" --n "$n" --reps 3 --cpu 0)
+theirs=$("$python" bench/data_bench.py --dir "$corpus" --n "$n" --reps 3 --cpu 0 | grep -v '^#')
+
+echo "## data: decode and augment, one core, selfsup vs PIL + torchvision (VISSL's DataLoader worker)"
+echo
+echo "Machine: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); CPU 0 only, one thread each;"
+echo "$n images of $corpus ($(find "$corpus" -name '*.JPEG' | wc -l) ImageNet-like JPEGs); median of 3; $(date -u '+%Y-%m-%d %H:%M UTC')."
+echo
+echo "| pipeline | selfsup img/s | selfsup +float img/s | PIL+torchvision img/s | ratio | ratio +float |"
+echo "|---|--:|--:|--:|--:|--:|"
+for p in decode simclr swav eval; do
+    a=$(awk -v p=$p '$2 == p {print $3}' <<<"$ours")
+    f=$(awk -v p="$p+float" '$2 == p {print $3}' <<<"$ours")
+    b=$(awk -v p=$p '$2 == p {print $3}' <<<"$theirs")
+    [[ -n $a && -n $b ]] || continue
+    if [[ -n $f ]]; then
+        printf '| %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n' "$p" "$a" "$f" "$b" "$(echo "$a / $b" | bc -l)" "$(echo "$f / $b" | bc -l)"
+    else
+        printf '| %s | %.1f | — | %.1f | %.2f | — |\n' "$p" "$a" "$b" "$(echo "$a / $b" | bc -l)"
+    fi
+done
+echo
+echo "decode: read + decode to RGB. simclr: 2 views of RandomResizedCrop 224, flip, ColorDistortion(1.0),"
+echo "GaussianBlur(p 0.5), ToTensor, Normalize, simclr_collator. swav: 2x224 + 6x96 multi-crop, same colour"
+echo "transforms, multicrop_collator. eval: Resize 256, CenterCrop 224, ToTensor, Normalize, default_collate."
+echo "Targets (issue 4): >= 10x for SimCLR and SwAV, >= 1.5x for decode only."
