@@ -27,7 +27,9 @@ endif
 PKGS       := yaml-0.1 jansson libzmq libzip libturbojpeg libpng liburing
 CPPFLAGS   += -iquote lib -iquote shm -iquote nn -iquote stages -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS     ?= -O2 -g
-CFLAGS     += -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
+# -ffp-contract=off: no fused multiply-adds, whatever -march says, because the PIL-exact
+# pixel kernels and torch-exact float paths round after every multiply, as PIL and torch do.
+CFLAGS     += -ffp-contract=off -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
 LDFLAGS    += $(SANFLAGS)
 LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -lturbojpeg -lpng16 -luring) -ldnnl -lgomp -lm
 
@@ -80,7 +82,7 @@ FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BUILD := $(BUILD)/fuzz
 FUZZ_BINS  := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
 FUZZ_CC    := clang
-FUZZ_FLAGS := -std=gnu17 -O1 -g -iquote lib -iquote shm -iquote stages -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+FUZZ_FLAGS := -std=gnu17 -O1 -g -ffp-contract=off -iquote lib -iquote shm -iquote stages -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=undefined $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
 .PHONY: all test unit fuzz deps demo bench install clean check-deps

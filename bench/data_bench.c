@@ -201,16 +201,14 @@ static void run_images(bench *b, const file_list *fl, size_t first, size_t count
             b->checksum += rgb.px[0];
             continue;
         }
-        img_u8 im = img_alloc(rgb.w, rgb.h, 3);
-        memcpy(im.px, rgb.px, (size_t)rgb.w * (size_t)rgb.h * 3);
+        /* Borrowed, as selfsup-augment borrows the decoded image in its input ring slot. */
+        img_u8 im = {.px = rgb.px, .w = rgb.w, .h = rgb.h, .c = 3, .stride = (size_t)rgb.w * 3};
         int64_t label = 0, valid = 1, idx = (int64_t)i;
-        aug_sample_init(&s, &im, 1, &label, 1, &valid, &idx);
+        aug_sample_borrow(&s, &im, 1, &label, 1, &valid, &idx);
         if (aug_apply(b->aug, &s, 0, 0, (uint64_t)i, why, sizeof why) != 0)
             die(1, "augment: %s", why);
         write_sample(b, &s, in_batch, i);
-        for (int k = 0; k < s.n; k++)
-            img_free(&s.items[k].im);
-        s.n = 0;
+        aug_sample_release(&s);
         if (++in_batch == b->batch) {
             flush_batch(b, in_batch);
             in_batch = 0;

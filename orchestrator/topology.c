@@ -3,6 +3,8 @@
  */
 #include "topology.h"
 
+#include "augment/transforms.h"
+
 #include "util.h"
 
 #include <stdio.h>
@@ -26,16 +28,49 @@ static void arg_push(argvec *a, const char *s)
     a->v[a->n] = NULL;
 }
 
-size_t topology_slot_bytes(const cfg_node *config)
+/* Bytes of one augmented DATA.TRAIN sample when its transforms fix every crop size. */
+static bool train_sample_bytes(const cfg_node *config, size_t *bytes)
+{
+    cfg_err err;
+    aug_pipeline *p = aug_pipeline_build(cfg_path(config, "DATA.TRAIN.TRANSFORMS"), "config.DATA.TRAIN.TRANSFORMS", &err);
+    const cfg_node *src = cfg_path(config, "DATA.TRAIN.DATA_SOURCES");
+    int sources = src && src->kind == CFG_LIST && src->len > 0 ? (int)src->len : 1;
+    bool ok = p && aug_pipeline_sample_bytes(p, sources, 1, bytes);
+    aug_pipeline_free(p);
+    return ok;
+}
+
+static size_t round_mib(size_t bytes)
+{
+    return (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+}
+
+size_t topology_slot_bytes(const cfg_node *config, const char *ring_label)
 {
     int64_t b = cfg_int(config, "SELFSUP.RING.SLOT_BYTES");
     if (b > 0)
         return (size_t)b;
-    /* A batch of two 224² uint8 RGB crops per sample plus 1 MiB for labels and indices: the
-     * common SSL case. The data stages (issue 4) will size each ring from its transforms. */
+    /* Decoded images come at any size: 64 MiB holds a 4,800 x 4,400 RGB photo. Slots are
+     * shared memory that is only backed where written, so a big slot costs what it holds. */
+    if (!strcmp(ring_label, "decoded"))
+        return (size_t)64 << 20;
+    size_t sample;
     int64_t batch = cfg_int(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA");
-    size_t bytes = (size_t)(batch > 0 ? batch : 1) * 2 * 224 * 224 * 3 + ((size_t)1 << 20);
-    return (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+    batch = batch > 0 ? batch : 1;
+    if (train_sample_bytes(config, &sample)) {
+        if (!strcmp(ring_label, "augmented"))
+            return round_mib(sample + ((size_t)1 << 16));
+        /* A batch: the samples' tensors stacked, plus metadata; mixup's floats are 2x (half
+         * the samples, 4 bytes a value). */
+        const char *coll = cfg_str(config, "DATA.TRAIN.COLLATE_FUNCTION");
+        size_t factor = coll && !strcmp(coll, "multicrop_mixup_collator") ? 2 : 1;
+        return round_mib((size_t)batch * sample * factor + ((size_t)1 << 20));
+    }
+    /* Sizes that depend on the image (e.g. Resize without a crop): 64 MiB a sample, and the
+     * common SSL batch (two 224 px crops a sample) for batches. */
+    if (!strcmp(ring_label, "augmented"))
+        return (size_t)64 << 20;
+    return round_mib((size_t)batch * 2 * 224 * 224 * 3 + ((size_t)1 << 20));
 }
 
 /* The command words of stage `name`: SELFSUP.STAGES.name split on spaces, else
@@ -80,7 +115,7 @@ static int add_ring(topology *t, const char *label, const cfg_node *config, uint
     r->label = xstrdup(label);
     r->name = ring_name(label);
     r->geo = (ring_geometry){
-        .slot_bytes = topology_slot_bytes(config),
+        .slot_bytes = topology_slot_bytes(config, label),
         .n_slots = (uint32_t)cfg_int(config, "SELFSUP.RING.DEPTH"),
         .n_producers = producers,
     };

@@ -63,15 +63,15 @@ static void label_reserve(aug_sample *s, int n)
     s->cap_label = cap;
 }
 
-void aug_sample_init(aug_sample *s, const img_u8 *images, int n_src, const int64_t *label, int n_label,
-                     const int64_t *valid, const int64_t *idx)
+static void sample_start(aug_sample *s, const img_u8 *images, int n_src, const int64_t *label, int n_label,
+                         const int64_t *valid, const int64_t *idx, bool borrowed)
 {
     s->n = 0;
     s->n_label = 0;
     sample_reserve(s, n_src);
     label_reserve(s, n_label);
     for (int i = 0; i < n_src; i++) {
-        s->items[i] = (aug_item){.im = images[i], .towers = 1};
+        s->items[i] = (aug_item){.im = images[i], .towers = 1, .borrowed = borrowed};
         s->valid[i] = valid[i];
         s->idx[i] = idx[i];
     }
@@ -80,10 +80,37 @@ void aug_sample_init(aug_sample *s, const img_u8 *images, int n_src, const int64
     s->n_label = n_label;
 }
 
-void aug_sample_clear(aug_sample *s)
+void aug_sample_init(aug_sample *s, const img_u8 *images, int n_src, const int64_t *label, int n_label,
+                     const int64_t *valid, const int64_t *idx)
+{
+    sample_start(s, images, n_src, label, n_label, valid, idx, false);
+}
+
+void aug_sample_borrow(aug_sample *s, const img_u8 *images, int n_src, const int64_t *label, int n_label,
+                       const int64_t *valid, const int64_t *idx)
+{
+    sample_start(s, images, n_src, label, n_label, valid, idx, true);
+}
+
+static void item_release(aug_item *it)
+{
+    if (!it->borrowed)
+        img_free(&it->im);
+    it->im = (img_u8){0};
+    it->borrowed = false;
+}
+
+void aug_sample_release(aug_sample *s)
 {
     for (int i = 0; i < s->n; i++)
-        img_free(&s->items[i].im);
+        item_release(&s->items[i]);
+    s->n = 0;
+    s->n_label = 0;
+}
+
+void aug_sample_clear(aug_sample *s)
+{
+    aug_sample_release(s);
     free(s->items);
     free(s->valid);
     free(s->idx);
@@ -91,11 +118,22 @@ void aug_sample_clear(aug_sample *s)
     *s = (aug_sample){0};
 }
 
-/* Replace item i's image by `im` (freeing the old one). */
+/* Replace item i's image by `im`, which the item owns (freeing the old one if it owned it). */
 static void item_set(aug_item *it, img_u8 im)
 {
-    img_free(&it->im);
+    item_release(it);
     it->im = im;
+}
+
+/* Make the item's pixels its own before they are changed in place. */
+static void item_own(aug_item *it)
+{
+    if (!it->borrowed)
+        return;
+    img_u8 copy = img_alloc(it->im.w, it->im.h, it->im.c);
+    img_copy(&it->im, &copy);
+    it->im = copy;
+    it->borrowed = false;
 }
 
 /* ---- torchvision's random parameters ------------------------------------------------------ */
@@ -311,6 +349,8 @@ static int apply_geometry(run_ctx *c, const aug_op *op, aug_item *it, int i)
     default: /* OP_HFLIP */
         if (coin(r, op->p)) {
             trace(c, "flip %d", i);
+            item_own(it);
+            im = &it->im;
             /* A stack of patches flips each patch (torch.flip on the last axis). */
             int ph = im->h / it->towers;
             for (int k = 0; k < it->towers; k++) {
@@ -432,6 +472,7 @@ static int apply_item(run_ctx *c, const aug_op *op, aug_sample *s, int i)
     case OP_PATCHES:
         return apply_patches_and_labels(c, op, s, i);
     default:
+        item_own(it);
         apply_color(c, op, &it->im, i);
         return 0;
     }
@@ -443,6 +484,7 @@ static int apply_item(run_ctx *c, const aug_op *op, aug_sample *s, int i)
 typedef struct {
     img_u8 *ims;
     int n;
+    bool borrowed; /* the copies are views of a borrowed source (ImgReplicatePil) */
 } copies;
 
 /* Flatten the copies into the data list as SSLTransformsWrapper does: item i becomes its
@@ -464,13 +506,14 @@ static int flatten_copies(run_ctx *c, aug_sample *s, copies *all)
     for (int i = 0; i < s->n; i++) {
         int cnt = all[i].n ? all[i].n : 1;
         for (int k = 0; k < cnt; k++, out.n++) {
-            out.items[out.n] = all[i].n ? (aug_item){.im = all[i].ims[k], .towers = 1} : s->items[i];
+            out.items[out.n] = all[i].n ? (aug_item){.im = all[i].ims[k], .towers = 1, .borrowed = all[i].borrowed}
+                                        : s->items[i];
             out.valid[out.n] = s->valid[i];
             out.idx[out.n] = s->idx[i];
             out.label[out.n] = s->label[i];
         }
         if (all[i].n)
-            img_free(&s->items[i].im);
+            item_release(&s->items[i]);
     }
     out.n_label = out.n;
     free(s->items), free(s->valid), free(s->idx), free(s->label);
@@ -478,13 +521,21 @@ static int flatten_copies(run_ctx *c, aug_sample *s, copies *all)
     return 0;
 }
 
-static copies make_copies(run_ctx *c, const aug_op *op, const img_u8 *src, int item)
+static copies make_copies(run_ctx *c, const aug_op *op, const aug_item *it, int item)
 {
+    const img_u8 *src = &it->im;
     copies cp = {0};
     if (op->kind == OP_REPLICATE) {
         cp.ims = xcalloc((size_t)op->num_times, sizeof *cp.ims);
         trace(c, "replicate %d %d", item, op->num_times);
+        /* Copies of borrowed pixels can borrow them too: nothing is written until a
+         * transform owns its copy (item_own). Owned pixels are copied, each copy owning its own. */
+        cp.borrowed = it->borrowed;
         for (int k = 0; k < op->num_times; k++) {
+            if (cp.borrowed) {
+                cp.ims[k] = *src;
+                continue;
+            }
             cp.ims[k] = img_alloc(src->w, src->h, src->c);
             img_copy(src, &cp.ims[k]);
         }
@@ -616,14 +667,14 @@ static int run_op(run_ctx *c, const aug_op *op, aug_sample *s, const rng_key *ke
         } else if (op->kind == OP_PATCHES_AND_IMAGE) {
             rc = patches_and_image(c, op, &s->items[i].im, &all[i], i);
         } else {
-            all[i] = make_copies(c, op, &s->items[i].im, i);
+            all[i] = make_copies(c, op, &s->items[i], i);
         }
     }
     if (rc == 0)
         rc = flatten_copies(c, s, all);
     trace(c, "flatten");
     for (int i = 0; i < n; i++) {
-        if (rc != 0)
+        if (rc != 0 && !all[i].borrowed)
             for (int k = 0; k < all[i].n; k++)
                 img_free(&all[i].ims[k]);
         free(all[i].ims);

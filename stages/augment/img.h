@@ -59,8 +59,13 @@ void img_flip_lr(img_u8 *im);
 
 /* torchvision F.rotate(img, angle) on PIL (= img.rotate(angle, NEAREST, expand=False, fill 0))
  * for angle in {0, 90, 180, 270} degrees counter-clockwise. The output has the input's size;
- * a 90/270 rotation of a non-square image follows PIL's affine nearest-neighbour path. */
+ * a 90/270 rotation of a non-square image follows PIL's affine nearest-neighbour path.
+ * src and dst must be different images. */
 void img_rotate(const img_u8 *src, img_u8 *dst, int angle_deg);
+
+/* Use the AVX2 code paths (1) or the portable ones (0) where both exist; returns the previous
+ * setting. Chosen once from the CPU otherwise; the tests flip it to compare both. */
+int img_resample_set_simd(int on);
 
 /* PIL convert("L") of an RGB image (ITU-R 601-2 luma, PIL's integer rounding): dst has c = 1. */
 void img_rgb_to_l(const img_u8 *src, img_u8 *dst);
@@ -79,8 +84,8 @@ void img_adjust_contrast(img_u8 *im, double factor);   /* ImageEnhance.Contrast 
 void img_adjust_saturation(img_u8 *im, double factor); /* ImageEnhance.Color */
 void img_adjust_sharpness(img_u8 *im, double factor);  /* ImageEnhance.Sharpness */
 void img_adjust_hue(img_u8 *im, double hue_factor);    /* torchvision F.adjust_hue, PIL path */
-void img_posterize(img_u8 *im, int bits);              /* ImageOps.posterize, bits 1..8 */
-void img_solarize(img_u8 *im, int threshold);          /* ImageOps.solarize: v >= t -> 255 - v */
+void img_posterize(img_u8 *im, int bits);              /* ImageOps.posterize, bits 0..8 */
+void img_solarize(img_u8 *im, int threshold);          /* ImageOps.solarize: v >= t -> 255 - v (any t) */
 void img_autocontrast(img_u8 *im);                     /* ImageOps.autocontrast(cutoff=0) */
 
 /* ---- filters (blur.c) --------------------------------------------------------------------- */

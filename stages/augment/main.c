@@ -80,8 +80,9 @@ static const int64_t *int64_tensor(const rec_view *v, const char *name, int *n)
     return rec_data(v, i);
 }
 
-/* Copy the record's images into a fresh sample (the transforms write in place; the record is
- * read-only). Returns 0, or -1 when the record is not a decoded sample. */
+/* Start a sample on the record's images, borrowed in place (the transforms copy them only if
+ * they change pixels in place before cropping). Returns 0, or -1 when the record is not a
+ * decoded sample. The record must stay until the sample has been written. */
 static int load_sample(augment *a, const rec_view *v, char *why, size_t why_len)
 {
     int n_label = 0, n_valid = 0, n_idx = 0;
@@ -99,17 +100,13 @@ static int load_sample(augment *a, const rec_view *v, char *why, size_t why_len)
         const rec_tensor *d = t >= 0 ? &v->tensors[t] : NULL;
         if (!d || d->dtype != REC_U8 || d->ndim != 3 || d->shape[2] != 3 || !d->shape[0] || !d->shape[1] ||
             d->shape[0] > 65535 || d->shape[1] > 65535) {
-            for (int k = 0; k < s; k++)
-                img_free(&ims[k]);
             snprintf(why, why_len, "%s must be a uint8 [H, W, 3] image", name);
             return -1;
         }
-        ims[s] = img_alloc((int)d->shape[1], (int)d->shape[0], 3);
-        img_u8 src = {.px = (uint8_t *)rec_data(v, t), .w = ims[s].w, .h = ims[s].h, .c = 3,
-                      .stride = (size_t)ims[s].w * 3};
-        img_copy(&src, &ims[s]);
+        ims[s] = (img_u8){.px = (uint8_t *)rec_data(v, t), .w = (int)d->shape[1], .h = (int)d->shape[0], .c = 3,
+                          .stride = (size_t)d->shape[1] * 3};
     }
-    aug_sample_init(&a->sample, ims, n_valid, label, n_label, valid, idx);
+    aug_sample_borrow(&a->sample, ims, n_valid, label, n_label, valid, idx);
     return 0;
 }
 
@@ -187,22 +184,22 @@ static int run(stage *s, void *state)
     char why[256];
     while ((st = stage_read(s, &v)) == STAGE_RECORD) {
         rec_header hdr = *v.hdr;
-        int rc = load_sample(a, &v, why, sizeof why);
-        stage_read_done(s);
-        if (rc != 0) {
+        if (load_sample(a, &v, why, sizeof why) != 0) {
+            stage_read_done(s);
             log_error("record %llu (epoch %u) is not a decoded sample: %s", (unsigned long long)hdr.seq, hdr.epoch,
                       why);
             return 1;
         }
         uint64_t sample_index = (uint64_t)a->sample.idx[0];
         if (aug_apply(a->pipeline, &a->sample, a->seed, hdr.epoch, sample_index, why, sizeof why) != 0) {
+            aug_sample_release(&a->sample);
+            stage_read_done(s);
             log_error("sample %llu (epoch %u): %s", (unsigned long long)sample_index, hdr.epoch, why);
             return 1;
         }
-        rc = write_sample(a, s, &hdr);
-        for (int k = 0; k < a->sample.n; k++)
-            img_free(&a->sample.items[k].im);
-        a->sample.n = 0;
+        int rc = write_sample(a, s, &hdr);
+        aug_sample_release(&a->sample); /* before the input record goes: items may borrow it */
+        stage_read_done(s);
         if (rc != 0) /* a stop, gone readers or a broken output; stage_exit_status knows which */
             return stage_exit_status(s);
     }

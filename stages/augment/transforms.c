@@ -8,6 +8,8 @@
  */
 #include "augment/transforms_internal.h"
 
+#define REC_BOUND_ITEMS 256
+
 #include "npy.h"
 #include "util.h"
 
@@ -605,4 +607,98 @@ void aug_pipeline_free(aug_pipeline *p)
 aug_normalize aug_pipeline_normalize(const aug_pipeline *p)
 {
     return p->norm;
+}
+
+/* ---- how big a sample gets --------------------------------------------------------------- */
+
+/* The size of each item as the list goes, where the transforms fix it (-1: depends on the
+ * image). */
+typedef struct {
+    int w[REC_BOUND_ITEMS], h[REC_BOUND_ITEMS], towers[REC_BOUND_ITEMS];
+    int n;
+} size_sim;
+
+static bool sim_copies(size_sim *z, int i, const aug_op *op)
+{
+    int add = 0, w[REC_BOUND_ITEMS], h[REC_BOUND_ITEMS];
+    if (op->kind == OP_REPLICATE) {
+        for (int k = 0; k < op->num_times && add < REC_BOUND_ITEMS; k++, add++)
+            w[add] = z->w[i], h[add] = z->h[i];
+    } else if (op->kind == OP_MULTICROP) {
+        for (int t = 0; t < op->n_types; t++)
+            for (int k = 0; k < op->multicrop[t].count && add < REC_BOUND_ITEMS; k++, add++)
+                w[add] = h[add] = op->multicrop[t].size;
+    } else { /* OP_PATCHES_AND_IMAGE */
+        int patch = op->size2 / (int)sqrt((double)op->num_patches) - op->patch_jitter;
+        w[add] = op->size[1], h[add++] = op->size[0];
+        for (int k = 0; k < op->num_patches && add < REC_BOUND_ITEMS; k++, add++)
+            w[add] = h[add] = patch;
+    }
+    if (z->n - 1 + add > REC_BOUND_ITEMS)
+        return false;
+    memmove(&z->w[i + add], &z->w[i + 1], (size_t)(z->n - i - 1) * sizeof z->w[0]);
+    memmove(&z->h[i + add], &z->h[i + 1], (size_t)(z->n - i - 1) * sizeof z->h[0]);
+    memmove(&z->towers[i + add], &z->towers[i + 1], (size_t)(z->n - i - 1) * sizeof z->towers[0]);
+    for (int k = 0; k < add; k++)
+        z->w[i + k] = w[k], z->h[i + k] = h[k], z->towers[i + k] = 1;
+    z->n += add - 1;
+    return true;
+}
+
+static bool sim_op(size_sim *z, const aug_op *op)
+{
+    for (int i = z->n - 1; i >= 0; i--) {
+        bool sel = !op->n_indices;
+        for (int k = 0; k < op->n_indices; k++)
+            sel = sel || op->indices[k] == i;
+        if (!sel)
+            continue;
+        switch (op->kind) {
+        case OP_RANDOM_RESIZED_CROP:
+        case OP_CENTER_CROP:
+        case OP_RANDOM_CROP:
+            z->w[i] = op->size[1], z->h[i] = op->size[0];
+            break;
+        case OP_RESIZE:
+            z->w[i] = op->size_is_int ? -1 : op->size[1];
+            z->h[i] = op->size_is_int ? -1 : op->size[0];
+            break;
+        case OP_PATCHES:
+            if (z->h[i] < 0)
+                return false;
+            z->towers[i] = op->num_patches;
+            z->w[i] = z->h[i] = z->h[i] / (int)sqrt((double)op->num_patches) - op->patch_jitter;
+            break;
+        case OP_REPLICATE:
+        case OP_MULTICROP:
+        case OP_PATCHES_AND_IMAGE:
+            if (!sim_copies(z, i, op))
+                return false;
+            break;
+        default: /* flips, colour, rotation (same size), shuffles, tensors */
+            break;
+        }
+    }
+    return true;
+}
+
+bool aug_pipeline_sample_bytes(const aug_pipeline *p, int sources, int bytes_per_value, size_t *bytes)
+{
+    size_sim z = {.n = sources};
+    if (sources < 1 || sources > REC_BOUND_ITEMS)
+        return false;
+    for (int i = 0; i < sources; i++)
+        z.w[i] = z.h[i] = -1, z.towers[i] = 1;
+    for (int t = 0; t < p->n_ops; t++)
+        if (!sim_op(&z, &p->ops[t]))
+            return false;
+    /* header, descriptors, 64-byte padding per tensor, label/valid/idx/normalize */
+    size_t total = 64 + (size_t)(z.n + 4) * (128 + 64) + 3 * 64 * (size_t)(z.n + 1) + 64;
+    for (int i = 0; i < z.n; i++) {
+        if (z.w[i] < 0 || z.h[i] < 0)
+            return false;
+        total += (size_t)z.towers[i] * (size_t)z.w[i] * (size_t)z.h[i] * 3 * (size_t)bytes_per_value;
+    }
+    *bytes = total;
+    return true;
 }

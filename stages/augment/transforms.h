@@ -32,10 +32,13 @@
 typedef struct aug_pipeline aug_pipeline;
 
 /* One entry of the sample's data list: an RGB image, or `towers` equal patches stacked
- * top to bottom (im.h = towers * patch height), as ImgPatchesFromTensor makes them. */
+ * top to bottom (im.h = towers * patch height), as ImgPatchesFromTensor makes them.
+ * `borrowed` pixels belong to someone else (the input record): read, never written or freed;
+ * a transform that changes pixels in place copies them first. */
 typedef struct {
     img_u8 im;
     int towers;
+    bool borrowed;
 } aug_item;
 
 typedef struct {
@@ -59,10 +62,23 @@ aug_pipeline *aug_pipeline_build(const cfg_node *transforms, const char *key, cf
 void aug_pipeline_free(aug_pipeline *p);
 aug_normalize aug_pipeline_normalize(const aug_pipeline *p);
 
+/* The bytes of one augmented sample record when the transforms fix every crop's size (true),
+ * for `sources` decoded images and 1 (uint8) or 4 (float32) bytes per value; false when a
+ * size depends on the image (e.g. Resize to a shorter side with no crop after it). */
+bool aug_pipeline_sample_bytes(const aug_pipeline *p, int sources, int bytes_per_value, size_t *bytes);
+
 /* Start a sample from decoded images: n_src items that the sample takes over (freed by
- * aug_sample_clear), with their labels, validity and indices. */
+ * aug_sample_release), with their labels, validity and indices. */
 void aug_sample_init(aug_sample *s, const img_u8 *images, int n_src, const int64_t *label, int n_label,
                      const int64_t *valid, const int64_t *idx);
+/* The same with images the sample only borrows: they must stay valid until the caller is
+ * done with the result, and are never written (a record in a ring slot, say). Saves copying
+ * a decoded photo when the first transform crops it anyway. */
+void aug_sample_borrow(aug_sample *s, const img_u8 *images, int n_src, const int64_t *label, int n_label,
+                       const int64_t *valid, const int64_t *idx);
+/* Free the items' own pixels and empty the lists, keeping their memory for the next sample. */
+void aug_sample_release(aug_sample *s);
+/* aug_sample_release, then free the lists. */
 void aug_sample_clear(aug_sample *s);
 
 /* Run the pipeline on `s` in place. Returns 0, or -1 with a message in err (a runtime

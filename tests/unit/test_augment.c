@@ -387,3 +387,57 @@ Test(augment, bad_lists_are_refused_with_their_position)
     refused("t:\n  - {name: ShuffleImgPatches, perm_file: \"https://example.invalid/p.npy\"}\n", "never downloads");
     refused("t:\n  - {name: ColorJitter, hue: 0.7}\n", "hue");
 }
+
+/* ---- ring sizing ------------------------------------------------------------------------- */
+
+Test(augment, sample_bytes_follow_the_crops_the_transforms_fix)
+{
+    /* SwAV 2x224 + 6x96: 2*224*224*3 + 6*96*96*3 = 466,944 bytes of pixels. */
+    aug_pipeline *p = build_ok("t:\n  - {name: ImgPilToMultiCrop, total_num_crops: 8, num_crops: [2, 6],"
+                               " size_crops: [224, 96], crop_scales: [[0.14, 1], [0.05, 0.14]]}\n"
+                               "  - {name: RandomHorizontalFlip}\n  - {name: ToTensor}\n");
+    size_t bytes = 0;
+    cr_assert(aug_pipeline_sample_bytes(p, 1, 1, &bytes));
+    cr_assert(bytes >= 466944 && bytes <= 466944 + 8192, "%zu", bytes);
+    cr_assert(aug_pipeline_sample_bytes(p, 1, 4, &bytes));
+    cr_assert(bytes >= 4 * 466944 && bytes <= 4 * 466944 + 8192, "%zu", bytes);
+    aug_pipeline_free(p);
+    /* Jigsaw: Resize 256 then RandomCrop 255 fixes the size; 9 patches of 64. */
+    p = build_ok("t:\n  - {name: Resize, size: 256}\n  - {name: RandomCrop, size: 255}\n"
+                 "  - {name: ImgPatchesFromTensor, num_patches: 9, patch_jitter: 21}\n");
+    cr_assert(aug_pipeline_sample_bytes(p, 1, 1, &bytes));
+    cr_assert(bytes >= 9 * 64 * 64 * 3 && bytes <= 9 * 64 * 64 * 3 + 8192, "%zu", bytes);
+    aug_pipeline_free(p);
+    /* Resize to a shorter side alone: the size depends on the image. */
+    p = build_ok("t:\n  - {name: Resize, size: 256}\n");
+    cr_assert(!aug_pipeline_sample_bytes(p, 1, 1, &bytes));
+    aug_pipeline_free(p);
+}
+
+Test(augment, borrowed_pixels_are_never_written_and_give_the_same_crops)
+{
+    /* Replicate + flip + colour on a borrowed image: the copies borrow it until a transform
+     * changes pixels, then own a copy. The source must come out untouched and the crops equal
+     * those of an owned run. */
+    aug_pipeline *p = build_ok("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
+                               "  - {name: RandomHorizontalFlip, p: 1.0}\n"
+                               "  - {name: ColorJitter, brightness: 0.5, hue: 0.2}\n"
+                               "  - {name: ImgPilGaussianBlur, p: 1.0}\n");
+    img_u8 src = coords_image(37, 29), pristine = coords_image(37, 29);
+    int64_t label = 0, valid = 1, idx = 5;
+    aug_sample a = {0}, b = {0};
+    aug_sample_borrow(&a, &src, 1, &label, 1, &valid, &idx);
+    run_ok(p, &a, 9, 0);
+    cr_assert(same_pixels(&src, &pristine), "a transform wrote into borrowed pixels");
+    aug_sample_init(&b, &pristine, 1, &label, 1, &valid, &idx);
+    run_ok(p, &b, 9, 0);
+    cr_assert_eq(a.n, 2);
+    for (int k = 0; k < 2; k++) {
+        cr_assert(!a.items[k].borrowed, "copy %d still borrows after being changed", k);
+        cr_assert(same_pixels(&a.items[k].im, &b.items[k].im), "copy %d differs from the owned run", k);
+    }
+    aug_sample_clear(&a);
+    aug_sample_clear(&b);
+    img_free(&src);
+    aug_pipeline_free(p);
+}

@@ -1,0 +1,323 @@
+/*
+ * blur.c — PIL's GaussianBlur (libImaging/BoxBlur.c) and SMOOTH (libImaging/Filter.c), bit
+ * for bit.
+ *
+ * GaussianBlur(radius) is three passes of an "extended box" blur along rows, then three along
+ * columns. The box has a float radius: an integer part r (2r+1 whole taps, weight ww each)
+ * and a fraction (the two taps just outside, weight fw each), all in 8.24 fixed point with
+ * PIL's rounding. Edges repeat the first/last pixel. Every pass here runs across whole
+ * lines at once (one counter per sample of a line, 32 samples per vector block), which is
+ * PIL's per-line arithmetic for many lines side by side: columns are blurred in place of
+ * the image, rows on a transposed copy (PIL transposes too, for its second direction).
+ *
+ * SMOOTH is a 3x3 float convolution in PIL's summation order (row y+1, y, y-1; left to
+ * right), + 0.5 and truncation; border pixels are copied. Vector lanes do the same float
+ * operations in the same order.
+ */
+/* PIL's results depend on every float operation being rounded on its own: never fuse a
+ * multiply and an add (which GCC's gnu17 default does wherever the target has FMA). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "augment/blur_internal.h"
+#include "augment/img.h"
+
+#include "log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the extended box --------------------------------------------------------------------- */
+
+typedef struct {
+    int radius;      /* integer part of the box radius */
+    uint32_t ww, fw; /* 8.24 weights of the inner taps and of the two fractional taps */
+} box_weights;
+
+/* _gaussian_blur_radius: the box radius whose `passes` repetitions approximate a Gaussian of
+ * this standard deviation (Gwosdek et al.); float/double exactly as PIL mixes them. */
+static float gaussian_box_radius(float radius, int passes)
+{
+    float sigma2 = radius * radius / (float)passes;
+    float L = (float)sqrt(12.0 * sigma2 + 1.0);
+    float l = (float)floor((L - 1.0) / 2.0);
+    float a = (2 * l + 1) * (l * (l + 1) - 3 * sigma2);
+    a /= 6 * (sigma2 - (l + 1) * (l + 1));
+    return l + a;
+}
+
+/* ImagingHorizontalBoxBlur's weights for a float box radius. */
+static box_weights box_weights_for(float box_radius)
+{
+    box_weights bw;
+    bw.radius = (int)box_radius;
+    bw.ww = (uint32_t)((float)(1u << 24) / (box_radius * 2 + 1));
+    bw.fw = ((1u << 24) - (uint32_t)(bw.radius * 2 + 1) * bw.ww) / 2;
+    return bw;
+}
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+/* Blocks of 32 samples as four lane vectors (see blur_internal.h); the counters of a block
+ * are stored in that same lane order. */
+enum { BLOCK = VBLOCK };
+
+/* The 32 bytes at p as four lane vectors: b[m] = byte m of each 32-bit word. */
+static inline void unpack(const uint8_t *p, u32x8 b[4])
+{
+    u32x8 w;
+    memcpy(&w, p, sizeof w);
+    b[0] = w & 0xff;
+    b[1] = (w >> 8) & 0xff;
+    b[2] = (w >> 16) & 0xff;
+    b[3] = w >> 24;
+}
+
+/* Byte m of every word of the sub, add and far words (ws, wa, wf): move the counter c, and
+ * or the blurred bytes into byte m of res. A macro, so that the vectors stay in registers
+ * (a function taking 32-byte vectors by value draws GCC's ABI note). */
+#define BOX_STEP(c, m)                                                                     \
+    do {                                                                                   \
+        u32x8 s_ = (ws >> (8 * (m))) & 0xff, a_ = (wa >> (8 * (m))) & 0xff;                \
+        u32x8 f_ = (wf >> (8 * (m))) & 0xff;                                               \
+        (c) += a_ - s_; /* unsigned wrap-around intended: never really negative */         \
+        u32x8 bulk_ = (c) * ww + (s_ + f_) * fw;                                           \
+        res |= ((bulk_ + (1u << 23)) >> 24) << (8 * (m));                                 \
+    } while (0)
+
+/* The counters for position -1: r+1 copies of line 0, then lines 0 .. r-1 (clamped). */
+static void box_init(const uint8_t *in, size_t istride, int len, int n, int r, uint32_t *acc)
+{
+    const int edge_a = imin(r + 1, len);
+    const uint32_t first_w = (uint32_t)(r + 1), last_w = (uint32_t)(r - edge_a + 1);
+    const uint8_t *lastline = in + (size_t)(len - 1) * istride;
+    int k = 0;
+    for (; k + BLOCK <= n; k += BLOCK) {
+        u32x8 a[4], f[4], l[4];
+        unpack(in + k, f);
+        unpack(lastline + k, l);
+        for (int m = 0; m < 4; m++)
+            a[m] = f[m] * first_w + l[m] * last_w;
+        for (int x = 0; x < edge_a - 1; x++) {
+            unpack(in + (size_t)x * istride + (size_t)k, f);
+            for (int m = 0; m < 4; m++)
+                a[m] += f[m];
+        }
+        memcpy(acc + k, a, sizeof a);
+    }
+    for (; k < n; k++) {
+        acc[k] = (uint32_t)in[k] * first_w + (uint32_t)lastline[k] * last_w;
+        for (int x = 0; x < edge_a - 1; x++)
+            acc[k] += in[(size_t)x * istride + (size_t)k];
+    }
+}
+
+/*
+ * One box pass along `len` lines of `n` samples each: line i starts at in + i*istride and
+ * its result goes to out + i*ostride; every sample column is blurred independently across
+ * the lines. `acc` holds n counters. This is ImagingLineBoxBlur32/8 run for n columns at
+ * once, with its three edge cases folded into clamped indices (the window of position x
+ * is x-r-1 .. x+r+1, clamped to 0 .. len-1).
+ */
+SIMD_CLONES
+static void box_pass(const uint8_t *restrict in, size_t istride, uint8_t *restrict out,
+                     size_t ostride, int len, int n, const box_weights *bw,
+                     uint32_t *restrict acc)
+{
+    const int r = bw->radius, last = len - 1;
+    const uint32_t ww = bw->ww, fw = bw->fw;
+    box_init(in, istride, len, n, r, acc);
+    for (int x = 0; x <= last; x++) {
+        const uint8_t *sub = in + (size_t)imax(x - r - 1, 0) * istride;
+        const uint8_t *add = in + (size_t)imin(x + r, last) * istride;
+        const uint8_t *far = in + (size_t)imin(x + r + 1, last) * istride;
+        uint8_t *o = out + (size_t)x * ostride;
+        int k = 0;
+        for (; k + BLOCK <= n; k += BLOCK) {
+            u32x8 ws, wa, wf, c0, c1, c2, c3, res = {0};
+            memcpy(&ws, sub + k, sizeof ws);
+            memcpy(&wa, add + k, sizeof wa);
+            memcpy(&wf, far + k, sizeof wf);
+            memcpy(&c0, acc + k, sizeof c0);
+            memcpy(&c1, acc + k + 8, sizeof c1);
+            memcpy(&c2, acc + k + 16, sizeof c2);
+            memcpy(&c3, acc + k + 24, sizeof c3);
+            BOX_STEP(c0, 0);
+            BOX_STEP(c1, 1);
+            BOX_STEP(c2, 2);
+            BOX_STEP(c3, 3);
+            memcpy(acc + k, &c0, sizeof c0);
+            memcpy(acc + k + 8, &c1, sizeof c1);
+            memcpy(acc + k + 16, &c2, sizeof c2);
+            memcpy(acc + k + 24, &c3, sizeof c3);
+            memcpy(o + k, &res, sizeof res);
+        }
+        for (; k < n; k++) {
+            acc[k] += (uint32_t)add[k] - (uint32_t)sub[k];
+            uint32_t bulk = acc[k] * ww + (uint32_t)(sub[k] + far[k]) * fw;
+            o[k] = (uint8_t)((bulk + (1u << 23)) >> 24);
+        }
+    }
+}
+
+/* Pixel transposes between `im` (h lines of w*c bytes) and a packed buffer of w lines of
+ * h*c bytes, in bands of TBAND image rows so that both sides stay in cache. The pixel copy
+ * has a constant size per branch, which the compiler turns into plain moves. */
+enum { TBAND = 16 };
+
+static inline void copy_px(uint8_t *d, const uint8_t *s, int c)
+{
+    if (c == 3)
+        memcpy(d, s, 3);
+    else
+        *d = *s;
+}
+
+static void transpose_to(const img_u8 *im, uint8_t *dst)
+{
+    const size_t c = (size_t)im->c, line = (size_t)im->h * c;
+    for (int y0 = 0; y0 < im->h; y0 += TBAND) {
+        const int y1 = imin(y0 + TBAND, im->h);
+        for (int x = 0; x < im->w; x++) {
+            const uint8_t *s = im->px + (size_t)y0 * im->stride + (size_t)x * c;
+            uint8_t *d = dst + (size_t)x * line + (size_t)y0 * c;
+            for (int y = y0; y < y1; y++, s += im->stride, d += c)
+                copy_px(d, s, im->c);
+        }
+    }
+}
+
+static void transpose_from(const uint8_t *src, img_u8 *im)
+{
+    const size_t c = (size_t)im->c, line = (size_t)im->h * c;
+    for (int y0 = 0; y0 < im->h; y0 += TBAND) {
+        const int y1 = imin(y0 + TBAND, im->h);
+        for (int x = 0; x < im->w; x++) {
+            const uint8_t *s = src + (size_t)x * line + (size_t)y0 * c;
+            uint8_t *d = im->px + (size_t)y0 * im->stride + (size_t)x * c;
+            for (int y = y0; y < y1; y++, s += c, d += im->stride)
+                copy_px(d, s, im->c);
+        }
+    }
+}
+
+/*
+ * PIL blurs rows three times, transposes, blurs (former columns) three times, transposes
+ * back. Here both directions run as passes over whole lines (vectorised across the
+ * samples of a line): rows are blurred on a transposed copy, columns on the image itself.
+ * Buffers a and b hold w*h*c bytes each.
+ */
+static void blur_passes(img_u8 *im, const box_weights *bw, uint8_t *a, uint8_t *b,
+                        uint32_t *acc)
+{
+    const size_t tline = (size_t)im->h * (size_t)im->c; /* a line of the transpose */
+    const size_t line = (size_t)im->w * (size_t)im->c;
+    transpose_to(im, a);
+    box_pass(a, tline, b, tline, im->w, (int)tline, bw, acc);
+    box_pass(b, tline, a, tline, im->w, (int)tline, bw, acc);
+    box_pass(a, tline, b, tline, im->w, (int)tline, bw, acc);
+    transpose_from(b, im);
+    box_pass(im->px, im->stride, a, line, im->h, (int)line, bw, acc);
+    box_pass(a, line, b, line, im->h, (int)line, bw, acc);
+    box_pass(b, line, im->px, im->stride, im->h, (int)line, bw, acc);
+}
+
+void img_gaussian_blur(img_u8 *im, double radius)
+{
+    if (!im || !im->px || im->w <= 0 || im->h <= 0 || (im->c != 1 && im->c != 3))
+        die(1, "img_gaussian_blur: not an 8-bit L or RGB image");
+    if (!(radius >= 0.0))
+        die(1, "img_gaussian_blur: radius %g must be >= 0", radius);
+    /* PIL receives the radius as a C float. */
+    const box_weights bw = box_weights_for(gaussian_box_radius((float)radius, 3));
+    /* r = 0 with the whole weight inside is the identity (radius 0). */
+    if (bw.radius == 0 && bw.fw == 0)
+        return;
+    const size_t px = (size_t)im->w * (size_t)im->h * (size_t)im->c;
+    const size_t longest = (size_t)(im->w > im->h ? im->w : im->h) * (size_t)im->c;
+    /* One allocation per call: accumulators for the longest line, two image buffers. */
+    size_t bytes = longest * sizeof(uint32_t) + 2 * px;
+    uint8_t *mem = malloc(bytes);
+    if (!mem)
+        die(1, "img_gaussian_blur: out of memory (%zu bytes)", bytes);
+    uint32_t *acc = (uint32_t *)(void *)mem; /* malloc'd memory is suitably aligned */
+    uint8_t *a = mem + longest * sizeof(uint32_t);
+    blur_passes(im, &bw, a, a + px, acc);
+    free(mem);
+}
+
+/* ---- SMOOTH --------------------------------------------------------------------------- */
+
+/* PIL's KERNEL1x3 for SMOOTH's weights (k0, k1, k0): left to right in float. */
+static inline float tap3(const uint8_t *p, int c, float k0, float k1)
+{
+    return (float)p[-c] * k0 + (float)p[0] * k1 + (float)p[c] * k0;
+}
+
+/* The same on lane vectors: the words at p - c, p, p + c (wl, wc, wr), byte m. */
+#define VTAP3(wl, wc, wr, m, k0, k1)                                                       \
+    (__builtin_convertvector(VBYTE(wl, m), f32x8) * (k0) +                                 \
+     __builtin_convertvector(VBYTE(wc, m), f32x8) * (k1) +                                 \
+     __builtin_convertvector(VBYTE(wr, m), f32x8) * (k0))
+
+/* One inner row of SMOOTH: o[i] for c <= i < n - c from the rows above, at and below. */
+SIMD_CLONES
+static void smooth_row(const uint8_t *up, const uint8_t *mid, const uint8_t *down,
+                       uint8_t *o, size_t n, int c)
+{
+    /* The kernel as PIL divides it: float(1) / float(13), float(5) / float(13). */
+    const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+    const size_t cc = (size_t)c;
+    size_t i = cc;
+    for (; i + VBLOCK + cc <= n; i += VBLOCK) {
+        u32x8 dl, dc, dr, ml, mc, mr, ul, uc, ur, res = {0};
+        VLOAD(dl, down + i - cc); VLOAD(dc, down + i); VLOAD(dr, down + i + cc);
+        VLOAD(ml, mid + i - cc); VLOAD(mc, mid + i); VLOAD(mr, mid + i + cc);
+        VLOAD(ul, up + i - cc); VLOAD(uc, up + i); VLOAD(ur, up + i + cc);
+        for (int m = 0; m < 4; m++) {
+            /* offset 0 plus PIL's 0.5 for rounding, then rows y+1, y, y-1 */
+            f32x8 ss = 0.5f + VTAP3(dl, dc, dr, m, k1, k1);
+            ss += VTAP3(ml, mc, mr, m, k1, k5);
+            ss += VTAP3(ul, uc, ur, m, k1, k1);
+            VPUT(res, ss, m);
+        }
+        memcpy(o + i, &res, sizeof res);
+    }
+    for (; i + cc < n; i++) {
+        float ss = 0.5f;
+        ss += tap3(down + i, c, k1, k1);
+        ss += tap3(mid + i, c, k1, k5);
+        ss += tap3(up + i, c, k1, k1);
+        o[i] = ss <= 0.0f ? 0 : ss >= 255.0f ? 255 : (uint8_t)ss;
+    }
+}
+
+void img_smooth3x3(const img_u8 *src, img_u8 *dst)
+{
+    if (src->w != dst->w || src->h != dst->h || src->c != dst->c)
+        die(1, "img_smooth3x3: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w,
+            dst->h, dst->c);
+    if (src->w < 3 || src->h < 3) {
+        img_copy(src, dst);
+        return;
+    }
+    const int c = src->c;
+    const size_t row = (size_t)src->w * (size_t)c;
+    memcpy(dst->px, src->px, row);
+    for (int y = 1; y < src->h - 1; y++) {
+        const uint8_t *up = src->px + (size_t)(y - 1) * src->stride;
+        const uint8_t *mid = up + src->stride, *down = mid + src->stride;
+        uint8_t *o = dst->px + (size_t)y * dst->stride;
+        /* the first and last pixel of the row are kept */
+        memcpy(o, mid, (size_t)c);
+        smooth_row(up, mid, down, o, row, c);
+        memcpy(o + row - c, mid + row - c, (size_t)c);
+    }
+    size_t last = (size_t)(src->h - 1);
+    memcpy(dst->px + last * dst->stride, src->px + last * src->stride, row);
+}

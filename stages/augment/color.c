@@ -1,0 +1,640 @@
+/*
+ * color.c — PIL 9.4's ImageEnhance (Brightness, Contrast, Color, Sharpness), ImageOps
+ * (posterize, solarize, autocontrast) and torchvision 0.14's adjust_hue, bit for bit.
+ *
+ * Every ImageEnhance operation is Image.blend(degenerate, image, factor): PIL computes
+ * deg + alpha * (img - deg) in C float (alpha is the factor rounded to float), clips to
+ * 0..255 and truncates (libImaging/Blend.c); blend_px below is that expression, and
+ * blend_row runs it on 8-lane vectors (blur_internal.h), the same float operations lane by
+ * lane. The degenerate image is black (Brightness), the mean gray (Contrast), the gray
+ * image (Color) or SMOOTH (Sharpness, blur.c).
+ *
+ * Gray is PIL's convert("L"): (19595 R + 38470 G + 7471 B + 0x8000) >> 16.
+ *
+ * adjust_hue is PIL's rgb2hsv and hsv2rgb (libImaging/Convert.c) with the hue byte shifted
+ * in between (uint8 wrap-around, as torchvision adds np.uint8(hue_factor * 255)), with
+ * PIL's float/double mix, on which the result depends. rgb2hsv comes from tables built
+ * once by the exact per-pixel code; hsv2rgb runs four pixels at a time in double lanes.
+ *
+ * posterize and solarize are per-byte vector maps, autocontrast PIL's per-channel tables
+ * from the histogram.
+ */
+/* PIL's results depend on every float operation being rounded on its own: never fuse a
+ * multiply and an add (which GCC's gnu17 default does wherever the target has FMA). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "augment/blur_internal.h"
+#include "augment/img.h"
+
+#include "log.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+/* PIL's convert("L") of one RGB pixel. */
+static inline int luma(const uint8_t *p)
+{
+    return (p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16;
+}
+
+/* ImagingBlend for one sample: deg + alpha * (img - deg) in float, clipped, truncated.
+ * Written as max/min so that it compiles without branches. */
+static inline uint8_t blend_px(int deg, int img, float alpha)
+{
+    float t = (float)deg + alpha * (float)(img - deg);
+    t = t > 0.0f ? t : 0.0f;
+    t = t < 255.0f ? t : 255.0f;
+    return (uint8_t)(int)t;
+}
+
+/* Every sample v of `im` := lut[channel][v]. */
+static void apply_luts(img_u8 *im, const uint8_t lut[][256])
+{
+    const int c = im->c;
+    for (int y = 0; y < im->h; y++) {
+        uint8_t *p = im->px + (size_t)y * im->stride;
+        if (c == 3) {
+            for (int x = 0; x < im->w; x++, p += 3) {
+                p[0] = lut[0][p[0]];
+                p[1] = lut[1][p[1]];
+                p[2] = lut[2][p[2]];
+            }
+        } else {
+            for (int x = 0; x < im->w; x++)
+                p[x] = lut[0][p[x]];
+        }
+    }
+}
+
+/* blend_px on lane vectors (blur_internal.h): byte m of the words wd (degenerate) and wv
+ * (image), the same float operations in the same order. */
+#define VBLEND(res, wd, wv, m, alpha)                                                      \
+    do {                                                                                   \
+        i32x8 d_ = VBYTE(wd, m);                                                           \
+        f32x8 t_ = __builtin_convertvector(d_, f32x8) +                                    \
+                   (alpha) * __builtin_convertvector(VBYTE(wv, m) - d_, f32x8);            \
+        VPUT(res, t_, m);                                                                  \
+    } while (0)
+
+/* The vector path converts the unclipped float to int; beyond this factor that could
+ * overflow, and the scalar path (which clips first) runs instead. */
+#define VBLEND_MAX_ALPHA 1e6f
+
+/* img[i] := blend(deg[i], img[i]) for i < n. */
+SIMD_CLONES
+static void blend_row(const uint8_t *deg, uint8_t *img, size_t n, float alpha)
+{
+    size_t i = 0;
+    if (alpha > -VBLEND_MAX_ALPHA && alpha < VBLEND_MAX_ALPHA) {
+        for (; i + VBLOCK <= n; i += VBLOCK) {
+            u32x8 wd, wv, res = {0};
+            VLOAD(wd, deg + i);
+            VLOAD(wv, img + i);
+            VBLEND(res, wd, wv, 0, alpha);
+            VBLEND(res, wd, wv, 1, alpha);
+            VBLEND(res, wd, wv, 2, alpha);
+            VBLEND(res, wd, wv, 3, alpha);
+            memcpy(img + i, &res, sizeof res);
+        }
+    }
+    for (; i < n; i++)
+        img[i] = blend_px(deg[i], img[i], alpha);
+}
+
+/* img[i] := blend(deg, img[i]) for i < n: a constant degenerate image. */
+SIMD_CLONES
+static void blend_row_const(int deg, uint8_t *img, size_t n, float alpha)
+{
+    size_t i = 0;
+    if (alpha > -VBLEND_MAX_ALPHA && alpha < VBLEND_MAX_ALPHA) {
+        const u32x8 wd = (u32x8){0} + (uint32_t)deg * 0x01010101u;
+        for (; i + VBLOCK <= n; i += VBLOCK) {
+            u32x8 wv, res = {0};
+            VLOAD(wv, img + i);
+            VBLEND(res, wd, wv, 0, alpha);
+            VBLEND(res, wd, wv, 1, alpha);
+            VBLEND(res, wd, wv, 2, alpha);
+            VBLEND(res, wd, wv, 3, alpha);
+            memcpy(img + i, &res, sizeof res);
+        }
+    }
+    for (; i < n; i++)
+        img[i] = blend_px(deg, img[i], alpha);
+}
+
+/* Blend with a constant degenerate image `deg`. */
+static void blend_const(img_u8 *im, int deg, double factor)
+{
+    const float alpha = (float)factor;
+    const size_t row = (size_t)im->w * (size_t)im->c;
+    for (int y = 0; y < im->h; y++)
+        blend_row_const(deg, im->px + (size_t)y * im->stride, row, alpha);
+}
+
+static void check_image(const img_u8 *im, const char *fn)
+{
+    if (!im || !im->px || im->w <= 0 || im->h <= 0 || (im->c != 1 && im->c != 3))
+        die(1, "%s: not an 8-bit L or RGB image", fn);
+}
+
+/* ---- ImageEnhance ---------------------------------------------------------------------- */
+
+void img_adjust_brightness(img_u8 *im, double factor)
+{
+    check_image(im, "img_adjust_brightness");
+    blend_const(im, 0, factor);
+}
+
+/*
+ * Eight RGB pixels as lanes: lane j of w := the 32-bit word at p + 3j, i.e. R, G, B of
+ * pixel j in its low three bytes (and the next pixel's R on top). Reads one byte past the
+ * eighth pixel, so callers keep 3*8 + 1 bytes of row ahead. (Macros: functions taking or
+ * returning 32-byte vectors draw GCC's ABI note.)
+ */
+#define LOAD_8PX(w, p)                                                                     \
+    do {                                                                                   \
+        for (int j_ = 0; j_ < 8; j_++) {                                                   \
+            uint32_t t_;                                                                   \
+            memcpy(&t_, (p) + 3 * j_, sizeof t_);                                          \
+            (w)[j_] = t_;                                                                  \
+        }                                                                                  \
+    } while (0)
+
+/* luma() on such lanes: the same integer formula. */
+#define LUMA_8PX(w)                                                                        \
+    ((((w) & 0xff) * 19595 + (((w) >> 8) & 0xff) * 38470 + (((w) >> 16) & 0xff) * 7471 +  \
+      0x8000) >> 16)
+
+/* Sum of luma() over one RGB row of w pixels. */
+SIMD_CLONES
+static uint64_t luma_row_sum(const uint8_t *p, int w)
+{
+    u32x8 acc = {0};
+    int x = 0;
+    for (; 3 * x + 25 <= 3 * w; x += 8) {
+        u32x8 px;
+        LOAD_8PX(px, p + 3 * x);
+        acc += LUMA_8PX(px);
+    }
+    uint64_t sum = 0;
+    for (int j = 0; j < 8; j++)
+        sum += acc[j];
+    for (; x < w; x++)
+        sum += (uint64_t)luma(p + 3 * x);
+    return sum;
+}
+
+/* int(mean of convert("L") + 0.5), the gray of ImageEnhance.Contrast. ImageStat sums the
+ * histogram exactly (a double holds any such sum) and divides once. */
+static int mean_gray(const img_u8 *im)
+{
+    uint64_t sum = 0;
+    for (int y = 0; y < im->h; y++) {
+        const uint8_t *p = im->px + (size_t)y * im->stride;
+        if (im->c == 3) {
+            sum += luma_row_sum(p, im->w);
+        } else {
+            for (int x = 0; x < im->w; x++)
+                sum += p[x];
+        }
+    }
+    double mean = (double)sum / ((double)im->w * (double)im->h);
+    return (int)(mean + 0.5);
+}
+
+void img_adjust_contrast(img_u8 *im, double factor)
+{
+    check_image(im, "img_adjust_contrast");
+    blend_const(im, mean_gray(im), factor);
+}
+
+void img_adjust_saturation(img_u8 *im, double factor)
+{
+    check_image(im, "img_adjust_saturation");
+    /* An L image is its own gray: blending it with itself changes nothing. */
+    if (im->c != 3)
+        return;
+    const float alpha = (float)factor;
+    const size_t row = (size_t)im->w * 3;
+    /* The gray row, one byte per sample, then a vector blend of the whole row. */
+    uint8_t *gray = malloc(row);
+    if (!gray)
+        die(1, "img_adjust_saturation: out of memory");
+    for (int y = 0; y < im->h; y++) {
+        uint8_t *p = im->px + (size_t)y * im->stride;
+        for (size_t i = 0; i < row; i += 3)
+            gray[i] = gray[i + 1] = gray[i + 2] = (uint8_t)luma(p + i);
+        blend_row(gray, p, row, alpha);
+    }
+    free(gray);
+}
+
+void img_adjust_sharpness(img_u8 *im, double factor)
+{
+    check_image(im, "img_adjust_sharpness");
+    img_u8 smooth = img_alloc(im->w, im->h, im->c);
+    img_smooth3x3(im, &smooth);
+    const float alpha = (float)factor;
+    const size_t row = (size_t)im->w * (size_t)im->c;
+    for (int y = 0; y < im->h; y++)
+        blend_row(smooth.px + (size_t)y * smooth.stride, im->px + (size_t)y * im->stride, row,
+                  alpha);
+    img_free(&smooth);
+}
+
+/* ---- hue ------------------------------------------------------------------------------------ */
+
+static inline uint8_t clip8i(int v) { return (uint8_t)(v <= 0 ? 0 : v < 256 ? v : 255); }
+
+/* C's round() (half away from zero) for x >= 0, without a libm call: trunc(x) and the
+ * fraction x - trunc(x) are both exact in double. */
+static inline int round_pos(double x)
+{
+    int i = (int)x;
+    return i + (x - (double)i >= 0.5);
+}
+
+/* PIL's rgb2hsv_row: hue and saturation bytes of one pixel (value is max(r, g, b)). */
+static inline void rgb_to_hs(int r, int g, int b, int maxc, int minc, int *hue, int *sat)
+{
+    float cr = (float)(maxc - minc);
+    float s = cr / (float)maxc;
+    float rc = (float)(maxc - r) / cr;
+    float gc = (float)(maxc - g) / cr;
+    float bc = (float)(maxc - b) / cr;
+    float h;
+    if (r == maxc)
+        h = bc - gc;
+    else if (g == maxc)
+        h = (float)(2.0 + rc - bc); /* PIL: double constants, stored to float */
+    else
+        h = (float)(4.0 + gc - rc);
+    /* fmod(h / 6.0 + 1.0, 1.0): the argument lies in [5/6, 11/6], where subtracting 1 is
+     * exact, so fmod reduces to a compare. */
+    double hd = h / 6.0 + 1.0;
+    h = (float)(hd >= 1.0 ? hd - 1.0 : hd);
+    *hue = clip8i((int)(h * 255.0));
+    *sat = clip8i((int)(s * 255.0));
+}
+
+/*
+ * Tables, built once from the exact per-pixel code above (thread-safe, on first use):
+ *
+ * The hue byte of rgb2hsv depends only on the differences max - r, max - g, max - b: on
+ * which channel is the maximum (PIL tests r, then g, then b), which is the minimum, the
+ * range cr = max - min and the middle channel's distance d = max - mid (0 <= d <= cr). That
+ * is 6 cases of cr*(cr+1)/2 + d entries. The saturation byte depends on (max, cr).
+ * hsv2rgb's sextant and fraction depend on the hue byte, fs = s / 255 on the saturation.
+ */
+enum { TRI_N = 256 * 257 / 2 };
+
+static struct {
+    uint8_t hue[6][TRI_N]; /* [case][tri(cr) + d] */
+    uint8_t sat[TRI_N];    /* [tri(max) + cr] */
+    int tri[256];          /* a * (a + 1) / 2 */
+    uint8_t sextant[256];
+    float frac[256];
+    double one_minus_frac[256]; /* 1.0 - f in double (exact) */
+    float fs[256];
+} hsv_tab;
+
+/* The case of a pixel and d = max - (the channel that is neither max nor min). Cases by
+ * (max, min): 0 (r, b), 1 (r, g), 2 (g, r), 3 (g, b), 4 (b, g), 5 (b, r); the max is the
+ * first of r, g, b that equals it, as PIL tests. When the two lower channels tie, either
+ * case gives d = cr and the same hue. */
+static inline int hue_case(int r, int g, int b, int maxc, int *d)
+{
+    if (r == maxc) {
+        if (b <= g) { *d = maxc - g; return 0; }
+        *d = maxc - b;
+        return 1;
+    }
+    if (g == maxc) {
+        if (r <= b) { *d = maxc - b; return 2; }
+        *d = maxc - r;
+        return 3;
+    }
+    if (g <= r) { *d = maxc - r; return 4; }
+    *d = maxc - g;
+    return 5;
+}
+
+/* A pixel with max 255 that falls in `kase` with range cr and middle distance d. */
+static void case_pixel(int kase, int cr, int d, int rgb[3])
+{
+    static const int role[6][3] = {/* index of max, mid, min channel */
+                                   {0, 1, 2}, {0, 2, 1}, {1, 2, 0},
+                                   {1, 0, 2}, {2, 0, 1}, {2, 1, 0}};
+    rgb[role[kase][0]] = 255;
+    rgb[role[kase][1]] = 255 - d;
+    rgb[role[kase][2]] = 255 - cr;
+}
+
+static void hsv_tab_init(void)
+{
+    for (int a = 0; a < 256; a++)
+        hsv_tab.tri[a] = a * (a + 1) / 2;
+    memset(hsv_tab.hue, 0, sizeof hsv_tab.hue);
+    memset(hsv_tab.sat, 0, sizeof hsv_tab.sat);
+    for (int kase = 0; kase < 6; kase++)
+        for (int cr = 1; cr < 256; cr++)
+            for (int d = 0; d <= cr; d++) {
+                int rgb[3], h, s;
+                case_pixel(kase, cr, d, rgb);
+                rgb_to_hs(rgb[0], rgb[1], rgb[2], 255, 255 - cr, &h, &s);
+                hsv_tab.hue[kase][hsv_tab.tri[cr] + d] = (uint8_t)h;
+            }
+    for (int maxc = 1; maxc < 256; maxc++)
+        for (int cr = 1; cr <= maxc; cr++) {
+            int h, s;
+            rgb_to_hs(maxc, maxc, maxc - cr, maxc, maxc - cr, &h, &s);
+            hsv_tab.sat[hsv_tab.tri[maxc] + cr] = (uint8_t)s;
+        }
+    for (int h = 0; h < 256; h++) {
+        int i = (int)floor((float)h * 6.0 / 255.0);
+        hsv_tab.sextant[h] = (uint8_t)(i % 6);
+        hsv_tab.frac[h] = (float)((float)h * 6.0 / 255.0 - (float)i);
+        hsv_tab.one_minus_frac[h] = 1.0 - hsv_tab.frac[h];
+    }
+    for (int s = 0; s < 256; s++)
+        hsv_tab.fs[s] = (float)((float)s / 255.0);
+}
+
+/* PIL's hsv2rgb for one pixel with s > 0: v, p, q, t placed by the sextant. */
+static inline void hsv_to_rgb(int h, int s, int v, uint8_t *out)
+{
+    static const uint8_t place[6][3] = {/* indices into {v, p, q, t} */
+                                        {0, 3, 1}, {2, 0, 1}, {1, 0, 3},
+                                        {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
+    const float f = hsv_tab.frac[h], fs = hsv_tab.fs[s];
+    const double vf = (double)v;
+    uint8_t val[4];
+    val[0] = (uint8_t)v;
+    /* v times a factor in [0, 1]: no clipping needed (PIL's CLIP8 never acts here) */
+    val[1] = (uint8_t)round_pos(vf * (1.0 - fs));
+    val[2] = (uint8_t)round_pos(vf * (1.0 - (double)(fs * f))); /* fs * f in float, as PIL */
+    val[3] = (uint8_t)round_pos(vf * (1.0 - fs * hsv_tab.one_minus_frac[h]));
+    const uint8_t *pl = place[hsv_tab.sextant[h]];
+    out[0] = val[pl[0]];
+    out[1] = val[pl[1]];
+    out[2] = val[pl[2]];
+}
+
+static pthread_once_t hsv_once = PTHREAD_ONCE_INIT;
+
+/*
+ * hsv2rgb four pixels at a time: hsv_to_rgb's double/float expressions lane by lane (each
+ * lane rounds exactly as the scalar code). round() of a non-negative x is
+ * trunc(x) + (x - trunc(x) >= 0.5), as round_pos.
+ */
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef double f64x4 __attribute__((vector_size(32)));
+typedef int64_t i64x4 __attribute__((vector_size(32)));
+
+/* out := round_pos of four double lanes x: t = trunc(x), plus 1.0 where x - t >= 0.5. */
+#define ROUND_POS4(out, x)                                                                 \
+    do {                                                                                   \
+        const f64x4 t_ = __builtin_convertvector(__builtin_convertvector((x), i32x4), f64x4); \
+        const i64x4 up_ = (x) - t_ >= 0.5;                                                 \
+        (out) = __builtin_convertvector(t_ + (f64x4)(up_ & (i64x4)(f64x4){1, 1, 1, 1}),    \
+                                        i32x4);                                            \
+    } while (0)
+#define SEL4(m, a, b) (((a) & (m)) | ((b) & ~(m)))
+
+/* out[3x ..] := RGB of the n pixels (hb, sb, vb); out has one byte of slack at the end. */
+SIMD_CLONES
+static void hsv_row_to_rgb(const uint8_t *hb, const uint8_t *sb, const uint8_t *vb,
+                           uint8_t *out, int n)
+{
+    int x = 0;
+    for (; x + 4 <= n; x += 4) {
+        const i32x4 S = {sb[x], sb[x + 1], sb[x + 2], sb[x + 3]};
+        const i32x4 V = {vb[x], vb[x + 1], vb[x + 2], vb[x + 3]};
+        /* sextant, fraction and s / 255 from the tables (two divisions per lane cost more) */
+        i32x4 sext = {hsv_tab.sextant[hb[x]], hsv_tab.sextant[hb[x + 1]],
+                      hsv_tab.sextant[hb[x + 2]], hsv_tab.sextant[hb[x + 3]]};
+        const f32x4 f = {hsv_tab.frac[hb[x]], hsv_tab.frac[hb[x + 1]], hsv_tab.frac[hb[x + 2]],
+                         hsv_tab.frac[hb[x + 3]]};
+        const f32x4 fs = {hsv_tab.fs[sb[x]], hsv_tab.fs[sb[x + 1]], hsv_tab.fs[sb[x + 2]],
+                          hsv_tab.fs[sb[x + 3]]};
+        const f64x4 vf = __builtin_convertvector(V, f64x4);
+        const f64x4 fsd = __builtin_convertvector(fs, f64x4);
+        const f64x4 pd = vf * (1.0 - fsd);
+        const f64x4 qd = vf * (1.0 - __builtin_convertvector(fs * f, f64x4));
+        const f64x4 td = vf * (1.0 - fsd * (1.0 - __builtin_convertvector(f, f64x4)));
+        i32x4 P, Q, T;
+        ROUND_POS4(P, pd);
+        ROUND_POS4(Q, qd);
+        ROUND_POS4(T, td);
+        const i32x4 s0 = sext == 0, s1 = sext == 1, s2 = sext == 2, s3 = sext == 3;
+        const i32x4 s4 = sext == 4, s5 = sext == 5, gray = S == 0;
+        /* PIL's switch: 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q) */
+        i32x4 R = SEL4(s0 | s5, V, SEL4(s1, Q, SEL4(s2 | s3, P, T)));
+        i32x4 G = SEL4(s0, T, SEL4(s1 | s2, V, SEL4(s3, Q, P)));
+        i32x4 B = SEL4(s0 | s1, P, SEL4(s2, T, SEL4(s3 | s4, V, Q)));
+        R = SEL4(gray, V, R);
+        G = SEL4(gray, V, G);
+        B = SEL4(gray, V, B);
+        const i32x4 word = R | G << 8 | B << 16;
+        /* four-byte stores, each overwriting the previous one's spare top byte */
+        for (int l = 0; l < 4; l++) {
+            uint32_t w = (uint32_t)word[l];
+            memcpy(out + 3 * (x + l), &w, sizeof w);
+        }
+    }
+    for (; x < n; x++) {
+        uint8_t *o = out + 3 * x;
+        if (sb[x] == 0)
+            o[0] = o[1] = o[2] = vb[x];
+        else
+            hsv_to_rgb(hb[x], sb[x], vb[x], o);
+    }
+}
+
+/* rgb2hsv of one row with the hue byte shifted: hb, sb, vb := H + shift, S, V. */
+static void rgb_row_to_hsv(const uint8_t *p, int n, int shift, uint8_t *hb, uint8_t *sb,
+                           uint8_t *vb)
+{
+    for (int x = 0; x < n; x++, p += 3) {
+        int r = p[0], g = p[1], b = p[2];
+        int maxc = r > g ? r : g, minc = r < g ? r : g;
+        maxc = maxc > b ? maxc : b;
+        minc = minc < b ? minc : b;
+        int cr = maxc - minc;
+        /* s == 0 (gray, or a range too small for a saturation byte): PIL gives v, v, v
+         * whatever the hue. */
+        int s = hsv_tab.sat[hsv_tab.tri[maxc] + cr], h = 0;
+        if (s != 0) {
+            int d, kase = hue_case(r, g, b, maxc, &d);
+            h = hsv_tab.hue[kase][hsv_tab.tri[cr] + d];
+        }
+        hb[x] = (uint8_t)((h + shift) & 255);
+        sb[x] = (uint8_t)s;
+        vb[x] = (uint8_t)maxc;
+    }
+}
+
+void img_adjust_hue(img_u8 *im, double hue_factor)
+{
+    check_image(im, "img_adjust_hue");
+    if (!(hue_factor >= -0.5 && hue_factor <= 0.5))
+        die(1, "img_adjust_hue: hue_factor %g is not in [-0.5, 0.5]", hue_factor);
+    /* torchvision returns L images untouched. */
+    if (im->c != 3)
+        return;
+    pthread_once(&hsv_once, hsv_tab_init);
+    /* np.uint8(hue_factor * 255): truncation toward zero, then modulo 256. */
+    const int shift = (int)(hue_factor * 255.0) & 255;
+    const size_t w = (size_t)im->w;
+    /* one row of H, S, V and of RGB output (+1 byte of slack for its word stores) */
+    uint8_t *buf = malloc(6 * w + 1);
+    if (!buf)
+        die(1, "img_adjust_hue: out of memory");
+    uint8_t *hb = buf, *sb = hb + w, *vb = sb + w, *out = vb + w;
+    for (int y = 0; y < im->h; y++) {
+        uint8_t *p = im->px + (size_t)y * im->stride;
+        rgb_row_to_hsv(p, im->w, shift, hb, sb, vb);
+        hsv_row_to_rgb(hb, sb, vb, out, im->w);
+        memcpy(p, out, 3 * w);
+    }
+    free(buf);
+}
+
+/* ---- ImageOps ------------------------------------------------------------------------------ */
+
+/* Byte vectors for the two per-byte maps that need no table. */
+typedef uint8_t u8x32 __attribute__((vector_size(32)));
+
+/* p[i] &= mask for i < n. */
+SIMD_CLONES
+static void and_row(uint8_t *p, size_t n, uint8_t mask)
+{
+    size_t i = 0;
+    for (; i + sizeof(u8x32) <= n; i += sizeof(u8x32)) {
+        u8x32 v;
+        memcpy(&v, p + i, sizeof v);
+        v &= mask;
+        memcpy(p + i, &v, sizeof v);
+    }
+    for (; i < n; i++)
+        p[i] &= mask;
+}
+
+/* p[i] := p[i] < t ? p[i] : 255 - p[i] for i < n. */
+SIMD_CLONES
+static void solarize_row(uint8_t *p, size_t n, uint8_t t)
+{
+    size_t i = 0;
+    for (; i + sizeof(u8x32) <= n; i += sizeof(u8x32)) {
+        u8x32 v, keep;
+        memcpy(&v, p + i, sizeof v);
+        keep = (u8x32)(v < t); /* all ones where kept */
+        v = (v & keep) | ((255 - v) & ~keep);
+        memcpy(p + i, &v, sizeof v);
+    }
+    for (; i < n; i++)
+        p[i] = (uint8_t)(p[i] < t ? p[i] : 255 - p[i]);
+}
+
+void img_posterize(img_u8 *im, int bits)
+{
+    check_image(im, "img_posterize");
+    if (bits < 0 || bits > 8)
+        die(1, "img_posterize: bits %d is not in 0..8", bits);
+    /* PIL's table is i & ~(2**(8 - bits) - 1): a mask. */
+    const uint8_t mask = (uint8_t)~((1 << (8 - bits)) - 1);
+    const size_t row = (size_t)im->w * (size_t)im->c;
+    for (int y = 0; y < im->h; y++)
+        and_row(im->px + (size_t)y * im->stride, row, mask);
+}
+
+void img_solarize(img_u8 *im, int threshold)
+{
+    check_image(im, "img_solarize");
+    /* Above 255 PIL's table is the identity; at or below 0 it inverts everything, which
+     * is a threshold of 0 for solarize_row. */
+    if (threshold > 255)
+        return;
+    const uint8_t t = (uint8_t)(threshold < 0 ? 0 : threshold);
+    const size_t row = (size_t)im->w * (size_t)im->c;
+    for (int y = 0; y < im->h; y++)
+        solarize_row(im->px + (size_t)y * im->stride, row, t);
+}
+
+/* autocontrast's table for one channel whose samples span lo..hi (cutoff 0, nothing
+ * ignored, so PIL's histogram matters only through its lowest and highest non-empty bins):
+ * stretch lo..hi to 0..255 in double, truncating; a constant channel keeps its values.
+ * Returns false when the table is the identity. */
+static bool autocontrast_lut(int lo, int hi, uint8_t lut[256])
+{
+    if (hi <= lo || (lo == 0 && hi == 255)) {
+        for (int v = 0; v < 256; v++)
+            lut[v] = (uint8_t)v;
+        return false;
+    }
+    double scale = 255.0 / (hi - lo);
+    double offset = -lo * scale;
+    for (int v = 0; v < 256; v++)
+        lut[v] = clip8i((int)(v * scale + offset));
+    return true;
+}
+
+/* Per-channel minimum and maximum of one row of n samples with c channels, folded into
+ * lo[] and hi[]. Blocks of 3 vectors (96 bytes) start on a pixel boundary, so byte j of
+ * vector k always belongs to channel (32k + j) % c. */
+SIMD_CLONES
+static void row_min_max(const uint8_t *p, size_t n, int c, int lo[3], int hi[3])
+{
+    enum { V = sizeof(u8x32) };
+    u8x32 mn[3], mx[3];
+    for (int k = 0; k < 3; k++) {
+        mn[k] = (u8x32){0} + 255;
+        mx[k] = (u8x32){0};
+    }
+    size_t i = 0;
+    for (; i + 3 * V <= n; i += 3 * V)
+        for (int k = 0; k < 3; k++) {
+            u8x32 v;
+            memcpy(&v, p + i + (size_t)k * V, sizeof v);
+            u8x32 less = (u8x32)(v < mn[k]), more = (u8x32)(v > mx[k]);
+            mn[k] = (v & less) | (mn[k] & ~less);
+            mx[k] = (v & more) | (mx[k] & ~more);
+        }
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < V; j++) {
+            int ch = (k * V + j) % c;
+            lo[ch] = mn[k][j] < lo[ch] ? mn[k][j] : lo[ch];
+            hi[ch] = mx[k][j] > hi[ch] ? mx[k][j] : hi[ch];
+        }
+    for (; i < n; i++) {
+        int ch = (int)(i % (size_t)c);
+        lo[ch] = p[i] < lo[ch] ? p[i] : lo[ch];
+        hi[ch] = p[i] > hi[ch] ? p[i] : hi[ch];
+    }
+}
+
+void img_autocontrast(img_u8 *im)
+{
+    check_image(im, "img_autocontrast");
+    const int c = im->c;
+    const size_t row = (size_t)im->w * (size_t)c;
+    int lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
+    for (int y = 0; y < im->h; y++)
+        row_min_max(im->px + (size_t)y * im->stride, row, c, lo, hi);
+    uint8_t lut[3][256];
+    bool any = false;
+    for (int k = 0; k < c; k++)
+        any |= autocontrast_lut(lo[k], hi[k], lut[k]);
+    if (any)
+        apply_luts(im, (const uint8_t(*)[256])lut);
+}

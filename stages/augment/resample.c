@@ -1,0 +1,860 @@
+/*
+ * resample.c — the geometry kernels of img.h, bit-exact with PIL 9.4 / torchvision 0.14:
+ * resize, padded crop, flip, rotations, grayscale and the float conversion.
+ *
+ * img_resize follows PIL's libImaging/Resample.c step for step where it matters for the
+ * result: coefficients are computed in double exactly as precompute_coeffs does (same
+ * expressions, same order), turned into 22-bit fixed point as normalize_coeffs_8bpc does,
+ * the horizontal pass runs first (over only the rows the vertical pass reads) and its 8-bit
+ * result feeds the vertical pass; a side that keeps its size is not resampled. All pixel
+ * arithmetic is int32, so any evaluation order gives PIL's exact sums; that lets us
+ *  - leave out zero weights at the ends of a window (they add nothing), and
+ *  - run AVX2 kernels (picked at run time) that are bit-identical to the portable ones: the
+ *    vertical pass keeps 8 columns per register, the horizontal pass transposes a block of
+ *    rows so that it, too, becomes a sum of whole registers; the other pixel operations
+ *    (flip, 180-degree turn, grayscale) have AVX2 versions of their inner loops too.
+ * NEAREST resize and the non-square 90/270 rotations follow PIL's affine nearest-neighbour
+ * paths in Geometry.c (ImagingScaleAffine, affine_fixed), including their rounding.
+ *
+ * Scratch memory (coefficients, the intermediate image) is thread-local and grow-only, so a
+ * steady stream of resizes allocates nothing. The coefficient code is kept free of fused
+ * multiply-adds (NO_FMA) so that builds for newer CPUs still round as PIL does.
+ */
+#include "augment/img.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* PIL: 8 bits of result, 2 bits of headroom for filters with negative lobes. */
+#define PRECISION_BITS (32 - 8 - 2)
+#define HALF (1 << (PRECISION_BITS - 1))
+
+/* ---- scratch ------------------------------------------------------------------------------ */
+
+typedef struct {
+    void *p;
+    size_t cap;
+} scratch;
+
+/* A buffer of at least `bytes`, reused across calls (content not kept). */
+static void *scratch_get(scratch *s, size_t bytes)
+{
+    if (bytes > s->cap) {
+        free(s->p);
+        s->cap = bytes + bytes / 4 + 64;
+        s->p = xmalloc(s->cap);
+    }
+    return s->p;
+}
+
+static _Thread_local scratch g_coef_x, g_coef_y, g_tmp, g_block, g_dcoef;
+
+/* ---- SIMD dispatch -------------------------------------------------------------------------- */
+
+/* -1: not decided yet; tests flip it with img_resample_set_simd to compare both paths. */
+static int g_use_avx2 = -1;
+
+static bool use_avx2(void)
+{
+    if (g_use_avx2 < 0)
+        g_use_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+    return g_use_avx2 == 1;
+}
+
+/* Test hook (not in img.h): on = 0 forces the portable kernels, 1 asks for AVX2 where the CPU
+ * has it. Returns whether AVX2 kernels will be used. */
+int img_resample_set_simd(int on)
+{
+    g_use_avx2 = on && __builtin_cpu_supports("avx2") ? 1 : 0;
+    return g_use_avx2;
+}
+
+/* ---- coefficients (PIL's precompute_coeffs + normalize_coeffs_8bpc) ------------------------- */
+
+/* PIL's weights are computed without fused multiply-adds (Debian builds for baseline x86-64);
+ * keep it so here even when the project is built for a newer CPU. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define NO_FMA
+#else
+#define NO_FMA __attribute__((optimize("fp-contract=off")))
+#endif
+
+NO_FMA static double bilinear_filter(double x)
+{
+    if (x < 0.0)
+        x = -x;
+    if (x < 1.0)
+        return 1.0 - x;
+    return 0.0;
+}
+
+NO_FMA static double bicubic_filter(double x)
+{
+    const double a = -0.5; /* PIL's choice (Keys' cubic) */
+    if (x < 0.0)
+        x = -x;
+    if (x < 1.0)
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0)
+        return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+}
+
+/* For every output index i, a window of len[i] inputs starting at start[i] with fixed-point
+ * weights k[i * stride ..]. Zero weights at either end of PIL's window are left out (they add
+ * nothing to the integer sums), which saves a tap in many bilinear windows. */
+typedef struct {
+    int n, stride;
+    int *start, *len;
+    int32_t *k;
+} coeffs;
+
+/* PIL's weights for resampling in_size samples to out_size (box = the whole input). */
+NO_FMA static coeffs make_coeffs(int in_size, int out_size, img_filter filter, scratch *mem)
+{
+    double (*fn)(double) = filter == IMG_BICUBIC ? bicubic_filter : bilinear_filter;
+    double fsupport = filter == IMG_BICUBIC ? 2.0 : 1.0;
+
+    /* PIL passes the box as floats: in1 - in0 is a float subtraction, then widened. */
+    float in0 = 0.0f, in1 = (float)in_size;
+    double scale = (double)(in1 - in0) / out_size;
+    double filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = fsupport * filterscale;
+    int ksize = (int)ceil(support) * 2 + 1;
+
+    /* A window holds at most min(ksize, in_size) weights. dk (PIL's double weights of one
+     * window) is scratch. */
+    int stride = ksize < in_size ? ksize : in_size;
+    size_t need = (size_t)out_size * (2 * sizeof(int) + (size_t)stride * sizeof(int32_t));
+    char *buf = scratch_get(mem, need);
+    coeffs c = {.n = out_size, .stride = stride, .start = (int *)buf,
+                .len = (int *)buf + out_size,
+                .k = (int32_t *)(buf + (size_t)out_size * 2 * sizeof(int))};
+    double *dk = scratch_get(&g_dcoef, (size_t)ksize * sizeof(double));
+
+    for (int xx = 0; xx < out_size; xx++) {
+        double center = in0 + (xx + 0.5) * scale;
+        double ww = 0.0;
+        double ss = 1.0 / filterscale;
+        int xmin = (int)(center - support + 0.5);
+        if (xmin < 0)
+            xmin = 0;
+        int xmax = (int)(center + support + 0.5);
+        if (xmax > in_size)
+            xmax = in_size;
+        xmax -= xmin;
+        for (int x = 0; x < xmax; x++) {
+            double w = fn((x + xmin - center + 0.5) * ss);
+            dk[x] = w;
+            ww += w;
+        }
+        int32_t *k = c.k + (size_t)xx * stride;
+        for (int x = 0; x < xmax; x++) {
+            double v = ww != 0.0 ? dk[x] / ww : dk[x];
+            /* normalize_coeffs_8bpc: round half away from zero, then truncate */
+            k[x] = v < 0 ? (int)(-0.5 + v * (1 << PRECISION_BITS))
+                         : (int)(0.5 + v * (1 << PRECISION_BITS));
+        }
+        int lo = 0, hi = xmax;
+        while (lo < hi && k[lo] == 0)
+            lo++;
+        while (hi > lo && k[hi - 1] == 0)
+            hi--;
+        memmove(k, k + lo, (size_t)(hi - lo) * sizeof(int32_t));
+        c.start[xx] = xmin + lo;
+        c.len[xx] = hi - lo;
+    }
+    return c;
+}
+
+/* ---- pixel kernels: portable ---------------------------------------------------------------- */
+
+/* PIL's clip8: drop the fraction bits (arithmetic shift), saturate to 0..255. */
+static inline uint8_t clip8(int32_t v)
+{
+    v >>= PRECISION_BITS;
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* One row of the horizontal pass: out[x] = sum_t in[start[x] + t] * k[x][t], per channel. */
+static void hpass_row(const uint8_t *in, uint8_t *out, int c, const coeffs *cx)
+{
+    if (c == 3) {
+        for (int x = 0; x < cx->n; x++) {
+            const uint8_t *p = in + 3 * (size_t)cx->start[x];
+            const int32_t *k = cx->k + (size_t)x * cx->stride;
+            const int taps = cx->len[x];
+            int32_t s0 = HALF, s1 = HALF, s2 = HALF;
+            for (int t = 0; t < taps; t++) {
+                s0 += p[3 * t + 0] * k[t];
+                s1 += p[3 * t + 1] * k[t];
+                s2 += p[3 * t + 2] * k[t];
+            }
+            out[3 * x + 0] = clip8(s0);
+            out[3 * x + 1] = clip8(s1);
+            out[3 * x + 2] = clip8(s2);
+        }
+    } else {
+        for (int x = 0; x < cx->n; x++) {
+            const uint8_t *p = in + cx->start[x];
+            const int32_t *k = cx->k + (size_t)x * cx->stride;
+            int32_t s = HALF;
+            for (int t = 0; t < cx->len[x]; t++)
+                s += p[t] * k[t];
+            out[x] = clip8(s);
+        }
+    }
+}
+
+/* Columns [i0, n) of one output row of the vertical pass; tap t reads row base + t * stride. */
+static void vpass_row(const uint8_t *base, size_t stride, int taps, const int32_t *k,
+                      uint8_t *out, int i0, int n)
+{
+    for (int i = i0; i < n; i++) {
+        int32_t s = HALF;
+        const uint8_t *p = base + i;
+        for (int t = 0; t < taps; t++)
+            s += p[(size_t)t * stride] * k[t];
+        out[i] = clip8(s);
+    }
+}
+
+/* ---- pixel kernels: AVX2 -------------------------------------------------------------------- */
+
+/* 16 int32 sums (lo: bytes 0-7, hi: 8-15) -> 16 bytes, with clip8's shift and saturation
+ * (packs keeps values in range: after the shift they lie within about +-640). */
+__attribute__((target("avx2"))) static inline __m128i pack16_avx2(__m256i lo, __m256i hi)
+{
+    lo = _mm256_srai_epi32(lo, PRECISION_BITS);
+    hi = _mm256_srai_epi32(hi, PRECISION_BITS);
+    __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+    return _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+}
+
+/* acc += (8 bytes at p, widened) * k */
+__attribute__((target("avx2"))) static inline __m256i mac8_avx2(__m256i acc, const uint8_t *p,
+                                                                  __m256i k)
+{
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_add_epi32(acc, _mm256_mullo_epi32(v, k));
+}
+
+/* One output row of the vertical pass, 32 columns per step, the rest portable. */
+__attribute__((target("avx2"))) static void vpass_row_avx2(const uint8_t *base, size_t stride,
+                                                           int taps, const int32_t *k,
+                                                           uint8_t *out, int n)
+{
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i a0 = _mm256_set1_epi32(HALF), a1 = a0, a2 = a0, a3 = a0;
+        const uint8_t *p = base + i;
+        for (int t = 0; t < taps; t++, p += stride) {
+            __m256i kk = _mm256_set1_epi32(k[t]);
+            a0 = mac8_avx2(a0, p, kk);
+            a1 = mac8_avx2(a1, p + 8, kk);
+            a2 = mac8_avx2(a2, p + 16, kk);
+            a3 = mac8_avx2(a3, p + 24, kk);
+        }
+        _mm_storeu_si128((__m128i *)(out + i), pack16_avx2(a0, a1));
+        _mm_storeu_si128((__m128i *)(out + i + 16), pack16_avx2(a2, a3));
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256i a0 = _mm256_set1_epi32(HALF);
+        const uint8_t *p = base + i;
+        for (int t = 0; t < taps; t++, p += stride)
+            a0 = mac8_avx2(a0, p, _mm256_set1_epi32(k[t]));
+        __m128i b = pack16_avx2(a0, a0);
+        _mm_storel_epi64((__m128i *)(out + i), b);
+    }
+    vpass_row(base, stride, taps, k, out, i, n);
+}
+
+/* The horizontal pass transposes a block of rows so that each input column becomes one run
+ * of lanes; each output pixel is then a weighted sum of whole runs, as in the vertical pass.
+ * RGB: 8 rows, 24 lanes a column (rows 0..7, R G B each). L: 32 rows, 32 lanes. */
+#define HBLOCK_LANES 32
+#define HBLOCK_LANES_RGB 24
+
+/* acc[0..3] (32 lanes) = sum_t col[start + t] * k[t] */
+__attribute__((target("avx2"))) static inline void hsum32_avx2(const uint8_t *p,
+                                                                const int32_t *k, int taps,
+                                                                __m256i acc[4])
+{
+    __m256i a0 = _mm256_set1_epi32(HALF), a1 = a0, a2 = a0, a3 = a0;
+    for (int t = 0; t < taps; t++, p += HBLOCK_LANES) {
+        __m256i kk = _mm256_set1_epi32(k[t]);
+        a0 = mac8_avx2(a0, p, kk);
+        a1 = mac8_avx2(a1, p + 8, kk);
+        a2 = mac8_avx2(a2, p + 16, kk);
+        a3 = mac8_avx2(a3, p + 24, kk);
+    }
+    acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
+}
+
+/* The same over 24 lanes. */
+__attribute__((target("avx2"))) static inline void hsum24_avx2(const uint8_t *p,
+                                                                const int32_t *k, int taps,
+                                                                __m256i acc[3])
+{
+    __m256i a0 = _mm256_set1_epi32(HALF), a1 = a0, a2 = a0;
+    for (int t = 0; t < taps; t++, p += HBLOCK_LANES_RGB) {
+        __m256i kk = _mm256_set1_epi32(k[t]);
+        a0 = mac8_avx2(a0, p, kk);
+        a1 = mac8_avx2(a1, p + 8, kk);
+        a2 = mac8_avx2(a2, p + 16, kk);
+    }
+    acc[0] = a0, acc[1] = a1, acc[2] = a2;
+}
+
+/* col[x * 24 + r * 3 + ch] = in[r][x * 3 + ch] for 8 rows. Four pixels of each row are
+ * widened to 32 bits (RGBX) with a shuffle, transposed 4x8 as 32-bit words, and each column
+ * is squeezed back to RGB. The 32-byte stores run 8 bytes into the next column, which is
+ * written afterwards; `col` needs 8 spare bytes after the last column. */
+__attribute__((target("avx2"))) static void transpose_in_rgb8(const uint8_t *in, size_t stride,
+                                                              int w, uint8_t *col)
+{
+    const __m128i widen = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+    const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1,
+                                             -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
+                                             -1, -1);
+    const __m256i join = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7);
+    int x = 0;
+    for (; x + 6 <= w; x += 4) { /* a 16-byte load at pixel x stays inside the row */
+        __m256i a[4];
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *p = in + (size_t)r * stride + 3 * (size_t)x;
+            __m128i lo = _mm_loadu_si128((const __m128i *)p);
+            __m128i hi = _mm_loadu_si128((const __m128i *)(p + 4 * stride));
+            a[r] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_shuffle_epi8(lo, widen)),
+                                           _mm_shuffle_epi8(hi, widen), 1);
+        }
+        /* a[r] = [row r: p0 p1 p2 p3 | row r+4: p0 p1 p2 p3] */
+        __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        __m256i c4[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+        uint8_t *o = col + (size_t)x * HBLOCK_LANES_RGB;
+        for (int j = 0; j < 4; j++, o += HBLOCK_LANES_RGB) {
+            __m256i v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(c4[j], squeeze), join);
+            _mm256_storeu_si256((__m256i *)o, v);
+        }
+    }
+    for (; x < w; x++)
+        for (int r = 0; r < 8; r++)
+            memcpy(col + (size_t)x * HBLOCK_LANES_RGB + 3 * r,
+                   in + (size_t)r * stride + 3 * (size_t)x, 3);
+}
+
+/* Horizontal pass of 8 RGB rows. */
+__attribute__((target("avx2"))) static void hpass_block_rgb_avx2(const uint8_t *in,
+                                                                 size_t in_stride, uint8_t *out,
+                                                                 size_t out_stride, int in_w,
+                                                                 const coeffs *cx, uint8_t *col)
+{
+    transpose_in_rgb8(in, in_stride, in_w, col);
+    for (int x = 0; x < cx->n; x++) {
+        __m256i acc[3];
+        hsum24_avx2(col + (size_t)cx->start[x] * HBLOCK_LANES_RGB, cx->k + (size_t)x * cx->stride,
+                    cx->len[x], acc);
+        uint8_t v[32];
+        _mm_storeu_si128((__m128i *)v, pack16_avx2(acc[0], acc[1]));
+        _mm_storeu_si128((__m128i *)(v + 16), pack16_avx2(acc[2], acc[2]));
+        /* Four bytes per row; the fourth lands on the next pixel, which is written after,
+         * except for the last pixel of a row. */
+        uint8_t *o = out + 3 * (size_t)x;
+        if (x + 1 < cx->n) {
+            for (int r = 0; r < 8; r++, o += out_stride)
+                memcpy(o, v + 3 * r, 4);
+        } else {
+            for (int r = 0; r < 8; r++, o += out_stride)
+                memcpy(o, v + 3 * r, 3);
+        }
+    }
+}
+
+/* A 16x16 byte transpose: col[x * 32 + r] = in[r][x] for r, x < 16, in four rounds of
+ * unpacks (bytes, then pairs, quads and halves of each column come together). */
+__attribute__((target("avx2"))) static void transpose16_avx2(const uint8_t *in, size_t stride,
+                                                             uint8_t *col)
+{
+    __m128i r[16], t[16], u[16], v[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm_loadu_si128((const __m128i *)(in + (size_t)i * stride));
+    for (int i = 0; i < 8; i++) { /* t[i]: rows 2i, 2i+1 of columns 0-7; t[i+8]: of 8-15 */
+        t[i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+        t[i + 8] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 16; h += 8) /* u[h+j]: rows 4j..4j+3 of columns h..h+3; u[h+4+j]: h+4.. */
+        for (int j = 0; j < 4; j++) {
+            u[h + j] = _mm_unpacklo_epi16(t[h + 2 * j], t[h + 2 * j + 1]);
+            u[h + 4 + j] = _mm_unpackhi_epi16(t[h + 2 * j], t[h + 2 * j + 1]);
+        }
+    for (int g = 0; g < 16; g += 4) /* v[g+m]: rows 8m..8m+7 of columns g, g+1; v[g+2+m]: */
+        for (int m = 0; m < 2; m++) { /* of columns g+2, g+3 */
+            v[g + m] = _mm_unpacklo_epi32(u[g + 2 * m], u[g + 2 * m + 1]);
+            v[g + 2 + m] = _mm_unpackhi_epi32(u[g + 2 * m], u[g + 2 * m + 1]);
+        }
+    for (int g = 0; g < 16; g += 4) {
+        __m128i *o = (__m128i *)(col + (size_t)g * HBLOCK_LANES);
+        const size_t next = HBLOCK_LANES / sizeof(__m128i); /* one column further */
+        _mm_storeu_si128(o, _mm_unpacklo_epi64(v[g], v[g + 1]));
+        _mm_storeu_si128(o + next, _mm_unpackhi_epi64(v[g], v[g + 1]));
+        _mm_storeu_si128(o + 2 * next, _mm_unpacklo_epi64(v[g + 2], v[g + 3]));
+        _mm_storeu_si128(o + 3 * next, _mm_unpackhi_epi64(v[g + 2], v[g + 3]));
+    }
+}
+
+/* Horizontal pass of 32 L rows. */
+__attribute__((target("avx2"))) static void hpass_block_l_avx2(const uint8_t *in,
+                                                               size_t in_stride, uint8_t *out,
+                                                               size_t out_stride, int in_w,
+                                                               const coeffs *cx, uint8_t *col)
+{
+    int x0 = 0;
+    for (; x0 + 16 <= in_w; x0 += 16) {
+        uint8_t *c = col + (size_t)x0 * HBLOCK_LANES;
+        transpose16_avx2(in + x0, in_stride, c);                   /* rows 0-15 */
+        transpose16_avx2(in + 16 * in_stride + x0, in_stride, c + 16); /* rows 16-31 */
+    }
+    for (int r = 0; r < 32; r++) {
+        const uint8_t *src = in + (size_t)r * in_stride;
+        for (int x = x0; x < in_w; x++)
+            col[(size_t)x * HBLOCK_LANES + r] = src[x];
+    }
+    for (int x = 0; x < cx->n; x++) {
+        __m256i acc[4];
+        hsum32_avx2(col + (size_t)cx->start[x] * HBLOCK_LANES, cx->k + (size_t)x * cx->stride,
+                    cx->len[x], acc);
+        uint8_t v[32];
+        _mm_storeu_si128((__m128i *)v, pack16_avx2(acc[0], acc[1]));
+        _mm_storeu_si128((__m128i *)(v + 16), pack16_avx2(acc[2], acc[3]));
+        uint8_t *o = out + x;
+        for (int r = 0; r < 32; r++, o += out_stride)
+            *o = v[r];
+    }
+}
+
+/* ---- resize --------------------------------------------------------------------------------- */
+
+/* Horizontal pass of src rows [y0, y1) into tmp (rows of dst_w * c bytes). */
+static void hpass(const img_u8 *src, int y0, int y1, uint8_t *tmp, size_t tstride,
+                  const coeffs *cx)
+{
+    int c = src->c, y = y0;
+    if (use_avx2()) {
+        int rows = c == 3 ? 8 : 32;
+        /* + 8: transpose_in_rgb8's last store runs past the last column */
+        uint8_t *col = scratch_get(&g_block, (size_t)src->w * HBLOCK_LANES + 8);
+        for (; y + rows <= y1; y += rows) {
+            const uint8_t *in = src->px + (size_t)y * src->stride;
+            uint8_t *out = tmp + (size_t)(y - y0) * tstride;
+            if (c == 3)
+                hpass_block_rgb_avx2(in, src->stride, out, tstride, src->w, cx, col);
+            else
+                hpass_block_l_avx2(in, src->stride, out, tstride, src->w, cx, col);
+        }
+    }
+    for (; y < y1; y++)
+        hpass_row(src->px + (size_t)y * src->stride, tmp + (size_t)(y - y0) * tstride, c, cx);
+}
+
+/* Vertical pass: src rows are the (already horizontally resampled) input, row 0 being input
+ * row `first`. */
+static void vpass(const uint8_t *src, size_t sstride, int first, int n, const coeffs *cy,
+                  img_u8 *dst)
+{
+    bool simd = use_avx2();
+    for (int yy = 0; yy < cy->n; yy++) {
+        const uint8_t *base = src + (size_t)(cy->start[yy] - first) * sstride;
+        const int32_t *k = cy->k + (size_t)yy * cy->stride;
+        uint8_t *out = dst->px + (size_t)yy * dst->stride;
+        if (simd)
+            vpass_row_avx2(base, sstride, cy->len[yy], k, out, n);
+        else
+            vpass_row(base, sstride, cy->len[yy], k, out, 0, n);
+    }
+}
+
+/* One pixel. With c known to be 3 or 1 these are plain moves, not calls to memcpy. */
+static inline void copy_px(uint8_t *dst, const uint8_t *src, int c)
+{
+    if (c == 3)
+        memcpy(dst, src, 3);
+    else
+        *dst = *src;
+}
+
+static inline void zero_px(uint8_t *dst, int c)
+{
+    if (c == 3)
+        memset(dst, 0, 3);
+    else
+        *dst = 0;
+}
+
+/* PIL's NEAREST resize: ImagingScaleAffine with a = (w_in/w_out, 0, 0, 0, h_in/h_out, 0),
+ * sampling at the accumulated pixel centres and truncating; samples that fall outside keep
+ * PIL's fill, 0. Output rows that repeat a source row are copied from the previous one. */
+static void resize_nearest(const img_u8 *src, img_u8 *dst)
+{
+    const int c = src->c;
+    const size_t row = (size_t)dst->w * c;
+    double a0 = (double)(float)src->w / dst->w, a4 = (double)(float)src->h / dst->h;
+    int *xoff = scratch_get(&g_coef_x, (size_t)dst->w * sizeof(int));
+    /* xin grows with x, so the columns inside the source are one run [x0, x1) */
+    int x0 = dst->w, x1 = 0;
+    double xo = a0 * 0.5, yo = a4 * 0.5;
+    for (int x = 0; x < dst->w; x++, xo += a0) {
+        int xi = xo < 0.0 ? -1 : (int)xo;
+        if (xi >= 0 && xi < src->w) {
+            xoff[x] = xi * c;
+            x0 = x < x0 ? x : x0;
+            x1 = x + 1;
+        }
+    }
+    const uint8_t *prev_in = NULL;
+    uint8_t *prev_out = NULL;
+    for (int y = 0; y < dst->h; y++, yo += a4) {
+        int yi = yo < 0.0 ? -1 : (int)yo;
+        uint8_t *out = dst->px + (size_t)y * dst->stride;
+        const uint8_t *in = yi >= 0 && yi < src->h ? src->px + (size_t)yi * src->stride : NULL;
+        if (in && in == prev_in) {
+            memcpy(out, prev_out, row);
+            continue;
+        }
+        memset(out, 0, row);
+        if (in && x0 < x1) {
+            if (c == 3)
+                for (int x = x0; x < x1; x++)
+                    memcpy(out + 3 * (size_t)x, in + xoff[x], 3);
+            else
+                for (int x = x0; x < x1; x++)
+                    out[x] = in[xoff[x]];
+        }
+        prev_in = in, prev_out = out;
+    }
+}
+
+void img_resize(const img_u8 *src, img_u8 *dst, img_filter filter)
+{
+    if (src->c != dst->c)
+        die(1, "img_resize: %d channels into %d", src->c, dst->c);
+    if (filter != IMG_NEAREST && filter != IMG_BILINEAR && filter != IMG_BICUBIC)
+        die(1, "img_resize: unsupported filter %d", (int)filter);
+    if (src->w == dst->w && src->h == dst->h) { /* Image.resize returns a copy */
+        img_copy(src, dst);
+        return;
+    }
+    if (filter == IMG_NEAREST) {
+        resize_nearest(src, dst);
+        return;
+    }
+    const int c = src->c;
+    bool need_h = src->w != dst->w, need_v = src->h != dst->h;
+    if (!need_v) { /* horizontal only: straight into dst */
+        coeffs cx = make_coeffs(src->w, dst->w, filter, &g_coef_x);
+        hpass(src, 0, src->h, dst->px, dst->stride, &cx);
+        return;
+    }
+    coeffs cy = make_coeffs(src->h, dst->h, filter, &g_coef_y);
+    if (!need_h) {
+        vpass(src->px, src->stride, 0, dst->w * c, &cy, dst);
+        return;
+    }
+    coeffs cx = make_coeffs(src->w, dst->w, filter, &g_coef_x);
+    /* the rows of src that the vertical pass reads; only those are resampled horizontally */
+    int first = cy.start[0], last = first;
+    for (int i = 0; i < cy.n; i++) {
+        if (cy.start[i] < first)
+            first = cy.start[i];
+        if (cy.start[i] + cy.len[i] > last)
+            last = cy.start[i] + cy.len[i];
+    }
+    size_t tstride = (size_t)dst->w * c;
+    uint8_t *tmp = scratch_get(&g_tmp, tstride * (size_t)(last - first));
+    hpass(src, first, last, tmp, tstride, &cx);
+    vpass(tmp, tstride, first, dst->w * c, &cy, dst);
+}
+
+/* ---- crops, flips, rotations ---------------------------------------------------------------- */
+
+void img_crop_padded(const img_u8 *src, int x0, int y0, img_u8 *dst)
+{
+    if (src->c != dst->c)
+        die(1, "img_crop_padded: %d channels into %d", src->c, dst->c);
+    const int c = src->c;
+    /* the part of the box inside src, in dst coordinates */
+    int bx0 = x0 < 0 ? -x0 : 0, by0 = y0 < 0 ? -y0 : 0;
+    int bx1 = src->w - x0 < dst->w ? src->w - x0 : dst->w;
+    int by1 = src->h - y0 < dst->h ? src->h - y0 : dst->h;
+    if (bx1 <= bx0 || by1 <= by0) {
+        img_fill(dst, 0);
+        return;
+    }
+    for (int y = 0; y < dst->h; y++) {
+        uint8_t *out = dst->px + (size_t)y * dst->stride;
+        if (y < by0 || y >= by1) {
+            memset(out, 0, (size_t)dst->w * c);
+            continue;
+        }
+        const uint8_t *in = src->px + (size_t)(y + y0) * src->stride + (size_t)(bx0 + x0) * c;
+        memset(out, 0, (size_t)bx0 * c);
+        memcpy(out + (size_t)bx0 * c, in, (size_t)(bx1 - bx0) * c);
+        memset(out + (size_t)bx1 * c, 0, (size_t)(dst->w - bx1) * c);
+    }
+}
+
+/* dst[x] = src[w-1-x] for RGB, five pixels a step: the 16 bytes that end where source
+ * pixel p ends hold one spare byte and pixels p-5..p-1. The 16-byte store runs one byte into
+ * the next output pixel, which is written afterwards. Returns the pixels done. */
+__attribute__((target("avx2"))) static int reverse_rgb_avx2(const uint8_t *src, uint8_t *dst,
+                                                            int w)
+{
+    const __m128i rev5 = _mm_setr_epi8(13, 14, 15, 10, 11, 12, 7, 8, 9, 4, 5, 6, 1, 2, 3, 0);
+    int x = 0;
+    for (; x + 6 <= w; x += 5) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(src + 3 * (size_t)(w - x) - 16));
+        _mm_storeu_si128((__m128i *)(dst + 3 * (size_t)x), _mm_shuffle_epi8(v, rev5));
+    }
+    return x;
+}
+
+/* The same for L, sixteen pixels a step. */
+__attribute__((target("avx2"))) static int reverse_l_avx2(const uint8_t *src, uint8_t *dst, int w)
+{
+    const __m128i rev16 = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    int x = 0;
+    for (; x + 16 <= w; x += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(src + (size_t)(w - x) - 16));
+        _mm_storeu_si128((__m128i *)(dst + x), _mm_shuffle_epi8(v, rev16));
+    }
+    return x;
+}
+
+/* One row mirrored: dst[x] = src[w-1-x] (pixels of c bytes; src and dst must not overlap). */
+static void reverse_row(const uint8_t *src, uint8_t *dst, int w, int c)
+{
+    int x = 0;
+    if (use_avx2())
+        x = c == 3 ? reverse_rgb_avx2(src, dst, w) : reverse_l_avx2(src, dst, w);
+    for (; x < w; x++)
+        copy_px(dst + (size_t)x * c, src + (size_t)(w - 1 - x) * c, c);
+}
+
+void img_flip_lr(img_u8 *im)
+{
+    const size_t row = (size_t)im->w * im->c;
+    uint8_t *tmp = scratch_get(&g_tmp, row);
+    for (int y = 0; y < im->h; y++) {
+        uint8_t *p = im->px + (size_t)y * im->stride;
+        reverse_row(p, tmp, im->w, im->c);
+        memcpy(p, tmp, row);
+    }
+}
+
+/* PIL's affine_fixed (nearest neighbour, 16.16 fixed point) with fill 0: output (x, y)
+ * samples input (a0 x + a1 y + a2, a3 x + a4 y + a5) about pixel centres, floored. */
+NO_FMA static void affine_nearest(const img_u8 *src, img_u8 *dst, const double a[6])
+{
+    const int c = src->c;
+    for (int i = 0; i < 4; i++) { /* PIL takes a float path beyond 16.16's range */
+        int x = i & 1 ? dst->w : 0, y = i & 2 ? dst->h : 0;
+        if (fabs(x * a[0] + y * a[1] + a[2]) >= 32768.0 ||
+            fabs(x * a[3] + y * a[4] + a[5]) >= 32768.0)
+            die(1, "img_rotate: image too large (%dx%d)", dst->w, dst->h);
+    }
+#define FIX(v) ((int)floor((v) * 65536.0 + 0.5))
+    int f0 = FIX(a[0]), f1 = FIX(a[1]), f3 = FIX(a[3]), f4 = FIX(a[4]);
+    int f2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
+    int f5 = FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
+#undef FIX
+    for (int y = 0; y < dst->h; y++, f2 += f1, f5 += f4) {
+        uint8_t *out = dst->px + (size_t)y * dst->stride;
+        int xx = f2, yy = f5;
+        for (int x = 0; x < dst->w; x++, xx += f0, yy += f3, out += c) {
+            int xi = xx >> 16, yi = yy >> 16;
+            if (xi >= 0 && xi < src->w && yi >= 0 && yi < src->h)
+                copy_px(out, src->px + (size_t)yi * src->stride + (size_t)xi * c, c);
+            else
+                zero_px(out, c);
+        }
+    }
+}
+
+/* PIL's transpose ROTATE_90 / ROTATE_180 / ROTATE_270 (counter-clockwise) for a same-size
+ * output (180, or a square image). A quarter turn reads one source column per output row,
+ * stepping a row at a time; the few columns in use stay in cache. */
+static void transpose_rotate(const img_u8 *src, img_u8 *dst, int angle)
+{
+    const int c = src->c, w = dst->w, h = dst->h;
+    for (int y = 0; y < h; y++) {
+        uint8_t *out = dst->px + (size_t)y * dst->stride;
+        if (angle == 180) { /* out(x, y) = in(w-1-x, h-1-y) */
+            reverse_row(src->px + (size_t)(h - 1 - y) * src->stride, out, w, c);
+            continue;
+        }
+        const uint8_t *sp; /* in(w-1-y, x) for 90, in(y, h-1-x) for 270 */
+        ptrdiff_t step;
+        if (angle == 90) {
+            sp = src->px + (size_t)(src->w - 1 - y) * c;
+            step = (ptrdiff_t)src->stride;
+        } else {
+            sp = src->px + (size_t)(src->h - 1) * src->stride + (size_t)y * c;
+            step = -(ptrdiff_t)src->stride;
+        }
+        if (c == 3)
+            for (int x = 0; x < w; x++, sp += step)
+                memcpy(out + 3 * (size_t)x, sp, 3);
+        else
+            for (int x = 0; x < w; x++, sp += step)
+                out[x] = *sp;
+    }
+}
+
+NO_FMA void img_rotate(const img_u8 *src, img_u8 *dst, int angle_deg)
+{
+    if (src->c != dst->c || src->w != dst->w || src->h != dst->h)
+        die(1, "img_rotate: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w, dst->h,
+            dst->c);
+    int angle = ((angle_deg % 360) + 360) % 360;
+    if (angle % 90)
+        die(1, "img_rotate: angle %d is not a multiple of 90", angle_deg);
+    if (src->px == dst->px)
+        die(1, "img_rotate: src and dst must be different images");
+    if (angle == 0) {
+        img_copy(src, dst);
+        return;
+    }
+    if (angle == 180 || src->w == src->h) {
+        transpose_rotate(src, dst, angle);
+        return;
+    }
+    /* Image.rotate's inverse matrix about the centre (w/2, h/2); cos/sin are rounded to 15
+     * digits there, which makes them exactly 0 and +-1 here. */
+    double cx = src->w / 2.0, cy = src->h / 2.0;
+    double a[6];
+    if (angle == 90) {
+        a[0] = 0.0, a[1] = -1.0, a[3] = 1.0, a[4] = 0.0;
+    } else {
+        a[0] = -0.0, a[1] = 1.0, a[3] = -1.0, a[4] = -0.0;
+    }
+    a[2] = a[0] * -cx + a[1] * -cy + 0.0 + cx;
+    a[5] = a[3] * -cx + a[4] * -cy + 0.0 + cy;
+    affine_nearest(src, dst, a);
+}
+
+/* ---- grayscale, float ----------------------------------------------------------------------- */
+
+/* PIL's L24: ITU-R 601-2 luma in 16-bit fixed point, rounded. */
+static inline uint8_t luma(const uint8_t *p)
+{
+    return (uint8_t)((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
+}
+
+/* PIL's L24 for 8 pixels at p (reads 32 bytes, uses 24): the 8 lumas in the low 8 bytes.
+ * Bytes 0-15 go to the low half and 12-27 to the high half, then each half picks its 4
+ * pixels' R, G and B as 32-bit lanes. */
+__attribute__((target("avx2"))) static inline __m128i luma8_avx2(const uint8_t *p)
+{
+    const __m256i halves = _mm256_setr_epi32(0, 1, 2, 3, 3, 4, 5, 6);
+#define PICK(k)                                                                                \
+    _mm256_setr_epi8(k, -1, -1, -1, k + 3, -1, -1, -1, k + 6, -1, -1, -1, k + 9, -1, -1, -1, k, \
+                     -1, -1, -1, k + 3, -1, -1, -1, k + 6, -1, -1, -1, k + 9, -1, -1, -1)
+    const __m256i pick_r = PICK(0), pick_g = PICK(1), pick_b = PICK(2);
+#undef PICK
+    __m256i v = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)p), halves);
+    __m256i r = _mm256_shuffle_epi8(v, pick_r), g = _mm256_shuffle_epi8(v, pick_g);
+    __m256i b = _mm256_shuffle_epi8(v, pick_b);
+    __m256i s = _mm256_add_epi32(_mm256_mullo_epi32(r, _mm256_set1_epi32(19595)),
+                                 _mm256_mullo_epi32(g, _mm256_set1_epi32(38470)));
+    s = _mm256_add_epi32(s, _mm256_mullo_epi32(b, _mm256_set1_epi32(7471)));
+    s = _mm256_srli_epi32(_mm256_add_epi32(s, _mm256_set1_epi32(0x8000)), 16);
+    s = _mm256_packus_epi32(s, s);
+    s = _mm256_packus_epi16(s, s); /* the 4 lumas of each half in its bytes 0-3 */
+    s = _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+    return _mm256_castsi256_si128(s);
+}
+
+/* One row of convert("L"); returns the pixels done (the loads stay inside the row). */
+__attribute__((target("avx2"))) static int rgb_to_l_avx2(const uint8_t *in, uint8_t *out, int w)
+{
+    int x = 0;
+    for (; x + 11 <= w; x += 8)
+        _mm_storel_epi64((__m128i *)(out + x), luma8_avx2(in + 3 * (size_t)x));
+    return x;
+}
+
+/* One row of grayscale3 in place: each luma written back into R, G and B. */
+__attribute__((target("avx2"))) static int grayscale3_avx2(uint8_t *p, int w)
+{
+    const __m128i lo = _mm_setr_epi8(0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5);
+    const __m128i hi = _mm_setr_epi8(5, 5, 6, 6, 6, 7, 7, 7, -1, -1, -1, -1, -1, -1, -1, -1);
+    int x = 0;
+    for (; x + 11 <= w; x += 8) {
+        uint8_t *q = p + 3 * (size_t)x;
+        __m128i l = luma8_avx2(q);
+        _mm_storeu_si128((__m128i *)q, _mm_shuffle_epi8(l, lo));
+        _mm_storel_epi64((__m128i *)(q + 16), _mm_shuffle_epi8(l, hi));
+    }
+    return x;
+}
+
+void img_rgb_to_l(const img_u8 *src, img_u8 *dst)
+{
+    if (src->w != dst->w || src->h != dst->h || dst->c != 1)
+        die(1, "img_rgb_to_l: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w, dst->h,
+            dst->c);
+    if (src->c == 1) { /* convert("L") of an L image is a copy */
+        img_copy(src, dst);
+        return;
+    }
+    bool simd = use_avx2();
+    for (int y = 0; y < src->h; y++) {
+        const uint8_t *in = src->px + (size_t)y * src->stride;
+        uint8_t *out = dst->px + (size_t)y * dst->stride;
+        int x = simd ? rgb_to_l_avx2(in, out, src->w) : 0;
+        for (; x < src->w; x++)
+            out[x] = luma(in + 3 * (size_t)x);
+    }
+}
+
+void img_grayscale3(img_u8 *im)
+{
+    if (im->c != 3)
+        die(1, "img_grayscale3: needs an RGB image, got %d channels", im->c);
+    bool simd = use_avx2();
+    for (int y = 0; y < im->h; y++) {
+        uint8_t *row = im->px + (size_t)y * im->stride;
+        int x = simd ? grayscale3_avx2(row, im->w) : 0;
+        for (uint8_t *p = row + 3 * (size_t)x; x < im->w; x++, p += 3)
+            p[0] = p[1] = p[2] = luma(p);
+    }
+}
+
+void img_to_float_chw(const img_u8 *im, const float *mean, const float *std, float *out)
+{
+    const int c = im->c;
+    const size_t plane = (size_t)im->w * (size_t)im->h;
+    for (int ch = 0; ch < c; ch++) {
+        const float m = mean[ch], s = std[ch];
+        /* torch: float(px) / 255, then - mean, then / std, each rounded to float32; a table
+         * of the 256 possible results is the same numbers, computed once. */
+        float lut[256];
+        for (int v = 0; v < 256; v++)
+            lut[v] = ((float)v / 255.0f - m) / s;
+        float *o = out + (size_t)ch * plane;
+        for (int y = 0; y < im->h; y++) {
+            const uint8_t *in = im->px + (size_t)y * im->stride + ch;
+            for (int x = 0; x < im->w; x++)
+                *o++ = lut[in[(size_t)x * c]];
+        }
+    }
+}

@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+"""make_img_resample_fixtures.py — PIL 9.4 / torchvision 0.14 answers for stages/augment/resample.c
+(checked by tests/unit/test_img_resample.c).
+
+Regenerate (Debian's python3-pil and python3-torchvision, and the mate-backgrounds photos):
+    /usr/bin/python3 tests/golden/make_img_resample_fixtures.py
+The files land in tests/golden/fixtures/img_resample/ and are committed; CI only reads them.
+
+Inputs, cut from real photos (/usr/share/backgrounds/mate/nature/), saved as uint8 HWC (h, w, c):
+    in_0.npy  97x71 RGB      in_1.npy  160x120 RGB     in_2.npy  64x64 RGB (square)
+    in_3.npy  83x61 L        in_4.npy  48x48 L (square)
+L images are stored with an explicit channel axis (h, w, 1), as every output is.
+
+Case tables (int32, one row per case) say what the C side must do; the expected output of case i
+of table T is T_i.npy:
+    resize.npy  [input, x, y, w, h, out_w, out_h, filter]  img_resize(img_view(in, x, y, w, h))
+                filter is PIL's number (0 NEAREST, 2 BILINEAR, 3 BICUBIC); a view smaller than
+                the image is torchvision F.resized_crop (= PIL crop then resize)
+    crop.npy    [input, x0, y0, w, h]                       img_crop_padded (CenterCrop padding)
+    rotate.npy  [input, angle]                              img_rotate (F.rotate, NEAREST)
+    flip.npy    [input]                                     img_flip_lr (F.hflip)
+    gray.npy    [input]       gray_i.npy = convert("L"), gray3_i.npy = rgb_to_grayscale(img, 3)
+    tofloat.npy [input]       tofloat_i.npy = Normalize(mean_i, std_i)(ToTensor()(img)), float32
+                CHW; tofloat_mean_i.npy / tofloat_std_i.npy hold mean and std (float32)
+"""
+import os
+
+import numpy as np
+import torch
+import torchvision.transforms as T
+import torchvision.transforms.functional as F
+from PIL import Image
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "img_resample")
+PHOTOS = "/usr/share/backgrounds/mate/nature/"
+
+NEAREST, BILINEAR, BICUBIC = 0, 2, 3
+TV_MODE = {NEAREST: T.InterpolationMode.NEAREST, BILINEAR: T.InterpolationMode.BILINEAR,
+           BICUBIC: T.InterpolationMode.BICUBIC}
+
+
+def save(name, arr):
+    np.save(os.path.join(OUT, name), np.ascontiguousarray(arr))
+
+
+def hwc(img):
+    a = np.asarray(img, dtype=np.uint8)
+    return a[:, :, None] if a.ndim == 2 else a
+
+
+def cut(photo, box, size, mode):
+    """A region of a photo, shrunk to `size` so that it has real detail at pixel scale."""
+    im = Image.open(os.path.join(PHOTOS, photo)).convert("RGB").crop(box)
+    im = im.resize(size, Image.Resampling.BOX)
+    return im.convert(mode) if mode != "RGB" else im
+
+
+def inputs():
+    return [
+        cut("Garden.jpg", (400, 300, 400 + 388, 300 + 284), (97, 71), "RGB"),
+        cut("LadyBird.jpg", (600, 400, 600 + 480, 400 + 360), (160, 120), "RGB"),
+        cut("RainDrops.jpg", (200, 200, 200 + 256, 200 + 256), (64, 64), "RGB"),
+        cut("TwoWings.jpg", (500, 300, 500 + 332, 300 + 244), (83, 61), "L"),
+        cut("Aqua.jpg", (100, 100, 100 + 192, 100 + 192), (48, 48), "L"),
+    ]
+
+
+def resize_cases(ims):
+    """Rows [input, x, y, w, h, out_w, out_h, filter] and PIL's outputs."""
+    rows, outs = [], []
+
+    def add(i, box, out_size, flt):
+        x, y, w, h = box
+        img = ims[i]
+        if box == (0, 0) + img.size:
+            want = img.resize(out_size, flt)
+        else:
+            want = img.crop((x, y, x + w, y + h)).resize(out_size, flt)
+            # torchvision's resized_crop is exactly that (size is (h, w) there)
+            tv = F.resized_crop(img, y, x, h, w, [out_size[1], out_size[0]], TV_MODE[flt])
+            assert np.array_equal(hwc(tv), hwc(want))
+        rows.append([i, x, y, w, h, out_size[0], out_size[1], flt])
+        outs.append(hwc(want))
+
+    whole = lambda i: (0, 0) + ims[i].size
+    for flt in (BILINEAR, BICUBIC):
+        add(0, whole(0), (224, 224), flt)    # up, odd ratios
+        add(0, whole(0), (32, 40), flt)      # down in x, down less in y
+        add(0, whole(0), (96, 96), flt)      # barely down in x, up in y
+        add(0, whole(0), (50, 71), flt)      # width only: no vertical pass
+        add(0, whole(0), (97, 120), flt)     # height only: no horizontal pass
+        add(3, whole(3), (40, 30), flt)      # L, down
+        add(3, whole(3), (150, 111), flt)    # L, up
+        add(1, (20, 10, 100, 90), (112, 112), flt)   # resized_crop boxes
+        add(1, (37, 0, 77, 120), (64, 64), flt)
+        add(1, (131, 97, 29, 23), (112, 112), flt)   # a small box at the corner, upscaled a lot
+        add(1, (3, 5, 150, 110), (17, 13), flt)      # a strong downscale
+        add(1, whole(1), (2, 3), flt)                # windows of 100+ taps
+        add(1, (10, 10, 1, 2), (5, 7), flt)          # from a 1x2 box
+    # torchvision Resize(n) on PIL: the shorter side becomes n, aspect kept
+    for i, n in ((1, 72), (0, 33)):
+        w, h = ims[i].size
+        tv = T.Resize(n, interpolation=T.InterpolationMode.BILINEAR)(ims[i])
+        want = ims[i].resize(tv.size, BILINEAR)
+        assert np.array_equal(hwc(tv), hwc(want))
+        add(i, whole(i), tv.size, BILINEAR)
+    add(2, whole(2), (64, 64), BICUBIC)     # same size: a copy
+    add(0, whole(0), (50, 37), NEAREST)
+    add(0, whole(0), (150, 100), NEAREST)
+    add(3, whole(3), (31, 77), NEAREST)
+    add(1, (20, 10, 100, 90), (64, 64), NEAREST)
+    return rows, outs
+
+
+def center_crop_box(img, cw, ch):
+    """The (x0, y0) of the PIL crop box that equals torchvision CenterCrop((ch, cw)), padding
+    included: a side that is padded starts at -pad_left, else at round((size - crop) / 2)."""
+    iw, ih = img.size
+    x0 = -((cw - iw) // 2) if cw > iw else int(round((iw - cw) / 2.0))
+    y0 = -((ch - ih) // 2) if ch > ih else int(round((ih - ch) / 2.0))
+    return x0, y0
+
+
+def crop_cases(ims):
+    rows, outs = [], []
+    for i, cw, ch in ((0, 130, 130), (0, 60, 100), (1, 50, 50), (3, 90, 64), (2, 63, 65)):
+        tv = T.CenterCrop((ch, cw))(ims[i])
+        x0, y0 = center_crop_box(ims[i], cw, ch)
+        want = ims[i].crop((x0, y0, x0 + cw, y0 + ch))
+        assert np.array_equal(hwc(tv), hwc(want)), (i, cw, ch)
+        rows.append([i, x0, y0, cw, ch])
+        outs.append(hwc(want))
+    # a box hanging off the top-left and one off the bottom-right corner
+    for i, x0, y0, w, h in ((1, -7, -5, 40, 30), (0, 80, 60, 30, 20)):
+        rows.append([i, x0, y0, w, h])
+        outs.append(hwc(ims[i].crop((x0, y0, x0 + w, y0 + h))))
+    return rows, outs
+
+
+def main():
+    # the C side promises these versions' pixels; other versions may round differently
+    import PIL
+    import torchvision
+    assert PIL.__version__.startswith("9.4."), f"PIL {PIL.__version__}, want 9.4"
+    assert torchvision.__version__.startswith("0.14."), f"torchvision {torchvision.__version__}"
+    os.makedirs(OUT, exist_ok=True)
+    for f in os.listdir(OUT):
+        if f.endswith(".npy"):
+            os.remove(os.path.join(OUT, f))
+    ims = inputs()
+    for i, im in enumerate(ims):
+        save(f"in_{i}.npy", hwc(im))
+
+    rows, outs = resize_cases(ims)
+    save("resize.npy", np.array(rows, np.int32))
+    for k, o in enumerate(outs):
+        save(f"resize_{k}.npy", o)
+
+    rows, outs = crop_cases(ims)
+    save("crop.npy", np.array(rows, np.int32))
+    for k, o in enumerate(outs):
+        save(f"crop_{k}.npy", o)
+
+    rows = [[i, a] for i in (0, 2, 3, 4) for a in (0, 90, 180, 270)]
+    save("rotate.npy", np.array(rows, np.int32))
+    for k, (i, a) in enumerate(rows):
+        save(f"rotate_{k}.npy", hwc(F.rotate(ims[i], a)))
+
+    rows = [[0], [2], [3]]
+    save("flip.npy", np.array(rows, np.int32))
+    for k, (i,) in enumerate(rows):
+        save(f"flip_{k}.npy", hwc(F.hflip(ims[i])))
+
+    rows = [[0], [2]]
+    save("gray.npy", np.array(rows, np.int32))
+    for k, (i,) in enumerate(rows):
+        save(f"gray_{k}.npy", hwc(ims[i].convert("L")))
+        save(f"gray3_{k}.npy", hwc(F.rgb_to_grayscale(ims[i], num_output_channels=3)))
+
+    norms = [(0, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+             (2, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
+             (3, [0.5], [0.25])]
+    save("tofloat.npy", np.array([[i] for i, _, _ in norms], np.int32))
+    for k, (i, mean, std) in enumerate(norms):
+        t = T.Normalize(mean, std)(T.ToTensor()(ims[i]))
+        save(f"tofloat_{k}.npy", t.numpy().astype(np.float32))
+        save(f"tofloat_mean_{k}.npy", np.array(mean, np.float32))
+        save(f"tofloat_std_{k}.npy", np.array(std, np.float32))
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main()
