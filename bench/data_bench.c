@@ -29,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,6 +296,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "data_bench: --dir is required; --n > 0, --batch 1..1024, --reps 1..16\n");
         return 2;
     }
+    /* As stage_main does for every stage: keep big freed buffers in the heap. */
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);

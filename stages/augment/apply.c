@@ -140,7 +140,8 @@ static void item_own(aug_item *it)
 
 static int py_round(double x)
 {
-    return (int)nearbyint(x);
+    /* Out of range (or NaN) can only come from a degenerate box; -1 fails every check. */
+    return isfinite(x) && fabs(x) < 1e9 ? (int)nearbyint(x) : -1;
 }
 
 /* RandomResizedCrop.get_params: 10 tries at a random area and log-uniform aspect ratio,

@@ -11,6 +11,7 @@
 #define REC_BOUND_ITEMS 256
 
 #include "npy.h"
+#include "record.h"
 #include "util.h"
 
 #include <math.h>
@@ -35,13 +36,20 @@ static void bad(params *pr, const cfg_node *node, const char *fmt, const char *w
     cfg_fail(pr->err, node ? node : pr->map, pr->key, fmt, what);
 }
 
+/* A string parameter, or NULL when it is missing or not a string (cfg_str would die). */
+static const char *str_param(const cfg_node *map, const char *key)
+{
+    const cfg_node *n = map && map->kind == CFG_MAP ? cfg_map_get(map, key) : NULL;
+    return n && n->kind == CFG_STR ? n->s : NULL;
+}
+
 static double p_number(params *pr, const char *name, double def)
 {
     const cfg_node *n = cfg_map_get(pr->map, name);
     if (!n || n->kind == CFG_NULL)
         return def;
-    if (!cfg_is_number(n)) {
-        bad(pr, n, "%s must be a number", name);
+    if (!cfg_is_number(n) || !isfinite(cfg_number(n))) {
+        bad(pr, n, "%s must be a finite number", name);
         return def;
     }
     return cfg_number(n);
@@ -82,8 +90,8 @@ static void p_numbers(params *pr, const char *name, int len, double *out)
         return;
     }
     for (int i = 0; i < len; i++) {
-        if (!cfg_is_number(n->items[i])) {
-            bad(pr, n->items[i], "%s must hold numbers", name);
+        if (!cfg_is_number(n->items[i]) || !isfinite(cfg_number(n->items[i]))) {
+            bad(pr, n->items[i], "%s must hold finite numbers", name);
             return;
         }
         out[i] = cfg_number(n->items[i]);
@@ -159,7 +167,7 @@ static void check_keys(params *pr, const char *const *allowed)
         if (!ok) {
             const char *near = cfg_suggest(k, allowed, n);
             cfg_fail(pr->err, pr->map->items[i], pr->key, "%s does not take a parameter '%s'%s%s%s",
-                     cfg_str(pr->map, "name"), k, near ? " (did you mean '" : "", near ? near : "",
+                     str_param(pr->map, "name"), k, near ? " (did you mean '" : "", near ? near : "",
                      near ? "'?)" : "");
             pr->failed = true;
         }
@@ -209,7 +217,8 @@ static void parse_scale_ratio(params *pr, aug_op *op, double s0, double s1)
     op->ratio[0] = 3.0 / 4.0, op->ratio[1] = 4.0 / 3.0;
     p_numbers(pr, "scale", 2, op->scale);
     p_numbers(pr, "ratio", 2, op->ratio);
-    if (op->scale[0] > op->scale[1] || op->ratio[0] > op->ratio[1] || op->scale[0] < 0 || op->ratio[0] <= 0)
+    if (!(op->scale[0] >= 0 && op->scale[0] <= op->scale[1] && op->ratio[0] > 0 && op->ratio[0] <= op->ratio[1]) ||
+        !isfinite(op->scale[1]) || !isfinite(op->ratio[1]))
         bad(pr, NULL, "%s: scale and ratio must be increasing positive pairs", "RandomResizedCrop");
 }
 
@@ -237,8 +246,12 @@ static void parse_multicrop(params *pr, aug_op *op)
         t->count = (int)nc->items[i]->i;
         t->size = (int)sc->items[i]->i;
         t->scale[0] = cfg_number(sci->items[0]), t->scale[1] = cfg_number(sci->items[1]);
+        if (!isfinite(t->scale[1]))
+            t->scale[0] = NAN; /* refused just below */
         if (t->count < 0 || t->size <= 0 || t->size > 65535)
             bad(pr, nc, "%s: bad crop count or size", "ImgPilToMultiCrop");
+        if (!(t->scale[0] >= 0 && t->scale[0] <= t->scale[1]))
+            bad(pr, sci, "%s: a crop scale must be an increasing pair of non-negative numbers", "ImgPilToMultiCrop");
         sum += t->count;
     }
     /* VISSL asserts sum(num_crops) == total_num_crops. */
@@ -249,7 +262,7 @@ static void parse_multicrop(params *pr, aug_op *op)
 
 static void parse_perm_file(params *pr, aug_op *op)
 {
-    const char *path = cfg_str(pr->map, "perm_file");
+    const char *path = str_param(pr->map, "perm_file");
     if (!path || !*path) {
         bad(pr, NULL, "%s needs perm_file (a .npy of permutations)", "ShuffleImgPatches");
         return;
@@ -325,13 +338,21 @@ static void parse_indices(params *pr, aug_op *op)
         }
 }
 
+/* num_patches: a perfect square (a side x side grid), as VISSL asserts for PIRL. */
+static void check_num_patches(params *pr, int n)
+{
+    int side = (int)sqrt((double)n);
+    if (n < 1 || n > 1024 || side * side != n)
+        bad(pr, cfg_map_get(pr->map, "num_patches"), "%s must be a perfect square between 1 and 1024", "num_patches");
+}
+
 static aug_pipeline *pipeline_parse(const cfg_node *list, const char *key, cfg_err *err, bool nested);
 
 /* Parse one entry; returns false when it failed (err filled). */
 static bool parse_op(const cfg_node *map, const char *key, cfg_err *err, aug_op *op)
 {
     params pr = {.map = map, .key = key, .err = err};
-    const char *name = map->kind == CFG_MAP ? cfg_str(map, "name") : NULL;
+    const char *name = str_param(map, "name");
     if (!name) {
         cfg_fail(err, map, key, "a transform must be a map with a name");
         return false;
@@ -429,11 +450,17 @@ static bool parse_op(const cfg_node *map, const char *key, cfg_err *err, aug_op 
         op->ratio[0] = 3.0 / 4.0, op->ratio[1] = 4.0 / 3.0;
         p_numbers(&pr, "crop_scale_image", 2, op->scale);
         p_numbers(&pr, "crop_scale_patches", 2, op->scale2);
+        if (!(op->scale[0] >= 0 && op->scale[0] <= op->scale[1] && op->scale2[0] >= 0 && op->scale2[0] <= op->scale2[1]) ||
+            !isfinite(op->scale[1]) || !isfinite(op->scale2[1]))
+            bad(&pr, NULL, "%s: crop scales must be increasing pairs of non-negative numbers", "ImgPilToPatchesAndImage");
         op->size[0] = op->size[1] = p_int(&pr, "crop_size_image", 224);
         op->size2 = p_int(&pr, "crop_size_patches", 255);
         p_bool(&pr, "permute_patches", true); /* VISSL ignores it: the patches are always permuted */
         op->num_patches = p_int(&pr, "num_patches", 9);
         op->patch_jitter = 21;
+        check_num_patches(&pr, op->num_patches);
+        if (op->size[0] <= 0 || op->size2 <= 0 || op->size[0] > 65535 || op->size2 > 65535)
+            bad(&pr, NULL, "%s: crop sizes must be between 1 and 65535", "ImgPilToPatchesAndImage");
     } else if (IS("ImgRotatePil")) {
         KEYS("num_angles", "num_rotations_per_img");
         op->kind = OP_ROTATE;
@@ -448,6 +475,7 @@ static bool parse_op(const cfg_node *map, const char *key, cfg_err *err, aug_op 
         op->kind = OP_PATCHES;
         op->num_patches = p_int(&pr, "num_patches", 9);
         op->patch_jitter = p_int(&pr, "patch_jitter", 21);
+        check_num_patches(&pr, op->num_patches);
         if (op->patch_jitter <= 0)
             bad(&pr, cfg_map_get(map, "patch_jitter"), "%s must be positive (VISSL asserts it)", "patch_jitter");
     } else if (IS("ShuffleImgPatches")) {
@@ -552,6 +580,20 @@ static bool fold_normalize(aug_pipeline *p, const cfg_node *list, const char *ke
     return true;
 }
 
+/* The most items one image can become (copies multiply them). */
+static double items_bound(const aug_pipeline *p)
+{
+    double n = 1;
+    for (int i = 0; i < p->n_ops; i++) {
+        const aug_op *op = &p->ops[i];
+        double k = op->kind == OP_REPLICATE ? op->num_times : op->kind == OP_PATCHES_AND_IMAGE ? op->num_patches + 1 : 1;
+        for (int t = 0; op->kind == OP_MULTICROP && t < op->n_types; t++)
+            k += op->multicrop[t].count - (t == 0);
+        n *= k;
+    }
+    return n;
+}
+
 static aug_pipeline *pipeline_parse(const cfg_node *list, const char *key, cfg_err *err, bool nested)
 {
     if (!list || list->kind != CFG_LIST) {
@@ -577,6 +619,13 @@ static aug_pipeline *pipeline_parse(const cfg_node *list, const char *key, cfg_e
         }
     }
     if (!nested && !fold_normalize(p, list, key, err)) {
+        aug_pipeline_free(p);
+        return NULL;
+    }
+    /* A sample record holds at most REC_MAX_TENSORS tensors (4 go to metadata). */
+    if (!nested && items_bound(p) > REC_MAX_TENSORS - 4) {
+        cfg_fail(err, list, key, "these transforms make up to %.0f crops of one image; a sample holds at most %d",
+                 items_bound(p), REC_MAX_TENSORS - 4);
         aug_pipeline_free(p);
         return NULL;
     }
@@ -630,6 +679,8 @@ static bool sim_copies(size_sim *z, int i, const aug_op *op)
                 w[add] = h[add] = op->multicrop[t].size;
     } else { /* OP_PATCHES_AND_IMAGE */
         int patch = op->size2 / (int)sqrt((double)op->num_patches) - op->patch_jitter;
+        if (patch <= 0)
+            return false;
         w[add] = op->size[1], h[add++] = op->size[0];
         for (int k = 0; k < op->num_patches && add < REC_BOUND_ITEMS; k++, add++)
             w[add] = h[add] = patch;
@@ -668,6 +719,8 @@ static bool sim_op(size_sim *z, const aug_op *op)
                 return false;
             z->towers[i] = op->num_patches;
             z->w[i] = z->h[i] = z->h[i] / (int)sqrt((double)op->num_patches) - op->patch_jitter;
+            if (z->w[i] <= 0)
+                return false;
             break;
         case OP_REPLICATE:
         case OP_MULTICROP:
