@@ -14,5 +14,7 @@ int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 /* selfsup keygen [--force] FILE: a CURVE keypair for the control plane. */
 int cmd_keygen(int argc, char **argv);
+/* selfsup dataset fashion-mnist DIR [--limit N] [--force]: a Debian dataset in VISSL's layouts. */
+int cmd_dataset(int argc, char **argv);
 
 #endif

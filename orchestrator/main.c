@@ -7,6 +7,7 @@
  *   selfsup run CONFIG [overrides...]              run the pipeline: every stage, supervised
  *   selfsup inspect FILE|-                          print records (a record file or a stream)
  *   selfsup keygen FILE                             a CURVE keypair for the control plane
+ *   selfsup dataset fashion-mnist DIR               Fashion-MNIST in VISSL's layouts
  *   selfsup NAME [args...]                          run selfsup-NAME, as git does
  *
  * CONFIG is a file, or a VISSL name such as pretrain/simclr/simclr_8node_resnet (or
@@ -33,6 +34,7 @@ static void usage(FILE *out)
           "  run CONFIG [overrides...]              run the pipeline (see selfsup run --help)\n"
           "  inspect FILE|-                         print the records of a file or stream\n"
           "  keygen FILE                            make a CURVE key file for the control plane\n"
+          "  dataset fashion-mnist DIR              write Fashion-MNIST in VISSL's layouts\n"
           "  NAME [args...]                         run the stage selfsup-NAME\n"
           "\n"
           "CONFIG is a YAML file or a VISSL config name (pretrain/simclr/simclr_8node_resnet).\n"
@@ -80,5 +82,7 @@ int main(int argc, char **argv)
         return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "keygen"))
         return cmd_keygen(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "dataset"))
+        return cmd_dataset(argc - 1, argv + 1);
     return run_stage(argv[1], argv + 1);
 }

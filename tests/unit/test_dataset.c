@@ -1,0 +1,314 @@
+/*
+ * test_dataset.c — `selfsup dataset fashion-mnist DIR` end to end, through the real binary.
+ *
+ *  - a small conversion (--limit 50) checked by an independent reader: Python reads the
+ *    package's IDX files itself (gzip + struct), numpy.load reads the file lists, PIL reads
+ *    every PNG, and the folder layout, labels, paths and catalog must all agree;
+ *  - the completion marker: a second run says "already converted", --force converts again, an
+ *    interrupted run (no marker) is converted again with stale files removed;
+ *  - usage errors exit 2, missing package files exit 1 with the apt-get line.
+ */
+#include "test_util.h"
+#include "util.h"
+
+#include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FMNIST_SRC "/usr/share/datasets/fashion-mnist"
+
+static const char *const CLASS_DIRS[10] = {
+    "0_tshirt_top", "1_trouser", "2_pullover", "3_dress", "4_coat",
+    "5_sandal",     "6_shirt",   "7_sneaker",  "8_bag",   "9_ankle_boot",
+};
+
+static void need_package(void)
+{
+    if (!path_exists(FMNIST_SRC "/train-images-idx3-ubyte.gz") && !path_exists(FMNIST_SRC "/train-images-idx3-ubyte"))
+        cr_skip_test("dataset-fashion-mnist is not installed (make deps)");
+}
+
+static bool have_python_readers(void)
+{
+    return system("/usr/bin/python3 -c 'import numpy, PIL.Image' >/dev/null 2>&1") == 0;
+}
+
+/* Run `selfsup dataset ARGS`; returns the exit status. */
+static int dataset(const char *args, char **output)
+{
+    char *bin = test_build_path("selfsup");
+    char *cmd = xasprintf("'%s' dataset %s", bin, args);
+    int rc = test_run(cmd, output);
+    free(cmd);
+    free(bin);
+    return rc;
+}
+
+static void rm_tree(char *dir)
+{
+    char *cmd = xasprintf("rm -rf '%s'", dir), *out;
+    test_run(cmd, &out);
+    free(out);
+    free(cmd);
+    free(dir);
+}
+
+static size_t count_pngs(const char *dir, const char *split)
+{
+    size_t n = 0;
+    for (int c = 0; c < 10; c++) {
+        char *cls = xasprintf("%s/disk_folder/%s/%s", dir, split, CLASS_DIRS[c]);
+        n += test_count_files(cls);
+        free(cls);
+    }
+    return n;
+}
+
+/* The independent reader: argv[1] = converted DIR, argv[2] = images per split, argv[3] = the
+ * package's directory. Prints OK or raises. */
+static const char CHECK_PY[] =
+    "import gzip, json, os, struct, sys\n"
+    "import numpy as np\n"
+    "from PIL import Image\n"
+    "root, limit, src = os.path.realpath(sys.argv[1]), int(sys.argv[2]), sys.argv[3]\n"
+    "classes = ['0_tshirt_top', '1_trouser', '2_pullover', '3_dress', '4_coat', '5_sandal',\n"
+    "           '6_shirt', '7_sneaker', '8_bag', '9_ankle_boot']\n"
+    "def idx(name):\n"
+    "    path = os.path.join(src, name)\n"
+    "    data = gzip.open(path + '.gz').read() if os.path.exists(path + '.gz') else open(path, 'rb').read()\n"
+    "    magic, = struct.unpack('>I', data[:4])\n"
+    "    assert magic >> 8 == 8, hex(magic)\n"
+    "    nd = magic & 0xff\n"
+    "    dims = struct.unpack('>' + 'I' * nd, data[4:4 + 4 * nd])\n"
+    "    flat = data[4 + 4 * nd:]\n"
+    "    assert len(flat) == int(np.prod(dims))\n"
+    "    return dims, flat\n"
+    "cat = json.load(open(os.path.join(root, 'dataset_catalog.json')))\n"
+    "assert sorted(cat) == ['fashion_mnist_filelist', 'fashion_mnist_folder'], sorted(cat)\n"
+    "for split, prefix in (('train', 'train'), ('val', 't10k')):\n"
+    "    (n, h, w), pixels = idx(prefix + '-images-idx3-ubyte')\n"
+    "    (nl,), labels = idx(prefix + '-labels-idx1-ubyte')\n"
+    "    assert (h, w) == (28, 28) and nl == n\n"
+    "    count = min(limit, n)\n"
+    "    folder = os.path.join(root, 'disk_folder', split)\n"
+    "    images_npy = os.path.join(root, 'disk_filelist', split + '_images.npy')\n"
+    "    labels_npy = os.path.join(root, 'disk_filelist', split + '_labels.npy')\n"
+    "    assert cat['fashion_mnist_folder'][split] == [folder, folder], cat\n"
+    "    assert cat['fashion_mnist_filelist'][split] == [images_npy, labels_npy], cat\n"
+    "    paths = np.load(images_npy)\n"
+    "    assert paths.dtype.kind == 'U' and paths.shape == (count,), (paths.dtype, paths.shape)\n"
+    "    lab = np.load(labels_npy, allow_pickle=True, mmap_mode='r')\n"
+    "    assert lab.dtype == np.int64 and lab.shape == (count,), (lab.dtype, lab.shape)\n"
+    "    # ImageFolder's view: sorted class folders, in label order\n"
+    "    assert sorted(os.listdir(folder)) == classes, os.listdir(folder)\n"
+    "    seen = sorted(os.path.join(folder, c, f) for c in classes for f in os.listdir(os.path.join(folder, c)))\n"
+    "    assert seen == sorted(paths.tolist()), (len(seen), count)\n"
+    "    for k in range(count):\n"
+    "        assert lab[k] == labels[k], (split, k, lab[k], labels[k])\n"
+    "        p = str(paths[k])\n"
+    "        assert p == os.path.join(folder, classes[labels[k]], '%05d.png' % k), p\n"
+    "        im = Image.open(p)\n"
+    "        assert im.format == 'PNG' and im.mode == 'L' and im.size == (28, 28), (p, im.mode, im.size)\n"
+    "        want = np.frombuffer(pixels, np.uint8, 784, k * 784).reshape(28, 28)\n"
+    "        assert (np.asarray(im) == want).all(), p\n"
+    "print('OK')\n";
+
+Test(dataset, fashion_mnist_limit_50_agrees_with_an_independent_reader)
+{
+    need_package();
+    if (!have_python_readers())
+        cr_skip_test("/usr/bin/python3 with numpy and PIL is not installed (make deps)");
+    char *tmp = test_make_tmpdir();
+    char *dir = path_join(tmp, "fmnist");
+    char *args = xasprintf("fashion-mnist '%s' --limit 50", dir), *out;
+    int rc = dataset(args, &out);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+    free(out);
+    cr_expect_eq(count_pngs(dir, "train"), 50);
+    cr_expect_eq(count_pngs(dir, "val"), 50);
+    char *marker = path_join(dir, ".complete");
+    cr_expect(path_exists(marker), "no completion marker %s", marker);
+    free(marker);
+
+    char *script = test_write_temp("check_fmnist.py", CHECK_PY);
+    char *cmd = xasprintf("/usr/bin/python3 '%s' '%s' 50 '%s'", script, dir, FMNIST_SRC);
+    rc = test_run(cmd, &out);
+    cr_expect_eq(rc, 0, "%s: exit %d\n%s", cmd, rc, out);
+    cr_expect(strstr(out, "OK"), "%s", out);
+    free(out);
+    free(cmd);
+    rm_tree(path_dirname(script));
+    free(script);
+    free(args);
+    free(dir);
+    rm_tree(tmp);
+}
+
+Test(dataset, complete_marker_skips_and_force_converts_again)
+{
+    need_package();
+    char *dir = test_make_tmpdir();
+    char *args = xasprintf("fashion-mnist '%s' --limit 10", dir), *out;
+    int rc = dataset(args, &out);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+    free(out);
+
+    rc = dataset(args, &out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "already converted"), "%s", out);
+    free(out);
+
+    /* a file of the conversion removed: --force writes it again */
+    char *png = xasprintf("%s/disk_folder/val/%s", dir, "9_ankle_boot/00000.png");
+    cr_assert(path_exists(png), "%s missing", png);
+    unlink(png);
+    char *forced = xasprintf("%s --force", args);
+    rc = dataset(forced, &out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(!strstr(out, "already converted"), "%s", out);
+    cr_expect(path_exists(png), "--force did not write %s again", png);
+    free(out);
+    free(forced);
+    free(png);
+    free(args);
+    rm_tree(dir);
+}
+
+Test(dataset, interrupted_conversion_is_redone_and_stale_files_removed)
+{
+    need_package();
+    char *dir = test_make_tmpdir();
+    char *args = xasprintf("fashion-mnist '%s' --limit 30", dir), *out;
+    int rc = dataset(args, &out);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+    free(out);
+    cr_assert_eq(count_pngs(dir, "train"), 30);
+
+    /* as if killed mid-run: no marker, a truncated PNG and a file of a larger conversion */
+    char *marker = path_join(dir, ".complete");
+    cr_assert_eq(unlink(marker), 0);
+    char *stale = xasprintf("%s/disk_folder/train/3_dress/59999.png", dir);
+    char *keep = xasprintf("%s/disk_folder/train/3_dress/notes.txt", dir);
+    char *trunc = xasprintf("%s/disk_folder/train/9_ankle_boot/00000.png", dir);
+    char *cmd = xasprintf("echo x > '%s'; echo y > '%s'; : > '%s'", stale, keep, trunc);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    free(out);
+    free(cmd);
+
+    free(args);
+    args = xasprintf("fashion-mnist '%s' --limit 20", dir);
+    rc = dataset(args, &out);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(!strstr(out, "already converted"), "%s", out);
+    free(out);
+    cr_expect(path_exists(marker));
+    cr_expect(!path_exists(stale), "stale %s was kept", stale);
+    cr_expect(path_exists(keep), "%s (not ours) was removed", keep);
+    cr_expect_eq(count_pngs(dir, "train"), 20 + 1 /* notes.txt */);
+    cr_expect_eq(count_pngs(dir, "val"), 20);
+    size_t len = 0;
+    char *png = read_whole_file(trunc, &len);
+    cr_expect(png && len > 8 && !memcmp(png, "\x89PNG\r\n\x1a\n", 8), "%s was not rewritten", trunc);
+    free(png);
+
+    /* the same request again, now complete */
+    rc = dataset(args, &out);
+    cr_expect_eq(rc, 0);
+    cr_expect(strstr(out, "already converted"), "%s", out);
+    free(out);
+    free(marker);
+    free(stale);
+    free(keep);
+    free(trunc);
+    free(args);
+    rm_tree(dir);
+}
+
+Test(dataset, unknown_dataset_name_exits_2)
+{
+    char *dir = test_make_tmpdir(), *out;
+    char *args = xasprintf("imagenet-21k '%s'", dir);
+    int rc = dataset(args, &out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "unknown dataset 'imagenet-21k'"), "%s", out);
+    cr_expect(strstr(out, "fashion-mnist"), "the message should list the known names: %s", out);
+    cr_expect_eq(test_count_files(dir), 0, "nothing may be written");
+    free(out);
+    free(args);
+    rm_tree(dir);
+}
+
+Test(dataset, usage_errors_exit_2)
+{
+    const char *cases[][2] = {
+        {"", "usage: selfsup dataset"},
+        {"fashion-mnist", "no DIR"},
+        {"fashion-mnist /tmp/x --limit", "--limit needs a positive number"},
+        {"fashion-mnist /tmp/x --limit 0", "--limit needs a positive number"},
+        {"fashion-mnist /tmp/x --limit -3", "--limit needs a positive number"},
+        {"fashion-mnist /tmp/x --limit 5x", "--limit needs a positive number"},
+        {"fashion-mnist /tmp/x --bogus", "unknown option '--bogus'"},
+        {"fashion-mnist /tmp/x /tmp/y", "is extra"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
+        char *out;
+        int rc = dataset(cases[k][0], &out);
+        cr_expect_eq(rc, 2, "'%s': exit %d: %s", cases[k][0], rc, out);
+        cr_expect(strstr(out, cases[k][1]), "'%s': expected '%s' in: %s", cases[k][0], cases[k][1], out);
+        free(out);
+    }
+}
+
+Test(dataset, help_exits_0)
+{
+    char *out;
+    int rc = dataset("--help", &out);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "fashion-mnist"), "%s", out);
+    cr_expect(strstr(out, "--limit"), "%s", out);
+    free(out);
+}
+
+Test(dataset, missing_package_files_exit_1_with_the_apt_line)
+{
+    char *src = test_make_tmpdir(), *dir = test_make_tmpdir(), *out;
+    char *args = xasprintf("fashion-mnist '%s/out' --from '%s'", dir, src);
+    int rc = dataset(args, &out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "apt-get install dataset-fashion-mnist"), "%s", out);
+    char *made = path_join(dir, "out");
+    cr_expect(!path_exists(made), "%s was created though nothing could be converted", made);
+    free(made);
+    free(out);
+    free(args);
+    rm_tree(src);
+    rm_tree(dir);
+}
+
+Test(dataset, corrupt_idx_file_exits_1)
+{
+    need_package();
+    /* a copy of the package with the training labels cut short */
+    char *src = test_make_tmpdir(), *dir = test_make_tmpdir(), *out;
+    char *cmd = xasprintf("cp " FMNIST_SRC "/*-ubyte* '%s'/ && cd '%s' && "
+                          "(gzip -dc train-labels-idx1-ubyte.gz 2>/dev/null || cat train-labels-idx1-ubyte) | "
+                          "head -c 1000 > t && rm -f train-labels-idx1-ubyte* && mv t train-labels-idx1-ubyte",
+                          src, src);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    free(out);
+    free(cmd);
+    char *args = xasprintf("fashion-mnist '%s/out' --from '%s' --limit 5", dir, src);
+    int rc = dataset(args, &out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "train-labels-idx1-ubyte"), "%s", out);
+    char *marker = xasprintf("%s/out/.complete", dir);
+    cr_expect(!path_exists(marker));
+    free(marker);
+    free(out);
+    free(args);
+    rm_tree(src);
+    rm_tree(dir);
+}
