@@ -146,18 +146,38 @@ static void note_epoch_len(collate *c, uint32_t epoch, int64_t len)
     }
 }
 
-static void next_epoch(collate *c)
+/* Move the cursor to the start of epoch `epoch`, picking up its length if it came early. */
+static void start_epoch(collate *c, uint32_t epoch)
 {
-    c->epoch++;
+    c->epoch = epoch;
     c->next_batch = 0;
     c->epoch_len = -1;
     for (int i = 0; i < c->n_later; i++)
-        if (c->later_epoch[i] == c->epoch) {
+        if (c->later_epoch[i] == epoch) {
             c->epoch_len = c->later_len[i];
             c->later_epoch[i] = c->later_epoch[--c->n_later];
             c->later_len[i] = c->later_len[c->n_later];
             break;
         }
+}
+
+/* The earliest epoch among the samples held (after the current one). */
+static uint32_t next_held_epoch(const collate *c)
+{
+    uint32_t e = UINT32_MAX;
+    for (size_t i = 0; i < c->n_pending; i++)
+        if (c->pending[i].epoch < e)
+            e = c->pending[i].epoch;
+    return e;
+}
+
+/* Whether a sample of `epoch` at or after `seq` is held. */
+static bool held_from(const collate *c, uint32_t epoch, uint64_t seq)
+{
+    for (size_t i = 0; i < c->n_pending; i++)
+        if (c->pending[i].epoch == epoch && c->pending[i].seq >= seq)
+            return true;
+    return false;
 }
 
 /* ---- writing batches ----------------------------------------------------------------------- */
@@ -189,25 +209,38 @@ static bool all_held(collate *c, uint64_t from, uint64_t to)
     return true;
 }
 
-/* Write every batch that is complete. `at_end`: the input ended, so an epoch whose length
- * never came (a stream cut short on purpose, e.g. DATA_LIMIT by hand) ends with what is held.
- * Returns 0, 1 to stop quietly, -1 on failure. */
+/* The length of the current epoch: known from its flagged last sample, or, once the input
+ * has ended, the run of samples held from `from` on (a stream cut short on purpose) — which
+ * must then be all there is of the epoch. -1: not known yet; -2: samples are missing. */
+static int64_t epoch_length(collate *c, uint64_t from, bool at_end)
+{
+    if (c->epoch_len >= 0 || !at_end)
+        return c->epoch_len;
+    uint64_t end = from;
+    while (find_held(c, c->epoch, end))
+        end++;
+    return held_from(c, c->epoch, end) ? -2 : (int64_t)end;
+}
+
+/* Write every batch that is complete. `at_end`: the input ended, so whatever is held is all
+ * there will be. Returns 0, 1 to stop quietly, -1 on failure. */
 static int flush(stage *s, collate *c, bool at_end)
 {
     while (c->started) {
         uint64_t from = c->next_batch * (uint64_t)c->batch, to = from + (uint64_t)c->batch;
-        int64_t len = c->epoch_len;
-        if (len < 0 && at_end) {
-            len = (int64_t)from;
-            while (find_held(c, c->epoch, (uint64_t)len))
-                len++;
+        int64_t len = epoch_length(c, from, at_end);
+        if (len == -2 || (at_end && len >= 0 && (uint64_t)len > from && !find_held(c, c->epoch, from))) {
+            log_error("the input ended with samples of epoch %u missing", c->epoch);
+            return -1;
         }
-        if (len >= 0 && from >= (uint64_t)len) {
-            if (at_end && c->n_pending == 0)
+        if (len >= 0 && from >= (uint64_t)len) { /* the epoch is done */
+            if (c->n_pending == 0) {
+                if (at_end)
+                    return 0;
+                start_epoch(c, c->epoch + 1);
                 return 0;
-            next_epoch(c);
-            if (at_end && c->epoch_len < 0 && !c->n_pending)
-                return 0;
+            }
+            start_epoch(c, next_held_epoch(c));
             continue;
         }
         if (len >= 0 && to > (uint64_t)len)

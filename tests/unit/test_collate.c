@@ -10,11 +10,16 @@
 #include "collate/collate.h"
 #include "npy.h"
 #include "record.h"
+#include "util.h"
 
 #include "test_util.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,4 +222,104 @@ Test(collate, mismatched_samples_and_unknown_names_are_refused)
     rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, 16);
     cr_assert_neq(collate_batch(COLLATE_SIMCLR, v, 2, &(collate_options){0}, &w, why, sizeof why), 0);
     cr_assert(strstr(why, "label"), "%s", why);
+}
+
+/* ---- the stage: order and epoch ends ------------------------------------------------------ */
+
+/* One sample record of epoch `epoch` at position `seq` into fd (a 2x2 image, label = seq). */
+static void put_sample(int fd, uint32_t epoch, uint64_t seq, bool last)
+{
+    static uint8_t buf[4096] __attribute__((aligned(64)));
+    rec_writer w;
+    cr_assert_eq(rec_writer_init(&w, buf, sizeof buf, REC_DATA, seq, epoch, 4), 0);
+    if (last)
+        rec_writer_header(&w)->flags |= 1u; /* SAMPLE_FLAG_EPOCH_LAST */
+    uint64_t shape[3] = {2, 2, 3}, one = 1;
+    uint8_t *px = rec_add(&w, "data.0", REC_U8, 3, shape);
+    memset(px, (int)seq, 12);
+    int64_t label = (int64_t)seq, valid = 1, idx = (int64_t)(100 * epoch + seq);
+    rec_add_copy(&w, "label", REC_I64, 1, &one, &label);
+    rec_add_copy(&w, "data_valid", REC_I64, 1, &one, &valid);
+    rec_add_copy(&w, "data_idx", REC_I64, 1, &one, &idx);
+    size_t len = rec_finish(&w);
+    char *err = NULL;
+    cr_assert_eq(rec_fd_write(fd, buf, len, &err), 0, "%s", err);
+}
+
+/* Read one batch record from fd within 10 s; 1, or 0 on timeout / end. */
+static int read_batch(int fd, rec_buf *b, rec_view *v, uint64_t *off)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 10000) != 1)
+        return 0;
+    char *err = NULL;
+    int rc = rec_fd_read(fd, b, v, off, &err);
+    free(err);
+    return rc == 1;
+}
+
+static void check_batch(const rec_view *v, uint32_t epoch, uint64_t seq, const int64_t *labels, int n)
+{
+    cr_assert_eq(v->hdr->epoch, epoch);
+    cr_assert_eq(v->hdr->seq, seq);
+    int li = rec_find(v, "label.0");
+    cr_assert(li >= 0);
+    cr_assert_eq(v->tensors[li].shape[0], (uint64_t)n);
+    const int64_t *lab = rec_data(v, li);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(lab[i], labels[i], "epoch %u batch %llu sample %d", epoch, (unsigned long long)seq, i);
+}
+
+Test(collate, the_last_sample_of_an_epoch_closes_its_partial_batch_at_once)
+{
+    /* Epoch 0's 6 samples (batch 4: a full batch and one of 2) arrive out of order, the last
+     * one flagged SAMPLE_FLAG_EPOCH_LAST. Both batches must come out while the input is still
+     * open — the flag, not the end of the stream, closes the epoch — and in sampler order.
+     * Then epoch 1 stops short (its sample 2 never comes): at the end of input the stage
+     * fails, and writes no batch of epoch 1 (its first batch lacks sample 2, and batches go
+     * out in order). */
+    char *dir = test_make_tmpdir();
+    char *cfg = xasprintf("%s/c.yaml", dir);
+    FILE *f = fopen(cfg, "w");
+    fputs("config:\n  DATA:\n    TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: default_collate}\n", f);
+    fclose(f);
+    int in[2], out[2];
+    cr_assert_eq(pipe(in), 0);
+    cr_assert_eq(pipe(out), 0);
+    char *col = test_build_path("selfsup-collate");
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0), dup2(out[1], 1);
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+        execl(col, col, "-c", cfg, "--in", "-", "--out", "-", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]), close(out[1]);
+    const uint64_t order0[] = {1, 0, 3, 5, 2, 4};
+    for (int i = 0; i < 6; i++)
+        put_sample(in[1], 0, order0[i], order0[i] == 5);
+    rec_buf b = {0};
+    rec_view v;
+    uint64_t off = 0;
+    cr_assert(read_batch(out[0], &b, &v, &off), "no first batch");
+    check_batch(&v, 0, 0, (const int64_t[]){0, 1, 2, 3}, 4);
+    cr_assert(read_batch(out[0], &b, &v, &off), "the partial batch waited for the end of the stream");
+    check_batch(&v, 0, 1, (const int64_t[]){4, 5}, 2);
+    const uint64_t order1[] = {3, 1, 0, 4, 5, 6, 7};
+    for (int i = 0; i < 7; i++)
+        put_sample(in[1], 1, order1[i], false);
+    uint8_t eos[64] __attribute__((aligned(64)));
+    char *err = NULL;
+    cr_assert_eq(rec_fd_write(in[1], eos, rec_write_eos(eos, sizeof eos, 13), &err), 0);
+    close(in[1]);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "collate should fail on the missing sample (status %d)", st);
+    cr_assert(!read_batch(out[0], &b, &v, &off), "a batch with a missing sample was written");
+    rec_buf_free(&b);
+    close(out[0]);
+    free(col), free(cfg);
+    char *rm = xasprintf("rm -rf '%s'", dir);
+    cr_assert_eq(system(rm), 0);
+    free(rm), free(dir);
 }

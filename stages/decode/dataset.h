@@ -1,0 +1,57 @@
+/*
+ * dataset.h — VISSL's GenericSSLDataset for one split, as the decode stage needs it: which
+ * file (or synthetic image) each source holds for sample i, and the sample's labels.
+ */
+#ifndef SELFSUP_DECODE_DATASET_H
+#define SELFSUP_DECODE_DATASET_H
+
+#include "config.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* VISSL's SyntheticImageDataset length (its docs say 500; the code says 50000). */
+#define DECODE_SYNTHETIC_LENGTH 50000
+
+typedef enum { DECODE_SOURCE_FOLDER, DECODE_SOURCE_FILELIST, DECODE_SOURCE_SYNTHETIC } decode_source_kind;
+typedef enum { DECODE_LABEL_STANDARD, DECODE_LABEL_SAMPLE_INDEX, DECODE_LABEL_ZERO } decode_label_type;
+
+typedef struct {
+    decode_source_kind kind;
+    char *data_path; /* folder or file list ("" for synthetic) */
+    char **paths;    /* `count` image paths; NULL for synthetic */
+    size_t count;    /* after DATA_LIMIT */
+} decode_source;
+
+typedef struct {
+    int64_t *values;
+    size_t count;
+} decode_label_source;
+
+typedef struct {
+    const char *split;          /* "TRAIN" or "TEST" */
+    decode_source *sources;
+    size_t n_sources;
+    decode_label_source *label_sources;
+    size_t n_label_sources;
+    decode_label_type label_type;
+    size_t length;              /* samples: the first source's count, as VISSL's __len__ */
+    int gray_size;              /* DEFAULT_GRAY_IMG_SIZE */
+} decode_dataset;
+
+/* Build the dataset of DATA.<split> from the composed `config` map, resolving paths through
+ * DATA_PATHS / LABEL_PATHS or the dataset catalog (catalog_path; NULL = find it as the
+ * config loader does). Returns 0, or -1 with *err (malloc'd) on a config error: list lengths
+ * that disagree, a dataset missing from the catalog, a path that cannot be read, labels
+ * that do not cover the samples. */
+int decode_dataset_load(decode_dataset *ds, const cfg_node *config, const char *split, const char *catalog_path,
+                        char **err);
+void decode_dataset_free(decode_dataset *ds);
+
+/* Labels per sample (the length of the record's label tensor). */
+size_t decode_dataset_label_count(const decode_dataset *ds);
+/* Fill labels[0..decode_dataset_label_count) for sample idx. */
+void decode_dataset_labels(const decode_dataset *ds, size_t idx, int64_t *labels);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * decoder.h — one encoded image in memory to 8-bit RGB, with the pixels PIL would give.
+ *
+ * VISSL opens every image with PIL and calls convert("RGB"); a selfsup run must see the same
+ * pixels. The format is chosen by content, as PIL does (not by file name): JPEG through
+ * TurboJPEG with libjpeg's defaults that PIL also uses (ISLOW DCT, fancy upsampling), PNG
+ * through libpng with PIL's conversions (alpha dropped, 16-bit samples cut to their high
+ * byte, 16-bit grayscale clipped to 0..255 as PIL's "I" → "RGB" does, CMYK JPEGs read as
+ * Adobe-inverted and converted with PIL's cmyk2rgb). Anything else is refused with a reason:
+ * the caller turns a refusal into VISSL's gray image.
+ *
+ * The pixel limit is PIL's decompression-bomb error (more than 2 × MAX_IMAGE_PIXELS pixels),
+ * checked from the header before anything big is allocated.
+ */
+#ifndef SELFSUP_DECODE_DECODER_H
+#define SELFSUP_DECODE_DECODER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* PIL's Image.MAX_IMAGE_PIXELS; PIL refuses images above twice this. */
+#define DECODE_PIL_MAX_IMAGE_PIXELS 89478485ull
+#define DECODE_DEFAULT_MAX_PIXELS (2 * DECODE_PIL_MAX_IMAGE_PIXELS)
+
+typedef struct {
+    uint64_t max_pixels; /* refuse images with more pixels (0: DECODE_DEFAULT_MAX_PIXELS) */
+    int limit_scans;     /* refuse progressive JPEGs with absurd scan counts (for fuzzing) */
+} decode_options;
+
+/* An RGB image, rows packed (stride 3·w). `px` is owned by the decoder context and stays
+ * valid until the next decode_image call on it. */
+typedef struct {
+    uint8_t *px;
+    int w, h;
+} decode_rgb;
+
+typedef struct decode_ctx decode_ctx;
+
+decode_ctx *decode_ctx_new(const decode_options *opt);
+void decode_ctx_free(decode_ctx *ctx);
+
+/* Decode buf[0..len). Returns 0 with *out set, or -1 with a short reason in why[] (such as
+ * "truncated JPEG" or "unsupported image format GIF"). Never aborts on bad input. */
+int decode_image(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
+
+/* The format PIL would detect from the first bytes: "JPEG", "PNG", another known name
+ * ("GIF", "BMP", "TIFF", "WEBP", "PPM") or NULL when it looks like no image at all. */
+const char *decode_sniff_format(const uint8_t *buf, size_t len);
+
+#endif

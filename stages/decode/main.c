@@ -1,0 +1,435 @@
+/*
+ * selfsup-decode — read and decode the images of a VISSL dataset, one record per sample.
+ *
+ * The first stage of every pipeline, VISSL's GenericSSLDataset + sampler in a process:
+ *
+ *   selfsup-decode -c CONFIG [--split train|test] [--epoch E] [--epochs N] --out URI
+ *
+ * Which images: DATA.<split> of the config — DATA_SOURCES disk_folder (a torchvision
+ * ImageFolder), disk_filelist (a .npy of paths plus a .npy of labels) or synthetic (gray
+ * images), paths from DATA_PATHS or the dataset catalog, DATA_LIMIT, LABEL_SOURCES and
+ * LABEL_TYPE. Several sources give several images per sample (data.0, data.1, ...).
+ *
+ * In which order: the rank's share of each epoch, as VISSL's sampler would give it under
+ * torch.distributed (DistributedSampler; USE_STATEFUL_DISTRIBUTED_SAMPLER; the debugging
+ * sampler), shuffled from SEED_VALUE and the epoch. --start-iter K resumes an epoch after K
+ * batches of BATCHSIZE_PER_REPLICA.
+ *
+ * What comes out (stages/sample.h): per sample, data.S uint8 [H, W, 3] in RGB with PIL's
+ * pixels, label, data_valid and data_idx int64 [sources]; header seq = position in the
+ * rank's epoch order, epoch = the epoch.
+ *
+ * Broken images never stop a run: an unreadable, truncated, corrupt, unsupported or too
+ * large image becomes VISSL's gray image (DEFAULT_GRAY_IMG_SIZE², value 128) with
+ * data_valid = -1, or with ENABLE_QUEUE_DATASET an earlier valid image with data_valid = 1.
+ * Each such path is logged once and counted ("invalid_images").
+ *
+ * Files are read ahead of the decoder with io_uring (--io-depth reads in flight), or with
+ * pread where io_uring is not available (--no-io-uring forces that), and decoded on
+ * --threads threads; neither changes a byte of the output. COPY_TO_LOCAL_DISK reads the data
+ * from a copy on the node's disk. Exit status 2 on a config error, found before anything
+ * is written.
+ */
+#include "decode/dataset.h"
+#include "decode/decoder.h"
+#include "decode/pool.h"
+#include "decode/queue.h"
+#include "decode/reader.h"
+#include "decode/sampler.h"
+#include "log.h"
+#include "sample.h"
+#include "stage.h"
+#include "timer.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *split; /* "TRAIN" or "TEST" */
+    long epoch;        /* first epoch; -1: the framework's current epoch */
+    long epochs;
+    long start_iter;
+    long limit;        /* cap on samples, -1 none */
+    long io_depth;
+    long threads;
+    bool no_io_uring;
+} decode_opts;
+
+/* Everything run() needs while it loops. */
+typedef struct {
+    stage *s;
+    decode_dataset ds;
+    decode_sampler sampler;
+    decode_reader *reader;
+    decode_pool *pool;      /* decodes in sampler order, on --threads threads */
+    size_t files;           /* files per sample (sources that are not synthetic) */
+    decode_queue *queues;   /* one per source with ENABLE_QUEUE_DATASET, else NULL */
+    uint8_t **logged;       /* per source, per sample: invalid image already logged */
+    uint8_t *gray;          /* VISSL's mean image */
+    int64_t invalid, decoded;
+} decode_run;
+
+/* One source's image for the sample being assembled. */
+typedef struct {
+    const uint8_t *px;
+    int w, h;
+    int64_t valid;
+    uint8_t *owned; /* a queued replacement, freed after the record */
+} source_image;
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+static int long_option(int argc, char **argv, const char *name, long min, long *out)
+{
+    if (strcmp(argv[0], name))
+        return 0;
+    char *end;
+    errno = 0;
+    long v = argc > 1 ? strtol(argv[1], &end, 10) : 0;
+    if (argc < 2 || errno || *end || end == argv[1] || v < min) {
+        log_error("%s wants an integer ≥ %ld", name, min);
+        return -1;
+    }
+    *out = v;
+    return 2;
+}
+
+static int option(void *state, int argc, char **argv)
+{
+    decode_opts *o = state;
+    if (!strcmp(argv[0], "--split")) {
+        if (argc < 2 || (strcmp(argv[1], "train") && strcmp(argv[1], "test"))) {
+            log_error("--split wants train or test");
+            return -1;
+        }
+        o->split = !strcmp(argv[1], "test") ? "TEST" : "TRAIN";
+        return 2;
+    }
+    if (!strcmp(argv[0], "--no-io-uring")) {
+        o->no_io_uring = true;
+        return 1;
+    }
+    static const char *const names[] = {"--epoch", "--epochs", "--start-iter", "--limit", "--io-depth", "--threads"};
+    long *const targets[] = {&o->epoch, &o->epochs, &o->start_iter, &o->limit, &o->io_depth, &o->threads};
+    static const long mins[] = {0, 1, 0, 1, 1, 1};
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        int used = long_option(argc, argv, names[i], mins[i], targets[i]);
+        if (used)
+            return used;
+    }
+    return 0;
+}
+
+/* ---- setup -------------------------------------------------------------------------------- */
+
+static bool split_bool(const cfg_node *config, const char *split, const char *key)
+{
+    char *path = xasprintf("DATA.%s.%s", split, key);
+    const cfg_node *n = cfg_path(config, path);
+    free(path);
+    return n && n->kind == CFG_BOOL && n->b;
+}
+
+static int64_t split_int(const cfg_node *config, const char *split, const char *key, int64_t fallback)
+{
+    char *path = xasprintf("DATA.%s.%s", split, key);
+    const cfg_node *n = cfg_path(config, path);
+    free(path);
+    return n && n->kind == CFG_INT ? n->i : fallback;
+}
+
+static decode_sampler make_sampler(const decode_run *r, const decode_opts *o, const cfg_node *config)
+{
+    decode_sampler sm = {.dataset_len = r->ds.length, .rank = stage_rank(r->s), .world_size = stage_world_size(r->s)};
+    const cfg_node *seed = cfg_path(config, "SEED_VALUE");
+    sm.seed = seed && seed->kind == CFG_INT ? (uint64_t)seed->i : 0;
+    sm.kind = split_bool(config, o->split, "USE_STATEFUL_DISTRIBUTED_SAMPLER") ? DECODE_SAMPLER_STATEFUL
+              : split_bool(config, o->split, "USE_DEBUGGING_SAMPLER")          ? DECODE_SAMPLER_DEBUGGING
+                                                                               : DECODE_SAMPLER_DISTRIBUTED;
+    return sm;
+}
+
+static void setup_per_source(decode_run *r, bool queue, size_t queue_size)
+{
+    size_t n = r->ds.n_sources;
+    r->logged = xcalloc(n, sizeof *r->logged);
+    for (size_t i = 0; i < n; i++) {
+        r->logged[i] = xcalloc(r->ds.length ? r->ds.length : 1, 1);
+        r->files += r->ds.sources[i].kind != DECODE_SOURCE_SYNTHETIC;
+    }
+    if (queue) {
+        r->queues = xcalloc(n, sizeof *r->queues);
+        for (size_t i = 0; i < n; i++)
+            decode_queue_init(&r->queues[i], queue_size);
+    }
+    size_t g = (size_t)r->ds.gray_size, bytes = g * g * 3;
+    r->gray = xmalloc(bytes > 0 ? bytes : 1);
+    memset(r->gray, SAMPLE_GRAY_VALUE, bytes);
+}
+
+static void teardown(decode_run *r)
+{
+    for (size_t i = 0; i < r->ds.n_sources; i++) {
+        if (r->logged)
+            free(r->logged[i]);
+        if (r->queues)
+            decode_queue_free(&r->queues[i]);
+    }
+    decode_pool_free(r->pool);
+    free(r->logged);
+    free(r->queues);
+    free(r->gray);
+    decode_reader_free(r->reader);
+    decode_dataset_free(&r->ds);
+}
+
+/* ---- one sample ----------------------------------------------------------------------------- */
+
+/* An image that could not be used: log it (once per path), count it, and substitute. */
+static source_image invalid_image(decode_run *r, size_t src, size_t idx, const char *path, const char *why)
+{
+    r->invalid++;
+    stage_count(r->s, "invalid_images", 1);
+    if (!r->logged[src][idx]) {
+        r->logged[src][idx] = 1;
+        log_warn("invalid image %s: %s", path, why);
+    }
+    decode_queued_image q;
+    if (r->queues && decode_queue_on_failure(&r->queues[src], &q))
+        return (source_image){.px = q.px, .w = q.w, .h = q.h, .valid = 1, .owned = q.px};
+    return (source_image){.px = r->gray, .w = r->ds.gray_size, .h = r->ds.gray_size, .valid = -1};
+}
+
+static source_image image_of_job(decode_run *r, size_t src, size_t idx, const decode_job *job)
+{
+    if (job->rc != 0)
+        return invalid_image(r, src, idx, job->file.path, job->why);
+    r->decoded++;
+    if (r->queues)
+        decode_queue_on_success(&r->queues[src], job->im.px, job->im.w, job->im.h);
+    return (source_image){.px = job->im.px, .w = job->im.w, .h = job->im.h, .valid = 1};
+}
+
+/* Source src's image of sample idx. The k-th file source of the sample is the pool's k-th
+ * oldest job: jobs go in and come out in (sample, source) order. */
+static source_image source_image_of(decode_run *r, size_t src, size_t idx, unsigned *file_k)
+{
+    if (r->ds.sources[src].kind == DECODE_SOURCE_SYNTHETIC)
+        return (source_image){.px = r->gray, .w = r->ds.gray_size, .h = r->ds.gray_size, .valid = 1};
+    decode_job *job = decode_pool_get(r->pool, (*file_k)++);
+    if (!job)
+        return invalid_image(r, src, idx, r->ds.sources[src].paths[idx], "internal: decode was never queued");
+    return image_of_job(r, src, idx, job);
+}
+
+static size_t aligned(size_t n)
+{
+    return (n + REC_ALIGN - 1) / REC_ALIGN * REC_ALIGN;
+}
+
+/* Bytes the sample's record takes (header, descriptors, payloads at 64-byte offsets). */
+static size_t record_bytes(const decode_run *r, const source_image *imgs)
+{
+    size_t n = r->ds.n_sources;
+    size_t bytes = REC_HEADER_BYTES + (n + 3) * REC_TENSOR_BYTES;
+    for (size_t i = 0; i < n; i++)
+        bytes = aligned(bytes) + (size_t)imgs[i].w * (size_t)imgs[i].h * 3;
+    bytes = aligned(aligned(bytes) + 8 * decode_dataset_label_count(&r->ds));
+    return aligned(aligned(bytes + 8 * n) + 8 * n);
+}
+
+/* An image too big for the output slot is a bad input like any other, not a reason to stop
+ * the run: the largest image of the sample becomes the gray one until the record fits. */
+static void fit_to_slot(decode_run *r, size_t idx, source_image *imgs, size_t cap)
+{
+    while (record_bytes(r, imgs) > cap) {
+        size_t big = 0;
+        for (size_t i = 1; i < r->ds.n_sources; i++)
+            if ((size_t)imgs[i].w * imgs[i].h > (size_t)imgs[big].w * imgs[big].h)
+                big = i;
+        if (imgs[big].px == r->gray)
+            return; /* even gray images do not fit: rec_finish will say so */
+        r->invalid++;
+        stage_count(r->s, "invalid_images", 1);
+        if (!r->logged[big][idx])
+            log_warn("invalid image %s: %dx%d pixels do not fit the output slot of %zu bytes "
+                     "(raise SELFSUP.RING.SLOT_BYTES)",
+                     r->ds.sources[big].paths ? r->ds.sources[big].paths[idx] : "(synthetic)", imgs[big].w,
+                     imgs[big].h, cap);
+        r->logged[big][idx] = 1;
+        free(imgs[big].owned);
+        imgs[big] = (source_image){.px = r->gray, .w = r->ds.gray_size, .h = r->ds.gray_size, .valid = -1};
+    }
+}
+
+static int write_sample(decode_run *r, uint64_t seq, uint32_t epoch, size_t idx, source_image *imgs, bool last)
+{
+    size_t n = r->ds.n_sources, n_labels = decode_dataset_label_count(&r->ds);
+    rec_writer *w = stage_record_begin(r->s, REC_DATA, seq, epoch, (uint32_t)(n + 3));
+    if (!w)
+        return stage_exit_status(r->s) ? -1 : 1;
+    /* The epoch's last sample says so: collate then knows the epoch's length and closes its
+     * last, partial batch without waiting for the stream to end. */
+    if (last)
+        rec_writer_header(w)->flags |= SAMPLE_FLAG_EPOCH_LAST;
+    fit_to_slot(r, idx, imgs, w->cap);
+    for (size_t i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "data.%zu", i);
+        uint64_t shape[3] = {(uint64_t)imgs[i].h, (uint64_t)imgs[i].w, 3};
+        rec_add_copy(w, name, REC_U8, 3, shape, imgs[i].px);
+    }
+    uint64_t ns = n, nl = n_labels;
+    int64_t *label = rec_add(w, "label", REC_I64, 1, &nl);
+    int64_t *valid = rec_add(w, "data_valid", REC_I64, 1, &ns);
+    int64_t *index = rec_add(w, "data_idx", REC_I64, 1, &ns);
+    if (label)
+        decode_dataset_labels(&r->ds, idx, label);
+    for (size_t i = 0; valid && index && i < n; i++) {
+        valid[i] = imgs[i].valid;
+        index[i] = (int64_t)idx;
+    }
+    return stage_record_end(r->s) == 0 ? 0 : -1;
+}
+
+/* ---- the epoch loop ------------------------------------------------------------------------- */
+
+/* Queue reads for the samples order[*next ...] while the reader has room for a whole sample. */
+static void read_ahead(decode_run *r, const size_t *order, size_t end, size_t *next)
+{
+    while (*next < end && r->files > 0 && decode_reader_room(r->reader) >= r->files) {
+        size_t idx = order[*next];
+        for (size_t i = 0; i < r->ds.n_sources; i++)
+            if (r->ds.sources[i].kind != DECODE_SOURCE_SYNTHETIC)
+                decode_reader_push(r->reader, r->ds.sources[i].paths[idx], idx);
+        (*next)++;
+    }
+}
+
+/* Hand the files read so far (samples *next ... read_end) to the decoders, whole samples at
+ * a time, while the pool has room. */
+static void decode_ahead(decode_run *r, size_t read_end, size_t *next)
+{
+    while (*next < read_end && r->files > 0 && decode_pool_room(r->pool) >= r->files) {
+        for (size_t k = 0; k < r->files; k++) {
+            decode_file f;
+            if (decode_reader_pop(r->reader, &f) != 1)
+                return; /* cannot happen: read_ahead queued the whole sample */
+            decode_pool_submit(r->pool, &f);
+        }
+        (*next)++;
+    }
+}
+
+/* Forget the jobs and reads still queued (after a stop in mid-epoch), so that the next
+ * epoch, if any, starts clean. */
+static void drain(decode_run *r)
+{
+    while (decode_pool_get(r->pool, 0))
+        decode_pool_release(r->pool);
+    decode_file f;
+    while (decode_reader_pop(r->reader, &f) == 1)
+        free(f.data);
+}
+
+/* 0 at the end of the epoch, 1 when the stage should stop, -1 on a failure. */
+static int run_epoch(decode_run *r, uint32_t epoch, size_t start, size_t *order, size_t per_rank)
+{
+    decode_sampler_epoch(&r->sampler, epoch, order);
+    size_t next_read = start, next_decode = start;
+    source_image *imgs = xcalloc(r->ds.n_sources, sizeof *imgs);
+    int rc = 0;
+    for (size_t pos = start; rc == 0 && pos < per_rank; pos++) {
+        read_ahead(r, order, per_rank, &next_read);
+        decode_ahead(r, next_read, &next_decode);
+        unsigned file_k = 0;
+        for (size_t i = 0; i < r->ds.n_sources; i++)
+            imgs[i] = source_image_of(r, i, order[pos], &file_k);
+        rc = write_sample(r, pos, epoch, order[pos], imgs, pos + 1 == per_rank);
+        for (size_t i = 0; i < r->ds.n_sources; i++)
+            free(imgs[i].owned);
+        for (unsigned k = 0; k < file_k; k++)
+            decode_pool_release(r->pool); /* only now: the record held the slots' pixels */
+    }
+    drain(r);
+    free(imgs);
+    return rc;
+}
+
+static int load(decode_run *r, const decode_opts *o)
+{
+    const cfg_node *config = stage_config(r->s);
+    char *err = NULL;
+    if (decode_dataset_load(&r->ds, config, o->split, NULL, &err) != 0) {
+        log_error("%s", err);
+        free(err);
+        return -1;
+    }
+    if (o->limit > 0 && (size_t)o->limit < r->ds.length)
+        r->ds.length = (size_t)o->limit;
+    r->sampler = make_sampler(r, o, config);
+    size_t batch = (size_t)split_int(config, o->split, "BATCHSIZE_PER_REPLICA", 1);
+    setup_per_source(r, split_bool(config, o->split, "ENABLE_QUEUE_DATASET"), batch);
+    /* read_ahead and decode_ahead queue whole samples, so each window holds at least one;
+     * the decoders get two samples each, so that none waits while the oldest is written. */
+    size_t depth = (size_t)o->io_depth > r->files ? (size_t)o->io_depth : r->files;
+    size_t slots = (r->files ? r->files : 1) * (2 * (size_t)o->threads + 1);
+    r->reader = decode_reader_new((unsigned)depth, o->no_io_uring || getenv("SELFSUP_DECODE_NO_IO_URING"));
+    r->pool = decode_pool_new((unsigned)o->threads, (unsigned)slots);
+    log_info("%s split: %zu samples, %zu source(s), %zu per rank per epoch, reading with %s, decoding on %ld thread(s)",
+             r->ds.split, r->ds.length, r->ds.n_sources, decode_sampler_len(&r->sampler),
+             decode_reader_uses_io_uring(r->reader) ? "io_uring" : "pread", o->threads);
+    return 0;
+}
+
+static int run(stage *s, void *state)
+{
+    decode_opts *o = state;
+    decode_run r = {.s = s};
+    if (load(&r, o) != 0) {
+        teardown(&r);
+        return EXIT_USAGE;
+    }
+    const cfg_node *config = stage_config(s);
+    size_t per_rank = decode_sampler_len(&r.sampler);
+    size_t skip = (size_t)o->start_iter * (size_t)split_int(config, o->split, "BATCHSIZE_PER_REPLICA", 1);
+    uint32_t first = o->epoch >= 0 ? (uint32_t)o->epoch : stage_epoch(s);
+    stage_count(s, "expected", (int64_t)(per_rank * (size_t)o->epochs - (skip < per_rank ? skip : per_rank)));
+    size_t *order = xmalloc((per_rank ? per_rank : 1) * sizeof *order);
+    double t0 = now_seconds();
+    int rc = 0;
+    for (long e = 0; rc == 0 && e < o->epochs; e++)
+        rc = run_epoch(&r, first + (uint32_t)e, e == 0 ? (skip < per_rank ? skip : per_rank) : 0, order, per_rank);
+    double took = now_seconds() - t0;
+    log_info("%lld images decoded, %lld invalid, in %.2f s (%.0f images/s)", (long long)r.decoded, (long long)r.invalid,
+             took, took > 0 ? (double)(r.decoded + r.invalid) / took : 0.0);
+    free(order);
+    teardown(&r);
+    if (rc < 0)
+        return 1;
+    return rc > 0 ? stage_exit_status(s) : 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const stage_info info = {
+        .name = "decode",
+        .summary = "Read and decode a VISSL dataset's images in sampler order, one record per sample.",
+        .role = "producer",
+        .writes = true,
+        .option = option,
+        .options = "  --split train|test     DATA.TRAIN (default) or DATA.TEST (the catalog's \"val\" entry)\n"
+                   "  --epoch E              first epoch (shuffle seed; default: the current epoch, 0)\n"
+                   "  --epochs N             epochs to emit (default 1)\n"
+                   "  --start-iter K         resume: skip the first K batches of the first epoch\n"
+                   "  --limit N              use only the first N samples (like DATA_LIMIT)\n"
+                   "  --io-depth N           file reads kept in flight (default 32)\n"
+                   "  --no-io-uring          read with pread (also: SELFSUP_DECODE_NO_IO_URING=1)\n"
+                   "  --threads N            decode on N threads (default 1); the output does not change\n",
+    };
+    decode_opts o = {.split = "TRAIN", .epoch = -1, .epochs = 1, .limit = -1, .io_depth = 32, .threads = 1};
+    return stage_main(argc, argv, &info, &o, run);
+}

@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""make_broken.py — writes tests/data/broken/: small image files, valid and broken, that the
+decode stage must handle as PIL would (valid ones decode to PIL's pixels, broken ones become
+VISSL's gray image with data_valid = -1).
+
+Run from anywhere: /usr/bin/python3 tests/data/make_broken.py. Uses PIL and numpy, and cc with
+libjpeg for the one file PIL cannot write (an arithmetic-coded JPEG). The files are committed;
+tests only read them. tests/golden/make_decode_fixtures.py then stores PIL's decodes.
+"""
+import io
+import os
+import struct
+import subprocess
+import tempfile
+import zlib
+
+import numpy as np
+from PIL import Image
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "broken")
+PHOTO = "/usr/share/backgrounds/mate/nature/Garden.jpg"
+
+
+def base_image(w=67, h=45):
+    """A small real photo with odd sizes, so that chroma subsampling has edges to get right."""
+    im = Image.open(PHOTO).convert("RGB")
+    return im.resize((w, h), Image.BICUBIC)
+
+
+def write(name, data):
+    with open(os.path.join(OUT, name), "wb") as f:
+        f.write(data)
+
+
+def jpeg_bytes(im, **kw):
+    b = io.BytesIO()
+    im.save(b, "JPEG", **kw)
+    return b.getvalue()
+
+
+def png_chunk(kind, payload):
+    crc = zlib.crc32(kind + payload) & 0xFFFFFFFF
+    return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", crc)
+
+
+def png_bytes(rows_bytes, w, h, bit_depth, color_type, extra_chunks=b""):
+    """A PNG written by hand (PIL cannot write 16-bit RGB or 2-bit gray): filter 0 rows."""
+    raw = b"".join(b"\0" + r for r in rows_bytes)
+    ihdr = struct.pack(">IIBBBBB", w, h, bit_depth, color_type, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + extra_chunks +
+            png_chunk(b"IDAT", zlib.compress(raw)) + png_chunk(b"IEND", b""))
+
+
+JPEG_TOOL_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <jpeglib.h>
+/* arith IN OUT: jpegtran -arithmetic (copy the DCT coefficients, re-code arithmetically).
+ * ycck RAW W H OUT: compress raw CMYK bytes as an Adobe YCCK JPEG (what Photoshop writes). */
+static int arith(const char *a, const char *b) {
+    struct jpeg_decompress_struct in; struct jpeg_compress_struct out;
+    struct jpeg_error_mgr e1, e2;
+    FILE *fi = fopen(a, "rb"), *fo = fopen(b, "wb");
+    if (!fi || !fo) return 1;
+    in.err = jpeg_std_error(&e1); jpeg_create_decompress(&in); jpeg_stdio_src(&in, fi);
+    jpeg_read_header(&in, TRUE);
+    jvirt_barray_ptr *coef = jpeg_read_coefficients(&in);
+    out.err = jpeg_std_error(&e2); jpeg_create_compress(&out); jpeg_stdio_dest(&out, fo);
+    jpeg_copy_critical_parameters(&in, &out);
+    out.arith_code = TRUE;
+    jpeg_write_coefficients(&out, coef);
+    jpeg_finish_compress(&out); jpeg_destroy_compress(&out);
+    jpeg_finish_decompress(&in); jpeg_destroy_decompress(&in);
+    fclose(fi); return fclose(fo) != 0;
+}
+static int ycck(const char *raw, int w, int h, const char *b) {
+    unsigned char *px = malloc((size_t)w * h * 4);
+    FILE *fr = fopen(raw, "rb"), *fo = fopen(b, "wb");
+    if (!px || !fr || !fo || fread(px, 4, (size_t)w * h, fr) != (size_t)w * h) return 1;
+    struct jpeg_compress_struct out; struct jpeg_error_mgr e;
+    out.err = jpeg_std_error(&e); jpeg_create_compress(&out); jpeg_stdio_dest(&out, fo);
+    out.image_width = w; out.image_height = h; out.input_components = 4; out.in_color_space = JCS_CMYK;
+    jpeg_set_defaults(&out); jpeg_set_colorspace(&out, JCS_YCCK); jpeg_set_quality(&out, 90, TRUE);
+    jpeg_start_compress(&out, TRUE);
+    while (out.next_scanline < out.image_height) {
+        JSAMPROW row = px + (size_t)out.next_scanline * w * 4;
+        jpeg_write_scanlines(&out, &row, 1);
+    }
+    jpeg_finish_compress(&out); jpeg_destroy_compress(&out);
+    fclose(fr); return fclose(fo) != 0;
+}
+int main(int argc, char **argv) {
+    if (argc == 4 && argv[1][0] == 'a') return arith(argv[2], argv[3]);
+    if (argc == 6 && argv[1][0] == 'y') return ycck(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
+    return 2;
+}
+"""
+
+
+def jpeg_tool(args, inputs):
+    """Run the libjpeg helper above in a scratch folder; inputs: {name: bytes}."""
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "tool.c"), os.path.join(d, "tool")
+        with open(src, "w") as f:
+            f.write(JPEG_TOOL_C)
+        subprocess.run(["cc", "-O1", src, "-o", exe, "-ljpeg"], check=True)
+        for name, data in inputs.items():
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        subprocess.run([exe] + [os.path.join(d, a) if a in inputs or a == "out.jpg" else a for a in args],
+                       check=True)
+        with open(os.path.join(d, "out.jpg"), "rb") as f:
+            return f.read()
+
+
+def arithmetic_jpeg(baseline):
+    return jpeg_tool(["arith", "in.jpg", "out.jpg"], {"in.jpg": baseline})
+
+
+def ycck_jpeg(im):
+    """Adobe-style inverted CMYK, as Photoshop stores it, coded as YCCK."""
+    cmyk = 255 - np.asarray(im.convert("CMYK"))
+    return jpeg_tool(["ycck", "in.raw", str(im.width), str(im.height), "out.jpg"],
+                     {"in.raw": cmyk.astype(np.uint8).tobytes()})
+
+
+def adam7_png(a):
+    """An interlaced (Adam7) 8-bit RGB PNG of the HxWx3 array a, written by hand."""
+    h, w = a.shape[:2]
+    raw = b""
+    for xs, ys, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+                           (0, 1, 1, 2)):
+        sub = a[ys::dy, xs::dx]
+        if sub.shape[0] and sub.shape[1]:
+            raw += b"".join(b"\0" + r.tobytes() for r in sub)
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 1)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", zlib.compress(raw)) +
+            png_chunk(b"IEND", b""))
+
+
+def sof_offset(data):
+    """Offset of the SOF0/SOF2 marker segment in a JPEG."""
+    for marker in (b"\xff\xc0", b"\xff\xc2"):
+        i = data.find(marker)
+        if i > 0:
+            return i
+    raise ValueError("no SOF")
+
+
+def valid_files(im):
+    write("valid_1x1.jpg", jpeg_bytes(Image.new("RGB", (1, 1), (200, 30, 90)), quality=90))
+    write("valid_420.jpg", jpeg_bytes(im, quality=90, subsampling=2))
+    write("valid_422.jpg", jpeg_bytes(im, quality=90, subsampling=1))
+    write("valid_444.jpg", jpeg_bytes(im, quality=90, subsampling=0))
+    write("valid_progressive.jpg", jpeg_bytes(im, quality=90, progressive=True))
+    write("valid_gray.jpg", jpeg_bytes(im.convert("L"), quality=90))
+    write("valid_cmyk.jpg", jpeg_bytes(im.convert("CMYK"), quality=90))
+    write("valid_arithmetic.jpg", arithmetic_jpeg(jpeg_bytes(im, quality=90)))
+    write("valid_ycck.jpg", ycck_jpeg(im))
+    write("valid_interlaced.png", adam7_png(np.asarray(im)))
+    b = io.BytesIO()
+    rgba = im.convert("RGBA")
+    rgba.putalpha(Image.linear_gradient("L").resize(im.size))
+    rgba.save(b, "PNG")
+    write("valid_alpha.png", b.getvalue())
+    b = io.BytesIO()
+    im.convert("P", palette=Image.ADAPTIVE, colors=16).save(b, "PNG", transparency=3)
+    write("valid_palette.png", b.getvalue())
+    b = io.BytesIO()
+    im.convert("L").save(b, "PNG")
+    write("valid_gray.png", b.getvalue())
+    b = io.BytesIO()
+    im.convert("LA").save(b, "PNG")
+    write("valid_gray_alpha.png", b.getvalue())
+    a = np.asarray(im).astype(np.uint16) * 257 + np.arange(im.width, dtype=np.uint16)[None, :, None]
+    write("valid_rgb16.png", png_bytes([r.astype(">u2").tobytes() for r in a], im.width, im.height, 16, 2))
+    g = (np.asarray(im.convert("L")).astype(np.uint16) * 3)  # 0..765: PIL clips at 255
+    write("valid_gray16.png", png_bytes([r.astype(">u2").tobytes() for r in g], im.width, im.height, 16, 0))
+    g2 = (np.asarray(im.convert("L")) >> 6).astype(np.uint8)
+    packed = [np.packbits(np.unpackbits(r[:, None], axis=1)[:, 6:].reshape(-1)).tobytes() for r in g2]
+    write("valid_gray2.png", png_bytes(packed, im.width, im.height, 2, 0))
+    b = io.BytesIO()
+    im.save(b, "PNG")
+    write("valid_png_named.jpg", b.getvalue())  # PIL picks the format by content
+    # A palette of 4 colours, pixels using indices up to 255: PIL fills the rest with a gray ramp.
+    idx = (np.arange(16 * 16, dtype=np.uint8).reshape(16, 16))
+    plte = png_chunk(b"PLTE", bytes([255, 0, 0, 0, 255, 0, 0, 0, 255, 9, 9, 9]))
+    write("valid_palette_short.png", png_bytes([r.tobytes() for r in idx], 16, 16, 8, 3, plte))
+    data = bytearray(jpeg_bytes(im, quality=90))
+    mid = len(data) // 2
+    for i in range(mid, mid + 40, 7):  # flipped bits inside the entropy-coded data
+        if data[i] != 0xFF and data[i] ^ 0x55 != 0xFF:
+            data[i] ^= 0x55
+    write("flipped_data.jpg", bytes(data))
+
+
+def broken_files(im):
+    good = jpeg_bytes(im, quality=90)
+    write("bad_zero.jpg", b"")
+    write("bad_text.jpg", b"this is not an image, only text named .jpg\n")
+    write("bad_truncated.jpg", good[: len(good) // 2])
+    write("bad_truncated_progressive.jpg", jpeg_bytes(im, quality=90, progressive=True)[:700])
+    write("bad_header_only.jpg", good[: sof_offset(good) + 19])
+    data = bytearray(good)
+    sof = sof_offset(good)
+    data[sof + 4] = 13  # sample precision 13: libjpeg refuses it
+    write("bad_precision.jpg", bytes(data))
+    data = bytearray(good)
+    struct.pack_into(">HH", data, sof + 5, 65535, 65535)  # height, width in the header
+    write("bad_huge.jpg", bytes(data))
+    png = open(os.path.join(OUT, "valid_gray.png"), "rb").read()
+    write("bad_truncated.png", png[: len(png) * 2 // 3])
+    data = bytearray(png)
+    data[29] ^= 0xFF  # IHDR's CRC
+    write("bad_crc.png", bytes(data))
+    # A tEXt chunk with a wrong CRC before the image data: PIL refuses it (it checks them).
+    i = png.index(b"IDAT") - 4
+    text = png_chunk(b"tEXt", b"Comment\0hello")
+    write("bad_ancillary_crc.png", png[:i] + text[:-4] + b"\0\0\0\0" + png[i:])
+    # A wrong CRC on the image data: PIL does not check those, so the image is valid.
+    j = png.index(b"IDAT") - 4
+    length = struct.unpack(">I", png[j:j + 4])[0]
+    crc_at = j + 8 + length
+    write("valid_idat_bad_crc.png", png[:crc_at] + bytes(b ^ 0xFF for b in png[crc_at:crc_at + 4]) + png[crc_at + 4:])
+    ihdr = struct.pack(">IIBBBBB", 20000, 10000, 8, 0, 0, 0, 0)  # 200 M pixels, a token of data
+    write("bad_bomb.png", b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) +
+          png_chunk(b"IDAT", zlib.compress(b"\0" * 64)) + png_chunk(b"IEND", b""))
+    data = bytearray(good)
+    struct.pack_into(">HH", data, sof + 5, 10000, 20000)  # 200 M pixels, under libjpeg's 65500
+    write("bad_bomb.jpg", bytes(data))
+    write("bad_truncated_no_eoi.jpg", good[:-2])
+    write("valid_trailing_garbage.jpg", good + b"trailing bytes after EOI")
+    b = io.BytesIO()
+    im.save(b, "GIF")
+    write("unsupported.gif", b.getvalue())
+    b = io.BytesIO()
+    im.save(b, "BMP")
+    write("unsupported_bmp.jpg", b.getvalue())
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    im = base_image()
+    valid_files(im)
+    broken_files(im)
+    print("wrote", len(os.listdir(OUT)), "files to", OUT)
+
+
+if __name__ == "__main__":
+    main()

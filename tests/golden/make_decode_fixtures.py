@@ -1,0 +1,79 @@
+#!/usr/bin/python3
+"""make_decode_fixtures.py — PIL's decodes, the reference for selfsup-decode's image decoder.
+
+Writes to tests/golden/fixtures/decode/:
+  photo_NAME_VARIANT.jpg  real photos (Debian's mate-backgrounds) cut down to 80x48 and
+                          re-encoded by PIL at quality 90 as 4:2:0, 4:2:2, 4:4:4,
+                          progressive and grayscale JPEGs;
+  *.npy                   np.asarray(Image.open(p).convert("RGB")) for each of those and for
+                          every file of tests/data/broken/ that PIL can open (broken_NAME_EXT.npy);
+  MANIFEST.tsv            one line per tests/data/broken/ file: name, what selfsup must do
+                          (valid | invalid), and what PIL said.
+A file PIL opens but selfsup does not decode (GIF, BMP...) is expected invalid: selfsup reads
+JPEG and PNG only. Run tests/data/make_broken.py first.
+"""
+import glob
+import os
+import warnings
+
+import numpy as np
+from PIL import Image
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "fixtures", "decode")
+BROKEN = os.path.join(HERE, "..", "data", "broken")
+PHOTOS = ["Aqua", "LadyBird", "Storm"]
+VARIANTS = {
+    "420": dict(subsampling=2),
+    "422": dict(subsampling=1),
+    "444": dict(subsampling=0),
+    "progressive": dict(progressive=True),
+    "gray": dict(),
+}
+
+
+def pil_decode(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with Image.open(path) as im:
+            return im.format, np.asarray(im.convert("RGB"))
+
+
+def photos():
+    for name in PHOTOS:
+        im = Image.open(f"/usr/share/backgrounds/mate/nature/{name}.jpg").convert("RGB")
+        im = im.resize((80, 48), Image.BICUBIC)
+        for variant, kw in VARIANTS.items():
+            src = im.convert("L") if variant == "gray" else im
+            path = os.path.join(OUT, f"photo_{name}_{variant}.jpg")
+            src.save(path, "JPEG", quality=90, **kw)
+            np.save(path[:-4] + ".npy", pil_decode(path)[1])
+
+
+def broken():
+    lines = []
+    for path in sorted(glob.glob(os.path.join(BROKEN, "*"))):
+        name = os.path.basename(path)
+        try:
+            fmt, px = pil_decode(path)
+        except Exception as e:  # noqa: BLE001 - every PIL failure is a verdict
+            lines.append(f"{name}\tinvalid\tPIL: {type(e).__name__}: {str(e).replace(path, name)[:80]}")
+            continue
+        if fmt not in ("JPEG", "PNG"):
+            lines.append(f"{name}\tinvalid\tPIL opens it as {fmt}; selfsup decodes JPEG and PNG only")
+            continue
+        np.save(os.path.join(OUT, "broken_" + name.replace(".", "_") + ".npy"), px)
+        lines.append(f"{name}\tvalid\tPIL: {fmt} {px.shape[1]}x{px.shape[0]}")
+    with open(os.path.join(OUT, "MANIFEST.tsv"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    photos()
+    broken()
+    print("wrote", len(os.listdir(OUT)), "files to", OUT)
+
+
+if __name__ == "__main__":
+    main()
