@@ -108,6 +108,23 @@ static bool stage_command(argvec *a, const cfg_node *config, const char *name, c
     return true;
 }
 
+/* Put two more words into a stage's command line, before the config overrides. */
+static void stage_add_args(topo_stage *st, const char *a, const char *b)
+{
+    size_t n = 0;
+    while (st->argv[n])
+        n++;
+    /* the overrides are last: find where they start (after "--world-size W") */
+    size_t at = n;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (!strcmp(st->argv[i], "--world-size"))
+            at = i + 2;
+    st->argv = xrealloc(st->argv, (n + 3) * sizeof *st->argv);
+    memmove(&st->argv[at + 2], &st->argv[at], (n - at + 1) * sizeof *st->argv);
+    st->argv[at] = xstrdup(a);
+    st->argv[at + 1] = xstrdup(b);
+}
+
 static int add_ring(topology *t, const char *label, const cfg_node *config, uint32_t producers)
 {
     t->rings = xrealloc(t->rings, (size_t)(t->n_rings + 1) * sizeof *t->rings);
@@ -187,6 +204,14 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     int augmented = add_ring(t, "augmented", config, (uint32_t)workers);
     int batches = add_ring(t, "batches", config, 1);
     bool ok = add_stage(t, config, "decode", 0, opt->node_rank, 1, -1, decoded, opt, err);
+    /* Training reads OPTIMIZER.num_epochs epochs; feature extraction reads the data once. */
+    const char *prog = ok ? t->stages[t->n_stages - 1].argv[0] : "";
+    size_t plen = strlen(prog);
+    if (ok && !strcmp(last, "train") && plen >= 14 && !strcmp(prog + plen - 14, "selfsup-decode")) {
+        char epochs[32];
+        snprintf(epochs, sizeof epochs, "%lld", (long long)cfg_int(config, "OPTIMIZER.num_epochs"));
+        stage_add_args(&t->stages[t->n_stages - 1], "--epochs", epochs);
+    }
     for (int i = 0; ok && i < workers; i++)
         ok = add_stage(t, config, "augment", i, opt->node_rank, 1, decoded, augmented, opt, err);
     ok = ok && add_stage(t, config, "collate", 0, opt->node_rank, 1, augmented, batches, opt, err);

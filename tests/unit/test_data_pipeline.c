@@ -51,6 +51,7 @@ static char *write_config(const char *name, const char *transforms)
             "# @package _global_\n"
             "config:\n"
             "  DISTRIBUTED: {NUM_NODES: 1, NUM_PROC_PER_NODE: 1}\n"
+            "  OPTIMIZER: {num_epochs: 1, param_schedulers: {lr: {name: constant, value: 0.1}}}\n"
             "  SELFSUP: {RUN_DIR: \"%s/runs\"}\n"
             "  DATA:\n"
             "    NUM_DATALOADER_WORKERS: 1\n"
@@ -247,6 +248,15 @@ Test(data_pipeline, epochs_follow_each_other_and_drop_last_drops_the_partial_bat
     run_ok(cmd);
     free(cmd);
     cr_assert_eq(check_batches(a, 2), 8);
+    /* Under selfsup run, a training run reads OPTIMIZER.num_epochs epochs. */
+    char *c = xasprintf("%s/orch2.rec", g_dir), *selfsup = build_bin("selfsup");
+    cmd = xasprintf("%s run %s config.OPTIMIZER.num_epochs=2 '+config.SELFSUP.STAGES.train=selfsup-sink --save %s'",
+                    selfsup, cfg, c);
+    run_ok(cmd);
+    free(cmd);
+    cr_assert_eq(check_batches(c, 2), 8);
+    cr_assert(same_file(a, c), "two epochs differ between the shell pipeline and selfsup run");
+    free(c), free(selfsup);
     char *dec = build_bin("selfsup-decode"), *aug = build_bin("selfsup-augment"), *col = build_bin("selfsup-collate"),
          *sink = build_bin("selfsup-sink");
     cmd = xasprintf("%s -c %s --epochs 2 | %s -c %s | %s -c %s config.DATA.TRAIN.DROP_LAST=true | %s --save %s", dec,
