@@ -909,7 +909,11 @@ void ring_close(ring *r)
         give_back_held(r);
         leave(r);
         bool finished = atomic_load(&r->sh->eos) || atomic_load(&r->sh->broken) != NOT_BROKEN;
-        unlink_it = r->creator || (finished && !others_attached(r));
+        /* The orchestrator (an observer) owns its run's rings. Otherwise the last one out of a
+         * finished ring removes the name — never a producer that created the ring and is
+         * done early: a writer that starts later would make a second ring of the same name,
+         * and the reader would wait on the first for it forever. */
+        unlink_it = (r->creator && r->role == RING_OBSERVER) || (finished && !others_attached(r));
     }
     char *name = xstrdup(r->name);
     free_handle(r);

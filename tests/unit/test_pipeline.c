@@ -717,6 +717,33 @@ Test(pipeline, run_with_tcp_control_and_curve, .timeout = 120)
     free_run(&e);
 }
 
+/* A writer that made the ring and finished before the others started must leave the ring's
+ * name in place: a later writer would otherwise create a second ring of the same name and
+ * the reader would wait on the first one forever (seen under load in CI). */
+Test(pipeline, an_early_creator_leaves_the_ring_for_late_writers, .timeout = 120)
+{
+    char *produce = bin("produce"), *check = bin("check");
+    char shm[64];
+    snprintf(shm, sizeof shm, "shm:selfsup-test-%d-early?producers=3", (int)getpid());
+    char *cmd = xasprintf("%s --slot-bytes 65536 --count 300 --index 0 --stride 3 --out '%s' & first=$!; "
+                          "%s --slot-bytes 65536 --in '%s' --expect 900 & "
+                          "wait $first; "
+                          "%s --slot-bytes 65536 --count 300 --index 1 --stride 3 --out '%s' & "
+                          "%s --slot-bytes 65536 --count 300 --index 2 --stride 3 --out '%s' & "
+                          "wait",
+                          produce, shm, check, shm, produce, shm, produce, shm);
+    char *out;
+    cr_expect_eq(test_run(cmd, &out), 0, "%s\n%s", cmd, out);
+    cr_expect(strstr(out, "check: 900 records"), "%s", out);
+    free(out);
+    free(cmd);
+    char *seg = xasprintf("/dev/shm/selfsup-test-%d-early", (int)getpid());
+    cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
+    free(seg);
+    free(produce);
+    free(check);
+}
+
 /* Several writers into one ring and into one tcp reader: the end comes after the last one. */
 Test(pipeline, several_producers_end_together, .timeout = 120)
 {
