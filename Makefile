@@ -13,6 +13,11 @@
 # from -MMD, so editing a header rebuilds what includes it.
 
 SHELL      := /bin/bash
+# Build with every core unless the caller chose a -j (the recursive makes of `test`, `demo`
+# and `bench` inherit it).
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 CC         ?= cc
 PREFIX     ?= /usr/local
 BUILD      ?= build
@@ -120,9 +125,17 @@ $(UNIT_BIN): $(UNIT_OBJ) $(LIBSELFSUP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(wildcard lib/*.h shm/*.h stages/*/*.h)
+# The library is compiled once for all targets (coverage-instrumented, not linked with the
+# fuzzer's main); each target links it with its own entry point.
+FUZZ_OBJ   := $(LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+
+$(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(LIB_SRC) $(LDLIBS) -o $@
+	$(FUZZ_CC) $(subst -fsanitize=fuzzer,-fsanitize=fuzzer-no-link,$(FUZZ_FLAGS)) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(FUZZ_OBJ) $(LDLIBS) -o $@
 
 # ---- dependencies -------------------------------------------------------------------------
 # Build + run: compilers, libraries. Test: Criterion, clang (libFuzzer), numpy for golden
@@ -181,4 +194,4 @@ install: all
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)

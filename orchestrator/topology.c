@@ -50,10 +50,11 @@ size_t topology_slot_bytes(const cfg_node *config, const char *ring_label)
     int64_t b = cfg_int(config, "SELFSUP.RING.SLOT_BYTES");
     if (b > 0)
         return (size_t)b;
-    /* Decoded images come at any size: 64 MiB holds a 4,800 x 4,400 RGB photo. Slots are
-     * shared memory that is only backed where written, so a big slot costs what it holds. */
+    /* Decoded images come at any size: 32 MiB holds a 3,200 x 3,400 RGB photo (ImageNet's
+     * largest few are bigger; the decoder replaces and logs an image too big for its slot,
+     * naming this setting). The ring reserves depth x slot of /dev/shm up front. */
     if (!strcmp(ring_label, "decoded"))
-        return (size_t)64 << 20;
+        return (size_t)32 << 20;
     size_t sample;
     int64_t batch = cfg_int(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA");
     batch = batch > 0 ? batch : 1;
@@ -66,10 +67,10 @@ size_t topology_slot_bytes(const cfg_node *config, const char *ring_label)
         size_t factor = coll && !strcmp(coll, "multicrop_mixup_collator") ? 2 : 1;
         return round_mib((size_t)batch * sample * factor + ((size_t)1 << 20));
     }
-    /* Sizes that depend on the image (e.g. Resize without a crop): 64 MiB a sample, and the
+    /* Sizes that depend on the image (e.g. Resize without a crop): 32 MiB a sample, and the
      * common SSL batch (two 224 px crops a sample) for batches. */
     if (!strcmp(ring_label, "augmented"))
-        return (size_t)64 << 20;
+        return (size_t)32 << 20;
     return round_mib((size_t)batch * 2 * 224 * 224 * 3 + ((size_t)1 << 20));
 }
 

@@ -55,7 +55,7 @@ void topology_set_control(topology *t, const char *endpoint);
 void topology_free(topology *t);
 
 /* Bytes of one slot of the ring labelled `ring_label` ("decoded", "augmented", "batches"): SELFSUP.RING.SLOT_BYTES,
- * else 64 MiB for decoded images and, for crops and batches, what DATA.TRAIN's transforms,
+ * else 32 MiB for decoded images and, for crops and batches, what DATA.TRAIN's transforms,
  * sources and batch size make (a generous bound when a size depends on the image). */
 size_t topology_slot_bytes(const cfg_node *config, const char *ring_label);
 

@@ -9,6 +9,9 @@
  * lines at once (one counter per sample of a line, 32 samples per vector block), which is
  * PIL's per-line arithmetic for many lines side by side: columns are blurred in place of
  * the image, rows on a transposed copy (PIL transposes too, for its second direction).
+ * On x86-64 the passes and the RGB transposes have AVX2 / AVX-512 versions, picked at run
+ * time: a pass goes down one block of samples through all the lines with its counters in
+ * registers (see box_pass_avx2_body for the two exact rewrites of PIL's arithmetic it uses).
  *
  * SMOOTH is a 3x3 float convolution in PIL's summation order (row y+1, y, y-1; left to
  * right), + 0.5 and truncation; border pixels are copied. Vector lanes do the same float
@@ -166,8 +169,10 @@ static void box_pass(const uint8_t *restrict in, size_t istride, uint8_t *restri
 }
 
 /* Pixel transposes between `im` (h lines of w*c bytes) and a packed buffer of w lines of
- * h*c bytes, in bands of TBAND image rows so that both sides stay in cache. The pixel copy
- * has a constant size per branch, which the compiler turns into plain moves. */
+ * h*c bytes. For RGB on x86-64 with AVX2, 8 image rows at a time go through 32-bit words
+ * (see transpose8_to_avx2); the rest, and L images, in bands of TBAND image rows so that both
+ * sides stay in cache. The pixel copy has a constant size per branch, which the compiler
+ * turns into plain moves. */
 enum { TBAND = 16 };
 
 static inline void copy_px(uint8_t *d, const uint8_t *s, int c)
@@ -178,10 +183,134 @@ static inline void copy_px(uint8_t *d, const uint8_t *s, int c)
         *d = *s;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_KERNELS 1
+
+static int g_avx2 = -1, g_avx512 = -1;
+
+static int have_avx2(void)
+{
+    if (g_avx2 < 0)
+        g_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+    return g_avx2;
+}
+
+static int have_avx512(void)
+{
+    if (g_avx512 < 0)
+        g_avx512 = have_avx2() && __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+    return g_avx512;
+}
+#endif
+
+/* Test hook (img.h): 0 forces the portable kernels, 1 allows AVX2, 2 (or more) the best the
+ * CPU has. Returns the level in use. */
+int img_blur_set_simd(int level)
+{
+#ifdef HAVE_AVX2_KERNELS
+    g_avx2 = level >= 1 && __builtin_cpu_supports("avx2");
+    g_avx512 = -1;
+    if (level == 1)
+        g_avx512 = 0;
+    return have_avx512() ? 2 : g_avx2;
+#else
+    (void)level;
+    return 0;
+#endif
+}
+
+#ifdef HAVE_AVX2_KERNELS
+
+/* dst[x * line + 3 r + ch] = in[r][3 x + ch] for the 8 rows at in (stride apart), x < w. Four
+ * pixels of each row are widened to RGBX words with a shuffle, transposed 4x8 as words, and
+ * each column's 8 words squeezed back to 24 bytes of RGB. */
+__attribute__((target("avx2"))) static void transpose8_to_avx2(const uint8_t *in, size_t stride,
+                                                               int w, uint8_t *dst, size_t line)
+{
+    const __m128i widen = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+    const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1,
+                                             -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
+                                             -1, -1);
+    const __m256i join = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7);
+    int x = 0;
+    for (; x + 6 <= w; x += 4) { /* a 16-byte load at pixel x stays inside the row */
+        __m256i a[4];
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *p = in + (size_t)r * stride + 3 * (size_t)x;
+            __m128i lo = _mm_loadu_si128((const __m128i *)p);
+            __m128i hi = _mm_loadu_si128((const __m128i *)(p + 4 * stride));
+            a[r] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_shuffle_epi8(lo, widen)),
+                                           _mm_shuffle_epi8(hi, widen), 1);
+        }
+        /* a[r] = [row r: p0 p1 p2 p3 | row r+4: p0 p1 p2 p3] */
+        __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        __m256i c4[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+        uint8_t *o = dst + (size_t)x * line;
+        for (int j = 0; j < 4; j++, o += line) {
+            __m256i v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(c4[j], squeeze), join);
+            _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(v));
+            _mm_storel_epi64((__m128i *)(o + 16), _mm256_extracti128_si256(v, 1));
+        }
+    }
+    for (; x < w; x++)
+        for (int r = 0; r < 8; r++)
+            memcpy(dst + (size_t)x * line + 3 * r, in + (size_t)r * stride + 3 * (size_t)x, 3);
+}
+
+/* The inverse: out[r][3 x + ch] = src[x * line + 3 r + ch] for the 8 rows at out, x < w. The
+ * 16-byte stores run 4 bytes into the next pixels of a row, which are written afterwards; a
+ * load reads 4 bytes past the 24 of a column (the buffer has spare bytes at its end). */
+__attribute__((target("avx2"))) static void transpose8_from_avx2(const uint8_t *src, size_t line,
+                                                                 int w, uint8_t *out,
+                                                                 size_t stride)
+{
+    const __m128i widen = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+    const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1,
+                                             -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
+                                             -1, -1);
+    int x = 0;
+    for (; x + 6 <= w; x += 4) { /* a 16-byte store at pixel x stays inside the row */
+        __m256i a[4];
+        for (int j = 0; j < 4; j++) {
+            const uint8_t *p = src + (size_t)(x + j) * line;
+            __m128i lo = _mm_loadu_si128((const __m128i *)p);        /* rows 0-3 */
+            __m128i hi = _mm_loadu_si128((const __m128i *)(p + 12)); /* rows 4-7 */
+            a[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_shuffle_epi8(lo, widen)),
+                                           _mm_shuffle_epi8(hi, widen), 1);
+        }
+        /* a[j] = [pixel x+j: rows 0 1 2 3 | rows 4 5 6 7] */
+        __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        __m256i rw[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+        for (int r = 0; r < 4; r++) { /* rw[r] = [row r: x..x+3 | row r+4: x..x+3] */
+            __m256i v = _mm256_shuffle_epi8(rw[r], squeeze);
+            uint8_t *o = out + (size_t)r * stride + 3 * (size_t)x;
+            _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(v));
+            _mm_storeu_si128((__m128i *)(o + 4 * stride), _mm256_extracti128_si256(v, 1));
+        }
+    }
+    for (; x < w; x++)
+        for (int r = 0; r < 8; r++)
+            memcpy(out + (size_t)r * stride + 3 * (size_t)x, src + (size_t)x * line + 3 * r, 3);
+}
+#endif
+
 static void transpose_to(const img_u8 *im, uint8_t *dst)
 {
     const size_t c = (size_t)im->c, line = (size_t)im->h * c;
-    for (int y0 = 0; y0 < im->h; y0 += TBAND) {
+    int y0 = 0;
+#ifdef HAVE_AVX2_KERNELS
+    if (im->c == 3 && have_avx2())
+        for (; y0 + 8 <= im->h; y0 += 8)
+            transpose8_to_avx2(im->px + (size_t)y0 * im->stride, im->stride, im->w,
+                               dst + (size_t)y0 * 3, line);
+#endif
+    for (; y0 < im->h; y0 += TBAND) {
         const int y1 = imin(y0 + TBAND, im->h);
         for (int x = 0; x < im->w; x++) {
             const uint8_t *s = im->px + (size_t)y0 * im->stride + (size_t)x * c;
@@ -192,10 +321,18 @@ static void transpose_to(const img_u8 *im, uint8_t *dst)
     }
 }
 
+/* src needs 8 spare bytes after its last line (see transpose8_from_avx2). */
 static void transpose_from(const uint8_t *src, img_u8 *im)
 {
     const size_t c = (size_t)im->c, line = (size_t)im->h * c;
-    for (int y0 = 0; y0 < im->h; y0 += TBAND) {
+    int y0 = 0;
+#ifdef HAVE_AVX2_KERNELS
+    if (im->c == 3 && have_avx2())
+        for (; y0 + 8 <= im->h; y0 += 8)
+            transpose8_from_avx2(src + (size_t)y0 * 3, line, im->w,
+                                 im->px + (size_t)y0 * im->stride, im->stride);
+#endif
+    for (; y0 < im->h; y0 += TBAND) {
         const int y1 = imin(y0 + TBAND, im->h);
         for (int x = 0; x < im->w; x++) {
             const uint8_t *s = src + (size_t)x * line + (size_t)y0 * c;
@@ -204,6 +341,178 @@ static void transpose_from(const uint8_t *src, img_u8 *im)
                 copy_px(d, s, im->c);
         }
     }
+}
+
+#ifdef HAVE_AVX2_KERNELS
+/* 8 bytes at p as int32 lanes */
+#define LOAD8_EPI32(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+
+/* Samples k .. k + 8 nb - 1 of every line (nb: 1 or 4 vectors of 8, a constant where this
+ * is inlined). */
+__attribute__((target("avx2"), always_inline)) static inline void
+box_cols_avx2(const uint8_t *restrict in, size_t istride, uint8_t *restrict out, size_t ostride,
+              int len, int k, const box_weights *bw, const int nb)
+{
+    const int r = bw->radius, last = len - 1;
+    const int edge_a = imin(r + 1, len);
+    const uint8_t *lastline = in + (size_t)last * istride;
+    const __m256i ww = _mm256_set1_epi32((int)bw->ww), fw = _mm256_set1_epi32((int)bw->fw);
+    const __m256i round = _mm256_set1_epi32(1 << 23);
+    const __m256i fw1 = _mm256_set1_epi32(r + 1), lw1 = _mm256_set1_epi32(r - edge_a + 1);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i c[4], a[4];
+    /* box_init: r+1 copies of line 0, lines 0 .. edge_a-2, r-edge_a+1 copies of the last */
+    _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++)
+        c[j] = _mm256_add_epi32(_mm256_mullo_epi32(LOAD8_EPI32(in + k + 8 * j), fw1),
+                                _mm256_mullo_epi32(LOAD8_EPI32(lastline + k + 8 * j), lw1));
+    for (int x = 0; x < edge_a - 1; x++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++)
+            c[j] = _mm256_add_epi32(
+                c[j], LOAD8_EPI32(in + (size_t)x * istride + (size_t)k + 8 * (size_t)j));
+    const uint8_t *ap = in + (size_t)imin(r, last) * istride + k;
+    _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++) {
+        c[j] = _mm256_add_epi32(_mm256_mullo_epi32(c[j], ww), round);
+        a[j] = LOAD8_EPI32(ap + 8 * j);
+    }
+    uint8_t *o = out + k;
+    for (int x = 0; x <= last; x++, o += ostride) {
+        const uint8_t *sp = in + (size_t)imax(x - r - 1, 0) * istride + k;
+        const uint8_t *fp = in + (size_t)imin(x + r + 1, last) * istride + k;
+        __m256i res[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++) {
+            __m256i s = LOAD8_EPI32(sp + 8 * j), f = LOAD8_EPI32(fp + 8 * j);
+            c[j] = _mm256_add_epi32(c[j], _mm256_mullo_epi32(_mm256_sub_epi32(a[j], s), ww));
+            __m256i sf = _mm256_mullo_epi32(_mm256_add_epi32(s, f), fw);
+            res[j] = _mm256_srli_epi32(_mm256_add_epi32(c[j], sf), 24);
+            a[j] = f;
+        }
+        /* 0..255 each: pack to bytes, then put the words back in order */
+        if (nb == 1) {
+            __m256i p = _mm256_packus_epi32(res[0], res[0]);
+            __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(p, p), order);
+            _mm_storel_epi64((__m128i *)o, _mm256_castsi256_si128(b));
+        } else {
+            __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(res[0], res[1]),
+                                            _mm256_packus_epi32(res[2], res[3]));
+            _mm256_storeu_si256((__m256i *)o, _mm256_permutevar8x32_epi32(b, order));
+        }
+    }
+}
+
+/*
+ * box_pass for AVX2: a block of samples at a time through all the lines, so that the
+ * counters stay in registers. Two rewrites of PIL's u32 arithmetic, both exact modulo 2^32
+ * (which is all u32 arithmetic is): the counter is kept as C = c * ww + 2^23 (moved by
+ * (add - sub) * ww), so that bulk + 2^23 = C + (sub + far) * fw; and the "add" line of a
+ * position is the "far" line of the one before (both min(x + r + 1, last)), so it is loaded
+ * once. Samples k .. n - 1: blocks of 32 samples, then of 8; the last n % 8 samples are done
+ * one by one.
+ */
+__attribute__((target("avx2"), always_inline)) static inline void
+box_pass_avx2_body(const uint8_t *restrict in, size_t istride, uint8_t *restrict out,
+                   size_t ostride, int len, int n, const box_weights *bw, int k)
+{
+    for (; k + 32 <= n; k += 32)
+        box_cols_avx2(in, istride, out, ostride, len, k, bw, 4);
+    for (; k + 8 <= n; k += 8)
+        box_cols_avx2(in, istride, out, ostride, len, k, bw, 1);
+    const int r = bw->radius, last = len - 1;
+    const int edge_a = imin(r + 1, len);
+    const uint32_t first_w = (uint32_t)(r + 1), last_w = (uint32_t)(r - edge_a + 1);
+    const uint8_t *lastline = in + (size_t)last * istride;
+    for (; k < n; k++) { /* the same, one sample */
+        uint32_t acc = (uint32_t)in[k] * first_w + (uint32_t)lastline[k] * last_w;
+        for (int x = 0; x < edge_a - 1; x++)
+            acc += in[(size_t)x * istride + (size_t)k];
+        for (int x = 0; x <= last; x++) {
+            const uint32_t sub = in[(size_t)imax(x - r - 1, 0) * istride + (size_t)k];
+            const uint32_t add = in[(size_t)imin(x + r, last) * istride + (size_t)k];
+            const uint32_t far = in[(size_t)imin(x + r + 1, last) * istride + (size_t)k];
+            acc += add - sub;
+            uint32_t bulk = acc * bw->ww + (sub + far) * bw->fw;
+            out[(size_t)x * ostride + (size_t)k] = (uint8_t)((bulk + (1u << 23)) >> 24);
+        }
+    }
+}
+
+__attribute__((target("avx2"))) static void box_pass_avx2(const uint8_t *in, size_t istride,
+                                                          uint8_t *out, size_t ostride, int len,
+                                                          int n, const box_weights *bw)
+{
+    box_pass_avx2_body(in, istride, out, ostride, len, n, bw, 0);
+}
+
+/* 16 bytes at p as int32 lanes */
+#define LOAD16_EPI32(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+
+/* box_cols_avx2 with 512-bit vectors: samples k .. k + 16 nb - 1 of every line. */
+__attribute__((target("avx2,avx512f,avx512vl,avx512bw"), always_inline)) static inline void
+box_cols_avx512(const uint8_t *restrict in, size_t istride, uint8_t *restrict out,
+                size_t ostride, int len, int k, const box_weights *bw, const int nb)
+{
+    const int r = bw->radius, last = len - 1;
+    const int edge_a = imin(r + 1, len);
+    const uint8_t *lastline = in + (size_t)last * istride;
+    const __m512i ww = _mm512_set1_epi32((int)bw->ww), fw = _mm512_set1_epi32((int)bw->fw);
+    const __m512i round = _mm512_set1_epi32(1 << 23);
+    const __m512i fw1 = _mm512_set1_epi32(r + 1), lw1 = _mm512_set1_epi32(r - edge_a + 1);
+    __m512i c[4], a[4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++)
+        c[j] = _mm512_add_epi32(_mm512_mullo_epi32(LOAD16_EPI32(in + k + 16 * j), fw1),
+                                _mm512_mullo_epi32(LOAD16_EPI32(lastline + k + 16 * j), lw1));
+    for (int x = 0; x < edge_a - 1; x++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++)
+            c[j] = _mm512_add_epi32(
+                c[j], LOAD16_EPI32(in + (size_t)x * istride + (size_t)k + 16 * (size_t)j));
+    const uint8_t *ap = in + (size_t)imin(r, last) * istride + k;
+    _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++) {
+        c[j] = _mm512_add_epi32(_mm512_mullo_epi32(c[j], ww), round);
+        a[j] = LOAD16_EPI32(ap + 16 * j);
+    }
+    uint8_t *o = out + k;
+    for (int x = 0; x <= last; x++, o += ostride) {
+        const uint8_t *sp = in + (size_t)imax(x - r - 1, 0) * istride + k;
+        const uint8_t *fp = in + (size_t)imin(x + r + 1, last) * istride + k;
+        _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++) {
+            __m512i s = LOAD16_EPI32(sp + 16 * j), f = LOAD16_EPI32(fp + 16 * j);
+            c[j] = _mm512_add_epi32(c[j], _mm512_mullo_epi32(_mm512_sub_epi32(a[j], s), ww));
+            __m512i sf = _mm512_mullo_epi32(_mm512_add_epi32(s, f), fw);
+            __m512i res = _mm512_srli_epi32(_mm512_add_epi32(c[j], sf), 24);
+            _mm_storeu_si128((__m128i *)(o + 16 * j), _mm512_cvtepi32_epi8(res)); /* 0..255 */
+            a[j] = f;
+        }
+    }
+}
+
+/* box_pass_avx2_body with 512-bit vectors where the blocks are whole. */
+__attribute__((target("avx2,avx512f,avx512vl,avx512bw"))) static void
+box_pass_avx512(const uint8_t *in, size_t istride, uint8_t *out, size_t ostride, int len, int n,
+                const box_weights *bw)
+{
+    int k = 0;
+    for (; k + 64 <= n; k += 64)
+        box_cols_avx512(in, istride, out, ostride, len, k, bw, 4);
+    for (; k + 16 <= n; k += 16)
+        box_cols_avx512(in, istride, out, ostride, len, k, bw, 1);
+    box_pass_avx2_body(in, istride, out, ostride, len, n, bw, k);
+}
+
+#endif
+
+/* One box pass (see box_pass): AVX2 where the CPU has it. */
+static void box_pass_any(const uint8_t *in, size_t istride, uint8_t *out, size_t ostride,
+                         int len, int n, const box_weights *bw, uint32_t *acc)
+{
+#ifdef HAVE_AVX2_KERNELS
+    if (have_avx2()) {
+        if (have_avx512())
+            box_pass_avx512(in, istride, out, ostride, len, n, bw);
+        else
+            box_pass_avx2(in, istride, out, ostride, len, n, bw);
+        return;
+    }
+#endif
+    box_pass(in, istride, out, ostride, len, n, bw, acc);
 }
 
 /*
@@ -218,13 +527,13 @@ static void blur_passes(img_u8 *im, const box_weights *bw, uint8_t *a, uint8_t *
     const size_t tline = (size_t)im->h * (size_t)im->c; /* a line of the transpose */
     const size_t line = (size_t)im->w * (size_t)im->c;
     transpose_to(im, a);
-    box_pass(a, tline, b, tline, im->w, (int)tline, bw, acc);
-    box_pass(b, tline, a, tline, im->w, (int)tline, bw, acc);
-    box_pass(a, tline, b, tline, im->w, (int)tline, bw, acc);
+    box_pass_any(a, tline, b, tline, im->w, (int)tline, bw, acc);
+    box_pass_any(b, tline, a, tline, im->w, (int)tline, bw, acc);
+    box_pass_any(a, tline, b, tline, im->w, (int)tline, bw, acc);
     transpose_from(b, im);
-    box_pass(im->px, im->stride, a, line, im->h, (int)line, bw, acc);
-    box_pass(a, line, b, line, im->h, (int)line, bw, acc);
-    box_pass(b, line, im->px, im->stride, im->h, (int)line, bw, acc);
+    box_pass_any(im->px, im->stride, a, line, im->h, (int)line, bw, acc);
+    box_pass_any(a, line, b, line, im->h, (int)line, bw, acc);
+    box_pass_any(b, line, im->px, im->stride, im->h, (int)line, bw, acc);
 }
 
 void img_gaussian_blur(img_u8 *im, double radius)
@@ -241,7 +550,7 @@ void img_gaussian_blur(img_u8 *im, double radius)
     const size_t px = (size_t)im->w * (size_t)im->h * (size_t)im->c;
     const size_t longest = (size_t)(im->w > im->h ? im->w : im->h) * (size_t)im->c;
     /* One allocation per call: accumulators for the longest line, two image buffers. */
-    size_t bytes = longest * sizeof(uint32_t) + 2 * px;
+    size_t bytes = longest * sizeof(uint32_t) + 2 * px + 32; /* + spare: transpose_from */
     uint8_t *mem = malloc(bytes);
     if (!mem)
         die(1, "img_gaussian_blur: out of memory (%zu bytes)", bytes);

@@ -15,6 +15,8 @@
  * in between (uint8 wrap-around, as torchvision adds np.uint8(hue_factor * 255)), with
  * PIL's float/double mix, on which the result depends. rgb2hsv comes from tables built
  * once by the exact per-pixel code; hsv2rgb runs four pixels at a time in double lanes.
+ * Where the CPU has AVX-512, these and the ImageEnhance blends run 16 pixels a step in one
+ * pass per row, with the same operations lane by lane (see "AVX-512 paths").
  *
  * posterize and solarize are per-byte vector maps, autocontrast PIL's per-channel tables
  * from the histogram.
@@ -131,11 +133,190 @@ static void blend_row_const(int deg, uint8_t *img, size_t n, float alpha)
         img[i] = blend_px(deg, img[i], alpha);
 }
 
+/* ---- AVX-512 paths -------------------------------------------------------------------- */
+
+/*
+ * On CPUs with AVX-512 (F, BW, DQ, VL), chosen at run time, the RGB operations take 16 pixels
+ * a step: 48 bytes spread to three int32 vectors (R, G, B) and packed back. adjust_hue runs
+ * rgb2hsv, the shift and hsv2rgb in one pass per row with no HSV buffer, saturation computes
+ * the gray and blends in one pass, contrast sums luma the same way, and the blends of
+ * Brightness, Contrast and Sharpness take 16 samples per vector. Every lane performs the
+ * portable code's operations (the same IEEE float and double operations in the same order,
+ * never fused: fp-contract is off for this file and the intrinsics are plain multiplies and
+ * adds; or the same table entries), so the results are bit for bit those of the portable
+ * path, which stays for other CPUs; img_color_set_simd (img.h) picks the path.
+ */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX512_COLOR 1
+#define AVX512_COLOR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+/* 16 RGB pixels (48 bytes at p, or the first n of them, n < 16) as three int32 vectors. */
+#define RGB16_LOAD(R, G, B, p, mask)                                                       \
+    do {                                                                                   \
+        __m512i raw_;                                                                      \
+        if ((mask) == ~(__mmask64)0 >> 16) /* plain loads: no store-forwarding stall */ \
+            raw_ = _mm512_inserti32x4(                                                     \
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p))),          \
+                _mm_loadu_si128((const __m128i *)((p) + 32)), 2);                          \
+        else                                                                               \
+            raw_ = _mm512_maskz_loadu_epi8((mask), (p));                                   \
+        raw_ = _mm512_permutexvar_epi32(                                                   \
+            _mm512_set_epi32(11, 11, 10, 9, 8, 8, 7, 6, 5, 5, 4, 3, 2, 2, 1, 0), raw_);    \
+        raw_ = _mm512_shuffle_epi8(                                                        \
+            raw_, _mm512_broadcast_i32x4(_mm_set_epi8(-1, 11, 10, 9, -1, 8, 7, 6, -1, 5,   \
+                                                      4, 3, -1, 2, 1, 0)));                \
+        (R) = _mm512_and_si512(raw_, _mm512_set1_epi32(0xff));                             \
+        (G) = _mm512_and_si512(_mm512_srli_epi32(raw_, 8), _mm512_set1_epi32(0xff));       \
+        (B) = _mm512_srli_epi32(raw_, 16);                                                 \
+    } while (0)
+
+/* The inverse: R, G, B (each 0..255) of 16 pixels to 48 bytes at p (the first n: mask). */
+#define RGB16_STORE(p, R, G, B, mask)                                                      \
+    do {                                                                                   \
+        __m512i w_ = _mm512_or_si512(                                                      \
+            (R), _mm512_or_si512(_mm512_slli_epi32((G), 8), _mm512_slli_epi32((B), 16)));  \
+        w_ = _mm512_shuffle_epi8(                                                          \
+            w_, _mm512_broadcast_i32x4(_mm_set_epi8(-1, -1, -1, -1, 14, 13, 12, 10, 9, 8,  \
+                                                    6, 5, 4, 2, 1, 0)));                   \
+        w_ = _mm512_permutexvar_epi32(                                                     \
+            _mm512_set_epi32(15, 15, 15, 15, 14, 13, 12, 10, 9, 8, 6, 5, 4, 2, 1, 0), w_); \
+        if ((mask) == ~(__mmask64)0 >> 16) {                                               \
+            _mm256_storeu_si256((__m256i *)(p), _mm512_castsi512_si256(w_));               \
+            _mm_storeu_si128((__m128i *)((p) + 32), _mm512_extracti32x4_epi32(w_, 2));     \
+        } else {                                                                           \
+            _mm512_mask_storeu_epi8((p), (mask), w_);                                      \
+        }                                                                                  \
+    } while (0)
+
+/* luma() of 16 pixels, int32 lanes. */
+#define LUMA16(R, G, B)                                                                    \
+    _mm512_srli_epi32(                                                                     \
+        _mm512_add_epi32(                                                                  \
+            _mm512_add_epi32(_mm512_mullo_epi32((R), _mm512_set1_epi32(19595)),            \
+                             _mm512_mullo_epi32((G), _mm512_set1_epi32(38470))),           \
+            _mm512_add_epi32(_mm512_mullo_epi32((B), _mm512_set1_epi32(7471)),             \
+                             _mm512_set1_epi32(0x8000))),                                  \
+        16)
+
+/* blend_px on 16 int32 lanes: deg + alpha * (img - deg) in float, clipped to 0..255 as
+ * blend_px does (max and min return their second operand for a NaN, which is blend_px's
+ * choice too), truncated. */
+AVX512_COLOR
+static inline __m512i blend16(__m512i deg, __m512 degf, __m512i img, __m512 alpha)
+{
+    const __m512 diff = _mm512_cvtepi32_ps(_mm512_sub_epi32(img, deg));
+    __m512 t = _mm512_add_ps(degf, _mm512_mul_ps(alpha, diff));
+    t = _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), _mm512_set1_ps(255.0f));
+    return _mm512_cvttps_epi32(t);
+}
+
+/* adjust_saturation of n pixels at p, in place: the gray of each pixel and the blend. */
+AVX512_COLOR
+static void saturation_row_avx512(uint8_t *p, int n, float alpha)
+{
+    const __m512 a = _mm512_set1_ps(alpha);
+    for (int x = 0; x < n; x += 16, p += 48) {
+        const int m = n - x < 16 ? n - x : 16;
+        const __mmask64 bytes = m == 16 ? ~(__mmask64)0 >> 16 : ((__mmask64)1 << (3 * m)) - 1;
+        __m512i R, G, B;
+        RGB16_LOAD(R, G, B, p, bytes);
+        const __m512i L = LUMA16(R, G, B);
+        const __m512 Lf = _mm512_cvtepi32_ps(L);
+        R = blend16(L, Lf, R, a);
+        G = blend16(L, Lf, G, a);
+        B = blend16(L, Lf, B, a);
+        RGB16_STORE(p, R, G, B, bytes);
+    }
+}
+
+/* img[i] := blend_px(deg[i], img[i]) for i < n, or blend_px(degc, img[i]) where deg is
+ * NULL: 64 samples a step, as 16-lane blend16. */
+AVX512_COLOR
+static void blend_row_avx512(const uint8_t *deg, int degc, uint8_t *img, size_t n, float alpha)
+{
+    const __m512 a = _mm512_set1_ps(alpha);
+    __m512i d = _mm512_set1_epi32(degc);
+    __m512 df = _mm512_cvtepi32_ps(d);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        if (deg) {
+            d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(deg + i)));
+            df = _mm512_cvtepi32_ps(d);
+        }
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(img + i)));
+        _mm_storeu_si128((__m128i *)(img + i), _mm512_cvtepi32_epi8(blend16(d, df, v, a)));
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        if (deg) {
+            d = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, deg + i));
+            df = _mm512_cvtepi32_ps(d);
+        }
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, img + i));
+        _mm_mask_storeu_epi8(img + i, m, _mm512_cvtepi32_epi8(blend16(d, df, v, a)));
+    }
+}
+
+/* Sum of luma() over one RGB row of w pixels (w < 2^24, so no lane overflows). */
+AVX512_COLOR
+static uint64_t luma_row_sum_avx512(const uint8_t *p, int w)
+{
+    __m512i acc = _mm512_setzero_si512();
+    for (int x = 0; x < w; x += 16, p += 48) {
+        const int m = w - x < 16 ? w - x : 16;
+        const __mmask64 bytes = m == 16 ? ~(__mmask64)0 >> 16 : ((__mmask64)1 << (3 * m)) - 1;
+        __m512i R, G, B;
+        RGB16_LOAD(R, G, B, p, bytes);
+        /* lanes past the row's end are 0 and add luma(0, 0, 0) = 0 */
+        acc = _mm512_add_epi32(acc, LUMA16(R, G, B));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(
+        _mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(acc)),
+                         _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(acc, 1))));
+}
+#endif
+
+/* -1: not decided yet, 0: portable, 1: AVX-512. */
+static int g_color_simd = -1;
+
+static int color_simd(void)
+{
+    if (g_color_simd < 0) {
+#ifdef HAVE_AVX512_COLOR
+        __builtin_cpu_init();
+        g_color_simd =
+            __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+        g_color_simd = 0;
+#endif
+    }
+    return g_color_simd;
+}
+
+/* Test hook (img.h): on = 0 forces the portable code, 1 the best the CPU has.
+ * Returns whether the AVX-512 paths will run. */
+int img_color_set_simd(int on)
+{
+    g_color_simd = -1;
+    if (!on || !color_simd())
+        g_color_simd = 0;
+    return g_color_simd;
+}
+
 /* Blend with a constant degenerate image `deg`. */
 static void blend_const(img_u8 *im, int deg, double factor)
 {
     const float alpha = (float)factor;
     const size_t row = (size_t)im->w * (size_t)im->c;
+#ifdef HAVE_AVX512_COLOR
+    if (color_simd()) {
+        for (int y = 0; y < im->h; y++)
+            blend_row_avx512(NULL, deg, im->px + (size_t)y * im->stride, row, alpha);
+        return;
+    }
+#endif
     for (int y = 0; y < im->h; y++)
         blend_row_const(deg, im->px + (size_t)y * im->stride, row, alpha);
 }
@@ -201,6 +382,12 @@ static int mean_gray(const img_u8 *im)
     for (int y = 0; y < im->h; y++) {
         const uint8_t *p = im->px + (size_t)y * im->stride;
         if (im->c == 3) {
+#ifdef HAVE_AVX512_COLOR
+            if (color_simd() && im->w < (1 << 24)) {
+                sum += luma_row_sum_avx512(p, im->w);
+                continue;
+            }
+#endif
             sum += luma_row_sum(p, im->w);
         } else {
             for (int x = 0; x < im->w; x++)
@@ -224,6 +411,13 @@ void img_adjust_saturation(img_u8 *im, double factor)
     if (im->c != 3)
         return;
     const float alpha = (float)factor;
+#ifdef HAVE_AVX512_COLOR
+    if (color_simd()) {
+        for (int y = 0; y < im->h; y++)
+            saturation_row_avx512(im->px + (size_t)y * im->stride, im->w, alpha);
+        return;
+    }
+#endif
     const size_t row = (size_t)im->w * 3;
     /* The gray row, one byte per sample, then a vector blend of the whole row. */
     uint8_t *gray = malloc(row);
@@ -245,9 +439,17 @@ void img_adjust_sharpness(img_u8 *im, double factor)
     img_smooth3x3(im, &smooth);
     const float alpha = (float)factor;
     const size_t row = (size_t)im->w * (size_t)im->c;
-    for (int y = 0; y < im->h; y++)
-        blend_row(smooth.px + (size_t)y * smooth.stride, im->px + (size_t)y * im->stride, row,
-                  alpha);
+    for (int y = 0; y < im->h; y++) {
+        const uint8_t *deg = smooth.px + (size_t)y * smooth.stride;
+        uint8_t *p = im->px + (size_t)y * im->stride;
+#ifdef HAVE_AVX512_COLOR
+        if (color_simd()) {
+            blend_row_avx512(deg, 0, p, row, alpha);
+            continue;
+        }
+#endif
+        blend_row(deg, p, row, alpha);
+    }
     img_free(&smooth);
 }
 
@@ -305,6 +507,7 @@ static struct {
     float frac[256];
     double one_minus_frac[256]; /* 1.0 - f in double (exact) */
     float fs[256];
+    bool scaled_ok; /* the AVX-512 path's fs and frac match (checked in hsv_tab_init) */
 } hsv_tab;
 
 /* The case of a pixel and d = max - (the channel that is neither max nor min). Cases by
@@ -341,6 +544,7 @@ static void case_pixel(int kase, int cr, int d, int rgb[3])
 
 static void hsv_tab_init(void)
 {
+    hsv_tab.scaled_ok = true;
     for (int a = 0; a < 256; a++)
         hsv_tab.tri[a] = a * (a + 1) / 2;
     memset(hsv_tab.hue, 0, sizeof hsv_tab.hue);
@@ -367,6 +571,16 @@ static void hsv_tab_init(void)
     }
     for (int s = 0; s < 256; s++)
         hsv_tab.fs[s] = (float)((float)s / 255.0);
+    /* The AVX-512 path computes these (px8); its products by 1 / 255 must round to the
+     * same floats, and (6h * 257 + 257) >> 16 must be floor(6h / 255). They do for every
+     * byte; should a compiler or libm ever disagree, the portable path runs instead. */
+    for (int v = 0; v < 256; v++) {
+        int sext = (6 * v * 257 + 257) >> 16;
+        if ((float)((double)v * (1.0 / 255.0)) != hsv_tab.fs[v] ||
+            (float)((double)(6 * v) * (1.0 / 255.0) - (double)sext) != hsv_tab.frac[v] ||
+            sext % 6 != hsv_tab.sextant[v])
+            hsv_tab.scaled_ok = false;
+    }
 }
 
 /* PIL's hsv2rgb for one pixel with s > 0: v, p, q, t placed by the sextant. */
@@ -484,6 +698,122 @@ static void rgb_row_to_hsv(const uint8_t *p, int n, int shift, uint8_t *hb, uint
     }
 }
 
+#ifdef HAVE_AVX512_COLOR
+/* round_pos on 8 double lanes x >= 0, as int32: (int)(2x) - (int)x, which is trunc(x) plus
+ * 1 where x - trunc(x) >= 0.5 (2x is exact). */
+AVX512_COLOR
+static inline __m256i round_pos8(__m512d x)
+{
+    return _mm256_sub_epi32(_mm512_cvttpd_epi32(_mm512_add_pd(x, x)), _mm512_cvttpd_epi32(x));
+}
+
+/* hsv2rgb's p and x for 8 lanes of v, s and h bytes, as hsv_to_rgb, where x is t in the
+ * even sextants and q in the odd ones (each sextant uses one of the two); sext is
+ * floor(6h / 255) before the % 6. fs and f are computed rather than gathered:
+ * s * (1.0 / 255.0) and 6h * (1.0 / 255.0) - sext, rounded to float, are hsv_tab.fs and
+ * hsv_tab.frac (hsv_tab_init checks it). */
+AVX512_COLOR
+static inline void px8(__m256i v, __m256i s, __m256i h, __m256i sext, __m256i *P, __m256i *X)
+{
+    const __m512d one = _mm512_set1_pd(1.0), r255 = _mm512_set1_pd(1.0 / 255.0);
+    const __m256 fs = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi32_pd(s), r255));
+    const __m512d h6 = _mm512_cvtepi32_pd(_mm256_mullo_epi32(h, _mm256_set1_epi32(6)));
+    const __m256 f =
+        _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(h6, r255), _mm512_cvtepi32_pd(sext)));
+    const __m512d vf = _mm512_cvtepi32_pd(v);
+    const __m512d fsd = _mm512_cvtps_pd(fs);
+    const __mmask8 odd = _mm256_test_epi32_mask(sext, _mm256_set1_epi32(1));
+    /* q: 1 - (double)(fs * f); t: 1 - fs * (1 - f) */
+    const __m512d tq = _mm512_mask_mov_pd(
+        _mm512_sub_pd(one, _mm512_mul_pd(fsd, _mm512_sub_pd(one, _mm512_cvtps_pd(f)))), odd,
+        _mm512_sub_pd(one, _mm512_cvtps_pd(_mm256_mul_ps(fs, f))));
+    *P = round_pos8(_mm512_mul_pd(vf, _mm512_sub_pd(one, fsd)));
+    *X = round_pos8(_mm512_mul_pd(vf, tq));
+}
+
+#define LO8(x) _mm512_castsi512_si256(x)
+#define HI8(x) _mm512_extracti64x4_epi64((x), 1)
+#define LO8F(x) _mm512_castps512_ps256(x)
+#define HI8F(x) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))
+#define TRI16(a) _mm512_srli_epi32(_mm512_add_epi32(_mm512_mullo_epi32((a), (a)), (a)), 1)
+#define JOIN8(lo, hi) _mm512_inserti64x4(_mm512_castsi256_si512(lo), (hi), 1)
+
+/* adjust_hue of n pixels at p, in place: rgb2hsv (the hue byte from hsv_tab, the
+ * saturation byte computed), the shift and hsv2rgb on 16 pixels a step. */
+AVX512_COLOR
+static void hue_row_avx512(uint8_t *p, int n, int shift)
+{
+    const __m512i c255 = _mm512_set1_epi32(255);
+    for (int x = 0; x < n; x += 16, p += 48) {
+        const int m = n - x < 16 ? n - x : 16;
+        const __mmask64 bytes = m == 16 ? ~(__mmask64)0 >> 16 : ((__mmask64)1 << (3 * m)) - 1;
+        __m512i R, G, B;
+        RGB16_LOAD(R, G, B, p, bytes);
+        /* rgb2hsv */
+        const __m512i maxc = _mm512_max_epi32(R, _mm512_max_epi32(G, B));
+        const __m512i minc = _mm512_min_epi32(R, _mm512_min_epi32(G, B));
+        const __m512i cr = _mm512_sub_epi32(maxc, minc);
+        /* the saturation byte: cr / max in float, times 255.0 in double, truncated (0
+         * where cr = 0, as hsv_tab.sat) */
+        const __m512 s = _mm512_div_ps(_mm512_cvtepi32_ps(cr), _mm512_cvtepi32_ps(maxc));
+        const __m512d s255 = _mm512_set1_pd(255.0);
+        __m512i S = JOIN8(
+            _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(LO8F(s)), s255)),
+            _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(HI8F(s)), s255)));
+        S = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(cr, cr), S);
+        /* the hue byte from hsv_tab.hue[case][tri(cr) + d], case and d as hue_case (the
+         * maximum is the first of r, g, b that equals it; d = max - mid, mid = r + g + b -
+         * max - min): dword gathers at byte offsets, the table being followed by more of
+         * hsv_tab, so the 3 bytes past its last entry exist */
+        const __mmask16 rmax = _mm512_cmpeq_epi32_mask(R, maxc);
+        const __mmask16 gmax = ~rmax & _mm512_cmpeq_epi32_mask(G, maxc);
+        const __mmask16 bmax = ~rmax & ~gmax;
+        const __mmask16 c0 = rmax & _mm512_cmple_epi32_mask(B, G); /* else case 1 */
+        const __mmask16 c2 = gmax & _mm512_cmple_epi32_mask(R, B); /* else case 3 */
+        const __mmask16 c4 = bmax & _mm512_cmple_epi32_mask(G, R); /* else case 5 */
+        __m512i base = _mm512_set1_epi32(1 * TRI_N);
+        base = _mm512_mask_mov_epi32(base, c0, _mm512_setzero_si512());
+        base = _mm512_mask_mov_epi32(base, c2, _mm512_set1_epi32(2 * TRI_N));
+        base = _mm512_mask_mov_epi32(base, gmax & ~c2, _mm512_set1_epi32(3 * TRI_N));
+        base = _mm512_mask_mov_epi32(base, c4, _mm512_set1_epi32(4 * TRI_N));
+        base = _mm512_mask_mov_epi32(base, bmax & ~c4, _mm512_set1_epi32(5 * TRI_N));
+        const __m512i mid = _mm512_sub_epi32(_mm512_add_epi32(R, _mm512_add_epi32(G, B)),
+                                             _mm512_add_epi32(maxc, minc));
+        const __m512i hidx =
+            _mm512_add_epi32(_mm512_add_epi32(base, TRI16(cr)), _mm512_sub_epi32(maxc, mid));
+        __m512i H = _mm512_and_si512(_mm512_i32gather_epi32(hidx, hsv_tab.hue, 1), c255);
+        H = _mm512_and_si512(_mm512_add_epi32(H, _mm512_set1_epi32(shift)), c255);
+        /* hsv2rgb */
+        const __m512i sext = _mm512_srli_epi32(
+            _mm512_add_epi32(_mm512_mullo_epi32(H, _mm512_set1_epi32(6 * 257)),
+                             _mm512_set1_epi32(257)),
+            16);
+        __m256i P0, X0, P1, X1;
+        px8(LO8(maxc), LO8(S), LO8(H), LO8(sext), &P0, &X0);
+        px8(HI8(maxc), HI8(S), HI8(H), HI8(sext), &P1, &X1);
+        const __m512i P = JOIN8(P0, P1), X = JOIN8(X0, X1), V = maxc;
+        const __mmask16 s0 = _mm512_cmpeq_epi32_mask(sext, _mm512_setzero_si512()) |
+                             _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(6));
+        const __mmask16 s1 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(1));
+        const __mmask16 s2 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(2));
+        const __mmask16 s3 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(3));
+        const __mmask16 s4 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(4));
+        const __mmask16 s5 = ~(s0 | s1 | s2 | s3 | s4);
+        const __mmask16 gray = ~_mm512_test_epi32_mask(S, S);
+        /* PIL's switch: 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q), with
+         * x = t in even sextants and q in odd ones: 0 (v,x,p) 1 (x,v,p) 2 (p,v,x) 3 (p,x,v)
+         * 4 (x,p,v) 5 (v,p,x) */
+        __m512i r = _mm512_mask_blend_epi32(s2 | s3, X, P);
+        r = _mm512_mask_blend_epi32(s0 | s5 | gray, r, V);
+        __m512i g = _mm512_mask_blend_epi32(s0 | s3, P, X);
+        g = _mm512_mask_blend_epi32(s1 | s2 | gray, g, V);
+        __m512i b = _mm512_mask_blend_epi32(s2 | s5, P, X);
+        b = _mm512_mask_blend_epi32(s3 | s4 | gray, b, V);
+        RGB16_STORE(p, r, g, b, bytes);
+    }
+}
+#endif
+
 void img_adjust_hue(img_u8 *im, double hue_factor)
 {
     check_image(im, "img_adjust_hue");
@@ -495,6 +825,13 @@ void img_adjust_hue(img_u8 *im, double hue_factor)
     pthread_once(&hsv_once, hsv_tab_init);
     /* np.uint8(hue_factor * 255): truncation toward zero, then modulo 256. */
     const int shift = (int)(hue_factor * 255.0) & 255;
+#ifdef HAVE_AVX512_COLOR
+    if (color_simd() && hsv_tab.scaled_ok) {
+        for (int y = 0; y < im->h; y++)
+            hue_row_avx512(im->px + (size_t)y * im->stride, im->w, shift);
+        return;
+    }
+#endif
     const size_t w = (size_t)im->w;
     /* one row of H, S, V and of RGB output (+1 byte of slack for its word stores) */
     uint8_t *buf = malloc(6 * w + 1);

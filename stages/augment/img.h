@@ -63,9 +63,14 @@ void img_flip_lr(img_u8 *im);
  * src and dst must be different images. */
 void img_rotate(const img_u8 *src, img_u8 *dst, int angle_deg);
 
-/* Use the AVX2 code paths (1) or the portable ones (0) where both exist; returns the previous
- * setting. Chosen once from the CPU otherwise; the tests flip it to compare both. */
+/* Which code paths run where several give the same bytes; chosen once from the CPU unless a
+ * test forces one (to check every path against the same fixtures):
+ *   img_resample_set_simd: 0 portable, 1 the best the CPU has, 2 AVX2 at most;
+ *   img_blur_set_simd:     0 portable, 1 AVX2 at most, 2 the best the CPU has;
+ *   img_color_set_simd:    0 portable, 1 the best the CPU has (AVX-512 or portable). */
 int img_resample_set_simd(int on);
+int img_blur_set_simd(int level);
+int img_color_set_simd(int on);
 
 /* PIL convert("L") of an RGB image (ITU-R 601-2 luma, PIL's integer rounding): dst has c = 1. */
 void img_rgb_to_l(const img_u8 *src, img_u8 *dst);

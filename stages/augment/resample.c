@@ -9,9 +9,13 @@
  * result feeds the vertical pass; a side that keeps its size is not resampled. All pixel
  * arithmetic is int32, so any evaluation order gives PIL's exact sums; that lets us
  *  - leave out zero weights at the ends of a window (they add nothing), and
- *  - run AVX2 kernels (picked at run time) that are bit-identical to the portable ones: the
+ *  - run SIMD kernels (picked at run time) that are bit-identical to the portable ones: the
  *    vertical pass keeps 8 columns per register, the horizontal pass transposes a block of
- *    rows so that it, too, becomes a sum of whole registers; the other pixel operations
+ *    rows so that it, too, becomes a sum of whole registers (AVX2: 8 RGB rows, one multiply
+ *    per tap; results come back to the rows through a block transpose rather than
+ *    scattered stores). On CPUs with AVX-512 VNNI both passes use vpdpbusd, four taps per
+ *    instruction, with each weight split into three signed bytes (horizontal: RGB, 16 rows
+ *    at a time; vertical: 64 columns, four rows interleaved). The other pixel operations
  *    (flip, 180-degree turn, grayscale) have AVX2 versions of their inner loops too.
  * NEAREST resize and the non-square 90/270 rotations follow PIL's affine nearest-neighbour
  * paths in Geometry.c (ImagingScaleAffine, affine_fixed), including their rounding.
@@ -58,22 +62,37 @@ static _Thread_local scratch g_coef_x, g_coef_y, g_tmp, g_block, g_dcoef;
 
 /* ---- SIMD dispatch -------------------------------------------------------------------------- */
 
-/* -1: not decided yet; tests flip it with img_resample_set_simd to compare both paths. */
-static int g_use_avx2 = -1;
+/* -1: not decided yet; tests flip it with img_resample_set_simd to compare the paths.
+ * 0: portable, 1: AVX2, 2: AVX2 plus the AVX-512 VNNI resize kernels. */
+static int g_simd = -1;
 
-static bool use_avx2(void)
+static bool cpu_has_vnni(void)
 {
-    if (g_use_avx2 < 0)
-        g_use_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
-    return g_use_avx2 == 1;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+           __builtin_cpu_supports("avx512vnni");
 }
 
-/* Test hook (not in img.h): on = 0 forces the portable kernels, 1 asks for AVX2 where the CPU
- * has it. Returns whether AVX2 kernels will be used. */
+static int simd_level(void)
+{
+    if (g_simd < 0)
+        g_simd = !__builtin_cpu_supports("avx2") ? 0 : cpu_has_vnni() ? 2 : 1;
+    return g_simd;
+}
+
+static bool use_avx2(void) { return simd_level() >= 1; }
+static bool use_vnni(void) { return simd_level() >= 2; }
+
+/* Test hook (not in img.h): on = 0 forces the portable kernels, 1 asks for the best SIMD
+ * kernels the CPU has, 2 for AVX2 without the AVX-512 ones. Returns whether SIMD (AVX2 or
+ * better) kernels will be used. */
 int img_resample_set_simd(int on)
 {
-    g_use_avx2 = on && __builtin_cpu_supports("avx2") ? 1 : 0;
-    return g_use_avx2;
+    if (!on || !__builtin_cpu_supports("avx2"))
+        g_simd = 0;
+    else
+        g_simd = on == 1 && cpu_has_vnni() ? 2 : 1;
+    return g_simd > 0;
 }
 
 /* ---- coefficients (PIL's precompute_coeffs + normalize_coeffs_8bpc) ------------------------- */
@@ -353,30 +372,358 @@ __attribute__((target("avx2"))) static void transpose_in_rgb8(const uint8_t *in,
                    in + (size_t)r * stride + 3 * (size_t)x, 3);
 }
 
-/* Horizontal pass of 8 RGB rows. */
+/* out[r][3x + ch] = ocol[step x + 3r + ch] for the 8 rows out[r] and x < n: the inverse of
+ * transpose_in_rgb8 for a block of results. Four pixels of each of the 8 rows a step: the
+ * 24-byte entries are widened to RGBX words, transposed 4x8 and squeezed back to RGB. The
+ * 16-byte stores run 4 bytes into the next pixels of the row, written afterwards; the loads
+ * read 4 bytes past an entry's 24 (`ocol` needs 4 spare bytes after the last). */
+__attribute__((target("avx2"))) static void transpose_out_rgb8(const uint8_t *ocol, size_t step,
+                                                               int n, uint8_t *const out[8])
+{
+    const __m128i widen = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+    const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1,
+                                             -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
+                                             -1, -1);
+    int x = 0;
+    for (; x + 6 <= n; x += 4) { /* a 16-byte store at pixel x stays inside the row */
+        __m256i a[4];
+        for (int j = 0; j < 4; j++) {
+            const uint8_t *p = ocol + (size_t)(x + j) * step;
+            __m128i lo = _mm_loadu_si128((const __m128i *)p);        /* rows 0-3 */
+            __m128i hi = _mm_loadu_si128((const __m128i *)(p + 12)); /* rows 4-7 */
+            a[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_shuffle_epi8(lo, widen)),
+                                           _mm_shuffle_epi8(hi, widen), 1);
+        }
+        /* a[j] = [pixel x+j: rows 0 1 2 3 | rows 4 5 6 7] */
+        __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        __m256i rw[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+        for (int r = 0; r < 4; r++) { /* rw[r] = [row r: x..x+3 | row r+4: x..x+3] */
+            __m256i v = _mm256_shuffle_epi8(rw[r], squeeze);
+            _mm_storeu_si128((__m128i *)(out[r] + 3 * (size_t)x), _mm256_castsi256_si128(v));
+            _mm_storeu_si128((__m128i *)(out[r + 4] + 3 * (size_t)x),
+                             _mm256_extracti128_si256(v, 1));
+        }
+    }
+    for (; x < n; x++)
+        for (int r = 0; r < 8; r++)
+            memcpy(out[r] + 3 * (size_t)x, ocol + (size_t)x * step + 3 * r, 3);
+}
+
+/* Horizontal pass of 8 RGB rows: into the transposed results `ocol` (n * 24 bytes + 8 spare),
+ * then out to the rows. */
 __attribute__((target("avx2"))) static void hpass_block_rgb_avx2(const uint8_t *in,
                                                                  size_t in_stride, uint8_t *out,
                                                                  size_t out_stride, int in_w,
-                                                                 const coeffs *cx, uint8_t *col)
+                                                                 const coeffs *cx, uint8_t *col,
+                                                                 uint8_t *ocol)
 {
     transpose_in_rgb8(in, in_stride, in_w, col);
     for (int x = 0; x < cx->n; x++) {
         __m256i acc[3];
         hsum24_avx2(col + (size_t)cx->start[x] * HBLOCK_LANES_RGB, cx->k + (size_t)x * cx->stride,
                     cx->len[x], acc);
-        uint8_t v[32];
-        _mm_storeu_si128((__m128i *)v, pack16_avx2(acc[0], acc[1]));
-        _mm_storeu_si128((__m128i *)(v + 16), pack16_avx2(acc[2], acc[2]));
-        /* Four bytes per row; the fourth lands on the next pixel, which is written after,
-         * except for the last pixel of a row. */
-        uint8_t *o = out + 3 * (size_t)x;
-        if (x + 1 < cx->n) {
-            for (int r = 0; r < 8; r++, o += out_stride)
-                memcpy(o, v + 3 * r, 4);
-        } else {
-            for (int r = 0; r < 8; r++, o += out_stride)
-                memcpy(o, v + 3 * r, 3);
+        uint8_t *o = ocol + (size_t)x * HBLOCK_LANES_RGB;
+        _mm_storeu_si128((__m128i *)o, pack16_avx2(acc[0], acc[1]));
+        _mm_storel_epi64((__m128i *)(o + 16), pack16_avx2(acc[2], acc[2]));
+    }
+    uint8_t *rows[8];
+    for (int r = 0; r < 8; r++)
+        rows[r] = out + (size_t)r * out_stride;
+    transpose_out_rgb8(ocol, HBLOCK_LANES_RGB, cx->n, rows);
+}
+
+/*
+ * The AVX-512 VNNI horizontal pass for RGB (vpdpbusd: four u8 x s8 products summed into each
+ * int32 lane). Each 22-bit weight k is split into balanced base-256 digits,
+ * k = d0 + 256 d1 + 65536 d2 with every digit in -128..127, and the three digit sums are
+ * recombined at the end; all of it is int32 arithmetic modulo 2^32, whose result is PIL's sum
+ * exactly (that sum fits in int32). A block is 16 rows; columns come in groups of four: group
+ * g holds, for row r and channel ch, the word (col 4g..4g+3 of that channel) at
+ * 192 g + 12 r + 4 ch, which byte shuffles of the rows make. Lane r*3+ch of the three
+ * vectors of a group is then that row's channel; the results of four output pixels are
+ * permuted back into rows in registers. A window is widened to whole groups with zero
+ * weights.
+ */
+#define VNNI_TARGET                                                                        \
+    __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")))
+#define VROWS 16                /* rows per block */
+#define VGROUP (VROWS * 12)     /* bytes per group of four columns */
+
+typedef struct {
+    int gstride;        /* int32 per output: 3 per group */
+    int *g0, *ng;       /* first group and number of groups of each output's window */
+    int32_t *dig;       /* digits d0 d1 d2 of group i at dig[x * gstride + 3 i ..] */
+} vnni_coeffs;
+
+static _Thread_local scratch g_vnni_coef, g_vnni_coef_y, g_vnni_rows, g_ocol;
+
+/* The digits of cx's weights in groups of four taps. align4: groups start at multiples of 4
+ * (the horizontal kernel: windows widened to whole column groups), else at each window's
+ * start (the vertical kernel). Returns false where some weight does not fit three digits
+ * (never for PIL's filters). */
+static bool make_vnni_coeffs(const coeffs *cx, vnni_coeffs *vc, scratch *mem, bool align4)
+{
+    int gmax = 0;
+    for (int x = 0; x < cx->n; x++) {
+        int ng = ((align4 ? cx->start[x] & 3 : 0) + cx->len[x] + 3) >> 2;
+        gmax = ng > gmax ? ng : gmax;
+    }
+    vc->gstride = 3 * gmax;
+    size_t need = (size_t)cx->n * (2 * sizeof(int) + (size_t)vc->gstride * sizeof(int32_t));
+    char *buf = scratch_get(mem, need + 12 * (size_t)gmax); /* + the digit bytes of a window */
+    uint8_t *b[3] = {(uint8_t *)buf + need, (uint8_t *)buf + need + 4 * (size_t)gmax,
+                     (uint8_t *)buf + need + 8 * (size_t)gmax};
+    vc->g0 = (int *)buf;
+    vc->ng = vc->g0 + cx->n;
+    vc->dig = (int32_t *)(buf + (size_t)cx->n * 2 * sizeof(int));
+    for (int x = 0; x < cx->n; x++) {
+        const int32_t *k = cx->k + (size_t)x * cx->stride;
+        int off = align4 ? cx->start[x] & 3 : 0, len = cx->len[x];
+        int ng = (off + len + 3) >> 2;
+        vc->g0[x] = align4 ? cx->start[x] >> 2 : cx->start[x];
+        vc->ng[x] = ng;
+        /* the digits of each tap, the window placed at `off` in whole groups of zeros */
+        memset(b[0], 0, 12 * (size_t)gmax);
+        for (int t = 0; t < len; t++) {
+            int32_t v = k[t];
+            int32_t d0 = (int8_t)(uint8_t)v;
+            int32_t r1 = (v - d0) >> 8; /* exact: v - d0 is a multiple of 256 */
+            int32_t d1 = (int8_t)(uint8_t)r1;
+            int32_t d2 = (r1 - d1) >> 8;
+            if (d2 < -128 || d2 > 127)
+                return false;
+            b[0][off + t] = (uint8_t)d0;
+            b[1][off + t] = (uint8_t)d1;
+            b[2][off + t] = (uint8_t)d2;
         }
+        int32_t *d = vc->dig + (size_t)x * vc->gstride;
+        for (int i = 0; i < ng; i++) /* little-endian words: tap 4i + j in byte j */
+            for (int m = 0; m < 3; m++)
+                memcpy(&d[3 * i + m], &b[m][4 * i], 4);
+    }
+    return true;
+}
+
+/* 16 sums -> 16 bytes with clip8: (acc0 + 256 acc1 + 65536 acc2) >> 22 (modulo 2^32 before
+ * the shift), below 0 -> 0, above 255 -> 255. */
+VNNI_TARGET static inline __m128i join_clip_512(__m512i a0, __m512i a1, __m512i a2)
+{
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, _mm512_slli_epi32(a1, 8)),
+                                 _mm512_slli_epi32(a2, 16));
+    s = _mm512_max_epi32(_mm512_srai_epi32(s, PRECISION_BITS), _mm512_setzero_si512());
+    return _mm512_cvtusepi32_epi8(s);
+}
+
+/* acc = _mm512_dpbusd_epi32(acc, v, k), written so that GCC keeps acc in its register (with
+ * the intrinsic it copies every accumulator around each loop iteration). */
+#define DPBUSD(acc, v, k) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(v), "v"(k))
+
+/* Horizontal pass of the 16 RGB rows in[r] (of in_w pixels) into out[r] (n pixels). colv
+ * holds ceil(in_w / 4) groups of VGROUP bytes + 16 spare. */
+VNNI_TARGET static void hpass_block_rgb_vnni(const uint8_t *const in[VROWS],
+                                              uint8_t *const out[VROWS], int in_w, int n,
+                                              const vnni_coeffs *vc, uint8_t *colv)
+{
+    const int bytes = 3 * in_w, groups = (in_w + 3) >> 2;
+    /* Four rows at a time: their 16 bytes at the group go into the four lanes of a vector,
+     * and one byte permutation makes the 48 bytes of those rows (byte 12 q + 4 ch + j of the
+     * result = lane q, byte 3 j + ch). The 64-byte store runs 16 bytes into the next rows'
+     * place, written afterwards (past the last group: into colv's spare bytes). */
+    static const uint8_t perm_bytes[64] = {
+        0,  3,  6,  9,  1,  4,  7,  10, 2,  5,  8,  11, 16, 19, 22, 25,
+        17, 20, 23, 26, 18, 21, 24, 27, 32, 35, 38, 41, 33, 36, 39, 42,
+        34, 37, 40, 43, 48, 51, 54, 57, 49, 52, 55, 58, 50, 53, 56, 59};
+    const __m512i perm = _mm512_loadu_si512((const void *)perm_bytes);
+    const int full = bytes >= 16 ? (bytes - 16) / 12 + 1 : 0; /* groups with whole loads */
+    int g = 0;
+    /* Four groups at a time where 64-byte loads fit: per four rows, two rounds of two-source
+     * byte permutations (rows 0+1 and 2+3 of two groups each, then the 48 bytes of each
+     * group). All 16 results are made before the stores, which go in address order (each
+     * runs 16 bytes into the place of the next, or of the next step's first). */
+    if (bytes >= 64) {
+        uint8_t ia[64], ib[64], ic0[64], ic1[64];
+        for (int o = 0; o < 64; o++) {
+            int gi = o / 24, w = o % 24, row = w / 12, b = w % 12, ch = b / 4, j = b % 4;
+            int src = 12 * gi + 3 * j + ch + 64 * row;
+            ia[o] = o < 48 ? (uint8_t)src : 0;
+            ib[o] = o < 48 ? (uint8_t)(src + 24) : 0;
+            int r4 = o / 12, b4 = o % 12;
+            int src_c = (r4 >= 2 ? 64 : 0) + 12 * (r4 & 1) + b4;
+            ic0[o] = o < 48 ? (uint8_t)src_c : 0;
+            ic1[o] = o < 48 ? (uint8_t)(src_c + 24) : 0;
+        }
+        const __m512i pa = _mm512_loadu_si512((const void *)ia);
+        const __m512i pb = _mm512_loadu_si512((const void *)ib);
+        const __m512i pc0 = _mm512_loadu_si512((const void *)ic0);
+        const __m512i pc1 = _mm512_loadu_si512((const void *)ic1);
+        for (; g + 4 <= groups && 12 * g + 64 <= bytes; g += 4) {
+            const int at = 12 * g;
+            __m512i lo01[4], hi01[4], lo23[4], hi23[4];
+            _Pragma("GCC unroll 4") for (int qq = 0; qq < 4; qq++) {
+                const uint8_t *const *rp = in + 4 * qq;
+                __m512i r0 = _mm512_loadu_si512((const void *)(rp[0] + at));
+                __m512i r1 = _mm512_loadu_si512((const void *)(rp[1] + at));
+                __m512i r2 = _mm512_loadu_si512((const void *)(rp[2] + at));
+                __m512i r3 = _mm512_loadu_si512((const void *)(rp[3] + at));
+                lo01[qq] = _mm512_permutex2var_epi8(r0, pa, r1);
+                hi01[qq] = _mm512_permutex2var_epi8(r0, pb, r1);
+                lo23[qq] = _mm512_permutex2var_epi8(r2, pa, r3);
+                hi23[qq] = _mm512_permutex2var_epi8(r2, pb, r3);
+            }
+            uint8_t *o = colv + (size_t)g * VGROUP;
+            _Pragma("GCC unroll 4") for (int qq = 0; qq < 4; qq++, o += 48)
+                _mm512_storeu_si512((void *)o, _mm512_permutex2var_epi8(lo01[qq], pc0, lo23[qq]));
+            _Pragma("GCC unroll 4") for (int qq = 0; qq < 4; qq++, o += 48)
+                _mm512_storeu_si512((void *)o, _mm512_permutex2var_epi8(lo01[qq], pc1, lo23[qq]));
+            _Pragma("GCC unroll 4") for (int qq = 0; qq < 4; qq++, o += 48)
+                _mm512_storeu_si512((void *)o, _mm512_permutex2var_epi8(hi01[qq], pc0, hi23[qq]));
+            _Pragma("GCC unroll 4") for (int qq = 0; qq < 4; qq++, o += 48)
+                _mm512_storeu_si512((void *)o, _mm512_permutex2var_epi8(hi01[qq], pc1, hi23[qq]));
+        }
+    }
+    for (; g < full; g++) {
+        const int at = 12 * g;
+        uint8_t *o = colv + (size_t)g * VGROUP;
+        for (int q = 0; q < VROWS; q += 4, o += 48) {
+            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(in[q] + at)));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(in[q + 1] + at)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(in[q + 2] + at)), 2);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(in[q + 3] + at)), 3);
+            _mm512_storeu_si512((void *)o, _mm512_permutexvar_epi8(perm, v));
+        }
+    }
+    for (; g < groups; g++) { /* the end of the rows: pixels past it read as 0 */
+        const int at = 12 * g;
+        const __mmask16 m = (__mmask16)((1u << (bytes - at)) - 1);
+        uint8_t *o = colv + (size_t)g * VGROUP;
+        for (int q = 0; q < VROWS; q += 4, o += 48) {
+            __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(m, in[q] + at));
+            v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, in[q + 1] + at), 1);
+            v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, in[q + 2] + at), 2);
+            v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(m, in[q + 3] + at), 3);
+            _mm512_storeu_si512((void *)o, _mm512_permutexvar_epi8(perm, v));
+        }
+    }
+    /* Results go out four pixels at a time: lane j of tm (m = 0, 1, 2) holds bytes
+     * 16m .. 16m+15 of the 48 (16 rows x RGB) of pixel x0 + j; one permutation per four rows
+     * puts row 4c + q's 12 bytes (pixels x0 .. x0+3) in lane q of u[c]. */
+    uint8_t idx[4][64];
+    for (int c = 0; c < 4; c++)
+        for (int o = 0; o < 64; o++) {
+            int q = o >> 4, b = o & 15, j = b / 3, ch = b % 3;
+            int src = 3 * (4 * c + q) + ch; /* byte of the pixel's 48 */
+            int rel = src - 16 * ((12 * c) >> 4); /* from the first of the two vectors used */
+            idx[c][o] = b < 12 ? (uint8_t)((rel >> 4) * 64 + 16 * j + (rel & 15)) : 0;
+        }
+    const __m512i idx0 = _mm512_loadu_si512((const void *)idx[0]);
+    const __m512i idx1 = _mm512_loadu_si512((const void *)idx[1]);
+    const __m512i idx2 = _mm512_loadu_si512((const void *)idx[2]);
+    const __m512i idx3 = _mm512_loadu_si512((const void *)idx[3]);
+    const __m512i half = _mm512_set1_epi32(HALF);
+    int x0 = 0;
+    for (; x0 < n; x0 += 4) {
+        const int cnt = n - x0 < 4 ? n - x0 : 4;
+        __m512i t0 = _mm512_setzero_si512(), t1 = t0, t2 = t0;
+        for (int j = 0; j < cnt; j++) {
+            const int x = x0 + j;
+            const uint8_t *p = colv + (size_t)vc->g0[x] * VGROUP;
+            const int32_t *d = vc->dig + (size_t)x * vc->gstride;
+            __m512i a00 = half, a01 = half, a02 = half;
+            __m512i a10 = _mm512_setzero_si512(), a11 = a10, a12 = a10, a20 = a10, a21 = a10,
+                    a22 = a10;
+            for (int i = vc->ng[x]; i > 0; i--, p += VGROUP, d += 3) {
+                __m512i v0 = _mm512_loadu_si512((const void *)p);
+                __m512i v1 = _mm512_loadu_si512((const void *)(p + 64));
+                __m512i v2 = _mm512_loadu_si512((const void *)(p + 128));
+                __m512i k0 = _mm512_set1_epi32(d[0]), k1 = _mm512_set1_epi32(d[1]),
+                        k2 = _mm512_set1_epi32(d[2]);
+                DPBUSD(a00, v0, k0);
+                DPBUSD(a01, v1, k0);
+                DPBUSD(a02, v2, k0);
+                DPBUSD(a10, v0, k1);
+                DPBUSD(a11, v1, k1);
+                DPBUSD(a12, v2, k1);
+                DPBUSD(a20, v0, k2);
+                DPBUSD(a21, v1, k2);
+                DPBUSD(a22, v2, k2);
+            }
+            const __mmask16 lane = (__mmask16)(0xf << (4 * j)); /* 32-bit lanes 4j .. 4j+3 */
+            t0 = _mm512_mask_broadcast_i32x4(t0, lane, join_clip_512(a00, a10, a20));
+            t1 = _mm512_mask_broadcast_i32x4(t1, lane, join_clip_512(a01, a11, a21));
+            t2 = _mm512_mask_broadcast_i32x4(t2, lane, join_clip_512(a02, a12, a22));
+        }
+        __m512i u[4] = {_mm512_permutexvar_epi8(idx0, t0),
+                        _mm512_permutex2var_epi8(t0, idx1, t1),
+                        _mm512_permutex2var_epi8(t1, idx2, t2),
+                        _mm512_permutexvar_epi8(idx3, t2)};
+        const size_t at = 3 * (size_t)x0;
+        if (x0 + 6 <= n) { /* 16-byte stores: 4 bytes run into pixels written afterwards */
+            for (int c = 0; c < 4; c++) {
+                uint8_t *const *o = out + 4 * c;
+                _mm_storeu_si128((__m128i *)(o[0] + at), _mm512_castsi512_si128(u[c]));
+                _mm_storeu_si128((__m128i *)(o[1] + at), _mm512_extracti32x4_epi32(u[c], 1));
+                _mm_storeu_si128((__m128i *)(o[2] + at), _mm512_extracti32x4_epi32(u[c], 2));
+                _mm_storeu_si128((__m128i *)(o[3] + at), _mm512_extracti32x4_epi32(u[c], 3));
+            }
+        } else { /* the end of the rows: exactly the cnt pixels */
+            const __mmask16 m = (__mmask16)((1u << (3 * cnt)) - 1);
+            for (int c = 0; c < 4; c++) {
+                uint8_t *const *o = out + 4 * c;
+                _mm_mask_storeu_epi8(o[0] + at, m, _mm512_castsi512_si128(u[c]));
+                _mm_mask_storeu_epi8(o[1] + at, m, _mm512_extracti32x4_epi32(u[c], 1));
+                _mm_mask_storeu_epi8(o[2] + at, m, _mm512_extracti32x4_epi32(u[c], 2));
+                _mm_mask_storeu_epi8(o[3] + at, m, _mm512_extracti32x4_epi32(u[c], 3));
+            }
+        }
+    }
+}
+
+/*
+ * The vertical pass with vpdpbusd: four input rows are interleaved byte by byte (two rounds
+ * of unpacks) so that each int32 lane holds one column of four consecutive taps; the weights'
+ * digits are as in the horizontal kernel (groups start at each window's first row; the taps
+ * past the window's end read its last row again, with weight 0). The unpacks work within
+ * 128-bit lanes, and so do the packs at the end, which puts the columns back in order.
+ * 64 columns a step, the last step masked.
+ */
+VNNI_TARGET static void vpass_row_vnni(const uint8_t *const *rows, int ng, const int32_t *d,
+                                       uint8_t *out, int n)
+{
+    const __m512i half = _mm512_set1_epi32(HALF), zero = _mm512_setzero_si512();
+    for (int k = 0; k < n; k += 64) {
+        const __mmask64 m = n - k >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n - k)) - 1;
+        __m512i a0[4] = {half, half, half, half}, a1[4] = {zero, zero, zero, zero},
+                a2[4] = {zero, zero, zero, zero};
+        const uint8_t *const *r = rows;
+        const int32_t *dd = d;
+        for (int i = 0; i < ng; i++, r += 4, dd += 3) {
+            __m512i A = _mm512_maskz_loadu_epi8(m, r[0] + k), B = _mm512_maskz_loadu_epi8(m, r[1] + k);
+            __m512i C = _mm512_maskz_loadu_epi8(m, r[2] + k), D = _mm512_maskz_loadu_epi8(m, r[3] + k);
+            __m512i lab = _mm512_unpacklo_epi8(A, B), hab = _mm512_unpackhi_epi8(A, B);
+            __m512i lcd = _mm512_unpacklo_epi8(C, D), hcd = _mm512_unpackhi_epi8(C, D);
+            __m512i q[4] = {_mm512_unpacklo_epi16(lab, lcd), _mm512_unpackhi_epi16(lab, lcd),
+                            _mm512_unpacklo_epi16(hab, hcd), _mm512_unpackhi_epi16(hab, hcd)};
+            __m512i k0 = _mm512_set1_epi32(dd[0]), k1 = _mm512_set1_epi32(dd[1]),
+                    k2 = _mm512_set1_epi32(dd[2]);
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+                DPBUSD(a0[j], q[j], k0);
+                DPBUSD(a1[j], q[j], k1);
+                DPBUSD(a2[j], q[j], k2);
+            }
+        }
+        __m512i s[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            s[j] = _mm512_add_epi32(_mm512_add_epi32(a0[j], _mm512_slli_epi32(a1[j], 8)),
+                                    _mm512_slli_epi32(a2[j], 16));
+            s[j] = _mm512_srai_epi32(s[j], PRECISION_BITS);
+        }
+        /* q[j] lane 4L + e is column 16L + 4j + e: packs within 128-bit lanes restore the
+         * order (and saturate as clip8 does: after the shift the sums lie within +-640) */
+        __m512i b = _mm512_packus_epi16(_mm512_packs_epi32(s[0], s[1]),
+                                        _mm512_packs_epi32(s[2], s[3]));
+        _mm512_mask_storeu_epi8(out + k, m, b);
     }
 }
 
@@ -449,15 +796,36 @@ static void hpass(const img_u8 *src, int y0, int y1, uint8_t *tmp, size_t tstrid
                   const coeffs *cx)
 {
     int c = src->c, y = y0;
+    const int n = cx->n;
+    vnni_coeffs vc;
+    if (c == 3 && y < y1 && use_vnni() && make_vnni_coeffs(cx, &vc, &g_vnni_coef, true)) {
+        /* blocks of VROWS rows; a last, shorter block reads its last row again and writes
+         * the spare rows to a dummy row */
+        const int groups = (src->w + 3) >> 2;
+        uint8_t *colv = scratch_get(&g_block, (size_t)groups * VGROUP + 16);
+        uint8_t *dummy = scratch_get(&g_ocol, 3 * (size_t)n + 16);
+        for (; y < y1; y += VROWS) {
+            const uint8_t *in[VROWS];
+            uint8_t *out[VROWS];
+            for (int r = 0; r < VROWS; r++) {
+                bool ok = y + r < y1;
+                in[r] = src->px + (size_t)(ok ? y + r : y1 - 1) * src->stride;
+                out[r] = ok ? tmp + (size_t)(y + r - y0) * tstride : dummy;
+            }
+            hpass_block_rgb_vnni(in, out, src->w, n, &vc, colv);
+        }
+        return;
+    }
     if (use_avx2()) {
         int rows = c == 3 ? 8 : 32;
         /* + 8: transpose_in_rgb8's last store runs past the last column */
         uint8_t *col = scratch_get(&g_block, (size_t)src->w * HBLOCK_LANES + 8);
+        uint8_t *ocol = c == 3 ? scratch_get(&g_ocol, (size_t)n * HBLOCK_LANES_RGB + 8) : NULL;
         for (; y + rows <= y1; y += rows) {
             const uint8_t *in = src->px + (size_t)y * src->stride;
             uint8_t *out = tmp + (size_t)(y - y0) * tstride;
             if (c == 3)
-                hpass_block_rgb_avx2(in, src->stride, out, tstride, src->w, cx, col);
+                hpass_block_rgb_avx2(in, src->stride, out, tstride, src->w, cx, col, ocol);
             else
                 hpass_block_l_avx2(in, src->stride, out, tstride, src->w, cx, col);
         }
@@ -471,6 +839,20 @@ static void hpass(const img_u8 *src, int y0, int y1, uint8_t *tmp, size_t tstrid
 static void vpass(const uint8_t *src, size_t sstride, int first, int n, const coeffs *cy,
                   img_u8 *dst)
 {
+    vnni_coeffs vc;
+    if (use_vnni() && make_vnni_coeffs(cy, &vc, &g_vnni_coef_y, false)) {
+        const uint8_t **rows =
+            scratch_get(&g_vnni_rows, (size_t)(vc.gstride / 3 * 4 + 1) * sizeof(*rows));
+        for (int yy = 0; yy < cy->n; yy++) {
+            const int len = cy->len[yy], taps = 4 * vc.ng[yy];
+            const uint8_t *base = src + (size_t)(vc.g0[yy] - first) * sstride;
+            for (int t = 0; t < taps; t++) /* past the window: its last row, weight 0 */
+                rows[t] = base + (size_t)(t < len ? t : len - 1) * sstride;
+            vpass_row_vnni(rows, vc.ng[yy], vc.dig + (size_t)yy * vc.gstride,
+                           dst->px + (size_t)yy * dst->stride, n);
+        }
+        return;
+    }
     bool simd = use_avx2();
     for (int yy = 0; yy < cy->n; yy++) {
         const uint8_t *base = src + (size_t)(cy->start[yy] - first) * sstride;

@@ -179,6 +179,24 @@ Test(img_color, gaussian_blur)
     check("blur", "tiny");
 }
 
+/* Every code path gives PIL's bytes: the same fixtures with the SIMD kernels switched off
+ * (what a CPU without AVX2 / AVX-512 runs), and with the blur held to AVX2. */
+Test(img_color, portable_and_avx2_paths_match_pil)
+{
+    static const char *const ops[] = {"brightness", "contrast", "saturation", "sharpness", "hue",
+                                      "posterize", "solarize", "autocontrast", "blur"};
+    img_color_set_simd(0);
+    img_blur_set_simd(0);
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        check_photos(ops[i]);
+    check("blur", "tiny");
+    img_blur_set_simd(1);
+    check_photos("blur");
+    check("blur", "tiny");
+    img_color_set_simd(1);
+    img_blur_set_simd(2);
+}
+
 /* A factor too large for the vector path's float-to-int conversion takes the scalar path:
  * Brightness(2e6) sends every nonzero sample to 255 (PIL clips the same way). */
 Test(img_color, huge_factor)

@@ -183,6 +183,11 @@ Test(img_resample, resize_portable_matches_pil)
     cr_expect_eq(run_resize_cases(0), 0, "resize cases differ from PIL (portable kernels)");
 }
 
+Test(img_resample, resize_avx2_matches_pil)
+{
+    cr_expect_eq(run_resize_cases(2), 0, "resize cases differ from PIL (AVX2 kernels)");
+}
+
 /* Random images and odd sizes: the AVX2 and portable kernels give the same bytes. */
 Test(img_resample, resize_simd_equals_portable)
 {
