@@ -170,7 +170,7 @@ static void box_pass(const uint8_t *restrict in, size_t istride, uint8_t *restri
 
 /* Pixel transposes between `im` (h lines of w*c bytes) and a packed buffer of w lines of
  * h*c bytes. For RGB on x86-64 with AVX2, 8 image rows at a time go through 32-bit words
- * (see transpose8_to_avx2); the rest, and L images, in bands of TBAND image rows so that both
+ * (see transpose8_rgb_avx2 in simd_internal.h); the rest, and L images, in bands of TBAND image rows so that both
  * sides stay in cache. The pixel copy has a constant size per branch, which the compiler
  * turns into plain moves. */
 enum { TBAND = 16 };
@@ -184,7 +184,7 @@ static inline void copy_px(uint8_t *d, const uint8_t *s, int c)
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "augment/simd_internal.h"
 #define HAVE_AVX2_KERNELS 1
 
 static int g_avx2 = -1, g_avx512 = -1;
@@ -222,81 +222,13 @@ int img_blur_set_simd(int level)
 }
 
 #ifdef HAVE_AVX2_KERNELS
-
-/* dst[x * line + 3 r + ch] = in[r][3 x + ch] for the 8 rows at in (stride apart), x < w. Four
- * pixels of each row are widened to RGBX words with a shuffle, transposed 4x8 as words, and
- * each column's 8 words squeezed back to 24 bytes of RGB. */
-__attribute__((target("avx2"))) static void transpose8_to_avx2(const uint8_t *in, size_t stride,
-                                                               int w, uint8_t *dst, size_t line)
+/* The inverse, 8 rows at `out` (stride apart): see transpose8_rgb_back_avx2. */
+__attribute__((target("avx2"))) static void transpose8_from_avx2(const uint8_t *src, size_t line, int w,
+                                                                 uint8_t *out, size_t stride)
 {
-    const __m128i widen = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
-    const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1,
-                                             -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
-                                             -1, -1);
-    const __m256i join = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7);
-    int x = 0;
-    for (; x + 6 <= w; x += 4) { /* a 16-byte load at pixel x stays inside the row */
-        __m256i a[4];
-        for (int r = 0; r < 4; r++) {
-            const uint8_t *p = in + (size_t)r * stride + 3 * (size_t)x;
-            __m128i lo = _mm_loadu_si128((const __m128i *)p);
-            __m128i hi = _mm_loadu_si128((const __m128i *)(p + 4 * stride));
-            a[r] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_shuffle_epi8(lo, widen)),
-                                           _mm_shuffle_epi8(hi, widen), 1);
-        }
-        /* a[r] = [row r: p0 p1 p2 p3 | row r+4: p0 p1 p2 p3] */
-        __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
-        __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
-        __m256i c4[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-        uint8_t *o = dst + (size_t)x * line;
-        for (int j = 0; j < 4; j++, o += line) {
-            __m256i v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(c4[j], squeeze), join);
-            _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(v));
-            _mm_storel_epi64((__m128i *)(o + 16), _mm256_extracti128_si256(v, 1));
-        }
-    }
-    for (; x < w; x++)
-        for (int r = 0; r < 8; r++)
-            memcpy(dst + (size_t)x * line + 3 * r, in + (size_t)r * stride + 3 * (size_t)x, 3);
-}
-
-/* The inverse: out[r][3 x + ch] = src[x * line + 3 r + ch] for the 8 rows at out, x < w. The
- * 16-byte stores run 4 bytes into the next pixels of a row, which are written afterwards; a
- * load reads 4 bytes past the 24 of a column (the buffer has spare bytes at its end). */
-__attribute__((target("avx2"))) static void transpose8_from_avx2(const uint8_t *src, size_t line,
-                                                                 int w, uint8_t *out,
-                                                                 size_t stride)
-{
-    const __m128i widen = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
-    const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1,
-                                             -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
-                                             -1, -1);
-    int x = 0;
-    for (; x + 6 <= w; x += 4) { /* a 16-byte store at pixel x stays inside the row */
-        __m256i a[4];
-        for (int j = 0; j < 4; j++) {
-            const uint8_t *p = src + (size_t)(x + j) * line;
-            __m128i lo = _mm_loadu_si128((const __m128i *)p);        /* rows 0-3 */
-            __m128i hi = _mm_loadu_si128((const __m128i *)(p + 12)); /* rows 4-7 */
-            a[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_shuffle_epi8(lo, widen)),
-                                           _mm_shuffle_epi8(hi, widen), 1);
-        }
-        /* a[j] = [pixel x+j: rows 0 1 2 3 | rows 4 5 6 7] */
-        __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
-        __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
-        __m256i rw[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-        for (int r = 0; r < 4; r++) { /* rw[r] = [row r: x..x+3 | row r+4: x..x+3] */
-            __m256i v = _mm256_shuffle_epi8(rw[r], squeeze);
-            uint8_t *o = out + (size_t)r * stride + 3 * (size_t)x;
-            _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(v));
-            _mm_storeu_si128((__m128i *)(o + 4 * stride), _mm256_extracti128_si256(v, 1));
-        }
-    }
-    for (; x < w; x++)
-        for (int r = 0; r < 8; r++)
-            memcpy(out + (size_t)r * stride + 3 * (size_t)x, src + (size_t)x * line + 3 * r, 3);
+    uint8_t *const rows[8] = {out,          out + stride,     out + 2 * stride, out + 3 * stride,
+                              out + 4 * stride, out + 5 * stride, out + 6 * stride, out + 7 * stride};
+    transpose8_rgb_back_avx2(src, line, w, rows);
 }
 #endif
 
@@ -307,7 +239,7 @@ static void transpose_to(const img_u8 *im, uint8_t *dst)
 #ifdef HAVE_AVX2_KERNELS
     if (im->c == 3 && have_avx2())
         for (; y0 + 8 <= im->h; y0 += 8)
-            transpose8_to_avx2(im->px + (size_t)y0 * im->stride, im->stride, im->w,
+            transpose8_rgb_avx2(im->px + (size_t)y0 * im->stride, im->stride, im->w,
                                dst + (size_t)y0 * 3, line);
 #endif
     for (; y0 < im->h; y0 += TBAND) {

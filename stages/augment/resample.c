@@ -29,7 +29,7 @@
 #include "log.h"
 #include "util.h"
 
-#include <immintrin.h>
+#include "augment/simd_internal.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -333,83 +333,7 @@ __attribute__((target("avx2"))) static inline void hsum24_avx2(const uint8_t *p,
     acc[0] = a0, acc[1] = a1, acc[2] = a2;
 }
 
-/* col[x * 24 + r * 3 + ch] = in[r][x * 3 + ch] for 8 rows. Four pixels of each row are
- * widened to 32 bits (RGBX) with a shuffle, transposed 4x8 as 32-bit words, and each column
- * is squeezed back to RGB. The 32-byte stores run 8 bytes into the next column, which is
- * written afterwards; `col` needs 8 spare bytes after the last column. */
-__attribute__((target("avx2"))) static void transpose_in_rgb8(const uint8_t *in, size_t stride,
-                                                              int w, uint8_t *col)
-{
-    const __m128i widen = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
-    const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1,
-                                             -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
-                                             -1, -1);
-    const __m256i join = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7);
-    int x = 0;
-    for (; x + 6 <= w; x += 4) { /* a 16-byte load at pixel x stays inside the row */
-        __m256i a[4];
-        for (int r = 0; r < 4; r++) {
-            const uint8_t *p = in + (size_t)r * stride + 3 * (size_t)x;
-            __m128i lo = _mm_loadu_si128((const __m128i *)p);
-            __m128i hi = _mm_loadu_si128((const __m128i *)(p + 4 * stride));
-            a[r] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_shuffle_epi8(lo, widen)),
-                                           _mm_shuffle_epi8(hi, widen), 1);
-        }
-        /* a[r] = [row r: p0 p1 p2 p3 | row r+4: p0 p1 p2 p3] */
-        __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
-        __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
-        __m256i c4[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-        uint8_t *o = col + (size_t)x * HBLOCK_LANES_RGB;
-        for (int j = 0; j < 4; j++, o += HBLOCK_LANES_RGB) {
-            __m256i v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(c4[j], squeeze), join);
-            _mm256_storeu_si256((__m256i *)o, v);
-        }
-    }
-    for (; x < w; x++)
-        for (int r = 0; r < 8; r++)
-            memcpy(col + (size_t)x * HBLOCK_LANES_RGB + 3 * r,
-                   in + (size_t)r * stride + 3 * (size_t)x, 3);
-}
 
-/* out[r][3x + ch] = ocol[step x + 3r + ch] for the 8 rows out[r] and x < n: the inverse of
- * transpose_in_rgb8 for a block of results. Four pixels of each of the 8 rows a step: the
- * 24-byte entries are widened to RGBX words, transposed 4x8 and squeezed back to RGB. The
- * 16-byte stores run 4 bytes into the next pixels of the row, written afterwards; the loads
- * read 4 bytes past an entry's 24 (`ocol` needs 4 spare bytes after the last). */
-__attribute__((target("avx2"))) static void transpose_out_rgb8(const uint8_t *ocol, size_t step,
-                                                               int n, uint8_t *const out[8])
-{
-    const __m128i widen = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
-    const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1,
-                                             -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
-                                             -1, -1);
-    int x = 0;
-    for (; x + 6 <= n; x += 4) { /* a 16-byte store at pixel x stays inside the row */
-        __m256i a[4];
-        for (int j = 0; j < 4; j++) {
-            const uint8_t *p = ocol + (size_t)(x + j) * step;
-            __m128i lo = _mm_loadu_si128((const __m128i *)p);        /* rows 0-3 */
-            __m128i hi = _mm_loadu_si128((const __m128i *)(p + 12)); /* rows 4-7 */
-            a[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_shuffle_epi8(lo, widen)),
-                                           _mm_shuffle_epi8(hi, widen), 1);
-        }
-        /* a[j] = [pixel x+j: rows 0 1 2 3 | rows 4 5 6 7] */
-        __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
-        __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
-        __m256i rw[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-        for (int r = 0; r < 4; r++) { /* rw[r] = [row r: x..x+3 | row r+4: x..x+3] */
-            __m256i v = _mm256_shuffle_epi8(rw[r], squeeze);
-            _mm_storeu_si128((__m128i *)(out[r] + 3 * (size_t)x), _mm256_castsi256_si128(v));
-            _mm_storeu_si128((__m128i *)(out[r + 4] + 3 * (size_t)x),
-                             _mm256_extracti128_si256(v, 1));
-        }
-    }
-    for (; x < n; x++)
-        for (int r = 0; r < 8; r++)
-            memcpy(out[r] + 3 * (size_t)x, ocol + (size_t)x * step + 3 * r, 3);
-}
 
 /* Horizontal pass of 8 RGB rows: into the transposed results `ocol` (n * 24 bytes + 8 spare),
  * then out to the rows. */
@@ -419,7 +343,7 @@ __attribute__((target("avx2"))) static void hpass_block_rgb_avx2(const uint8_t *
                                                                  const coeffs *cx, uint8_t *col,
                                                                  uint8_t *ocol)
 {
-    transpose_in_rgb8(in, in_stride, in_w, col);
+    transpose8_rgb_avx2(in, in_stride, in_w, col, HBLOCK_LANES_RGB);
     for (int x = 0; x < cx->n; x++) {
         __m256i acc[3];
         hsum24_avx2(col + (size_t)cx->start[x] * HBLOCK_LANES_RGB, cx->k + (size_t)x * cx->stride,
@@ -431,7 +355,7 @@ __attribute__((target("avx2"))) static void hpass_block_rgb_avx2(const uint8_t *
     uint8_t *rows[8];
     for (int r = 0; r < 8; r++)
         rows[r] = out + (size_t)r * out_stride;
-    transpose_out_rgb8(ocol, HBLOCK_LANES_RGB, cx->n, rows);
+    transpose8_rgb_back_avx2(ocol, HBLOCK_LANES_RGB, cx->n, rows);
 }
 
 /*
@@ -818,7 +742,7 @@ static void hpass(const img_u8 *src, int y0, int y1, uint8_t *tmp, size_t tstrid
     }
     if (use_avx2()) {
         int rows = c == 3 ? 8 : 32;
-        /* + 8: transpose_in_rgb8's last store runs past the last column */
+        /* + 8: spare bytes past the last column for the transposes' 16-byte loads */
         uint8_t *col = scratch_get(&g_block, (size_t)src->w * HBLOCK_LANES + 8);
         uint8_t *ocol = c == 3 ? scratch_get(&g_ocol, (size_t)n * HBLOCK_LANES_RGB + 8) : NULL;
         for (; y + rows <= y1; y += rows) {
