@@ -311,6 +311,36 @@ static void towers_permute(aug_item *it, const int64_t *perm)
 
 /* ---- one transform on one item ------------------------------------------------------------- */
 
+/* torchvision RandomCrop: pad (padding, then pad_if_needed on each short side, which pads
+ * both ends of that side by the whole shortfall, as torchvision does), then a uniform box. */
+static int random_crop(run_ctx *c, const aug_op *op, aug_item *it, int i)
+{
+    int th = op->size[0], tw = op->size[1];
+    int pad[4] = {op->pad[0], op->pad[1], op->pad[2], op->pad[3]};
+    int w = it->im.w + pad[0] + pad[2], h = it->im.h + pad[1] + pad[3];
+    if (op->pad_if_needed && w < tw)
+        pad[0] += tw - w, pad[2] += tw - w;
+    if (op->pad_if_needed && h < th)
+        pad[1] += th - h, pad[3] += th - h;
+    if (pad[0] || pad[1] || pad[2] || pad[3]) {
+        trace(c, "pad %d %d %d %d %d %d %d %d %d", i, pad[0], pad[1], pad[2], pad[3], (int)op->pad_mode, op->fill[0],
+              op->fill[1], op->fill[2]);
+        item_set(it, img_pad(&it->im, pad[0], pad[1], pad[2], pad[3], op->pad_mode, op->fill));
+    }
+    img_u8 *im = &it->im;
+    if (th > im->h || tw > im->w) {
+        snprintf(c->err, c->err_len, "RandomCrop: required crop size %dx%d is larger than the %dx%d image", tw, th,
+                 im->w, im->h);
+        return -1;
+    }
+    int y = (int)rng_randint(&c->rng, 0, im->h - th + 1), x = (int)rng_randint(&c->rng, 0, im->w - tw + 1);
+    trace(c, "crop %d %d %d %d %d", i, x, y, tw, th);
+    img_u8 view = img_view(im, x, y, tw, th), out = img_alloc(tw, th, im->c);
+    img_copy(&view, &out);
+    item_set(it, out);
+    return 0;
+}
+
 /* Crops, resizes and flips of item i. */
 static int apply_geometry(run_ctx *c, const aug_op *op, aug_item *it, int i)
 {
@@ -333,20 +363,8 @@ static int apply_geometry(run_ctx *c, const aug_op *op, aug_item *it, int i)
         trace(c, "center_crop %d %d %d", i, op->size[0], op->size[1]);
         item_set(it, center_crop(im, op->size[0], op->size[1]));
         return 0;
-    case OP_RANDOM_CROP: {
-        int th = op->size[0], tw = op->size[1];
-        if (th > im->h || tw > im->w) {
-            snprintf(c->err, c->err_len, "RandomCrop: required crop size %dx%d is larger than the %dx%d image", tw,
-                     th, im->w, im->h);
-            return -1;
-        }
-        int y = (int)rng_randint(r, 0, im->h - th + 1), x = (int)rng_randint(r, 0, im->w - tw + 1);
-        trace(c, "crop %d %d %d %d %d", i, x, y, tw, th);
-        img_u8 view = img_view(im, x, y, tw, th), out = img_alloc(tw, th, im->c);
-        img_copy(&view, &out);
-        item_set(it, out);
-        return 0;
-    }
+    case OP_RANDOM_CROP:
+        return random_crop(c, op, it, i);
     default: /* OP_HFLIP */
         if (coin(r, op->p)) {
             trace(c, "flip %d", i);

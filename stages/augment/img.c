@@ -6,6 +6,7 @@
 
 #include "log.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,4 +51,47 @@ void img_fill(img_u8 *im, uint8_t v)
     size_t row = (size_t)im->w * (size_t)im->c;
     for (int y = 0; y < im->h; y++)
         memset(im->px + (size_t)y * im->stride, v, row);
+}
+
+/* ---- padding (torchvision F.pad) ---------------------------------------------------------- */
+
+/* The source index that output index i (i < 0 or i >= n: outside) reads, numpy.pad's way. */
+static int pad_index(int i, int n, img_pad_mode mode)
+{
+    if (i >= 0 && i < n)
+        return i;
+    if (mode == IMG_PAD_EDGE || n == 1)
+        return i < 0 ? 0 : n - 1;
+    if (mode == IMG_PAD_REFLECT) { /* ... 2 1 | 0 1 2 ... n-1 | n-2 ...: period 2(n-1) */
+        int period = 2 * (n - 1), k = ((i % period) + period) % period;
+        return k < n ? k : period - k;
+    }
+    /* IMG_PAD_SYMMETRIC: ... 1 0 | 0 1 ... n-1 | n-1 ...: period 2n */
+    int period = 2 * n, k = ((i % period) + period) % period;
+    return k < n ? k : period - 1 - k;
+}
+
+img_u8 img_pad(const img_u8 *src, int l, int t, int r, int b, img_pad_mode mode, const uint8_t fill[3])
+{
+    if (l < 0 || t < 0 || r < 0 || b < 0)
+        die(1, "img_pad: negative padding %d %d %d %d", l, t, r, b);
+    img_u8 out = img_alloc(src->w + l + r, src->h + t + b, src->c);
+    const size_t c = (size_t)src->c;
+    for (int y = 0; y < out.h; y++) {
+        uint8_t *o = out.px + (size_t)y * out.stride;
+        bool outside_y = y < t || y >= t + src->h;
+        if (mode == IMG_PAD_CONSTANT && outside_y) {
+            for (int x = 0; x < out.w; x++)
+                memcpy(o + (size_t)x * c, fill, c);
+            continue;
+        }
+        const uint8_t *row = src->px + (size_t)pad_index(y - t, src->h, mode) * src->stride;
+        for (int x = 0; x < out.w; x++) {
+            bool outside_x = x < l || x >= l + src->w;
+            const uint8_t *px = mode == IMG_PAD_CONSTANT && outside_x ? fill
+                                                                      : row + (size_t)pad_index(x - l, src->w, mode) * c;
+            memcpy(o + (size_t)x * c, px, c);
+        }
+    }
+    return out;
 }

@@ -54,6 +54,12 @@ void img_resize(const img_u8 *src, img_u8 *dst, img_filter filter);
  * filled with 0 (torchvision's CenterCrop pads the same way when the crop is larger). */
 void img_crop_padded(const img_u8 *src, int x0, int y0, img_u8 *dst);
 
+/* torchvision F.pad on a PIL image: `l`, `t`, `r`, `b` pixels added on each side, filled with
+ * `fill` (one value per channel) for IMG_PAD_CONSTANT, or numpy.pad's edge, reflect and
+ * symmetric extensions (any width: the reflections repeat). Returns a new image. */
+typedef enum { IMG_PAD_CONSTANT, IMG_PAD_EDGE, IMG_PAD_REFLECT, IMG_PAD_SYMMETRIC } img_pad_mode;
+img_u8 img_pad(const img_u8 *src, int l, int t, int r, int b, img_pad_mode mode, const uint8_t fill[3]);
+
 /* In place: FLIP_LEFT_RIGHT. */
 void img_flip_lr(img_u8 *im);
 

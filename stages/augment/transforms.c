@@ -346,6 +346,49 @@ static void check_num_patches(params *pr, int n)
         bad(pr, cfg_map_get(pr->map, "num_patches"), "%s must be a perfect square between 1 and 1024", "num_patches");
 }
 
+/* RandomCrop's padding (an int, [left/right, top/bottom] or [l, t, r, b]), fill (a number or
+ * one per channel), padding_mode and pad_if_needed, as torchvision reads them. */
+static void parse_crop_padding(params *pr, aug_op *op)
+{
+    const cfg_node *pad = cfg_map_get(pr->map, "padding");
+    double v[4] = {0, 0, 0, 0};
+    if (pad && pad->kind == CFG_INT) {
+        v[0] = v[1] = v[2] = v[3] = (double)pad->i;
+    } else if (pad && pad->kind == CFG_LIST && (pad->len == 2 || pad->len == 4)) {
+        p_numbers(pr, "padding", (int)pad->len, v);
+        if (pad->len == 2)
+            v[2] = v[0], v[3] = v[1];
+    } else if (pad && pad->kind != CFG_NULL) {
+        bad(pr, pad, "%s must be an integer, [left/right, top/bottom] or [left, top, right, bottom]", "padding");
+    }
+    for (int k = 0; k < 4; k++) {
+        if (v[k] < 0 || v[k] > 4096 || v[k] != (int)v[k])
+            bad(pr, pad, "%s values must be integers between 0 and 4096", "padding");
+        op->pad[k] = (int)v[k];
+    }
+    op->pad_if_needed = p_bool(pr, "pad_if_needed", false);
+    const cfg_node *fill = cfg_map_get(pr->map, "fill");
+    double f[3] = {0, 0, 0};
+    if (fill && fill->kind == CFG_LIST)
+        p_numbers(pr, "fill", 3, f);
+    else
+        f[0] = f[1] = f[2] = p_number(pr, "fill", 0);
+    for (int c = 0; c < 3; c++) {
+        if (f[c] < 0 || f[c] > 255)
+            bad(pr, fill, "%s must be between 0 and 255", "fill");
+        op->fill[c] = (uint8_t)f[c]; /* PIL truncates a float colour */
+    }
+    const cfg_node *mode = cfg_map_get(pr->map, "padding_mode");
+    const char *m = mode && mode->kind == CFG_STR ? mode->s : mode && mode->kind != CFG_NULL ? "?" : "constant";
+    static const char *const modes[] = {"constant", "edge", "reflect", "symmetric"};
+    op->pad_mode = (img_pad_mode)-1;
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(m, modes[k]))
+            op->pad_mode = (img_pad_mode)k;
+    if ((int)op->pad_mode < 0)
+        bad(pr, mode, "%s must be constant, edge, reflect or symmetric", "padding_mode");
+}
+
 static aug_pipeline *pipeline_parse(const cfg_node *list, const char *key, cfg_err *err, bool nested);
 
 /* Parse one entry; returns false when it failed (err filled). */
@@ -381,9 +424,7 @@ static bool parse_op(const cfg_node *map, const char *key, cfg_err *err, aug_op 
         KEYS("size", "padding", "pad_if_needed", "fill", "padding_mode");
         op->kind = OP_RANDOM_CROP;
         p_size(&pr, "size", 0, op->size, NULL);
-        const cfg_node *pad = cfg_map_get(map, "padding");
-        if ((pad && pad->kind != CFG_NULL && !(pad->kind == CFG_INT && pad->i == 0)) || p_bool(&pr, "pad_if_needed", false))
-            bad(&pr, pad, "%s: padding is not supported by selfsup yet", "RandomCrop");
+        parse_crop_padding(&pr, op);
     } else if (IS("RandomHorizontalFlip")) {
         KEYS("p");
         op->kind = OP_HFLIP;

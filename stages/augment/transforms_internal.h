@@ -65,6 +65,10 @@ typedef struct aug_op {
     double *probs;
     int n_probs;
     float div, mean[3], std[3];
+    int pad[4];                /* RandomCrop padding: left, top, right, bottom */
+    bool pad_if_needed;
+    img_pad_mode pad_mode;
+    uint8_t fill[3];
 } aug_op;
 
 struct aug_pipeline {

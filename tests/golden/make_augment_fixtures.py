@@ -76,6 +76,20 @@ CHAINS = {
   - {name: ToTensor}
   - {name: Normalize, %s}
 """ % MEAN_STD,
+    "cifar": """t:
+  - {name: Resize, size: [32, 32]}
+  - {name: RandomCrop, size: 32, padding: 4, fill: [10, 200, 30]}
+  - {name: RandomHorizontalFlip}
+  - {name: ToTensor}
+  - {name: Normalize, %s}
+""" % MEAN_STD,
+    "padmodes": """t:
+  - {name: Resize, size: [48, 56]}
+  - {name: ImgReplicatePil, num_times: 3}
+  - {name: RandomCrop, size: [40, 60], padding: [3, 5, 7, 9], padding_mode: reflect, indices: [0]}
+  - {name: RandomCrop, size: 70, pad_if_needed: true, padding_mode: symmetric, indices: [1]}
+  - {name: RandomCrop, size: 50, padding: 2, padding_mode: edge, indices: [2]}
+""",
     "eval": """t:
   - {name: Resize, size: 256}
   - {name: CenterCrop, size: 224}
@@ -84,7 +98,7 @@ CHAINS = {
 """ % MEAN_STD,
 }
 INDICES = {"simclr": [3, 8, 21], "swav": [5, 13], "rotnet": [1, 2, 6], "jigsaw": [4, 9], "pirl": [7, 11],
-           "eval": [0]}
+           "eval": [0], "cifar": [2, 5], "padmodes": [1, 4]}
 SEED, EPOCH = 7, 2
 
 
@@ -150,6 +164,10 @@ def replay(img, lines, perm_table):
             data[i] = F.resize(data[i], [oh, ow], FILTERS[f])
         elif op == "center_crop":
             data[i] = F.center_crop(data[i], [int(a[0]), int(a[1])])
+        elif op == "pad":
+            l, t, r, b, mode, f0, f1, f2 = map(int, a)
+            modes = ["constant", "edge", "reflect", "symmetric"]
+            data[i] = F.pad(data[i], [l, t, r, b], fill=(f0, f1, f2) if mode == 0 else 0, padding_mode=modes[mode])
         elif op == "crop":
             x, y, cw, ch = map(int, a)
             data[i] = F.crop(data[i], y, x, ch, cw)

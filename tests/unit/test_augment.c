@@ -386,6 +386,8 @@ Test(augment, bad_lists_are_refused_with_their_position)
     refused("t:\n  - {name: ImgRotatePil, num_angles: 8}\n", "90");
     refused("t:\n  - {name: ShuffleImgPatches, perm_file: \"https://example.invalid/p.npy\"}\n", "never downloads");
     refused("t:\n  - {name: ColorJitter, hue: 0.7}\n", "hue");
+    refused("t:\n  - {name: RandomCrop, size: 8, padding: 2, padding_mode: wrap}\n", "padding_mode");
+    refused("t:\n  - {name: RandomCrop, size: 8, padding: [1, 2, 3]}\n", "padding");
     refused("t:\n  - {name: ImgReplicatePil, num_times: 16}\n  - {name: ImgReplicatePil, num_times: 16}\n", "at most");
     refused("t:\n  - {name: ImgPatchesFromTensor, num_patches: 8}\n", "perfect square");
     refused("t:\n  - {name: RandomResizedCrop, size: 8, scale: [-0.5, 1]}\n", "increasing");

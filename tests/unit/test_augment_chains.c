@@ -2,6 +2,9 @@
  * test_augment_chains.c — whole VISSL transform lists (SimCLR, SwAV, RotNet, Jigsaw, PIRL,
  * eval) on a real photo, against torchvision 0.14 + PIL 9.4.
  *
+ * CIFAR-style RandomCrop with padding (constant with a colour, reflect, symmetric, edge,
+ * pad_if_needed) is a chain too.
+ *
  * tests/golden/make_augment_fixtures.py ran each list through selfsup once, recorded every
  * random decision (trace.txt), and made the same crops, flips, jitters, blurs, rotations and
  * patches with torchvision's functional API and PIL (expected.K.npy). Here the list runs
@@ -144,4 +147,12 @@ Test(augment_chains, pirl)
 Test(augment_chains, eval_resize_center_crop)
 {
     check_chain("eval", 0);
+}
+
+Test(augment_chains, random_crop_padding_modes)
+{
+    check_chain("cifar", 2);
+    check_chain("cifar", 5);
+    check_chain("padmodes", 1);
+    check_chain("padmodes", 4);
 }
