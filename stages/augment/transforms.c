@@ -341,7 +341,7 @@ static void parse_indices(params *pr, aug_op *op)
 /* num_patches: a perfect square (a side x side grid), as VISSL asserts for PIRL. */
 static void check_num_patches(params *pr, int n)
 {
-    int side = (int)sqrt((double)n);
+    int side = n > 0 ? (int)sqrt((double)n) : 0;
     if (n < 1 || n > 1024 || side * side != n)
         bad(pr, cfg_map_get(pr->map, "num_patches"), "%s must be a perfect square between 1 and 1024", "num_patches");
 }
@@ -362,8 +362,10 @@ static void parse_crop_padding(params *pr, aug_op *op)
         bad(pr, pad, "%s must be an integer, [left/right, top/bottom] or [left, top, right, bottom]", "padding");
     }
     for (int k = 0; k < 4; k++) {
-        if (v[k] < 0 || v[k] > 4096 || v[k] != (int)v[k])
+        if (!(v[k] >= 0 && v[k] <= 4096) || v[k] != (int)v[k]) {
             bad(pr, pad, "%s values must be integers between 0 and 4096", "padding");
+            return;
+        }
         op->pad[k] = (int)v[k];
     }
     op->pad_if_needed = p_bool(pr, "pad_if_needed", false);
@@ -374,8 +376,10 @@ static void parse_crop_padding(params *pr, aug_op *op)
     else
         f[0] = f[1] = f[2] = p_number(pr, "fill", 0);
     for (int c = 0; c < 3; c++) {
-        if (f[c] < 0 || f[c] > 255)
+        if (!(f[c] >= 0 && f[c] <= 255)) {
             bad(pr, fill, "%s must be between 0 and 255", "fill");
+            return;
+        }
         op->fill[c] = (uint8_t)f[c]; /* PIL truncates a float colour */
     }
     const cfg_node *mode = cfg_map_get(pr->map, "padding_mode");

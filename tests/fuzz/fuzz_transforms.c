@@ -21,7 +21,7 @@ static bool small_enough(const aug_pipeline *p)
     for (int i = 0; i < p->n_ops; i++) {
         const aug_op *op = &p->ops[i];
         if (op->size[0] > 96 || op->size[1] > 96 || op->size2 > 128 || op->num_times > 16 || op->num_patches > 25 ||
-            (op->sub && !small_enough(op->sub)))
+            op->pad[0] > 64 || op->pad[1] > 64 || op->pad[2] > 64 || op->pad[3] > 64 || (op->sub && !small_enough(op->sub)))
             return false;
         for (int t = 0; t < op->n_types; t++)
             if (op->multicrop[t].size > 96 || op->multicrop[t].count > 8)
