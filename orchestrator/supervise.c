@@ -216,28 +216,49 @@ static void report_failure_of(run *r, proc *p, const char *what)
         fprintf(stderr, "  | %s\n", p->tail[i % TAIL_LINES]);
 }
 
+static void drain_control(run *r);
+
+/* Name a stage that failed on its own, unless the run is already stopping or it said that
+ * another stage caused its failure (that one is named instead, or by advance()). */
+static void judge_exit(run *r, proc *p)
+{
+    int wstatus = p->wstatus;
+    bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    if (ok || r->phase == PHASE_STOPPING || (p->peer_failed_at && WIFEXITED(wstatus)))
+        return;
+    if (p->out_fd >= 0)
+        read_output(p); /* its last words, before they are quoted */
+    char what[128];
+    describe_status(wstatus, what, sizeof what);
+    report_failure_of(r, p, what);
+    shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+}
+
 static void reap(run *r)
 {
+    /* A stage's "failed because of a peer" report may still sit in the control socket behind
+     * its exit: read it first. Then judge every stage that ended, those killed by a signal
+     * before those that exited with an error: a killed stage is the cause, the stages that
+     * saw their ring break are the consequence, whatever order waitpid returns them in. */
+    drain_control(r);
+    proc *ended[64];
+    int n = 0;
     int wstatus;
     pid_t pid;
     while ((pid = waitpid(-1, &wstatus, WNOHANG)) > 0)
-        for (int i = 0; i < r->n; i++) {
-            proc *p = &r->procs[i];
-            if (p->pid != pid)
-                continue;
-            p->exited = true;
-            p->wstatus = wstatus;
-            bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-            /* A stage that failed because of another waits for that one to be named. */
-            if (ok || r->phase == PHASE_STOPPING || (p->peer_failed_at && WIFEXITED(wstatus)))
-                break;
-            if (p->out_fd >= 0)
-                read_output(p); /* its last words, before they are quoted */
-            char what[128];
-            describe_status(wstatus, what, sizeof what);
-            report_failure_of(r, p, what);
-            shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
-        }
+        for (int i = 0; i < r->n; i++)
+            if (r->procs[i].pid == pid) {
+                r->procs[i].exited = true;
+                r->procs[i].wstatus = wstatus;
+                if (n < 64)
+                    ended[n++] = &r->procs[i];
+            }
+    for (int k = 0; k < n; k++)
+        if (WIFSIGNALED(ended[k]->wstatus))
+            judge_exit(r, ended[k]);
+    for (int k = 0; k < n; k++)
+        if (!WIFSIGNALED(ended[k]->wstatus))
+            judge_exit(r, ended[k]);
 }
 
 static void on_signal(run *r)
