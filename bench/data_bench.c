@@ -141,34 +141,13 @@ typedef struct {
     uint64_t checksum; /* keeps the compiler from skipping work */
 } bench;
 
-/* What selfsup-augment writes for one sample (see stages/augment/main.c). */
+/* What selfsup-augment writes for one sample, into a "ring slot". */
 static void write_sample(bench *b, aug_sample *s, int slot, uint64_t seq)
 {
     rec_writer w;
-    if (rec_writer_init(&w, b->slots[slot], b->slot_bytes, REC_DATA, seq, 0, (uint32_t)s->n + 4) != 0)
+    if (rec_writer_init(&w, b->slots[slot], b->slot_bytes, REC_DATA, seq, 0, aug_sample_tensors(s)) != 0)
         die(1, "slot: %s", w.error);
-    for (int k = 0; k < s->n; k++) {
-        const img_u8 *im = &s->items[k].im;
-        char name[16];
-        snprintf(name, sizeof name, "data.%d", k);
-        if (b->to_float) {
-            uint64_t shape[3] = {3, (uint64_t)im->h, (uint64_t)im->w};
-            float *out = rec_add(&w, name, REC_F32, 3, shape);
-            if (out)
-                img_to_float_chw(im, b->norm.mean, b->norm.std, out);
-        } else {
-            uint64_t shape[3] = {(uint64_t)im->h, (uint64_t)im->w, 3};
-            uint8_t *out = rec_add(&w, name, REC_U8, 3, shape);
-            if (out) {
-                img_u8 dst = {.px = out, .w = im->w, .h = im->h, .c = 3, .stride = (size_t)im->w * 3};
-                img_copy(im, &dst);
-            }
-        }
-    }
-    uint64_t nl = (uint64_t)s->n_label, ni = (uint64_t)s->n;
-    rec_add_copy(&w, "label", REC_I64, 1, &nl, s->label);
-    rec_add_copy(&w, "data_valid", REC_I64, 1, &ni, s->valid);
-    rec_add_copy(&w, "data_idx", REC_I64, 1, &ni, s->idx);
+    aug_sample_write(s, &b->norm, b->to_float, &w);
     size_t len = rec_finish(&w);
     char *err = NULL;
     if (!len || rec_parse(b->slots[slot], len, &b->views[slot], &err) != 0)

@@ -53,6 +53,21 @@ void img_fill(img_u8 *im, uint8_t v)
         memset(im->px + (size_t)y * im->stride, v, row);
 }
 
+void img_normalize_chw(const img_u8 *im, float div, const float *mean, const float *std, float *out)
+{
+    if (div == 255.0f) {
+        img_to_float_chw(im, mean, std, out);
+        return;
+    }
+    size_t plane = (size_t)im->w * (size_t)im->h;
+    for (int y = 0; y < im->h; y++)
+        for (int x = 0; x < im->w; x++)
+            for (int c = 0; c < im->c; c++)
+                out[(size_t)c * plane + (size_t)y * (size_t)im->w + (size_t)x] =
+                    ((float)im->px[(size_t)y * im->stride + (size_t)x * (size_t)im->c + (size_t)c] / div - mean[c]) /
+                    std[c];
+}
+
 /* ---- padding (torchvision F.pad) ---------------------------------------------------------- */
 
 /* The source index that output index i (i < 0 or i >= n: outside) reads, numpy.pad's way. */

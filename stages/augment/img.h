@@ -87,6 +87,9 @@ void img_grayscale3(img_u8 *im);
  * as torchvision does (divide by 255, subtract, divide), CHW planar. mean = {0,..}, std = {1,..}
  * gives plain ToTensor. `out` holds c*h*w floats. */
 void img_to_float_chw(const img_u8 *im, const float *mean, const float *std, float *out);
+/* The same with the divisor of a pending normalisation (sample.h's `normalize` rows): 255 for
+ * ToTensor (img_to_float_chw), 1 for ImgPilToRawTensor (bytes as floats, then Normalize). */
+void img_normalize_chw(const img_u8 *im, float div, const float *mean, const float *std, float *out);
 
 /* ---- colour (color.c): each is the PIL / torchvision function named --------------------- */
 

@@ -112,67 +112,13 @@ static int load_sample(augment *a, const rec_view *v, char *why, size_t why_len)
 
 /* ---- writing the augmented sample -------------------------------------------------------- */
 
-static int add_item(augment *a, rec_writer *w, int k, const aug_item *it)
-{
-    char name[16];
-    snprintf(name, sizeof name, "data.%d", k);
-    int ph = it->im.h / it->towers;
-    const img_u8 *im = &it->im;
-    if (!a->to_float) {
-        uint64_t shape4[4] = {(uint64_t)it->towers, (uint64_t)ph, (uint64_t)im->w, 3};
-        bool stack = it->towers > 1;
-        uint8_t *out = rec_add(w, name, REC_U8, stack ? 4 : 3, stack ? shape4 : shape4 + 1);
-        if (!out)
-            return -1;
-        img_u8 dst = {.px = out, .w = im->w, .h = im->h, .c = 3, .stride = (size_t)im->w * 3};
-        img_copy(im, &dst);
-        return 0;
-    }
-    uint64_t shape4[4] = {(uint64_t)it->towers, 3, (uint64_t)ph, (uint64_t)im->w};
-    bool stack = it->towers > 1;
-    float *out = rec_add(w, name, REC_F32, stack ? 4 : 3, stack ? shape4 : shape4 + 1);
-    if (!out)
-        return -1;
-    const aug_normalize *n = &a->norm;
-    for (int k2 = 0; k2 < it->towers; k2++) {
-        img_u8 tower = img_view(im, 0, k2 * ph, im->w, ph);
-        float *dst = out + (size_t)k2 * 3 * (size_t)ph * (size_t)im->w;
-        if (n->div == 255.0f) {
-            img_to_float_chw(&tower, n->mean, n->std, dst);
-        } else { /* ImgPilToRawTensor: bytes as floats, then Normalize */
-            size_t plane = (size_t)ph * (size_t)im->w;
-            for (int y = 0; y < ph; y++)
-                for (int x = 0; x < im->w; x++)
-                    for (int c = 0; c < 3; c++)
-                        dst[(size_t)c * plane + (size_t)y * (size_t)im->w + (size_t)x] =
-                            ((float)tower.px[(size_t)y * tower.stride + (size_t)x * 3 + (size_t)c] - n->mean[c]) /
-                            n->std[c];
-        }
-    }
-    return 0;
-}
-
 static int write_sample(augment *a, stage *s, const rec_header *in)
 {
-    const aug_sample *smp = &a->sample;
-    rec_writer *w = stage_record_begin(s, REC_DATA, in->seq, in->epoch, (uint32_t)smp->n + 4);
+    rec_writer *w = stage_record_begin(s, REC_DATA, in->seq, in->epoch, aug_sample_tensors(&a->sample));
     if (!w)
         return -1;
     rec_writer_header(w)->flags = in->flags;
-    for (int k = 0; k < smp->n; k++)
-        if (add_item(a, w, k, &smp->items[k]) != 0)
-            break;
-    uint64_t nl = (uint64_t)smp->n_label, ni = (uint64_t)smp->n;
-    rec_add_copy(w, "label", REC_I64, 1, &nl, smp->label);
-    rec_add_copy(w, "data_valid", REC_I64, 1, &ni, smp->valid);
-    rec_add_copy(w, "data_idx", REC_I64, 1, &ni, smp->idx);
-    if (a->norm.pending && !a->to_float) {
-        float rows[3][3];
-        for (int c = 0; c < 3; c++)
-            rows[0][c] = a->norm.div, rows[1][c] = a->norm.mean[c], rows[2][c] = a->norm.std[c];
-        uint64_t shape[2] = {3, 3};
-        rec_add_copy(w, "normalize", REC_F32, 2, shape, rows);
-    }
+    aug_sample_write(&a->sample, &a->norm, a->to_float, w); /* an overflow is reported by the end */
     return stage_record_end(s);
 }
 

@@ -24,6 +24,7 @@
 
 #include "augment/img.h"
 #include "config.h"
+#include "record.h"
 #include "util.h"
 
 #include <stdbool.h>
@@ -85,6 +86,16 @@ void aug_sample_clear(aug_sample *s);
  * impossibility VISSL would also raise on, e.g. RandomCrop larger than the image). */
 int aug_apply(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32_t epoch, uint64_t sample_index,
               char *err, size_t err_len);
+
+/* Write an augmented sample into w as selfsup-augment sends it (sample.h): data.K per item
+ * (uint8 HWC, or float32 CHW with to_float), label, data_valid, data_idx, and `normalize`
+ * while the tensor arithmetic is still pending. w needs aug_sample_tensors(s) descriptors.
+ * Returns 0, or -1 when a tensor did not fit (rec_finish says how much was needed). */
+int aug_sample_write(const aug_sample *s, const aug_normalize *norm, bool to_float, rec_writer *w);
+static inline uint32_t aug_sample_tensors(const aug_sample *s)
+{
+    return (uint32_t)s->n + 4;
+}
 
 /* aug_apply, writing every random decision to `trace` as one line each, in the order they
  * were taken ("rrc ITEM X Y W H OUT_W OUT_H FILTER", "flip ITEM", "jitter ITEM ORDER... ON...

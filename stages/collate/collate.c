@@ -361,14 +361,7 @@ static int item_as_float(const rec_view *v, int t, const float norm[3][3], float
     }
     img_u8 im = {.px = (uint8_t *)rec_data(v, t), .w = (int)d->shape[1], .h = (int)d->shape[0], .c = 3,
                  .stride = (size_t)d->shape[1] * 3};
-    if (norm[0][0] == 255.0f) {
-        img_to_float_chw(&im, norm[1], norm[2], out);
-        return 0;
-    }
-    size_t plane = (size_t)im.w * (size_t)im.h; /* ImgPilToRawTensor: no division */
-    for (size_t p = 0; p < plane; p++)
-        for (int c = 0; c < 3; c++)
-            out[(size_t)c * plane + p] = ((float)im.px[p * 3 + (size_t)c] - norm[1][c]) / norm[2][c];
+    img_normalize_chw(&im, norm[0][0], norm[1], norm[2], out);
     return 0;
 }
 
