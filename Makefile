@@ -29,14 +29,14 @@ ifeq ($(SANITIZE),1)
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
-PKGS       := yaml-0.1 jansson libzmq libzip libturbojpeg libpng liburing zlib
+PKGS       := yaml-0.1 jansson libzmq libzip libjpeg libpng liburing zlib
 CPPFLAGS   += -iquote lib -iquote shm -iquote nn -iquote stages -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS     ?= -O2 -g
 # -ffp-contract=off: no fused multiply-adds, whatever -march says, because the PIL-exact
 # pixel kernels and torch-exact float paths round after every multiply, as PIL and torch do.
 CFLAGS     += -ffp-contract=off -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
 LDFLAGS    += $(SANFLAGS)
-LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -lturbojpeg -lpng16 -luring -lz) -ldnnl -lgomp -lm
+LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -ljpeg -lpng16 -luring -lz) -ldnnl -lgomp -lm
 
 # ---- CUDA hook: the GPU backend (nn/cuda/*.cu) is compiled only where nvcc exists. ----------
 NVCC       := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
@@ -140,7 +140,7 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
 # ---- dependencies -------------------------------------------------------------------------
 # Build + run: compilers, libraries. Test: Criterion, clang (libFuzzer), numpy for golden
 # read-back. Golden generation and bench: PyTorch, torchvision, scikit-learn (Debian's).
-DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libzip-dev libturbojpeg0-dev \
+DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libzip-dev libjpeg62-turbo-dev \
             libpng-dev zlib1g-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev libcriterion-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-sklearn \
             dataset-fashion-mnist mate-backgrounds

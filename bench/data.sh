@@ -6,9 +6,10 @@
 # The photo corpus (bench/make-photo-corpus: ImageNet-like JPEGs cut from Debian's
 # mate-backgrounds) is made once under ${SELFSUP_BENCH_DATA:-/tmp/selfsup-bench}/photos.
 # Both sides are pinned to CPU 0 with one thread and run N images (default 200) per
-# pipeline, median of 3 passes. selfsup is timed twice: as it runs (uint8 crops; ToTensor /
-# Normalize left to the trainer's device) and "+float" (float32 CHW made on the CPU, as VISSL
-# hands it to its collator). Prints a Markdown table with images/s and ratios (> 1: faster).
+# pipeline, median of 3 passes. selfsup is timed three times: as it runs under `selfsup run`
+# (JPEGs decoded only as far as the crops need, uint8 crops; ToTensor / Normalize left to the
+# trainer's device), "+float" (float32 CHW made on the CPU, as VISSL hands it to its collator)
+# and with whole-image decoding (selfsup-decode without --crop). Prints a Markdown table with images/s and ratios (> 1: faster).
 set -euo pipefail
 build=${1:-build}
 n=${2:-200}
@@ -29,17 +30,19 @@ echo
 echo "Machine: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); CPU 0 only, one thread each;"
 echo "$n images of $corpus ($(find "$corpus" -name '*.JPEG' | wc -l) ImageNet-like JPEGs); median of 3; $(date -u '+%Y-%m-%d %H:%M UTC')."
 echo
-echo "| pipeline | selfsup img/s | selfsup +float img/s | PIL+torchvision img/s | ratio | ratio +float |"
-echo "|---|--:|--:|--:|--:|--:|"
+echo "| pipeline | selfsup img/s | selfsup +float img/s | selfsup whole-image decode img/s | PIL+torchvision img/s | ratio | ratio +float | ratio whole-image decode |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|"
 for p in decode simclr swav eval; do
     a=$(awk -v p=$p '$2 == p {print $3}' <<<"$ours")
     f=$(awk -v p="$p+float" '$2 == p {print $3}' <<<"$ours")
+    w=$(awk -v p="$p+nocrop" '$2 == p {print $3}' <<<"$ours")
     b=$(awk -v p=$p '$2 == p {print $3}' <<<"$theirs")
     [[ -n $a && -n $b ]] || continue
     if [[ -n $f ]]; then
-        printf '| %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n' "$p" "$a" "$f" "$b" "$(echo "$a / $b" | bc -l)" "$(echo "$f / $b" | bc -l)"
+        printf '| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n' "$p" "$a" "$f" "$w" "$b" "$(echo "$a / $b" | bc -l)" \
+            "$(echo "$f / $b" | bc -l)" "$(echo "$w / $b" | bc -l)"
     else
-        printf '| %s | %.1f | — | %.1f | %.2f | — |\n' "$p" "$a" "$b" "$(echo "$a / $b" | bc -l)"
+        printf '| %s | %.1f | — | — | %.1f | %.2f | — | — |\n' "$p" "$a" "$b" "$(echo "$a / $b" | bc -l)"
     fi
 done
 echo

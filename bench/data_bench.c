@@ -10,9 +10,10 @@
  * (stages/augment/transforms.h), write the sample record as the augment stage writes it into
  * a ring slot, and every --batch samples collate them into a batch record as the collate
  * stage does. Only the rings between the processes are left out (bench/ring.sh measures
- * them). Each pipeline runs twice: as selfsup runs it (uint8 crops, normalisation left to the
- * trainer) and with "+float" (ToTensor/Normalize done here, float32 CHW, as VISSL hands them
- * over), so both comparisons are on the table.
+ * them). Each pipeline runs three times: as selfsup runs it (JPEGs decoded only as far as the
+ * crops need, as selfsup-decode --crop does under selfsup run; uint8 crops, normalisation left
+ * to the trainer), with "+float" (ToTensor/Normalize done here, float32 CHW, as VISSL hands
+ * them over), and with "+nocrop" (whole images decoded), so every comparison is on the table.
  *
  * Output, one line per pipeline: "selfsup_data PIPELINE IMAGES_PER_SECOND", '#' lines for
  * details. Median of --reps timed passes after one untimed warm-up batch.
@@ -132,6 +133,7 @@ typedef struct {
     aug_pipeline *aug;
     aug_normalize norm;
     bool to_float;
+    bool crop; /* decode only what the crops read (selfsup-decode --crop) */
     collate_kind collator;
     int batch;
     uint8_t **slots; /* one "ring slot" per sample of a batch */
@@ -165,6 +167,18 @@ static void flush_batch(bench *b, int n)
 }
 
 /* Decode (and augment and collate) files[first .. first+count) modulo the corpus. */
+/* The crop boxes of sample `index` (epoch 0, seed 0), as selfsup-decode --crop draws them. */
+typedef struct {
+    const aug_pipeline *aug;
+    uint64_t index;
+} crop_key;
+
+static void crop_box(void *arg, int w, int h, int box[4])
+{
+    const crop_key *k = arg;
+    aug_pipeline_roi(k->aug, 0, 0, k->index, w, h, box);
+}
+
 static void run_images(bench *b, const file_list *fl, size_t first, size_t count)
 {
     aug_sample s = {0};
@@ -174,7 +188,8 @@ static void run_images(bench *b, const file_list *fl, size_t first, size_t count
         uint8_t *buf = read_file(fl->paths[i % fl->n], &len);
         decode_rgb rgb;
         char why[256];
-        if (decode_image(b->dec, buf, len, &rgb, why, sizeof why) != 0)
+        crop_key key = {.aug = b->aug, .index = i};
+        if (decode_image_roi(b->dec, buf, len, b->aug && b->crop ? crop_box : NULL, &key, &rgb, why, sizeof why) != 0)
             die(1, "%s: %s", fl->paths[i % fl->n], why);
         free(buf);
         if (!b->aug) {
@@ -182,9 +197,11 @@ static void run_images(bench *b, const file_list *fl, size_t first, size_t count
             continue;
         }
         /* Borrowed, as selfsup-augment borrows the decoded image in its input ring slot. */
-        img_u8 im = {.px = rgb.px, .w = rgb.w, .h = rgb.h, .c = 3, .stride = (size_t)rgb.w * 3};
+        img_u8 im = {.px = rgb.px, .w = rgb.w, .h = rgb.h, .c = 3, .stride = rgb.stride};
         int64_t label = 0, valid = 1, idx = (int64_t)i;
         aug_sample_borrow(&s, &im, 1, &label, 1, &valid, &idx);
+        if (rgb.w != rgb.full_w || rgb.h != rgb.full_h)
+            aug_sample_set_window(&s, 0, rgb.x0, rgb.y0, rgb.full_w, rgb.full_h);
         if (aug_apply(b->aug, &s, 0, 0, (uint64_t)i, why, sizeof why) != 0)
             die(1, "augment: %s", why);
         write_sample(b, &s, in_batch, i);
@@ -296,11 +313,14 @@ int main(int argc, char **argv)
     for (size_t p = 0; p < sizeof pipelines / sizeof pipelines[0]; p++) {
         if (!strstr(which, pipelines[p].name))
             continue;
-        for (int f = 0; f < (pipelines[p].yaml ? 2 : 1); f++) {
+        /* as selfsup runs it, then +float, then without --crop's partial decoding */
+        static const char *const variant[] = {"", "+float", "+nocrop"};
+        for (int f = 0; f < (pipelines[p].yaml ? 3 : 1); f++) {
             bench b;
             setup(&b, (int)p, f == 1, batch);
+            b.crop = f != 2;
             double ips = measure(&b, &fl, n, reps);
-            printf("selfsup_data %s%s %.1f\n", pipelines[p].name, f ? "+float" : "", ips);
+            printf("selfsup_data %s%s %.1f\n", pipelines[p].name, variant[f], ips);
             printf("# checksum %llu\n", (unsigned long long)b.checksum);
             fflush(stdout);
             teardown(&b);

@@ -286,7 +286,7 @@ static bool check_data_stages(const cfg_node *config)
 {
     static const char *const splits[] = {"TRAIN", "TEST"};
     for (int i = 0; i < 2; i++) {
-        char key[64], why[160];
+        char key[64], why[256];
         snprintf(key, sizeof key, "config.DATA.%s.TRANSFORMS", splits[i]);
         cfg_err err;
         aug_pipeline *p = aug_pipeline_build(cfg_get(config, key + strlen("config.")), key, &err);
@@ -299,6 +299,12 @@ static bool check_data_stages(const cfg_node *config)
         const char *name = cfg_str(config, key);
         collate_kind kind;
         if (name && collate_from_name(name, &kind, why, sizeof why) != 0) {
+            fprintf(stderr, "selfsup run: config.%s: %s\n", key, why);
+            return false;
+        }
+        snprintf(key, sizeof key, "DATA.%s.COLLATE_FUNCTION_PARAMS", splits[i]);
+        collate_options copt = {0};
+        if (name && collate_read_params(kind, name, cfg_get(config, key), &copt, why, sizeof why) != 0) {
             fprintf(stderr, "selfsup run: config.%s: %s\n", key, why);
             return false;
         }

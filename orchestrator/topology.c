@@ -120,10 +120,12 @@ static void stage_add_args(topo_stage *st, const char *a, const char *b)
     for (size_t i = 0; i + 1 < n; i++)
         if (!strcmp(st->argv[i], "--world-size"))
             at = i + 2;
-    st->argv = xrealloc(st->argv, (n + 3) * sizeof *st->argv);
-    memmove(&st->argv[at + 2], &st->argv[at], (n - at + 1) * sizeof *st->argv);
+    size_t k = b ? 2 : 1; /* an option with a value, or a flag */
+    st->argv = xrealloc(st->argv, (n + k + 1) * sizeof *st->argv);
+    memmove(&st->argv[at + k], &st->argv[at], (n - at + 1) * sizeof *st->argv);
     st->argv[at] = xstrdup(a);
-    st->argv[at + 1] = xstrdup(b);
+    if (b)
+        st->argv[at + 1] = xstrdup(b);
 }
 
 static int add_ring(topology *t, const char *label, const cfg_node *config, uint32_t producers)
@@ -215,6 +217,13 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     }
     for (int i = 0; ok && i < workers; i++)
         ok = add_stage(t, config, "augment", i, opt->node_rank, 1, decoded, augmented, opt, err);
+    /* Our decode feeding our augment, with the same config: decode only what the crops read
+     * (selfsup-decode --crop; the same pixels come out). */
+    const char *aug = ok ? t->stages[t->n_stages - 1].argv[0] : "";
+    size_t alen = strlen(aug);
+    if (ok && plen >= 14 && !strcmp(prog + plen - 14, "selfsup-decode") && alen >= 15 &&
+        !strcmp(aug + alen - 15, "selfsup-augment"))
+        stage_add_args(&t->stages[0], "--crop", NULL);
     ok = ok && add_stage(t, config, "collate", 0, opt->node_rank, 1, augmented, batches, opt, err);
     for (int i = 0; ok && i < procs; i++)
         ok = add_stage(t, config, last, i, opt->node_rank * procs + i, world, batches, -1, opt, err);

@@ -409,10 +409,13 @@ static void fail(stage *s, const char *msg)
     s->failed = true;
 }
 
-/* A transport failed: was it this stage's doing, or news of another stage's failure? */
+/* A transport failed: was it this stage's doing, or news of another stage's failure? The
+ * first failure decides: a later one (its output, closing after a broken input) is its
+ * consequence, and must not make the stage report itself as the cause. */
 static void transport_failed(stage *s, const transport *t)
 {
-    s->peer_failed = tp_peer_failed(t);
+    if (!s->failed)
+        s->peer_failed = tp_peer_failed(t);
     fail(s, tp_error(t));
 }
 

@@ -11,15 +11,23 @@
  *   decode → augment: one record per sample, header seq = the sample's position in this
  *     epoch's order (0, 1, 2, ... for this rank), header epoch = the epoch.
  *       data.S      uint8 [H, W, 3]  the decoded RGB image of source S (S = 0..sources-1)
- *       label       int64 [sources]  per-source label (class index, or the sample index)
+ *       label       int64 [sources]  per-source label (class index, or the sample index), or
+ *                   int64 [sources, M] when the label files are 2-D [N, M] .npy (each label a
+ *                   row of M values, e.g. VOC07's {1, 0, -1}; decode_dataset_label_width)
  *       data_valid  int64 [sources]  1, or -1 when the image could not be read (gray image)
  *       data_idx    int64 [sources]  the sample's index in the dataset
+ *       data_window int64 [sources, 4]  only from selfsup-decode --crop: data.S is the window
+ *                   of its image that the transforms' crops read, at (x0, y0) of a
+ *                   full_w x full_h image; rows (x0, y0, full_w, full_h), (0, 0, W, H) when whole
  *
  *   augment → collate: one record per sample, same seq and epoch.
  *       data.K      one per crop/copy K, uint8 [H, W, 3] (RGB), or [T, H, W, 3] for T
  *                   patches (Jigsaw); float32 [3, H, W] / [T, 3, H, W] with augment --float
  *       label       int64 [L]  the label list after the transforms (copies replicate it,
- *                   ImgRotatePil / ShuffleImgPatches overwrite its last entry)
+ *                   ImgRotatePil / ShuffleImgPatches overwrite its last entry); int64 [L, M]
+ *                   when each label is a row of M values. targets_one_hot_default_collator's
+ *                   [pos_list, neg_list] is the row label[0] of an int64 [L, 2K]: K positive
+ *                   class indices, then K negative ones, each list padded with -1 (collate.h)
  *       data_valid  int64 [K], data_idx int64 [K]   replicated per copy, as VISSL does
  *       normalize   float32 [3, 3]  present when the transforms asked for a tensor (ToTensor,
  *                   Normalize) and the augment stage left that to the consumer: rows are the

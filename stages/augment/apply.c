@@ -68,6 +68,7 @@ static void sample_start(aug_sample *s, const img_u8 *images, int n_src, const i
 {
     s->n = 0;
     s->n_label = 0;
+    s->label_width = 1;
     sample_reserve(s, n_src);
     label_reserve(s, n_label);
     for (int i = 0; i < n_src; i++) {
@@ -92,12 +93,31 @@ void aug_sample_borrow(aug_sample *s, const img_u8 *images, int n_src, const int
     sample_start(s, images, n_src, label, n_label, valid, idx, true);
 }
 
+static int label_width(const aug_sample *s)
+{
+    return s->label_width > 1 ? s->label_width : 1;
+}
+
+void aug_sample_set_labels(aug_sample *s, const int64_t *label, int n_label, int width)
+{
+    width = width > 1 ? width : 1;
+    label_reserve(s, n_label * width);
+    memcpy(s->label, label, (size_t)n_label * (size_t)width * sizeof *label);
+    s->n_label = n_label;
+    s->label_width = width;
+}
+
+void aug_sample_set_window(aug_sample *s, int i, int x, int y, int full_w, int full_h)
+{
+    aug_item *it = &s->items[i];
+    it->win_x = x, it->win_y = y, it->full_w = full_w, it->full_h = full_h;
+}
+
 static void item_release(aug_item *it)
 {
     if (!it->borrowed)
         img_free(&it->im);
-    it->im = (img_u8){0};
-    it->borrowed = false;
+    *it = (aug_item){0};
 }
 
 void aug_sample_release(aug_sample *s)
@@ -121,8 +141,10 @@ void aug_sample_clear(aug_sample *s)
 /* Replace item i's image by `im`, which the item owns (freeing the old one if it owned it). */
 static void item_set(aug_item *it, img_u8 im)
 {
+    int towers = it->towers;
     item_release(it);
     it->im = im;
+    it->towers = towers;
 }
 
 /* Make the item's pixels its own before they are changed in place. */
@@ -146,7 +168,7 @@ static int py_round(double x)
 
 /* RandomResizedCrop.get_params: 10 tries at a random area and log-uniform aspect ratio,
  * then the central crop clamped to the ratio range. Box = (x, y, w, h). */
-static void rrc_box(rng_stream *r, int W, int H, const double scale[2], const double ratio[2], int box[4])
+void aug_rrc_box(rng_stream *r, int W, int H, const double scale[2], const double ratio[2], int box[4])
 {
     double area = (double)W * H;
     double log_r0 = log(ratio[0]), log_r1 = log(ratio[1]);
@@ -178,13 +200,29 @@ static img_u8 crop_resize(const img_u8 *src, const int box[4], int out_w, int ou
     return out;
 }
 
-static img_u8 random_resized_crop(run_ctx *c, int item, const img_u8 *src, int out_h, int out_w,
-                                  const double scale[2], const double ratio[2], img_filter f)
+/* RandomResizedCrop of an item into *out. The box is drawn from the full image's size; for a
+ * window (aug_item) it must lie inside the window, which holds exactly the pixels the full
+ * image has there. Returns 0, or -1 when it does not (decode cropped for other transforms). */
+static int random_resized_crop(run_ctx *c, int item, const aug_item *src, int out_h, int out_w,
+                               const double scale[2], const double ratio[2], img_filter f, img_u8 *out)
 {
     int box[4];
-    rrc_box(&c->rng, src->w, src->h, scale, ratio, box);
+    bool window = src->full_w > 0;
+    aug_rrc_box(&c->rng, window ? src->full_w : src->im.w, window ? src->full_h : src->im.h, scale, ratio, box);
     trace(c, "rrc %d %d %d %d %d %d %d %d", item, box[0], box[1], box[2], box[3], out_w, out_h, (int)f);
-    return crop_resize(src, box, out_w, out_h, f);
+    if (window) {
+        box[0] -= src->win_x, box[1] -= src->win_y;
+        if (box[0] < 0 || box[1] < 0 || box[0] + box[2] > src->im.w || box[1] + box[3] > src->im.h) {
+            snprintf(c->err, c->err_len,
+                     "the crop (%d, %d, %d, %d) leaves the decoded window (%d, %d, %d, %d) of the %dx%d image: "
+                     "selfsup-decode --crop ran with other transforms or another SEED_VALUE",
+                     box[0] + src->win_x, box[1] + src->win_y, box[2], box[3], src->win_x, src->win_y, src->im.w,
+                     src->im.h, src->full_w, src->full_h);
+            return -1;
+        }
+    }
+    *out = crop_resize(&src->im, box, out_w, out_h, f);
+    return 0;
 }
 
 /* torchvision Resize's output size: an int sets the shorter side, the longer keeps the aspect
@@ -347,9 +385,13 @@ static int apply_geometry(run_ctx *c, const aug_op *op, aug_item *it, int i)
     img_u8 *im = &it->im;
     rng_stream *r = &c->rng;
     switch (op->kind) {
-    case OP_RANDOM_RESIZED_CROP:
-        item_set(it, random_resized_crop(c, i, im, op->size[0], op->size[1], op->scale, op->ratio, op->filter));
+    case OP_RANDOM_RESIZED_CROP: {
+        img_u8 out;
+        if (random_resized_crop(c, i, it, op->size[0], op->size[1], op->scale, op->ratio, op->filter, &out) != 0)
+            return -1;
+        item_set(it, out);
         return 0;
+    }
     case OP_RESIZE: {
         int ow, oh;
         resize_size(op, im->w, im->h, &ow, &oh);
@@ -437,15 +479,22 @@ static int apply_patches_and_labels(run_ctx *c, const aug_op *op, aug_sample *s,
         it->towers = op->num_patches;
         return 0;
     }
+    if (label_width(s) > 1) {
+        snprintf(c->err, c->err_len, "%s sets the last label to a number, but the labels are rows of %d", op->name,
+                 label_width(s));
+        return -1;
+    }
     if (s->n_label == 0) {
         snprintf(c->err, c->err_len, "%s sets the last label, but the sample has no label", op->name);
         return -1;
     }
     if (op->kind == OP_ROTATE) {
         int label = (int)rng_randint(r, 0, op->num_angles);
-        trace(c, "rotate %d %d", i, label * 360 / op->num_angles);
+        /* VISSL's angles: torch.linspace(0, 360, num_angles + 1)[:-1], float32 */
+        double angle = img_rotate_linspace_angle(label, op->num_angles);
+        trace(c, "rotate %d %.17g", i, angle);
         img_u8 out = img_alloc(it->im.w, it->im.h, it->im.c);
-        img_rotate(&it->im, &out, label * 360 / op->num_angles);
+        img_rotate(&it->im, &out, angle);
         item_set(it, out);
         s->label[s->n_label - 1] = label;
         return 0;
@@ -470,6 +519,17 @@ static int apply_item(run_ctx *c, const aug_op *op, aug_sample *s, int i)
     case OP_TO_TENSOR:
     case OP_NORMALIZE:
         return 0; /* folded into the pipeline's pending normalisation */
+    case OP_LAB:
+        if (stack || it->lab) {
+            snprintf(c->err, c->err_len, "ImgPil2LabTensor needs a PIL image, not %s",
+                     stack ? "a list of patches" : "a Lab tensor");
+            return -1;
+        }
+        trace(c, "lab %d", i);
+        item_own(it);
+        img_rgb_to_lab(&it->im, &it->im);
+        it->lab = true;
+        return 0;
     case OP_HFLIP:
         return apply_geometry(c, op, it, i);
     case OP_SHUFFLE_PATCHES:
@@ -504,6 +564,7 @@ typedef struct {
     img_u8 *ims;
     int n;
     bool borrowed; /* the copies are views of a borrowed source (ImgReplicatePil) */
+    const aug_item *window; /* ImgReplicatePil of a window: the copies are that window too */
 } copies;
 
 /* Flatten the copies into the data list as SSLTransformsWrapper does: item i becomes its
@@ -519,17 +580,22 @@ static int flatten_copies(run_ctx *c, aug_sample *s, copies *all)
         snprintf(c->err, c->err_len, "a copy transform needs a label per item (%d labels, %d items)", s->n_label, s->n);
         return -1;
     }
-    aug_sample out = {0};
+    aug_sample out = {.label_width = label_width(s)};
+    const size_t lw = (size_t)label_width(s);
     sample_reserve(&out, n);
-    label_reserve(&out, n);
+    label_reserve(&out, n * (int)lw);
     for (int i = 0; i < s->n; i++) {
         int cnt = all[i].n ? all[i].n : 1;
         for (int k = 0; k < cnt; k++, out.n++) {
             out.items[out.n] = all[i].n ? (aug_item){.im = all[i].ims[k], .towers = 1, .borrowed = all[i].borrowed}
                                         : s->items[i];
+            if (all[i].window) {
+                const aug_item *w = all[i].window;
+                aug_sample_set_window(&out, out.n, w->win_x, w->win_y, w->full_w, w->full_h);
+            }
             out.valid[out.n] = s->valid[i];
             out.idx[out.n] = s->idx[i];
-            out.label[out.n] = s->label[i];
+            memcpy(out.label + (size_t)out.n * lw, s->label + (size_t)i * lw, lw * sizeof *out.label);
         }
         if (all[i].n)
             item_release(&s->items[i]);
@@ -540,11 +606,14 @@ static int flatten_copies(run_ctx *c, aug_sample *s, copies *all)
     return 0;
 }
 
-static copies make_copies(run_ctx *c, const aug_op *op, const aug_item *it, int item)
+/* ImgReplicatePil's or ImgPilToMultiCrop's copies of one item into *cp. Returns 0, or -1
+ * when a crop leaves a decoded window (cp then holds the crops made so far). */
+static int make_copies(run_ctx *c, const aug_op *op, const aug_item *it, int item, copies *cp_out)
 {
     const img_u8 *src = &it->im;
     copies cp = {0};
     if (op->kind == OP_REPLICATE) {
+        cp.window = it->full_w > 0 ? it : NULL;
         cp.ims = xcalloc((size_t)op->num_times, sizeof *cp.ims);
         trace(c, "replicate %d %d", item, op->num_times);
         /* Copies of borrowed pixels can borrow them too: nothing is written until a
@@ -567,20 +636,31 @@ static copies make_copies(run_ctx *c, const aug_op *op, const aug_item *it, int 
         for (int t = 0; t < op->n_types; t++) {
             const aug_crop_type *ct = &op->multicrop[t];
             const double ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
-            for (int k = 0; k < ct->count; k++)
-                cp.ims[cp.n++] = random_resized_crop(c, item, src, ct->size, ct->size, ct->scale, ratio, IMG_BILINEAR);
+            for (int k = 0; k < ct->count; k++) {
+                if (random_resized_crop(c, item, it, ct->size, ct->size, ct->scale, ratio, IMG_BILINEAR,
+                                        &cp.ims[cp.n]) != 0) {
+                    *cp_out = cp;
+                    return -1;
+                }
+                cp.n++;
+            }
         }
     }
-    return cp;
+    *cp_out = cp;
+    return 0;
 }
 
 /* ImgPilToPatchesAndImage: [RandomResizedCrop image] + num_patches patches, in a random order,
  * cut from a second RandomResizedCrop. */
-static int patches_and_image(run_ctx *c, const aug_op *op, const img_u8 *src, copies *cp, int item)
+static int patches_and_image(run_ctx *c, const aug_op *op, const aug_item *src, copies *cp, int item)
 {
-    img_u8 image = random_resized_crop(c, item, src, op->size[0], op->size[1], op->scale, op->ratio, IMG_BILINEAR);
-    img_u8 big = random_resized_crop(c, item, src, op->size2, op->size2, op->scale2, op->ratio, IMG_BILINEAR);
-    img_u8 stack;
+    img_u8 image, big, stack;
+    if (random_resized_crop(c, item, src, op->size[0], op->size[1], op->scale, op->ratio, IMG_BILINEAR, &image) != 0)
+        return -1;
+    if (random_resized_crop(c, item, src, op->size2, op->size2, op->scale2, op->ratio, IMG_BILINEAR, &big) != 0) {
+        img_free(&image);
+        return -1;
+    }
     int rc = patches_from_image(c, item, &big, op->num_patches, op->patch_jitter, &stack);
     img_free(&big);
     if (rc != 0) {
@@ -611,16 +691,6 @@ static int patches_and_image(run_ctx *c, const aug_op *op, const img_u8 *src, co
 
 /* ---- the list ----------------------------------------------------------------------------- */
 
-static bool selected(const aug_op *op, int i)
-{
-    if (!op->n_indices)
-        return true;
-    for (int k = 0; k < op->n_indices; k++)
-        if (op->indices[k] == i)
-            return true;
-    return false;
-}
-
 static int check_indices(run_ctx *c, const aug_op *op, const aug_sample *s)
 {
     for (int k = 0; k < op->n_indices; k++)
@@ -648,7 +718,8 @@ static int multicrop_random_apply(run_ctx *c, const aug_op *op, aug_sample *s, c
         /* Run the sub-list on a one-item view of the sample; its draws come from sub-streams
          * keyed by (transform position, item), so they never collide with ours. */
         aug_sample one = {.items = &s->items[i], .valid = &s->valid[i], .idx = &s->idx[i], .n = 1, .cap = 1,
-                          .label = s->label, .n_label = s->n_label, .cap_label = s->n_label};
+                          .label = s->label, .n_label = s->n_label, .cap_label = s->n_label,
+                          .label_width = s->label_width};
         rng_key sub = *key;
         sub.transform_pos = (uint32_t)(key->transform_pos * 256u + 64u + (unsigned)i) & 0xffffu;
         rng_stream saved = c->rng;
@@ -660,16 +731,34 @@ static int multicrop_random_apply(run_ctx *c, const aug_op *op, aug_sample *s, c
     return 0;
 }
 
+/* Only the crop transforms (and ImgReplicatePil's copies) take a decoded window; the others
+ * need the whole image, which selfsup-decode --crop then never leaves out (roi.c). */
+static int check_windows(run_ctx *c, const aug_op *op, const aug_sample *s)
+{
+    if (op->kind == OP_RANDOM_RESIZED_CROP || op->kind == OP_MULTICROP || op->kind == OP_PATCHES_AND_IMAGE ||
+        op->kind == OP_REPLICATE)
+        return 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->items[i].full_w > 0 && (op->kind == OP_MULTICROP_RANDOM_APPLY || aug_op_selects(op, i))) {
+            snprintf(c->err, c->err_len,
+                     "%s needs the whole image, but item %d is a %dx%d window of it: selfsup-decode --crop ran "
+                     "with other transforms",
+                     op->name, i, s->items[i].im.w, s->items[i].im.h);
+            return -1;
+        }
+    return 0;
+}
+
 static int run_op(run_ctx *c, const aug_op *op, aug_sample *s, const rng_key *key)
 {
-    if (check_indices(c, op, s) != 0)
+    if (check_indices(c, op, s) != 0 || check_windows(c, op, s) != 0)
         return -1;
     if (op->kind == OP_MULTICROP_RANDOM_APPLY)
         return multicrop_random_apply(c, op, s, key);
     bool copy_kind = op->kind == OP_REPLICATE || op->kind == OP_MULTICROP || op->kind == OP_PATCHES_AND_IMAGE;
     if (!copy_kind) {
         for (int i = 0; i < s->n; i++)
-            if (selected(op, i) && apply_item(c, op, s, i) != 0)
+            if (aug_op_selects(op, i) && apply_item(c, op, s, i) != 0)
                 return -1;
         return 0;
     }
@@ -678,15 +767,15 @@ static int run_op(run_ctx *c, const aug_op *op, aug_sample *s, const rng_key *ke
     copies *all = xcalloc((size_t)n, sizeof *all);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        if (!selected(op, i))
+        if (!aug_op_selects(op, i))
             continue;
         if (s->items[i].towers > 1) {
             snprintf(c->err, c->err_len, "%s cannot take a list of patches", op->name);
             rc = -1;
         } else if (op->kind == OP_PATCHES_AND_IMAGE) {
-            rc = patches_and_image(c, op, &s->items[i].im, &all[i], i);
+            rc = patches_and_image(c, op, &s->items[i], &all[i], i);
         } else {
-            all[i] = make_copies(c, op, &s->items[i], i);
+            rc = make_copies(c, op, &s->items[i], i, &all[i]);
         }
     }
     if (rc == 0)
@@ -731,5 +820,13 @@ int aug_apply_traced(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32
                  (unsigned long long)sample_index);
         return -1;
     }
-    return run_ops(&c, p, s, &key, 0);
+    if (run_ops(&c, p, s, &key, 0) != 0)
+        return -1;
+    for (int i = 0; i < s->n; i++)
+        if (s->items[i].full_w > 0) {
+            snprintf(err, err_len, "item %d is still a %dx%d window of the decoded image after the transforms: "
+                     "selfsup-decode --crop ran with other transforms", i, s->items[i].im.w, s->items[i].im.h);
+            return -1;
+        }
+    return 0;
 }

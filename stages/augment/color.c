@@ -738,78 +738,102 @@ static inline void px8(__m256i v, __m256i s, __m256i h, __m256i sext, __m256i *P
 #define TRI16(a) _mm512_srli_epi32(_mm512_add_epi32(_mm512_mullo_epi32((a), (a)), (a)), 1)
 #define JOIN8(lo, hi) _mm512_inserti64x4(_mm512_castsi256_si512(lo), (hi), 1)
 
-/* adjust_hue of n pixels at p, in place: rgb2hsv (the hue byte from hsv_tab, the
- * saturation byte computed), the shift and hsv2rgb on 16 pixels a step. */
+/* rgb2hsv of 16 pixels at p (the first m: bytes), the hue shifted: H | S << 8 | V << 16 per
+ * lane (the hue byte from hsv_tab, the saturation byte computed). */
+AVX512_COLOR
+static inline __m512i rgb_to_hsv16(const uint8_t *p, __mmask64 bytes, int shift)
+{
+    const __m512i c255 = _mm512_set1_epi32(255);
+    __m512i R, G, B;
+    RGB16_LOAD(R, G, B, p, bytes);
+    const __m512i maxc = _mm512_max_epi32(R, _mm512_max_epi32(G, B));
+    const __m512i minc = _mm512_min_epi32(R, _mm512_min_epi32(G, B));
+    const __m512i cr = _mm512_sub_epi32(maxc, minc);
+    /* the saturation byte: cr / max in float, times 255.0 in double, truncated (0 where
+     * cr = 0, as hsv_tab.sat) */
+    const __m512 s = _mm512_div_ps(_mm512_cvtepi32_ps(cr), _mm512_cvtepi32_ps(maxc));
+    const __m512d s255 = _mm512_set1_pd(255.0);
+    __m512i S = JOIN8(_mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(LO8F(s)), s255)),
+                      _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(HI8F(s)), s255)));
+    S = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(cr, cr), S);
+    /* the hue byte from hsv_tab.hue[case][tri(cr) + d], case and d as hue_case (the maximum
+     * is the first of r, g, b that equals it; d = max - mid, mid = r + g + b - max - min):
+     * dword gathers at byte offsets, the table being followed by more of hsv_tab, so the 3
+     * bytes past its last entry exist */
+    const __mmask16 rmax = _mm512_cmpeq_epi32_mask(R, maxc);
+    const __mmask16 gmax = ~rmax & _mm512_cmpeq_epi32_mask(G, maxc);
+    const __mmask16 bmax = ~rmax & ~gmax;
+    const __mmask16 c0 = rmax & _mm512_cmple_epi32_mask(B, G); /* else case 1 */
+    const __mmask16 c2 = gmax & _mm512_cmple_epi32_mask(R, B); /* else case 3 */
+    const __mmask16 c4 = bmax & _mm512_cmple_epi32_mask(G, R); /* else case 5 */
+    __m512i base = _mm512_set1_epi32(1 * TRI_N);
+    base = _mm512_mask_mov_epi32(base, c0, _mm512_setzero_si512());
+    base = _mm512_mask_mov_epi32(base, c2, _mm512_set1_epi32(2 * TRI_N));
+    base = _mm512_mask_mov_epi32(base, gmax & ~c2, _mm512_set1_epi32(3 * TRI_N));
+    base = _mm512_mask_mov_epi32(base, c4, _mm512_set1_epi32(4 * TRI_N));
+    base = _mm512_mask_mov_epi32(base, bmax & ~c4, _mm512_set1_epi32(5 * TRI_N));
+    const __m512i mid =
+        _mm512_sub_epi32(_mm512_add_epi32(R, _mm512_add_epi32(G, B)), _mm512_add_epi32(maxc, minc));
+    const __m512i hidx =
+        _mm512_add_epi32(_mm512_add_epi32(base, TRI16(cr)), _mm512_sub_epi32(maxc, mid));
+    __m512i H = _mm512_i32gather_epi32(hidx, hsv_tab.hue, 1);
+    H = _mm512_and_si512(_mm512_add_epi32(H, _mm512_set1_epi32(shift)), c255);
+    return _mm512_or_si512(H, _mm512_or_si512(_mm512_slli_epi32(S, 8), _mm512_slli_epi32(maxc, 16)));
+}
+
+/* hsv2rgb of 16 packed H | S << 8 | V << 16 lanes into 48 bytes at p (the first m: bytes). */
+AVX512_COLOR
+static inline void hsv16_to_rgb(__m512i hsv, uint8_t *p, __mmask64 bytes)
+{
+    const __m512i c255 = _mm512_set1_epi32(255);
+    const __m512i H = _mm512_and_si512(hsv, c255), S = _mm512_and_si512(_mm512_srli_epi32(hsv, 8), c255);
+    const __m512i V = _mm512_srli_epi32(hsv, 16);
+    const __m512i sext = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(H, _mm512_set1_epi32(6 * 257)), _mm512_set1_epi32(257)), 16);
+    __m256i P0, X0, P1, X1;
+    px8(LO8(V), LO8(S), LO8(H), LO8(sext), &P0, &X0);
+    px8(HI8(V), HI8(S), HI8(H), HI8(sext), &P1, &X1);
+    const __m512i P = JOIN8(P0, P1), X = JOIN8(X0, X1);
+    const __mmask16 s0 = _mm512_cmpeq_epi32_mask(sext, _mm512_setzero_si512()) |
+                         _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(6));
+    const __mmask16 s1 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(1));
+    const __mmask16 s2 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(2));
+    const __mmask16 s3 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(3));
+    const __mmask16 s4 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(4));
+    const __mmask16 s5 = ~(s0 | s1 | s2 | s3 | s4);
+    const __mmask16 gray = ~_mm512_test_epi32_mask(S, S);
+    /* PIL's switch: 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q), with x = t in
+     * even sextants and q in odd ones: 0 (v,x,p) 1 (x,v,p) 2 (p,v,x) 3 (p,x,v) 4 (x,p,v)
+     * 5 (v,p,x) */
+    __m512i r = _mm512_mask_blend_epi32(s2 | s3, X, P);
+    r = _mm512_mask_blend_epi32(s0 | s5 | gray, r, V);
+    __m512i g = _mm512_mask_blend_epi32(s0 | s3, P, X);
+    g = _mm512_mask_blend_epi32(s1 | s2 | gray, g, V);
+    __m512i b = _mm512_mask_blend_epi32(s2 | s5, P, X);
+    b = _mm512_mask_blend_epi32(s3 | s4 | gray, b, V);
+    RGB16_STORE(p, r, g, b, bytes);
+}
+
+/* adjust_hue of n pixels at p, in place, in chunks: all the rgb2hsv of a chunk first, then
+ * all its hsv2rgb. Two short loops let the CPU overlap many pixels' table gathers, where one
+ * long loop body waited on each. */
 AVX512_COLOR
 static void hue_row_avx512(uint8_t *p, int n, int shift)
 {
-    const __m512i c255 = _mm512_set1_epi32(255);
-    for (int x = 0; x < n; x += 16, p += 48) {
-        const int m = n - x < 16 ? n - x : 16;
-        const __mmask64 bytes = m == 16 ? ~(__mmask64)0 >> 16 : ((__mmask64)1 << (3 * m)) - 1;
-        __m512i R, G, B;
-        RGB16_LOAD(R, G, B, p, bytes);
-        /* rgb2hsv */
-        const __m512i maxc = _mm512_max_epi32(R, _mm512_max_epi32(G, B));
-        const __m512i minc = _mm512_min_epi32(R, _mm512_min_epi32(G, B));
-        const __m512i cr = _mm512_sub_epi32(maxc, minc);
-        /* the saturation byte: cr / max in float, times 255.0 in double, truncated (0
-         * where cr = 0, as hsv_tab.sat) */
-        const __m512 s = _mm512_div_ps(_mm512_cvtepi32_ps(cr), _mm512_cvtepi32_ps(maxc));
-        const __m512d s255 = _mm512_set1_pd(255.0);
-        __m512i S = JOIN8(
-            _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(LO8F(s)), s255)),
-            _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(HI8F(s)), s255)));
-        S = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(cr, cr), S);
-        /* the hue byte from hsv_tab.hue[case][tri(cr) + d], case and d as hue_case (the
-         * maximum is the first of r, g, b that equals it; d = max - mid, mid = r + g + b -
-         * max - min): dword gathers at byte offsets, the table being followed by more of
-         * hsv_tab, so the 3 bytes past its last entry exist */
-        const __mmask16 rmax = _mm512_cmpeq_epi32_mask(R, maxc);
-        const __mmask16 gmax = ~rmax & _mm512_cmpeq_epi32_mask(G, maxc);
-        const __mmask16 bmax = ~rmax & ~gmax;
-        const __mmask16 c0 = rmax & _mm512_cmple_epi32_mask(B, G); /* else case 1 */
-        const __mmask16 c2 = gmax & _mm512_cmple_epi32_mask(R, B); /* else case 3 */
-        const __mmask16 c4 = bmax & _mm512_cmple_epi32_mask(G, R); /* else case 5 */
-        __m512i base = _mm512_set1_epi32(1 * TRI_N);
-        base = _mm512_mask_mov_epi32(base, c0, _mm512_setzero_si512());
-        base = _mm512_mask_mov_epi32(base, c2, _mm512_set1_epi32(2 * TRI_N));
-        base = _mm512_mask_mov_epi32(base, gmax & ~c2, _mm512_set1_epi32(3 * TRI_N));
-        base = _mm512_mask_mov_epi32(base, c4, _mm512_set1_epi32(4 * TRI_N));
-        base = _mm512_mask_mov_epi32(base, bmax & ~c4, _mm512_set1_epi32(5 * TRI_N));
-        const __m512i mid = _mm512_sub_epi32(_mm512_add_epi32(R, _mm512_add_epi32(G, B)),
-                                             _mm512_add_epi32(maxc, minc));
-        const __m512i hidx =
-            _mm512_add_epi32(_mm512_add_epi32(base, TRI16(cr)), _mm512_sub_epi32(maxc, mid));
-        __m512i H = _mm512_and_si512(_mm512_i32gather_epi32(hidx, hsv_tab.hue, 1), c255);
-        H = _mm512_and_si512(_mm512_add_epi32(H, _mm512_set1_epi32(shift)), c255);
-        /* hsv2rgb */
-        const __m512i sext = _mm512_srli_epi32(
-            _mm512_add_epi32(_mm512_mullo_epi32(H, _mm512_set1_epi32(6 * 257)),
-                             _mm512_set1_epi32(257)),
-            16);
-        __m256i P0, X0, P1, X1;
-        px8(LO8(maxc), LO8(S), LO8(H), LO8(sext), &P0, &X0);
-        px8(HI8(maxc), HI8(S), HI8(H), HI8(sext), &P1, &X1);
-        const __m512i P = JOIN8(P0, P1), X = JOIN8(X0, X1), V = maxc;
-        const __mmask16 s0 = _mm512_cmpeq_epi32_mask(sext, _mm512_setzero_si512()) |
-                             _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(6));
-        const __mmask16 s1 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(1));
-        const __mmask16 s2 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(2));
-        const __mmask16 s3 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(3));
-        const __mmask16 s4 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(4));
-        const __mmask16 s5 = ~(s0 | s1 | s2 | s3 | s4);
-        const __mmask16 gray = ~_mm512_test_epi32_mask(S, S);
-        /* PIL's switch: 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q), with
-         * x = t in even sextants and q in odd ones: 0 (v,x,p) 1 (x,v,p) 2 (p,v,x) 3 (p,x,v)
-         * 4 (x,p,v) 5 (v,p,x) */
-        __m512i r = _mm512_mask_blend_epi32(s2 | s3, X, P);
-        r = _mm512_mask_blend_epi32(s0 | s5 | gray, r, V);
-        __m512i g = _mm512_mask_blend_epi32(s0 | s3, P, X);
-        g = _mm512_mask_blend_epi32(s1 | s2 | gray, g, V);
-        __m512i b = _mm512_mask_blend_epi32(s2 | s5, P, X);
-        b = _mm512_mask_blend_epi32(s3 | s4 | gray, b, V);
-        RGB16_STORE(p, r, g, b, bytes);
+    enum { CHUNK = 256 };
+    __m512i hsv[CHUNK / 16];
+    for (int x0 = 0; x0 < n; x0 += CHUNK) {
+        const int len = n - x0 < CHUNK ? n - x0 : CHUNK;
+        for (int x = 0; x < len; x += 16) {
+            const int m = len - x < 16 ? len - x : 16;
+            const __mmask64 bytes = m == 16 ? ~(__mmask64)0 >> 16 : ((__mmask64)1 << (3 * m)) - 1;
+            hsv[x / 16] = rgb_to_hsv16(p + 3 * (size_t)(x0 + x), bytes, shift);
+        }
+        for (int x = 0; x < len; x += 16) {
+            const int m = len - x < 16 ? len - x : 16;
+            const __mmask64 bytes = m == 16 ? ~(__mmask64)0 >> 16 : ((__mmask64)1 << (3 * m)) - 1;
+            hsv16_to_rgb(hsv[x / 16], p + 3 * (size_t)(x0 + x), bytes);
+        }
     }
 }
 #endif

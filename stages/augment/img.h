@@ -14,7 +14,8 @@
  * view, as PIL never reads outside the cropped image).
  *
  * Files: resample.c (resize, crops, flips, rotations, grayscale, to-float), color.c
- * (ImageEnhance, hue, posterize, solarize, autocontrast), blur.c (GaussianBlur, SMOOTH).
+ * (ImageEnhance, hue, posterize, solarize, autocontrast), blur.c (GaussianBlur, SMOOTH),
+ * lab.c (OpenCV's 8-bit RGB to Lab, for ImgPil2LabTensor).
  */
 #ifndef SELFSUP_AUGMENT_IMG_H
 #define SELFSUP_AUGMENT_IMG_H
@@ -63,11 +64,19 @@ img_u8 img_pad(const img_u8 *src, int l, int t, int r, int b, img_pad_mode mode,
 /* In place: FLIP_LEFT_RIGHT. */
 void img_flip_lr(img_u8 *im);
 
-/* torchvision F.rotate(img, angle) on PIL (= img.rotate(angle, NEAREST, expand=False, fill 0))
- * for angle in {0, 90, 180, 270} degrees counter-clockwise. The output has the input's size;
- * a 90/270 rotation of a non-square image follows PIL's affine nearest-neighbour path.
- * src and dst must be different images. */
-void img_rotate(const img_u8 *src, img_u8 *dst, int angle_deg);
+/* torchvision F.rotate(img, angle) on PIL (= img.rotate(angle, NEAREST, expand=False, fill 0)),
+ * angle in degrees counter-clockwise, any finite value, bit-exact with PIL 9.4: the angle is
+ * taken modulo 360 as Python does, 0 / 180 (and 90 / 270 on square images) are transposes,
+ * any other angle samples the nearest source pixel through PIL's affine paths (fixed point,
+ * or doubles for images beyond its +-32768 range). The output has the input's size; corners
+ * that come from outside are 0. src and dst must be different images. */
+void img_rotate(const img_u8 *src, img_u8 *dst, double angle_deg);
+
+/* VISSL ImgRotatePil's angle for label k (0 <= k <= num_angles, num_angles >= 1):
+ * torch.linspace(0, 360, num_angles + 1)[k] as PyTorch 1.13 computes it on x86-64 (float32,
+ * its default dtype; ImgRotatePil uses torch's linspace, not numpy's), widened to double as
+ * .tolist() does. E.g. 7 angles give 51.42856979370117, not 51.42857142857143. */
+double img_rotate_linspace_angle(int k, int num_angles);
 
 /* Which code paths run where several give the same bytes; chosen once from the CPU unless a
  * test forces one (to check every path against the same fixtures):
@@ -101,6 +110,10 @@ void img_adjust_hue(img_u8 *im, double hue_factor);    /* torchvision F.adjust_h
 void img_posterize(img_u8 *im, int bits);              /* ImageOps.posterize, bits 0..8 */
 void img_solarize(img_u8 *im, int threshold);          /* ImageOps.solarize: v >= t -> 255 - v (any t) */
 void img_autocontrast(img_u8 *im);                     /* ImageOps.autocontrast(cutoff=0) */
+
+/* OpenCV 4.6 cvtColor(COLOR_RGB2Lab) on 8-bit data (= VISSL's BGR bytes with COLOR_BGR2LAB),
+ * bit for bit (lab.c): dst (c = 3, src's size) gets L, a, b bytes; src may be dst. */
+void img_rgb_to_lab(const img_u8 *src, img_u8 *dst);
 
 /* ---- filters (blur.c) --------------------------------------------------------------------- */
 

@@ -1,7 +1,8 @@
 /*
  * selfsup-augment — VISSL's transforms, one sample at a time, PIL-exact.
  *
- * Reads decoded samples (data.S uint8 HWC, label, data_valid, data_idx; see sample.h),
+ * Reads decoded samples (data.S uint8 HWC, label, data_valid, data_idx, and data_window when
+ * selfsup-decode --crop sent only what the crops need; see sample.h),
  * runs DATA.<split>.TRANSFORMS on each (transforms.h), and writes one record per sample
  * with its crops data.0 … data.K-1. Several workers may share one input and one output
  * ring; every sample's randomness is keyed by (SEED_VALUE, epoch, data_idx, transform), so
@@ -71,13 +72,48 @@ static int prepare(stage *s, void *state)
 
 /* ---- reading a decoded sample ------------------------------------------------------------ */
 
-static const int64_t *int64_tensor(const rec_view *v, const char *name, int *n)
+/* An int64 vector [n], or with `width` an int64 [n] or [n, M] (then *width = M, else 1). */
+static const int64_t *int64_tensor(const rec_view *v, const char *name, int *n, int *width)
 {
     int i = rec_find(v, name);
-    if (i < 0 || v->tensors[i].dtype != REC_I64 || v->tensors[i].ndim != 1)
+    if (i < 0 || v->tensors[i].dtype != REC_I64)
         return NULL;
-    *n = (int)v->tensors[i].shape[0];
+    const rec_tensor *t = &v->tensors[i];
+    if (t->ndim == 2 && width && t->shape[1] >= 1 && t->shape[1] <= 65536)
+        *width = (int)t->shape[1];
+    else if (t->ndim != 1)
+        return NULL;
+    else if (width)
+        *width = 1;
+    *n = (int)t->shape[0];
     return rec_data(v, i);
+}
+
+/* selfsup-decode --crop sends only the part of each image that the crops read, and says
+ * where it sits (sample.h, data_window); the crops then draw from the full size. */
+static int load_windows(augment *a, const rec_view *v, int n, char *why, size_t why_len)
+{
+    int t = rec_find(v, "data_window");
+    if (t < 0)
+        return 0;
+    const rec_tensor *d = &v->tensors[t];
+    if (d->dtype != REC_I64 || d->ndim != 2 || d->shape[0] != (uint64_t)n || d->shape[1] != 4) {
+        snprintf(why, why_len, "data_window must be int64 [%d, 4]", n);
+        return -1;
+    }
+    const int64_t *win = rec_data(v, t);
+    for (int s = 0; s < n; s++) {
+        const aug_item *it = &a->sample.items[s];
+        int64_t x = win[4 * s], y = win[4 * s + 1], fw = win[4 * s + 2], fh = win[4 * s + 3];
+        if (x < 0 || y < 0 || fw > 65535 || fh > 65535 || x + it->im.w > fw || y + it->im.h > fh) {
+            snprintf(why, why_len, "data_window %d: a %dx%d window at (%lld, %lld) does not fit a %lldx%lld image", s,
+                     it->im.w, it->im.h, (long long)x, (long long)y, (long long)fw, (long long)fh);
+            return -1;
+        }
+        if (fw != it->im.w || fh != it->im.h)
+            aug_sample_set_window(&a->sample, s, (int)x, (int)y, (int)fw, (int)fh);
+    }
+    return 0;
 }
 
 /* Start a sample on the record's images, borrowed in place (the transforms copy them only if
@@ -85,11 +121,11 @@ static const int64_t *int64_tensor(const rec_view *v, const char *name, int *n)
  * decoded sample. The record must stay until the sample has been written. */
 static int load_sample(augment *a, const rec_view *v, char *why, size_t why_len)
 {
-    int n_label = 0, n_valid = 0, n_idx = 0;
-    const int64_t *label = int64_tensor(v, "label", &n_label), *valid = int64_tensor(v, "data_valid", &n_valid),
-                  *idx = int64_tensor(v, "data_idx", &n_idx);
+    int n_label = 0, n_valid = 0, n_idx = 0, width = 1;
+    const int64_t *label = int64_tensor(v, "label", &n_label, &width),
+                  *valid = int64_tensor(v, "data_valid", &n_valid, NULL), *idx = int64_tensor(v, "data_idx", &n_idx, NULL);
     if (!label || !valid || !idx || n_valid != n_idx || n_valid < 1 || n_valid > REC_MAX_TENSORS) {
-        snprintf(why, why_len, "needs int64 label, data_valid and data_idx vectors of the same length");
+        snprintf(why, why_len, "needs int64 label ([L] or [L, M]), data_valid and data_idx vectors of the same length");
         return -1;
     }
     img_u8 ims[REC_MAX_TENSORS];
@@ -106,8 +142,10 @@ static int load_sample(augment *a, const rec_view *v, char *why, size_t why_len)
         ims[s] = (img_u8){.px = (uint8_t *)rec_data(v, t), .w = (int)d->shape[1], .h = (int)d->shape[0], .c = 3,
                           .stride = (size_t)d->shape[1] * 3};
     }
-    aug_sample_borrow(&a->sample, ims, n_valid, label, n_label, valid, idx);
-    return 0;
+    aug_sample_borrow(&a->sample, ims, n_valid, label, width > 1 ? 0 : n_label, valid, idx);
+    if (width > 1)
+        aug_sample_set_labels(&a->sample, label, n_label, width);
+    return load_windows(a, v, n_valid, why, why_len);
 }
 
 /* ---- writing the augmented sample -------------------------------------------------------- */

@@ -17,8 +17,9 @@
  *    instruction, with each weight split into three signed bytes (horizontal: RGB, 16 rows
  *    at a time; vertical: 64 columns, four rows interleaved). The other pixel operations
  *    (flip, 180-degree turn, grayscale) have AVX2 versions of their inner loops too.
- * NEAREST resize and the non-square 90/270 rotations follow PIL's affine nearest-neighbour
- * paths in Geometry.c (ImagingScaleAffine, affine_fixed), including their rounding.
+ * NEAREST resize and rotations (other than PIL's transpose shortcuts) follow PIL's affine
+ * nearest-neighbour paths in Geometry.c (ImagingScaleAffine, affine_fixed, the float walk),
+ * including their rounding.
  *
  * Scratch memory (coefficients, the intermediate image) is thread-local and grow-only, so a
  * steady stream of resizes allocates nothing. The coefficient code is kept free of fused
@@ -33,6 +34,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -966,33 +968,124 @@ void img_flip_lr(img_u8 *im)
     }
 }
 
-/* PIL's affine_fixed (nearest neighbour, 16.16 fixed point) with fill 0: output (x, y)
- * samples input (a0 x + a1 y + a2, a3 x + a4 y + a5) about pixel centres, floored. */
-NO_FMA static void affine_nearest(const img_u8 *src, img_u8 *dst, const double a[6])
+/* ---- rotation: Image.rotate(angle, NEAREST, fill 0) ------------------------------------------
+ * Image.rotate (PIL 9.4, Image.py) takes transpose shortcuts for 0, 180 and, on square images,
+ * 90 and 270; any other angle becomes Image.transform(AFFINE, NEAREST) with the inverse matrix
+ * about the centre, which libImaging/Geometry.c's ImagingTransformAffine runs on one of three
+ * paths, each with its own rounding: ImagingScaleAffine when the matrix has no shear terms,
+ * affine_fixed (16.16 fixed point) when the four corners map within +-32768, and otherwise a
+ * double-precision walk. All three are reproduced below, sums in PIL's order and without
+ * fused multiply-adds. Output pixels whose sample falls outside the source keep the fill, 0. */
+
+/* PIL's COORD(v): -1 below zero, else truncated. Samples at or past `size` are outside either
+ * way, so they are clamped to `size` first: converting a double beyond int's range is
+ * undefined in C (PIL's x86 build gets INT_MIN there, also outside). */
+static inline int nearest_coord(double v, int size)
+{
+    return v < 0.0 ? -1 : v >= size ? size : (int)v;
+}
+
+/* ImagingScaleAffine (a[1] == a[3] == 0; for a rotation: a sine that rounds to zero at 15
+ * digits, i.e. within ~3e-14 degrees of 0 or 180 but not exactly there). Column and row
+ * positions are accumulated from the first pixel centre and truncated. PIL's column table
+ * starts zeroed and only the run [xmin, xmax) of columns that hit the source is copied, so a
+ * miss inside that run would read column 0; with a constant step there are no such misses,
+ * but the table is kept the same way. */
+NO_FMA static void scale_nearest(const img_u8 *src, img_u8 *dst, const double a[6])
 {
     const int c = src->c;
-    for (int i = 0; i < 4; i++) { /* PIL takes a float path beyond 16.16's range */
-        int x = i & 1 ? dst->w : 0, y = i & 2 ? dst->h : 0;
-        if (fabs(x * a[0] + y * a[1] + a[2]) >= 32768.0 ||
-            fabs(x * a[3] + y * a[4] + a[5]) >= 32768.0)
-            die(1, "img_rotate: image too large (%dx%d)", dst->w, dst->h);
+    int *xin = scratch_get(&g_coef_x, (size_t)dst->w * sizeof(int));
+    int xmin = dst->w, xmax = 0;
+    double xo = a[2] + a[0] * 0.5, yo = a[5] + a[4] * 0.5;
+    for (int x = 0; x < dst->w; x++, xo += a[0]) {
+        int xi = nearest_coord(xo, src->w);
+        xin[x] = 0;
+        if (xi >= 0 && xi < src->w) {
+            xin[x] = xi;
+            xmin = x < xmin ? x : xmin;
+            xmax = x + 1;
+        }
     }
-#define FIX(v) ((int)floor((v) * 65536.0 + 0.5))
-    int f0 = FIX(a[0]), f1 = FIX(a[1]), f3 = FIX(a[3]), f4 = FIX(a[4]);
-    int f2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
-    int f5 = FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
-#undef FIX
-    for (int y = 0; y < dst->h; y++, f2 += f1, f5 += f4) {
+    for (int y = 0; y < dst->h; y++, yo += a[4]) {
         uint8_t *out = dst->px + (size_t)y * dst->stride;
-        int xx = f2, yy = f5;
-        for (int x = 0; x < dst->w; x++, xx += f0, yy += f3, out += c) {
-            int xi = xx >> 16, yi = yy >> 16;
+        int yi = nearest_coord(yo, src->h);
+        memset(out, 0, (size_t)dst->w * c);
+        if (yi < 0 || yi >= src->h)
+            continue;
+        const uint8_t *in = src->px + (size_t)yi * src->stride;
+        for (int x = xmin; x < xmax; x++)
+            copy_px(out + (size_t)x * c, in + (size_t)xin[x] * c, c);
+    }
+}
+
+/* check_fixed: the sample position of output corner (x, y) fits 16.16 fixed point. */
+NO_FMA static bool corner_fits_fixed(const double a[6], int x, int y)
+{
+    return fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 && fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
+}
+
+/* PIL's FIX: floor(v * 65536 + 0.5) as 16.16 fixed point. The corner check keeps it within
+ * int32; the value is carried as uint32 so that the sums below wrap as PIL's (built with
+ * -fwrapv) do instead of being undefined. */
+static inline uint32_t fix16(double v)
+{
+    return (uint32_t)(int64_t)floor(v * 65536.0 + 0.5);
+}
+
+/* affine_fixed: output (x, y) samples input (a0 x + a1 y + a2, a3 x + a4 y + a5) at pixel
+ * centres, stepping in 16.16 fixed point from the first centre (so the steps' rounding
+ * accumulates, as in PIL) and flooring with a shift. */
+NO_FMA static void affine_fixed_nearest(const img_u8 *src, img_u8 *dst, const double a[6])
+{
+    const int c = src->c;
+    uint32_t a0 = fix16(a[0]), a1 = fix16(a[1]), a3 = fix16(a[3]), a4 = fix16(a[4]);
+    uint32_t row_x = fix16(a[2] + a[0] * 0.5 + a[1] * 0.5);
+    uint32_t row_y = fix16(a[5] + a[3] * 0.5 + a[4] * 0.5);
+    for (int y = 0; y < dst->h; y++, row_x += a1, row_y += a4) {
+        uint8_t *out = dst->px + (size_t)y * dst->stride;
+        uint32_t xx = row_x, yy = row_y;
+        for (int x = 0; x < dst->w; x++, xx += a0, yy += a3, out += c) {
+            int xi = (int32_t)xx >> 16, yi = (int32_t)yy >> 16;
             if (xi >= 0 && xi < src->w && yi >= 0 && yi < src->h)
                 copy_px(out, src->px + (size_t)yi * src->stride + (size_t)xi * c, c);
             else
                 zero_px(out, c);
         }
     }
+}
+
+/* ImagingTransformAffine's own loop for matrices beyond the fixed-point range: the same walk
+ * in doubles. Note its first centre sums a1 before a0, unlike affine_fixed. */
+NO_FMA static void affine_float_nearest(const img_u8 *src, img_u8 *dst, const double a[6])
+{
+    const int c = src->c;
+    double xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
+    double yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+    for (int y = 0; y < dst->h; y++, xo += a[1], yo += a[4]) {
+        uint8_t *out = dst->px + (size_t)y * dst->stride;
+        double xx = xo, yy = yo;
+        for (int x = 0; x < dst->w; x++, xx += a[0], yy += a[3], out += c) {
+            int xi = nearest_coord(xx, src->w), yi = nearest_coord(yy, src->h);
+            if (xi >= 0 && xi < src->w && yi >= 0 && yi < src->h)
+                copy_px(out, src->px + (size_t)yi * src->stride + (size_t)xi * c, c);
+            else
+                zero_px(out, c);
+        }
+    }
+}
+
+/* Image.transform(dst size, AFFINE, a, NEAREST) with fill 0: ImagingTransformAffine's choice
+ * of path. */
+NO_FMA static void affine_nearest(const img_u8 *src, img_u8 *dst, const double a[6])
+{
+    const int w = dst->w, h = dst->h;
+    if (a[1] == 0 && a[3] == 0)
+        scale_nearest(src, dst, a);
+    else if (corner_fits_fixed(a, 0, 0) && corner_fits_fixed(a, w, h) &&
+             corner_fits_fixed(a, 0, h) && corner_fits_fixed(a, w, 0))
+        affine_fixed_nearest(src, dst, a);
+    else
+        affine_float_nearest(src, dst, a);
 }
 
 /* PIL's transpose ROTATE_90 / ROTATE_180 / ROTATE_270 (counter-clockwise) for a same-size
@@ -1025,36 +1118,86 @@ static void transpose_rotate(const img_u8 *src, img_u8 *dst, int angle)
     }
 }
 
-NO_FMA void img_rotate(const img_u8 *src, img_u8 *dst, int angle_deg)
+/* Python's float `v % m` for m > 0: fmod, moved up by m when negative (which can round to m
+ * itself: -1e-20 % 360.0 is 360.0, and PIL then rotates by "360" through the affine path);
+ * a zero remainder is +0. */
+static double py_mod(double v, double m)
+{
+    double r = fmod(v, m);
+    if (r == 0.0)
+        return 0.0;
+    return r < 0.0 ? r + m : r;
+}
+
+/* Python's round(v, 15): the double nearest to v correctly rounded to 15 decimals (ties to
+ * even; CPython goes through a correctly rounded decimal string). glibc's printf rounds the
+ * exact binary value the same way, and strtod reads the decimal back correctly rounded;
+ * a negative value that rounds to zero stays -0.0 in both. */
+static double py_round15(double v)
+{
+    char buf[64]; /* |v| <= 1 here: "-1.000000000000000" */
+    snprintf(buf, sizeof buf, "%.15f", v);
+    return strtod(buf, NULL);
+}
+
+NO_FMA void img_rotate(const img_u8 *src, img_u8 *dst, double angle_deg)
 {
     if (src->c != dst->c || src->w != dst->w || src->h != dst->h)
         die(1, "img_rotate: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w, dst->h,
             dst->c);
-    int angle = ((angle_deg % 360) + 360) % 360;
-    if (angle % 90)
-        die(1, "img_rotate: angle %d is not a multiple of 90", angle_deg);
+    if (!isfinite(angle_deg))
+        die(1, "img_rotate: angle %g is not finite", angle_deg);
     if (src->px == dst->px)
         die(1, "img_rotate: src and dst must be different images");
-    if (angle == 0) {
+    /* Image.rotate: angle % 360.0, then the transposes, compared exactly */
+    double angle = py_mod(angle_deg, 360.0);
+    if (angle == 0.0) {
         img_copy(src, dst);
         return;
     }
-    if (angle == 180 || src->w == src->h) {
-        transpose_rotate(src, dst, angle);
+    if (angle == 180.0 || ((angle == 90.0 || angle == 270.0) && src->w == src->h)) {
+        transpose_rotate(src, dst, (int)angle);
         return;
     }
-    /* Image.rotate's inverse matrix about the centre (w/2, h/2); cos/sin are rounded to 15
-     * digits there, which makes them exactly 0 and +-1 here. */
-    double cx = src->w / 2.0, cy = src->h / 2.0;
-    double a[6];
-    if (angle == 90) {
-        a[0] = 0.0, a[1] = -1.0, a[3] = 1.0, a[4] = 0.0;
-    } else {
-        a[0] = -0.0, a[1] = 1.0, a[3] = -1.0, a[4] = -0.0;
-    }
-    a[2] = a[0] * -cx + a[1] * -cy + 0.0 + cx;
-    a[5] = a[3] * -cx + a[4] * -cy + 0.0 + cy;
+    /* -math.radians(angle) (= angle * (pi / 180), negated), cos and sin rounded to 15
+     * decimals (which makes 90 and 270 exact), the matrix about the centre (w/2, h/2):
+     * transform(-cx, -cy) with the translation still 0.0, then + (cx, cy). */
+    const double deg_to_rad = M_PI / 180.0;
+    const double t = -(angle * deg_to_rad);
+    double a[6] = {py_round15(cos(t)), py_round15(sin(t)), 0.0,
+                   py_round15(-sin(t)), py_round15(cos(t)), 0.0};
+    const double cx = src->w / 2.0, cy = src->h / 2.0;
+    a[2] = a[0] * -cx + a[1] * -cy + a[2];
+    a[5] = a[3] * -cx + a[4] * -cy + a[5];
+    a[2] += cx;
+    a[5] += cy;
     affine_nearest(src, dst, a);
+}
+
+/* VISSL's ImgRotatePil takes its angles from torch.linspace(0, 360, n + 1) (float32, the
+ * default dtype) and hands them to F.rotate as Python floats. PyTorch 1.13's CPU linspace
+ * kernel (RangeFactoriesKernel.cpp, AVX2 build as dispatched on x86-64 with AVX2) computes,
+ * with step = 360f / n in float32:
+ *   element i = start + step * i below the halfway index (steps / 2), else
+ *               end - step * (steps - 1 - i), contracted to one fused multiply-add;
+ * except that the first steps / 16 * 16 elements go through the vector path in blocks of 8:
+ * the block's first element as above, then the block's lane j = first + j * step, rounded
+ * twice (no fusion there). Checked against torch for n = 1..1000. */
+NO_FMA double img_rotate_linspace_angle(int k, int num_angles)
+{
+    if (num_angles < 1 || k < 0 || k > num_angles)
+        die(1, "img_rotate_linspace_angle: k %d of %d angles", k, num_angles);
+    const int64_t steps = (int64_t)num_angles + 1, half = steps / 2;
+    const float start = 0.0f, end = 360.0f;
+    const float step = (end - start) / (float)(steps - 1);
+    int64_t first = k; /* the element computed directly */
+    if (k < steps / 16 * 16)
+        first = k / 8 * 8;
+    float v = first < half ? fmaf(step, (float)first, start)
+                           : fmaf(-step, (float)(steps - 1 - first), end);
+    if (first != k)
+        v = v + (float)(k - first) * step;
+    return v;
 }
 
 /* ---- grayscale, float ----------------------------------------------------------------------- */

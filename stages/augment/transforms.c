@@ -512,9 +512,8 @@ static bool parse_op(const cfg_node *map, const char *key, cfg_err *err, aug_op 
         op->num_angles = p_int(&pr, "num_angles", 4);
         if (p_int(&pr, "num_rotations_per_img", 1) != 1)
             bad(&pr, cfg_map_get(map, "num_rotations_per_img"), "%s must be 1 (as in VISSL)", "num_rotations_per_img");
-        if (op->num_angles != 1 && op->num_angles != 2 && op->num_angles != 4)
-            bad(&pr, cfg_map_get(map, "num_angles"),
-                "%s: selfsup rotates by multiples of 90 degrees only (num_angles 1, 2 or 4)", "ImgRotatePil");
+        if (op->num_angles < 1 || op->num_angles > 65536)
+            bad(&pr, cfg_map_get(map, "num_angles"), "%s must be between 1 and 65536", "num_angles");
     } else if (IS("ImgPatchesFromTensor")) {
         KEYS("num_patches", "patch_jitter");
         op->kind = OP_PATCHES;
@@ -562,8 +561,8 @@ static bool parse_op(const cfg_node *map, const char *key, cfg_err *err, aug_op 
             op->mean[c] = (float)mean[c], op->std[c] = (float)std[c];
         }
     } else if (IS("ImgPil2LabTensor")) {
-        cfg_fail(err, map, key, "ImgPil2LabTensor (colorization) is not supported by selfsup yet");
-        return false;
+        KEYS("_");
+        op->kind = OP_LAB;
     } else {
         size_t n;
         const char *const *known = cfg_known_names("transform", &n);
@@ -584,12 +583,22 @@ static bool moves_pixels_only(aug_op_kind k)
     return k == OP_PATCHES || k == OP_SHUFFLE_PATCHES || k == OP_HFLIP || k == OP_NORMALIZE || k == OP_TO_TENSOR;
 }
 
-/* Check the order of tensor transforms and fold ToTensor/Normalize into p->norm. */
+/* Check the order of tensor transforms and fold ToTensor/Normalize into p->norm.
+ * ImgPil2LabTensor makes VISSL's float tensor itself (its arithmetic is not the divide,
+ * subtract, divide of `normalize`), so it must come last and on PIL images. */
 static bool fold_normalize(aug_pipeline *p, const cfg_node *list, const char *key, cfg_err *err)
 {
     p->norm = (aug_normalize){.div = 255.0f, .mean = {0, 0, 0}, .std = {1, 1, 1}};
     for (int i = 0; i < p->n_ops; i++) {
         aug_op *op = &p->ops[i];
+        if (i > 0 && p->ops[i - 1].kind == OP_LAB && op->kind != OP_LAB) {
+            cfg_fail(err, list->items[i], key, "%s after ImgPil2LabTensor is not supported: put it before", op->name);
+            return false;
+        }
+        if (op->kind == OP_LAB && p->norm.pending) {
+            cfg_fail(err, list->items[i], key, "ImgPil2LabTensor needs a PIL image, not the tensor of ToTensor");
+            return false;
+        }
         bool tensor_op = op->kind == OP_TO_TENSOR || op->kind == OP_NORMALIZE;
         if (tensor_op && op->n_indices) {
             cfg_fail(err, list->items[i], key, "%s with indices is not supported: every item must become a tensor",
@@ -657,7 +666,8 @@ static aug_pipeline *pipeline_parse(const cfg_node *list, const char *key, cfg_e
         }
         bool copies = p->ops[i].kind == OP_REPLICATE || p->ops[i].kind == OP_MULTICROP ||
                       p->ops[i].kind == OP_PATCHES_AND_IMAGE || p->ops[i].kind == OP_MULTICROP_RANDOM_APPLY;
-        if (nested && (copies || p->ops[i].kind == OP_TO_TENSOR || p->ops[i].kind == OP_NORMALIZE)) {
+        if (nested && (copies || p->ops[i].kind == OP_TO_TENSOR || p->ops[i].kind == OP_NORMALIZE ||
+                       p->ops[i].kind == OP_LAB)) {
             cfg_fail(err, list->items[i], k, "%s cannot be nested in ImgPilMultiCropRandomApply", p->ops[i].name);
             aug_pipeline_free(p);
             return NULL;
@@ -787,9 +797,12 @@ bool aug_pipeline_sample_bytes(const aug_pipeline *p, int sources, int bytes_per
         return false;
     for (int i = 0; i < sources; i++)
         z.w[i] = z.h[i] = -1, z.towers[i] = 1;
-    for (int t = 0; t < p->n_ops; t++)
+    for (int t = 0; t < p->n_ops; t++) {
         if (!sim_op(&z, &p->ops[t]))
             return false;
+        if (p->ops[t].kind == OP_LAB) /* its items leave as float32 */
+            bytes_per_value = 4;
+    }
     /* header, descriptors, 64-byte padding per tensor, label/valid/idx/normalize */
     size_t total = 64 + (size_t)(z.n + 4) * (128 + 64) + 3 * 64 * (size_t)(z.n + 1) + 64;
     for (int i = 0; i < z.n; i++) {

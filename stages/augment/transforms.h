@@ -40,14 +40,23 @@ typedef struct {
     img_u8 im;
     int towers;
     bool borrowed;
+    /* A window of a larger image (selfsup-decode --crop): `im` holds the pixels at
+     * (win_x, win_y) of a full_w x full_h image, and full_w = 0 for an ordinary item. Only
+     * the crop transforms take a window: they draw their boxes from the full size, and a box
+     * that leaves the window is an error, never a wrong pixel. */
+    int win_x, win_y, full_w, full_h;
+    /* ImgPil2LabTensor made this item: its bytes are OpenCV's 8-bit L, a, b, and it leaves as
+     * VISSL's float tensor (L * (100/255) - 50, a - 128, b - 128), whatever --float says. */
+    bool lab;
 } aug_item;
 
 typedef struct {
     aug_item *items;
     int64_t *valid, *idx; /* per item */
     int n, cap;
-    int64_t *label;
+    int64_t *label;       /* n_label labels, each a row of label_width values */
     int n_label, cap_label;
+    int label_width;      /* 1, or M for a 2-D label .npy (sample.h); 0 counts as 1 */
 } aug_sample;
 
 /* The arithmetic that turns a byte into the float VISSL's model sees:
@@ -77,6 +86,21 @@ void aug_sample_init(aug_sample *s, const img_u8 *images, int n_src, const int64
  * a decoded photo when the first transform crops it anyway. */
 void aug_sample_borrow(aug_sample *s, const img_u8 *images, int n_src, const int64_t *label, int n_label,
                        const int64_t *valid, const int64_t *idx);
+/* Replace the sample's labels by n_label rows of `width` values each (a record's 2-D
+ * `label`): copies replicate whole rows; label transforms refuse them. */
+void aug_sample_set_labels(aug_sample *s, const int64_t *label, int n_label, int width);
+
+/* Mark item i as a window at (x, y) of a full_w x full_h image (decode_image_roi). */
+void aug_sample_set_window(aug_sample *s, int i, int x, int y, int full_w, int full_h);
+
+/* The part of a w x h image that aug_apply will read for a sample of that one image:
+ * box = {x0, y0, x1, y1} (x1, y1 exclusive), the union of the boxes its leading
+ * RandomResizedCrop / ImgPilToMultiCrop / ImgPilToPatchesAndImage transforms draw, or the
+ * whole image when a transform needs all of it (roi.c). aug_apply on that window, marked
+ * with aug_sample_set_window, gives the same bytes as on the whole image. */
+void aug_pipeline_roi(const aug_pipeline *p, uint64_t seed, uint32_t epoch, uint64_t sample_index, int w, int h,
+                      int box[4]);
+
 /* Free the items' own pixels and empty the lists, keeping their memory for the next sample. */
 void aug_sample_release(aug_sample *s);
 /* aug_sample_release, then free the lists. */

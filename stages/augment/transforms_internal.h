@@ -6,6 +6,7 @@
 #define SELFSUP_AUGMENT_TRANSFORMS_INTERNAL_H
 
 #include "augment/transforms.h"
+#include "rng.h"
 
 typedef enum {
     OP_RANDOM_RESIZED_CROP,
@@ -28,6 +29,7 @@ typedef enum {
     OP_MULTICROP_RANDOM_APPLY,
     OP_TO_TENSOR,
     OP_NORMALIZE,
+    OP_LAB,                /* ImgPil2LabTensor: the last transform of its items */
 } aug_op_kind;
 
 /* A uniform range for one ColorJitter factor; `on` false when torchvision would skip it. */
@@ -76,5 +78,20 @@ struct aug_pipeline {
     int n_ops;
     aug_normalize norm;
 };
+
+/* SSLTransformsWrapper's `indices`: whether the transform touches item i (empty: all). */
+static inline bool aug_op_selects(const aug_op *op, int i)
+{
+    if (!op->n_indices)
+        return true;
+    for (int k = 0; k < op->n_indices; k++)
+        if (op->indices[k] == i)
+            return true;
+    return false;
+}
+
+/* torchvision's RandomResizedCrop.get_params on a W x H image: box = (x, y, w, h), drawn
+ * from r (apply.c; roi.c replays it). */
+void aug_rrc_box(rng_stream *r, int W, int H, const double scale[2], const double ratio[2], int box[4]);
 
 #endif

@@ -6,12 +6,37 @@
 
 #include <stdio.h>
 
+/* VISSL's ImgPil2LabTensor after OpenCV: float32 CHW of L * (100/255) - 50, a - 128,
+ * b - 128, in numpy's float32 arithmetic (the Python constant 100/255 becomes a float32). */
+static int write_lab(const img_u8 *im, const char *name, rec_writer *w)
+{
+    uint64_t shape[3] = {3, (uint64_t)im->h, (uint64_t)im->w};
+    float *out = rec_add(w, name, REC_F32, 3, shape);
+    if (!out)
+        return -1;
+    const float l_scale = (float)(100.0 / 255.0);
+    const size_t plane = (size_t)im->w * (size_t)im->h;
+    for (int y = 0; y < im->h; y++) {
+        const uint8_t *p = im->px + (size_t)y * im->stride;
+        float *o = out + (size_t)y * (size_t)im->w;
+        for (int x = 0; x < im->w; x++, p += 3) {
+            float l = (float)p[0] * l_scale;
+            o[x] = l - 50.0f;
+            o[plane + x] = (float)p[1] - 128.0f;
+            o[2 * plane + x] = (float)p[2] - 128.0f;
+        }
+    }
+    return 0;
+}
+
 /* data.K: uint8 [H, W, 3] (or [T, H, W, 3] for patches), or float32 [3, H, W] / [T, 3, H, W]. */
 static int write_item(const aug_item *it, int k, const aug_normalize *norm, bool to_float, rec_writer *w)
 {
     char name[16];
     snprintf(name, sizeof name, "data.%d", k);
     const img_u8 *im = &it->im;
+    if (it->lab)
+        return write_lab(im, name, w);
     int ph = im->h / it->towers;
     bool stack = it->towers > 1;
     if (!to_float) {
@@ -39,8 +64,8 @@ int aug_sample_write(const aug_sample *s, const aug_normalize *norm, bool to_flo
     for (int k = 0; k < s->n; k++)
         if (write_item(&s->items[k], k, norm, to_float, w) != 0)
             return -1;
-    uint64_t nl = (uint64_t)s->n_label, ni = (uint64_t)s->n;
-    int rc = rec_add_copy(w, "label", REC_I64, 1, &nl, s->label);
+    uint64_t nl[2] = {(uint64_t)s->n_label, (uint64_t)(s->label_width > 1 ? s->label_width : 1)}, ni = (uint64_t)s->n;
+    int rc = rec_add_copy(w, "label", REC_I64, nl[1] > 1 ? 2 : 1, nl, s->label);
     rc |= rec_add_copy(w, "data_valid", REC_I64, 1, &ni, s->valid);
     rc |= rec_add_copy(w, "data_idx", REC_I64, 1, &ni, s->idx);
     if (norm->pending && !to_float) {

@@ -12,9 +12,13 @@
 #include "rng.h"
 #include "util.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 /* ---- reading the samples ------------------------------------------------------------------ */
 
@@ -53,6 +57,31 @@ typedef struct {
 /* Stack m equal tensors under a new first axis ([m, ...]), or, with `concat`, join them along
  * their first axis ([m * d0, ...]); `squeeze` then drops every axis of size 1 (torch's
  * .squeeze()). */
+/* memcpy into a batch record. A batch (SimCLR: 32 x 2 x 150 KB) is far bigger than the cache
+ * and is read next by another process, so big copies stream past the cache (non-temporal
+ * stores) instead of evicting everything to make room for it. */
+static void copy_out(uint8_t *dst, const uint8_t *src, size_t n)
+{
+#if defined(__x86_64__)
+    if (n >= 64 * 1024 && ((uintptr_t)dst & 15) == 0) {
+        size_t k = 0;
+        for (; k + 64 <= n; k += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(src + k)), b = _mm_loadu_si128((const __m128i *)(src + k + 16)),
+                    c = _mm_loadu_si128((const __m128i *)(src + k + 32)),
+                    d = _mm_loadu_si128((const __m128i *)(src + k + 48));
+            _mm_stream_si128((__m128i *)(dst + k), a);
+            _mm_stream_si128((__m128i *)(dst + k + 16), b);
+            _mm_stream_si128((__m128i *)(dst + k + 32), c);
+            _mm_stream_si128((__m128i *)(dst + k + 48), d);
+        }
+        memcpy(dst + k, src + k, n - k);
+        _mm_sfence(); /* the streamed bytes are visible before the record is published */
+        return;
+    }
+#endif
+    memcpy(dst, src, n);
+}
+
 static int stack(rec_writer *w, const char *name, const tensor_ref *refs, int m, bool concat, bool squeeze,
                  char *why, size_t why_len)
 {
@@ -91,7 +120,7 @@ static int stack(rec_writer *w, const char *name, const tensor_ref *refs, int m,
     if (!dst)
         return 0; /* rec_finish reports the overflow with the bytes it needed */
     for (int i = 0; i < m; i++) {
-        memcpy(dst, rec_data(refs[i].v, refs[i].t), t0->nbytes);
+        copy_out(dst, rec_data(refs[i].v, refs[i].t), t0->nbytes);
         dst += t0->nbytes;
     }
     return 0;
@@ -116,8 +145,38 @@ static void add_ints(rec_writer *w, const char *name, const int64_t *vals, int n
 
 typedef struct {
     int n_items, n_label;
+    int label_width;  /* values per label: 1 for a 1-D label [L], M for a 2-D label [L, M] */
+    bool label_rows;  /* the label is 2-D [L, M]: label j of sample i is label[i][j*M .. j*M+M) */
     const int64_t *label[1024], *valid[1024], *idx[1024]; /* per sample */
 } lists;
+
+/* The sample's label: int64 [L] (one value per label) or [L, M] (a row of M per label). */
+static const int64_t *label_matrix(const rec_view *v, int *n, int *width, bool *rows)
+{
+    int i = rec_find(v, "label");
+    if (i < 0 || v->tensors[i].dtype != REC_I64 || v->tensors[i].ndim < 1 || v->tensors[i].ndim > 2)
+        return NULL;
+    const rec_tensor *t = &v->tensors[i];
+    if (t->shape[0] > 1u << 20 || (t->ndim == 2 && t->shape[1] > 1u << 20))
+        return NULL;
+    *n = (int)t->shape[0];
+    *rows = t->ndim == 2;
+    *width = *rows ? (int)t->shape[1] : 1;
+    return rec_data(v, i);
+}
+
+/* Collators that take one integer label per crop: refuse rows of labels. */
+static int need_scalar_labels(const char *collator, const lists *l, char *why, size_t wl)
+{
+    if (!l->label_rows)
+        return 0;
+    snprintf(why, wl,
+             "%s takes one integer label per crop, but the samples' labels are rows of %d values (int64 [%d, %d], "
+             "from a 2-D label .npy): only default_collate, simclr_collator, multicrop_collator, "
+             "multicrop_mixup_collator and targets_one_hot_default_collator take those",
+             collator, l->label_width, l->n_label, l->label_width);
+    return -1;
+}
 
 static int read_lists(const rec_view *s, int n, lists *l, char *why, size_t why_len)
 {
@@ -127,8 +186,9 @@ static int read_lists(const rec_view *s, int n, lists *l, char *why, size_t why_
     }
     l->n_items = count_items(&s[0]);
     for (int i = 0; i < n; i++) {
-        int nl = 0, nv = 0, ni = 0;
-        l->label[i] = int_vector(&s[i], "label", &nl);
+        int nl = 0, nv = 0, ni = 0, width = 1;
+        bool rows = false;
+        l->label[i] = label_matrix(&s[i], &nl, &width, &rows);
         l->valid[i] = int_vector(&s[i], "data_valid", &nv);
         l->idx[i] = int_vector(&s[i], "data_idx", &ni);
         if (!l->label[i] || !l->valid[i] || !l->idx[i]) {
@@ -136,7 +196,11 @@ static int read_lists(const rec_view *s, int n, lists *l, char *why, size_t why_
             return -1;
         }
         if (i == 0)
-            l->n_label = nl;
+            l->n_label = nl, l->label_width = width, l->label_rows = rows;
+        if (width != l->label_width || rows != l->label_rows) {
+            snprintf(why, why_len, "samples of one batch differ in the shape of their labels (sample %d)", i);
+            return -1;
+        }
         if (count_items(&s[i]) != l->n_items || nl != l->n_label || nv != l->n_items || ni != l->n_items) {
             snprintf(why, why_len, "samples of one batch differ in their number of items or labels (sample %d)", i);
             return -1;
@@ -171,9 +235,17 @@ static int collate_default(const rec_view *s, int n, const lists *l, rec_writer 
             return -1;
     }
     for (int j = 0; j < l->n_label; j++) {
+        snprintf(name, sizeof name, "label.%d", j);
+        if (l->label_rows) { /* torch stacks the N rows of M values: [N, M] */
+            size_t m = (size_t)l->label_width;
+            uint64_t rows[2] = {(uint64_t)n, (uint64_t)m};
+            int64_t *dst = rec_add(w, name, REC_I64, 2, rows);
+            for (int i = 0; dst && i < n; i++)
+                memcpy(dst + (size_t)i * m, l->label[i] + (size_t)j * m, m * sizeof *dst);
+            continue;
+        }
         for (int i = 0; i < n; i++)
             v[i] = l->label[i][j];
-        snprintf(name, sizeof name, "label.%d", j);
         add_ints(w, name, v, 1, shape, false);
     }
     for (int k = 0; k < l->n_items; k++) {
@@ -189,27 +261,34 @@ static int collate_default(const rec_view *s, int n, const lists *l, rec_writer 
     return 0;
 }
 
-/* Crop-major metadata: entry pos of every sample, for pos = 0..K-1 (simclr, multicrop). */
-static int crop_major_meta(int n, const lists *l, rec_writer *w, char *why, size_t wl)
+/* Crop-major metadata: entry pos of every `step`-th sample, for pos = 0..K-1 (simclr and
+ * multicrop take every sample, multicrop_mixup the first of each blended pair). */
+static int crop_major_meta(int n, int step, const lists *l, rec_writer *w, char *why, size_t wl)
 {
     if (l->n_label < l->n_items) {
         snprintf(why, wl, "the collator takes label[k] for each of the %d crops, but the samples have %d labels",
                  l->n_items, l->n_label);
         return -1;
     }
-    static int64_t lab[1024 * 64], val[1024 * 64], idx[1024 * 64];
-    if ((size_t)n * (size_t)l->n_items > sizeof lab / sizeof lab[0]) {
+    static int64_t val[1024 * 64], idx[1024 * 64];
+    if ((size_t)n * (size_t)l->n_items > sizeof val / sizeof val[0]) {
         snprintf(why, wl, "too many crops in one batch");
         return -1;
     }
+    size_t width = (size_t)l->label_width;
+    int64_t *lab = xmalloc(((size_t)n * (size_t)l->n_items * width + 1) * sizeof *lab);
     int m = 0;
     for (int pos = 0; pos < l->n_items; pos++)
-        for (int i = 0; i < n; i++, m++)
-            lab[m] = l->label[i][pos], val[m] = l->valid[i][pos], idx[m] = l->idx[i][pos];
-    uint64_t shape[1] = {(uint64_t)m};
-    add_ints(w, "label.0", lab, 1, shape, false);
+        for (int i = 0; i < n; i += step, m++) {
+            memcpy(lab + (size_t)m * width, l->label[i] + (size_t)pos * width, width * sizeof *lab);
+            val[m] = l->valid[i][pos], idx[m] = l->idx[i][pos];
+        }
+    /* Rows of labels stack to [k*N, M] (torch.stack / LongTensor of the row arrays). */
+    uint64_t shape[2] = {(uint64_t)m, (uint64_t)width};
+    add_ints(w, "label.0", lab, l->label_rows ? 2 : 1, shape, false);
     add_ints(w, "data_valid.0", val, 1, shape, false);
     add_ints(w, "data_idx.0", idx, 1, shape, false);
+    free(lab);
     return 0;
 }
 
@@ -225,7 +304,7 @@ static int collate_simclr(const rec_view *s, int n, const lists *l, rec_writer *
         gather_item(s, n, "data", pos, refs + (size_t)pos * (size_t)n);
     if (stack(w, "data.0", refs, n * l->n_items, false, false, why, wl) != 0)
         return -1;
-    return crop_major_meta(n, l, w, why, wl);
+    return crop_major_meta(n, 1, l, w, why, wl);
 }
 
 /* multicrop_collator: one tensor per crop position (resolutions may differ), crop-major meta. */
@@ -239,13 +318,15 @@ static int collate_multicrop(const rec_view *s, int n, const lists *l, rec_write
         if (stack(w, name, refs, n, false, false, why, wl) != 0)
             return -1;
     }
-    return crop_major_meta(n, l, w, why, wl);
+    return crop_major_meta(n, 1, l, w, why, wl);
 }
 
 /* moco_collator: crop 0 for the encoder, crop 1 for the momentum encoder; metadata stacked
  * per sample and squeezed, as torch.stack(...).squeeze() leaves it. */
 static int collate_moco(const rec_view *s, int n, const lists *l, rec_writer *w, char *why, size_t wl)
 {
+    if (need_scalar_labels("moco_collator", l, why, wl) != 0)
+        return -1;
     if (l->n_items < 2) {
         snprintf(why, wl, "moco_collator needs 2 crops per sample (ImgReplicatePil num_times: 2), not %d", l->n_items);
         return -1;
@@ -291,6 +372,8 @@ static int collate_siamese(const rec_view *s, int n, const lists *l, rec_writer 
     int64_t v[1024];
     uint64_t shape[1] = {(uint64_t)n};
     char name[REC_NAME_MAX + 1];
+    if (need_scalar_labels("siamese_collator", l, why, wl) != 0)
+        return -1;
     if (l->n_label < l->n_items) {
         snprintf(why, wl, "siamese_collator takes label[k] for each of the %d items, but the samples have %d labels",
                  l->n_items, l->n_label);
@@ -321,6 +404,8 @@ static int collate_siamese(const rec_view *s, int n, const lists *l, rec_writer 
 static int collate_patch_and_image(const rec_view *s, int n, const lists *l, rec_writer *w, char *why, size_t wl)
 {
     static tensor_ref refs[1024 * 64];
+    if (need_scalar_labels("patch_and_image_collator", l, why, wl) != 0)
+        return -1;
     int p = l->n_items - 1;
     if (p < 1 || (size_t)n * (size_t)p > sizeof refs / sizeof refs[0]) {
         snprintf(why, wl, "patch_and_image_collator needs an image and its patches (ImgPilToPatchesAndImage)");
@@ -410,19 +495,76 @@ static int collate_mixup(const rec_view *s, int n, const lists *l, const collate
         }
         free(b);
     }
-    static int64_t lab[1024 * 64], val[1024 * 64], idx[1024 * 64];
-    if (l->n_label < l->n_items || (size_t)n * (size_t)l->n_items > sizeof lab / sizeof lab[0]) {
-        snprintf(why, wl, "multicrop_mixup_collator takes label[k] for each crop");
+    return crop_major_meta(n, 2, l, w, why, wl);
+}
+
+/* targets_one_hot_default_collator(batch, num_classes): one data source; label[0] is
+ * [pos_list, neg_list], encoded as a row of 2K values (K positives, then K negatives, -1 for
+ * no entry; collate.h). convert_to_one_hot: num_classes values of -1, positives set to 1, then
+ * negatives to 0 (so a class in both lists ends at 0). */
+static int collate_one_hot(const rec_view *s, int n, const lists *l, const collate_options *opt, rec_writer *w,
+                           char *why, size_t wl)
+{
+    const int64_t nc = opt ? opt->num_classes : 0;
+    if (nc <= 0 || nc > (1 << 24)) {
+        snprintf(why, wl, "targets_one_hot_default_collator: num_classes must be in 1..%d, not %lld", 1 << 24,
+                 (long long)nc);
         return -1;
     }
-    int m = 0;
-    for (int pos = 0; pos < l->n_items; pos++)
-        for (int i = 0; i < n; i += 2, m++)
-            lab[m] = l->label[i][pos], val[m] = l->valid[i][pos], idx[m] = l->idx[i][pos];
-    uint64_t shape[1] = {(uint64_t)m};
-    add_ints(w, "label.0", lab, 1, shape, false);
-    add_ints(w, "data_valid.0", val, 1, shape, false);
-    add_ints(w, "data_idx.0", idx, 1, shape, false);
+    if (l->n_items != 1) {
+        snprintf(why, wl, "targets_one_hot_default_collator supports only 1 data source, but the samples have %d",
+                 l->n_items);
+        return -1;
+    }
+    if (!l->label_rows || l->n_label < 1) {
+        snprintf(why, wl,
+                 "targets_one_hot_default_collator takes label[0] = [pos_list, neg_list]: an int64 label [L, 2K] "
+                 "(K positive class indices, then K negative ones, -1 padded), not int64 [%d]%s",
+                 l->n_label, l->label_rows ? " rows" : "");
+        return -1;
+    }
+    if (l->label_width % 2) {
+        snprintf(why, wl,
+                 "targets_one_hot_default_collator takes label[0] = [pos_list, neg_list] as a row of 2K values "
+                 "(K positives, then K negatives), but the samples' label rows have an odd width %d",
+                 l->label_width);
+        return -1;
+    }
+    tensor_ref refs[1024];
+    gather_item(s, n, "data", 0, refs);
+    if (stack(w, "data.0", refs, n, false, false, why, wl) != 0)
+        return -1;
+    int k = l->label_width / 2;
+    int64_t *hot = xmalloc((size_t)n * (size_t)nc * sizeof *hot);
+    for (int i = 0; i < n; i++) {
+        int64_t *row = hot + (size_t)i * (size_t)nc;
+        for (int64_t c = 0; c < nc; c++)
+            row[c] = -1;
+        for (int e = 0; e < 2 * k; e++) { /* positives first, then negatives override */
+            int64_t c = l->label[i][e];
+            if (c == -1)
+                continue; /* padding: no entry */
+            if (c < -1 || c >= nc) {
+                snprintf(why, wl,
+                         "targets_one_hot_default_collator: sample %d's %s class index %lld is outside 0..%lld "
+                         "(num_classes %lld; -1 only pads the lists)",
+                         i, e < k ? "positive" : "negative", (long long)c, (long long)(nc - 1), (long long)nc);
+                free(hot);
+                return -1;
+            }
+            row[c] = e < k ? 1 : 0;
+        }
+    }
+    uint64_t shape[2] = {(uint64_t)n, (uint64_t)nc};
+    add_ints(w, "label.0", hot, 2, shape, false);
+    free(hot);
+    int64_t v[1024];
+    for (int i = 0; i < n; i++)
+        v[i] = l->valid[i][0];
+    add_ints(w, "data_valid.0", v, 1, shape, false);
+    for (int i = 0; i < n; i++)
+        v[i] = l->idx[i][0];
+    add_ints(w, "data_idx.0", v, 1, shape, false);
     return 0;
 }
 
@@ -447,6 +589,7 @@ static const struct {
     {"siamese_collator", COLLATE_SIAMESE},
     {"patch_and_image_collator", COLLATE_PATCH_AND_IMAGE},
     {"multicrop_mixup_collator", COLLATE_MIXUP},
+    {"targets_one_hot_default_collator", COLLATE_ONE_HOT},
 };
 
 int collate_from_name(const char *name, collate_kind *kind, char *why, size_t why_len)
@@ -456,11 +599,35 @@ int collate_from_name(const char *name, collate_kind *kind, char *why, size_t wh
             *kind = collators[i].kind;
             return 0;
         }
-    if (!strcmp(name, "targets_one_hot_default_collator"))
-        snprintf(why, why_len, "%s is not supported by selfsup yet", name);
-    else
-        snprintf(why, why_len, "unknown collator '%s'", name);
+    snprintf(why, why_len, "unknown collator '%s'", name);
     return -1;
+}
+
+int collate_read_params(collate_kind kind, const char *name, const cfg_node *params, collate_options *opt, char *why,
+                        size_t why_len)
+{
+    bool map = params && params->kind == CFG_MAP;
+    if (kind != COLLATE_ONE_HOT) {
+        if (map && params->len > 0) {
+            snprintf(why, why_len, "%s takes no parameters (got '%s')", name, params->keys[0]);
+            return -1;
+        }
+        return 0;
+    }
+    /* VISSL: partial(targets_one_hot_default_collator, **params); asserts num_classes > 0. */
+    for (size_t i = 0; map && i < params->len; i++)
+        if (strcmp(params->keys[i], "num_classes")) {
+            snprintf(why, why_len, "%s takes only num_classes (got '%s')", name, params->keys[i]);
+            return -1;
+        }
+    const cfg_node *nc = map ? cfg_map_get(params, "num_classes") : NULL;
+    if (!nc || nc->kind != CFG_INT || nc->i <= 0 || nc->i > (1 << 24)) {
+        snprintf(why, why_len, "num_classes: %s needs num_classes, an integer in 1..%d (%s)", name, 1 << 24,
+                 !nc ? "missing" : nc->kind != CFG_INT ? "not an integer" : "out of range");
+        return -1;
+    }
+    opt->num_classes = nc->i;
+    return 0;
 }
 
 uint32_t collate_max_tensors(collate_kind kind, const rec_view *first)
@@ -468,7 +635,8 @@ uint32_t collate_max_tensors(collate_kind kind, const rec_view *first)
     (void)kind;
     int nl = 0;
     int li = rec_find(first, "label");
-    if (li >= 0 && first->tensors[li].ndim == 1)
+    if (li >= 0 && (first->tensors[li].ndim == 1 || first->tensors[li].ndim == 2) &&
+        first->tensors[li].shape[0] < REC_MAX_TENSORS)
         nl = (int)first->tensors[li].shape[0];
     /* default_collate is the widest: items + labels + 2 per item, plus `normalize`. */
     uint32_t n = (uint32_t)(3 * count_items(first) + nl + 4);
@@ -489,6 +657,7 @@ int collate_batch(collate_kind kind, const rec_view *samples, int n, const colla
     case COLLATE_MOCO: rc = collate_moco(samples, n, &l, w, why, why_len); break;
     case COLLATE_SIAMESE: rc = collate_siamese(samples, n, &l, w, why, why_len); break;
     case COLLATE_PATCH_AND_IMAGE: rc = collate_patch_and_image(samples, n, &l, w, why, why_len); break;
+    case COLLATE_ONE_HOT: rc = collate_one_hot(samples, n, &l, opt, w, why, why_len); break;
     default: rc = collate_mixup(samples, n, &l, opt, w, why, why_len); break;
     }
     if (rc != 0)

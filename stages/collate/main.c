@@ -36,6 +36,7 @@ typedef struct {
     int batch;       /* BATCHSIZE_PER_REPLICA */
     bool drop_last;
     uint64_t seed;   /* SEED_VALUE, for multicrop_mixup_collator's lambda */
+    int64_t num_classes; /* COLLATE_FUNCTION_PARAMS.num_classes (targets_one_hot_default_collator) */
     /* the cursor: the next batch to write */
     bool started;
     uint32_t epoch;
@@ -68,17 +69,19 @@ static int prepare(stage *s, void *state)
     char key[96];
     snprintf(key, sizeof key, "DATA.%s.COLLATE_FUNCTION", c->split);
     const char *name = cfg_str(cfg, key);
-    char why[160];
+    char why[256];
     if (!name || collate_from_name(name, &c->kind, why, sizeof why) != 0) {
         log_error("config.%s: %s", key, name ? why : "missing");
         return 2;
     }
     snprintf(key, sizeof key, "DATA.%s.COLLATE_FUNCTION_PARAMS", c->split);
     const cfg_node *params = cfg_get(cfg, key);
-    if (params && params->kind == CFG_MAP && params->len > 0) {
-        log_error("config.%s: %s takes no parameters (got '%s')", key, name, params->keys[0]);
+    collate_options opt = {0};
+    if (collate_read_params(c->kind, name, params, &opt, why, sizeof why) != 0) {
+        log_error("config.%s: %s", key, why);
         return 2;
     }
+    c->num_classes = opt.num_classes;
     snprintf(key, sizeof key, "DATA.%s.BATCHSIZE_PER_REPLICA", c->split);
     int64_t b = cfg_int(cfg, key);
     if (b < 1 || b > 1024) {
@@ -191,7 +194,7 @@ static int write_batch(stage *s, collate *c, uint64_t from, uint64_t to)
     if (!w)
         return 1;
     char why[256];
-    collate_options opts = {0};
+    collate_options opts = {.num_classes = c->num_classes};
     if (c->kind == COLLATE_MIXUP)
         opts.mixup_lambda = collate_mixup_lambda(c->seed, c->epoch, c->next_batch);
     if (collate_batch(c->kind, c->gather, n, &opts, w, why, sizeof why) != 0) {

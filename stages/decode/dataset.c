@@ -6,8 +6,10 @@
  * synthetic source has no path; otherwise DATA_PATHS[i] when DATA_PATHS is given, else the
  * catalog's entry [name]["train" | "val"][0]. Labels: LABEL_PATHS[i] when given and present
  * on disk, else the catalog's [1] when present. DATA_LIMIT > 0 keeps the first N images of
- * every source. LABEL_TYPE standard reads one label per label source; sample_index (forced
- * when LABEL_SOURCES is empty) labels every source with the sample index; zero with 0.
+ * every source. LABEL_TYPE standard reads one label per label source (or a row of M labels
+ * when a disk_filelist label .npy is 2-D [N, M], like VOC07's matrix; all label sources must
+ * then have that width); sample_index (forced when LABEL_SOURCES is empty) labels every
+ * source with the sample index; zero with 0.
  * With COPY_TO_LOCAL_DISK the folder or file list is first copied to COPY_DESTINATION_DIR
  * (localcopy.c) and read from there. Every problem here is reported before the stage writes
  * anything, and the stage exits 2 (a failed copy included).
@@ -199,7 +201,7 @@ static int load_labels(loader *ld, decode_dataset *ds, size_t j, decode_label_so
         return report_failure(err, "config.%s.LABEL_SOURCES.%zu: no label file: set LABEL_PATHS or add one to the catalog",
                               ld->split_key, j);
     if (kind && !strcmp(kind, "disk_filelist"))
-        return decode_labels_read(path, &out->values, &out->count, err);
+        return decode_labels_read_rows(path, &out->values, &out->count, &out->width, err);
     if (!kind || strcmp(kind, "disk_folder"))
         return report_failure(err, "config.%s.LABEL_SOURCES.%zu: unknown label source '%s' (disk_folder, disk_filelist)",
                               ld->split_key, j, kind ? kind : "?");
@@ -210,6 +212,7 @@ static int load_labels(loader *ld, decode_dataset *ds, size_t j, decode_label_so
     else if (decode_imagefolder_scan(path, &scanned, err) != 0)
         return -1;
     out->count = f->count;
+    out->width = 1;
     out->values = xmalloc((f->count ? f->count : 1) * sizeof *out->values);
     memcpy(out->values, f->targets, f->count * sizeof *out->values);
     decode_imagefolder_free(&scanned);
@@ -257,6 +260,15 @@ static int load_all(loader *ld, decode_dataset *ds, char **err)
         for (; ds->n_label_sources < n_labels; ds->n_label_sources++)
             if (load_labels(ld, ds, ds->n_label_sources, &ds->label_sources[ds->n_label_sources], err) != 0)
                 return -1;
+        for (size_t j = 1; j < ds->n_label_sources; j++)
+            if (ds->label_sources[j].width != ds->label_sources[0].width) {
+                const char *p0 = label_path_of(ld, 0), *pj = label_path_of(ld, j);
+                return report_failure(err,
+                                      "config.%s.LABEL_SOURCES: label source %zu (%s) has %zu labels per sample but "
+                                      "label source 0 (%s) has %zu; all label sources must have the same width",
+                                      ld->split_key, j, pj ? pj : "?", ds->label_sources[j].width, p0 ? p0 : "?",
+                                      ds->label_sources[0].width);
+            }
     }
     return check_lengths(ld, ds, err);
 }
@@ -317,11 +329,22 @@ size_t decode_dataset_label_count(const decode_dataset *ds)
     return ds->label_type == DECODE_LABEL_STANDARD ? ds->n_label_sources : ds->n_sources;
 }
 
+size_t decode_dataset_label_width(const decode_dataset *ds)
+{
+    return ds->label_type == DECODE_LABEL_STANDARD && ds->n_label_sources > 0 && ds->label_sources[0].width > 0
+               ? ds->label_sources[0].width
+               : 1;
+}
+
 void decode_dataset_labels(const decode_dataset *ds, size_t idx, int64_t *labels)
 {
     size_t n = decode_dataset_label_count(ds);
+    if (ds->label_type == DECODE_LABEL_STANDARD) {
+        size_t m = decode_dataset_label_width(ds);
+        for (size_t j = 0; j < n; j++)
+            memcpy(labels + j * m, ds->label_sources[j].values + idx * m, m * sizeof *labels);
+        return;
+    }
     for (size_t j = 0; j < n; j++)
-        labels[j] = ds->label_type == DECODE_LABEL_STANDARD ? ds->label_sources[j].values[idx]
-                    : ds->label_type == DECODE_LABEL_ZERO   ? 0
-                                                            : (int64_t)idx;
+        labels[j] = ds->label_type == DECODE_LABEL_ZERO ? 0 : (int64_t)idx;
 }

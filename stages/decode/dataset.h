@@ -25,8 +25,9 @@ typedef struct {
 } decode_source;
 
 typedef struct {
-    int64_t *values;
+    int64_t *values; /* count * width, row-major */
     size_t count;
+    size_t width;    /* labels per sample: 1, or M for a 2-D [N, M] disk_filelist .npy */
 } decode_label_source;
 
 typedef struct {
@@ -49,9 +50,14 @@ int decode_dataset_load(decode_dataset *ds, const cfg_node *config, const char *
                         char **err);
 void decode_dataset_free(decode_dataset *ds);
 
-/* Labels per sample (the length of the record's label tensor). */
+/* Label sources per sample (the first dimension of the record's label tensor). */
 size_t decode_dataset_label_count(const decode_dataset *ds);
-/* Fill labels[0..decode_dataset_label_count) for sample idx. */
+/* Values per label: 1 for 1-D label files, folder labels, sample_index and zero; M when the
+ * label files are 2-D [N, M] (np.load(path)[idx] is a row of M values). Every label source
+ * of a dataset has the same width (decode_dataset_load checks). The record's label tensor
+ * is int64 [count] when the width is 1 and int64 [count, width] otherwise. */
+size_t decode_dataset_label_width(const decode_dataset *ds);
+/* Fill labels[0 .. count * width) for sample idx: label source j's row at j * width. */
 void decode_dataset_labels(const decode_dataset *ds, size_t idx, int64_t *labels);
 
 #endif

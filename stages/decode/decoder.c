@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <turbojpeg.h>
 
 decode_ctx *decode_ctx_new(const decode_options *opt)
 {
@@ -27,8 +26,6 @@ void decode_ctx_free(decode_ctx *ctx)
 {
     if (!ctx)
         return;
-    if (ctx->tj)
-        tjDestroy(ctx->tj);
     free(ctx->rgb);
     free(ctx->tmp);
     free(ctx);
@@ -90,6 +87,12 @@ const char *decode_sniff_format(const uint8_t *buf, size_t len)
 
 int decode_image(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len)
 {
+    return decode_image_roi(ctx, buf, len, NULL, NULL, out, why, why_len);
+}
+
+int decode_image_roi(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_roi_fn roi, void *roi_arg,
+                     decode_rgb *out, char *why, size_t why_len)
+{
     *out = (decode_rgb){0};
     if (len == 0) {
         decode_reason(why, why_len, "empty file");
@@ -101,7 +104,7 @@ int decode_image(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *ou
         return -1;
     }
     if (!strcmp(format, "JPEG"))
-        return decode_jpeg(ctx, buf, len, out, why, why_len);
+        return decode_jpeg(ctx, buf, len, roi, roi_arg, out, why, why_len);
     if (!strcmp(format, "PNG"))
         return decode_png(ctx, buf, len, out, why, why_len);
     decode_reason(why, why_len, "unsupported image format %s (only JPEG and PNG are decoded)", format);

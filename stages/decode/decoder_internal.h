@@ -1,6 +1,6 @@
 /*
  * decoder_internal.h — what decoder.c shares with its format back ends (jpeg.c, png.c):
- * the context (reusable scratch buffers, the TurboJPEG handle) and the reason formatter.
+ * the context (reusable scratch buffers) and the reason formatter.
  */
 #ifndef SELFSUP_DECODE_DECODER_INTERNAL_H
 #define SELFSUP_DECODE_DECODER_INTERNAL_H
@@ -12,7 +12,6 @@
 
 struct decode_ctx {
     decode_options opt;
-    void *tj;            /* tjhandle, created on the first JPEG */
     uint8_t *rgb;        /* the output pixels */
     size_t rgb_cap;
     uint8_t *tmp;        /* CMYK or 16-bit rows before conversion */
@@ -25,7 +24,8 @@ uint8_t *decode_grow(uint8_t **buf, size_t *cap, size_t n);
 bool decode_too_many_pixels(const decode_ctx *ctx, uint64_t w, uint64_t h);
 void decode_reason(char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-int decode_jpeg(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
+int decode_jpeg(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_roi_fn roi, void *roi_arg, decode_rgb *out,
+                char *why, size_t why_len);
 int decode_png(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
 
 #endif

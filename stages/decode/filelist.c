@@ -15,6 +15,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,23 +199,51 @@ static bool int_at(const npy_array *a, size_t i, int64_t *v)
     }
 }
 
-int decode_labels_read(const char *path, int64_t **labels, size_t *count, char **err)
+int decode_labels_read_rows(const char *path, int64_t **labels, size_t *count, size_t *width, char **err)
 {
     npy_array a = {0};
-    if (npy_open(path, &a, err) != 0)
+    if (npy_open(path, &a, err) != 0) /* refuses Fortran order (naming the file) */
         return -1;
-    bool one_per_sample = a.ndim == 1 || (a.ndim == 2 && a.shape[1] == 1);
     int64_t v;
-    if (!one_per_sample || (a.count && !int_at(&a, 0, &v))) {
+    if (a.count && !int_at(&a, 0, &v)) {
         npy_close(&a);
-        return report_failure(err, "%s: labels must be integers, one per sample (shape (N,)), not dtype %s with %d dims",
-                              path, npy_dtype_name(a.dtype), a.ndim);
+        return report_failure(err, "%s: labels must be integers, not dtype %s", path, npy_dtype_name(a.dtype));
+    }
+    if (a.ndim != 1 && a.ndim != 2) {
+        char shape[256] = "(";
+        size_t used = 1;
+        for (int d = 0; d < a.ndim && used < sizeof shape - 32; d++)
+            used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%zu", d ? ", " : "", a.shape[d]);
+        snprintf(shape + used, sizeof shape - used, "%s)", used < sizeof shape - 32 ? "" : ", ...");
+        npy_close(&a);
+        return report_failure(err, "%s: labels must have shape (N,) or (N, M) (a row of M labels per sample), not %s",
+                              path, shape);
+    }
+    size_t n = a.shape[0], m = a.ndim == 2 ? a.shape[1] : 1;
+    if (m == 0) {
+        npy_close(&a);
+        return report_failure(err, "%s: labels of shape (%zu, 0): every sample needs at least one label", path, n);
     }
     int64_t *out = xmalloc((a.count ? a.count : 1) * sizeof *out);
     for (size_t i = 0; i < a.count; i++)
         int_at(&a, i, &out[i]);
     *labels = out;
-    *count = a.count;
+    *count = n;
+    *width = m;
     npy_close(&a);
+    return 0;
+}
+
+int decode_labels_read(const char *path, int64_t **labels, size_t *count, char **err)
+{
+    size_t width;
+    if (decode_labels_read_rows(path, labels, count, &width, err) != 0)
+        return -1;
+    if (width != 1) {
+        free(*labels);
+        *labels = NULL;
+        return report_failure(err, "%s: labels must be integers, one per sample (shape (N,)), not %zu per sample", path,
+                              width);
+    }
     return 0;
 }

@@ -27,9 +27,14 @@
  * Files are read ahead of the decoder with io_uring (--io-depth reads in flight), or with
  * pread where io_uring is not available (--no-io-uring forces that), and decoded on
  * --threads threads; neither changes a byte of the output. COPY_TO_LOCAL_DISK reads the data
- * from a copy on the node's disk. Exit status 2 on a config error, found before anything
- * is written.
+ * from a copy on the node's disk. With --crop (which selfsup run passes), only the part of
+ * each JPEG that the augment stage's crops will read is decoded: the same crop boxes are
+ * drawn here from the image's size (augment/roi.c), and the record says where the window
+ * sits. --dct-downscale M trades exactness for speed: JPEGs are decoded at 1/2, 1/4 or 1/8
+ * of their size in the DCT domain while both sides stay at least M (PIL's Image.draft);
+ * off by default, because those are not the pixels VISSL sees. Exit status 2 on a config error, found before anything is written.
  */
+#include "augment/transforms.h"
 #include "decode/dataset.h"
 #include "decode/decoder.h"
 #include "decode/pool.h"
@@ -60,6 +65,8 @@ typedef struct {
     long io_depth;
     long threads;
     bool no_io_uring;
+    bool crop;         /* decode only what DATA.<split>.TRANSFORMS' crops read */
+    long dct_min_side; /* --dct-downscale: 0 off */
 } decode_opts;
 
 /* Everything run() needs while it loops. */
@@ -74,15 +81,27 @@ typedef struct {
     uint8_t **logged;       /* per source, per sample: invalid image already logged */
     uint8_t *gray;          /* VISSL's mean image */
     int64_t invalid, decoded;
+    aug_pipeline *crops;    /* --crop: the transforms whose crop boxes bound each decode */
+    uint64_t seed;          /* SEED_VALUE, which keys those boxes */
 } decode_run;
 
-/* One source's image for the sample being assembled. */
+/* One source's image for the sample being assembled: w x h pixels, rows `stride` bytes
+ * apart, at (x0, y0) of a full_w x full_h image (a window with --crop, else all of it). */
 typedef struct {
     const uint8_t *px;
     int w, h;
+    size_t stride;
+    int x0, y0, full_w, full_h;
     int64_t valid;
     uint8_t *owned; /* a queued replacement, freed after the record */
 } source_image;
+
+/* A whole, packed image. */
+static source_image whole_image(const uint8_t *px, int w, int h, int64_t valid, uint8_t *owned)
+{
+    return (source_image){.px = px, .w = w, .h = h, .stride = (size_t)w * 3, .full_w = w, .full_h = h,
+                          .valid = valid, .owned = owned};
+}
 
 /* ---- options ------------------------------------------------------------------------------ */
 
@@ -116,9 +135,15 @@ static int option(void *state, int argc, char **argv)
         o->no_io_uring = true;
         return 1;
     }
-    static const char *const names[] = {"--epoch", "--epochs", "--start-iter", "--limit", "--io-depth", "--threads"};
-    long *const targets[] = {&o->epoch, &o->epochs, &o->start_iter, &o->limit, &o->io_depth, &o->threads};
-    static const long mins[] = {0, 1, 0, 1, 1, 1};
+    if (!strcmp(argv[0], "--crop")) {
+        o->crop = true;
+        return 1;
+    }
+    static const char *const names[] = {"--epoch",    "--epochs",  "--start-iter",   "--limit",
+                                        "--io-depth", "--threads", "--dct-downscale"};
+    long *const targets[] = {&o->epoch,    &o->epochs,  &o->start_iter,  &o->limit,
+                             &o->io_depth, &o->threads, &o->dct_min_side};
+    static const long mins[] = {0, 1, 0, 1, 1, 1, 1};
     for (size_t i = 0; i < ARRAY_LEN(names); i++) {
         int used = long_option(argc, argv, names[i], mins[i], targets[i]);
         if (used)
@@ -188,6 +213,7 @@ static void teardown(decode_run *r)
     free(r->gray);
     decode_reader_free(r->reader);
     decode_dataset_free(&r->ds);
+    aug_pipeline_free(r->crops);
 }
 
 /* ---- one sample ----------------------------------------------------------------------------- */
@@ -203,8 +229,8 @@ static source_image invalid_image(decode_run *r, size_t src, size_t idx, const c
     }
     decode_queued_image q;
     if (r->queues && decode_queue_on_failure(&r->queues[src], &q))
-        return (source_image){.px = q.px, .w = q.w, .h = q.h, .valid = 1, .owned = q.px};
-    return (source_image){.px = r->gray, .w = r->ds.gray_size, .h = r->ds.gray_size, .valid = -1};
+        return whole_image(q.px, q.w, q.h, 1, q.px);
+    return whole_image(r->gray, r->ds.gray_size, r->ds.gray_size, -1, NULL);
 }
 
 static source_image image_of_job(decode_run *r, size_t src, size_t idx, const decode_job *job)
@@ -212,9 +238,11 @@ static source_image image_of_job(decode_run *r, size_t src, size_t idx, const de
     if (job->rc != 0)
         return invalid_image(r, src, idx, job->file.path, job->why);
     r->decoded++;
-    if (r->queues)
-        decode_queue_on_success(&r->queues[src], job->im.px, job->im.w, job->im.h);
-    return (source_image){.px = job->im.px, .w = job->im.w, .h = job->im.h, .valid = 1};
+    const decode_rgb *im = &job->im;
+    if (r->queues) /* never with --crop, so the image is whole and packed */
+        decode_queue_on_success(&r->queues[src], im->px, im->w, im->h);
+    return (source_image){.px = im->px, .w = im->w, .h = im->h, .stride = im->stride, .x0 = im->x0, .y0 = im->y0,
+                          .full_w = im->full_w, .full_h = im->full_h, .valid = 1};
 }
 
 /* Source src's image of sample idx. The k-th file source of the sample is the pool's k-th
@@ -222,7 +250,7 @@ static source_image image_of_job(decode_run *r, size_t src, size_t idx, const de
 static source_image source_image_of(decode_run *r, size_t src, size_t idx, unsigned *file_k)
 {
     if (r->ds.sources[src].kind == DECODE_SOURCE_SYNTHETIC)
-        return (source_image){.px = r->gray, .w = r->ds.gray_size, .h = r->ds.gray_size, .valid = 1};
+        return whole_image(r->gray, r->ds.gray_size, r->ds.gray_size, 1, NULL);
     decode_job *job = decode_pool_get(r->pool, (*file_k)++);
     if (!job)
         return invalid_image(r, src, idx, r->ds.sources[src].paths[idx], "internal: decode was never queued");
@@ -238,11 +266,12 @@ static size_t aligned(size_t n)
 static size_t record_bytes(const decode_run *r, const source_image *imgs)
 {
     size_t n = r->ds.n_sources;
-    size_t bytes = REC_HEADER_BYTES + (n + 3) * REC_TENSOR_BYTES;
+    size_t bytes = REC_HEADER_BYTES + (n + 4) * REC_TENSOR_BYTES;
     for (size_t i = 0; i < n; i++)
         bytes = aligned(bytes) + (size_t)imgs[i].w * (size_t)imgs[i].h * 3;
-    bytes = aligned(aligned(bytes) + 8 * decode_dataset_label_count(&r->ds));
-    return aligned(aligned(bytes + 8 * n) + 8 * n);
+    bytes = aligned(aligned(bytes) + 8 * decode_dataset_label_count(&r->ds) * decode_dataset_label_width(&r->ds));
+    bytes = aligned(aligned(bytes + 8 * n) + 8 * n);
+    return r->crops ? aligned(bytes + 32 * n) : bytes;
 }
 
 /* An image too big for the output slot is a bad input like any other, not a reason to stop
@@ -265,14 +294,15 @@ static void fit_to_slot(decode_run *r, size_t idx, source_image *imgs, size_t ca
                      imgs[big].h, cap);
         r->logged[big][idx] = 1;
         free(imgs[big].owned);
-        imgs[big] = (source_image){.px = r->gray, .w = r->ds.gray_size, .h = r->ds.gray_size, .valid = -1};
+        imgs[big] = whole_image(r->gray, r->ds.gray_size, r->ds.gray_size, -1, NULL);
     }
 }
 
 static int write_sample(decode_run *r, uint64_t seq, uint32_t epoch, size_t idx, source_image *imgs, bool last)
 {
-    size_t n = r->ds.n_sources, n_labels = decode_dataset_label_count(&r->ds);
-    rec_writer *w = stage_record_begin(r->s, REC_DATA, seq, epoch, (uint32_t)(n + 3));
+    size_t n = r->ds.n_sources, n_labels = decode_dataset_label_count(&r->ds),
+           width = decode_dataset_label_width(&r->ds);
+    rec_writer *w = stage_record_begin(r->s, REC_DATA, seq, epoch, (uint32_t)(n + 4));
     if (!w)
         return stage_exit_status(r->s) ? -1 : 1;
     /* The epoch's last sample says so: collate then knows the epoch's length and closes its
@@ -284,10 +314,22 @@ static int write_sample(decode_run *r, uint64_t seq, uint32_t epoch, size_t idx,
         char name[32];
         snprintf(name, sizeof name, "data.%zu", i);
         uint64_t shape[3] = {(uint64_t)imgs[i].h, (uint64_t)imgs[i].w, 3};
-        rec_add_copy(w, name, REC_U8, 3, shape, imgs[i].px);
+        uint8_t *px = rec_add(w, name, REC_U8, 3, shape);
+        size_t row = (size_t)imgs[i].w * 3;
+        for (int y = 0; px && y < imgs[i].h; y++)
+            memcpy(px + (size_t)y * row, imgs[i].px + (size_t)y * imgs[i].stride, row);
     }
-    uint64_t ns = n, nl = n_labels;
-    int64_t *label = rec_add(w, "label", REC_I64, 1, &nl);
+    if (r->crops) { /* where each window sits (sample.h) */
+        uint64_t shape[2] = {n, 4};
+        int64_t *win = rec_add(w, "data_window", REC_I64, 2, shape);
+        for (size_t i = 0; win && i < n; i++) {
+            win[4 * i] = imgs[i].x0, win[4 * i + 1] = imgs[i].y0;
+            win[4 * i + 2] = imgs[i].full_w, win[4 * i + 3] = imgs[i].full_h;
+        }
+    }
+    /* int64 [labels], or [labels, M] when each label is a row of M (a 2-D label .npy) */
+    uint64_t ns = n, nl[2] = {n_labels, width};
+    int64_t *label = rec_add(w, "label", REC_I64, width > 1 ? 2 : 1, nl);
     int64_t *valid = rec_add(w, "data_valid", REC_I64, 1, &ns);
     int64_t *index = rec_add(w, "data_idx", REC_I64, 1, &ns);
     if (label)
@@ -315,14 +357,14 @@ static void read_ahead(decode_run *r, const size_t *order, size_t end, size_t *n
 
 /* Hand the files read so far (samples *next ... read_end) to the decoders, whole samples at
  * a time, while the pool has room. */
-static void decode_ahead(decode_run *r, size_t read_end, size_t *next)
+static void decode_ahead(decode_run *r, uint32_t epoch, size_t read_end, size_t *next)
 {
     while (*next < read_end && r->files > 0 && decode_pool_room(r->pool) >= r->files) {
         for (size_t k = 0; k < r->files; k++) {
             decode_file f;
             if (decode_reader_pop(r->reader, &f) != 1)
                 return; /* cannot happen: read_ahead queued the whole sample */
-            decode_pool_submit(r->pool, &f);
+            decode_pool_submit(r->pool, &f, epoch);
         }
         (*next)++;
     }
@@ -348,7 +390,7 @@ static int run_epoch(decode_run *r, uint32_t epoch, size_t start, size_t *order,
     int rc = 0;
     for (size_t pos = start; rc == 0 && pos < per_rank; pos++) {
         read_ahead(r, order, per_rank, &next_read);
-        decode_ahead(r, next_read, &next_decode);
+        decode_ahead(r, epoch, next_read, &next_decode);
         unsigned file_k = 0;
         for (size_t i = 0; i < r->ds.n_sources; i++)
             imgs[i] = source_image_of(r, i, order[pos], &file_k);
@@ -404,6 +446,40 @@ static int load_dataset(decode_run *r, const cfg_node *config, const char *split
     return 0;
 }
 
+/* decode_sample_roi_fn for --crop: the union of the sample's crop boxes. */
+static void crop_box(const void *arg, uint32_t epoch, uint64_t index, int w, int h, int box[4])
+{
+    const decode_run *r = arg;
+    aug_pipeline_roi(r->crops, r->seed, epoch, index, w, h, box);
+}
+
+/* --crop: parse the transforms the augment stage will run, to draw the same crop boxes. Only
+ * a sample of one image can be cropped (the boxes of a second image depend on the first's
+ * size), and not with ENABLE_QUEUE_DATASET (a remembered image replaces another sample,
+ * whose crops differ). Returns 0, or -1 on a config error. */
+static int setup_crops(decode_run *r, const decode_opts *o, const cfg_node *config)
+{
+    if (!o->crop)
+        return 0;
+    if (r->ds.n_sources != 1 || r->files != 1 || r->queues) {
+        log_info("--crop: decoding whole images (%s)", r->queues ? "ENABLE_QUEUE_DATASET is on"
+                                                                 : "only a one-image sample can be cropped");
+        return 0;
+    }
+    char *key = xasprintf("DATA.%s.TRANSFORMS", o->split), *full = xasprintf("config.%s", key);
+    cfg_err err;
+    r->crops = aug_pipeline_build(cfg_path(config, key), full, &err);
+    free(key);
+    free(full);
+    if (!r->crops) {
+        log_error("--crop: %s", err.msg);
+        return -1;
+    }
+    r->seed = (uint64_t)cfg_int(config, "SEED_VALUE");
+    decode_pool_set_roi(r->pool, crop_box, r);
+    return 0;
+}
+
 static int load(decode_run *r, const decode_opts *o)
 {
     const cfg_node *config = stage_config(r->s);
@@ -419,7 +495,10 @@ static int load(decode_run *r, const decode_opts *o)
     size_t depth = (size_t)o->io_depth > r->files ? (size_t)o->io_depth : r->files;
     size_t slots = (r->files ? r->files : 1) * (2 * (size_t)o->threads + 1);
     r->reader = decode_reader_new((unsigned)depth, o->no_io_uring || getenv("SELFSUP_DECODE_NO_IO_URING"));
-    r->pool = decode_pool_new((unsigned)o->threads, (unsigned)slots);
+    decode_options dopt = {.dct_min_side = o->dct_min_side > 65535 ? 65535 : (int)o->dct_min_side};
+    r->pool = decode_pool_new((unsigned)o->threads, (unsigned)slots, &dopt);
+    if (setup_crops(r, o, config) != 0)
+        return -1;
     log_info("%s split: %zu samples, %zu source(s), %zu per rank per epoch, reading with %s, decoding on %ld thread(s)",
              r->ds.split, r->ds.length, r->ds.n_sources, decode_sampler_len(&r->sampler),
              decode_reader_uses_io_uring(r->reader) ? "io_uring" : "pread", o->threads);
@@ -469,7 +548,12 @@ int main(int argc, char **argv)
                    "  --limit N              use only the first N samples (like DATA_LIMIT)\n"
                    "  --io-depth N           file reads kept in flight (default 32)\n"
                    "  --no-io-uring          read with pread (also: SELFSUP_DECODE_NO_IO_URING=1)\n"
-                   "  --threads N            decode on N threads (default 1); the output does not change\n",
+                   "  --threads N            decode on N threads (default 1); the output does not change\n"
+                   "  --dct-downscale M      decode JPEGs at 1/2, 1/4 or 1/8 scale in the DCT domain while\n"
+                   "                         both sides stay >= M (PIL's draft; faster, other pixels)\n"
+                   "  --crop                 decode only the part of each image that the crops of\n"
+                   "                         DATA.<split>.TRANSFORMS read (for selfsup-augment with the same\n"
+                   "                         config: same pixels, less work; records carry data_window)\n",
     };
     decode_opts o = {.split = "TRAIN", .epoch = -1, .epochs = 1, .limit = -1, .io_depth = 32, .threads = 1};
     return stage_main(argc, argv, &info, &o, run);

@@ -141,7 +141,8 @@ static int read_protected(decode_ctx *ctx, png_job *job, decode_rgb *out)
     png_read_image(job->png, job->rows);
     if (gray16)
         gray16_to_rgb(ctx->tmp, ctx->rgb, pixels);
-    *out = (decode_rgb){.px = ctx->rgb, .w = (int)w, .h = (int)h};
+    *out = (decode_rgb){.px = ctx->rgb, .w = (int)w, .h = (int)h, .stride = (size_t)w * 3, .full_w = (int)w,
+                        .full_h = (int)h};
     return 0;
 }
 

@@ -31,9 +31,23 @@ struct decode_pool {
     pthread_mutex_t lock;
     pthread_cond_t work, done;
     bool stopping;
+    decode_sample_roi_fn roi;
+    const void *roi_arg;
 };
 
-static void run_job(pool_slot *s)
+/* decode_roi_fn's view of one job: the pool's function with the job's sample. */
+typedef struct {
+    const decode_pool *p;
+    const decode_job *job;
+} job_roi;
+
+static void roi_of_job(void *arg, int w, int h, int box[4])
+{
+    const job_roi *r = arg;
+    r->p->roi(r->p->roi_arg, r->job->epoch, r->job->file.tag, w, h, box);
+}
+
+static void run_job(const decode_pool *p, pool_slot *s)
 {
     decode_job *j = &s->job;
     if (j->file.error) {
@@ -41,7 +55,9 @@ static void run_job(pool_slot *s)
         snprintf(j->why, sizeof j->why, "cannot read: %s", strerror(j->file.error));
         return;
     }
-    j->rc = decode_image(s->ctx, j->file.data, j->file.len, &j->im, j->why, sizeof j->why);
+    job_roi r = {.p = p, .job = j};
+    j->rc = decode_image_roi(s->ctx, j->file.data, j->file.len, p->roi ? roi_of_job : NULL, &r, &j->im, j->why,
+                             sizeof j->why);
     free(j->file.data);
     j->file.data = NULL;
 }
@@ -69,7 +85,7 @@ static void *worker(void *arg)
             break;
         s->state = SLOT_RUNNING;
         pthread_mutex_unlock(&p->lock);
-        run_job(s);
+        run_job(p, s);
         pthread_mutex_lock(&p->lock);
         s->state = SLOT_DONE;
         pthread_cond_broadcast(&p->done);
@@ -78,13 +94,13 @@ static void *worker(void *arg)
     return NULL;
 }
 
-decode_pool *decode_pool_new(unsigned threads, unsigned slots)
+decode_pool *decode_pool_new(unsigned threads, unsigned slots, const decode_options *opt)
 {
     decode_pool *p = xcalloc(1, sizeof *p);
     p->n_slots = slots ? slots : 1;
     p->slots = xcalloc(p->n_slots, sizeof *p->slots);
     for (unsigned i = 0; i < p->n_slots; i++)
-        if (!(p->slots[i].ctx = decode_ctx_new(NULL)))
+        if (!(p->slots[i].ctx = decode_ctx_new(opt)))
             die(1, "out of memory for decoders");
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->work, NULL);
@@ -125,11 +141,17 @@ unsigned decode_pool_room(const decode_pool *p)
     return p->n_slots - p->count; /* only the caller changes count */
 }
 
-void decode_pool_submit(decode_pool *p, decode_file *f)
+void decode_pool_set_roi(decode_pool *p, decode_sample_roi_fn fn, const void *arg)
+{
+    p->roi = fn;
+    p->roi_arg = arg;
+}
+
+void decode_pool_submit(decode_pool *p, decode_file *f, uint32_t epoch)
 {
     pthread_mutex_lock(&p->lock);
     pool_slot *s = &p->slots[(p->head + p->count) % p->n_slots];
-    s->job = (decode_job){.file = *f};
+    s->job = (decode_job){.file = *f, .epoch = epoch};
     s->state = SLOT_QUEUED;
     p->count++;
     pthread_cond_signal(&p->work);
@@ -144,7 +166,7 @@ decode_job *decode_pool_get(decode_pool *p, unsigned k)
     pool_slot *s = &p->slots[(p->head + k) % p->n_slots];
     if (p->n_threads == 0) {
         if (s->state == SLOT_QUEUED) {
-            run_job(s);
+            run_job(p, s);
             s->state = SLOT_DONE;
         }
         return &s->job;

@@ -2,8 +2,9 @@
  * fuzz_decode.c — libFuzzer target for selfsup-decode's image decoder (stages/decode).
  *
  * Each input is decoded from memory as the stage decodes a file: the format is sniffed from
- * the first bytes, so JPEG (TurboJPEG) and PNG (libpng, whose errors longjmp) inputs both
- * come through. A decode must either succeed with an image whose every pixel can be read
+ * the first bytes, so JPEG (libjpeg-turbo) and PNG (libpng, whose errors longjmp) inputs both
+ * come through, whole, in a window (decode_image_roi, a box from the input's last bytes, which
+ * the decoder must tolerate even when it is empty or reversed) or DCT-downscaled. A decode must either succeed with an image whose every pixel can be read
  * (ASan flags an overrun), or fail with a reason. The same context decodes every input, as
  * in the stage, so state left behind by a failed decode would show up in the next one. The
  * pixel limit is lowered to keep each run fast; progressive JPEGs with absurd scan counts
@@ -37,6 +38,20 @@ static void fuzz_filelist(const uint8_t *data, size_t size)
     decode_filelist_free(paths, count);
 }
 
+/* A box drawn from four input bytes (in 1/256ths of the image), any order, even empty. */
+typedef struct {
+    const uint8_t *bytes;
+} fuzz_box;
+
+static void box_from_bytes(void *arg, int w, int h, int box[4])
+{
+    const fuzz_box *b = arg;
+    if (!b->bytes)
+        return;
+    box[0] = (int)((int64_t)w * b->bytes[0] / 256), box[1] = (int)((int64_t)h * b->bytes[1] / 256);
+    box[2] = (int)((int64_t)w * b->bytes[2] / 255), box[3] = (int)((int64_t)h * b->bytes[3] / 255);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size >= 6 && !memcmp(data, "\x93NUMPY", 6)) {
@@ -48,17 +63,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     decode_rgb im;
     char why[256] = "";
-    if (decode_image(ctx, data, size, &im, why, sizeof why) != 0) {
+    /* Every other input is decoded in a window (selfsup-decode --crop), whose box comes from
+     * the input's last bytes, or at a DCT scale. */
+    static decode_ctx *scaled;
+    if (!scaled && !(scaled = decode_ctx_new(&(decode_options){.max_pixels = 1u << 20, .limit_scans = 1,
+                                                                .dct_min_side = 16})))
+        abort();
+    fuzz_box box = {.bytes = size >= 4 ? data + size - 4 : NULL};
+    int mode = size ? data[size / 2] % 3 : 0;
+    int rc = mode == 2 ? decode_image(scaled, data, size, &im, why, sizeof why)
+                       : decode_image_roi(ctx, data, size, mode ? box_from_bytes : NULL, &box, &im, why, sizeof why);
+    if (rc != 0) {
         if (!why[0])
             abort(); /* failures always explain themselves */
         return 0;
     }
-    if (im.w <= 0 || im.h <= 0 || (uint64_t)im.w * (uint64_t)im.h > (1u << 20))
+    if (im.w <= 0 || im.h <= 0 || (uint64_t)im.w * (uint64_t)im.h > (1u << 20) || im.x0 < 0 || im.y0 < 0 ||
+        im.x0 + im.w > im.full_w || im.y0 + im.h > im.full_h || im.stride < (size_t)im.w * 3)
         abort();
     volatile uint8_t sink = 0;
-    size_t n = (size_t)im.w * (size_t)im.h * 3;
-    for (size_t i = 0; i < n; i++)
-        sink ^= im.px[i];
+    for (int y = 0; y < im.h; y++)
+        for (size_t i = 0; i < (size_t)im.w * 3; i++)
+            sink ^= im.px[(size_t)y * im.stride + i];
     (void)sink;
     return 0;
 }

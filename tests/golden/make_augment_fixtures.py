@@ -3,12 +3,12 @@
 
 Regenerate (after `make`):  /usr/bin/python3 tests/golden/make_augment_fixtures.py [BUILD_DIR]
 
-For each chain (SimCLR, SwAV, RotNet, Jigsaw, PIRL, eval) and a few sample indices, this runs
+For each chain (SimCLR, SwAV, RotNet, Jigsaw, PIRL, colorization, eval) and a few sample indices, this runs
 BUILD_DIR/tests/selfsup-test-augtrace on a real photo (cut from Debian's mate-backgrounds),
 which applies the list with selfsup's own random draws and writes down every decision it took
 (crop boxes, flips, jitter order and factors, blur radii, rotations, patch offsets, ...). The
 script then makes the same crops and colour changes with torchvision 0.14's functional API
-and PIL 9.4 — the code VISSL runs — and stores, under tests/golden/fixtures/augment/CHAIN.IDX/:
+and PIL 9.4 (OpenCV 4.6 for ImgPil2LabTensor's bytes) — the code VISSL runs — and stores, under tests/golden/fixtures/augment/CHAIN.IDX/:
   input.npy       the photo, uint8 [H, W, 3]
   transforms.yaml the list (key `t`), seed/epoch/index in params.txt
   trace.txt       the decisions, which the unit test requires to be reproduced exactly
@@ -22,7 +22,9 @@ import shutil
 import subprocess
 import sys
 
+import cv2
 import numpy as np
+import torch
 import torchvision.transforms.functional as F
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torchvision.transforms import InterpolationMode
@@ -57,6 +59,10 @@ CHAINS = {
   - {name: ToTensor}
   - {name: Normalize, %s}
 """ % MEAN_STD,
+    "rotnet7": """t:
+  - {name: RandomResizedCrop, size: 48, scale: [0.5, 1.0]}
+  - {name: ImgRotatePil, num_angles: 7}
+""",
     "jigsaw": """t:
   - {name: Resize, size: 256}
   - {name: RandomHorizontalFlip}
@@ -90,6 +96,11 @@ CHAINS = {
   - {name: RandomCrop, size: 70, pad_if_needed: true, padding_mode: symmetric, indices: [1]}
   - {name: RandomCrop, size: 50, padding: 2, padding_mode: edge, indices: [2]}
 """,
+    "colorization": """t:
+  - {name: RandomResizedCrop, size: 40}
+  - {name: RandomHorizontalFlip}
+  - {name: ImgPil2LabTensor}
+""",
     "eval": """t:
   - {name: Resize, size: 256}
   - {name: CenterCrop, size: 224}
@@ -98,7 +109,10 @@ CHAINS = {
 """ % MEAN_STD,
 }
 INDICES = {"simclr": [3, 8, 21], "swav": [5, 13], "rotnet": [1, 2, 6], "jigsaw": [4, 9], "pirl": [7, 11],
-           "eval": [0], "cifar": [2, 5], "padmodes": [1, 4]}
+           "eval": [0], "cifar": [2, 5], "padmodes": [1, 4], "colorization": [3, 10],
+           "rotnet7": [1, 2, 3, 5, 8]}
+# VISSL's ImgRotatePil angles: torch.linspace(0, 360, num_angles + 1)[:-1] (float32)
+ROT_ANGLES = {n: torch.linspace(0, 360, n + 1)[:-1].tolist() for n in (4, 7)}
 SEED, EPOCH = 7, 2
 
 
@@ -190,8 +204,14 @@ def replay(img, lines, perm_table):
             data[i] = ImageOps.autocontrast(im)
         elif op == "solarize":
             data[i] = ImageOps.solarize(data[i], int(a[0]))
+        elif op == "lab":
+            # ImgPil2LabTensor's 8-bit part (its float step is checked with fixtures/lab)
+            data[i] = cv2.cvtColor(np.ascontiguousarray(np.asarray(data[i])[:, :, ::-1]), cv2.COLOR_BGR2LAB)
         elif op == "rotate":
-            data[i] = F.rotate(data[i], float(a[0]))
+            angle = float(a[0])
+            if not any(angle in angles for angles in ROT_ANGLES.values()):
+                raise SystemExit(f"rotation by {angle!r} is not one of VISSL's angles")
+            data[i] = F.rotate(data[i], angle)
         elif op == "patch":
             x, y, s = map(int, a)
             if name == "ImgPilToPatchesAndImage":

@@ -11,6 +11,13 @@ The samples follow formulas that tests/unit/test_collate.c rebuilds as records:
   label[j] = 100*i + j;  data_valid[k] = -1 for (i, k) == (1, 0) else 1;  data_idx[k] = 10 + i
 The collators below are VISSL's code paths (vissl/data/collators/*.py at v0.1.5), written
 out here so that torch.stack / view / squeeze do the stacking, not our C.
+
+Labels that are rows (a 2-D [N, M] label .npy, np.load(path)[idx] is a row of M values):
+  default_collate_label_rows: label[j] of sample i = int64 row [ROW(i, j, m) for m < M_ROW]
+  with ROW(i, j, m) = (i + 2*j + m) % 3 - 1 (VOC07's {1, 0, -1}); one item [2, 3, 3].
+targets_one_hot_default_collator (fixture dirs targets_one_hot_*): label[0] = [pos, neg] from
+ONE_HOT_CASES below (test_collate.c encodes them as a -1 padded row [pos..., neg...]); one
+item [2, 3, 3] per sample, data_valid / data_idx as above.
 """
 import os
 import numpy as np
@@ -138,6 +145,59 @@ def multicrop_mixup_collator(batch):
     return {"data": [od], "label": [torch.stack(ol)], "data_valid": [torch.stack(ov)], "data_idx": [torch.stack(oi)]}
 
 
+def convert_to_one_hot(pos_lbl, neg_lbl, num_classes):
+    # VISSL 0.1.5 vissl/data/collators/targets_one_hot_default_collator.py: -1 everywhere
+    # (ignore), scatter 1 at the positives, then 0 at the negatives (so negatives win).
+    one_hot_targets = torch.LongTensor(num_classes).zero_() - 1
+    if isinstance(pos_lbl, list) and len(pos_lbl) > 0:
+        assert max(pos_lbl) < num_classes, "Class Index must be less than number of classes"
+        one_hot_targets.scatter_(0, torch.Tensor(pos_lbl).long(), 1)
+    if isinstance(neg_lbl, list) and len(neg_lbl) > 0:
+        assert max(neg_lbl) < num_classes, "Class Index must be less than number of classes"
+        one_hot_targets.scatter_(0, torch.Tensor(neg_lbl).long(), 0)
+    return one_hot_targets.squeeze()
+
+
+def targets_one_hot_default_collator(batch, num_classes):
+    assert num_classes > 0, "num_classes not specified for the collator"
+    assert "data" in batch[0] and "label" in batch[0]
+    assert len(batch[0]["data"]) == 1, "This collator supports only 1 data source."
+    assert len(batch[0]["label"][0]) == 2, "This collator takes positive and negative labels separately."
+    data = torch.stack([x["data"][0] for x in batch])
+    data_valid = torch.stack([torch.tensor(x["data_valid"][0]) for x in batch])
+    data_idx = torch.stack([torch.tensor(x["data_idx"][0]) for x in batch])
+    labels = [x["label"][0] for x in batch]
+    output_labels = []
+    for idx in range(data.shape[0]):
+        output_labels.append(convert_to_one_hot(labels[idx][0], labels[idx][1], num_classes))
+    return {"data": [data], "label": [torch.stack(output_labels)], "data_valid": [data_valid],
+            "data_idx": [data_idx]}
+
+
+# name: (num_classes, [(pos_list, neg_list) per sample]); mirrored in test_collate.c.
+ONE_HOT_CASES = {
+    "targets_one_hot_t20": (12, [([1, 3, 6], [4, 9])]),  # spec T20
+    "targets_one_hot_overlap": (5, [([0, 2], [2]), ([4], [4, 1])]),  # in both lists -> 0
+    "targets_one_hot_batch": (7, [([1, 5], [0]), ([], [2, 3, 6]), ([6], [])]),  # ragged lists
+}
+M_ROW = 3
+
+
+def one_hot_samples(lists):
+    out = []
+    for i, (pos, neg) in enumerate(lists):
+        out.append({"data": [item(i, 0, (2, 3, 3))], "label": [[pos, neg]],
+                    "data_valid": [-1 if i == 1 else 1], "data_idx": [10 + i]})
+    return out
+
+
+def label_row_samples(n_label, n=N):
+    out = samples([(2, 3, 3)], 0, n)
+    for i, s in enumerate(out):
+        s["label"] = [np.array([(i + 2 * j + m) % 3 - 1 for m in range(M_ROW)], np.int64) for j in range(n_label)]
+    return out
+
+
 def flatten(batch):
     out = {}
     for key, val in batch.items():
@@ -161,6 +221,30 @@ CASES = {
 }
 
 
+def save(name, batch):
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    for tname, t in flatten(batch).items():
+        a = t.numpy()
+        if a.dtype in (np.int64, np.uint8, np.bool_, np.float32):
+            np.save(os.path.join(d, tname + ".npy"), a)
+        else:
+            raise SystemExit(f"{name}/{tname}: unexpected dtype {a.dtype}")
+    print(name, sorted(os.listdir(d)))
+
+
+def main_extra():
+    for name, (num_classes, lists) in ONE_HOT_CASES.items():
+        save(name, targets_one_hot_default_collator(one_hot_samples(lists), num_classes))
+    t20 = ONE_HOT_CASES["targets_one_hot_t20"]
+    got = targets_one_hot_default_collator(one_hot_samples(t20[1]), t20[0])["label"][0][0].tolist()
+    assert got == [-1, 1, -1, 1, 0, -1, 1, -1, -1, 0, -1, -1], got  # the spec's T20
+    batch = default_collate(label_row_samples(2))
+    save("default_collate_label_rows", {k: list(v) for k, v in batch.items()})
+
+
 def main():
     for name, (fn, shapes, n_label) in CASES.items():
         d = os.path.join(OUT, name)
@@ -177,6 +261,7 @@ def main():
             else:
                 raise SystemExit(f"{name}/{tname}: unexpected dtype {a.dtype}")
         print(name, sorted(os.listdir(d)))
+    main_extra()
 
 
 if __name__ == "__main__":

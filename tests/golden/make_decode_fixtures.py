@@ -7,6 +7,8 @@ Writes to tests/golden/fixtures/decode/:
                           progressive and grayscale JPEGs;
   *.npy                   np.asarray(Image.open(p).convert("RGB")) for each of those and for
                           every file of tests/data/broken/ that PIL can open (broken_NAME_EXT.npy);
+  draft_NAME_VARIANT_M.npy  the photo decoded after Image.draft("RGB", (M, M)): libjpeg's
+                          DCT-domain downscaling by 1/2, 1/4 or 1/8;
   MANIFEST.tsv            one line per tests/data/broken/ file: name, what selfsup must do
                           (valid | invalid), and what PIL said.
 A file PIL opens but selfsup does not decode (GIF, BMP...) is expected invalid: selfsup reads
@@ -68,10 +70,27 @@ def broken():
         f.write("\n".join(lines) + "\n")
 
 
+# DCT-domain downscaling (selfsup-decode --dct-downscale MIN): PIL's Image.draft("RGB",
+# (MIN, MIN)) picks the same 1/2, 1/4 or 1/8 scale and libjpeg decodes at it.
+DRAFT_MINS = [40, 20, 10, 6]
+
+
+def drafts():
+    for name in PHOTOS:
+        for variant in VARIANTS:
+            path = os.path.join(OUT, f"photo_{name}_{variant}.jpg")
+            for m in DRAFT_MINS:
+                with Image.open(path) as im:
+                    im.draft("RGB", (m, m))
+                    px = np.asarray(im.convert("RGB"))
+                np.save(os.path.join(OUT, f"draft_{name}_{variant}_{m}.npy"), px)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     photos()
     broken()
+    drafts()
     print("wrote", len(os.listdir(OUT)), "files to", OUT)
 
 

@@ -9,6 +9,9 @@ The files land in tests/golden/fixtures/img_resample/ and are committed; CI only
 Inputs, cut from real photos (/usr/share/backgrounds/mate/nature/), saved as uint8 HWC (h, w, c):
     in_0.npy  97x71 RGB      in_1.npy  160x120 RGB     in_2.npy  64x64 RGB (square)
     in_3.npy  83x61 L        in_4.npy  48x48 L (square)
+and, for the rotations only (rotate_inputs): in_5 .. in_8 noise 1x1 RGB, 2x3 RGB, 3x2 L, 5x5 L;
+in_9 23x17 RGB and in_10 16x16 RGB photo crops; in_11 33000x1 L noise (beyond affine_fixed's
+range); in_12 31x47 RGB photo crop.
 L images are stored with an explicit channel axis (h, w, 1), as every output is.
 
 Case tables (int32, one row per case) say what the C side must do; the expected output of case i
@@ -17,12 +20,17 @@ of table T is T_i.npy:
                 filter is PIL's number (0 NEAREST, 2 BILINEAR, 3 BICUBIC); a view smaller than
                 the image is torchvision F.resized_crop (= PIL crop then resize)
     crop.npy    [input, x0, y0, w, h]                       img_crop_padded (CenterCrop padding)
-    rotate.npy  [input, angle]                              img_rotate (F.rotate, NEAREST)
+    rotate.npy  [input, angle, path]  float64               img_rotate (F.rotate, NEAREST);
+                path is the one PIL takes: 0 transpose/copy, 1 ImagingScaleAffine,
+                2 affine_fixed, 3 ImagingTransformAffine's float walk
+    rotate_linspace.npy  float64 (40, 41): row n-1 is torch.linspace(0, 360, n + 1) (float32
+                values, as ImgRotatePil computes its angles), NaN padded
     flip.npy    [input]                                     img_flip_lr (F.hflip)
     gray.npy    [input]       gray_i.npy = convert("L"), gray3_i.npy = rgb_to_grayscale(img, 3)
     tofloat.npy [input]       tofloat_i.npy = Normalize(mean_i, std_i)(ToTensor()(img)), float32
                 CHW; tofloat_mean_i.npy / tofloat_std_i.npy hold mean and std (float32)
 """
+import math
 import os
 
 import numpy as np
@@ -112,6 +120,94 @@ def resize_cases(ims):
     return rows, outs
 
 
+def noise_image(w, h, mode, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 256, (h, w, 3 if mode == "RGB" else 1), dtype=np.uint8)
+    return Image.fromarray(a if mode == "RGB" else a[:, :, 0], mode)
+
+
+def rotate_inputs():
+    """in_5 .. in_12, used by the rotations only: tiny noise images, small photo crops (odd
+    sizes, square and not) and one 33000x1 row, wide enough that PIL leaves affine_fixed's
+    16.16 range for its float walk."""
+    return [
+        noise_image(1, 1, "RGB", 5),
+        noise_image(2, 3, "RGB", 6),
+        noise_image(3, 2, "L", 7),
+        noise_image(5, 5, "L", 8),
+        cut("Garden.jpg", (900, 500, 900 + 230, 500 + 170), (23, 17), "RGB"),
+        cut("LadyBird.jpg", (700, 450, 700 + 160, 450 + 160), (16, 16), "RGB"),
+        noise_image(33000, 1, "L", 11),
+        cut("RainDrops.jpg", (300, 100, 300 + 155, 100 + 235), (31, 47), "RGB"),
+    ]
+
+
+def pil_rotate_path(size, angle):
+    """Which path PIL 9.4's Image.rotate(angle, NEAREST) takes (0 transpose or copy, 1
+    ImagingScaleAffine, 2 affine_fixed, 3 the float walk), by its own arithmetic."""
+    w, h = size
+    angle = angle % 360.0
+    if angle in (0, 180) or (angle in (90, 270) and w == h):
+        return 0
+    t = -math.radians(angle)
+    a = [round(math.cos(t), 15), round(math.sin(t), 15), 0.0,
+         round(-math.sin(t), 15), round(math.cos(t), 15), 0.0]
+    a[2], a[5] = a[0] * -(w / 2.0) + a[1] * -(h / 2.0) + a[2], \
+        a[3] * -(w / 2.0) + a[4] * -(h / 2.0) + a[5]
+    a[2] += w / 2.0
+    a[5] += h / 2.0
+    if a[1] == 0 and a[3] == 0:
+        return 1
+    fits = all(abs(x * a[0] + y * a[1] + a[2]) < 32768.0 and
+               abs(x * a[3] + y * a[4] + a[5]) < 32768.0
+               for x, y in ((0, 0), (w, h), (0, h), (w, 0)))
+    return 2 if fits else 3
+
+
+def rotate_cases(ims):
+    """Rows [input, angle, path] (float64; path as pil_rotate_path says, for the test to
+    check that every path is covered)."""
+    seven = float(np.linspace(0, 360, 8)[1])     # 51.42857142857143
+    seven_t = torch.linspace(0, 360, 8)[1:].tolist()  # ImgRotatePil's own angles (float32)
+    rng = np.random.default_rng(2023)
+    rand = [float(v) for v in rng.uniform(-400.0, 400.0, 3)]
+    main = [45.0, 120.0, seven, 240.0, 300.0, 10.5, -30.0, 359.9] + rand
+    edge = [90.0, 270.0, -90.0, 360.0, 720.0, 450.0,
+            1e-14,          # sine rounds to 0 at 15 digits: ImagingScaleAffine, identity
+            180.0 + 1e-13,  # the same about 180
+            -1e-20,         # -1e-20 % 360.0 == 360.0: the affine path, not the copy
+            89.99999999999999, 135.0, 225.0, 315.0] + seven_t
+    rows = [[i, a] for i in (0, 2, 3, 4) for a in (0.0, 90.0, 180.0, 270.0)]
+    for i in (5, 6, 7, 8):                  # tiny noise: everything
+        rows += [[i, a] for a in main + edge]
+    for i in (9, 10):                       # small photos: all but the repeats
+        rows += [[i, a] for a in main + edge[:3] + edge[6:9] + seven_t[:2]]
+    rows += [[12, a] for a in main[:6]]      # 31x47 RGB photo (tall)
+    rows += [[3, a] for a in main[:4] + rand[:2]]   # 83x61 L photo
+    rows += [[4, a] for a in main[:4] + rand[:2]]   # 48x48 L photo (square)
+    rows += [[0, 45.0]]                     # 97x71 RGB photo
+    rows += [[11, 0.002], [11, 180.3]]      # 33000x1: the float walk, both directions
+    out = [[float(i), float(a), float(pil_rotate_path(ims[i].size, a))] for i, a in rows]
+    for i, a, p in out:
+        # F.rotate is Image.rotate(angle, NEAREST, expand=False, fillcolor=0)
+        im = ims[int(i)]
+        assert np.array_equal(hwc(F.rotate(im, a)),
+                              hwc(im.rotate(a, Image.Resampling.NEAREST, fillcolor=0))), (i, a)
+    paths = {p for _, _, p in out}
+    assert paths == {0.0, 1.0, 2.0, 3.0}, paths
+    assert all(p == 3 for i, _, p in out if i == 11)
+    return out
+
+
+def linspace_table():
+    """torch.linspace(0, 360, n + 1) for n = 1..40 (ImgRotatePil's angles, float32 widened to
+    float64 as .tolist() does), row n - 1, padded with NaN."""
+    t = np.full((40, 41), np.nan)
+    for n in range(1, 41):
+        t[n - 1, :n + 1] = torch.linspace(0, 360, n + 1).tolist()
+    return t
+
+
 def center_crop_box(img, cw, ch):
     """The (x0, y0) of the PIL crop box that equals torchvision CenterCrop((ch, cw)), padding
     included: a side that is padded starts at -pad_left, else at round((size - crop) / 2)."""
@@ -147,7 +243,7 @@ def main():
     for f in os.listdir(OUT):
         if f.endswith(".npy"):
             os.remove(os.path.join(OUT, f))
-    ims = inputs()
+    ims = inputs() + rotate_inputs()
     for i, im in enumerate(ims):
         save(f"in_{i}.npy", hwc(im))
 
@@ -161,10 +257,11 @@ def main():
     for k, o in enumerate(outs):
         save(f"crop_{k}.npy", o)
 
-    rows = [[i, a] for i in (0, 2, 3, 4) for a in (0, 90, 180, 270)]
-    save("rotate.npy", np.array(rows, np.int32))
-    for k, (i, a) in enumerate(rows):
-        save(f"rotate_{k}.npy", hwc(F.rotate(ims[i], a)))
+    rows = rotate_cases(ims)
+    save("rotate.npy", np.array(rows, np.float64))
+    for k, (i, a, _) in enumerate(rows):
+        save(f"rotate_{k}.npy", hwc(F.rotate(ims[int(i)], a)))
+    save("rotate_linspace.npy", linspace_table())
 
     rows = [[0], [2], [3]]
     save("flip.npy", np.array(rows, np.int32))

@@ -13,6 +13,9 @@
 #include "augment/transforms.h"
 #include "config.h"
 #include "npy.h"
+#include "record.h"
+
+#include "test_util.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -383,7 +386,7 @@ Test(augment, bad_lists_are_refused_with_their_position)
             "total_num_crops");
     refused("t:\n  - {name: Normalize, mean: [0, 0, 0], std: [1, 1, 1]}\n", "ToTensor");
     refused("t:\n  - {name: ToTensor}\n  - {name: ColorJitter, brightness: 0.4}\n", "after ToTensor");
-    refused("t:\n  - {name: ImgRotatePil, num_angles: 8}\n", "90");
+    refused("t:\n  - {name: ImgRotatePil, num_angles: 0}\n", "num_angles");
     refused("t:\n  - {name: ShuffleImgPatches, perm_file: \"https://example.invalid/p.npy\"}\n", "never downloads");
     refused("t:\n  - {name: ColorJitter, hue: 0.7}\n", "hue");
     refused("t:\n  - {name: RandomCrop, size: 8, padding: 2, padding_mode: wrap}\n", "padding_mode");
@@ -445,5 +448,251 @@ Test(augment, borrowed_pixels_are_never_written_and_give_the_same_crops)
     aug_sample_clear(&a);
     aug_sample_clear(&b);
     img_free(&src);
+    aug_pipeline_free(p);
+}
+
+/* ---- crop windows (selfsup-decode --crop) --------------------------------------------------- */
+
+/* A w x h image of pseudo-random bytes: any pixel read from the wrong place shows. */
+static img_u8 noise_image(int w, int h, uint32_t seed)
+{
+    img_u8 im = img_alloc(w, h, 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w * 3; x++) {
+            seed = seed * 1664525u + 1013904223u;
+            im.px[(size_t)y * im.stride + (size_t)x] = (uint8_t)(seed >> 24);
+        }
+    return im;
+}
+
+/* For many samples: aug_pipeline_roi's box of the image, then the transforms on that window
+ * alone must give the bytes they give on the whole image. Returns how many samples had a box
+ * smaller than the image (so the test is not vacuous). */
+static int windows_match_whole(const char *yaml, int w, int h)
+{
+    aug_pipeline *p = build_ok(yaml);
+    img_u8 full = noise_image(w, h, 7);
+    int smaller = 0;
+    for (uint64_t idx = 0; idx < 40; idx++) {
+        int box[4];
+        aug_pipeline_roi(p, 11, 2, idx, w, h, box);
+        cr_assert(box[0] >= 0 && box[1] >= 0 && box[2] <= w && box[3] <= h && box[0] < box[2] && box[1] < box[3],
+                  "sample %llu: box %d,%d,%d,%d outside %dx%d", (unsigned long long)idx, box[0], box[1], box[2], box[3], w,
+                  h);
+        smaller += (box[2] - box[0]) * (box[3] - box[1]) < w * h;
+        img_u8 win = img_view(&full, box[0], box[1], box[2] - box[0], box[3] - box[1]);
+        int64_t label = 3, valid = 1, index = (int64_t)idx;
+        aug_sample a = {0}, b = {0};
+        aug_sample_borrow(&a, &full, 1, &label, 1, &valid, &index);
+        aug_sample_borrow(&b, &win, 1, &label, 1, &valid, &index);
+        aug_sample_set_window(&b, 0, box[0], box[1], w, h);
+        char err[512];
+        cr_assert_eq(aug_apply(p, &a, 11, 2, idx, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(aug_apply(p, &b, 11, 2, idx, err, sizeof err), 0, "sample %llu: %s", (unsigned long long)idx, err);
+        cr_assert_eq(a.n, b.n);
+        cr_assert_eq(a.n_label, b.n_label);
+        for (int k = 0; k < a.n; k++) {
+            cr_assert(same_pixels(&a.items[k].im, &b.items[k].im), "sample %llu item %d differs from the whole image's",
+                      (unsigned long long)idx, k);
+            cr_assert_eq(b.items[k].full_w, 0, "item %d is still a window", k);
+        }
+        cr_assert_arr_eq(a.label, b.label, sizeof *a.label * (size_t)a.n_label);
+        aug_sample_clear(&a);
+        aug_sample_clear(&b);
+    }
+    img_free(&full);
+    aug_pipeline_free(p);
+    return smaller;
+}
+
+Test(augment, crop_windows_give_the_bytes_of_the_whole_image)
+{
+    /* SimCLR */
+    cr_assert_gt(windows_match_whole("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
+                                     "  - {name: RandomResizedCrop, size: 24}\n"
+                                     "  - {name: RandomHorizontalFlip, p: 0.5}\n"
+                                     "  - {name: ImgPilColorDistortion, strength: 1.0}\n"
+                                     "  - {name: ImgPilGaussianBlur, p: 0.5, radius_min: 0.1, radius_max: 2.0}\n"
+                                     "  - {name: ToTensor}\n",
+                                     61, 47),
+                 20);
+    /* SwAV */
+    cr_assert_gt(windows_match_whole("t:\n  - name: ImgPilToMultiCrop\n    total_num_crops: 5\n    num_crops: [2, 3]\n"
+                                     "    size_crops: [20, 8]\n    crop_scales: [[0.14, 1], [0.05, 0.14]]\n"
+                                     "  - {name: RandomHorizontalFlip, p: 0.5}\n"
+                                     "  - {name: ImgPilColorDistortion, strength: 1.0}\n",
+                                     58, 73),
+                 10);
+    /* PIRL: an image crop and a crop for the patches */
+    cr_assert_gt(windows_match_whole("t:\n  - {name: ImgPilToPatchesAndImage, crop_scale_image: [0.08, 1.0],"
+                                     " crop_size_image: 16, crop_scale_patches: [0.6, 1.0], crop_size_patches: 75,"
+                                     " permute_patches: true, num_patches: 9}\n",
+                                     64, 48),
+                 10);
+    /* a crop straight away, and a second one on a copy (boxes from a cropped item are not
+     * the window's business) */
+    cr_assert_gt(windows_match_whole("t:\n  - {name: RandomResizedCrop, size: 16, scale: [0.2, 0.5]}\n"
+                                     "  - {name: ImgReplicatePil, num_times: 2}\n"
+                                     "  - {name: RandomResizedCrop, size: 8, indices: [1]}\n",
+                                     50, 50),
+                 30);
+}
+
+static bool roi_is_whole(const char *yaml, int w, int h)
+{
+    aug_pipeline *p = build_ok(yaml);
+    bool whole = true;
+    for (uint64_t idx = 0; idx < 10; idx++) {
+        int box[4];
+        aug_pipeline_roi(p, 1, 0, idx, w, h, box);
+        whole = whole && box[0] == 0 && box[1] == 0 && box[2] == w && box[3] == h;
+    }
+    aug_pipeline_free(p);
+    return whole;
+}
+
+Test(augment, roi_is_the_whole_image_when_a_transform_needs_it)
+{
+    cr_assert(roi_is_whole("t:\n  - {name: Resize, size: 32}\n  - {name: CenterCrop, size: 24}\n", 60, 50));
+    cr_assert(roi_is_whole("t:\n  - {name: RandomHorizontalFlip, p: 0.5}\n  - {name: RandomResizedCrop, size: 8}\n",
+                           60, 50));
+    cr_assert(roi_is_whole("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
+                           "  - {name: RandomResizedCrop, size: 8, indices: [0]}\n",
+                           60, 50),
+              "copy 1 is never cropped: it needs all of the image");
+    cr_assert(roi_is_whole("t:\n  - {name: ToTensor}\n", 60, 50));
+    cr_assert(!roi_is_whole("t:\n  - {name: RandomResizedCrop, size: 8, scale: [0.1, 0.2]}\n"
+                            "  - {name: RandomHorizontalFlip, p: 0.5}\n",
+                            60, 50));
+}
+
+Test(augment, a_window_the_crops_leave_is_an_error_not_wrong_pixels)
+{
+    aug_pipeline *p = build_ok("t:\n  - {name: RandomResizedCrop, size: 8, scale: [0.1, 0.2]}\n");
+    img_u8 full = noise_image(80, 60, 3);
+    int box[4];
+    aug_pipeline_roi(p, 1, 0, 5, 80, 60, box); /* the box of another seed than the run's */
+    img_u8 win = img_view(&full, box[0], box[1], box[2] - box[0], box[3] - box[1]);
+    int64_t label = 0, valid = 1, idx = 5;
+    aug_sample s = {0};
+    aug_sample_borrow(&s, &win, 1, &label, 1, &valid, &idx);
+    aug_sample_set_window(&s, 0, box[0], box[1], 80, 60);
+    char err[512] = "";
+    cr_assert_eq(aug_apply(p, &s, 2, 0, 5, err, sizeof err), -1, "a crop outside the window went through");
+    cr_assert(strstr(err, "leaves the decoded window"), "%s", err);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+    p = build_ok("t:\n  - {name: Resize, size: 8}\n");
+    aug_sample_borrow(&s, &win, 1, &label, 1, &valid, &idx);
+    aug_sample_set_window(&s, 0, box[0], box[1], 80, 60);
+    cr_assert_eq(aug_apply(p, &s, 1, 0, 5, err, sizeof err), -1);
+    cr_assert(strstr(err, "needs the whole image"), "%s", err);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+    img_free(&full);
+}
+
+/* ---- ImgPil2LabTensor ------------------------------------------------------------------------ */
+
+/* The tensor VISSL hands over after cvtColor: L * (100/255) - 50, a - 128, b - 128 in numpy's
+ * float32 arithmetic, CHW (fixtures/lab/float_*.npy, from VISSL's code run by numpy), written
+ * as float32 whether or not the stage runs with --float. */
+Test(augment, lab_tensor_is_vissls_float_arithmetic)
+{
+    npy_array in, want;
+    char *err = NULL, *pin = test_fixture("lab", "float_input.npy"), *pwant = test_fixture("lab", "float_expected.npy");
+    cr_assert_eq(npy_read(pin, &in, &err), 0, "%s", err);
+    cr_assert_eq(npy_read(pwant, &want, &err), 0, "%s", err);
+    int w = (int)in.shape[1];
+    img_u8 im = img_alloc(w, 1, 3);
+    memcpy(im.px, in.data, in.nbytes);
+    int64_t label = 0, valid = 1, idx = 0;
+    aug_sample s = {0};
+    aug_sample_init(&s, &im, 1, &label, 1, &valid, &idx);
+    s.items[0].lab = true; /* as if ImgPil2LabTensor had made these bytes */
+    aug_normalize none = {0};
+    for (int to_float = 0; to_float < 2; to_float++) {
+        size_t cap = 1 << 16;
+        void *buf = aligned_alloc(64, cap);
+        rec_writer wr;
+        cr_assert_eq(rec_writer_init(&wr, buf, cap, REC_DATA, 0, 0, aug_sample_tensors(&s)), 0);
+        cr_assert_eq(aug_sample_write(&s, &none, to_float, &wr), 0);
+        size_t len = rec_finish(&wr);
+        rec_view v;
+        cr_assert(len && rec_parse(buf, len, &v, &err) == 0);
+        int t = rec_find(&v, "data.0");
+        cr_assert(t >= 0 && v.tensors[t].dtype == REC_F32 && v.tensors[t].ndim == 3 && v.tensors[t].shape[0] == 3 &&
+                  v.tensors[t].shape[1] == 1 && v.tensors[t].shape[2] == (uint64_t)w);
+        cr_assert_arr_eq(rec_data(&v, t), want.data, want.nbytes, "Lab floats differ from VISSL's");
+        free(buf);
+    }
+    aug_sample_clear(&s);
+    npy_close(&in), npy_close(&want);
+    free(pin), free(pwant);
+    /* the spec's T26: white is (50, 0, 0) after OpenCV's (255, 128, 128) */
+    aug_pipeline *p = build_ok("t:\n  - {name: ImgPil2LabTensor}\n");
+    one_sample(&s, 2, 2, 0, 0);
+    memset(s.items[0].im.px, 255, s.items[0].im.stride * 2);
+    run_ok(p, &s, 0, 0);
+    const uint8_t *px = s.items[0].im.px;
+    cr_assert(s.items[0].lab && px[0] == 255 && px[1] == 128 && px[2] == 128, "white: %d %d %d", px[0], px[1], px[2]);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+Test(augment, lab_must_come_last_and_on_images)
+{
+    cfg_err err;
+    cr_assert_null(build("t:\n  - {name: ImgPil2LabTensor}\n  - {name: RandomHorizontalFlip}\n", &err));
+    cr_assert(strstr(err.msg, "after ImgPil2LabTensor"), "%s", err.msg);
+    cr_assert_null(build("t:\n  - {name: ToTensor}\n  - {name: ImgPil2LabTensor}\n", &err));
+    cr_assert(strstr(err.msg, "needs a PIL image"), "%s", err.msg);
+    aug_pipeline *p = build_ok("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
+                               "  - {name: ImgPil2LabTensor, indices: [1]}\n");
+    aug_sample s = {0};
+    one_sample(&s, 5, 4, 0, 0);
+    run_ok(p, &s, 0, 0);
+    cr_assert(!s.items[0].lab && s.items[1].lab, "indices: only item 1 becomes Lab");
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+}
+
+/* ---- labels that are rows (a 2-D label .npy) ---------------------------------------------- */
+
+Test(augment, label_rows_are_replicated_whole_and_written_as_a_matrix)
+{
+    aug_pipeline *p = build_ok("t:\n  - {name: ImgReplicatePil, num_times: 3}\n  - {name: RandomHorizontalFlip}\n");
+    aug_sample s = {0};
+    one_sample(&s, 6, 5, 0, 4);
+    const int64_t row[4] = {2, 7, -1, 5};
+    aug_sample_set_labels(&s, row, 1, 4);
+    run_ok(p, &s, 1, 0);
+    cr_assert_eq(s.n, 3);
+    cr_assert_eq(s.n_label, 3);
+    for (int k = 0; k < 3; k++)
+        cr_assert_arr_eq(s.label + 4 * k, row, sizeof row, "copy %d's label row", k);
+    size_t cap = 1 << 16;
+    void *buf = aligned_alloc(64, cap);
+    rec_writer w;
+    cr_assert_eq(rec_writer_init(&w, buf, cap, REC_DATA, 0, 0, aug_sample_tensors(&s)), 0);
+    aug_normalize none = {0};
+    cr_assert_eq(aug_sample_write(&s, &none, false, &w), 0);
+    rec_view v;
+    char *err = NULL;
+    size_t len = rec_finish(&w);
+    cr_assert(len && rec_parse(buf, len, &v, &err) == 0);
+    int t = rec_find(&v, "label");
+    cr_assert(t >= 0 && v.tensors[t].ndim == 2 && v.tensors[t].shape[0] == 3 && v.tensors[t].shape[1] == 4);
+    free(buf);
+    aug_sample_clear(&s);
+    aug_pipeline_free(p);
+    /* ImgRotatePil sets the last label to a number: not a row */
+    p = build_ok("t:\n  - {name: ImgRotatePil}\n");
+    one_sample(&s, 6, 6, 0, 4);
+    aug_sample_set_labels(&s, row, 1, 4);
+    char msg[256];
+    cr_assert_eq(aug_apply(p, &s, 1, 0, 4, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "rows of 4"), "%s", msg);
+    aug_sample_clear(&s);
     aug_pipeline_free(p);
 }

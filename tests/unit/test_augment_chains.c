@@ -156,3 +156,22 @@ Test(augment_chains, random_crop_padding_modes)
     check_chain("padmodes", 1);
     check_chain("padmodes", 4);
 }
+
+/* ImgPil2LabTensor after a crop and a flip: OpenCV's Lab bytes (the float step is
+ * test_augment.c's lab_tensor_is_vissls_float_arithmetic). */
+Test(augment_chains, colorization)
+{
+    check_chain("colorization", 3);
+    check_chain("colorization", 10);
+}
+
+/* ImgRotatePil(num_angles=7): angles of 51.43 degrees and its multiples, PIL's affine
+ * nearest-neighbour rotation with black corners. */
+Test(augment_chains, rotnet_seven_angles)
+{
+    check_chain("rotnet7", 1);
+    check_chain("rotnet7", 2);
+    check_chain("rotnet7", 3);
+    check_chain("rotnet7", 5);
+    check_chain("rotnet7", 8);
+}

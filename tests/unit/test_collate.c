@@ -32,8 +32,22 @@ typedef struct {
     int t, h, w; /* t = 0: an image [h, w, 3]; t > 0: towers [t, h, w, 3] */
 } item_shape;
 
+/* One sample record with the given label tensor (int64, label_ndim dims). */
+static void make_sample_labels(void *buf, int i, const item_shape *shapes, int k_items, const int64_t *label,
+                               int label_ndim, const uint64_t *label_shape, rec_view *view);
+
 /* One sample record, as make_collate_fixtures.py's samples() builds it. */
 static void make_sample(void *buf, int i, const item_shape *shapes, int k_items, int n_label, rec_view *view)
+{
+    int64_t label[8];
+    for (int j = 0; j < n_label; j++)
+        label[j] = 100 * i + j;
+    uint64_t nl = (uint64_t)n_label;
+    make_sample_labels(buf, i, shapes, k_items, label, 1, &nl, view);
+}
+
+static void make_sample_labels(void *buf, int i, const item_shape *shapes, int k_items, const int64_t *label,
+                               int label_ndim, const uint64_t *label_shape, rec_view *view)
 {
     rec_writer w;
     cr_assert_eq(rec_writer_init(&w, buf, CAP, REC_DATA, (uint64_t)i, 0, (uint32_t)k_items + 4), 0);
@@ -51,13 +65,11 @@ static void make_sample(void *buf, int i, const item_shape *shapes, int k_items,
                     for (int c = 0; c < 3; c++)
                         *p++ = (uint8_t)((i * 37 + k * 11 + y * 5 + x * 3 + c + t * 7) % 256);
     }
-    int64_t label[8], valid[8], idx[8];
-    for (int j = 0; j < n_label; j++)
-        label[j] = 100 * i + j;
+    int64_t valid[8], idx[8];
     for (int k = 0; k < k_items; k++)
         valid[k] = (i == 1 && k == 0) ? -1 : 1, idx[k] = 10 + i;
-    uint64_t nl = (uint64_t)n_label, nk = (uint64_t)k_items;
-    cr_assert_eq(rec_add_copy(&w, "label", REC_I64, 1, &nl, label), 0);
+    uint64_t nk = (uint64_t)k_items;
+    cr_assert_eq(rec_add_copy(&w, "label", REC_I64, label_ndim, label_shape, label), 0);
     cr_assert_eq(rec_add_copy(&w, "data_valid", REC_I64, 1, &nk, valid), 0);
     cr_assert_eq(rec_add_copy(&w, "data_idx", REC_I64, 1, &nk, idx), 0);
     /* ToTensor + Normalize left pending, as selfsup-augment writes it (only mixup reads it;
@@ -83,20 +95,20 @@ static int rec_dtype_of(npy_dtype d)
     return d == NPY_U1 ? REC_U8 : d == NPY_I8 ? REC_I64 : d == NPY_B1 ? REC_BOOL : d == NPY_F4 ? REC_F32 : -1;
 }
 
-/* Collate the case and compare every tensor with the fixture directory. */
-static void check_case(const char *collator, const item_shape *shapes, int k_items, int n_label, int n)
+static uint8_t bufs[4][CAP] __attribute__((aligned(64)));
+
+/* Collate samples[0..n) with `collator` and compare every tensor with the fixture directory
+ * collate/<fixture>. */
+static void check_samples(const char *collator, const char *fixture, const rec_view *samples, int n,
+                          const collate_options *opt)
 {
-    static uint8_t bufs[4][CAP] __attribute__((aligned(64)));
     static uint8_t out[CAP] __attribute__((aligned(64)));
-    rec_view samples[4];
-    for (int i = 0; i < n; i++)
-        make_sample(bufs[i], i, shapes, k_items, n_label, &samples[i]);
     collate_kind kind;
     char why[256];
     cr_assert_eq(collate_from_name(collator, &kind, why, sizeof why), 0, "%s", why);
     rec_writer w;
     cr_assert_eq(rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, collate_max_tensors(kind, &samples[0])), 0);
-    cr_assert_eq(collate_batch(kind, samples, n, &(collate_options){.mixup_lambda = MIXUP_LAMBDA}, &w, why, sizeof why), 0, "%s: %s", collator, why);
+    cr_assert_eq(collate_batch(kind, samples, n, opt, &w, why, sizeof why), 0, "%s: %s", collator, why);
     size_t len = rec_finish(&w);
     cr_assert(len > 0, "%s: %s", collator, w.error);
     rec_view batch;
@@ -104,7 +116,7 @@ static void check_case(const char *collator, const item_shape *shapes, int k_ite
     cr_assert_eq(rec_parse(out, len, &batch, &err), 0, "%s", err);
 
     char rel[128];
-    snprintf(rel, sizeof rel, "collate/%s", collator);
+    snprintf(rel, sizeof rel, "collate/%s", fixture);
     char *dir = test_fixture(rel, "");
     DIR *d = opendir(dir);
     cr_assert(d, "no fixture directory %s", dir);
@@ -138,6 +150,15 @@ static void check_case(const char *collator, const item_shape *shapes, int k_ite
     cr_assert_eq((uint32_t)files + (uint32_t)extra, batch.hdr->n_tensors, "%s: %u tensors, torch has %d", collator, batch.hdr->n_tensors,
                  files);
     free(dir);
+}
+
+/* Collate the case of make_collate_fixtures.py's CASES and compare with its fixture. */
+static void check_case(const char *collator, const item_shape *shapes, int k_items, int n_label, int n)
+{
+    rec_view samples[4];
+    for (int i = 0; i < n; i++)
+        make_sample(bufs[i], i, shapes, k_items, n_label, &samples[i]);
+    check_samples(collator, collator, samples, n, &(collate_options){.mixup_lambda = MIXUP_LAMBDA});
 }
 
 Test(collate, default_collate_matches_torch)
@@ -222,6 +243,212 @@ Test(collate, mismatched_samples_and_unknown_names_are_refused)
     rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, 16);
     cr_assert_neq(collate_batch(COLLATE_SIMCLR, v, 2, &(collate_options){0}, &w, why, sizeof why), 0);
     cr_assert(strstr(why, "label"), "%s", why);
+}
+
+/* ---- labels that are rows, targets_one_hot_default_collator -------------------------------- */
+
+#define M_ROW 3 /* make_collate_fixtures.py's M_ROW */
+
+Test(collate, default_collate_stacks_label_rows_as_torch)
+{
+    /* Two label sources, each a row of M_ROW values (a 2-D label .npy): label.j is [N, M]. */
+    item_shape s[] = {{0, 2, 3}};
+    rec_view v[N];
+    for (int i = 0; i < N; i++) {
+        int64_t rows[2 * M_ROW];
+        for (int j = 0; j < 2; j++)
+            for (int m = 0; m < M_ROW; m++)
+                rows[j * M_ROW + m] = (i + 2 * j + m) % 3 - 1;
+        uint64_t shape[2] = {2, M_ROW};
+        make_sample_labels(bufs[i], i, s, 1, rows, 2, shape, &v[i]);
+    }
+    check_samples("default_collate", "default_collate_label_rows", v, N, &(collate_options){0});
+}
+
+/* A sample of the one-hot cases: one item [2, 3, 3], label [1, 2K] = pos then neg, -1 padded. */
+static void one_hot_sample(int i, const int *pos, int npos, const int *neg, int nneg, int k, rec_view *v)
+{
+    item_shape s[] = {{0, 2, 3}};
+    int64_t row[16];
+    cr_assert(2 * k <= 16 && npos <= k && nneg <= k);
+    for (int e = 0; e < 2 * k; e++)
+        row[e] = -1;
+    for (int e = 0; e < npos; e++)
+        row[e] = pos[e];
+    for (int e = 0; e < nneg; e++)
+        row[k + e] = neg[e];
+    uint64_t shape[2] = {1, (uint64_t)(2 * k)};
+    make_sample_labels(bufs[i], i, s, 1, row, 2, shape, v);
+}
+
+Test(collate, targets_one_hot_T20)
+{
+    /* spec T20: num_classes 12, pos [1, 3, 6], neg [4, 9] -> [-1,1,-1,1,0,-1,1,-1,-1,0,-1,-1]
+     * (the fixture holds that row; the generator asserts it against the spec's list). */
+    rec_view v[1];
+    one_hot_sample(0, (const int[]){1, 3, 6}, 3, (const int[]){4, 9}, 2, 3, &v[0]);
+    check_samples("targets_one_hot_default_collator", "targets_one_hot_t20", v, 1,
+                  &(collate_options){.num_classes = 12});
+}
+
+Test(collate, targets_one_hot_negatives_override_positives)
+{
+    rec_view v[2];
+    one_hot_sample(0, (const int[]){0, 2}, 2, (const int[]){2}, 1, 2, &v[0]);
+    one_hot_sample(1, (const int[]){4}, 1, (const int[]){4, 1}, 2, 2, &v[1]);
+    check_samples("targets_one_hot_default_collator", "targets_one_hot_overlap", v, 2,
+                  &(collate_options){.num_classes = 5});
+}
+
+Test(collate, targets_one_hot_batch_of_ragged_lists)
+{
+    rec_view v[3];
+    one_hot_sample(0, (const int[]){1, 5}, 2, (const int[]){0}, 1, 3, &v[0]);
+    one_hot_sample(1, NULL, 0, (const int[]){2, 3, 6}, 3, 3, &v[1]);
+    one_hot_sample(2, (const int[]){6}, 1, NULL, 0, 3, &v[2]);
+    check_samples("targets_one_hot_default_collator", "targets_one_hot_batch", v, 3,
+                  &(collate_options){.num_classes = 7});
+}
+
+/* collate_batch must fail with `why` containing `needle`. */
+static void expect_refusal(collate_kind kind, const rec_view *v, int n, const collate_options *opt, const char *needle)
+{
+    static uint8_t out[CAP] __attribute__((aligned(64)));
+    rec_writer w;
+    char why[512] = "";
+    cr_assert_eq(rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, 16), 0);
+    cr_assert_neq(collate_batch(kind, v, n, opt, &w, why, sizeof why), 0, "accepted (wanted '%s')", needle);
+    cr_assert(strstr(why, needle), "'%s' lacks '%s'", why, needle);
+}
+
+Test(collate, targets_one_hot_refusals)
+{
+    rec_view v[2];
+    const collate_options twelve = {.num_classes = 12};
+    /* an index >= num_classes (VISSL's assert), in either list */
+    one_hot_sample(0, (const int[]){1, 12}, 2, NULL, 0, 2, &v[0]);
+    expect_refusal(COLLATE_ONE_HOT, v, 1, &twelve, "positive class index 12");
+    one_hot_sample(0, (const int[]){1}, 1, (const int[]){30}, 1, 2, &v[0]);
+    expect_refusal(COLLATE_ONE_HOT, v, 1, &twelve, "negative class index 30");
+    /* a negative index other than the -1 padding (torch's scatter_ raises) */
+    one_hot_sample(0, (const int[]){-2}, 1, NULL, 0, 1, &v[0]);
+    expect_refusal(COLLATE_ONE_HOT, v, 1, &twelve, "class index -2");
+    /* num_classes must be > 0 */
+    one_hot_sample(0, (const int[]){1}, 1, NULL, 0, 1, &v[0]);
+    expect_refusal(COLLATE_ONE_HOT, v, 1, &(collate_options){.num_classes = 0}, "num_classes");
+    /* the second sample's index is the bad one: the whole batch is refused */
+    one_hot_sample(1, (const int[]){11}, 1, (const int[]){12}, 1, 1, &v[1]);
+    expect_refusal(COLLATE_ONE_HOT, v, 2, &twelve, "sample 1");
+    /* two data sources */
+    item_shape two[] = {{0, 2, 3}, {0, 2, 3}};
+    int64_t row[2] = {1, 2};
+    uint64_t rs[2] = {1, 2};
+    make_sample_labels(bufs[0], 0, two, 2, row, 2, rs, &v[0]);
+    expect_refusal(COLLATE_ONE_HOT, v, 1, &twelve, "only 1 data source");
+    /* an odd label width: not [pos..., neg...] */
+    item_shape one[] = {{0, 2, 3}};
+    int64_t odd[3] = {1, 2, 3};
+    uint64_t os[2] = {1, 3};
+    make_sample_labels(bufs[0], 0, one, 1, odd, 2, os, &v[0]);
+    expect_refusal(COLLATE_ONE_HOT, v, 1, &twelve, "odd width 3");
+    /* a 1-D label (one class): VISSL's len(label[0]) raises on an int */
+    make_sample(bufs[0], 0, one, 1, 1, &v[0]);
+    expect_refusal(COLLATE_ONE_HOT, v, 1, &twelve, "[L, 2K]");
+}
+
+Test(collate, label_rows_stack_crop_major_or_are_refused)
+{
+    /* multicrop_collator: label[k] rows of every sample, crop-major: [k*N, M]. */
+    static uint8_t out[CAP] __attribute__((aligned(64)));
+    item_shape s[] = {{0, 2, 3}, {0, 2, 3}};
+    rec_view v[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t rows[2 * M_ROW];
+        for (int e = 0; e < 2 * M_ROW; e++)
+            rows[e] = 10 * i + e;
+        uint64_t shape[2] = {2, M_ROW};
+        make_sample_labels(bufs[i], i, s, 2, rows, 2, shape, &v[i]);
+    }
+    rec_writer w;
+    char why[512];
+    cr_assert_eq(rec_writer_init(&w, out, CAP, REC_DATA, 0, 0, 16), 0);
+    cr_assert_eq(collate_batch(COLLATE_MULTICROP, v, 2, &(collate_options){0}, &w, why, sizeof why), 0, "%s", why);
+    size_t len = rec_finish(&w);
+    cr_assert(len > 0);
+    rec_view b;
+    char *err = NULL;
+    cr_assert_eq(rec_parse(out, len, &b, &err), 0, "%s", err);
+    int li = rec_find(&b, "label.0");
+    cr_assert(li >= 0);
+    cr_assert_eq(b.tensors[li].ndim, 2);
+    cr_assert_eq(b.tensors[li].shape[0], 4);
+    cr_assert_eq(b.tensors[li].shape[1], M_ROW);
+    const int64_t *lab = rec_data(&b, li);
+    /* crop 0 of samples 0, 1, then crop 1 of samples 0, 1 */
+    const int64_t want[4][M_ROW] = {{0, 1, 2}, {10, 11, 12}, {3, 4, 5}, {13, 14, 15}};
+    for (int r = 0; r < 4; r++)
+        for (int m = 0; m < M_ROW; m++)
+            cr_assert_eq(lab[r * M_ROW + m], want[r][m], "row %d col %d", r, m);
+    expect_refusal(COLLATE_MOCO, v, 2, &(collate_options){0}, "rows of 3 values");
+}
+
+Test(collate, collate_function_params_are_checked)
+{
+    const char *texts[] = {"{num_classes: 20}", "{}", "{num_classes: 0}", "{num_classes: 2.5}",
+                           "{num_classes: 3, classes: 3}", "{alpha: 1}"};
+    const collate_kind kinds[] = {COLLATE_ONE_HOT, COLLATE_ONE_HOT, COLLATE_ONE_HOT, COLLATE_ONE_HOT,
+                                  COLLATE_ONE_HOT, COLLATE_SIMCLR};
+    const char *needle[] = {NULL, "missing", "out of range", "not an integer", "takes only num_classes",
+                            "takes no parameters"};
+    for (int c = 0; c < 6; c++) {
+        cfg_err cerr = {{0}};
+        char *yaml = xasprintf("P: %s\n", texts[c]);
+        cfg_node *root = cfg_parse_yaml(yaml, strlen(yaml), "t.yaml", &cerr);
+        cr_assert(root, "%s", cerr.msg);
+        collate_options opt = {0};
+        char why[256] = "";
+        int rc = collate_read_params(kinds[c], "x", cfg_map_get(root, "P"), &opt, why, sizeof why);
+        if (!needle[c]) {
+            cr_assert_eq(rc, 0, "%s", why);
+            cr_assert_eq(opt.num_classes, 20);
+        } else {
+            cr_assert_eq(rc, -1, "%s accepted", texts[c]);
+            cr_assert(strstr(why, needle[c]), "%s: %s", texts[c], why);
+        }
+        cfg_free(root);
+        free(yaml);
+    }
+    /* no COLLATE_FUNCTION_PARAMS at all */
+    char why[256];
+    cr_assert_eq(collate_read_params(COLLATE_ONE_HOT, "x", NULL, &(collate_options){0}, why, sizeof why), -1);
+    cr_assert_eq(collate_read_params(COLLATE_DEFAULT, "x", NULL, &(collate_options){0}, why, sizeof why), 0);
+}
+
+Test(collate, targets_one_hot_stage_needs_num_classes)
+{
+    /* COLLATE_FUNCTION_PARAMS.num_classes missing, 0, or joined by an unknown key: exit 2
+     * before anything runs. */
+    static const char *const params[] = {"{}", "{num_classes: 0}", "{num_classes: 12, classes: 3}"};
+    static const char *const needle[] = {"missing", "out of range", "takes only num_classes"};
+    char *dir = test_make_tmpdir();
+    char *col = test_build_path("selfsup-collate");
+    for (int c = 0; c < 3; c++) {
+        char *cfg = xasprintf("%s/c%d.yaml", dir, c);
+        FILE *f = fopen(cfg, "w");
+        cr_assert(f);
+        fprintf(f, "config:\n  DATA:\n    TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: targets_one_hot_default_collator, "
+                   "COLLATE_FUNCTION_PARAMS: %s}\n", params[c]);
+        fclose(f);
+        char *cmd = xasprintf("'%s' -c '%s' --in - --out - </dev/null", col, cfg), *output = NULL;
+        int rc = test_run(cmd, &output);
+        cr_assert_eq(rc, 2, "params %s: exit %d: %s", params[c], rc, output);
+        cr_assert(strstr(output, needle[c]), "params %s: %s", params[c], output);
+        free(output), free(cmd), free(cfg);
+    }
+    free(col);
+    char *rm = xasprintf("rm -rf '%s'", dir);
+    cr_assert_eq(system(rm), 0);
+    free(rm), free(dir);
 }
 
 /* ---- the stage: order and epoch ends ------------------------------------------------------ */

@@ -10,6 +10,7 @@
  * have the configured size and SimCLR's crop-major layout; a bad transform list stops the
  * run before anything starts (exit 2).
  */
+#include "npy.h"
 #include "record.h"
 #include "util.h"
 
@@ -42,7 +43,15 @@ static void run_ok(const char *cmd)
     free(out);
 }
 
+static char *write_config_at(const char *name, const char *data, const char *transforms);
+
 static char *write_config(const char *name, const char *transforms)
+{
+    return write_config_at(name, g_data, transforms);
+}
+
+/* A config for the disk_folder `data`/disk_folder/train. */
+static char *write_config_at(const char *name, const char *data, const char *transforms)
 {
     char *path = xasprintf("%s/%s", g_dir, name);
     FILE *f = fopen(path, "w");
@@ -64,7 +73,7 @@ static char *write_config(const char *name, const char *transforms)
             "      BATCHSIZE_PER_REPLICA: %d\n"
             "      COLLATE_FUNCTION: simclr_collator\n"
             "      TRANSFORMS:\n%s",
-            g_dir, g_data, g_data, BATCH, transforms);
+            g_dir, data, data, BATCH, transforms);
     fclose(f);
     return path;
 }
@@ -117,6 +126,19 @@ static uint8_t *slurp(const char *path, size_t *len)
 }
 
 /* torchvision ImageFolder's targets: classes = sorted folder names, files sorted inside. */
+/* The next data record of a saved stream at *off (false at the end-of-stream record or the
+ * end of the buffer); each is validated. */
+static bool next_record(const uint8_t *buf, size_t len, size_t *off, rec_view *v)
+{
+    if (*off >= len)
+        return false;
+    char *err = NULL;
+    size_t size = ((const rec_header *)(buf + *off))->size;
+    cr_assert_eq(rec_parse(buf + *off, size, v, &err), 0, "%s", err);
+    *off += size;
+    return v->hdr->kind != REC_EOS;
+}
+
 static int scandir_sorted(const char *dir, struct dirent ***list)
 {
     return scandir(dir, list, NULL, alphasort);
@@ -158,14 +180,8 @@ static int check_batches(const char *path, int epochs)
     cr_assert_eq(folder_labels(truth, LIMIT), LIMIT);
     int seen[8][LIMIT] = {{0}};
     int batches = 0;
-    for (size_t off = 0; off < len;) {
-        rec_view v;
-        char *err = NULL;
-        size_t size = ((const rec_header *)(buf + off))->size;
-        cr_assert_eq(rec_parse(buf + off, size, &v, &err), 0, "%s", err);
-        off += size;
-        if (v.hdr->kind == REC_EOS)
-            break;
+    rec_view v;
+    for (size_t off = 0; next_record(buf, len, &off, &v);) {
         batches++;
         int d = rec_find(&v, "data.0"), l = rec_find(&v, "label.0"), x = rec_find(&v, "data_idx.0");
         cr_assert(d >= 0 && l >= 0 && x >= 0 && rec_find(&v, "normalize") >= 0);
@@ -292,4 +308,121 @@ Test(data_pipeline, a_bad_transform_list_stops_the_run_before_it_starts)
     rc = test_run(cmd, &out);
     cr_assert_eq(rc, 2, "selfsup run exited %d:\n%s", rc, out);
     free(out), free(cmd), free(selfsup), free(aug), free(cfg);
+}
+
+/* selfsup-decode --crop (which `selfsup run` passes) decodes only the part of each JPEG the
+ * crops read: the batches must be byte-identical to whole-image decoding, and the decoded
+ * records must really be windows. Photos: the decode fixtures (4:2:0, 4:2:2, 4:4:4,
+ * progressive, grayscale JPEGs) in a two-class folder. */
+Test(data_pipeline, decoding_only_the_crops_changes_no_byte)
+{
+    static const char *const photos[] = {"Aqua", "LadyBird", "Storm"};
+    static const char *const variants[] = {"420", "422", "444", "progressive", "gray"};
+    char *root = xasprintf("%s/photos", g_dir);
+    for (size_t p = 0; p < ARRAY_LEN(photos); p++)
+        for (size_t v = 0; v < ARRAY_LEN(variants); v++) {
+            char *name = xasprintf("photo_%s_%s.jpg", photos[p], variants[v]), *src = test_fixture("decode", name);
+            char *cmd = xasprintf("mkdir -p %s/disk_folder/train/c%zu && cp %s %s/disk_folder/train/c%zu/", root, v % 2,
+                                  src, root, v % 2);
+            run_ok(cmd);
+            free(cmd), free(src), free(name);
+        }
+    char *cfg = write_config_at("photos.yaml", root, simclr_transforms);
+    char *whole = xasprintf("%s/whole.rec", g_dir), *cropped = xasprintf("%s/cropped.rec", g_dir),
+         *run = xasprintf("%s/run.rec", g_dir), *decoded = xasprintf("%s/decoded.rec", g_dir);
+    char *cmd = shell_pipeline(cfg, whole, "");
+    run_ok(cmd);
+    free(cmd);
+    cmd = shell_pipeline(cfg, cropped, "--crop");
+    run_ok(cmd);
+    free(cmd);
+    cmd = orchestrated(cfg, 2, run);
+    run_ok(cmd);
+    free(cmd);
+    cr_assert(same_file(whole, cropped), "decode --crop changed the batches");
+    cr_assert(same_file(whole, run), "selfsup run (decode --crop) changed the batches");
+    /* the decoded records: windows, smaller than their images */
+    char *dec = build_bin("selfsup-decode"), *sink = build_bin("selfsup-sink");
+    cmd = xasprintf("%s -c %s --crop | %s --save %s", dec, cfg, sink, decoded);
+    run_ok(cmd);
+    size_t len;
+    uint8_t *buf = slurp(decoded, &len);
+    int windows = 0, samples = 0;
+    rec_view v;
+    for (size_t off = 0; next_record(buf, len, &off, &v);) {
+        int d = rec_find(&v, "data.0"), w = rec_find(&v, "data_window");
+        cr_assert(d >= 0 && w >= 0, "a --crop record without data.0 and data_window");
+        const int64_t *win = rec_data(&v, w);
+        samples++;
+        windows += (int64_t)v.tensors[d].shape[0] * (int64_t)v.tensors[d].shape[1] < win[2] * win[3];
+    }
+    cr_assert_eq(samples, 15);
+    cr_assert_geq(windows, 10, "only %d of 15 images were decoded in part", windows);
+    free(buf), free(cmd), free(dec), free(sink);
+    free(whole), free(cropped), free(run), free(decoded), free(cfg), free(root);
+}
+
+/* targets_one_hot_default_collator end to end: a disk_filelist whose LABEL_PATHS file holds a
+ * row per sample (2 positives, then 2 negatives, -1 padded; sample.h), through decode,
+ * augment and collate. Each batch's label.0 row must be VISSL's convert_to_one_hot of the
+ * sample's lists, worked out here: -1 everywhere, 1 at the positives, then 0 at the negatives. */
+Test(data_pipeline, one_hot_targets_from_a_2d_label_file)
+{
+    enum { K = 2, CLASSES = 10 };
+    int64_t rows[LIMIT][2 * K];
+    for (int i = 0; i < LIMIT; i++) {
+        rows[i][0] = i % CLASSES, rows[i][1] = i % 3 ? (i * 7) % CLASSES : -1; /* positives */
+        rows[i][2] = (i + 5) % CLASSES, rows[i][3] = i % 4 ? (i * 3) % CLASSES : -1; /* negatives */
+    }
+    char *labels = xasprintf("%s/rows.npy", g_dir), *err = NULL;
+    size_t shape[2] = {LIMIT, 2 * K};
+    cr_assert_eq(npy_write(labels, NPY_I8, 2, shape, rows, &err), 0, "%s", err);
+    char *cfg = xasprintf("%s/onehot.yaml", g_dir), *out = xasprintf("%s/onehot.rec", g_dir);
+    FILE *f = fopen(cfg, "w");
+    cr_assert(f);
+    fprintf(f,
+            "# @package _global_\n"
+            "config:\n"
+            "  DATA:\n"
+            "    TRAIN:\n"
+            "      DATA_SOURCES: [disk_filelist]\n"
+            "      LABEL_SOURCES: [disk_filelist]\n"
+            "      DATASET_NAMES: [fm_filelist]\n"
+            "      DATA_PATHS: [\"%s/disk_filelist/train_images.npy\"]\n"
+            "      LABEL_PATHS: [\"%s\"]\n"
+            "      DATA_LIMIT: %d\n"
+            "      BATCHSIZE_PER_REPLICA: %d\n"
+            "      COLLATE_FUNCTION: targets_one_hot_default_collator\n"
+            "      COLLATE_FUNCTION_PARAMS: {num_classes: %d}\n"
+            "      TRANSFORMS:\n"
+            "        - {name: RandomResizedCrop, size: 20}\n"
+            "        - {name: ToTensor}\n",
+            g_data, labels, LIMIT, BATCH, CLASSES);
+    fclose(f);
+    char *cmd = shell_pipeline(cfg, out, "");
+    run_ok(cmd);
+    size_t len;
+    uint8_t *buf = slurp(out, &len);
+    int seen = 0;
+    rec_view v;
+    for (size_t off = 0; next_record(buf, len, &off, &v);) {
+        int l = rec_find(&v, "label.0"), x = rec_find(&v, "data_idx.0");
+        cr_assert(l >= 0 && x >= 0 && v.tensors[l].ndim == 2 && v.tensors[l].shape[1] == CLASSES);
+        const int64_t *lab = rec_data(&v, l), *idx = rec_data(&v, x);
+        for (uint64_t i = 0; i < v.tensors[l].shape[0]; i++, seen++) {
+            int64_t want[CLASSES];
+            for (int c = 0; c < CLASSES; c++)
+                want[c] = -1;
+            const int64_t *r = rows[idx[i]];
+            for (int k = 0; k < K; k++)
+                if (r[k] >= 0)
+                    want[r[k]] = 1;
+            for (int k = K; k < 2 * K; k++)
+                if (r[k] >= 0)
+                    want[r[k]] = 0;
+            cr_assert_arr_eq(lab + i * CLASSES, want, sizeof want, "sample %lld", (long long)idx[i]);
+        }
+    }
+    cr_assert_eq(seen, LIMIT);
+    free(buf), free(cmd), free(cfg), free(out), free(labels);
 }

@@ -1,5 +1,6 @@
 /*
- * test_dataset.c — `selfsup dataset fashion-mnist DIR` end to end, through the real binary.
+ * test_dataset.c — `selfsup dataset fashion-mnist DIR` end to end, through the real binary;
+ * and the decode stage's dataset (stages/decode/dataset.h): label .npy files of rows.
  *
  *  - a small conversion (--limit 50) checked by an independent reader: Python reads the
  *    package's IDX files itself (gzip + struct), numpy.load reads the file lists, PIL reads
@@ -8,6 +9,9 @@
  *    interrupted run (no marker) is converted again with stale files removed;
  *  - usage errors exit 2, missing package files exit 1 with the apt-get line.
  */
+#include "config.h"
+#include "decode/dataset.h"
+#include "npy.h"
 #include "test_util.h"
 #include "util.h"
 
@@ -311,4 +315,124 @@ Test(dataset, corrupt_idx_file_exits_1)
     free(args);
     rm_tree(src);
     rm_tree(dir);
+}
+
+/* ---- decode datasets: label files of rows (suite decode_dataset) ---------------------------- */
+
+/* Load DATA.TRAIN: `n` synthetic sources (DATA_LIMIT 4) labelled by the disk_filelist label
+ * files paths[0..n). Returns decode_dataset_load's result; *err on failure. */
+static int load_with_labels(decode_dataset *ds, const char *const *paths, int n, char **err)
+{
+    char *srcs = xstrdup(""), *labels = xstrdup("");
+    for (int j = 0; j < n; j++) {
+        char *a = xasprintf("%s%ssynthetic", srcs, j ? ", " : "");
+        char *b = xasprintf("%s%s'%s'", labels, j ? ", " : "", paths[j]);
+        free(srcs), free(labels);
+        srcs = a, labels = b;
+    }
+    char *text = xasprintf("DATA:\n  TRAIN:\n    DATA_SOURCES: [%s]\n    DATASET_NAMES: [%s]\n"
+                           "    LABEL_SOURCES: [%s]\n    LABEL_PATHS: [%s]\n    DATA_LIMIT: 4\n",
+                           srcs, srcs, n == 1 ? "disk_filelist" : "disk_filelist, disk_filelist", labels);
+    cr_assert(n == 1 || n == 2);
+    cfg_err cerr = {{0}};
+    cfg_node *root = cfg_parse_yaml(text, strlen(text), "test.yaml", &cerr);
+    cr_assert(root, "%s", cerr.msg);
+    int rc = decode_dataset_load(ds, root, "TRAIN", "/nonexistent/dataset_catalog.json", err);
+    cfg_free(root);
+    free(text), free(srcs), free(labels);
+    return rc;
+}
+
+Test(decode_dataset, label_rows_are_read_back_row_by_row)
+{
+    char *dir = test_make_tmpdir();
+    char *a = path_join(dir, "voc.npy"), *b = path_join(dir, "more.npy"), *flat = path_join(dir, "flat.npy");
+    /* VOC07-like {1, 0, -1} [5, 3] as int32, and a second source [4, 3] as int64 */
+    const int32_t va[5][3] = {{1, 0, -1}, {-1, -1, 1}, {0, 1, 0}, {1, 1, 1}, {-1, 0, 0}};
+    const int64_t vb[4][3] = {{7, 8, 9}, {10, 11, 12}, {-5, 0, 5}, {2147483648LL, -2, 3}};
+    cr_assert_eq(npy_write(a, NPY_I4, 2, (const size_t[]){5, 3}, va, NULL), 0);
+    cr_assert_eq(npy_write(b, NPY_I8, 2, (const size_t[]){4, 3}, vb, NULL), 0);
+    decode_dataset ds;
+    char *err = NULL;
+    cr_assert_eq(load_with_labels(&ds, (const char *[]){a, b}, 2, &err), 0, "%s", err);
+    cr_assert_eq(ds.length, 4);
+    cr_assert_eq(decode_dataset_label_count(&ds), 2);
+    cr_assert_eq(decode_dataset_label_width(&ds), 3);
+    for (size_t idx = 0; idx < 4; idx++) {
+        int64_t got[6] = {0};
+        decode_dataset_labels(&ds, idx, got);
+        for (int m = 0; m < 3; m++) {
+            cr_assert_eq(got[m], va[idx][m], "sample %zu source 0 col %d", idx, m);
+            cr_assert_eq(got[3 + m], vb[idx][m], "sample %zu source 1 col %d", idx, m);
+        }
+    }
+    decode_dataset_free(&ds);
+    /* 1-D labels: width 1, one value per source, as before */
+    const uint8_t vf[4] = {3, 0, 255, 9};
+    cr_assert_eq(npy_write(flat, NPY_U1, 1, (const size_t[]){4}, vf, NULL), 0);
+    cr_assert_eq(load_with_labels(&ds, (const char *[]){flat}, 1, &err), 0, "%s", err);
+    cr_assert_eq(decode_dataset_label_count(&ds), 1);
+    cr_assert_eq(decode_dataset_label_width(&ds), 1);
+    for (size_t idx = 0; idx < 4; idx++) {
+        int64_t got[2] = {-7, -7};
+        decode_dataset_labels(&ds, idx, got);
+        cr_assert_eq(got[0], vf[idx]);
+        cr_assert_eq(got[1], -7, "wrote past the one label");
+    }
+    decode_dataset_free(&ds);
+    free(a), free(b), free(flat);
+    test_rm_dir(dir);
+}
+
+Test(decode_dataset, label_sources_of_different_widths_are_refused)
+{
+    char *dir = test_make_tmpdir();
+    char *a = path_join(dir, "three.npy"), *b = path_join(dir, "two.npy");
+    const int64_t v[12] = {0};
+    cr_assert_eq(npy_write(a, NPY_I8, 2, (const size_t[]){4, 3}, v, NULL), 0);
+    cr_assert_eq(npy_write(b, NPY_I8, 2, (const size_t[]){4, 2}, v, NULL), 0);
+    decode_dataset ds;
+    char *err = NULL;
+    cr_assert_eq(load_with_labels(&ds, (const char *[]){a, b}, 2, &err), -1, "different widths accepted");
+    cr_assert(err && strstr(err, a) && strstr(err, b) && strstr(err, "same width"), "%s", err);
+    free(err);
+    /* a 1-D source beside a 2-D one differs too */
+    cr_assert_eq(npy_write(b, NPY_I8, 1, (const size_t[]){4}, v, NULL), 0);
+    err = NULL;
+    cr_assert_eq(load_with_labels(&ds, (const char *[]){a, b}, 2, &err), -1, "1-D beside 2-D accepted");
+    cr_assert(err && strstr(err, "same width"), "%s", err);
+    free(err);
+    free(a), free(b);
+    test_rm_dir(dir);
+}
+
+Test(decode_dataset, label_files_of_3_dims_or_fortran_order_are_refused)
+{
+    char *dir = test_make_tmpdir();
+    char *cube = path_join(dir, "cube.npy"), *fortran = path_join(dir, "fortran.npy");
+    const int64_t v[16] = {0};
+    cr_assert_eq(npy_write(cube, NPY_I8, 3, (const size_t[]){4, 2, 2}, v, NULL), 0);
+    decode_dataset ds;
+    char *err = NULL;
+    cr_assert_eq(load_with_labels(&ds, (const char *[]){cube}, 1, &err), -1, "a 3-D label file accepted");
+    cr_assert(err && strstr(err, cube) && strstr(err, "(4, 2, 2)"), "%s", err);
+    free(err);
+    /* numpy.save of a Fortran-ordered [4, 3] array: the same header with fortran_order True */
+    cr_assert_eq(npy_write(fortran, NPY_I8, 2, (const size_t[]){4, 3}, v, NULL), 0);
+    size_t len;
+    char *bytes = read_whole_file(fortran, &len);
+    cr_assert(bytes);
+    char *f = memmem(bytes, len, "'fortran_order': False", strlen("'fortran_order': False")); /* past NULs */
+    cr_assert(f);
+    memcpy(f, "'fortran_order': True ", strlen("'fortran_order': True "));
+    FILE *out = fopen(fortran, "wb");
+    cr_assert(out && fwrite(bytes, 1, len, out) == len);
+    fclose(out);
+    free(bytes);
+    err = NULL;
+    cr_assert_eq(load_with_labels(&ds, (const char *[]){fortran}, 1, &err), -1, "a Fortran-ordered label file accepted");
+    cr_assert(err && strstr(err, fortran) && strstr(err, "Fortran"), "%s", err);
+    free(err);
+    free(cube), free(fortran);
+    test_rm_dir(dir);
 }

@@ -115,21 +115,29 @@ static void expect_pil_pixels(decode_ctx *ctx, const char *path, const char *npy
 
 /* ---- decoder against PIL --------------------------------------------------------------------- */
 
-Test(decode, photos_match_pil_exactly)
+/* fn(ctx, photo, fixture) for every golden photo (3 photos x 5 JPEG variants); the fixture is
+ * `prefix`_NAME_VARIANT`suffix`.npy (PIL's decode of it). */
+static void each_photo(decode_ctx *ctx, const char *prefix, const char *suffix,
+                       void (*fn)(decode_ctx *, const char *, const char *))
 {
     static const char *const photos[] = {"Aqua", "LadyBird", "Storm"};
     static const char *const variants[] = {"420", "422", "444", "progressive", "gray"};
-    decode_ctx *ctx = decode_ctx_new(NULL);
     for (size_t p = 0; p < ARRAY_LEN(photos); p++)
         for (size_t v = 0; v < ARRAY_LEN(variants); v++) {
             char *name = xasprintf("photo_%s_%s.jpg", photos[p], variants[v]);
-            char *npy = xasprintf("photo_%s_%s.npy", photos[p], variants[v]);
+            char *npy = xasprintf("%s_%s_%s%s.npy", prefix, photos[p], variants[v], suffix);
             char *path = test_fixture("decode", name);
-            expect_pil_pixels(ctx, path, npy);
+            fn(ctx, path, npy);
             free(path);
             free(name);
             free(npy);
         }
+}
+
+Test(decode, photos_match_pil_exactly)
+{
+    decode_ctx *ctx = decode_ctx_new(NULL);
+    each_photo(ctx, "photo", "", expect_pil_pixels);
     decode_ctx_free(ctx);
 }
 
@@ -169,6 +177,167 @@ Test(decode, broken_corpus_as_pil)
     decode_ctx_free(ctx);
     free(text);
     free(manifest);
+}
+
+/* ---- decoding a window (decode_image_roi, for selfsup-decode --crop) ------------------------ */
+
+/* A box in eighths of the image's size, x0 y0 x1 y1 (the roi callback's view). */
+typedef struct {
+    int e[4];
+    int calls;
+} eighths;
+
+static void box_in_eighths(void *arg, int w, int h, int box[4])
+{
+    eighths *b = arg;
+    b->calls++;
+    box[0] = w * b->e[0] / 8, box[1] = h * b->e[1] / 8;
+    box[2] = (w * b->e[2] + 7) / 8, box[3] = (h * b->e[3] + 7) / 8;
+    if (box[2] <= box[0])
+        box[2] = box[0] + 1;
+    if (box[3] <= box[1])
+        box[3] = box[1] + 1;
+}
+
+/* Decode the windows of `path` for many boxes; each must hold PIL's pixels (the fixture) at
+ * its place, and say where it is. */
+static void expect_windows_of_pil(decode_ctx *ctx, const char *path, const char *npy_name, bool jpeg)
+{
+    size_t len;
+    uint8_t *data = read_file(path, &len);
+    char *fixture = test_fixture("decode", npy_name), *err = NULL;
+    npy_array want;
+    cr_assert_eq(npy_read(fixture, &want, &err), 0, "%s", err);
+    const uint8_t *pil = want.data;
+    int W = (int)want.shape[1], H = (int)want.shape[0];
+    uint64_t lcg = 12345;
+    for (int trial = 0; trial < 40; trial++) {
+        eighths b = {.e = {0, 0, 8, 8}};
+        if (trial > 0) /* then random boxes: edges, corners, strips, single cells */
+            for (int k = 0; k < 2; k++) {
+                lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+                int lo = (int)(lcg >> 33) % 8, hi = (int)(lcg >> 40) % 8 + 1;
+                b.e[k] = lo < hi ? lo : hi - 1, b.e[k + 2] = lo < hi ? hi : lo + 1;
+            }
+        decode_rgb im;
+        char why[256] = "";
+        cr_assert_eq(decode_image_roi(ctx, data, len, box_in_eighths, &b, &im, why, sizeof why), 0, "%s: %s", path,
+                     why);
+        cr_assert_eq(b.calls, jpeg ? 1 : 0, "%s: the box was asked for %d times", path, b.calls);
+        cr_assert(im.full_w == W && im.full_h == H, "%s: full size %dx%d, PIL %dx%d", path, im.full_w, im.full_h, W, H);
+        if (jpeg) {
+            int box[4];
+            box_in_eighths(&b, W, H, box);
+            cr_assert(im.x0 == box[0] && im.y0 == box[1] && im.w == box[2] - box[0] && im.h == box[3] - box[1],
+                      "%s: window %d,%d %dx%d for box %d,%d,%d,%d", path, im.x0, im.y0, im.w, im.h, box[0], box[1],
+                      box[2], box[3]);
+        } else {
+            cr_assert(im.x0 == 0 && im.y0 == 0 && im.w == W && im.h == H, "%s: a PNG comes out whole", path);
+        }
+        size_t differ = 0;
+        for (int y = 0; y < im.h; y++)
+            differ += memcmp(im.px + (size_t)y * im.stride, pil + ((size_t)(im.y0 + y) * W + im.x0) * 3,
+                             (size_t)im.w * 3) != 0;
+        cr_assert_eq(differ, 0, "%s: %zu rows of the window %d,%d %dx%d differ from PIL's", path, differ, im.x0, im.y0,
+                     im.w, im.h);
+    }
+    npy_close(&want);
+    free(fixture);
+    free(data);
+}
+
+static void expect_jpeg_windows_of_pil(decode_ctx *ctx, const char *path, const char *npy_name)
+{
+    expect_windows_of_pil(ctx, path, npy_name, true);
+}
+
+static void expect_whole_and_windows_of_pil(decode_ctx *ctx, const char *path, const char *npy_name)
+{
+    expect_pil_pixels(ctx, path, npy_name);
+    expect_windows_of_pil(ctx, path, npy_name, true);
+}
+
+Test(decode, windows_hold_the_full_decodes_pixels)
+{
+    decode_ctx *ctx = decode_ctx_new(NULL);
+    each_photo(ctx, "photo", "", expect_jpeg_windows_of_pil);
+    /* the odd ones of the corpus: arithmetic coding, CMYK, YCCK, 1x1, trailing garbage, PNG */
+    static const char *const odd[][2] = {
+        {"valid_arithmetic.jpg", "broken_valid_arithmetic_jpg.npy"},
+        {"valid_cmyk.jpg", "broken_valid_cmyk_jpg.npy"},
+        {"valid_ycck.jpg", "broken_valid_ycck_jpg.npy"},
+        {"valid_1x1.jpg", "broken_valid_1x1_jpg.npy"},
+        {"valid_trailing_garbage.jpg", "broken_valid_trailing_garbage_jpg.npy"},
+        {"valid_alpha.png", "broken_valid_alpha_png.npy"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(odd); i++) {
+        char *path = corpus(odd[i][0]);
+        expect_windows_of_pil(ctx, path, odd[i][1], strstr(odd[i][0], ".jpg") != NULL);
+        free(path);
+    }
+    decode_ctx_free(ctx);
+}
+
+/* A window refuses exactly the files a full decode refuses: the top-left corner of a JPEG
+ * truncated further down is still "truncated", as PIL, which reads the whole file, says. */
+Test(decode, windows_refuse_what_the_full_decode_refuses)
+{
+    char *manifest = test_fixture("decode", "MANIFEST.tsv");
+    size_t len;
+    char *text = (char *)read_file(manifest, &len);
+    decode_ctx *ctx = decode_ctx_new(NULL);
+    int refused = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[128], verdict[16];
+        cr_assert_eq(sscanf(line, "%127[^\t]\t%15[^\t]", name, verdict), 2);
+        char *path = corpus(name);
+        size_t n;
+        uint8_t *data = read_file(path, &n);
+        for (int corner = 0; corner < 2; corner++) {
+            eighths b = {.e = {0, 0, corner ? 8 : 1, 1}};
+            decode_rgb im, whole;
+            char why[256] = "", why_whole[256] = "";
+            int rc = decode_image_roi(ctx, data, n, box_in_eighths, &b, &im, why, sizeof why);
+            int rc_whole = decode_image(ctx, data, n, &whole, why_whole, sizeof why_whole);
+            cr_assert_eq(rc, rc_whole, "%s: window %s, whole image %s (%s%s)", name, rc ? "refused" : "decoded",
+                         rc_whole ? "refused" : "decoded", why, why_whole);
+            cr_assert_eq(rc, !strcmp(verdict, "valid") ? 0 : -1, "%s: %s", name, why);
+            refused += rc != 0;
+        }
+        free(data);
+        free(path);
+    }
+    char *path = corpus("valid_420.jpg");
+    size_t n;
+    uint8_t *data = read_file(path, &n);
+    decode_rgb im;
+    char why[256] = "";
+    eighths top = {.e = {0, 0, 2, 1}};
+    for (size_t cut = n / 2; cut < n - 2; cut += (n - cut) / 3 + 1) { /* ends inside the scan */
+        cr_assert_eq(decode_image_roi(ctx, data, cut, box_in_eighths, &top, &im, why, sizeof why), -1,
+                     "valid_420.jpg cut at %zu of %zu bytes: decoded", cut, n);
+        cr_assert(strstr(why, "truncated"), "%s", why);
+    }
+    free(data);
+    free(path);
+    cr_assert(refused >= 24, "only %d refusals", refused);
+    decode_ctx_free(ctx);
+    free(text);
+    free(manifest);
+}
+
+/* --dct-downscale M is PIL's Image.draft("RGB", (M, M)): the same 1/2, 1/4 or 1/8 scale and
+ * the same pixels (libjpeg's scaled IDCT), whole or in a window. */
+Test(decode, dct_downscale_is_pils_draft)
+{
+    static const int mins[] = {40, 20, 10, 6};
+    for (size_t m = 0; m < ARRAY_LEN(mins); m++) {
+        decode_ctx *ctx = decode_ctx_new(&(decode_options){.dct_min_side = mins[m]});
+        char suffix[16];
+        snprintf(suffix, sizeof suffix, "_%d", mins[m]);
+        each_photo(ctx, "draft", suffix, expect_whole_and_windows_of_pil);
+        decode_ctx_free(ctx);
+    }
 }
 
 /* The handle survives errors: a valid image right after each broken one still decodes. */

@@ -1,8 +1,9 @@
 /*
  * test_img_resample.c — stages/augment/resample.c against PIL 9.4 and torchvision 0.14:
  * resize (BILINEAR, BICUBIC, NEAREST; whole images and resized_crop boxes as views),
- * CenterCrop-style padded crops, flips, rotations, convert("L"), rgb_to_grayscale(3) and
- * ToTensor+Normalize, all compared for exact equality with the outputs that
+ * CenterCrop-style padded crops, flips, rotations by any angle (through each of PIL's paths)
+ * and ImgRotatePil's angles, convert("L"), rgb_to_grayscale(3) and ToTensor+Normalize, all
+ * compared for exact equality with the outputs that
  * tests/golden/make_img_resample_fixtures.py saved from real photos. Every fixture case runs
  * twice, with the AVX2 kernels and with the portable ones, and random images check that both
  * paths agree beyond the fixtures. A few invariants (identity resize, flip twice, four
@@ -308,24 +309,42 @@ Test(img_resample, flip_twice_is_identity)
         }
 }
 
+/* rotate.npy: rows [input, angle, path] (float64), path being the one PIL takes (the
+ * generator works it out with PIL's own arithmetic); every path must be covered. */
+static const char *const rotate_path_names[4] = {"transpose/copy", "ImagingScaleAffine",
+                                                  "affine_fixed", "float walk"};
+
 static void check_rotations(int simd)
 {
     img_resample_set_simd(simd);
-    npy_array t = load_table("rotate.npy", 2);
-    const int32_t *r = t.data;
-    for (size_t i = 0; i < t.shape[0]; i++, r += 2) {
-        char out_name[32], what[64];
-        framed in = load_input(r[0]);
+    npy_array t = load("rotate.npy");
+    cr_assert(t.dtype == NPY_F8 && t.ndim == 2 && t.shape[1] == 3, "rotate.npy: bad table");
+    const double *r = t.data;
+    int per_path[4] = {0}, failed = 0;
+    for (size_t i = 0; i < t.shape[0]; i++, r += 3) {
+        char in_name[32], out_name[32], what[160];
+        int path = (int)r[2];
+        cr_assert(path >= 0 && path < 4, "rotate case %zu: path %g", i, r[2]);
+        per_path[path]++;
+        snprintf(in_name, sizeof in_name, "in_%d.npy", (int)r[0]);
+        framed in = load_img(in_name);
         framed out = frame(in.view.w, in.view.h, in.view.c);
         img_rotate(&in.view, &out.view, r[1]);
         snprintf(out_name, sizeof out_name, "rotate_%zu.npy", i);
-        snprintf(what, sizeof what, "rotate in_%d (%dx%d) by %d, simd %d", r[0], in.view.w,
-                 in.view.h, r[1], simd);
-        cr_expect_eq(diff_fixture(&out.view, out_name, what), 0, "%s differs", what);
+        snprintf(what, sizeof what, "rotate %zu: in_%d (%dx%dx%d) by %.17g (%s), simd %d", i,
+                 (int)r[0], in.view.w, in.view.h, in.view.c, r[1], rotate_path_names[path], simd);
+        int bad = diff_fixture(&out.view, out_name, what);
+        if (bad) {
+            cr_log_error("%s: %d bytes differ", what, bad);
+            failed++;
+        }
         assert_margin_intact(&out, what);
         img_free(&in.parent);
         img_free(&out.parent);
     }
+    for (int p = 0; p < 4; p++)
+        cr_expect_gt(per_path[p], 0, "no rotate case takes PIL's %s path", rotate_path_names[p]);
+    cr_expect_eq(failed, 0, "%d of %zu rotations differ from torchvision", failed, t.shape[0]);
     npy_close(&t);
     img_resample_set_simd(1);
 }
@@ -334,6 +353,27 @@ Test(img_resample, rotate_matches_torchvision)
 {
     check_rotations(1);
     check_rotations(0);
+}
+
+/* ImgRotatePil's angles: torch.linspace(0, 360, n + 1) for n = 1..40, to the bit. */
+Test(img_resample, rotate_linspace_angle_matches_torch)
+{
+    npy_array t = load("rotate_linspace.npy");
+    cr_assert(t.dtype == NPY_F8 && t.ndim == 2 && t.shape[1] == t.shape[0] + 1,
+              "rotate_linspace.npy: bad table");
+    const double *want = t.data;
+    for (int n = 1; n <= (int)t.shape[0]; n++)
+        for (int k = 0; k <= n; k++) {
+            double w = want[(size_t)(n - 1) * t.shape[1] + (size_t)k];
+            double got = img_rotate_linspace_angle(k, n);
+            cr_expect(memcmp(&got, &w, sizeof got) == 0, "n %d k %d: %.17g, torch %.17g", n, k,
+                      got, w);
+        }
+    npy_close(&t);
+    /* the angles VISSL's RotNet setups use */
+    cr_expect_eq(img_rotate_linspace_angle(1, 4), 90.0);
+    cr_expect_eq(img_rotate_linspace_angle(3, 8), 135.0);
+    cr_expect_eq(img_rotate_linspace_angle(1, 7), 51.42856979370117);
 }
 
 Test(img_resample, four_quarter_turns_are_identity)

@@ -92,7 +92,17 @@ char *test_write_temp(const char *name, const char *text)
 
 int test_run(const char *cmd, char **output)
 {
-    char *full = xasprintf("(%s) 2>&1", cmd);
+    /* Under timeout(1): a stage that hangs fails its test (exit 124, with its output)
+     * instead of holding the whole suite; Criterion's own timeout kills the test but not
+     * the processes it started. */
+    strbuf quoted = {0};
+    for (const char *c = cmd; *c; c++)
+        if (*c == '\'')
+            sb_puts(&quoted, "'\\''");
+        else
+            sb_putc(&quoted, *c);
+    char *full = xasprintf("timeout -k 10 %d sh -c '%s' 2>&1", TEST_RUN_TIMEOUT_S, sb_str(&quoted));
+    sb_free(&quoted);
     FILE *p = popen(full, "r");
     free(full);
     cr_assert(p, "popen failed");

@@ -28,5 +28,7 @@ uint16_t test_half_exact(float f);
 /* Run a command, capture stdout+stderr into *output (malloc'd); returns the exit status
  * (or 128+signal). */
 int test_run(const char *cmd, char **output);
+/* test_run's limit on one command (then it fails with 124 and whatever it printed). */
+#define TEST_RUN_TIMEOUT_S 300
 
 #endif
