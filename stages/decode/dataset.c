@@ -125,8 +125,10 @@ static int copy_to_local_disk(loader *ld, const char *path, char **local, char *
         return 0;
     char why[512];
     *local = local_copy(path, string_key(ld, "COPY_DESTINATION_DIR", ""), 0, why, sizeof why);
-    if (!*local)
-        return report_failure(err, "config.%s.COPY_TO_LOCAL_DISK: %s", ld->split_key, why);
+    if (!*local) {
+        report_failure(err, "config.%s.COPY_TO_LOCAL_DISK: %s", ld->split_key, why);
+        return DECODE_DATASET_RUNTIME_ERROR;
+    }
     return 0;
 }
 
@@ -153,8 +155,9 @@ static int load_source(loader *ld, size_t i, decode_source *src, char **err)
     if (data_path_of(ld, i, &path, err) != 0)
         return -1;
     char *local = NULL;
-    if (copy_to_local_disk(ld, path, &local, err) != 0)
-        return -1;
+    int copied = copy_to_local_disk(ld, path, &local, err);
+    if (copied != 0)
+        return copied;
     const char *read_from = local ? local : path;
     int rc = 0;
     if (kind && !strcmp(kind, "disk_folder")) {
@@ -243,12 +246,13 @@ static int load_all(loader *ld, decode_dataset *ds, char **err)
     if (n_names != n_sources)
         return report_failure(err, "config.%s: DATASET_NAMES has %zu entries and DATA_SOURCES %zu; they must match",
                               ld->split_key, n_names, n_sources);
+    int rc;
     ld->folders = xcalloc(n_sources, sizeof *ld->folders);
     ds->sources = xcalloc(n_sources, sizeof *ds->sources);
     for (; ds->n_sources < n_sources; ds->n_sources++)
-        if (load_source(ld, ds->n_sources, &ds->sources[ds->n_sources], err) != 0) {
+        if ((rc = load_source(ld, ds->n_sources, &ds->sources[ds->n_sources], err)) != 0) {
             ds->n_sources++; /* free what it holds too */
-            return -1;
+            return rc;
         }
     ds->length = ds->sources[0].count;
     const char *type = string_key(ld, "LABEL_TYPE", "standard");

@@ -45,7 +45,9 @@ typedef struct {
  * DATA_PATHS / LABEL_PATHS or the dataset catalog (catalog_path; NULL = find it as the
  * config loader does). Returns 0, or -1 with *err (malloc'd) on a config error: list lengths
  * that disagree, a dataset missing from the catalog, a path that cannot be read, labels
- * that do not cover the samples. */
+ * that do not cover the samples; or DECODE_DATASET_RUNTIME_ERROR when the configuration is
+ * fine but the machine failed (COPY_TO_LOCAL_DISK could not copy: a full disk, say). */
+#define DECODE_DATASET_RUNTIME_ERROR (-2)
 int decode_dataset_load(decode_dataset *ds, const cfg_node *config, const char *split, const char *catalog_path,
                         char **err);
 void decode_dataset_free(decode_dataset *ds);

@@ -32,7 +32,9 @@
  * drawn here from the image's size (augment/roi.c), and the record says where the window
  * sits. --dct-downscale M trades exactness for speed: JPEGs are decoded at 1/2, 1/4 or 1/8
  * of their size in the DCT domain while both sides stay at least M (PIL's Image.draft);
- * off by default, because those are not the pixels VISSL sees. Exit status 2 on a config error, found before anything is written.
+ * off by default, because those are not the pixels VISSL sees. Exit status 2 on a config
+ * error, found before anything is written; 1 when the machine fails (a COPY_TO_LOCAL_DISK
+ * that cannot copy).
  */
 #include "augment/transforms.h"
 #include "decode/dataset.h"
@@ -441,7 +443,7 @@ static int load_dataset(decode_run *r, const cfg_node *config, const char *split
     if (job.rc != 0) {
         log_error("%s", job.err);
         free(job.err);
-        return -1;
+        return job.rc;
     }
     return 0;
 }
@@ -480,11 +482,13 @@ static int setup_crops(decode_run *r, const decode_opts *o, const cfg_node *conf
     return 0;
 }
 
+/* 0, -1 on a config error, DECODE_DATASET_RUNTIME_ERROR when the machine failed. */
 static int load(decode_run *r, const decode_opts *o)
 {
     const cfg_node *config = stage_config(r->s);
-    if (load_dataset(r, config, o->split) != 0)
-        return -1;
+    int rc = load_dataset(r, config, o->split);
+    if (rc != 0)
+        return rc;
     if (o->limit > 0 && (size_t)o->limit < r->ds.length)
         r->ds.length = (size_t)o->limit;
     r->sampler = make_sampler(r, o, config);
@@ -509,9 +513,10 @@ static int run(stage *s, void *state)
 {
     decode_opts *o = state;
     decode_run r = {.s = s};
-    if (load(&r, o) != 0) {
+    int loaded = load(&r, o);
+    if (loaded != 0) {
         teardown(&r);
-        return EXIT_USAGE;
+        return loaded == DECODE_DATASET_RUNTIME_ERROR ? 1 : EXIT_USAGE;
     }
     const cfg_node *config = stage_config(s);
     size_t per_rank = decode_sampler_len(&r.sampler);

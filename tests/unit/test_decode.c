@@ -967,7 +967,17 @@ Test(decode, stage_copy_to_local_disk, .timeout = 60)
     size_t na, nb;
     char *da = read_whole_file(a, &na), *db = read_whole_file(b, &nb);
     cr_assert(da && db && na == nb && !memcmp(da, db, na), "reading the local copy changed the records");
-    free(da), free(db), free(a), free(b), free(marker), free(args), free(config);
+    free(da), free(db), free(a), free(b), free(marker), free(args);
+    /* A copy that cannot be made (the destination is a file) is the machine's failure, not
+     * the config's: exit 1, not 2, and nothing written. */
+    char *blocker = xasprintf("%s/not-a-dir", dest);
+    write_bytes(blocker, "x", 1);
+    args = xasprintf("--out file:%s/failed.rec config.DATA.TRAIN.COPY_TO_LOCAL_DISK=True "
+                     "config.DATA.TRAIN.COPY_DESTINATION_DIR=%s",
+                     root, blocker);
+    cr_assert_eq(run_decode(config, args, &output), 1, "%s", output);
+    cr_assert(strstr(output, "COPY_TO_LOCAL_DISK"), "%s", output);
+    free(output), free(args), free(blocker), free(config);
     rm_tree(dest);
     rm_tree(root);
 }
