@@ -77,7 +77,8 @@ static void sample_start(aug_sample *s, const img_u8 *images, int n_src, const i
         s->idx[i] = idx[i];
     }
     s->n = n_src;
-    memcpy(s->label, label, (size_t)n_label * sizeof *label);
+    if (n_label > 0) /* no label list may mean no buffer yet */
+        memcpy(s->label, label, (size_t)n_label * sizeof *label);
     s->n_label = n_label;
 }
 
@@ -102,7 +103,8 @@ void aug_sample_set_labels(aug_sample *s, const int64_t *label, int n_label, int
 {
     width = width > 1 ? width : 1;
     label_reserve(s, n_label * width);
-    memcpy(s->label, label, (size_t)n_label * (size_t)width * sizeof *label);
+    if (n_label > 0)
+        memcpy(s->label, label, (size_t)n_label * (size_t)width * sizeof *label);
     s->n_label = n_label;
     s->label_width = width;
 }
