@@ -20,14 +20,18 @@
 #include "rng.h"
 
 #include <stdbool.h>
-#include <stdlib.h>
+#include <string.h>
+
+/* A top-level list makes at most REC_MAX_TENSORS - 4 items (aug_pipeline_build checks), so
+ * the walk needs no allocation: it runs per image on the decode threads. */
+enum { ROI_MAX_ITEMS = REC_MAX_TENSORS };
 
 typedef struct {
-    int w, h;         /* the source image */
-    int box[4];       /* union of the crop boxes so far: x0, y0, x1, y1 */
-    bool any, all;    /* some box drawn; the whole image needed */
-    bool *whole;      /* per item of the walk: still the whole image */
-    int n, cap;
+    int w, h;                   /* the source image */
+    int box[4];                 /* union of the crop boxes so far: x0, y0, x1, y1 */
+    bool any, all;              /* some box drawn; the whole image needed */
+    bool whole[ROI_MAX_ITEMS];  /* per item of the walk: still the whole image */
+    int n;
 } roi_walk;
 
 static void add_box(roi_walk *r, const int b[4])
@@ -48,21 +52,18 @@ static void add_box(roi_walk *r, const int b[4])
  * where `keep_whole[i]`. */
 static void flatten(roi_walk *r, const int *counts, const bool *keep_whole)
 {
+    bool next[ROI_MAX_ITEMS];
     int n = 0;
     for (int i = 0; i < r->n; i++)
-        n += counts[i];
-    bool *next = calloc((size_t)(n ? n : 1), sizeof *next);
-    if (!next) {
-        r->all = true;
-        return;
-    }
-    int k = 0;
-    for (int i = 0; i < r->n; i++)
-        for (int c = 0; c < counts[i]; c++)
-            next[k++] = keep_whole[i];
-    free(r->whole);
-    r->whole = next;
-    r->n = r->cap = n;
+        for (int c = 0; c < counts[i]; c++, n++) {
+            if (n == ROI_MAX_ITEMS) { /* more than a record holds: aug_apply fails anyway */
+                r->all = true;
+                return;
+            }
+            next[n] = keep_whole[i];
+        }
+    memcpy(r->whole, next, (size_t)n * sizeof *next);
+    r->n = n;
 }
 
 /* The boxes one item draws from the transform's stream; false when the item is no longer
@@ -116,10 +117,10 @@ static bool walk_op(roi_walk *r, const aug_op *op, rng_stream *st)
             return r->all = true, false; /* aug_apply refuses it anyway */
     bool crops = op->kind == OP_RANDOM_RESIZED_CROP || op->kind == OP_MULTICROP || op->kind == OP_PATCHES_AND_IMAGE;
     bool copies = op->kind == OP_REPLICATE || op->kind == OP_MULTICROP || op->kind == OP_PATCHES_AND_IMAGE;
-    int *counts = calloc((size_t)r->n, sizeof *counts);
-    bool *keep = calloc((size_t)r->n, sizeof *keep);
+    int counts[ROI_MAX_ITEMS];
+    bool keep[ROI_MAX_ITEMS];
     bool known = true; /* the stream's position is still known */
-    for (int i = 0; counts && keep && i < r->n; i++) {
+    for (int i = 0; i < r->n; i++) {
         bool sel = aug_op_selects(op, i);
         counts[i] = sel && copies ? copies_of(op) : 1;
         keep[i] = r->whole[i];
@@ -138,15 +139,10 @@ static bool walk_op(roi_walk *r, const aug_op *op, rng_stream *st)
         if (op->kind == OP_PATCHES_AND_IMAGE)
             known = false;
     }
-    if (!counts || !keep)
-        r->all = true;
-    else if (copies)
+    if (copies)
         flatten(r, counts, keep);
     else
-        for (int i = 0; i < r->n; i++)
-            r->whole[i] = keep[i];
-    free(counts);
-    free(keep);
+        memcpy(r->whole, keep, (size_t)r->n * sizeof *keep);
     bool whole_left = false;
     for (int i = 0; i < r->n; i++)
         whole_left |= r->whole[i];
@@ -159,10 +155,7 @@ void aug_pipeline_roi(const aug_pipeline *p, uint64_t seed, uint32_t epoch, uint
     box[0] = 0, box[1] = 0, box[2] = w, box[3] = h;
     if (!p || w <= 0 || h <= 0 || sample_index >= (1ull << 32))
         return;
-    roi_walk r = {.w = w, .h = h, .n = 1, .cap = 1, .whole = calloc(1, sizeof(bool))};
-    if (!r.whole)
-        return;
-    r.whole[0] = true;
+    roi_walk r = {.w = w, .h = h, .n = 1, .whole = {true}};
     rng_key key = {.seed = seed, .purpose = RNG_PURPOSE_TRANSFORM, .epoch = epoch, .sample_index = sample_index};
     bool more = true;
     for (int t = 0; more && t < p->n_ops; t++) {
@@ -177,5 +170,4 @@ void aug_pipeline_roi(const aug_pipeline *p, uint64_t seed, uint32_t epoch, uint
     if (r.any && !r.all && !whole_left)
         for (int k = 0; k < 4; k++)
             box[k] = r.box[k];
-    free(r.whole);
 }

@@ -28,6 +28,7 @@ void decode_ctx_free(decode_ctx *ctx)
         return;
     free(ctx->rgb);
     free(ctx->tmp);
+    free(ctx->row_ptrs);
     free(ctx);
 }
 

@@ -16,6 +16,8 @@ struct decode_ctx {
     size_t rgb_cap;
     uint8_t *tmp;        /* CMYK or 16-bit rows before conversion */
     size_t tmp_cap;
+    uint8_t *row_ptrs;   /* libjpeg's array of row pointers (bytes of JSAMPROWs) */
+    size_t row_ptrs_cap;
 };
 
 /* A buffer of at least n bytes in *buf (grown, contents not kept); NULL when out of memory. */

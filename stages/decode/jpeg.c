@@ -28,7 +28,6 @@
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <jpeglib.h>
@@ -107,13 +106,12 @@ static bool eoi_in(const uint8_t *from, const uint8_t *end)
 
 /* ---- decoding ----------------------------------------------------------------------------- */
 
-/* What one decode needs; lives in decode_jpeg's frame so that nothing the longjmp skips
- * over owns memory (the buffers belong to ctx). */
+/* What one decode needs; lives in decode_jpeg's frame, and owns no memory (the buffers
+ * belong to ctx), so a longjmp out of libjpeg leaks nothing. */
 typedef struct {
     struct jpeg_decompress_struct cinfo;
     jpeg_errors err;
     struct jpeg_progress_mgr progress;
-    JSAMPROW *rows;
     bool header_read;  /* a later error is in the image data, not the header */
 } jpeg_job;
 
@@ -143,15 +141,18 @@ static void decode_rows(decode_ctx *ctx, jpeg_job *job, const int box[4], bool c
     int h = box[3] - box[1];
     size_t stride = (size_t)width * (cmyk ? 4 : 3);
     uint8_t *dst = decode_grow(cmyk ? &ctx->tmp : &ctx->rgb, cmyk ? &ctx->tmp_cap : &ctx->rgb_cap, stride * (size_t)h);
-    job->rows = dst ? malloc((size_t)h * sizeof *job->rows) : NULL;
-    if (!job->rows)
+    /* malloc'd, so aligned for pointers; kept in ctx from image to image */
+    JSAMPROW *rows = dst ? (JSAMPROW *)(void *)decode_grow(&ctx->row_ptrs, &ctx->row_ptrs_cap,
+                                                            (size_t)h * sizeof(JSAMPROW))
+                         : NULL;
+    if (!rows)
         ERREXIT(cinfo, JERR_OUT_OF_MEMORY);
     for (int y = 0; y < h; y++)
-        job->rows[y] = dst + (size_t)y * stride;
+        rows[y] = dst + (size_t)y * stride;
     if (box[1] > 0 && jpeg_skip_scanlines(cinfo, (JDIMENSION)box[1]) != (JDIMENSION)box[1])
         ERREXIT(cinfo, JERR_BAD_LENGTH);
     for (int y = 0; y < h;) {
-        JDIMENSION got = jpeg_read_scanlines(cinfo, job->rows + y, (JDIMENSION)(h - y));
+        JDIMENSION got = jpeg_read_scanlines(cinfo, rows + y, (JDIMENSION)(h - y));
         if (got == 0) /* suspension cannot happen with a memory source; refuse a loop */
             ERREXIT(cinfo, JERR_BAD_LENGTH);
         y += (int)got;
@@ -250,7 +251,6 @@ int decode_jpeg(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_roi_fn r
         decode_reason(why, why_len, "truncated JPEG: Premature end of JPEG file");
         rc = -1;
     }
-    free(job.rows);
     jpeg_destroy_decompress(&job.cinfo);
     if (rc != 0)
         *out = (decode_rgb){0};
