@@ -23,6 +23,7 @@ typedef struct {
     void (*zero)(eng_backend *be, T *t);
     void (*upload)(eng_backend *be, T *dst, const float *src);
     void (*download)(eng_backend *be, T *src, float *dst);
+    void (*copy)(eng_backend *be, T *src, T *dst);
 
     void (*relu_forward)(eng_backend *be, T *x, T *y);
     void (*relu_backward)(eng_backend *be, T *y, T *dy, T *dx);
@@ -46,6 +47,12 @@ typedef struct {
                                    T *running_var, T *y);
     void (*batchnorm_backward)(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
                                T *dgamma, T *dbeta);
+    void (*batchnorm_backward_eval)(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
+                                    T *dy, T *dx, T *dgamma, T *dbeta);
+    void (*layernorm2d_forward)(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *save_mean,
+                                T *save_invstd, T *y);
+    void (*layernorm2d_backward)(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
+                                 T *dgamma, T *dbeta);
 
     void (*maxpool_forward)(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
     void (*maxpool_backward)(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx);

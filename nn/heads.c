@@ -253,6 +253,8 @@ void head_free(eng_backend *be, head *h)
 /* ---- accessors ------------------------------------------------------------------------------- */
 
 int head_entry_count(const head *h) { return h->params.nentries; }
+const head_options *head_opts(const head *h) { return &h->opt; }
+eng_params *head_param_table(head *h) { return &h->params; }
 const head_entry *head_entry_at(const head *h, int i) { return &h->params.entries[i]; }
 int64_t head_param_count(const head *h) { return eng_params_count(&h->params); }
 int head_output_count(const head *h) { return h->noutputs; }

@@ -88,6 +88,10 @@ eng_tensor head_grads(const head *h);
 eng_tensor head_buffers(const head *h);
 int64_t head_param_count(const head *h);
 void head_zero_grad(eng_backend *be, head *h);
+/* The options the head was built with. */
+const head_options *head_opts(const head *h);
+/* The head's named-tensor table (see resnet_param_table: the same re-homing rules). */
+eng_params *head_param_table(head *h);
 
 /* Allocate activations for input `in` (N × F; eval_mlp also N × C × H × W). Same shape again does
  * nothing. Dies on a shape the head cannot take. */

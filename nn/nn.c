@@ -128,6 +128,14 @@ void eng_zero(eng_backend *be, const eng_tensor *t) { be->ops->zero(be, t); }
 void eng_upload(eng_backend *be, const eng_tensor *dst, const float *src) { be->ops->upload(be, dst, src); }
 void eng_download(eng_backend *be, const eng_tensor *src, float *dst) { be->ops->download(be, src, dst); }
 
+void eng_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst)
+{
+    if (eng_numel(&src->shape) != eng_numel(&dst->shape))
+        die(EXIT_RUNTIME, "copy: %lld elements into %lld", (long long)eng_numel(&src->shape),
+            (long long)eng_numel(&dst->shape));
+    be->ops->copy(be, src, dst);
+}
+
 /* ---- layers ------------------------------------------------------------------------------ */
 
 void eng_relu_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
@@ -341,6 +349,58 @@ void eng_batchnorm_backward(eng_backend *be, const eng_tensor *x, const eng_tens
     expect_same("batchnorm backward", "dy", dy, x);
     expect_same("batchnorm backward", "dx", dx, x);
     be->ops->batchnorm_backward(be, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta);
+}
+
+void eng_batchnorm_backward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
+                                 const eng_tensor *running_mean, const eng_tensor *running_var,
+                                 const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dgamma,
+                                 const eng_tensor *dbeta)
+{
+    NEED(be, batchnorm_backward_eval);
+    const eng_tensor *pc[] = {gamma, running_mean, running_var, dgamma, dbeta};
+    check_channels("batchnorm backward (eval)", x, pc, ARRAY_LEN(pc));
+    if (!running_mean || !running_var)
+        die(EXIT_RUNTIME, "batchnorm backward (eval): the running statistics are required");
+    expect_same("batchnorm backward (eval)", "dy", dy, x);
+    expect_same("batchnorm backward (eval)", "dx", dx, x);
+    be->ops->batchnorm_backward_eval(be, eps, x, gamma, running_mean, running_var, dy, dx, dgamma, dbeta);
+}
+
+/* Layer norm: gamma/beta (and their gradients) are C long, the saved statistics N long. */
+static void check_layernorm(const char *layer, const eng_tensor *x, const eng_tensor *const *per_channel, size_t nc,
+                            const eng_tensor *save_mean, const eng_tensor *save_invstd)
+{
+    check_channels(layer, x, per_channel, nc);
+    eng_shape n = {.ndim = 1, .dim = {x->shape.dim[0]}};
+    if (save_mean)
+        expect_shape(layer, "save_mean", save_mean, &n);
+    if (save_invstd)
+        expect_shape(layer, "save_invstd", save_invstd, &n);
+}
+
+void eng_layernorm2d_forward(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
+                             const eng_tensor *beta, const eng_tensor *save_mean, const eng_tensor *save_invstd,
+                             const eng_tensor *y)
+{
+    NEED(be, layernorm2d_forward);
+    const eng_tensor *pc[] = {gamma, beta};
+    check_layernorm("layernorm", x, pc, ARRAY_LEN(pc), save_mean, save_invstd);
+    expect_same("layernorm", "output", y, x);
+    be->ops->layernorm2d_forward(be, eps, x, gamma, beta, save_mean, save_invstd, y);
+}
+
+void eng_layernorm2d_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
+                              const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
+                              const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta)
+{
+    NEED(be, layernorm2d_backward);
+    const eng_tensor *pc[] = {gamma, dgamma, dbeta};
+    check_layernorm("layernorm backward", x, pc, ARRAY_LEN(pc), save_mean, save_invstd);
+    if (!save_mean || !save_invstd)
+        die(EXIT_RUNTIME, "layernorm backward: needs the forward's save_mean and save_invstd");
+    expect_same("layernorm backward", "dy", dy, x);
+    expect_same("layernorm backward", "dx", dx, x);
+    be->ops->layernorm2d_backward(be, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta);
 }
 
 eng_shape eng_pool_output_shape(const eng_shape *x, const eng_pool_desc *d)

@@ -82,6 +82,8 @@ void eng_zero(eng_backend *be, const eng_tensor *t);
 /* Host fp32 in logical (PyTorch, C-contiguous) order to and from the device. */
 void eng_upload(eng_backend *be, const eng_tensor *dst, const float *src);
 void eng_download(eng_backend *be, const eng_tensor *src, float *dst);
+/* dst = src, device to device (same element count; e.g. a feature into a batch slice). */
+void eng_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst);
 
 /* ---- layers ---------------------------------------------------------------------------------- */
 
@@ -156,6 +158,34 @@ void eng_batchnorm_forward_eval(eng_backend *be, double eps, const eng_tensor *x
 void eng_batchnorm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
                             const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
                             const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta);
+
+/* Backward of the EVAL forward (normalised with the running statistics, which are constants):
+ * with x̂ = (x − running_mean)/sqrt(running_var + eps),
+ *   dx += dy·γ/sqrt(running_var + eps),  dγ += Σ dy·x̂,  dβ += Σ dy.
+ * What a frozen-BN trunk (BN in eval mode) needs to still pass gradients to earlier layers.
+ * dx, dgamma, dbeta may each be NULL (skipped); gamma NULL means γ = 1. */
+void eng_batchnorm_backward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
+                                 const eng_tensor *running_mean, const eng_tensor *running_var,
+                                 const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dgamma,
+                                 const eng_tensor *dbeta);
+
+/* ---- layer norm ------------------------------------------------------------------------------ */
+
+/* VISSL's LayerNorm2d(C, eps, affine=True) = nn.GroupNorm(1, C): each SAMPLE is normalised over
+ * all of its C×H×W values (biased variance), then scaled and shifted PER CHANNEL:
+ *   y[n,c,s] = (x[n,c,s] − mean_n)·invstd_n·γ[c] + β[c],  invstd_n = 1/sqrt(var_n + eps).
+ * No running statistics: training and evaluation are the same computation. x is N×C×H×W
+ * (or N×C); gamma/beta are C long (NULL: affine-free); save_mean and save_invstd are N long,
+ * kept for the backward (NULL: not kept). */
+void eng_layernorm2d_forward(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
+                             const eng_tensor *beta, const eng_tensor *save_mean, const eng_tensor *save_invstd,
+                             const eng_tensor *y);
+/* With x̂ from save_*, M = C·H·W values per sample and g = dy·γ[c]:
+ *   dβ[c] += Σ_{n,s} dy,  dγ[c] += Σ_{n,s} dy·x̂,  dx += invstd_n/M · (M·g − Σ g − x̂·Σ g·x̂) per sample.
+ * dx, dgamma, dbeta may each be NULL (skipped). */
+void eng_layernorm2d_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
+                              const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
+                              const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta);
 
 /* ---- pooling ---------------------------------------------------------------------------------- */
 

@@ -3,6 +3,7 @@
  */
 #include "params.h"
 
+#include "log.h"
 #include "util.h"
 
 #include <math.h>
@@ -44,16 +45,62 @@ void eng_params_alloc(eng_backend *be, eng_params *p)
     }
 }
 
+static void free_allocations(eng_backend *be, eng_params *p);
+
 void eng_params_free(eng_backend *be, eng_params *p)
+{
+    free_allocations(be, p);
+    for (int i = 0; i < p->nentries; i++)
+        free((char *)p->entries[i].name);
+    free(p->entries);
+    memset(p, 0, sizeof *p);
+}
+
+static void free_allocations(eng_backend *be, eng_params *p)
 {
     void *bases[] = {p->param_base, p->grad_base, p->buf_base};
     for (size_t i = 0; i < ARRAY_LEN(bases); i++)
         if (bases[i])
             eng_free(be, bases[i]);
-    for (int i = 0; i < p->nentries; i++)
-        free((char *)p->entries[i].name);
-    free(p->entries);
-    memset(p, 0, sizeof *p);
+    p->param_base = p->grad_base = p->buf_base = NULL;
+    p->param_bytes = p->buf_bytes = 0;
+}
+
+static void check_same(const eng_entry *a, const eng_entry *b, const char *what)
+{
+    if (a->kind != b->kind || !eng_shape_equal(&a->value.shape, &b->value.shape))
+        die(EXIT_RUNTIME, "%s: %s and %s differ in kind or shape", what, a->name, b->name);
+}
+
+int eng_params_rehome(eng_backend *be, eng_params *part, const eng_params *into, int first)
+{
+    if (first < 0 || first + part->nentries > into->nentries)
+        die(EXIT_RUNTIME, "eng_params_rehome: entries %d.. are not declared", first);
+    float *host = eng_params_host_scratch(part);
+    for (int i = 0; i < part->nentries; i++) {
+        eng_entry *e = &part->entries[i];
+        const eng_entry *to = &into->entries[first + i];
+        check_same(e, to, "eng_params_rehome");
+        eng_download(be, &e->value, host);
+        eng_upload(be, &to->value, host);
+        e->value = to->value;
+        e->grad = to->grad;
+    }
+    free(host);
+    free_allocations(be, part);
+    return first + part->nentries;
+}
+
+void eng_params_share(eng_backend *be, eng_params *view, const eng_params *master)
+{
+    if (view->nentries != master->nentries)
+        die(EXIT_RUNTIME, "eng_params_share: %d entries against %d", view->nentries, master->nentries);
+    for (int i = 0; i < view->nentries; i++) {
+        check_same(&view->entries[i], &master->entries[i], "eng_params_share");
+        view->entries[i].value = master->entries[i].value;
+        view->entries[i].grad = master->entries[i].grad;
+    }
+    free_allocations(be, view);
 }
 
 static eng_tensor whole(void *base, size_t bytes)

@@ -44,6 +44,16 @@ eng_tensor eng_params_buffers(const eng_params *p);
 int64_t eng_params_count(const eng_params *p);
 void eng_params_zero_grad(eng_backend *be, eng_params *p);
 
+/* Move `part`'s tensors into `into`, whose entries first, first+1, … were declared (same
+ * kinds and shapes, in order) and allocated: the values are copied, part's entries then point
+ * into into's allocations, and part's own allocations are freed (it keeps its names and no
+ * memory of its own). Returns first + part's entry count. This is how a model gathers its
+ * trunk's and heads' tensors into one allocation per kind. */
+int eng_params_rehome(eng_backend *be, eng_params *part, const eng_params *into, int first);
+/* Point every entry of `view` at the same entry of `master` (same names and shapes) and free
+ * view's allocations: two modules, one set of weights and gradients. */
+void eng_params_share(eng_backend *be, eng_params *view, const eng_params *master);
+
 /* A host buffer big enough for the largest entry (for initialisation; free it). */
 float *eng_params_host_scratch(const eng_params *p);
 bool eng_name_ends_with(const char *name, const char *tail);

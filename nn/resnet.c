@@ -15,6 +15,8 @@
  * ReLU'd in place (ReLU backward reads the output, as PyTorch's in-place ReLU does). Gradients
  * of activations get their own tensors; backward zeroes them first because the engine's
  * backward functions accumulate, which also makes the residual fan-out correct for free.
+ * With NORM LayerNorm a unit's norm is eng_layernorm2d_* instead of batch norm (the same in
+ * training and evaluation, per-sample statistics in mean/invstd) and it has no running stats.
  */
 #include "resnet.h"
 
@@ -32,16 +34,19 @@
 #define BN_EPS 1e-5
 #define ACT_ALIGN 64 /* bytes between activation views: cache lines, SIMD loads */
 
-/* conv → BN (→ ReLU): the building brick of every block. Indices name entries. */
+/* conv → norm (→ ReLU): the building brick of every block. Indices name entries; rmean and rvar
+ * are -1 for LayerNorm, which has no running statistics. */
 typedef struct {
     int w, gamma, beta, rmean, rvar;
+    bool layer_norm;
     eng_conv_desc desc;
     bool relu;
     eng_plan *plan;
     eng_tensor conv_out, conv_grad; /* the BN's input and its gradient */
     eng_tensor out, out_grad;       /* the unit's output (after ReLU when relu) and its gradient */
     eng_tensor pre_grad;            /* relu only: gradient of the BN output before the ReLU */
-    eng_tensor mean, invstd;        /* batch statistics kept for BN backward */
+    eng_tensor mean, invstd;        /* statistics kept for the norm's backward: per channel (BN's
+                                       batch statistics) or per sample (LayerNorm) */
 } unit;
 
 /* out = ReLU(last unit + identity or downsample(x)), ReLU'd in place. */
@@ -95,11 +100,13 @@ static eng_shape shape1(int64_t n) { return (eng_shape){.ndim = 1, .dim = {n}}; 
 static void unit_make(eng_backend *be, resnet *net, unit *u, const char *prefix, const char *conv, const char *bn,
                       int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, bool relu)
 {
-    *u = (unit){.relu = relu,
+    *u = (unit){.relu = relu, .layer_norm = net->opt.norm == RESNET_NORM_LAYER, .rmean = -1, .rvar = -1,
                 .desc = {.stride = {stride, stride}, .pad = {k / 2, k / 2}, .dilation = {1, 1}, .groups = groups}};
     u->w = add_entry(be, net, RESNET_PARAM, eng_shape4(out, in / groups, k, k), "%s%s.weight", prefix, conv);
     u->gamma = add_entry(be, net, RESNET_PARAM, shape1(out), "%s%s.weight", prefix, bn);
     u->beta = add_entry(be, net, RESNET_PARAM, shape1(out), "%s%s.bias", prefix, bn);
+    if (u->layer_norm) /* GroupNorm's state dict: weight and bias only */
+        return;
     u->rmean = add_entry(be, net, RESNET_BUFFER, shape1(out), "%s%s.running_mean", prefix, bn);
     u->rvar = add_entry(be, net, RESNET_BUFFER, shape1(out), "%s%s.running_var", prefix, bn);
 }
@@ -157,7 +164,18 @@ static int check_options(const resnet_options *o, int layers[4], char **err)
         return report_failure(err, "resnet: LAYER4_STRIDE must be 1 or 2 (got %d)", o->layer4_stride);
     if (o->in_channels != 1 && o->in_channels != 3)
         return report_failure(err, "resnet: input channels must be 3 (rgb/bgr) or 1 (lab)");
+    if (o->norm != RESNET_NORM_BATCH && o->norm != RESNET_NORM_LAYER)
+        return report_failure(err, "resnet: NORM must be BatchNorm or LayerNorm");
     return 0;
+}
+
+int resnet_norm_by_name(const char *name)
+{
+    if (strcmp(name, "BatchNorm") == 0)
+        return RESNET_NORM_BATCH;
+    if (strcmp(name, "LayerNorm") == 0)
+        return RESNET_NORM_LAYER;
+    return -1;
 }
 
 resnet *resnet_new(eng_backend *be, const resnet_options *opt, uint64_t seed, char **err)
@@ -206,8 +224,10 @@ void resnet_free(eng_backend *be, resnet *net)
 /* ---- accessors ------------------------------------------------------------------------------ */
 
 int resnet_entry_count(const resnet *net) { return net->params.nentries; }
+eng_params *resnet_param_table(resnet *net) { return &net->params; }
 const resnet_entry *resnet_entry_at(const resnet *net, int i) { return &net->params.entries[i]; }
 int64_t resnet_out_dim(const resnet *net) { return net->out_dim; }
+const resnet_options *resnet_get_options(const resnet *net) { return &net->opt; }
 int64_t resnet_param_count(const resnet *net) { return eng_params_count(&net->params); }
 eng_tensor resnet_params(const resnet *net) { return eng_params_values(&net->params); }
 eng_tensor resnet_grads(const resnet *net) { return eng_params_grads(&net->params); }
@@ -310,8 +330,9 @@ static eng_shape unit_plan(eng_backend *be, resnet *net, unit *u, const eng_shap
     act(be, net, &u->out_grad, y, true);
     if (u->relu)
         act(be, net, &u->pre_grad, y, true);
-    act(be, net, &u->mean, shape1(y.dim[1]), false);
-    act(be, net, &u->invstd, shape1(y.dim[1]), false);
+    int64_t nstats = u->layer_norm ? y.dim[0] : y.dim[1]; /* per sample : per channel */
+    act(be, net, &u->mean, shape1(nstats), false);
+    act(be, net, &u->invstd, shape1(nstats), false);
     return y;
 }
 
@@ -390,7 +411,10 @@ static const eng_tensor *grad(const resnet *net, int i) { return &net->params.en
 static void unit_forward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, bool train)
 {
     eng_conv_forward(be, u->plan, x, ent(net, u->w), NULL, &u->conv_out);
-    if (train)
+    if (u->layer_norm) /* the same in training and evaluation: no running statistics */
+        eng_layernorm2d_forward(be, BN_EPS, &u->conv_out, ent(net, u->gamma), ent(net, u->beta), &u->mean,
+                                &u->invstd, &u->out);
+    else if (train)
         eng_batchnorm_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, ent(net, u->gamma), ent(net, u->beta),
                                     ent(net, u->rmean), ent(net, u->rvar), &u->mean, &u->invstd, &u->out);
     else
@@ -471,8 +495,12 @@ static void unit_backward(eng_backend *be, resnet *net, unit *u, const eng_tenso
         eng_relu_backward(be, &u->out, &u->out_grad, &u->pre_grad);
         dy = &u->pre_grad;
     }
-    eng_batchnorm_backward(be, &u->conv_out, ent(net, u->gamma), &u->mean, &u->invstd, dy, &u->conv_grad,
-                           grad(net, u->gamma), grad(net, u->beta));
+    if (u->layer_norm)
+        eng_layernorm2d_backward(be, &u->conv_out, ent(net, u->gamma), &u->mean, &u->invstd, dy, &u->conv_grad,
+                                 grad(net, u->gamma), grad(net, u->beta));
+    else
+        eng_batchnorm_backward(be, &u->conv_out, ent(net, u->gamma), &u->mean, &u->invstd, dy, &u->conv_grad,
+                               grad(net, u->gamma), grad(net, u->beta));
     eng_conv_backward(be, u->plan, x, ent(net, u->w), &u->conv_grad, dx, grad(net, u->w), NULL);
 }
 

@@ -11,7 +11,10 @@
  * gradients in another with the same layout, the BN running statistics in a third; every
  * tensor is a view at an offset and carries its VISSL name (`_feature_blocks.layer1.0.conv1.weight`),
  * in torchvision's state-dict order, so checkpoint code maps names 1:1 (num_batches_tracked is
- * not kept: VISSL's WEIGHTS_INIT skips it by default). resnet_plan() plans every convolution and
+ * not kept: VISSL's WEIGHTS_INIT skips it by default). With NORM LayerNorm each norm is
+ * torchvision's layer built with norm_layer = LayerNorm2d (GroupNorm(1, C)): its entries are
+ * weight and bias only, it has no running statistics (the buffer allocation is empty) and it
+ * computes the same in training and evaluation. resnet_plan() plans every convolution and
  * allocates all activation memory for one input shape; forward and backward then allocate
  * nothing.
  *
@@ -27,6 +30,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* MODEL.TRUNK.TRUNK_PARAMS.RESNETS.NORM: what follows every convolution. */
+typedef enum {
+    RESNET_NORM_BATCH, /* "BatchNorm": BatchNorm2d (weight, bias, running_mean, running_var) */
+    RESNET_NORM_LAYER, /* "LayerNorm": VISSL's LayerNorm2d = GroupNorm(1, C) (weight, bias only) */
+} resnet_norm;
+
 typedef struct {
     int depth;               /* 18, 34 (BasicBlock), 50, 101, 152, 200 (Bottleneck) */
     int width_multiplier;    /* ≥ 1: planes 64w, 128w, 256w, 512w */
@@ -36,7 +45,12 @@ typedef struct {
     int layer4_stride;       /* 2 (default) or 1 */
     bool small_stem;         /* 3×3 stride-1 conv1, no max pool (extension) */
     int in_channels;         /* 3 (rgb/bgr), 1 (lab) */
+    resnet_norm norm;        /* BatchNorm (default) or LayerNorm: every norm of the trunk, stem,
+                                blocks and downsamples alike, as VISSL passes norm_layer */
 } resnet_options;
+
+/* "BatchNorm" / "LayerNorm" (the config's spelling) → resnet_norm; -1 when unknown. */
+int resnet_norm_by_name(const char *name);
 
 /* VISSL's defaults: depth 50, w 1, groups 1, 64 per group, stride 2, rgb. */
 resnet_options resnet_defaults(void);
@@ -83,6 +97,8 @@ eng_tensor resnet_params(const resnet *net);
 eng_tensor resnet_grads(const resnet *net);
 eng_tensor resnet_buffers(const resnet *net);
 int64_t resnet_param_count(const resnet *net);
+/* The options the trunk was built with (complexity.c derives the layer geometry from them). */
+const resnet_options *resnet_get_options(const resnet *net);
 /* Channels of the pooled feature: 2048·w (Bottleneck) or 512·w (BasicBlock). */
 int64_t resnet_out_dim(const resnet *net);
 
@@ -103,5 +119,11 @@ int resnet_feature_by_name(const char *name);
  * parameter gradients accumulate into the gradient buffer. */
 void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat);
 void resnet_zero_grad(eng_backend *be, resnet *net);
+
+/* The trunk's named-tensor table, for a model that re-homes its tensors into one allocation
+ * or shares them with a second trunk (params.h: eng_params_rehome, eng_params_share). After
+ * that the trunk's own whole-buffer views (resnet_params, resnet_grads, resnet_buffers,
+ * resnet_zero_grad) are empty: use the model's. */
+eng_params *resnet_param_table(resnet *net);
 
 #endif

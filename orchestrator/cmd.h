@@ -16,5 +16,8 @@ int cmd_inspect(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 /* selfsup dataset fashion-mnist DIR [--limit N] [--force]: a Debian dataset in VISSL's layouts. */
 int cmd_dataset(int argc, char **argv);
+/* selfsup convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]: model weights
+ * between VISSL's and torchvision's layouts, torch.save and safetensors files. */
+int cmd_convert(int argc, char **argv);
 
 #endif

@@ -8,6 +8,7 @@
  *   selfsup inspect FILE|-                          print records (a record file or a stream)
  *   selfsup keygen FILE                             a CURVE keypair for the control plane
  *   selfsup dataset fashion-mnist DIR               Fashion-MNIST in VISSL's layouts
+ *   selfsup convert IN OUT [--to L] [--format F]    model weights between layouts and formats
  *   selfsup NAME [args...]                          run selfsup-NAME, as git does
  *
  * CONFIG is a file, or a VISSL name such as pretrain/simclr/simclr_8node_resnet (or
@@ -35,6 +36,8 @@ static void usage(FILE *out)
           "  inspect FILE|-                         print the records of a file or stream\n"
           "  keygen FILE                            make a CURVE key file for the control plane\n"
           "  dataset fashion-mnist DIR              write Fashion-MNIST in VISSL's layouts\n"
+          "  convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]\n"
+          "                                         convert model weights (VISSL, torchvision)\n"
           "  NAME [args...]                         run the stage selfsup-NAME\n"
           "\n"
           "CONFIG is a YAML file or a VISSL config name (pretrain/simclr/simclr_8node_resnet).\n"
@@ -84,5 +87,7 @@ int main(int argc, char **argv)
         return cmd_keygen(argc - 1, argv + 1);
     if (!strcmp(argv[1], "dataset"))
         return cmd_dataset(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "convert"))
+        return cmd_convert(argc - 1, argv + 1);
     return run_stage(argv[1], argv + 1);
 }

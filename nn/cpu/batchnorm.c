@@ -8,6 +8,8 @@
  * the result within float rounding of PyTorch for any batch size. Training normalises with
  * the biased variance and folds the unbiased one (m/(m−1)) into running_var, as PyTorch does.
  * gamma/beta NULL mean an affine-free layer (1, 0); NULL running stats or save_* are skipped.
+ * Two backwards: the training one (through the batch statistics) and the eval one (running
+ * statistics are constants, so BN is a per-channel affine map), for frozen-BN trunks.
  */
 #include "cpu.h"
 
@@ -137,6 +139,42 @@ void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *sa
                 double xhat = ((double)px[base + i] - mean) * invstd;
                 pdx[base + i] += (float)(k * (m * pg[base + i] - sum_dy - xhat * sum_dy_xhat));
             }
+        }
+    }
+}
+
+/* The eval forward is affine per channel, y = x·k + const with k = γ/sqrt(running_var + eps),
+ * so its backward needs no batch statistics: dx += dy·k, dγ += Σ dy·x̂, dβ += Σ dy. */
+void cpu_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
+                                 T *dy, T *dx, T *dgamma, T *dbeta)
+{
+    (void)be;
+    bn_dims d = dims_of(x);
+    const float *px = cpu_ptr(x), *pg = cpu_ptr(dy);
+    for (int64_t c = 0; c < d.c; c++) {
+        double mean = cpu_ptr(running_mean)[c], invstd = 1.0 / sqrt((double)cpu_ptr(running_var)[c] + eps);
+        if (dgamma || dbeta) {
+            double sum_dy = 0.0, sum_dy_xhat = 0.0;
+            for (int64_t n = 0; n < d.n; n++) {
+                int64_t base = (n * d.c + c) * d.s;
+                for (int64_t i = 0; i < d.s; i++) {
+                    sum_dy += pg[base + i];
+                    sum_dy_xhat += (double)pg[base + i] * ((double)px[base + i] - mean) * invstd;
+                }
+            }
+            if (dbeta)
+                cpu_ptr(dbeta)[c] += (float)sum_dy;
+            if (dgamma)
+                cpu_ptr(dgamma)[c] += (float)sum_dy_xhat;
+        }
+        if (!dx)
+            continue;
+        float *pdx = cpu_ptr(dx);
+        double k = at_or(gamma, c, 1.0f) * invstd;
+        for (int64_t n = 0; n < d.n; n++) {
+            int64_t base = (n * d.c + c) * d.s;
+            for (int64_t i = 0; i < d.s; i++)
+                pdx[base + i] += (float)(k * pg[base + i]);
         }
     }
 }

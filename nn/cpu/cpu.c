@@ -52,6 +52,11 @@ static void cpu_zero(eng_backend *be, const eng_tensor *t)
     memset(cpu_ptr(t), 0, cpu_bytes(be, &t->shape));
 }
 
+static void cpu_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst)
+{
+    memmove(cpu_ptr(dst), cpu_ptr(src), cpu_bytes(be, &src->shape));
+}
+
 static void cpu_upload(eng_backend *be, const eng_tensor *dst, const float *src)
 {
     memcpy(cpu_ptr(dst), src, cpu_bytes(be, &dst->shape));
@@ -71,6 +76,7 @@ const eng_ops eng_cpu_ops = {
     .free = cpu_free,
     .zero = cpu_zero,
     .upload = cpu_upload,
+    .copy = cpu_copy,
     .download = cpu_download,
     .relu_forward = cpu_relu_forward,
     .relu_backward = cpu_relu_backward,
@@ -90,6 +96,10 @@ const eng_ops eng_cpu_ops = {
     .batchnorm_forward_train = cpu_batchnorm_forward_train,
     .batchnorm_forward_eval = cpu_batchnorm_forward_eval,
     .batchnorm_backward = cpu_batchnorm_backward,
+    .batchnorm_backward_eval = cpu_batchnorm_backward_eval,
+    /* layer norm (layernorm.c) */
+    .layernorm2d_forward = cpu_layernorm2d_forward,
+    .layernorm2d_backward = cpu_layernorm2d_backward,
     /* pooling (pool.c) */
     .maxpool_forward = cpu_maxpool_forward,
     .maxpool_backward = cpu_maxpool_backward,

@@ -40,6 +40,14 @@ void cpu_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *
                                 T *running_var, T *y);
 void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
                             T *dgamma, T *dbeta);
+void cpu_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
+                                 T *dy, T *dx, T *dgamma, T *dbeta);
+
+/* layer norm (layernorm.c) */
+void cpu_layernorm2d_forward(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *save_mean, T *save_invstd,
+                             T *y);
+void cpu_layernorm2d_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
+                              T *dgamma, T *dbeta);
 
 /* pooling (pool.c) */
 void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y);

@@ -472,8 +472,8 @@ void img_gaussian_blur(img_u8 *im, double radius)
 {
     if (!im || !im->px || im->w <= 0 || im->h <= 0 || (im->c != 1 && im->c != 3))
         die(1, "img_gaussian_blur: not an 8-bit L or RGB image");
-    if (!(radius >= 0.0))
-        die(1, "img_gaussian_blur: radius %g must be >= 0", radius);
+    if (!(radius >= 0.0 && radius <= IMG_BLUR_RADIUS_MAX))
+        die(1, "img_gaussian_blur: radius %g must be in [0, %g]", radius, IMG_BLUR_RADIUS_MAX);
     /* PIL receives the radius as a C float. */
     const box_weights bw = box_weights_for(gaussian_box_radius((float)radius, 3));
     /* r = 0 with the whole weight inside is the identity (radius 0). */

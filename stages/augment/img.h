@@ -117,7 +117,9 @@ void img_rgb_to_lab(const img_u8 *src, img_u8 *dst);
 
 /* ---- filters (blur.c) --------------------------------------------------------------------- */
 
-/* im.filter(ImageFilter.GaussianBlur(radius)): PIL's extended box blur, 3 passes. In place. */
+/* im.filter(ImageFilter.GaussianBlur(radius)): PIL's extended box blur, 3 passes. In place.
+ * radius in [0, IMG_BLUR_RADIUS_MAX]: beyond it PIL's float and 8.24 arithmetic overflows. */
+#define IMG_BLUR_RADIUS_MAX 1000.0
 void img_gaussian_blur(img_u8 *im, double radius);
 
 #endif

@@ -467,8 +467,10 @@ static bool parse_op(const cfg_node *map, const char *key, cfg_err *err, aug_op 
         p_probability(&pr, "p", 0.5, &op->p);
         op->radius[0] = p_number(&pr, "radius_min", 0.1);
         op->radius[1] = p_number(&pr, "radius_max", 2.0);
-        if (op->radius[0] < 0 || op->radius[0] > op->radius[1])
-            bad(&pr, NULL, "%s: need 0 <= radius_min <= radius_max", "ImgPilGaussianBlur");
+        /* PIL's float arithmetic (radius squared, the 8.24 box weights) overflows long
+         * before a radius this large, and any blur this wide is already the image's mean. */
+        if (op->radius[0] < 0 || op->radius[0] > op->radius[1] || op->radius[1] > IMG_BLUR_RADIUS_MAX)
+            bad(&pr, NULL, "%s: need 0 <= radius_min <= radius_max <= 1000", "ImgPilGaussianBlur");
     } else if (IS("ImgPilRandomPhotometric")) {
         KEYS("p");
         op->kind = OP_PHOTOMETRIC;

@@ -395,6 +395,7 @@ Test(augment, bad_lists_are_refused_with_their_position)
     refused("t:\n  - {name: ImgPatchesFromTensor, num_patches: 8}\n", "perfect square");
     refused("t:\n  - {name: RandomResizedCrop, size: 8, scale: [-0.5, 1]}\n", "increasing");
     refused("t:\n  - {name: ImgPilGaussianBlur, radius_max: .nan}\n", "finite");
+    refused("t:\n  - {name: ImgPilGaussianBlur, radius_max: 8.0e23}\n", "radius_max <= 1000");
 }
 
 /* ---- ring sizing ------------------------------------------------------------------------- */

@@ -8,6 +8,8 @@
  * Checked: forward ≤ 1e-4 and gradients ≤ 1e-3 relative (per parameter tensor), names and order
  * of entries, the last_dim QUIRK, the impossible-dims error, SimCLR's head list, swav with two
  * prototype heads and a gradient for a subset of outputs, siamese_concat_view, accumulation.
+ * Also finite differences (see the section below): dx and every parameter gradient of an mlp
+ * with BN + ReLU + dropout, an eval_mlp and a swav_head with two prototype heads.
  */
 #include "heads.h"
 #include "nn.h"
@@ -375,4 +377,139 @@ Test(heads, gradients_accumulate_and_default_init)
     eng_tensor_free(be, &dx);
     head_free(be, h);
     eng_backend_close(be);
+}
+
+/* ---- finite differences ----------------------------------------------------------------------- */
+
+/* Every gradient of a head (its input's and every parameter's) against central differences of
+ * L = Σ_i Σ out_i·r_i, a random linear functional of ALL outputs (swav: the embedding and both
+ * score heads), in training mode: BN with batch statistics, dropout with a mask replayed by
+ * resetting the head's step counter before each forward (head_set_step).
+ * Honest about precision: the heads run in fp32 on the cpu backend and are differentiated as
+ * they are, in fp32 (L summed in double), not through a double host reimplementation. The step
+ * is a compromise measured on these cases: train-mode BN over 4–5 rows makes L strongly curved
+ * in the first Linear's weights (and a ReLU input may sit near its kink), so H = 1e-2 is off by
+ * up to 0.26 and H = 1e-3 by 5e-3, while fp32 rounding grows as 1/H (≈7e-4 at H = 2e-4). At
+ * H = 5e-4 the worst error is 4.1e-4; an element passes within FD_TOL·max(1, |fd|), and a wrong
+ * gradient shows as an O(1) error. HEADS_FD_DEBUG=1 prints the elements that fail. */
+#define FD_H 5e-4f
+#define FD_TOL 2e-3
+
+typedef struct {
+    head *h;
+    eng_tensor x;
+    eng_tensor r[HEAD_MAX_PROTOTYPES + 1];
+    float *rh[HEAD_MAX_PROTOTYPES + 1];
+    int nout;
+    uint64_t step;
+} fd_case;
+
+static double fd_loss(eng_backend *be, fd_case *c)
+{
+    head_set_step(c->h, c->step);
+    head_forward(be, c->h, &c->x, true);
+    double l = 0;
+    for (int i = 0; i < c->nout; i++)
+        l += nnt_loss(be, head_output(c->h, i), c->rh[i]);
+    return l;
+}
+
+/* (L(v + h) − L(v − h)) / 2h for element j, with h as the float step really taken. */
+static double central(eng_backend *be, fd_case *c, const eng_tensor *t, float *v, int64_t j, float h)
+{
+    float keep = v[j];
+    v[j] = keep + h;
+    double step = (double)v[j];
+    eng_upload(be, t, v);
+    double up = fd_loss(be, c);
+    v[j] = keep - h;
+    step -= (double)v[j];
+    eng_upload(be, t, v);
+    double down = fd_loss(be, c);
+    v[j] = keep;
+    eng_upload(be, t, v);
+    return (up - down) / step;
+}
+
+/* Worst |fd − g| / max(1, |fd|) over the n values of `t` (host copy `v`), gradient `g`. */
+static double fd_worst(eng_backend *be, fd_case *c, const eng_tensor *t, float *v, const float *g, int64_t n)
+{
+    double worst = 0;
+    for (int64_t j = 0; j < n; j++) {
+        double fd = central(be, c, t, v, j, FD_H);
+        if (getenv("HEADS_FD_DEBUG") && fabs(fd - g[j]) / fmax(1.0, fabs(fd)) > FD_TOL)
+            fprintf(stderr, "  element %lld: fd %.6g, analytic %.6g\n", (long long)j, fd, (double)g[j]);
+        worst = fmax(worst, fabs(fd - g[j]) / fmax(1.0, fabs(fd)));
+    }
+    return worst;
+}
+
+static void head_fd(const head_options *o, eng_shape in, const char *kase)
+{
+    eng_backend *be = nnt_open_cpu();
+    char *err = NULL;
+    head *h = head_new(be, o, 77, &err);
+    cr_assert(h, "%s", err);
+    fd_case c = {.h = h, .nout = head_output_count(h), .step = 5};
+    float *xh;
+    c.x = nnt_host_tensor(be, in, 51, &xh);
+    head_plan(be, h, &in);
+    head_forward(be, h, &c.x, true);
+    const eng_tensor *dout[HEAD_MAX_PROTOTYPES + 1];
+    for (int i = 0; i < c.nout; i++) {
+        c.r[i] = nnt_host_tensor(be, head_output(h, i)->shape, 60 + (unsigned)i, &c.rh[i]);
+        dout[i] = &c.r[i];
+    }
+    /* Analytic gradients of the forward at step c.step. */
+    eng_tensor dx = nnt_zeros_like(be, &c.x);
+    head_zero_grad(be, h);
+    head_set_step(h, c.step);
+    head_forward(be, h, &c.x, true);
+    head_backward(be, h, dout, &dx);
+    float *gx = download(be, &dx);
+    double ex = fd_worst(be, &c, &c.x, xh, gx, eng_numel(&in));
+    eng_tensor pv = head_params(h), pg = head_grads(h);
+    float *vh = download(be, &pv), *gh = download(be, &pg);
+    double ep = fd_worst(be, &c, &pv, vh, gh, eng_numel(&pv.shape));
+    if (getenv("HEADS_VERBOSE"))
+        fprintf(stderr, "heads: %-10s fd dx %.3g, fd params (%lld) %.3g\n", kase, ex,
+                (long long)eng_numel(&pv.shape), ep);
+    cr_expect_leq(ex, FD_TOL, "%s: dx disagrees with finite differences by %g", kase, ex);
+    cr_expect_leq(ep, FD_TOL, "%s: parameter gradients disagree with finite differences by %g", kase, ep);
+    for (int i = 0; i < c.nout; i++) {
+        eng_tensor_free(be, &c.r[i]);
+        free(c.rh[i]);
+    }
+    free(gx), free(vh), free(gh), free(xh);
+    eng_tensor_free(be, &dx);
+    eng_tensor_free(be, &c.x);
+    head_free(be, h);
+    eng_backend_close(be);
+}
+
+Test(heads, mlp_bn_relu_dropout_gradients_match_finite_differences)
+{
+    static const int64_t d[] = {6, 7, 5, 3};
+    head_options o = opts(HEAD_MLP, d, 4);
+    o.use_bn = o.use_relu = o.use_dropout = true;
+    head_fd(&o, eng_shape2(5, 6), "mlp fd");
+}
+
+Test(heads, eval_mlp_gradients_match_finite_differences)
+{
+    static const int64_t d[] = {12, 4};
+    head_options o = opts(HEAD_EVAL_MLP, d, 2);
+    o.in_channels = 3;
+    head_fd(&o, eng_shape4(4, 3, 2, 2), "eval_mlp fd");
+}
+
+Test(heads, swav_two_prototypes_gradients_match_finite_differences)
+{
+    static const int64_t d[] = {6, 8, 5};
+    head_options o = opts(HEAD_SWAV, d, 3);
+    o.use_bn = true;
+    o.nclusters = 2;
+    o.num_clusters[0] = 4;
+    o.num_clusters[1] = 3;
+    head_fd(&o, eng_shape2(4, 6), "swav fd");
 }

@@ -6,7 +6,10 @@
  * gradients for fixed inputs (fixtures/nn/CASE_TENSOR.npy); every layer must match them within
  * 1e-4 (forward) and 1e-3 (gradients) relative to the largest reference value.
  * Finite differences: for a loss L = Σ y·r with a fixed random r, every analytic gradient
- * element must match (L(θ+h) − L(θ−h)) / 2h, the loss summed in double.
+ * element must match (L(θ+h) − L(θ−h)) / 2h, the loss summed in double: linear, L2 norm, ReLU
+ * (inputs kept 0.1 from the kink), residual add, dropout (train mode, mask fixed by (seed, step)).
+ * Dropout in train mode: exact 0 or x·(1/(1−p)), kept count within a binomial bound, the mask
+ * replayed by backward and independent of the thread count.
  * Conventions of nn.h: gradients accumulate, NULL input gradients are skipped, dropout's mask
  * is a pure function of (seed, step, index).
  */
@@ -169,6 +172,7 @@ Test(nn, gradients_accumulate_and_null_skips)
     /* The residual add hands dy to both branches, accumulating. */
     eng_tensor da = nnt_zeros_like(be, &x), db = nnt_zeros_like(be, &x);
     eng_upload(be, &da, hx);
+    free(hw); /* the weights' host copy is done with; hw now holds the sum's gradient */
     eng_tensor dsum = nnt_host_tensor(be, eng_shape2(2, 3), 10, &hw);
     eng_add_backward(be, &dsum, &da, &db);
     float a_out[6], b_out[6];
@@ -229,3 +233,139 @@ Test(nn, unknown_backend_is_a_clear_error)
     cr_expect(err && strstr(err, "unknown backend 'tpu'"), "%s", err ? err : "(none)");
     free(err);
 }
+
+/* ---- finite differences: ReLU, residual add, dropout --------------------------------------------- */
+
+static void run_relu(eng_backend *be, void *arg)
+{
+    linear_args *a = arg;
+    eng_relu_forward(be, a->x, a->y);
+}
+
+/* Inputs at least 0.1 from the kink, so a 1e-2 step never crosses it. */
+Test(nn, relu_gradient_matches_finite_differences)
+{
+    eng_backend *be = nnt_open_cpu();
+    float *hx, *r;
+    eng_tensor x = nnt_host_tensor(be, eng_shape4(2, 3, 2, 3), 71, &hx), dy = nnt_host_tensor(be, x.shape, 72, &r);
+    for (int64_t i = 0; i < eng_numel(&x.shape); i++)
+        hx[i] = hx[i] >= 0 ? hx[i] + 0.1f : hx[i] - 0.1f;
+    eng_upload(be, &x, hx);
+    eng_tensor y = nnt_zeros_like(be, &x), gx = nnt_zeros_like(be, &x);
+    linear_args a = {.x = &x, .y = &y};
+    run_relu(be, &a);
+    eng_relu_backward(be, &y, &dy, &gx);
+    check_fd(be, run_relu, &a, &x, hx, &gx, &y, r, "relu dx");
+    eng_tensor *all[] = {&x, &dy, &y, &gx};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    free(hx), free(r);
+    eng_backend_close(be);
+}
+
+static void run_add(eng_backend *be, void *arg)
+{
+    linear_args *a = arg;
+    eng_add_forward(be, a->x, a->w, a->y);
+}
+
+Test(nn, residual_add_gradients_match_finite_differences)
+{
+    eng_backend *be = nnt_open_cpu();
+    float *ha, *hb, *r;
+    eng_tensor xa = nnt_host_tensor(be, eng_shape4(2, 2, 3, 2), 73, &ha), xb = nnt_host_tensor(be, xa.shape, 74, &hb),
+               dy = nnt_host_tensor(be, xa.shape, 75, &r);
+    eng_tensor y = nnt_zeros_like(be, &xa), ga = nnt_zeros_like(be, &xa), gb = nnt_zeros_like(be, &xa);
+    eng_add_backward(be, &dy, &ga, &gb);
+    linear_args a = {.x = &xa, .w = &xb, .y = &y};
+    check_fd(be, run_add, &a, &xa, ha, &ga, &y, r, "add da");
+    check_fd(be, run_add, &a, &xb, hb, &gb, &y, r, "add db");
+    eng_tensor *all[] = {&xa, &xb, &dy, &y, &ga, &gb};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    free(ha), free(hb), free(r);
+    eng_backend_close(be);
+}
+
+#define DROPOUT_P 0.3f
+#define DROPOUT_STEP 11
+
+static void run_dropout(eng_backend *be, void *arg)
+{
+    linear_args *a = arg;
+    eng_dropout_forward(be, DROPOUT_P, DROPOUT_STEP, a->x, a->y);
+}
+
+/* Train mode with the mask fixed by (seed, step): the layer is linear in x, and its backward
+ * must be the same masked scaling. */
+Test(nn, dropout_gradient_matches_finite_differences)
+{
+    eng_backend *be = nnt_open_cpu();
+    float *hx, *r;
+    eng_tensor x = nnt_host_tensor(be, eng_shape2(3, 13), 76, &hx), dy = nnt_host_tensor(be, x.shape, 77, &r);
+    eng_tensor y = nnt_zeros_like(be, &x), gx = nnt_zeros_like(be, &x);
+    eng_dropout_backward(be, DROPOUT_P, DROPOUT_STEP, &dy, &gx);
+    linear_args a = {.x = &x, .y = &y};
+    check_fd(be, run_dropout, &a, &x, hx, &gx, &y, r, "dropout dx");
+    eng_tensor *all[] = {&x, &dy, &y, &gx};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    free(hx), free(r);
+    eng_backend_close(be);
+}
+
+/* On random inputs at p = 0.5 and 0.1: every output is exactly 0 or exactly x·(1/(1−p)) (the
+ * float product, no other rounding); the kept count is within 5 standard deviations of the
+ * binomial mean; backward sends dy·(1/(1−p)) exactly through the kept elements and nothing
+ * through the others; the mask does not depend on the thread count, and another seed draws
+ * another one. */
+static void dropout_train_case(float p)
+{
+    const int64_t n = 50001;
+    eng_backend *be = nnt_open_cpu();
+    float *hx, *hdy;
+    eng_tensor x = nnt_host_tensor(be, eng_shape2(1, n), 81, &hx), dy = nnt_host_tensor(be, x.shape, 82, &hdy);
+    eng_tensor y = nnt_zeros_like(be, &x), dx = nnt_zeros_like(be, &x);
+    eng_dropout_forward(be, p, 3, &x, &y);
+    eng_dropout_backward(be, p, 3, &dy, &dx);
+    float *hy = xmalloc((size_t)n * sizeof *hy), *hdx = xmalloc((size_t)n * sizeof *hdx);
+    eng_download(be, &y, hy);
+    eng_download(be, &dx, hdx);
+    const float scale = 1.0f / (1.0f - p);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool keep = hy[i] != 0.0f; /* normal inputs have no exact zeros */
+        kept += keep;
+        cr_assert(keep ? hy[i] == hx[i] * scale : true, "p %g: y[%lld] = %.9g, want %.9g", (double)p, (long long)i,
+                  (double)hy[i], (double)(hx[i] * scale));
+        cr_assert_eq(hdx[i], keep ? hdy[i] * scale : 0.0f, "p %g: dx[%lld] does not replay the mask", (double)p,
+                     (long long)i);
+    }
+    double mean = (1.0 - p) * (double)n, sd = sqrt((double)n * p * (1.0 - p));
+    cr_expect(fabs((double)kept - mean) < 5.0 * sd, "p %g: kept %lld of %lld (mean %.0f, sd %.1f)", (double)p,
+              (long long)kept, (long long)n, mean, sd);
+    /* One thread draws the same mask; another seed another. */
+    char *err = NULL;
+    eng_backend_options o1 = {.threads = 1, .seed = 1234}, o2 = {.threads = 2, .seed = 4321};
+    eng_backend *b1 = eng_backend_open("cpu", &o1, &err), *b2 = eng_backend_open("cpu", &o2, &err);
+    cr_assert(b1 && b2, "%s", err);
+    float *other = xmalloc((size_t)n * sizeof *other);
+    eng_dropout_forward(b1, p, 3, &x, &y);
+    eng_download(be, &y, other);
+    cr_expect_eq(memcmp(other, hy, (size_t)n * sizeof *other), 0, "p %g: the mask changed with the thread count",
+                 (double)p);
+    eng_dropout_forward(b2, p, 3, &x, &y);
+    eng_download(be, &y, other);
+    cr_expect_neq(memcmp(other, hy, (size_t)n * sizeof *other), 0, "p %g: another seed must draw another mask",
+                  (double)p);
+    eng_backend_close(b1);
+    eng_backend_close(b2);
+    free(other), free(hy), free(hdx), free(hx), free(hdy);
+    eng_tensor *all[] = {&x, &dy, &y, &dx};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    eng_backend_close(be);
+}
+
+Test(nn, dropout_train_mode_half) { dropout_train_case(0.5f); }
+Test(nn, dropout_train_mode_tenth) { dropout_train_case(0.1f); }

@@ -14,6 +14,9 @@
  * The gradient case uses the fixture script's GRAD_PHASE input, on which no ReLU input lies within
  * 2.2e-5 of zero: with train-mode BN on 2 images, fp32 noise flips ReLUs nearer than that, and one
  * flip alone moves conv1's gradient by 2.5e-3 (a fixture property, not an engine error).
+ * NORM LayerNorm (tests/golden/make_resnet_ln_fixtures.py, torchvision's resnet18 with
+ * norm_layer = GroupNorm(1, C)): names (weight and bias only), forward at 64 px (train = eval) and
+ * the same gradient summaries, on an input phase with no ReLU input within 1.5e-5 of zero.
  * RESNET_VERBOSE=1 prints every measured error, RESNET_VERBOSE=2 also per-parameter gradient errors.
  */
 #include "backend.h"
@@ -66,16 +69,22 @@ static eng_backend *open_counting(void)
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
-static resnet *make(eng_backend *be, int depth, bool small_stem)
+static resnet *make_norm(eng_backend *be, int depth, bool small_stem, resnet_norm norm)
 {
     resnet_options o = resnet_defaults();
     o.depth = depth;
     o.small_stem = small_stem;
+    o.norm = norm;
     char *err = NULL;
     resnet *net = resnet_new(be, &o, 7, &err);
     cr_assert(net, "%s", err);
     resnet_init_formula(be, net);
     return net;
+}
+
+static resnet *make(eng_backend *be, int depth, bool small_stem)
+{
+    return make_norm(be, depth, small_stem, RESNET_NORM_BATCH);
 }
 
 /* 2·frac(i·alpha + phase·β) − 1 in float64, as make_resnet_fixtures.py computes it. */
@@ -187,10 +196,10 @@ static void check_stats(eng_backend *be, resnet *net, const char *kase)
 
 /* ---- names, order and shapes ------------------------------------------------------------------ */
 
-static void check_names(int depth, bool small_stem, const char *tag)
+static void check_names_norm(int depth, bool small_stem, resnet_norm norm, const char *tag)
 {
     eng_backend *be = nnt_open_cpu();
-    resnet *net = make(be, depth, small_stem);
+    resnet *net = make_norm(be, depth, small_stem, norm);
     char *file = xasprintf("resnet_%s_names.txt", tag);
     char *path = test_fixture("nn", file);
     FILE *f = fopen(path, "r");
@@ -220,6 +229,11 @@ static void check_names(int depth, bool small_stem, const char *tag)
     free(file);
     resnet_free(be, net);
     eng_backend_close(be);
+}
+
+static void check_names(int depth, bool small_stem, const char *tag)
+{
+    check_names_norm(depth, small_stem, RESNET_NORM_BATCH, tag);
 }
 
 Test(resnet, r50_names_order_shapes_match_torchvision) { check_names(50, false, "r50"); }
@@ -288,9 +302,9 @@ Test(resnet, feature_names_map_to_vissl_order)
 /* ---- backward parity, accumulation, no allocation ---------------------------------------------- */
 
 /* Per parameter: Σg relative to √Σg² (its natural scale), Σg² relative to itself. */
-static void check_grads(eng_backend *be, resnet *net, double factor)
+static void check_grads_of(eng_backend *be, resnet *net, double factor, const char *kase)
 {
-    npy_array want = load_npy("r18_64", "grads");
+    npy_array want = load_npy(kase, "grads");
     double worst_sum = 0.0, worst_sq = 0.0;
     int p = 0;
     for (int i = 0; i < resnet_entry_count(net); i++) {
@@ -313,17 +327,22 @@ static void check_grads(eng_backend *be, resnet *net, double factor)
     }
     cr_expect_eq((size_t)(2 * p), want.count, "gradient count");
     npy_close(&want);
-    report(factor == 1 ? "r18_64 grad sums" : "r18_64 2× grad sums", worst_sum, GRAD_TOL);
-    report(factor == 1 ? "r18_64 grad sums of squares" : "r18_64 2× grad sums of squares", worst_sq, GRAD_TOL);
-    npy_array c1 = load_npy("r18_64", "conv1_grad");
+    char what[96];
+    snprintf(what, sizeof what, "%s %sgrad sums", kase, factor == 1 ? "" : "2× ");
+    report(what, worst_sum, GRAD_TOL);
+    snprintf(what, sizeof what, "%s %sgrad sums of squares", kase, factor == 1 ? "" : "2× ");
+    report(what, worst_sq, GRAD_TOL);
+    npy_array c1 = load_npy(kase, "conv1_grad");
     float *g = download(be, &resnet_entry_at(net, 0)->grad);
     for (size_t j = 0; j < c1.count; j++)
         ((float *)c1.data)[j] *= (float)factor;
-    report(factor == 1 ? "r18_64 conv1 weight grad" : "r18_64 2× conv1 weight grad", rel_error(g, c1.data, c1.count),
-           GRAD_TOL);
+    snprintf(what, sizeof what, "%s %sconv1 weight grad", kase, factor == 1 ? "" : "2× ");
+    report(what, rel_error(g, c1.data, c1.count), GRAD_TOL);
     free(g);
     npy_close(&c1);
 }
+
+static void check_grads(eng_backend *be, resnet *net, double factor) { check_grads_of(be, net, factor, "r18_64"); }
 
 Test(resnet, r18_64_backward_matches_torchvision_accumulates_and_allocates_nothing)
 {
@@ -433,5 +452,62 @@ Test(resnet, resnext_and_wide_shapes_and_bad_options)
     cr_expect_null(resnet_new(be, &o, 1, &err));
     cr_expect(err && strstr(err, "DEPTH"), "%s", err ? err : "(no message)");
     free(err);
+    eng_backend_close(be);
+}
+
+/* ---- NORM: LayerNorm ------------------------------------------------------------------------- */
+
+/* torchvision's resnet18(norm_layer = GroupNorm(1, C)), VISSL's LayerNorm2d: every norm has
+ * weight and bias only, no running statistics. */
+Test(resnet, layernorm_names_order_shapes_match_torchvision)
+{
+    check_names_norm(18, false, RESNET_NORM_LAYER, "r18ln");
+    eng_backend *be = nnt_open_cpu();
+    resnet *net = make_norm(be, 18, false, RESNET_NORM_LAYER);
+    eng_tensor b = resnet_buffers(net);
+    cr_expect_eq(eng_numel(&b.shape), 0, "LayerNorm keeps no running statistics");
+    cr_expect_eq(resnet_norm_by_name("LayerNorm"), RESNET_NORM_LAYER);
+    cr_expect_eq(resnet_norm_by_name("BatchNorm"), RESNET_NORM_BATCH);
+    cr_expect_eq(resnet_norm_by_name("GroupNorm"), -1);
+    resnet_free(be, net);
+    eng_backend_close(be);
+}
+
+/* Forward (train and eval are one computation) and backward against torchvision at 64 px, on
+ * the fixture's input phase (no ReLU input within 1.5e-5 of zero); a second step accumulates
+ * and allocates nothing. */
+Test(resnet, layernorm_r18_64_forward_backward_match_torchvision)
+{
+    eng_backend *be = open_counting();
+    resnet *net = make_norm(be, 18, false, RESNET_NORM_LAYER);
+    npy_array ph = load_npy("r18ln_64", "phase");
+    int phase = (int)((const float *)ph.data)[0];
+    npy_close(&ph);
+    eng_tensor x = make_input(be, 64, phase);
+    resnet_plan(be, net, &x.shape);
+    for (int train = 0; train < 2; train++) {
+        const eng_tensor *feat = resnet_forward(be, net, &x, train);
+        float *f = download(be, feat);
+        expect_array(f, "r18ln_64", "feat", FWD_TOL);
+        float *m = channel_means(be, resnet_feature(net, RESNET_RES4));
+        expect_array(m, "r18ln_64", "res4", FWD_TOL);
+        free(f);
+        free(m);
+    }
+    eng_tensor r = eng_tensor_new(be, resnet_feature(net, RESNET_FLATTEN)->shape);
+    float *rh = formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
+    eng_upload(be, &r, rh);
+    free(rh);
+    resnet_zero_grad(be, net);
+    resnet_backward(be, net, &r);
+    check_grads_of(be, net, 1.0, "r18ln_64");
+    int before = allocations;
+    resnet_forward(be, net, &x, true);
+    resnet_backward(be, net, &r);
+    cr_expect_eq(allocations, before, "a planned step allocated %d times", allocations - before);
+    check_grads_of(be, net, 2.0, "r18ln_64");
+    eng_tensor_free(be, &r);
+    eng_tensor_free(be, &x);
+    resnet_free(be, net);
     eng_backend_close(be);
 }

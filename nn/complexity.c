@@ -1,0 +1,326 @@
+/*
+ * complexity.c — the ClassyVision profiler's per-layer counts for VISSL's model-complexity hook
+ * (see complexity.h for the rules).
+ *
+ * How it works: a small `walk` appends one row per module call while tracking the activation
+ * shape, in the order torchvision's / VISSL's forward calls the modules. The trunk walk mirrors
+ * resnet.c's construction (stem, blocks with their downsample, pool, flatten) from the trunk's
+ * options; every parameter count comes from the trunk's own named entries, looked up by name,
+ * so a walk that strayed from the real network would stop on a missing entry rather than count
+ * something else. The head walk mirrors heads.c's builders in the same way.
+ */
+#include "complexity.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    eng_layer_cost *rows;
+    int n, cap;
+    eng_shape x;          /* the current activation shape */
+    const eng_entry *(*entry)(const void *model, int i);
+    int nentries;
+    const void *model;
+    char *err;            /* the first failure, owned */
+} walk;
+
+static const eng_entry *resnet_entry_fn(const void *m, int i) { return resnet_entry_at(m, i); }
+static const eng_entry *head_entry_fn(const void *m, int i) { return head_entry_at(m, i); }
+
+static void fail(walk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(walk *w, const char *fmt, ...)
+{
+    if (w->err)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&w->err, fmt, ap) < 0)
+        w->err = NULL;
+    va_end(ap);
+}
+
+/* Elements of the named parameter `module`.`tail` (0 with an error when the model lacks it). */
+static int64_t param_numel(walk *w, const char *module, const char *tail)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%s.%s", module, tail);
+    for (int i = 0; i < w->nentries; i++) {
+        const eng_entry *e = w->entry(w->model, i);
+        if (e->kind == ENG_PARAM && strcmp(e->name, name) == 0)
+            return eng_numel(&e->value.shape);
+    }
+    fail(w, "complexity: the model has no parameter %s", name);
+    return 0;
+}
+
+static const eng_shape *param_shape(walk *w, const char *module, const char *tail)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%s.%s", module, tail);
+    for (int i = 0; i < w->nentries; i++) {
+        const eng_entry *e = w->entry(w->model, i);
+        if (e->kind == ENG_PARAM && strcmp(e->name, name) == 0)
+            return &e->value.shape;
+    }
+    fail(w, "complexity: the model has no parameter %s", name);
+    return NULL;
+}
+
+static void row(walk *w, const char *module, const char *kind, int64_t flops, int64_t params, int64_t acts)
+{
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 64;
+        w->rows = xrealloc(w->rows, (size_t)w->cap * sizeof *w->rows);
+    }
+    w->rows[w->n++] = (eng_layer_cost){.name = xasprintf("%s", module), .kind = kind,
+                                       .flops = flops, .params = params, .activations = acts};
+}
+
+/* ---- the profiler's rules, one per module type ---------------------------------------------- */
+
+/* Conv2d (no dilation in these models): the profiler's int((H + 2p − K)/s + 1). */
+static void conv(walk *w, const char *module, int64_t stride, int64_t groups)
+{
+    const eng_shape *ws = param_shape(w, module, "weight");
+    if (!ws)
+        return;
+    int64_t n = w->x.dim[0], cin = w->x.dim[1], cout = ws->dim[0], k = ws->dim[2], pad = k / 2;
+    if (cin != ws->dim[1] * groups) {
+        fail(w, "complexity: %s receives %lld channels", module, (long long)cin);
+        return;
+    }
+    int64_t oh = (w->x.dim[2] + 2 * pad - k) / stride + 1, ow = (w->x.dim[3] + 2 * pad - k) / stride + 1;
+    if (w->x.dim[2] + 2 * pad < k || w->x.dim[3] + 2 * pad < k) {
+        fail(w, "complexity: a %lldx%lld input is smaller than %s's kernel", (long long)w->x.dim[2],
+             (long long)w->x.dim[3], module);
+        return;
+    }
+    int64_t flops = n * cin * cout * k * k * oh * ow / groups;
+    w->x = eng_shape4(n, cout, oh, ow);
+    row(w, module, "conv", flops, eng_numel(ws), eng_numel(&w->x));
+}
+
+/* BatchNorm1d/2d: 2·numel(x). LayerNorm2d: not in the profiler's list (unknown). */
+static void norm(walk *w, const char *module, bool layer_norm)
+{
+    int64_t params = param_numel(w, module, "weight") + param_numel(w, module, "bias");
+    if (layer_norm)
+        row(w, module, "layernorm", ENG_COST_UNKNOWN, params, 0);
+    else
+        row(w, module, "batchnorm", 2 * eng_numel(&w->x), params, 0);
+}
+
+static void relu(walk *w, const char *module) { row(w, module, "relu", eng_numel(&w->x), 0, 0); }
+static void dropout(walk *w, const char *module) { row(w, module, "dropout", eng_numel(&w->x), 0, 0); }
+
+/* MaxPool2d(3, 2, 1): N·C·OH·OW·9 with OH = 1 + int((H + 2p − K)/s). */
+static void maxpool(walk *w, const char *module, int64_t k, int64_t stride, int64_t pad)
+{
+    int64_t oh = 1 + (w->x.dim[2] + 2 * pad - k) / stride, ow = 1 + (w->x.dim[3] + 2 * pad - k) / stride;
+    w->x.dim[2] = oh, w->x.dim[3] = ow;
+    row(w, module, "maxpool", w->x.dim[0] * w->x.dim[1] * oh * ow * k * k, 0, 0);
+}
+
+/* AdaptiveAvgPool2d((1, 1)): N·C·1·1·(H − 1 + 1)·(W − 1 + 1), then N × C × 1 × 1. */
+static void adaptive_avgpool(walk *w, const char *module)
+{
+    int64_t kernel = w->x.dim[2] * w->x.dim[3];
+    w->x = eng_shape4(w->x.dim[0], w->x.dim[1], 1, 1);
+    row(w, module, "avgpool", w->x.dim[0] * w->x.dim[1] * kernel, 0, 0);
+}
+
+/* Linear: N·(weights + biases); the input is read as N × numel/N. */
+static void linear(walk *w, const char *module, bool bias)
+{
+    const eng_shape *ws = param_shape(w, module, "weight");
+    if (!ws)
+        return;
+    int64_t n = w->x.dim[0], params = eng_numel(ws) + (bias ? param_numel(w, module, "bias") : 0);
+    if (eng_numel(&w->x) / n != ws->dim[1]) {
+        fail(w, "complexity: %s receives %lld features, expects %lld", module,
+             (long long)(eng_numel(&w->x) / n), (long long)ws->dim[1]);
+        return;
+    }
+    w->x = eng_shape2(n, ws->dim[0]);
+    row(w, module, "linear", n * params, params, 0);
+}
+
+static int finish(walk *w, eng_layer_cost **out, int *n, char **err)
+{
+    if (w->err) {
+        eng_costs_free(w->rows, w->n);
+        report_failure(err, "%s", w->err);
+        free(w->err);
+        *out = NULL;
+        *n = 0;
+        return -1;
+    }
+    *out = w->rows;
+    *n = w->n;
+    return 0;
+}
+
+/* ---- the trunk -------------------------------------------------------------------------------- */
+
+/* One residual block, in torchvision's call order: conv1 bn1 relu conv2 bn2 [relu conv3 bn3]
+ * [downsample.0 downsample.1] relu. The stride sits on the 3×3 conv (v1.5). */
+static void block(walk *w, const resnet_options *o, bool bottleneck, int layer, int index, int64_t stride)
+{
+    char m[96], p[64];
+    snprintf(p, sizeof p, "_feature_blocks.layer%d.%d.", layer, index);
+    bool ln = o->norm == RESNET_NORM_LAYER;
+    eng_shape in = w->x;
+    int nconv = bottleneck ? 3 : 2;
+    for (int i = 1; i <= nconv; i++) {
+        bool strided = bottleneck ? i == 2 : i == 1;
+        snprintf(m, sizeof m, "%sconv%d", p, i);
+        conv(w, m, strided ? stride : 1, bottleneck && i == 2 ? o->groups : 1);
+        snprintf(m, sizeof m, "%sbn%d", p, i);
+        norm(w, m, ln);
+        if (i < nconv) {
+            snprintf(m, sizeof m, "%srelu", p);
+            relu(w, m);
+        }
+    }
+    eng_shape out = w->x;
+    if (stride != 1 || in.dim[1] != out.dim[1]) {
+        w->x = in;
+        snprintf(m, sizeof m, "%sdownsample.0", p);
+        conv(w, m, stride, 1);
+        snprintf(m, sizeof m, "%sdownsample.1", p);
+        norm(w, m, ln);
+    }
+    w->x = out;
+    snprintf(m, sizeof m, "%srelu", p);
+    relu(w, m);
+}
+
+int resnet_costs(const resnet *net, const eng_shape *input, eng_layer_cost **out, int *n, char **err)
+{
+    const resnet_options *o = resnet_get_options(net);
+    walk w = {.x = *input, .entry = resnet_entry_fn, .nentries = resnet_entry_count(net), .model = net};
+    if (input->ndim != 4 || input->dim[1] != o->in_channels || input->dim[0] < 1)
+        return report_failure(err, "complexity: the trunk's input must be N × %d × H × W", o->in_channels);
+    static const int LAYERS[][5] = {{18, 2, 2, 2, 2},   {34, 3, 4, 6, 3},    {50, 3, 4, 6, 3},
+                                    {101, 3, 4, 23, 3}, {152, 3, 8, 36, 3}, {200, 3, 24, 36, 3}};
+    const int *blocks = NULL;
+    for (size_t i = 0; i < ARRAY_LEN(LAYERS); i++)
+        if (LAYERS[i][0] == o->depth)
+            blocks = &LAYERS[i][1];
+    if (!blocks)
+        return report_failure(err, "complexity: no ResNet of depth %d", o->depth);
+    conv(&w, "_feature_blocks.conv1", o->small_stem ? 1 : 2, 1);
+    norm(&w, "_feature_blocks.bn1", o->norm == RESNET_NORM_LAYER);
+    relu(&w, "_feature_blocks.conv1_relu");
+    if (!o->small_stem)
+        maxpool(&w, "_feature_blocks.maxpool", 3, 2, 1);
+    for (int l = 0; l < 4 && !w.err; l++) {
+        int64_t stride = l == 0 ? 1 : l == 3 ? o->layer4_stride : 2;
+        for (int i = 0; i < blocks[l]; i++)
+            block(&w, o, o->depth >= 50, l + 1, i, i == 0 ? stride : 1);
+    }
+    if (!w.err) {
+        adaptive_avgpool(&w, "_feature_blocks.avgpool");
+        row(&w, "_feature_blocks.flatten", "flatten", 0, 0, 0); /* VISSL's Flatten.flops = 0 */
+    }
+    return finish(&w, out, n, err);
+}
+
+/* ---- heads -------------------------------------------------------------------------------------- */
+
+/* VISSL's MLP into Sequential slots prefix{i}: Linear [BN] [ReLU] [Dropout] per dims step. */
+static void mlp(walk *w, const head_options *o, const char *prefix)
+{
+    char m[96];
+    int slot = 0;
+    for (int i = 1; i < o->ndims && !w->err; i++) {
+        snprintf(m, sizeof m, "%s%d", prefix, slot++);
+        linear(w, m, o->use_bias);
+        if (o->use_bn) {
+            snprintf(m, sizeof m, "%s%d", prefix, slot++);
+            norm(w, m, false);
+        }
+        if (o->use_relu) {
+            snprintf(m, sizeof m, "%s%d", prefix, slot++);
+            relu(w, m);
+        }
+        if (o->use_dropout) {
+            snprintf(m, sizeof m, "%s%d", prefix, slot++);
+            dropout(w, m);
+        }
+    }
+}
+
+/* SwAVPrototypesHead: projection_head slots (the last BN/ReLU skipped with skip_last_bn), the
+ * functional L2 normalisation (no module, no row), then prototypes{j}, each reading the embedding. */
+static void swav(walk *w, const head_options *o)
+{
+    char m[96];
+    int slot = 0;
+    for (int i = 1; i < o->ndims && !w->err; i++) {
+        snprintf(m, sizeof m, "projection_head.%d", slot++);
+        linear(w, m, o->use_bias);
+        if (i == o->ndims - 1 && o->skip_last_bn)
+            break;
+        if (o->use_bn) {
+            snprintf(m, sizeof m, "projection_head.%d", slot++);
+            norm(w, m, false);
+        }
+        snprintf(m, sizeof m, "projection_head.%d", slot++);
+        relu(w, m);
+    }
+    eng_shape emb = w->x;
+    for (int j = 0; j < o->nclusters && !w->err; j++) {
+        w->x = emb;
+        snprintf(m, sizeof m, "prototypes%d", j);
+        linear(w, m, false);
+    }
+}
+
+int head_costs(const head *h, const eng_shape *in, eng_layer_cost **out, int *n, char **err)
+{
+    const head_options *o = head_opts(h);
+    walk w = {.x = *in, .entry = head_entry_fn, .nentries = head_entry_count(h), .model = h};
+    if (in->ndim < 2 || in->dim[0] < 1)
+        return report_failure(err, "complexity: a head's input must be N × F or N × C × H × W");
+    switch (o->type) {
+    case HEAD_MLP: mlp(&w, o, "clf."); break;
+    case HEAD_EVAL_MLP:
+        if (in->ndim == 2) /* VISSL unsqueezes N × C to N × C × 1 × 1 */
+            w.x = eng_shape4(in->dim[0], in->dim[1], 1, 1);
+        norm(&w, "channel_bn", false);
+        mlp(&w, o, "clf.clf.");
+        break;
+    case HEAD_SWAV: swav(&w, o); break;
+    case HEAD_SIAMESE_CONCAT_VIEW: /* no flops() and not in the profiler's list */
+        row(&w, "", "siamese_concat_view", ENG_COST_UNKNOWN, 0, 0);
+        break;
+    }
+    return finish(&w, out, n, err);
+}
+
+/* ---- totals --------------------------------------------------------------------------------- */
+
+eng_layer_cost eng_costs_total(const eng_layer_cost *rows, int n)
+{
+    eng_layer_cost t = {.name = "total", .kind = "total"};
+    for (int i = 0; i < n; i++) {
+        if (t.flops != ENG_COST_UNKNOWN)
+            t.flops = rows[i].flops == ENG_COST_UNKNOWN ? ENG_COST_UNKNOWN : t.flops + rows[i].flops;
+        t.params += rows[i].params;
+        t.activations += rows[i].activations;
+    }
+    return t;
+}
+
+void eng_costs_free(eng_layer_cost *rows, int n)
+{
+    for (int i = 0; rows && i < n; i++)
+        free((char *)rows[i].name);
+    free(rows);
+}

@@ -1,0 +1,54 @@
+/*
+ * complexity.h — FLOPs, parameters and activations per layer, as VISSL's model-complexity hook
+ * reports them (MODEL.MODEL_COMPLEXITY.COMPUTE_COMPLEXITY, INPUT_SHAPE [3, 224, 224]).
+ *
+ * VISSL's SSLModelComplexityHook calls ClassyVision's profiler (classy_vision/generic/profiler.py:
+ * compute_flops, compute_activations, count_params) on the whole model with ONE zero image in
+ * eval mode. Its rules, followed here exactly:
+ *   - a row per CALL of a leaf module, in forward order (torchvision's Bottleneck calls its one
+ *     ReLU module three times, so it counts three times); the residual add and functional ops
+ *     (swav's L2 normalisation) are not modules and count nothing;
+ *   - FLOPs are multiply-adds, not 2×: Conv2d N·Cin·Cout·KH·KW·OH·OW/groups with
+ *     OH = int((H + 2·pad − K)/stride + 1); Linear N·(weights + biases); BatchNorm1d/2d
+ *     2·numel(input); ReLU and Dropout numel(input); MaxPool2d/AvgPool2d
+ *     N·C·OH·OW·KH·KW with OH = 1 + int((H + 2·pad − K)/stride); AdaptiveAvgPool2d
+ *     N·C·OH·OW·(H − OH + 1)·(W − OW + 1); VISSL's Flatten 0;
+ *   - activations count only convolution outputs (numel);
+ *   - parameters are every parameter of the model.
+ * Layers the profiler cannot count make it raise NotImplementedError, and VISSL then logs that
+ * the FLOPs were skipped: LayerNorm2d (a GroupNorm subclass not in its list) and
+ * siamese_concat_view. Their rows carry ENG_COST_UNKNOWN FLOPs, and so does the total.
+ *
+ * Everything is computed from the layer geometry (options, parameter shapes, input shape); no
+ * network runs. Names are VISSL's module paths: "_feature_blocks.layer1.0.conv1" for the trunk,
+ * relative to the head for heads ("clf.0"; prepend "heads.I." for a model).
+ */
+#ifndef SELFSUP_NN_COMPLEXITY_H
+#define SELFSUP_NN_COMPLEXITY_H
+
+#include "heads.h"
+#include "nn.h"
+#include "resnet.h"
+
+#include <stdint.h>
+
+#define ENG_COST_UNKNOWN (-1) /* FLOPs the profiler cannot count (VISSL skips them) */
+
+typedef struct {
+    const char *name; /* owned (freed by eng_costs_free) */
+    const char *kind; /* static: "conv", "batchnorm", "layernorm", "relu", "maxpool", "avgpool",
+                         "flatten", "linear", "dropout", "siamese_concat_view" */
+    int64_t flops, params, activations;
+} eng_layer_cost;
+
+/* The trunk's rows for an input N × C × H × W (VISSL's hook: N = 1, 3 × 224 × 224). Returns 0,
+ * or -1 with *err when the input cannot pass (too small, wrong channels). */
+int resnet_costs(const resnet *net, const eng_shape *input, eng_layer_cost **out, int *n, char **err);
+/* A head's rows for its input (N × F, or N × C × H × W for eval_mlp). Returns 0 or -1 with *err. */
+int head_costs(const head *h, const eng_shape *in, eng_layer_cost **out, int *n, char **err);
+
+/* Sums (name "total", kind "total"); FLOPs are ENG_COST_UNKNOWN when any row's are. */
+eng_layer_cost eng_costs_total(const eng_layer_cost *rows, int n);
+void eng_costs_free(eng_layer_cost *rows, int n);
+
+#endif

@@ -1,0 +1,377 @@
+/*
+ * model_config.c — config.MODEL read into model_options (model.h).
+ *
+ * The composed config has already been checked against defaults.yaml (types of the fixed
+ * keys), so this file checks what the schema cannot: the trunk this engine builds, the
+ * heads' [name, {kwargs}] pairs (names and arguments of VISSL's head constructors), the
+ * pool ops of LINEAR_EVAL_FEAT_POOL_OPS_MAP (torch.nn constructors called with *args) and
+ * the MULTI_INPUT_HEAD_MAPPING. Every refusal points at the config line that caused it.
+ */
+#include "model.h"
+
+#include "util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    cfg_err *err;
+    bool failed;
+} reader;
+
+/* Record the first failure only: later ones are usually its echo. */
+static bool fail(reader *r, const cfg_node *at, const char *key, const char *why)
+{
+    if (!r->failed)
+        cfg_fail(r->err, at, key, "%s", why);
+    r->failed = true;
+    return false;
+}
+
+static const cfg_node *need(reader *r, const cfg_node *map, const char *path)
+{
+    const cfg_node *n = cfg_path(map, path);
+    if (!n)
+        fail(r, map, path, "missing (defaults.yaml should provide it)");
+    return n;
+}
+
+static int64_t get_int(reader *r, const cfg_node *map, const char *path)
+{
+    const cfg_node *n = need(r, map, path);
+    if (n && n->kind != CFG_INT)
+        return fail(r, n, path, "must be an integer"), 0;
+    return n ? n->i : 0;
+}
+
+static bool get_bool(reader *r, const cfg_node *map, const char *path)
+{
+    const cfg_node *n = need(r, map, path);
+    if (n && n->kind != CFG_BOOL)
+        return fail(r, n, path, "must be true or false");
+    return n && n->b;
+}
+
+static const char *get_str(reader *r, const cfg_node *map, const char *path)
+{
+    const cfg_node *n = need(r, map, path);
+    if (n && n->kind != CFG_STR)
+        return fail(r, n, path, "must be a string"), "";
+    return n ? n->s : "";
+}
+
+/* ---- the trunk ---------------------------------------------------------------------------- */
+
+static void read_trunk(reader *r, const cfg_node *mc, model_options *o)
+{
+    const char *name = get_str(r, mc, "TRUNK.NAME");
+    if (!r->failed && strcmp(name, "resnet") != 0) {
+        fail(r, cfg_path(mc, "TRUNK.NAME"), "TRUNK.NAME",
+             "this engine builds the 'resnet' trunk (ResNet/ResNeXt) only");
+        return;
+    }
+    const cfg_node *rn = need(r, mc, "TRUNK.TRUNK_PARAMS.RESNETS");
+    if (!rn)
+        return;
+    resnet_options *t = &o->trunk;
+    t->depth = (int)get_int(r, rn, "DEPTH");
+    t->width_multiplier = (int)get_int(r, rn, "WIDTH_MULTIPLIER");
+    t->groups = (int)get_int(r, rn, "GROUPS");
+    t->width_per_group = (int)get_int(r, rn, "WIDTH_PER_GROUP");
+    t->zero_init_residual = get_bool(r, rn, "ZERO_INIT_RESIDUAL");
+    t->layer4_stride = (int)get_int(r, rn, "LAYER4_STRIDE");
+    t->small_stem = get_bool(r, rn, "SMALL_STEM");
+    int norm = resnet_norm_by_name(get_str(r, rn, "NORM"));
+    if (!r->failed && norm < 0)
+        fail(r, cfg_map_get(rn, "NORM"), "TRUNK.TRUNK_PARAMS.RESNETS.NORM", "must be BatchNorm or LayerNorm");
+    t->norm = norm < 0 ? t->norm : (resnet_norm)norm;
+    if (get_bool(r, rn, "STANDARDIZE_CONVOLUTIONS"))
+        fail(r, cfg_map_get(rn, "STANDARDIZE_CONVOLUTIONS"), "TRUNK.TRUNK_PARAMS.RESNETS.STANDARDIZE_CONVOLUTIONS",
+             "weight-standardised convolutions are not built by this engine");
+    const char *input = get_str(r, mc, "INPUT_TYPE");
+    o->input_type = !strcmp(input, "bgr") ? MODEL_INPUT_BGR : !strcmp(input, "lab") ? MODEL_INPUT_LAB : MODEL_INPUT_RGB;
+    t->in_channels = o->input_type == MODEL_INPUT_LAB ? 1 : 3;
+}
+
+/* ---- heads -------------------------------------------------------------------------------- */
+
+static bool arg_int_list(reader *r, const cfg_node *v, const char *key, int64_t *out, int max, int *n)
+{
+    if (v->kind != CFG_LIST || v->len < 1 || (int)v->len > max)
+        return fail(r, v, key, "must be a list of 1 to 16 integers");
+    for (size_t i = 0; i < v->len; i++) {
+        if (v->items[i]->kind != CFG_INT || v->items[i]->i < 1)
+            return fail(r, v->items[i], key, "must hold positive integers");
+        out[i] = v->items[i]->i;
+    }
+    *n = (int)v->len;
+    return true;
+}
+
+static bool arg_bool(reader *r, const cfg_node *v, const char *key, bool *out)
+{
+    if (v->kind != CFG_BOOL)
+        return fail(r, v, key, "must be true or false");
+    *out = v->b;
+    return true;
+}
+
+static bool arg_pos_int(reader *r, const cfg_node *v, const char *key, int64_t *out)
+{
+    if (v->kind != CFG_INT || v->i < 1)
+        return fail(r, v, key, "must be a positive integer");
+    *out = v->i;
+    return true;
+}
+
+/* One keyword argument of a head constructor; false (and a failure) when the head takes no
+ * such argument. */
+static bool head_arg(reader *r, head_options *h, const char *head_name, const char *k, const cfg_node *v)
+{
+    bool mlp = h->type == HEAD_MLP, eval = h->type == HEAD_EVAL_MLP, swav = h->type == HEAD_SWAV;
+    int64_t tmp = 0;
+    if ((mlp || eval || swav) && !strcmp(k, "dims"))
+        return arg_int_list(r, v, k, h->dims, HEAD_MAX_DIMS, &h->ndims);
+    if ((mlp || eval || swav) && !strcmp(k, "use_bn"))
+        return arg_bool(r, v, k, &h->use_bn);
+    if ((mlp || eval) && !strcmp(k, "use_relu"))
+        return arg_bool(r, v, k, &h->use_relu);
+    if (mlp && !strcmp(k, "use_dropout"))
+        return arg_bool(r, v, k, &h->use_dropout);
+    if ((mlp || swav) && !strcmp(k, "use_bias"))
+        return arg_bool(r, v, k, &h->use_bias);
+    if (eval && !strcmp(k, "in_channels"))
+        return arg_pos_int(r, v, k, &h->in_channels);
+    if (h->type == HEAD_SIAMESE_CONCAT_VIEW && !strcmp(k, "num_towers")) {
+        bool ok = arg_pos_int(r, v, k, &tmp);
+        h->num_towers = (int)tmp;
+        return ok;
+    }
+    if (swav && !strcmp(k, "num_clusters"))
+        return arg_int_list(r, v, k, h->num_clusters, HEAD_MAX_PROTOTYPES, &h->nclusters);
+    if (swav && !strcmp(k, "return_embeddings"))
+        return arg_bool(r, v, k, &h->return_embeddings);
+    if (swav && !strcmp(k, "skip_last_bn"))
+        return arg_bool(r, v, k, &h->skip_last_bn);
+    if (swav && !strcmp(k, "normalize_feats"))
+        return arg_bool(r, v, k, &h->normalize_feats);
+    char why[160];
+    snprintf(why, sizeof why, "head %s takes no argument '%s'", head_name, k);
+    return fail(r, v, k, why);
+}
+
+/* [name, {kwargs}] → head_options. */
+static bool read_head(reader *r, const cfg_node *pair, head_options *h)
+{
+    if (pair->kind != CFG_LIST || pair->len < 1 || pair->len > 2 || pair->items[0]->kind != CFG_STR)
+        return fail(r, pair, "HEAD.PARAMS", "a head is [name, {arguments}]");
+    const char *name = pair->items[0]->s;
+    int type = head_type_by_name(name);
+    if (type < 0) {
+        static const char *const names[] = {"mlp", "eval_mlp", "siamese_concat_view", "swav_head"};
+        const char *near = cfg_suggest(name, names, ARRAY_LEN(names));
+        char why[200];
+        snprintf(why, sizeof why, "this engine has no head '%s'%s%s%s", name, near ? " (did you mean '" : "",
+                 near ? near : "", near ? "'?)" : "");
+        return fail(r, pair->items[0], "HEAD.PARAMS", why);
+    }
+    *h = head_defaults((head_type)type);
+    const cfg_node *kw = pair->len == 2 ? pair->items[1] : NULL;
+    if (kw && kw->kind != CFG_MAP)
+        return fail(r, kw, "HEAD.PARAMS", "a head's arguments are a map");
+    for (size_t i = 0; kw && i < kw->len; i++)
+        if (!head_arg(r, h, name, kw->keys[i], kw->items[i]))
+            return false;
+    return true;
+}
+
+/* A MODEL.HEAD.PARAMS entry: [name, {kwargs}], or a list of such pairs (a chain). */
+static bool read_head_entry(reader *r, const cfg_node *entry, model_head_entry *e)
+{
+    if (entry->kind != CFG_LIST || entry->len == 0)
+        return fail(r, entry, "HEAD.PARAMS", "a head is [name, {arguments}] or a list of such pairs");
+    e->nested = entry->items[0]->kind == CFG_LIST;
+    if (!e->nested) {
+        e->n = 1;
+        return read_head(r, entry, &e->chain[0]);
+    }
+    if (entry->len > MODEL_MAX_CHAIN)
+        return fail(r, entry, "HEAD.PARAMS", "a chain holds at most 8 heads");
+    e->n = (int)entry->len;
+    for (size_t j = 0; j < entry->len; j++)
+        if (!read_head(r, entry->items[j], &e->chain[j]))
+            return false;
+    return true;
+}
+
+static void read_heads(reader *r, const cfg_node *mc, model_options *o)
+{
+    const cfg_node *params = need(r, mc, "HEAD.PARAMS");
+    if (!params)
+        return;
+    if (params->kind != CFG_LIST || params->len > MODEL_MAX_HEADS) {
+        fail(r, params, "HEAD.PARAMS", "must be a list of at most 8 heads");
+        return;
+    }
+    o->nheads = (int)params->len;
+    for (size_t i = 0; i < params->len && !r->failed; i++)
+        read_head_entry(r, params->items[i], &o->heads[i]);
+    const cfg_node *mult = cfg_path(mc, "HEAD.PARAMS_MULTIPLIER");
+    o->head_params_multiplier = mult && cfg_is_number(mult) ? cfg_number(mult) : 1.0;
+    const cfg_node *eps = cfg_path(mc, "HEAD.BATCHNORM_EPS"), *mom = cfg_path(mc, "HEAD.BATCHNORM_MOMENTUM");
+    if ((eps && cfg_is_number(eps) && cfg_number(eps) != HEAD_BN_EPS) ||
+        (mom && cfg_is_number(mom) && cfg_number(mom) != HEAD_BN_MOMENTUM))
+        fail(r, eps, "HEAD.BATCHNORM_EPS", "this engine's heads use VISSL's defaults (eps 1e-5, momentum 0.1) only");
+}
+
+/* ---- mapping and feature evaluation ---------------------------------------------------------- */
+
+static bool feature_name(reader *r, const cfg_node *n, const char *key, resnet_feature_id *out)
+{
+    int f = n->kind == CFG_STR ? resnet_feature_by_name(n->s) : -1;
+    if (f < 0)
+        return fail(r, n, key, "a trunk feature is one of conv1, res1, res2, res3, res4, res5, res5avg, flatten");
+    *out = (resnet_feature_id)f;
+    return true;
+}
+
+static void read_mapping(reader *r, const cfg_node *mc, model_options *o)
+{
+    const cfg_node *map = need(r, mc, "MULTI_INPUT_HEAD_MAPPING");
+    if (!map || map->kind != CFG_LIST || map->len == 0)
+        return;
+    const char *key = "MULTI_INPUT_HEAD_MAPPING";
+    if ((int)map->len != o->nheads) {
+        fail(r, map, key, "needs one [input_key, [feature names]] entry per head of HEAD.PARAMS");
+        return;
+    }
+    o->nmapping = (int)map->len;
+    for (size_t i = 0; i < map->len && !r->failed; i++) {
+        const cfg_node *e = map->items[i];
+        if (e->kind != CFG_LIST || e->len != 2 || e->items[0]->kind != CFG_STR || e->items[1]->kind != CFG_LIST ||
+            e->items[1]->len < 1 || e->items[1]->len > MODEL_MAX_FEATURES ||
+            strlen(e->items[0]->s) >= sizeof o->mapping[i].key) {
+            fail(r, e, key, "an entry is [input_key, [feature names]]");
+            return;
+        }
+        snprintf(o->mapping[i].key, sizeof o->mapping[i].key, "%s", e->items[0]->s);
+        o->mapping[i].nfeat = (int)e->items[1]->len;
+        for (size_t j = 0; j < e->items[1]->len; j++)
+            if (!feature_name(r, e->items[1]->items[j], key, &o->mapping[i].feat[j]))
+                return;
+    }
+}
+
+/* An int or an [h, w] pair (torch's _pair). */
+static bool pair_arg(reader *r, const cfg_node *v, const char *key, int64_t lo, int64_t out[2])
+{
+    if (v->kind == CFG_INT && v->i >= lo) {
+        out[0] = out[1] = v->i;
+        return true;
+    }
+    if (v->kind == CFG_LIST && v->len == 2 && v->items[0]->kind == CFG_INT && v->items[1]->kind == CFG_INT &&
+        v->items[0]->i >= lo && v->items[1]->i >= lo) {
+        out[0] = v->items[0]->i, out[1] = v->items[1]->i;
+        return true;
+    }
+    return fail(r, v, key, lo > 0 ? "must be a positive integer or a pair of them"
+                                  : "must be a non-negative integer or a pair of them");
+}
+
+/* [op, [args]] → the op, with torch's positional arguments and defaults. */
+static bool read_pool_op(reader *r, const cfg_node *spec, model_pool_op *p)
+{
+    const char *key = "FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP";
+    if (spec->kind != CFG_LIST || spec->len < 1 || spec->len > 2 || spec->items[0]->kind != CFG_STR ||
+        (spec->len == 2 && spec->items[1]->kind != CFG_LIST))
+        return fail(r, spec, key, "a pool op is [name, [arguments]]");
+    const char *name = spec->items[0]->s;
+    const cfg_node *args = spec->len == 2 ? spec->items[1] : NULL;
+    size_t nargs = args ? args->len : 0;
+    if (!strcmp(name, "Identity")) {
+        p->kind = MODEL_POOL_IDENTITY;
+        return true;
+    }
+    if (!strcmp(name, "AdaptiveAvgPool2d") || !strcmp(name, "AdaptiveMaxPool2d")) {
+        p->kind = name[8] == 'A' ? MODEL_POOL_ADAPTIVE_AVG : MODEL_POOL_ADAPTIVE_MAX;
+        if (nargs != 1)
+            return fail(r, spec, key, "an adaptive pool takes one argument, the output size");
+        return pair_arg(r, args->items[0], key, 1, p->out_hw);
+    }
+    if (strcmp(name, "AvgPool2d") != 0 && strcmp(name, "MaxPool2d") != 0)
+        return fail(r, spec->items[0], key,
+                    "a pool op is AvgPool2d, MaxPool2d, AdaptiveAvgPool2d, AdaptiveMaxPool2d or Identity");
+    p->kind = name[0] == 'A' ? MODEL_POOL_AVG : MODEL_POOL_MAX;
+    /* AvgPool2d(kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True);
+     * MaxPool2d(kernel, stride=None, padding=0) (a dilation or more is not taken here). */
+    if (nargs < 1 || nargs > (p->kind == MODEL_POOL_AVG ? 5u : 3u))
+        return fail(r, spec, key, p->kind == MODEL_POOL_AVG
+                                      ? "AvgPool2d takes kernel_size[, stride, padding, ceil_mode, count_include_pad]"
+                                      : "MaxPool2d takes kernel_size[, stride, padding]");
+    p->pool.count_include_pad = true;
+    if (!pair_arg(r, args->items[0], key, 1, p->pool.kernel))
+        return false;
+    if (nargs > 1 && args->items[1]->kind != CFG_NULL && !pair_arg(r, args->items[1], key, 1, p->pool.stride))
+        return false;
+    if (nargs > 2 && !pair_arg(r, args->items[2], key, 0, p->pool.pad))
+        return false;
+    if (nargs > 3 && !arg_bool(r, args->items[3], key, &p->pool.ceil_mode))
+        return false;
+    if (nargs > 4 && !arg_bool(r, args->items[4], key, &p->pool.count_include_pad))
+        return false;
+    if (2 * p->pool.pad[0] > p->pool.kernel[0] || 2 * p->pool.pad[1] > p->pool.kernel[1])
+        return fail(r, spec, key, "padding must be at most half the kernel size (torch's rule)");
+    return true;
+}
+
+static void read_feature_eval(reader *r, const cfg_node *mc, model_options *o)
+{
+    const cfg_node *fe = need(r, mc, "FEATURE_EVAL_SETTINGS");
+    if (!fe)
+        return;
+    o->eval_mode_on = get_bool(r, fe, "EVAL_MODE_ON");
+    o->freeze_trunk_only = get_bool(r, fe, "FREEZE_TRUNK_ONLY");
+    o->freeze_trunk_and_head = get_bool(r, fe, "FREEZE_TRUNK_AND_HEAD");
+    o->extract_trunk_features_only = get_bool(r, fe, "EXTRACT_TRUNK_FEATURES_ONLY");
+    o->eval_trunk_and_head = get_bool(r, fe, "EVAL_TRUNK_AND_HEAD");
+    o->should_flatten_feats = get_bool(r, fe, "SHOULD_FLATTEN_FEATS");
+    const cfg_node *map = need(r, fe, "LINEAR_EVAL_FEAT_POOL_OPS_MAP");
+    const char *key = "FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP";
+    if (!map || r->failed)
+        return;
+    if (map->kind != CFG_LIST || map->len > MODEL_MAX_FEATURES) {
+        fail(r, map, key, "must be a list of at most 8 [layer, [pool op, [arguments]]] entries");
+        return;
+    }
+    o->npool_ops = (int)map->len;
+    for (size_t i = 0; i < map->len && !r->failed; i++) {
+        const cfg_node *e = map->items[i];
+        if (e->kind != CFG_LIST || e->len != 2) {
+            fail(r, e, key, "an entry is [layer, [pool op, [arguments]]]");
+            return;
+        }
+        if (feature_name(r, e->items[0], key, &o->pool_ops[i].layer))
+            read_pool_op(r, e->items[1], &o->pool_ops[i]);
+    }
+}
+
+bool model_options_from_config(const cfg_node *model_cfg, model_options *out, cfg_err *err)
+{
+    reader r = {.err = err};
+    *out = model_defaults();
+    if (!model_cfg || model_cfg->kind != CFG_MAP)
+        return fail(&r, model_cfg, "config.MODEL", "must be a map");
+    read_trunk(&r, model_cfg, out);
+    if (!r.failed)
+        read_heads(&r, model_cfg, out);
+    if (!r.failed)
+        read_mapping(&r, model_cfg, out);
+    if (!r.failed)
+        out->single_pass_every_crop = get_bool(&r, model_cfg, "SINGLE_PASS_EVERY_CROP");
+    if (!r.failed)
+        read_feature_eval(&r, model_cfg, out);
+    if (!r.failed && out->nmapping && model_is_feature_extractor(out))
+        fail(&r, cfg_path(model_cfg, "MULTI_INPUT_HEAD_MAPPING"), "MULTI_INPUT_HEAD_MAPPING",
+             "a feature-extractor model (LINEAR_EVAL_FEAT_POOL_OPS_MAP) takes one input");
+    return !r.failed;
+}

@@ -1,0 +1,278 @@
+/*
+ * cmd_convert.c — `selfsup convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]`:
+ * move model weights between VISSL's and torchvision's layouts and between file formats.
+ *
+ * IN is anything MODEL.WEIGHTS_INIT reads (weights_read: a VISSL checkpoint gives its trunk
+ * and heads under their full names, a torchvision state dict or a safetensors file its
+ * tensors as they are). Names are then mapped:
+ *   --to vissl        torchvision names get "trunk._feature_blocks."; torchvision's classifier
+ *                     (fc.*) is dropped, since VISSL configures heads separately; names that
+ *                     already start with "trunk." or "heads." are kept.
+ *   --to torchvision  "trunk._feature_blocks." and "trunk.base_model._feature_blocks." are
+ *                     stripped; heads are dropped; other names are kept as torchvision's.
+ * Tensors keep their dtype and bytes exactly. OUT's format comes from --format or its
+ * extension (.safetensors; .torch, .pth, .pt). A torch file in VISSL's layout is a VISSL
+ * checkpoint ({"classy_state_dict": {"base_model": {"model": {"trunk": …, "heads": …}}}}),
+ * which VISSL loads with its default WEIGHTS_INIT; in torchvision's layout it is a flat state
+ * dict, which torchvision's load_state_dict takes (strict=False when fc was dropped).
+ *
+ * Exit codes: 0 written, 1 IN unreadable or OUT unwritable, 2 usage errors.
+ */
+#include "cmd.h"
+
+#include "log.h"
+#include "torchsave.h"
+#include "util.h"
+#include "weights.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VISSL_TRUNK "trunk._feature_blocks."
+#define VISSL_FE_TRUNK "trunk.base_model._feature_blocks."
+
+typedef enum { TO_VISSL, TO_TORCHVISION } convert_layout;
+typedef enum { FORMAT_UNSET, FORMAT_SAFETENSORS, FORMAT_TORCH } convert_format;
+
+typedef struct {
+    const char *in, *out;
+    convert_layout to;
+    convert_format format;
+} convert_args;
+
+/* One tensor of OUT: its new name and IN's tensor. */
+typedef struct {
+    char *name;
+    const weights_tensor *t;
+} out_tensor;
+
+static void convert_usage(FILE *out)
+{
+    fputs("usage: selfsup convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]\n"
+          "\n"
+          "Convert model weights between layouts and formats. IN: a VISSL checkpoint, a torchvision\n"
+          "state dict (.torch/.pth, zip or legacy format) or a safetensors file (recognised by content).\n"
+          "\n"
+          "options:\n"
+          "  --to vissl        VISSL names: trunk._feature_blocks.*, heads.* (default); torchvision's\n"
+          "                    fc.* is dropped (VISSL's heads are configured separately)\n"
+          "  --to torchvision  torchvision names: the trunk prefix stripped, heads dropped\n"
+          "  --format F        safetensors or torch (torch.save's zip format; VISSL's checkpoint\n"
+          "                    layout with --to vissl); default from OUT's extension: .safetensors,\n"
+          "                    .torch, .pth, .pt\n"
+          "  --help            show this help\n"
+          "\n"
+          "exit status: 0 written, 1 IN unreadable or OUT unwritable, 2 usage error\n", out);
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("selfsup convert: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n\n", stderr);
+    convert_usage(stderr);
+    return EXIT_USAGE;
+}
+
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && !strcmp(s + n - t, tail);
+}
+
+static convert_format format_from_name(const char *path)
+{
+    if (ends_with(path, ".safetensors"))
+        return FORMAT_SAFETENSORS;
+    if (ends_with(path, ".torch") || ends_with(path, ".pth") || ends_with(path, ".pt"))
+        return FORMAT_TORCH;
+    return FORMAT_UNSET;
+}
+
+/* 0 to go on, -1 for --help (exit 0), or EXIT_USAGE. */
+static int parse_args(int argc, char **argv, convert_args *a)
+{
+    *a = (convert_args){.to = TO_VISSL};
+    for (int k = 1; k < argc; k++) {
+        const char *arg = argv[k];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            convert_usage(stdout);
+            return -1;
+        } else if (!strcmp(arg, "--to") || !strcmp(arg, "--format")) {
+            if (k + 1 >= argc)
+                return usage_error("%s needs a value", arg);
+            const char *v = argv[++k];
+            if (!strcmp(arg, "--to") && (!strcmp(v, "vissl") || !strcmp(v, "torchvision")))
+                a->to = !strcmp(v, "vissl") ? TO_VISSL : TO_TORCHVISION;
+            else if (!strcmp(arg, "--format") && (!strcmp(v, "safetensors") || !strcmp(v, "torch")))
+                a->format = !strcmp(v, "torch") ? FORMAT_TORCH : FORMAT_SAFETENSORS;
+            else
+                return usage_error("%s '%s': expected %s", arg, v,
+                                   !strcmp(arg, "--to") ? "vissl or torchvision" : "safetensors or torch");
+        } else if (arg[0] == '-' && arg[1]) {
+            return usage_error("unknown option '%s'", arg);
+        } else if (!a->in) {
+            a->in = arg;
+        } else if (!a->out) {
+            a->out = arg;
+        } else {
+            return usage_error("one IN and one OUT only ('%s' is extra)", arg);
+        }
+    }
+    if (!a->in || !a->out)
+        return usage_error("IN and OUT are needed");
+    if (a->format == FORMAT_UNSET && (a->format = format_from_name(a->out)) == FORMAT_UNSET)
+        return usage_error("cannot tell OUT's format from '%s': name it .safetensors, .torch, .pth or .pt, or "
+                           "give --format",
+                           a->out);
+    return 0;
+}
+
+/* ---- names ------------------------------------------------------------------------------------ */
+
+static bool starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+/* The tensor's name in the target layout, or NULL to drop it (with *why), or NULL with *why
+ * NULL when it cannot be mapped. */
+static char *map_name(const char *name, convert_layout to, const char **why)
+{
+    *why = NULL;
+    if (to == TO_VISSL) {
+        if (starts_with(name, "trunk.") || starts_with(name, "heads."))
+            return xstrdup(name);
+        if (starts_with(name, "fc.")) {
+            *why = "torchvision's classifier; VISSL's heads are configured separately";
+            return NULL;
+        }
+        return xasprintf(VISSL_TRUNK "%s", name);
+    }
+    if (starts_with(name, VISSL_TRUNK))
+        return xstrdup(name + strlen(VISSL_TRUNK));
+    if (starts_with(name, VISSL_FE_TRUNK))
+        return xstrdup(name + strlen(VISSL_FE_TRUNK));
+    if (starts_with(name, "heads.")) {
+        *why = "VISSL heads have no place in a torchvision state dict";
+        return NULL;
+    }
+    if (starts_with(name, "trunk."))
+        return NULL;
+    return xstrdup(name);
+}
+
+/* Map every tensor; drops are reported on stderr. -1 when a name cannot be mapped. */
+static int map_all(const weights_file *f, convert_layout to, out_tensor *out, size_t *n_out)
+{
+    size_t n = 0, dropped = 0;
+    strbuf names = {0};
+    const char *reason = NULL;
+    for (size_t i = 0; i < weights_count(f); i++) {
+        const weights_tensor *t = weights_at(f, i);
+        const char *why;
+        char *name = map_name(t->name, to, &why);
+        if (name) {
+            out[n++] = (out_tensor){name, t};
+            continue;
+        }
+        if (!why) {
+            fprintf(stderr, "selfsup convert: '%s' is a VISSL trunk tensor outside _feature_blocks; torchvision "
+                    "has no name for it\n", t->name);
+            sb_free(&names);
+            for (size_t j = 0; j < n; j++)
+                free(out[j].name);
+            return -1;
+        }
+        if (dropped++ < 8)
+            sb_printf(&names, "%s%s", names.len ? ", " : "", t->name);
+        reason = why;
+    }
+    if (dropped)
+        fprintf(stderr, "selfsup convert: dropped %zu tensor%s (%s%s): %s\n", dropped, dropped == 1 ? "" : "s",
+                sb_str(&names), dropped > 8 ? ", …" : "", reason);
+    sb_free(&names);
+    *n_out = n;
+    return 0;
+}
+
+/* ---- writing ---------------------------------------------------------------------------------- */
+
+static int write_safetensors(const char *path, const out_tensor *t, size_t n, char **err)
+{
+    st_tensor *st = xcalloc(n ? n : 1, sizeof *st);
+    for (size_t i = 0; i < n; i++)
+        st[i] = (st_tensor){.name = t[i].name, .dtype = t[i].t->dtype, .ndim = t[i].t->ndim,
+                            .shape = t[i].t->shape, .data = t[i].t->data};
+    st_meta meta[] = {{"format", "pt"}};
+    int rc = st_write(path, st, n, meta, ARRAY_LEN(meta), err);
+    free(st);
+    return rc;
+}
+
+static void add_tensor(ts_dict *d, const char *key, const weights_tensor *t)
+{
+    ts_dict_add_tensor(d, key, t->dtype, t->ndim, t->shape, t->data);
+}
+
+/* VISSL's checkpoint layout, trunk and heads keyed relative to their module; else flat. */
+static int write_torch(const char *path, const out_tensor *t, size_t n, convert_layout to, char **err)
+{
+    ts_dict *root = ts_dict_new(to == TO_TORCHVISION);
+    if (to == TO_TORCHVISION) {
+        for (size_t i = 0; i < n; i++)
+            add_tensor(root, t[i].name, t[i].t);
+    } else {
+        ts_dict *model = ts_dict_add_dict(ts_dict_add_dict(ts_dict_add_dict(root, "classy_state_dict", false),
+                                                           "base_model", false),
+                                          "model", false);
+        ts_dict *trunk = ts_dict_add_dict(model, "trunk", true), *heads = ts_dict_add_dict(model, "heads", true);
+        for (size_t i = 0; i < n; i++) {
+            bool head = starts_with(t[i].name, "heads.");
+            add_tensor(head ? heads : trunk, t[i].name + strlen(head ? "heads." : "trunk."), t[i].t);
+        }
+    }
+    int rc = ts_save(path, root, err);
+    ts_dict_free(root);
+    return rc;
+}
+
+int cmd_convert(int argc, char **argv)
+{
+    convert_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    weights_file *f;
+    char *err = NULL;
+    if (weights_read(a.in, NULL, &f, &err) != 0) {
+        fprintf(stderr, "selfsup convert: %s\n", err);
+        free(err);
+        return EXIT_RUNTIME;
+    }
+    out_tensor *t = xcalloc(weights_count(f) + 1, sizeof *t);
+    size_t n = 0;
+    rc = map_all(f, a.to, t, &n) != 0 ? EXIT_RUNTIME : 0;
+    if (rc == 0) {
+        int w = a.format == FORMAT_SAFETENSORS ? write_safetensors(a.out, t, n, &err)
+                                               : write_torch(a.out, t, n, a.to, &err);
+        if (w != 0) {
+            fprintf(stderr, "selfsup convert: %s\n", err);
+            free(err);
+            rc = EXIT_RUNTIME;
+        } else {
+            fprintf(stderr, "selfsup convert: wrote %zu tensors to %s (%s names, %s)\n", n, a.out,
+                    a.to == TO_VISSL ? "VISSL" : "torchvision",
+                    a.format == FORMAT_SAFETENSORS ? "safetensors" : "torch.save zip");
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(t[i].name);
+    free(t);
+    weights_close(f);
+    return rc;
+}

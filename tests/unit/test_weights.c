@@ -1,0 +1,785 @@
+/*
+ * test_weights.c — weights in and out of the model engine (nn/weights.c), torch.save files
+ * written by lib/torchsave.c, and `selfsup convert`, against PyTorch.
+ *
+ * The references are made at test time: each test runs tests/golden/make_weights_fixtures.py
+ * CASE into a fresh directory (a torchvision resnet50 saved in torch's zip and legacy formats,
+ * a VISSL checkpoint with an mlp head, small hostile files, …), so nothing large is committed.
+ * Forward parity is max |got − want| / max |want| ≤ 1e-4, as in test_resnet.c. Tests are
+ * skipped only when /usr/bin/python3 cannot import torch and torchvision (make deps).
+ * WEIGHTS_VERBOSE=1 prints every measured error.
+ */
+#include "heads.h"
+#include "log.h"
+#include "nn.h"
+#include "npy.h"
+#include "params.h"
+#include "resnet.h"
+#include "safetensors.h"
+#include "torchfile.h"
+#include "torchsave.h"
+#include "util.h"
+#include "weights.h"
+
+#include "test_nn_util.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FWD_TOL 1e-4
+#define SCRIPT "tests/golden/make_weights_fixtures.py"
+#define TV_PREFIX "trunk._feature_blocks."
+
+/* ---- fixtures and helpers ---------------------------------------------------------------------- */
+
+static void run_script(const char *kase, const char *dir)
+{
+    char *script = test_path(SCRIPT), *out = NULL;
+    char *cmd = xasprintf("/usr/bin/python3 '%s' %s '%s'", script, kase, dir);
+    int rc = test_run(cmd, &out);
+    cr_assert_eq(rc, 0, "%s failed (exit %d):\n%s", cmd, rc, out);
+    free(out);
+    free(cmd);
+    free(script);
+}
+
+/* A fresh directory holding the fixture script's CASE. */
+static char *fixtures(const char *kase)
+{
+    if (system("/usr/bin/python3 -c 'import torch, torchvision' >/dev/null 2>&1") != 0)
+        cr_skip_test("/usr/bin/python3 cannot import torch and torchvision (make deps)");
+    char *dir = test_make_tmpdir();
+    run_script(kase, dir);
+    return dir;
+}
+
+static char *in_dir(const char *dir, const char *name) { return path_join(dir, name); }
+
+static npy_array load_npy(const char *dir, const char *name)
+{
+    char *path = in_dir(dir, name), *err = NULL;
+    npy_array a;
+    cr_assert_eq(npy_read(path, &a, &err), 0, "%s: %s", path, err);
+    cr_assert_eq(a.dtype, NPY_F4, "%s", path);
+    free(path);
+    return a;
+}
+
+static float *download(eng_backend *be, const eng_tensor *t)
+{
+    float *h = xmalloc((size_t)eng_numel(&t->shape) * sizeof *h);
+    eng_download(be, t, h);
+    return h;
+}
+
+/* max |got − want| / max |want|. */
+static double rel_error(const float *got, const float *want, size_t n)
+{
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)got[i] - want[i]));
+        scale = fmax(scale, fabs((double)want[i]));
+    }
+    return worst / (scale > 0 ? scale : 1.0);
+}
+
+static void expect_close(eng_backend *be, const eng_tensor *got, const char *dir, const char *name, const char *what)
+{
+    npy_array want = load_npy(dir, name);
+    cr_assert_eq((size_t)eng_numel(&got->shape), want.count, "%s: element count", what);
+    float *h = download(be, got);
+    double e = rel_error(h, want.data, want.count);
+    if (getenv("WEIGHTS_VERBOSE"))
+        fprintf(stderr, "weights: %-44s relative error %.3g\n", what, e);
+    cr_expect_leq(e, FWD_TOL, "%s: relative error %g > %g", what, e, FWD_TOL);
+    free(h);
+    npy_close(&want);
+}
+
+static eng_tensor upload_npy(eng_backend *be, const char *dir, const char *name)
+{
+    npy_array a = load_npy(dir, name);
+    cr_assert_eq(a.ndim, 4);
+    eng_tensor t = eng_tensor_new(be, eng_shape4((int64_t)a.shape[0], (int64_t)a.shape[1], (int64_t)a.shape[2],
+                                                 (int64_t)a.shape[3]));
+    eng_upload(be, &t, a.data);
+    npy_close(&a);
+    return t;
+}
+
+/* A model's entries under full state-dict names (copies pointing at the same tensors). */
+typedef struct {
+    eng_entry *e;
+    int n, cap;
+} model_entries;
+
+static void add_entries(model_entries *m, const eng_entry *src, const char *prefix)
+{
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 64;
+        m->e = xrealloc(m->e, (size_t)m->cap * sizeof *m->e);
+    }
+    m->e[m->n] = *src;
+    m->e[m->n++].name = xasprintf("%s%s", prefix, src->name);
+}
+
+static void add_trunk(model_entries *m, const resnet *net)
+{
+    for (int i = 0; i < resnet_entry_count(net); i++)
+        add_entries(m, resnet_entry_at(net, i), "trunk.");
+}
+
+static void add_head(model_entries *m, const head *h, int index)
+{
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "heads.%d.", index);
+    for (int i = 0; i < head_entry_count(h); i++)
+        add_entries(m, head_entry_at(h, i), prefix);
+}
+
+static void free_entries(model_entries *m)
+{
+    for (int i = 0; i < m->n; i++)
+        free((char *)m->e[i].name);
+    free(m->e);
+    *m = (model_entries){0};
+}
+
+/* Every entry's values, concatenated, for before/after comparisons. */
+static float *snapshot(eng_backend *be, const model_entries *m, size_t *total)
+{
+    size_t n = 0;
+    for (int i = 0; i < m->n; i++)
+        n += (size_t)eng_numel(&m->e[i].value.shape);
+    float *all = xmalloc(n * sizeof *all), *at = all;
+    for (int i = 0; i < m->n; i++) {
+        eng_download(be, &m->e[i].value, at);
+        at += eng_numel(&m->e[i].value.shape);
+    }
+    *total = n;
+    return all;
+}
+
+static resnet *make_resnet(eng_backend *be, int depth, uint64_t seed)
+{
+    resnet_options o = resnet_defaults();
+    o.depth = depth;
+    char *err = NULL;
+    resnet *net = resnet_new(be, &o, seed, &err);
+    cr_assert(net, "%s", err);
+    resnet_init(be, net, seed);
+    return net;
+}
+
+/* VISSL's mlp [512, 256, 128] with BN and ReLU, as the fixture script builds it. */
+static head *make_mlp(eng_backend *be, uint64_t seed)
+{
+    head_options o = head_defaults(HEAD_MLP);
+    o.dims[0] = 512, o.dims[1] = 256, o.dims[2] = 128;
+    o.ndims = 3;
+    o.use_bn = o.use_relu = true;
+    char *err = NULL;
+    head *h = head_new(be, &o, seed, &err);
+    cr_assert(h, "%s", err);
+    return h;
+}
+
+static weights_init_options torchvision_options(const char *path)
+{
+    weights_init_options o = weights_init_defaults();
+    o.params_file = path;
+    o.state_dict_key_name = "";
+    o.append_prefix = TV_PREFIX;
+    return o;
+}
+
+/* ---- torchvision resnet50: zip and legacy files, eval forward parity ---------------------------- */
+
+Test(weights, torchvision_resnet50_zip_and_legacy_forward_matches_torch, .timeout = 600)
+{
+    char *dir = fixtures("r50"), *err = NULL;
+    eng_backend *be = nnt_open_cpu();
+    resnet *net = make_resnet(be, 50, 1);
+    model_entries m = {0};
+    add_trunk(&m, net);
+    eng_tensor x = upload_npy(be, dir, "x.npy");
+    resnet_plan(be, net, &x.shape);
+    const char *files[] = {"r50.pth", "r50_legacy.pth"};
+    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
+        resnet_init(be, net, 100 + f); /* each file must overwrite every weight */
+        char *path = in_dir(dir, files[f]);
+        weights_init_options o = torchvision_options(path);
+        cr_assert_eq(weights_load(be, m.e, m.n, &o, &err), 0, "%s: %s", files[f], err);
+        const eng_tensor *feat = resnet_forward(be, net, &x, false);
+        expect_close(be, feat, dir, "feat.npy", files[f]);
+        free(path);
+    }
+    eng_tensor_free(be, &x);
+    free_entries(&m);
+    resnet_free(be, net);
+    eng_backend_close(be);
+    test_rm_dir(dir);
+}
+
+/* ---- a VISSL checkpoint: defaults, prefixes, SKIP_LAYERS, load_heads ------------------------- */
+
+typedef struct {
+    eng_backend *be;
+    resnet *net;
+    head *h;
+    model_entries all, trunk_only;
+    eng_tensor x;
+    char *dir;
+} vissl_model;
+
+static void vissl_setup(vissl_model *v)
+{
+    v->dir = fixtures("vissl");
+    v->be = nnt_open_cpu();
+    v->net = make_resnet(v->be, 18, 1);
+    v->h = make_mlp(v->be, 2);
+    v->all = v->trunk_only = (model_entries){0};
+    add_trunk(&v->all, v->net);
+    add_head(&v->all, v->h, 0);
+    add_trunk(&v->trunk_only, v->net);
+    v->x = upload_npy(v->be, v->dir, "x.npy");
+    resnet_plan(v->be, v->net, &v->x.shape);
+    eng_shape feat = eng_shape2(v->x.shape.dim[0], 512);
+    head_plan(v->be, v->h, &feat);
+}
+
+static void vissl_teardown(vissl_model *v)
+{
+    eng_tensor_free(v->be, &v->x);
+    free_entries(&v->all);
+    free_entries(&v->trunk_only);
+    head_free(v->be, v->h);
+    resnet_free(v->be, v->net);
+    eng_backend_close(v->be);
+    test_rm_dir(v->dir);
+}
+
+static void vissl_check_forward(vissl_model *v, bool with_head, const char *what)
+{
+    const eng_tensor *feat = resnet_forward(v->be, v->net, &v->x, false);
+    char label[96];
+    snprintf(label, sizeof label, "%s trunk", what);
+    expect_close(v->be, feat, v->dir, "feat.npy", label);
+    if (!with_head)
+        return;
+    snprintf(label, sizeof label, "%s head", what);
+    expect_close(v->be, head_forward(v->be, v->h, feat, false), v->dir, "out.npy", label);
+}
+
+Test(weights, vissl_checkpoint_loads_with_defaults_and_matches_torch)
+{
+    vissl_model v;
+    vissl_setup(&v);
+    char *path = in_dir(v.dir, "vissl.torch"), *err = NULL;
+    weights_init_options o = weights_init_defaults();
+    o.params_file = path;
+    cr_assert_eq(weights_load(v.be, v.all.e, v.all.n, &o, &err), 0, "%s", err);
+    vissl_check_forward(&v, true, "vissl defaults");
+
+    /* load_heads = false (eval without EVAL_TRUNK_AND_HEAD): heads keep their values. */
+    resnet_init(v.be, v.net, 5);
+    head_init(v.be, v.h, 6);
+    model_entries heads = {0};
+    add_head(&heads, v.h, 0);
+    size_t n0, n1;
+    float *before = snapshot(v.be, &heads, &n0);
+    o.load_heads = false;
+    cr_assert_eq(weights_load(v.be, v.all.e, v.all.n, &o, &err), 0, "%s", err);
+    float *after = snapshot(v.be, &heads, &n1);
+    cr_assert_eq(n0, n1);
+    cr_expect_eq(memcmp(before, after, n0 * sizeof *before), 0, "load_heads=false changed the heads");
+    vissl_check_forward(&v, false, "vissl load_heads=false");
+
+    /* A feature extractor (eval mode) reads the pretraining trunk as trunk.base_model.…. */
+    model_entries fe = {0};
+    for (int i = 0; i < resnet_entry_count(v.net); i++)
+        add_entries(&fe, resnet_entry_at(v.net, i), "trunk.base_model.");
+    resnet_init(v.be, v.net, 7);
+    o.feature_extractor = true;
+    cr_assert_eq(weights_load(v.be, fe.e, fe.n, &o, &err), 0, "%s", err);
+    vissl_check_forward(&v, false, "vissl feature extractor");
+    free_entries(&fe);
+    free(before);
+    free(after);
+    free_entries(&heads);
+    free(path);
+    vissl_teardown(&v);
+}
+
+Test(weights, skip_layers_leave_matching_entries_untouched)
+{
+    vissl_model v;
+    vissl_setup(&v);
+    char *path = in_dir(v.dir, "vissl.torch"), *err = NULL;
+    size_t n0, n1;
+    float *before = snapshot(v.be, &v.all, &n0);
+    const char *skip[] = {"num_batches_tracked", "layer4", "clf.3"};
+    weights_init_options o = weights_init_defaults();
+    o.params_file = path;
+    o.skip_layers = skip;
+    o.n_skip_layers = (int)ARRAY_LEN(skip);
+    cr_assert_eq(weights_load(v.be, v.all.e, v.all.n, &o, &err), 0, "%s", err);
+    float *after = snapshot(v.be, &v.all, &n1);
+    cr_assert_eq(n0, n1);
+    size_t at = 0;
+    int skipped = 0;
+    for (int i = 0; i < v.all.n; i++) {
+        size_t n = (size_t)eng_numel(&v.all.e[i].value.shape);
+        bool skip_it = strstr(v.all.e[i].name, "layer4") || strstr(v.all.e[i].name, "clf.3");
+        bool same = memcmp(before + at, after + at, n * sizeof *before) == 0;
+        if (skip_it)
+            skipped++;
+        cr_expect(skip_it ? same : !same, "%s: %s", v.all.e[i].name, skip_it ? "changed though skipped" : "not loaded");
+        at += n;
+    }
+    cr_expect_eq(skipped, 25 + 2, "resnet18's layer4 has 25 entries, the head's clf.3 2");
+    free(before);
+    free(after);
+    free(path);
+    vissl_teardown(&v);
+}
+
+Test(weights, remove_and_append_prefix_and_state_dict_key)
+{
+    vissl_model v;
+    vissl_setup(&v);
+    char *path = in_dir(v.dir, "prefixed.torch"), *err = NULL;
+    weights_init_options o = weights_init_defaults();
+    o.params_file = path;
+    /* The default key is not in a plain checkpoint: the error names what is there. */
+    cr_assert_eq(weights_load(v.be, v.trunk_only.e, v.trunk_only.n, &o, &err), -1);
+    cr_expect(strstr(err, "no key 'classy_state_dict'") && strstr(err, "'state_dict', 'epoch'"), "%s", err);
+    free(err);
+    /* Without REMOVE_PREFIX the DDP prefix stays in the way. */
+    o.state_dict_key_name = "state_dict";
+    o.append_prefix = TV_PREFIX;
+    cr_assert_eq(weights_load(v.be, v.trunk_only.e, v.trunk_only.n, &o, &err), -1);
+    cr_expect(strstr(err, "trunk._feature_blocks.module.conv1.weight") && strstr(err, "missing from the file"), "%s",
+              err);
+    free(err);
+    o.remove_prefix = "module.";
+    cr_assert_eq(weights_load(v.be, v.trunk_only.e, v.trunk_only.n, &o, &err), 0, "%s", err);
+    vissl_check_forward(&v, false, "REMOVE_PREFIX+APPEND_PREFIX");
+    free(path);
+    vissl_teardown(&v);
+}
+
+/* ---- a small model: dtypes, broken and hostile files ------------------------------------------ */
+
+static const struct {
+    const char *name;
+    int ndim;
+    int64_t dim[4];
+    eng_entry_kind kind;
+} SMALL[] = {
+    {"trunk._feature_blocks.conv1.weight", 4, {4, 3, 3, 3}, ENG_PARAM},
+    {"trunk._feature_blocks.bn1.weight", 1, {4}, ENG_PARAM},
+    {"trunk._feature_blocks.bn1.bias", 1, {4}, ENG_PARAM},
+    {"trunk._feature_blocks.bn1.running_mean", 1, {4}, ENG_BUFFER},
+    {"trunk._feature_blocks.bn1.running_var", 1, {4}, ENG_BUFFER},
+    {"heads.0.clf.0.weight", 2, {2, 4}, ENG_PARAM},
+    {"heads.0.clf.0.bias", 1, {2}, ENG_PARAM},
+};
+
+typedef struct {
+    eng_backend *be;
+    eng_params p;
+    char *dir;
+} small_model;
+
+static void small_setup(small_model *s)
+{
+    s->dir = fixtures("small");
+    s->be = nnt_open_cpu();
+    s->p = (eng_params){0};
+    for (size_t k = 0; k < ARRAY_LEN(SMALL); k++) {
+        eng_shape sh = {.ndim = SMALL[k].ndim};
+        memcpy(sh.dim, SMALL[k].dim, sizeof sh.dim);
+        eng_params_add(s->be, &s->p, SMALL[k].kind, sh, 0, "%s", SMALL[k].name);
+    }
+    eng_params_alloc(s->be, &s->p);
+    for (int k = 0; k < s->p.nentries; k++)
+        eng_zero(s->be, &s->p.entries[k].value);
+}
+
+static void small_teardown(small_model *s)
+{
+    eng_params_free(s->be, &s->p);
+    eng_backend_close(s->be);
+    test_rm_dir(s->dir);
+}
+
+/* Entry k holds k + 0.25·i (loaded) or zeros (untouched). */
+static bool small_entry_is(small_model *s, int k, bool loaded)
+{
+    float *h = download(s->be, &s->p.entries[k].value);
+    bool ok = true;
+    for (int64_t i = 0; i < eng_numel(&s->p.entries[k].value.shape); i++)
+        ok = ok && h[i] == (loaded ? (float)((double)k + 0.25 * (double)i) : 0.0f);
+    free(h);
+    return ok;
+}
+
+/* Load DIR/file with `o` (params_file set here); returns weights_load's result, *err kept. */
+static int small_load(small_model *s, const char *file, weights_init_options o, char **err)
+{
+    char *path = in_dir(s->dir, file);
+    o.params_file = path;
+    int rc = weights_load(s->be, s->p.entries, s->p.nentries, &o, err);
+    free(path);
+    return rc;
+}
+
+static weights_init_options flat_options(void)
+{
+    weights_init_options o = weights_init_defaults();
+    o.state_dict_key_name = "";
+    return o;
+}
+
+/* The file is refused with a message containing `want` (and `also`, when not NULL), and the
+ * model is left as it was. */
+static void expect_refused(small_model *s, const char *file, weights_init_options o, const char *want,
+                           const char *also)
+{
+    char *err = NULL;
+    cr_assert_eq(small_load(s, file, o, &err), -1, "%s was accepted", file);
+    cr_assert(err, "%s: no message", file);
+    cr_expect(strstr(err, want), "%s: message lacks '%s': %s", file, want, err);
+    cr_expect(!also || strstr(err, also), "%s: message lacks '%s': %s", file, also, err);
+    for (int k = 0; k < s->p.nentries; k++)
+        cr_expect(small_entry_is(s, k, false), "%s: %s changed by a refused load", file, s->p.entries[k].name);
+    free(err);
+}
+
+Test(weights, small_model_loads_every_float_dtype)
+{
+    small_model s;
+    small_setup(&s);
+    char *err = NULL;
+    const char *files[] = {"good.pth", "mixed_dtypes.pth"};
+    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
+        for (int k = 0; k < s.p.nentries; k++)
+            eng_zero(s.be, &s.p.entries[k].value);
+        cr_assert_eq(small_load(&s, files[f], flat_options(), &err), 0, "%s: %s", files[f], err);
+        for (int k = 0; k < s.p.nentries; k++)
+            cr_expect(small_entry_is(&s, k, true), "%s: %s", files[f], s.p.entries[k].name);
+    }
+    /* load_heads = false and SKIP_LAYERS on the same file. */
+    for (int k = 0; k < s.p.nentries; k++)
+        eng_zero(s.be, &s.p.entries[k].value);
+    weights_init_options o = flat_options();
+    const char *skip[] = {"num_batches_tracked", "bn1.running"};
+    o.load_heads = false;
+    o.skip_layers = skip;
+    o.n_skip_layers = 2;
+    cr_assert_eq(small_load(&s, "good.pth", o, &err), 0, "%s", err);
+    for (int k = 0; k < s.p.nentries; k++) {
+        bool untouched = k == 3 || k == 4 || k >= 5;
+        cr_expect(small_entry_is(&s, k, !untouched), "%s", s.p.entries[k].name);
+    }
+    small_teardown(&s);
+}
+
+Test(weights, broken_files_are_refused_with_clear_messages)
+{
+    small_model s;
+    small_setup(&s);
+    weights_init_options flat = flat_options();
+    expect_refused(&s, "wrong_shape.pth", flat, "shape mismatches (1)",
+                   "trunk._feature_blocks.conv1.weight is [4, 3, 5, 5] in the file, [4, 3, 3, 3] in the model");
+    expect_refused(&s, "int64.pth", flat, "not floating point", "trunk._feature_blocks.conv1.weight is I64");
+    expect_refused(&s, "missing.pth", flat, "trunk tensors of the model missing from the file (2)",
+                   "trunk._feature_blocks.bn1.bias, trunk._feature_blocks.bn1.running_var");
+    /* an unexpected trunk key is an error; the unexpected head key only a warning */
+    char *err = NULL;
+    cr_assert_eq(small_load(&s, "unexpected.pth", flat, &err), -1);
+    cr_expect(strstr(err, "trunk keys in the file that the model does not have (1): "
+                          "trunk._feature_blocks.layer9.conv.weight"), "%s", err);
+    cr_expect(!strstr(err, "clf.9"), "a head key is only a warning: %s", err);
+    free(err);
+    expect_refused(&s, "torchvision.pth", flat, "not compatible with VISSL",
+                   "APPEND_PREFIX 'trunk._feature_blocks.'");
+    expect_refused(&s, "good.pth", weights_init_defaults(), "no key 'classy_state_dict'", "STATE_DICT_KEY_NAME");
+    expect_refused(&s, "truncated.pth", flat, "truncated.pth", "truncated or damaged zip archive");
+    expect_refused(&s, "no_such_file.pth", flat, "no_such_file.pth", "No such file");
+    weights_init_options fe = flat;
+    fe.feature_extractor = true;
+    expect_refused(&s, "good.pth", fe, "trunk.base_model._feature_blocks.", NULL);
+    /* With APPEND_PREFIX the torchvision file loads; heads missing from it are a warning. */
+    weights_init_options tv = torchvision_options(NULL);
+    cr_assert_eq(small_load(&s, "torchvision.pth", tv, &err), 0, "%s", err);
+    for (int k = 0; k < s.p.nentries; k++)
+        cr_expect(small_entry_is(&s, k, k < 5), "%s", s.p.entries[k].name);
+    small_teardown(&s);
+}
+
+Test(weights, hostile_pickle_is_refused_by_name_and_never_runs)
+{
+    small_model s;
+    small_setup(&s);
+    char *marker = in_dir(s.dir, "pwned");
+    weights_init_options o = flat_options();
+    expect_refused(&s, "evil.pth", o, "'posix.system' is not allowed", NULL);
+    o.state_dict_key_name = "state_dict";
+    expect_refused(&s, "evil.pth", o, "'posix.system' is not allowed", NULL);
+    cr_expect(!path_exists(marker), "the pickle's os.system ran: %s exists", marker);
+    free(marker);
+    small_teardown(&s);
+}
+
+Test(weights, safetensors_round_trip_and_content_detection)
+{
+    small_model s;
+    small_setup(&s);
+    char *err = NULL;
+    cr_assert_eq(small_load(&s, "mixed_dtypes.pth", flat_options(), &err), 0, "%s", err);
+    /* Saved under a .pth name: the reader goes by content, not extension. */
+    char *path = in_dir(s.dir, "saved.pth");
+    st_meta meta[] = {{"format", "pt"}};
+    cr_assert_eq(weights_save_safetensors(s.be, s.p.entries, s.p.nentries, path, meta, 1, &err), 0, "%s", err);
+    st_file *sf;
+    cr_assert_eq(st_open(path, &sf, &err), 0, "%s", err);
+    cr_expect_eq(st_count(sf), ARRAY_LEN(SMALL));
+    const st_tensor *t = st_find(sf, "trunk._feature_blocks.bn1.running_var");
+    cr_assert(t && t->dtype == ST_F32 && t->ndim == 1 && t->shape[0] == 4);
+    cr_expect_eq(((const float *)t->data)[3], 4.75f);
+    cr_expect_str_eq(st_meta_get(sf, "format"), "pt");
+    st_close(sf);
+    for (int k = 0; k < s.p.nentries; k++)
+        eng_zero(s.be, &s.p.entries[k].value);
+    /* STATE_DICT_KEY_NAME's default works on selfsup's own (flat) safetensors files. */
+    weights_init_options o = weights_init_defaults();
+    o.params_file = path;
+    cr_assert_eq(weights_load(s.be, s.p.entries, s.p.nentries, &o, &err), 0, "%s", err);
+    for (int k = 0; k < s.p.nentries; k++)
+        cr_expect(small_entry_is(&s, k, true), "%s", s.p.entries[k].name);
+    free(path);
+    small_teardown(&s);
+}
+
+/* ---- export: safetensors and torch.save read by PyTorch ------------------------------------------ */
+
+/* The entries as one flat OrderedDict in torch.save's format; host copies in *bufs. */
+static void save_torch(eng_backend *be, const model_entries *m, const char *path, float ***bufs)
+{
+    ts_dict *d = ts_dict_new(true);
+    size_t shapes[NN_MAX_DIMS * 1024];
+    cr_assert_leq(m->n, 1024);
+    *bufs = xcalloc((size_t)m->n, sizeof **bufs);
+    for (int i = 0; i < m->n; i++) {
+        const eng_shape *s = &m->e[i].value.shape;
+        for (int k = 0; k < s->ndim; k++)
+            shapes[i * NN_MAX_DIMS + k] = (size_t)s->dim[k];
+        (*bufs)[i] = download(be, &m->e[i].value);
+        ts_dict_add_tensor(d, m->e[i].name, ST_F32, s->ndim, &shapes[i * NN_MAX_DIMS], (*bufs)[i]);
+    }
+    char *err = NULL;
+    cr_assert_eq(ts_save(path, d, &err), 0, "%s", err);
+    ts_dict_free(d);
+}
+
+Test(weights, export_is_read_by_pytorch_with_the_same_forward)
+{
+    char *dir = fixtures("export"), *err = NULL;
+    eng_backend *be = nnt_open_cpu();
+    resnet *net = make_resnet(be, 18, 1);
+    resnet_init_formula(be, net);
+    head *h = make_mlp(be, 2);
+    head_init_formula(be, h);
+    model_entries m = {0};
+    add_trunk(&m, net);
+    add_head(&m, h, 0);
+    char *st_path = in_dir(dir, "model.safetensors"), *pt_path = in_dir(dir, "model.torch");
+    cr_assert_eq(weights_save_safetensors(be, m.e, m.n, st_path, NULL, 0, &err), 0, "%s", err);
+    float **bufs;
+    save_torch(be, &m, pt_path, &bufs);
+    run_script("export-check", dir);
+
+    eng_tensor x = upload_npy(be, dir, "x.npy");
+    resnet_plan(be, net, &x.shape);
+    eng_shape fs = eng_shape2(x.shape.dim[0], 512);
+    head_plan(be, h, &fs);
+    const eng_tensor *feat = resnet_forward(be, net, &x, false);
+    expect_close(be, feat, dir, "feat_torch.npy", "export trunk");
+    expect_close(be, head_forward(be, h, feat, false), dir, "out_torch.npy", "export head");
+
+    /* Both files load back bit-exactly: torchsave through our own torchfile reader. */
+    const char *files[] = {pt_path, st_path};
+    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
+        resnet_init(be, net, 9);
+        head_init(be, h, 9);
+        weights_init_options o = weights_init_defaults();
+        o.params_file = files[f];
+        o.state_dict_key_name = f == 0 ? "" : "classy_state_dict";
+        cr_assert_eq(weights_load(be, m.e, m.n, &o, &err), 0, "%s", err);
+        for (int i = 0; i < m.n; i++) {
+            float *now = download(be, &m.e[i].value);
+            cr_expect_eq(memcmp(now, bufs[i], (size_t)eng_numel(&m.e[i].value.shape) * sizeof(float)), 0,
+                         "%s: %s differs after the round trip", files[f], m.e[i].name);
+            free(now);
+        }
+    }
+    for (int i = 0; i < m.n; i++)
+        free(bufs[i]);
+    free(bufs);
+    eng_tensor_free(be, &x);
+    free(st_path);
+    free(pt_path);
+    free_entries(&m);
+    head_free(be, h);
+    resnet_free(be, net);
+    eng_backend_close(be);
+    test_rm_dir(dir);
+}
+
+Test(weights, torchsave_writes_what_torchfile_reads)
+{
+    /* Nested dicts, every storage dtype, a scalar and an empty tensor; no Python needed. */
+    char *dir = test_make_tmpdir(), *path = in_dir(dir, "t.torch"), *err = NULL;
+    float f[6] = {1, 2, 3, 4, 5, 6};
+    int64_t l[2] = {7, -((int64_t)1 << 40)};
+    uint16_t half[2] = {0x3c00, 0xc000}; /* 1, -2 */
+    size_t s23[] = {2, 3}, s2[] = {2}, s0[] = {0};
+    ts_dict *root = ts_dict_new(false);
+    ts_dict *sd = ts_dict_add_dict(ts_dict_add_dict(root, "outer", false), "sd", true);
+    ts_dict_add_tensor(sd, "w", ST_F32, 2, s23, f);
+    ts_dict_add_tensor(sd, "n", ST_I64, 1, s2, l);
+    ts_dict_add_tensor(sd, "h", ST_F16, 1, s2, half);
+    ts_dict_add_tensor(sd, "scalar", ST_F32, 0, NULL, f + 5);
+    ts_dict_add_tensor(sd, "empty", ST_F32, 1, s0, NULL);
+    cr_assert_eq(ts_save(path, root, &err), 0, "%s", err);
+    ts_dict_add_tensor(sd, "w", ST_F32, 2, s23, f);
+    cr_expect_eq(ts_save(path, root, &err), -1);
+    cr_expect(strstr(err, "'w' appears twice"), "%s", err);
+    free(err);
+    ts_dict_free(root);
+    root = ts_dict_new(true);
+    uint16_t u[2] = {1, 2};
+    ts_dict_add_tensor(root, "u", ST_U16, 1, s2, u);
+    cr_expect_eq(ts_save(path, root, &err), -1);
+    cr_expect(strstr(err, "'u' has dtype U16, which torch has no storage for"), "%s", err);
+    free(err);
+    ts_dict_free(root);
+
+    torchfile *tf;
+    cr_assert_eq(torchfile_open(path, &tf, &err), 0, "%s", err);
+    const tf_value *w = tf_lookup(torchfile_root(tf), "outer.sd.w");
+    cr_assert(w && w->kind == TF_TENSOR);
+    cr_expect(w->u.tensor->dtype == ST_F32 && w->u.tensor->ndim == 2 && w->u.tensor->shape[1] == 3);
+    cr_expect_eq(memcmp(w->u.tensor->data, f, sizeof f), 0);
+    const tf_value *n = tf_lookup(torchfile_root(tf), "outer.sd.n");
+    cr_assert(n && n->kind == TF_TENSOR && n->u.tensor->dtype == ST_I64);
+    cr_expect_eq(memcmp(n->u.tensor->data, l, sizeof l), 0);
+    const tf_value *sc = tf_lookup(torchfile_root(tf), "outer.sd.scalar");
+    cr_assert(sc && sc->kind == TF_TENSOR && sc->u.tensor->ndim == 0 && sc->u.tensor->numel == 1);
+    cr_expect_eq(*(const float *)sc->u.tensor->data, 6.0f);
+    const tf_value *e = tf_lookup(torchfile_root(tf), "outer.sd.empty");
+    cr_assert(e && e->kind == TF_TENSOR && e->u.tensor->numel == 0);
+    torchfile_close(tf);
+
+    /* torch agrees, when it is installed (make deps). */
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0) {
+        char *out = NULL;
+        char *cmd = xasprintf("/usr/bin/python3 -c \"import torch,sys; d=torch.load(sys.argv[1])['outer']['sd']; "
+                              "print(type(d).__name__, d['w'].tolist(), d['n'].tolist(), d['h'].dtype, d['h'].tolist(), "
+                              "d['scalar'].item(), tuple(d['empty'].shape))\" '%s'",
+                              path);
+        cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+        cr_expect(strstr(out, "OrderedDict [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]] [7, -1099511627776] torch.float16 "
+                              "[1.0, -2.0] 6.0 (0,)"),
+                  "%s", out);
+        free(out);
+        free(cmd);
+    }
+    free(path);
+    test_rm_dir(dir);
+}
+
+/* ---- selfsup convert ---------------------------------------------------------------------------- */
+
+static int convert(const char *args, char **out)
+{
+    char *bin = test_build_path("selfsup");
+    cr_assert(path_exists(bin), "%s is not built", bin);
+    char *cmd = xasprintf("'%s' convert %s", bin, args);
+    int rc = test_run(cmd, out);
+    free(cmd);
+    free(bin);
+    return rc;
+}
+
+Test(weights, convert_torchvision_to_vissl_and_back_is_exact, .timeout = 300)
+{
+    char *dir = fixtures("convert"), *out = NULL, *err = NULL;
+    char *args = xasprintf("'%s/tv.pth' '%s/mid.safetensors'", dir, dir);
+    cr_assert_eq(convert(args, &out), 0, "%s", out);
+    cr_expect(strstr(out, "dropped 2 tensors (fc.weight, fc.bias)"), "%s", out);
+    free(out);
+    free(args);
+    args = xasprintf("'%s/mid.safetensors' '%s/back.torch' --to torchvision", dir, dir);
+    cr_assert_eq(convert(args, &out), 0, "%s", out);
+    free(out);
+    free(args);
+    run_script("convert-check", dir);
+
+    /* The VISSL outputs load with WEIGHTS_INIT's defaults: safetensors and a VISSL checkpoint. */
+    args = xasprintf("'%s/tv.pth' '%s/vissl.pth' --to vissl --format torch", dir, dir);
+    cr_assert_eq(convert(args, &out), 0, "%s", out);
+    free(out);
+    free(args);
+    eng_backend *be = nnt_open_cpu();
+    resnet *net = make_resnet(be, 18, 1);
+    model_entries m = {0};
+    add_trunk(&m, net);
+    const char *files[] = {"mid.safetensors", "vissl.pth"};
+    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
+        char *path = in_dir(dir, files[f]);
+        weights_init_options o = weights_init_defaults();
+        o.params_file = path;
+        cr_expect_eq(weights_load(be, m.e, m.n, &o, &err), 0, "%s: %s", files[f], err);
+        free(path);
+    }
+    free_entries(&m);
+    resnet_free(be, net);
+    eng_backend_close(be);
+    test_rm_dir(dir);
+}
+
+Test(weights, convert_usage_and_runtime_errors)
+{
+    char *out = NULL, *dir = test_make_tmpdir();
+    cr_expect_eq(convert("--help", &out), 0);
+    cr_expect(strstr(out, "usage: selfsup convert IN OUT"), "%s", out);
+    free(out);
+    cr_expect_eq(convert("", &out), 2, "%s", out);
+    free(out);
+    cr_expect_eq(convert("a.pth b.safetensors --to caffe2", &out), 2, "%s", out);
+    cr_expect(strstr(out, "--to 'caffe2'"), "%s", out);
+    free(out);
+    cr_expect_eq(convert("a.pth b.bin", &out), 2, "%s", out);
+    cr_expect(strstr(out, "cannot tell OUT's format"), "%s", out);
+    free(out);
+    char *args = xasprintf("'%s/none.pth' '%s/out.safetensors'", dir, dir);
+    cr_expect_eq(convert(args, &out), 1, "%s", out);
+    cr_expect(strstr(out, "none.pth: No such file"), "%s", out);
+    free(out);
+    free(args);
+    char *bin = test_build_path("selfsup");
+    char *cmd = xasprintf("'%s' --help", bin);
+    cr_expect_eq(test_run(cmd, &out), 0);
+    cr_expect(strstr(out, "convert IN OUT"), "selfsup --help does not list convert: %s", out);
+    free(out);
+    free(cmd);
+    free(bin);
+    test_rm_dir(dir);
+}
