@@ -108,6 +108,25 @@ void cpu_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *
 
 /* With x̂ = (x − mean)·invstd and m values per channel:
  *   dβ = Σ dy,  dγ = Σ dy·x̂,  dx = γ·invstd/m · (m·dy − dβ − x̂·dγ). */
+/* Channel c's Σ dy and Σ dy·x̂ (x̂ = (x − mean)·invstd), accumulated into dβ and dγ where given.
+ * Both backwards need them: the train one also for dx. */
+static void channel_sums(const bn_dims *d, int64_t c, const float *px, const float *pg, double mean, double invstd,
+                         T *dgamma, T *dbeta, double *sum_dy, double *sum_dy_xhat)
+{
+    *sum_dy = 0.0, *sum_dy_xhat = 0.0;
+    for (int64_t n = 0; n < d->n; n++) {
+        int64_t base = (n * d->c + c) * d->s;
+        for (int64_t i = 0; i < d->s; i++) {
+            *sum_dy += pg[base + i];
+            *sum_dy_xhat += (double)pg[base + i] * ((double)px[base + i] - mean) * invstd;
+        }
+    }
+    if (dbeta)
+        cpu_ptr(dbeta)[c] += (float)*sum_dy;
+    if (dgamma)
+        cpu_ptr(dgamma)[c] += (float)*sum_dy_xhat;
+}
+
 void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
                             T *dgamma, T *dbeta)
 {
@@ -117,18 +136,8 @@ void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *sa
     const float *px = cpu_ptr(x), *pg = cpu_ptr(dy);
     for (int64_t c = 0; c < d.c; c++) {
         double mean = cpu_ptr(save_mean)[c], invstd = cpu_ptr(save_invstd)[c];
-        double sum_dy = 0.0, sum_dy_xhat = 0.0;
-        for (int64_t n = 0; n < d.n; n++) {
-            int64_t base = (n * d.c + c) * d.s;
-            for (int64_t i = 0; i < d.s; i++) {
-                sum_dy += pg[base + i];
-                sum_dy_xhat += (double)pg[base + i] * ((double)px[base + i] - mean) * invstd;
-            }
-        }
-        if (dbeta)
-            cpu_ptr(dbeta)[c] += (float)sum_dy;
-        if (dgamma)
-            cpu_ptr(dgamma)[c] += (float)sum_dy_xhat;
+        double sum_dy, sum_dy_xhat;
+        channel_sums(&d, c, px, pg, mean, invstd, dgamma, dbeta, &sum_dy, &sum_dy_xhat);
         if (!dx)
             continue;
         float *pdx = cpu_ptr(dx);
@@ -154,18 +163,8 @@ void cpu_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T 
     for (int64_t c = 0; c < d.c; c++) {
         double mean = cpu_ptr(running_mean)[c], invstd = 1.0 / sqrt((double)cpu_ptr(running_var)[c] + eps);
         if (dgamma || dbeta) {
-            double sum_dy = 0.0, sum_dy_xhat = 0.0;
-            for (int64_t n = 0; n < d.n; n++) {
-                int64_t base = (n * d.c + c) * d.s;
-                for (int64_t i = 0; i < d.s; i++) {
-                    sum_dy += pg[base + i];
-                    sum_dy_xhat += (double)pg[base + i] * ((double)px[base + i] - mean) * invstd;
-                }
-            }
-            if (dbeta)
-                cpu_ptr(dbeta)[c] += (float)sum_dy;
-            if (dgamma)
-                cpu_ptr(dgamma)[c] += (float)sum_dy_xhat;
+            double sum_dy, sum_dy_xhat;
+            channel_sums(&d, c, px, pg, mean, invstd, dgamma, dbeta, &sum_dy, &sum_dy_xhat);
         }
         if (!dx)
             continue;
