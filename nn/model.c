@@ -24,7 +24,6 @@
 #include "log.h"
 #include "util.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,23 +103,6 @@ bool model_heads_frozen(const model_options *o) { return o->eval_mode_on && o->f
  * heads exist (their tensors load and save) but do not run. */
 static bool extract_only(const model_options *o) { return o->eval_mode_on && o->extract_trunk_features_only; }
 
-static int failure(char **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int failure(char **err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    strbuf sb = {0};
-    sb_vprintf(&sb, fmt, ap);
-    va_end(ap);
-    if (err)
-        *err = sb.s;
-    else {
-        log_error("%s", sb.s);
-        free(sb.s);
-    }
-    return -1;
-}
-
 /* ---- construction ------------------------------------------------------------------------- */
 
 /* How many features a stream reads, before any input is seen: the pool-op layers of a feature
@@ -144,7 +126,7 @@ static int make_branches(eng_backend *be, model *m, uint64_t seed, char **err)
             continue; /* the trunk's features are the outputs (see model_plan) */
         bool chained = nentries > 1 && nfeat == 1 && !extract_only(o);
         if (!chained && nfeat != nentries && !extract_only(o))
-            return failure(err, "model: %d head%s for %d trunk feature%s: VISSL runs head i on feature i, or "
+            return report_failure(err, "model: %d head%s for %d trunk feature%s: VISSL runs head i on feature i, or "
                                 "several heads one after another on one feature",
                            nentries, nentries == 1 ? "" : "s", nfeat, nfeat == 1 ? "" : "s");
         for (int b = 0; b < (chained ? 1 : nentries); b++) {
@@ -236,7 +218,7 @@ static void scale_mlp_params(eng_backend *be, model *m)
 model *model_new(eng_backend *be, const model_options *o, uint64_t seed, char **err)
 {
     if (o->nmapping && o->nmapping != o->nheads) {
-        failure(err, "model: MULTI_INPUT_HEAD_MAPPING has %d entries for %d heads", o->nmapping, o->nheads);
+        report_failure(err, "model: MULTI_INPUT_HEAD_MAPPING has %d entries for %d heads", o->nmapping, o->nheads);
         return NULL;
     }
     model *m = xcalloc(1, sizeof *m);
@@ -397,14 +379,14 @@ static int plan_group_feature(eng_backend *be, model *m, stream *st, group *g, i
     case MODEL_POOL_MAX:
         if (x->ndim != 4 || x->dim[2] + 2 * op->pool.pad[0] < op->pool.kernel[0] ||
             x->dim[3] + 2 * op->pool.pad[1] < op->pool.kernel[1])
-            return failure(err, "model: pool op %d (kernel %lldx%lld) does not fit its %lldx%lld feature map", p,
+            return report_failure(err, "model: pool op %d (kernel %lldx%lld) does not fit its %lldx%lld feature map", p,
                            (long long)op->pool.kernel[0], (long long)op->pool.kernel[1],
                            (long long)(x->ndim == 4 ? x->dim[2] : 1), (long long)(x->ndim == 4 ? x->dim[3] : 1));
         y = eng_pool_output_shape(x, &op->pool);
         break;
     default:
         if (x->ndim != 4)
-            return failure(err, "model: an adaptive pool needs a N x C x H x W feature");
+            return report_failure(err, "model: an adaptive pool needs a N x C x H x W feature");
         y = eng_shape4(x->dim[0], x->dim[1], op->out_hw[0], op->out_hw[1]);
     }
     g->pooled[f] = op->kind == MODEL_POOL_IDENTITY ? (eng_tensor){0} : eng_tensor_new(be, y);
@@ -439,10 +421,10 @@ static int check_trainable_features(const model *m, const stream *st, char **err
     if (model_trunk_frozen(&m->opt) || extract_only(&m->opt))
         return 0;
     if (st->nfeat != 1)
-        return failure(err, "model: a trunk that trains passes gradients from one feature; %d are read", st->nfeat);
+        return report_failure(err, "model: a trunk that trains passes gradients from one feature; %d are read", st->nfeat);
     for (int f = 0; f < st->nfeat; f++)
         if ((st->layer[f] != RESNET_FLATTEN && st->layer[f] != RESNET_RES5AVG) || st->pool_op[f] >= 0)
-            return failure(err, "model: a trunk that trains passes gradients from its last feature (flatten or res5avg); "
+            return report_failure(err, "model: a trunk that trains passes gradients from its last feature (flatten or res5avg); "
                                 "heads on other layers need FEATURE_EVAL_SETTINGS with a frozen trunk");
     return 0;
 }
@@ -455,19 +437,19 @@ static int check_head_input(const head_options *h, const eng_shape *s, int b, ch
     case HEAD_EVAL_MLP: {
         int64_t c = s->ndim == 4 ? s->dim[1] : f;
         if (c != h->in_channels || (h->ndims > 0 && h->dims[0] != f))
-            return failure(err, "model: head %d (eval_mlp, in_channels %lld, dims[0] %lld) gets a feature of %lld channels "
+            return report_failure(err, "model: head %d (eval_mlp, in_channels %lld, dims[0] %lld) gets a feature of %lld channels "
                                 "and %lld values per sample",
                            b, (long long)h->in_channels, (long long)(h->ndims ? h->dims[0] : 0), (long long)c, (long long)f);
         return 0;
     }
     case HEAD_SIAMESE_CONCAT_VIEW:
         if (n % h->num_towers)
-            return failure(err, "model: head %d (siamese_concat_view) gets %lld rows, not a multiple of num_towers %d", b,
+            return report_failure(err, "model: head %d (siamese_concat_view) gets %lld rows, not a multiple of num_towers %d", b,
                            (long long)n, h->num_towers);
         return 0;
     default:
         if (s->ndim != 2 || (h->ndims > 0 && h->dims[0] != f))
-            return failure(err, "model: head %d (%s) takes %lld features per sample (dims[0]) but the trunk gives %s%lld",
+            return report_failure(err, "model: head %d (%s) takes %lld features per sample (dims[0]) but the trunk gives %s%lld",
                            b, h->type == HEAD_MLP ? "mlp" : "swav_head", (long long)(h->ndims ? h->dims[0] : 0),
                            s->ndim == 2 ? "" : "a feature map of ", (long long)f);
         return 0;
@@ -533,12 +515,12 @@ static void define_streams(model *m)
 static int check_inputs(const model *m, const eng_shape *in, int n, char **err)
 {
     if (n < 1 || n > MODEL_MAX_INPUTS)
-        return failure(err, "model: %d inputs (1 to %d)", n, MODEL_MAX_INPUTS);
+        return report_failure(err, "model: %d inputs (1 to %d)", n, MODEL_MAX_INPUTS);
     if (m->opt.nmapping && n != m->opt.nmapping)
-        return failure(err, "model: MULTI_INPUT_HEAD_MAPPING names %d inputs, the batch has %d", m->opt.nmapping, n);
+        return report_failure(err, "model: MULTI_INPUT_HEAD_MAPPING names %d inputs, the batch has %d", m->opt.nmapping, n);
     for (int i = 0; i < n; i++)
         if (in[i].ndim != 4 || in[i].dim[0] < 1 || in[i].dim[1] != 3 || in[i].dim[2] < 1 || in[i].dim[3] < 1)
-            return failure(err, "model: input %d must be N x 3 x H x W (RGB)", i);
+            return report_failure(err, "model: input %d must be N x 3 x H x W (RGB)", i);
     return 0;
 }
 

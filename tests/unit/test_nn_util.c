@@ -50,20 +50,30 @@ eng_tensor nnt_zeros_like(eng_backend *be, const eng_tensor *like)
     return t;
 }
 
-double nnt_rel_error(eng_backend *be, const eng_tensor *got, const nnt_fixture *want)
+double nnt_rel_error_host(const float *got, const float *want, size_t n)
 {
-    size_t n = want->a.count;
-    cr_assert_eq((size_t)eng_numel(&got->shape), n);
-    float *host = xmalloc(n * sizeof *host);
-    eng_download(be, got, host);
-    const float *ref = want->a.data;
     double worst = 0.0, scale = 0.0;
     for (size_t i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)host[i] - ref[i]));
-        scale = fmax(scale, fabs((double)ref[i]));
+        worst = fmax(worst, fabs((double)got[i] - want[i]));
+        scale = fmax(scale, fabs((double)want[i]));
     }
-    free(host);
     return worst / (scale > 0 ? scale : 1.0);
+}
+
+float *nnt_download(eng_backend *be, const eng_tensor *t)
+{
+    float *h = xmalloc((size_t)eng_numel(&t->shape) * sizeof *h);
+    eng_download(be, t, h);
+    return h;
+}
+
+double nnt_rel_error(eng_backend *be, const eng_tensor *got, const nnt_fixture *want)
+{
+    cr_assert_eq((size_t)eng_numel(&got->shape), want->a.count);
+    float *host = nnt_download(be, got);
+    double e = nnt_rel_error_host(host, want->a.data, want->a.count);
+    free(host);
+    return e;
 }
 
 void nnt_fill_normal(float *p, int64_t n, unsigned seed)

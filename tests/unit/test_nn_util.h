@@ -25,6 +25,10 @@ void nnt_unload(eng_backend *be, nnt_fixture *f);
 eng_tensor nnt_zeros_like(eng_backend *be, const eng_tensor *like);
 /* max |got − want| / max |want| over the tensor. */
 double nnt_rel_error(eng_backend *be, const eng_tensor *got, const nnt_fixture *want);
+/* The same over two host arrays of n values. */
+double nnt_rel_error_host(const float *got, const float *want, size_t n);
+/* A tensor's values in a fresh host array (free it). */
+float *nnt_download(eng_backend *be, const eng_tensor *t);
 
 /* Standard normal values from a seed (Box-Muller: smooth, no exact zeros). */
 void nnt_fill_normal(float *p, int64_t n, unsigned seed);

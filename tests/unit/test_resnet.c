@@ -107,24 +107,6 @@ static eng_tensor make_input(eng_backend *be, int64_t size, int phase)
     return x;
 }
 
-static float *download(eng_backend *be, const eng_tensor *t)
-{
-    float *h = xmalloc((size_t)eng_numel(&t->shape) * sizeof *h);
-    eng_download(be, t, h);
-    return h;
-}
-
-/* max |got − want| / max |want|. */
-static double rel_error(const float *got, const float *want, size_t n)
-{
-    double worst = 0.0, scale = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)got[i] - want[i]));
-        scale = fmax(scale, fabs((double)want[i]));
-    }
-    return worst / (scale > 0 ? scale : 1.0);
-}
-
 static npy_array load_npy(const char *kase, const char *name)
 {
     char *file = xasprintf("resnet_%s_%s.npy", kase, name);
@@ -143,14 +125,14 @@ static void expect_array(const float *got, const char *kase, const char *name, d
     npy_array a = load_npy(kase, name);
     char what[96];
     snprintf(what, sizeof what, "%s %s", kase, name);
-    report(what, rel_error(got, a.data, a.count), tol);
+    report(what, nnt_rel_error_host(got, a.data, a.count), tol);
     npy_close(&a);
 }
 
 /* res4's per-channel mean (N × C), as the fixture keeps it. */
 static float *channel_means(eng_backend *be, const eng_tensor *t)
 {
-    float *h = download(be, t);
+    float *h = nnt_download(be, t);
     int64_t nc = t->shape.dim[0] * t->shape.dim[1], s = t->shape.dim[2] * t->shape.dim[3];
     float *m = xmalloc((size_t)nc * sizeof *m);
     for (int64_t i = 0; i < nc; i++) {
@@ -166,7 +148,7 @@ static float *channel_means(eng_backend *be, const eng_tensor *t)
 static void check_forward(eng_backend *be, resnet *net, const eng_tensor *x, bool train, const char *kase)
 {
     const eng_tensor *feat = resnet_forward(be, net, x, train);
-    float *f = download(be, feat);
+    float *f = nnt_download(be, feat);
     expect_array(f, kase, train ? "feat_train" : "feat_eval", FWD_TOL);
     float *m = channel_means(be, resnet_feature(net, RESNET_RES4));
     expect_array(m, kase, train ? "res4_train" : "res4_eval", FWD_TOL);
@@ -183,7 +165,7 @@ static void check_stats(eng_backend *be, resnet *net, const char *kase)
         const resnet_entry *e = resnet_entry_at(net, i);
         if (e->kind != RESNET_BUFFER)
             continue;
-        float *h = download(be, &e->value);
+        float *h = nnt_download(be, &e->value);
         double s = 0.0;
         for (int64_t j = 0; j < eng_numel(&e->value.shape); j++)
             s += h[j];
@@ -311,7 +293,7 @@ static void check_grads_of(eng_backend *be, resnet *net, double factor, const ch
         const resnet_entry *e = resnet_entry_at(net, i);
         if (e->kind != RESNET_PARAM)
             continue;
-        float *g = download(be, &e->grad);
+        float *g = nnt_download(be, &e->grad);
         double s = 0.0, ss = 0.0;
         for (int64_t j = 0; j < eng_numel(&e->grad.shape); j++)
             s += g[j], ss += (double)g[j] * g[j];
@@ -333,11 +315,11 @@ static void check_grads_of(eng_backend *be, resnet *net, double factor, const ch
     snprintf(what, sizeof what, "%s %sgrad sums of squares", kase, factor == 1 ? "" : "2× ");
     report(what, worst_sq, GRAD_TOL);
     npy_array c1 = load_npy(kase, "conv1_grad");
-    float *g = download(be, &resnet_entry_at(net, 0)->grad);
+    float *g = nnt_download(be, &resnet_entry_at(net, 0)->grad);
     for (size_t j = 0; j < c1.count; j++)
         ((float *)c1.data)[j] *= (float)factor;
     snprintf(what, sizeof what, "%s %sconv1 weight grad", kase, factor == 1 ? "" : "2× ");
-    report(what, rel_error(g, c1.data, c1.count), GRAD_TOL);
+    report(what, nnt_rel_error_host(g, c1.data, c1.count), GRAD_TOL);
     free(g);
     npy_close(&c1);
 }
@@ -356,7 +338,7 @@ Test(resnet, r18_64_backward_matches_torchvision_accumulates_and_allocates_nothi
     float *rh = formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
     eng_upload(be, &r, rh);
     free(rh);
-    float *f = download(be, feat);
+    float *f = nnt_download(be, feat);
     expect_array(f, "r18_64", "feat_train", FWD_TOL);
     free(f);
     check_stats(be, net, "r18_64");
@@ -395,7 +377,7 @@ static void check_init(bool zero_init_residual)
     for (int i = 0; i < resnet_entry_count(net); i++) {
         const resnet_entry *e = resnet_entry_at(net, i);
         int64_t n = eng_numel(&e->value.shape);
-        float *h = download(be, &e->value);
+        float *h = nnt_download(be, &e->value);
         if (e->value.shape.ndim == 4) {
             /* kaiming_uniform(a=√5) = U(±1/√fan_in): in range, variance bound²/3. */
             const int64_t *d = e->value.shape.dim;
@@ -417,7 +399,7 @@ static void check_init(bool zero_init_residual)
     }
     /* The gradient buffer starts at zero. */
     eng_tensor g = resnet_grads(net);
-    float *gh = download(be, &g);
+    float *gh = nnt_download(be, &g);
     for (int64_t j = 0; j < eng_numel(&g.shape); j++)
         cr_assert_eq(gh[j], 0.0f);
     free(gh);
@@ -487,7 +469,7 @@ Test(resnet, layernorm_r18_64_forward_backward_match_torchvision)
     resnet_plan(be, net, &x.shape);
     for (int train = 0; train < 2; train++) {
         const eng_tensor *feat = resnet_forward(be, net, &x, train);
-        float *f = download(be, feat);
+        float *f = nnt_download(be, feat);
         expect_array(f, "r18ln_64", "feat", FWD_TOL);
         float *m = channel_means(be, resnet_feature(net, RESNET_RES4));
         expect_array(m, "r18ln_64", "res4", FWD_TOL);

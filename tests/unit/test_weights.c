@@ -69,30 +69,12 @@ static npy_array load_npy(const char *dir, const char *name)
     return a;
 }
 
-static float *download(eng_backend *be, const eng_tensor *t)
-{
-    float *h = xmalloc((size_t)eng_numel(&t->shape) * sizeof *h);
-    eng_download(be, t, h);
-    return h;
-}
-
-/* max |got − want| / max |want|. */
-static double rel_error(const float *got, const float *want, size_t n)
-{
-    double worst = 0.0, scale = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)got[i] - want[i]));
-        scale = fmax(scale, fabs((double)want[i]));
-    }
-    return worst / (scale > 0 ? scale : 1.0);
-}
-
 static void expect_close(eng_backend *be, const eng_tensor *got, const char *dir, const char *name, const char *what)
 {
     npy_array want = load_npy(dir, name);
     cr_assert_eq((size_t)eng_numel(&got->shape), want.count, "%s: element count", what);
-    float *h = download(be, got);
-    double e = rel_error(h, want.data, want.count);
+    float *h = nnt_download(be, got);
+    double e = nnt_rel_error_host(h, want.data, want.count);
     if (getenv("WEIGHTS_VERBOSE"))
         fprintf(stderr, "weights: %-44s relative error %.3g\n", what, e);
     cr_expect_leq(e, FWD_TOL, "%s: relative error %g > %g", what, e, FWD_TOL);
@@ -421,7 +403,7 @@ static void small_teardown(small_model *s)
 /* Entry k holds k + 0.25·i (loaded) or zeros (untouched). */
 static bool small_entry_is(small_model *s, int k, bool loaded)
 {
-    float *h = download(s->be, &s->p.entries[k].value);
+    float *h = nnt_download(s->be, &s->p.entries[k].value);
     bool ok = true;
     for (int64_t i = 0; i < eng_numel(&s->p.entries[k].value.shape); i++)
         ok = ok && h[i] == (loaded ? (float)((double)k + 0.25 * (double)i) : 0.0f);
@@ -580,7 +562,7 @@ static void save_torch(eng_backend *be, const model_entries *m, const char *path
         const eng_shape *s = &m->e[i].value.shape;
         for (int k = 0; k < s->ndim; k++)
             shapes[i * NN_MAX_DIMS + k] = (size_t)s->dim[k];
-        (*bufs)[i] = download(be, &m->e[i].value);
+        (*bufs)[i] = nnt_download(be, &m->e[i].value);
         ts_dict_add_tensor(d, m->e[i].name, ST_F32, s->ndim, &shapes[i * NN_MAX_DIMS], (*bufs)[i]);
     }
     char *err = NULL;
@@ -623,7 +605,7 @@ Test(weights, export_is_read_by_pytorch_with_the_same_forward)
         o.state_dict_key_name = f == 0 ? "" : "classy_state_dict";
         cr_assert_eq(weights_load(be, m.e, m.n, &o, &err), 0, "%s", err);
         for (int i = 0; i < m.n; i++) {
-            float *now = download(be, &m.e[i].value);
+            float *now = nnt_download(be, &m.e[i].value);
             cr_expect_eq(memcmp(now, bufs[i], (size_t)eng_numel(&m.e[i].value.shape) * sizeof(float)), 0,
                          "%s: %s differs after the round trip", files[f], m.e[i].name);
             free(now);
