@@ -15,8 +15,10 @@
  * in between (uint8 wrap-around, as torchvision adds np.uint8(hue_factor * 255)), with
  * PIL's float/double mix, on which the result depends. rgb2hsv comes from tables built
  * once by the exact per-pixel code; hsv2rgb runs four pixels at a time in double lanes.
- * Where the CPU has AVX-512, these and the ImageEnhance blends run 16 pixels a step in one
- * pass per row, with the same operations lane by lane (see "AVX-512 paths").
+ * Where the CPU has AVX-512, these and the ImageEnhance blends run 16 pixels a step, with
+ * rgb2hsv computed rather than looked up, and Brightness and Contrast (a constant
+ * degenerate) become a 256-entry table of blend_px mapped over the image where the CPU has
+ * VBMI's byte permutes (see "AVX-512 paths").
  *
  * posterize and solarize are per-byte vector maps, autocontrast PIL's per-channel tables
  * from the histogram.
@@ -138,13 +140,16 @@ static void blend_row_const(int deg, uint8_t *img, size_t n, float alpha)
 /*
  * On CPUs with AVX-512 (F, BW, DQ, VL), chosen at run time, the RGB operations take 16 pixels
  * a step: 48 bytes spread to three int32 vectors (R, G, B) and packed back. adjust_hue runs
- * rgb2hsv, the shift and hsv2rgb in one pass per row with no HSV buffer, saturation computes
- * the gray and blends in one pass, contrast sums luma the same way, and the blends of
- * Brightness, Contrast and Sharpness take 16 samples per vector. Every lane performs the
+ * rgb2hsv, the shift and hsv2rgb in one pass per row with a small HSV buffer, saturation
+ * computes the gray and blends in one pass, contrast sums luma the same way, and the blends
+ * of Brightness, Contrast and Sharpness take 16 samples per vector (with VBMI, Brightness
+ * and Contrast map bytes through a table of blend_px instead). Every lane performs the
  * portable code's operations (the same IEEE float and double operations in the same order,
  * never fused: fp-contract is off for this file and the intrinsics are plain multiplies and
- * adds; or the same table entries), so the results are bit for bit those of the portable
- * path, which stays for other CPUs; img_color_set_simd (img.h) picks the path.
+ * adds), or operations proven to round to the same results and checked against the
+ * portable code's tables for every input once (hsv_tab_init), so the results are bit for
+ * bit those of the portable path, which stays for other CPUs; img_color_set_simd (img.h)
+ * picks the path.
  */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -173,9 +178,15 @@ static void blend_row_const(int deg, uint8_t *img, size_t n, float alpha)
 
 /* The inverse: R, G, B (each 0..255) of 16 pixels to 48 bytes at p (the first n: mask). */
 #define RGB16_STORE(p, R, G, B, mask)                                                      \
+    RGB16_STORE_PACKED(p,                                                                  \
+                       _mm512_or_si512((R), _mm512_or_si512(_mm512_slli_epi32((G), 8),     \
+                                                            _mm512_slli_epi32((B), 16))),  \
+                       mask)
+
+/* The same from R | G << 8 | B << 16 lanes. */
+#define RGB16_STORE_PACKED(p, RGB, mask)                                                   \
     do {                                                                                   \
-        __m512i w_ = _mm512_or_si512(                                                      \
-            (R), _mm512_or_si512(_mm512_slli_epi32((G), 8), _mm512_slli_epi32((B), 16)));  \
+        __m512i w_ = (RGB);                                                                \
         w_ = _mm512_shuffle_epi8(                                                          \
             w_, _mm512_broadcast_i32x4(_mm_set_epi8(-1, -1, -1, -1, 14, 13, 12, 10, 9, 8,  \
                                                     6, 5, 4, 2, 1, 0)));                   \
@@ -277,40 +288,89 @@ static uint64_t luma_row_sum_avx512(const uint8_t *p, int w)
 }
 #endif
 
-/* -1: not decided yet, 0: portable, 1: AVX-512. */
+/* -1: not decided yet, 0: portable, 1: AVX-512, 2: AVX-512 with VBMI's byte permutes. */
 static int g_color_simd = -1;
+
+/* The best path the CPU runs (as g_color_simd), whatever a test forced. */
+static int cpu_color_level(void)
+{
+#ifdef HAVE_AVX512_COLOR
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")))
+        return 0;
+    return __builtin_cpu_supports("avx512vbmi") ? 2 : 1;
+#else
+    return 0;
+#endif
+}
 
 static int color_simd(void)
 {
-    if (g_color_simd < 0) {
-#ifdef HAVE_AVX512_COLOR
-        __builtin_cpu_init();
-        g_color_simd =
-            __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#else
-        g_color_simd = 0;
-#endif
-    }
+    if (g_color_simd < 0)
+        g_color_simd = cpu_color_level();
     return g_color_simd;
 }
 
-/* Test hook (img.h): on = 0 forces the portable code, 1 the best the CPU has.
- * Returns whether the AVX-512 paths will run. */
+/* Test hook (img.h): on = 0 forces the portable code, 1 the best the CPU has, 2 AVX-512
+ * without VBMI. Returns the level that will run (as g_color_simd). */
 int img_color_set_simd(int on)
 {
-    g_color_simd = -1;
-    if (!on || !color_simd())
-        g_color_simd = 0;
+    const int best = cpu_color_level();
+    g_color_simd = !on ? 0 : on == 2 && best > 1 ? 1 : best;
     return g_color_simd;
 }
 
-/* Blend with a constant degenerate image `deg`. */
+#ifdef HAVE_AVX512_COLOR
+#define AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
+
+/* p[i] := lut[p[i]] for i < n, 64 bytes a step: one 128-entry byte permute for each half of
+ * the table (t[0..1], t[2..3]), bit 7 of the byte choosing between them. */
+AVX512_VBMI
+static void lut_row_vbmi(uint8_t *p, size_t n, const __m512i t[4])
+{
+    for (size_t i = 0; i < n; i += 64) {
+        const bool full = n - i >= 64;
+        const __mmask64 m = full ? ~(__mmask64)0 : ((__mmask64)1 << (n - i)) - 1;
+        __m512i v = full ? _mm512_loadu_si512(p + i) : _mm512_maskz_loadu_epi8(m, p + i);
+        const __m512i lo = _mm512_permutex2var_epi8(t[0], v, t[1]);
+        const __m512i hi = _mm512_permutex2var_epi8(t[2], v, t[3]);
+        v = _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi);
+        if (full)
+            _mm512_storeu_si512(p + i, v);
+        else
+            _mm512_mask_storeu_epi8(p + i, m, v);
+    }
+}
+
+/* Every sample of `im` := lut[sample]. */
+AVX512_VBMI
+static void apply_lut_vbmi(img_u8 *im, const uint8_t lut[256])
+{
+    __m512i t[4];
+    for (int k = 0; k < 4; k++)
+        t[k] = _mm512_loadu_si512(lut + 64 * k);
+    const size_t row = (size_t)im->w * (size_t)im->c;
+    for (int y = 0; y < im->h; y++)
+        lut_row_vbmi(im->px + (size_t)y * im->stride, row, t);
+}
+#endif
+
+/* Blend with a constant degenerate image `deg`. With VBMI the blend of each of the 256
+ * sample values is taken from blend_px once and the image mapped through that table;
+ * otherwise every sample runs the blend. */
 static void blend_const(img_u8 *im, int deg, double factor)
 {
     const float alpha = (float)factor;
     const size_t row = (size_t)im->w * (size_t)im->c;
 #ifdef HAVE_AVX512_COLOR
+    if (color_simd() > 1) {
+        uint8_t lut[256];
+        for (int v = 0; v < 256; v++)
+            lut[v] = blend_px(deg, v, alpha);
+        apply_lut_vbmi(im, lut);
+        return;
+    }
     if (color_simd()) {
         for (int y = 0; y < im->h; y++)
             blend_row_avx512(NULL, deg, im->px + (size_t)y * im->stride, row, alpha);
@@ -507,8 +567,14 @@ static struct {
     float frac[256];
     double one_minus_frac[256]; /* 1.0 - f in double (exact) */
     float fs[256];
-    bool scaled_ok; /* the AVX-512 path's fs and frac match (checked in hsv_tab_init) */
+    /* the AVX-512 path's hsv2rgb (fs, frac, p: hsv16_to_rgb) and rgb2hsv (sat16, hue16)
+     * match these tables and hsv_to_rgb (checked in hsv_tab_init) */
+    bool scaled_ok;
 } hsv_tab;
+
+#ifdef HAVE_AVX512_COLOR
+AVX512_COLOR static bool hue16_ok(void);
+#endif
 
 /* The case of a pixel and d = max - (the channel that is neither max nor min). Cases by
  * (max, min): 0 (r, b), 1 (r, g), 2 (g, r), 3 (g, b), 4 (b, g), 5 (b, r); the max is the
@@ -571,16 +637,27 @@ static void hsv_tab_init(void)
     }
     for (int s = 0; s < 256; s++)
         hsv_tab.fs[s] = (float)((float)s / 255.0);
-    /* The AVX-512 path computes these (px8); its products by 1 / 255 must round to the
-     * same floats, and (6h * 257 + 257) >> 16 must be floor(6h / 255). They do for every
-     * byte; should a compiler or libm ever disagree, the portable path runs instead. */
+    /* The AVX-512 path computes these (hsv16_to_rgb): its float quotients by 255 must be the
+     * same floats (PIL's double steps round to the nearest float of the exact quotient),
+     * (6h * 257 + 257) >> 16 must be floor(6h / 255), and its p in float (no v * fs lies
+     * near a half integer) must be hsv_to_rgb's. They are for every byte; should a compiler
+     * ever disagree, the portable path runs instead. */
     for (int v = 0; v < 256; v++) {
         int sext = (6 * v * 257 + 257) >> 16;
-        if ((float)((double)v * (1.0 / 255.0)) != hsv_tab.fs[v] ||
-            (float)((double)(6 * v) * (1.0 / 255.0) - (double)sext) != hsv_tab.frac[v] ||
+        if ((float)v / 255.0f != hsv_tab.fs[v] ||
+            (float)(6 * v - 255 * sext) / 255.0f != hsv_tab.frac[v] ||
             sext % 6 != hsv_tab.sextant[v])
             hsv_tab.scaled_ok = false;
+        for (int s = 0; s < 256; s++) {
+            const float vf = (float)v, fs = hsv_tab.fs[s];
+            if ((int)(vf - vf * fs + 0.5f) != round_pos((double)v * (1.0 - fs)))
+                hsv_tab.scaled_ok = false;
+        }
     }
+#ifdef HAVE_AVX512_COLOR
+    if (hsv_tab.scaled_ok && cpu_color_level() > 0)
+        hsv_tab.scaled_ok = hue16_ok();
+#endif
 }
 
 /* PIL's hsv2rgb for one pixel with s > 0: v, p, q, t placed by the sextant. */
@@ -707,121 +784,218 @@ static inline __m256i round_pos8(__m512d x)
     return _mm256_sub_epi32(_mm512_cvttpd_epi32(_mm512_add_pd(x, x)), _mm512_cvttpd_epi32(x));
 }
 
-/* hsv2rgb's p and x for 8 lanes of v, s and h bytes, as hsv_to_rgb, where x is t in the
- * even sextants and q in the odd ones (each sextant uses one of the two); sext is
- * floor(6h / 255) before the % 6. fs and f are computed rather than gathered:
- * s * (1.0 / 255.0) and 6h * (1.0 / 255.0) - sext, rounded to float, are hsv_tab.fs and
- * hsv_tab.frac (hsv_tab_init checks it). */
+/* hsv2rgb's x for 8 lanes, as hsv_to_rgb: t in the even sextants and q in the odd ones (each
+ * sextant uses one of the two), from v, fs, f and fs * f (float, as PIL) in double. */
 AVX512_COLOR
-static inline void px8(__m256i v, __m256i s, __m256i h, __m256i sext, __m256i *P, __m256i *X)
+static inline __m256i x8(__m256i v, __m256 fs, __m256 f, __m256 fsf, __mmask8 odd)
 {
-    const __m512d one = _mm512_set1_pd(1.0), r255 = _mm512_set1_pd(1.0 / 255.0);
-    const __m256 fs = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi32_pd(s), r255));
-    const __m512d h6 = _mm512_cvtepi32_pd(_mm256_mullo_epi32(h, _mm256_set1_epi32(6)));
-    const __m256 f =
-        _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(h6, r255), _mm512_cvtepi32_pd(sext)));
-    const __m512d vf = _mm512_cvtepi32_pd(v);
-    const __m512d fsd = _mm512_cvtps_pd(fs);
-    const __mmask8 odd = _mm256_test_epi32_mask(sext, _mm256_set1_epi32(1));
+    const __m512d one = _mm512_set1_pd(1.0);
     /* q: 1 - (double)(fs * f); t: 1 - fs * (1 - f) */
-    const __m512d tq = _mm512_mask_mov_pd(
-        _mm512_sub_pd(one, _mm512_mul_pd(fsd, _mm512_sub_pd(one, _mm512_cvtps_pd(f)))), odd,
-        _mm512_sub_pd(one, _mm512_cvtps_pd(_mm256_mul_ps(fs, f))));
-    *P = round_pos8(_mm512_mul_pd(vf, _mm512_sub_pd(one, fsd)));
-    *X = round_pos8(_mm512_mul_pd(vf, tq));
+    const __m512d tq = _mm512_mask_sub_pd(
+        _mm512_sub_pd(one, _mm512_mul_pd(_mm512_cvtps_pd(fs),
+                                         _mm512_sub_pd(one, _mm512_cvtps_pd(f)))),
+        odd, one, _mm512_cvtps_pd(fsf));
+    return round_pos8(_mm512_mul_pd(_mm512_cvtepi32_pd(v), tq));
 }
 
 #define LO8(x) _mm512_castsi512_si256(x)
 #define HI8(x) _mm512_extracti64x4_epi64((x), 1)
 #define LO8F(x) _mm512_castps512_ps256(x)
 #define HI8F(x) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))
-#define TRI16(a) _mm512_srli_epi32(_mm512_add_epi32(_mm512_mullo_epi32((a), (a)), (a)), 1)
 #define JOIN8(lo, hi) _mm512_inserti64x4(_mm512_castsi256_si512(lo), (hi), 1)
 
-/* rgb2hsv of 16 pixels at p (the first m: bytes), the hue shifted: H | S << 8 | V << 16 per
- * lane (the hue byte from hsv_tab, the saturation byte computed). */
+/* (int)(f * 255.0) for 16 float lanes 0 <= f <= 1, as rgb_to_hs takes its bytes (the product
+ * in double, exact): with f = m 2^-k (m the 24-bit significand), m * 255 < 2^32 shifted
+ * right by k, in integers. f = 0 gives a shift beyond 31, which vpsrlvd makes 0. */
+AVX512_COLOR
+static inline __m512i floor255(__m512 f)
+{
+    const __m512i bits = _mm512_castps_si512(f);
+    const __m512i m = _mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffff)),
+                                      _mm512_set1_epi32(0x800000));
+    const __m512i k = _mm512_sub_epi32(_mm512_set1_epi32(127 + 23), _mm512_srli_epi32(bits, 23));
+    return _mm512_srlv_epi32(_mm512_mullo_epi32(m, _mm512_set1_epi32(255)), k);
+}
+
+/* rgb_to_hs's fmod(h / 6.0 + 1.0, 1.0) rounded to float, for 8 lanes of h: the float
+ * nearest to h / 6 (h >= 0) or (h + 6) / 6 (h < 0), which PIL's double steps give because
+ * no such quotient lies within their error (2^-52) of a point halfway between two floats;
+ * so the double product by 1/6 (error 2^-52 too) gives the same float. */
+AVX512_COLOR
+static inline __m256 hue_frac8(__m256 h)
+{
+    __m512d y = _mm512_cvtps_pd(h);
+    y = _mm512_mask_add_pd(y, _mm512_cmp_pd_mask(y, _mm512_setzero_pd(), _CMP_LT_OQ), y,
+                           _mm512_set1_pd(6.0));
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, _mm512_set1_pd(1.0 / 6.0)));
+}
+
+/* rgb2hsv's saturation byte of 16 lanes: cr / max in float, times 255.0 in double,
+ * truncated; 0 where cr = 0, as hsv_tab.sat. */
+AVX512_COLOR
+static inline __m512i sat16(__m512i maxc, __m512i cr)
+{
+    const __m512 s = _mm512_div_ps(_mm512_cvtepi32_ps(cr), _mm512_cvtepi32_ps(maxc));
+    return _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(cr, cr), floor255(s));
+}
+
+/*
+ * rgb2hsv's hue byte of 16 pixels, computed as rgb_to_hs does (no table: a gather of 16 table
+ * bytes cost more than the arithmetic). Of PIL's rc, gc, bc, the maximum's is 0 and the
+ * minimum's exactly 1, so h is off + x or off - x with x = d / cr in float (d = max - mid) and
+ * off an integer: 1 - x, x - 1 where r is the maximum (the minimum b or g), 3 - x, 1 + x for
+ * g, 5 - x, 3 + x for b. PIL's double sums there (2.0 + rc - bc) are exact, so one float add
+ * rounds as PIL's final conversion does. Lanes with cr = 0 get a value nobody uses.
+ * hsv_tab_init checks every (case, cr, d) against the table (hue16_ok).
+ */
+AVX512_COLOR
+static inline __m512i hue16(__m512i R, __m512i G, __m512i B, __m512i maxc, __m512i minc,
+                            __m512i cr)
+{
+    const __mmask16 rmax = _mm512_cmpeq_epi32_mask(R, maxc);
+    const __mmask16 gmax = ~rmax & _mm512_cmpeq_epi32_mask(G, maxc);
+    const __mmask16 bmax = ~rmax & ~gmax;
+    /* minus x: the cases 0, 2, 4 of hue_case */
+    const __mmask16 neg = (rmax & _mm512_cmple_epi32_mask(B, G)) |
+                          (gmax & _mm512_cmple_epi32_mask(R, B)) |
+                          (bmax & _mm512_cmple_epi32_mask(G, R));
+    const __m512i mid =
+        _mm512_sub_epi32(_mm512_add_epi32(R, _mm512_add_epi32(G, B)), _mm512_add_epi32(maxc, minc));
+    __m512i off = _mm512_maskz_mov_epi32(gmax, _mm512_set1_epi32(2));
+    off = _mm512_mask_mov_epi32(off, bmax, _mm512_set1_epi32(4));
+    off = _mm512_add_epi32(
+        off, _mm512_mask_mov_epi32(_mm512_set1_epi32(-1), neg, _mm512_set1_epi32(1)));
+    const __m512 x = _mm512_div_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(maxc, mid)),
+                                   _mm512_cvtepi32_ps(_mm512_max_epi32(cr, _mm512_set1_epi32(1))));
+    const __m512 xs = _mm512_castsi512_ps(_mm512_mask_xor_epi32(
+        _mm512_castps_si512(x), neg, _mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+    const __m512 h = _mm512_add_ps(_mm512_cvtepi32_ps(off), xs);
+    const __m512 frac = _mm512_insertf32x8(_mm512_castps256_ps512(hue_frac8(LO8F(h))),
+                                           hue_frac8(HI8F(h)), 1);
+    return floor255(frac);
+}
+
+/* Whether sat16 gives hsv_tab.sat's byte for every (max, cr). */
+AVX512_COLOR
+static bool sat16_ok(void)
+{
+    for (int maxc = 1; maxc < 256; maxc++)
+        for (int cr0 = 0; cr0 <= maxc; cr0 += 16) {
+            const __m512i lane =
+                _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+            const __m512i cr = _mm512_min_epi32(_mm512_add_epi32(_mm512_set1_epi32(cr0), lane),
+                                                _mm512_set1_epi32(maxc));
+            int32_t got[16], c[16];
+            _mm512_storeu_si512(got, sat16(_mm512_set1_epi32(maxc), cr));
+            _mm512_storeu_si512(c, cr);
+            for (int j = 0; j < 16; j++)
+                if (got[j] != (c[j] ? hsv_tab.sat[hsv_tab.tri[maxc] + c[j]] : 0))
+                    return false;
+        }
+    return true;
+}
+
+/* Whether hue16 gives hsv_tab.hue's byte for every (case, cr, d) and sat16 hsv_tab.sat's:
+ * pixels with max 255 stand for all others, the hue depending only on the differences. */
+AVX512_COLOR
+static bool hue16_ok(void)
+{
+    if (!sat16_ok())
+        return false;
+    uint8_t px[16 * 3];
+    uint8_t want[16];
+    int n = 0;
+    for (int kase = 0; kase < 6; kase++)
+        for (int cr = 1; cr < 256; cr++)
+            for (int d = 0; d <= cr; d++) {
+                int rgb[3];
+                case_pixel(kase, cr, d, rgb);
+                for (int k = 0; k < 3; k++)
+                    px[3 * n + k] = (uint8_t)rgb[k];
+                want[n] = hsv_tab.hue[kase][hsv_tab.tri[cr] + d];
+                if (++n < 16 && !(kase == 5 && cr == 255 && d == cr))
+                    continue;
+                __m512i R, G, B;
+                RGB16_LOAD(R, G, B, px, ~(__mmask64)0 >> 16);
+                const __m512i maxc = _mm512_max_epi32(R, _mm512_max_epi32(G, B));
+                const __m512i minc = _mm512_min_epi32(R, _mm512_min_epi32(G, B));
+                int32_t got[16];
+                const __m512i range = _mm512_sub_epi32(maxc, minc);
+                _mm512_storeu_si512(got, hue16(R, G, B, maxc, minc, range));
+                for (int j = 0; j < n; j++)
+                    if (got[j] != want[j])
+                        return false;
+                n = 0;
+            }
+    return true;
+}
+
+/* hsv2rgb of 16 lanes of H, S, V bytes: R | G << 8 | B << 16 per lane. fs and f are
+ * hsv_tab.fs and hsv_tab.frac computed: s / 255 and (6h - 255 sext) / 255 in float (sext =
+ * floor(6h / 255) before the % 6), p is round(v - v * fs) in float; hsv_tab_init checks all
+ * three for every byte (pair). Each lane's bytes v, p, x are then placed by one byte shuffle
+ * chosen by its sextant. */
+AVX512_COLOR
+static inline __m512i hsv16_to_rgb(__m512i H, __m512i S, __m512i V)
+{
+    const __m512 r255 = _mm512_set1_ps(255.0f);
+    const __m512i h6 = _mm512_mullo_epi32(H, _mm512_set1_epi32(6));
+    const __m512i sext = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(h6, _mm512_set1_epi32(257)), _mm512_set1_epi32(257)),
+        16);
+    const __m512 fs = _mm512_div_ps(_mm512_cvtepi32_ps(S), r255);
+    const __m512i r = _mm512_sub_epi32(h6, _mm512_mullo_epi32(sext, _mm512_set1_epi32(255)));
+    const __m512 f = _mm512_div_ps(_mm512_cvtepi32_ps(r), r255);
+    const __m512 fsf = _mm512_mul_ps(fs, f);
+    const __m512 vf = _mm512_cvtepi32_ps(V);
+    const __m512i P = _mm512_cvttps_epi32(
+        _mm512_add_ps(_mm512_sub_ps(vf, _mm512_mul_ps(vf, fs)), _mm512_set1_ps(0.5f)));
+    const __mmask16 odd = _mm512_test_epi32_mask(sext, _mm512_set1_epi32(1));
+    const __m512i X = JOIN8(x8(LO8(V), LO8F(fs), LO8F(f), LO8F(fsf), (__mmask8)odd),
+                            x8(HI8(V), HI8F(fs), HI8F(f), HI8F(fsf), (__mmask8)(odd >> 8)));
+    /* PIL's switch: 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q), i.e. with
+     * x: 0 (v,x,p) 1 (x,v,p) 2 (p,v,x) 3 (p,x,v) 4 (x,p,v) 5 (v,p,x); sext 6 is sextant 0,
+     * code 7 is gray (s = 0: v,v,v). Byte k of a code's entry is the byte of v | p << 8 |
+     * x << 16 that goes to channel k (0x80: zero). */
+    static const int32_t place[16] = {0x80010200, 0x80010002, 0x80020001, 0x80000201,
+                                      0x80000102, 0x80020100, 0x80010200, 0x80000000};
+    const __m512i code =
+        _mm512_mask_mov_epi32(sext, ~_mm512_test_epi32_mask(S, S), _mm512_set1_epi32(7));
+    __m512i ctrl = _mm512_permutexvar_epi32(code, _mm512_loadu_si512(place));
+    /* the byte indices are within each 128-bit lane: add 4j for dword j */
+    ctrl = _mm512_add_epi8(
+        ctrl, _mm512_broadcast_i32x4(_mm_set_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0)));
+    const __m512i vpx =
+        _mm512_or_si512(V, _mm512_or_si512(_mm512_slli_epi32(P, 8), _mm512_slli_epi32(X, 16)));
+    return _mm512_shuffle_epi8(vpx, ctrl);
+}
+
+/* rgb2hsv of 16 pixels at p (the first m: bytes), the hue byte shifted: H | S << 8 | V << 16
+ * per lane. */
 AVX512_COLOR
 static inline __m512i rgb_to_hsv16(const uint8_t *p, __mmask64 bytes, int shift)
 {
-    const __m512i c255 = _mm512_set1_epi32(255);
     __m512i R, G, B;
     RGB16_LOAD(R, G, B, p, bytes);
     const __m512i maxc = _mm512_max_epi32(R, _mm512_max_epi32(G, B));
     const __m512i minc = _mm512_min_epi32(R, _mm512_min_epi32(G, B));
     const __m512i cr = _mm512_sub_epi32(maxc, minc);
-    /* the saturation byte: cr / max in float, times 255.0 in double, truncated (0 where
-     * cr = 0, as hsv_tab.sat) */
-    const __m512 s = _mm512_div_ps(_mm512_cvtepi32_ps(cr), _mm512_cvtepi32_ps(maxc));
-    const __m512d s255 = _mm512_set1_pd(255.0);
-    __m512i S = JOIN8(_mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(LO8F(s)), s255)),
-                      _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(HI8F(s)), s255)));
-    S = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(cr, cr), S);
-    /* the hue byte from hsv_tab.hue[case][tri(cr) + d], case and d as hue_case (the maximum
-     * is the first of r, g, b that equals it; d = max - mid, mid = r + g + b - max - min):
-     * dword gathers at byte offsets, the table being followed by more of hsv_tab, so the 3
-     * bytes past its last entry exist */
-    const __mmask16 rmax = _mm512_cmpeq_epi32_mask(R, maxc);
-    const __mmask16 gmax = ~rmax & _mm512_cmpeq_epi32_mask(G, maxc);
-    const __mmask16 bmax = ~rmax & ~gmax;
-    const __mmask16 c0 = rmax & _mm512_cmple_epi32_mask(B, G); /* else case 1 */
-    const __mmask16 c2 = gmax & _mm512_cmple_epi32_mask(R, B); /* else case 3 */
-    const __mmask16 c4 = bmax & _mm512_cmple_epi32_mask(G, R); /* else case 5 */
-    __m512i base = _mm512_set1_epi32(1 * TRI_N);
-    base = _mm512_mask_mov_epi32(base, c0, _mm512_setzero_si512());
-    base = _mm512_mask_mov_epi32(base, c2, _mm512_set1_epi32(2 * TRI_N));
-    base = _mm512_mask_mov_epi32(base, gmax & ~c2, _mm512_set1_epi32(3 * TRI_N));
-    base = _mm512_mask_mov_epi32(base, c4, _mm512_set1_epi32(4 * TRI_N));
-    base = _mm512_mask_mov_epi32(base, bmax & ~c4, _mm512_set1_epi32(5 * TRI_N));
-    const __m512i mid =
-        _mm512_sub_epi32(_mm512_add_epi32(R, _mm512_add_epi32(G, B)), _mm512_add_epi32(maxc, minc));
-    const __m512i hidx =
-        _mm512_add_epi32(_mm512_add_epi32(base, TRI16(cr)), _mm512_sub_epi32(maxc, mid));
-    __m512i H = _mm512_i32gather_epi32(hidx, hsv_tab.hue, 1);
-    H = _mm512_and_si512(_mm512_add_epi32(H, _mm512_set1_epi32(shift)), c255);
-    return _mm512_or_si512(H, _mm512_or_si512(_mm512_slli_epi32(S, 8), _mm512_slli_epi32(maxc, 16)));
-}
-
-/* hsv2rgb of 16 packed H | S << 8 | V << 16 lanes into 48 bytes at p (the first m: bytes). */
-AVX512_COLOR
-static inline void hsv16_to_rgb(__m512i hsv, uint8_t *p, __mmask64 bytes)
-{
-    const __m512i c255 = _mm512_set1_epi32(255);
-    const __m512i H = _mm512_and_si512(hsv, c255), S = _mm512_and_si512(_mm512_srli_epi32(hsv, 8), c255);
-    const __m512i V = _mm512_srli_epi32(hsv, 16);
-    const __m512i sext = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_mullo_epi32(H, _mm512_set1_epi32(6 * 257)), _mm512_set1_epi32(257)), 16);
-    __m256i P0, X0, P1, X1;
-    px8(LO8(V), LO8(S), LO8(H), LO8(sext), &P0, &X0);
-    px8(HI8(V), HI8(S), HI8(H), HI8(sext), &P1, &X1);
-    const __m512i P = JOIN8(P0, P1), X = JOIN8(X0, X1);
-    const __mmask16 s0 = _mm512_cmpeq_epi32_mask(sext, _mm512_setzero_si512()) |
-                         _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(6));
-    const __mmask16 s1 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(1));
-    const __mmask16 s2 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(2));
-    const __mmask16 s3 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(3));
-    const __mmask16 s4 = _mm512_cmpeq_epi32_mask(sext, _mm512_set1_epi32(4));
-    const __mmask16 s5 = ~(s0 | s1 | s2 | s3 | s4);
-    const __mmask16 gray = ~_mm512_test_epi32_mask(S, S);
-    /* PIL's switch: 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q), with x = t in
-     * even sextants and q in odd ones: 0 (v,x,p) 1 (x,v,p) 2 (p,v,x) 3 (p,x,v) 4 (x,p,v)
-     * 5 (v,p,x) */
-    __m512i r = _mm512_mask_blend_epi32(s2 | s3, X, P);
-    r = _mm512_mask_blend_epi32(s0 | s5 | gray, r, V);
-    __m512i g = _mm512_mask_blend_epi32(s0 | s3, P, X);
-    g = _mm512_mask_blend_epi32(s1 | s2 | gray, g, V);
-    __m512i b = _mm512_mask_blend_epi32(s2 | s5, P, X);
-    b = _mm512_mask_blend_epi32(s3 | s4 | gray, b, V);
-    RGB16_STORE(p, r, g, b, bytes);
+    const __m512i H = _mm512_and_si512(
+        _mm512_add_epi32(hue16(R, G, B, maxc, minc, cr), _mm512_set1_epi32(shift)),
+        _mm512_set1_epi32(255));
+    return _mm512_or_si512(H, _mm512_or_si512(_mm512_slli_epi32(sat16(maxc, cr), 8),
+                                              _mm512_slli_epi32(maxc, 16)));
 }
 
 /* adjust_hue of n pixels at p, in place, in chunks: all the rgb2hsv of a chunk first, then
- * all its hsv2rgb. Two short loops let the CPU overlap many pixels' table gathers, where one
- * long loop body waited on each. */
+ * all its hsv2rgb. Each is a long chain of dependent operations (two divisions apiece);
+ * two short loops let the CPU overlap more pixels' chains than one long loop body does. */
 AVX512_COLOR
 static void hue_row_avx512(uint8_t *p, int n, int shift)
 {
     enum { CHUNK = 256 };
     __m512i hsv[CHUNK / 16];
+    const __m512i c255 = _mm512_set1_epi32(255);
     for (int x0 = 0; x0 < n; x0 += CHUNK) {
         const int len = n - x0 < CHUNK ? n - x0 : CHUNK;
         for (int x = 0; x < len; x += 16) {
@@ -832,7 +1006,12 @@ static void hue_row_avx512(uint8_t *p, int n, int shift)
         for (int x = 0; x < len; x += 16) {
             const int m = len - x < 16 ? len - x : 16;
             const __mmask64 bytes = m == 16 ? ~(__mmask64)0 >> 16 : ((__mmask64)1 << (3 * m)) - 1;
-            hsv16_to_rgb(hsv[x / 16], p + 3 * (size_t)(x0 + x), bytes);
+            const __m512i w = hsv[x / 16];
+            RGB16_STORE_PACKED(p + 3 * (size_t)(x0 + x),
+                               hsv16_to_rgb(_mm512_and_si512(w, c255),
+                                            _mm512_and_si512(_mm512_srli_epi32(w, 8), c255),
+                                            _mm512_srli_epi32(w, 16)),
+                               bytes);
         }
     }
 }

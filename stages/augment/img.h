@@ -82,7 +82,8 @@ double img_rotate_linspace_angle(int k, int num_angles);
  * test forces one (to check every path against the same fixtures):
  *   img_resample_set_simd: 0 portable, 1 the best the CPU has, 2 AVX2 at most;
  *   img_blur_set_simd:     0 portable, 1 AVX2 at most, 2 the best the CPU has;
- *   img_color_set_simd:    0 portable, 1 the best the CPU has (AVX-512 or portable). */
+ *   img_color_set_simd:    0 portable, 1 the best the CPU has (AVX-512 with or without VBMI,
+ *                          or portable), 2 AVX-512 without VBMI at most. */
 int img_resample_set_simd(int on);
 int img_blur_set_simd(int level);
 int img_color_set_simd(int on);

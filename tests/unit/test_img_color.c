@@ -7,7 +7,8 @@
  * an image of all 2^24 RGB colours when written; that image is too large to commit.)
  * Each run works on a view inside a larger canvas, so strides other than w*3 are covered
  * and writing outside the view is caught. L (1-channel) images are checked against the
- * RGB path on a gray image.
+ * RGB path on a gray image. Every SIMD path is also checked against the portable one on
+ * random images of every tail width and, for hue, on all 2^24 colours.
  */
 #include "augment/img.h"
 #include "npy.h"
@@ -180,7 +181,8 @@ Test(img_color, gaussian_blur)
 }
 
 /* Every code path gives PIL's bytes: the same fixtures with the SIMD kernels switched off
- * (what a CPU without AVX2 / AVX-512 runs), and with the blur held to AVX2. */
+ * (what a CPU without AVX2 / AVX-512 runs), with the blur held to AVX2, and with the colour
+ * operations held to AVX-512 without VBMI. */
 Test(img_color, portable_and_avx2_paths_match_pil)
 {
     static const char *const ops[] = {"brightness", "contrast", "saturation", "sharpness", "hue",
@@ -193,8 +195,75 @@ Test(img_color, portable_and_avx2_paths_match_pil)
     img_blur_set_simd(1);
     check_photos("blur");
     check("blur", "tiny");
+    /* AVX-512 without VBMI: Brightness and Contrast blend every sample rather than map the
+     * image through a table */
+    if (img_color_set_simd(2) == 1) {
+        check_photos("brightness");
+        check_photos("contrast");
+        check("contrast", "narrow");
+    }
     img_color_set_simd(1);
     img_blur_set_simd(2);
+}
+
+/* ---- every path against the portable one, beyond the fixtures ------------------------------ */
+
+/* `op`(p) on `data` with every colour path the CPU has must give the portable path's bytes. */
+static void paths_agree(const char *op, double p, const uint8_t *data, int w, int h)
+{
+    img_u8 cref, cgot;
+    img_u8 ref = in_canvas(data, w, h, 3, &cref);
+    img_color_set_simd(0);
+    run_op(op, &ref, p);
+    for (int level = 1; level <= 2; level++) {
+        img_u8 got = in_canvas(data, w, h, 3, &cgot);
+        img_color_set_simd(level);
+        run_op(op, &got, p);
+        for (int y = 0; y < h; y++)
+            cr_assert_arr_eq(got.px + (size_t)y * got.stride, ref.px + (size_t)y * ref.stride,
+                             (size_t)w * 3, "%s(%.17g) %dx%d, level %d: row %d differs", op, p,
+                             w, h, level, y);
+        assert_border(&cgot, &got, op);
+        img_free(&cgot);
+    }
+    img_free(&cref);
+    img_color_set_simd(1);
+}
+
+/* Random images of every width from 1 to 40 (all the vector tails) and random factors. */
+Test(img_color, simd_paths_match_portable_on_random_images)
+{
+    static const char *const ops[] = {"brightness", "contrast", "saturation", "hue"};
+    uint64_t state = 0x9e3779b97f4a7c15u;
+    uint8_t *data = malloc(40 * 7 * 3);
+    for (int w = 1; w <= 40; w++)
+        for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+            for (size_t i = 0; i < 40 * 7 * 3; i++) {
+                state = state * 6364136223846793005u + 1442695040888963407u;
+                data[i] = (uint8_t)(state >> 56);
+            }
+            double u = (double)(state >> 11) / 9007199254740992.0;
+            double p = k == 3 ? u - 0.5 : 3.0 * u;
+            paths_agree(ops[k], p, data, w, 7);
+        }
+    free(data);
+}
+
+/* adjust_hue on every one of the 2^24 RGB colours (a 4096 x 4096 image), for several hue
+ * shifts: the vector rgb2hsv / hsv2rgb compute what the portable code takes from tables. */
+Test(img_color, hue_of_every_colour_matches_portable)
+{
+    const int side = 4096;
+    uint8_t *data = malloc((size_t)side * side * 3);
+    for (size_t i = 0; i < (size_t)side * side; i++) {
+        data[3 * i] = (uint8_t)(i >> 16);
+        data[3 * i + 1] = (uint8_t)(i >> 8);
+        data[3 * i + 2] = (uint8_t)i;
+    }
+    static const double shifts[] = {0.0, 0.13, -0.37, 0.5};
+    for (size_t k = 0; k < sizeof shifts / sizeof *shifts; k++)
+        paths_agree("hue", shifts[k], data, side, side);
+    free(data);
 }
 
 /* A factor too large for the vector path's float-to-int conversion takes the scalar path:
