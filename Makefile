@@ -57,6 +57,9 @@ LIB_SRC    += $(STAGE_LIB_SRC)
 # nn/ is the model engine: the backend-neutral front (nn/*.c) and the cpu backend (oneDNN).
 NN_SRC     := $(wildcard nn/*.c nn/cpu/*.c)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(NN_SRC:%.c=$(BUILD)/obj/%.o)
+# The cpu backend spreads its own loops (batch norm, elementwise) over OpenMP's threads, the
+# same runtime oneDNN uses here (libgomp), so the two share one pool and one --threads.
+$(BUILD)/obj/nn/cpu/%.o: CFLAGS += -fopenmp
 LIBSELFSUP := $(BUILD)/libselfsup.a
 
 # The front door: `selfsup` (orchestrator/ holds its commands).

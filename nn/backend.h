@@ -29,8 +29,9 @@ typedef struct {
     void (*relu_backward)(eng_backend *be, T *y, T *dy, T *dx);
     void (*linear_forward)(eng_backend *be, T *x, T *w, T *b, T *y);
     void (*linear_backward)(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db);
-    void (*add_forward)(eng_backend *be, T *a, T *b, T *y);
-    void (*add_backward)(eng_backend *be, T *dy, T *da, T *db);
+    /* relu / relu_y: the add is followed by a ReLU, fused (y is its output) */
+    void (*add_forward)(eng_backend *be, T *a, T *b, bool relu, T *y);
+    void (*add_backward)(eng_backend *be, T *relu_y, T *dy, T *da, T *db);
     void (*l2norm_forward)(eng_backend *be, T *x, T *y);
     void (*l2norm_backward)(eng_backend *be, T *x, T *dy, T *dx);
     void (*dropout_forward)(eng_backend *be, float p, uint64_t step, T *x, T *y);
@@ -41,12 +42,15 @@ typedef struct {
                            bool bias);
     void (*conv_forward)(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y);
     void (*conv_backward)(eng_backend *be, eng_plan *plan, T *x, T *w, T *dy, T *dx, T *dw, T *db);
+    void (*conv_bn_forward_eval)(eng_backend *be, eng_plan *plan, T *x, T *w, double eps, T *gamma, T *beta,
+                                 T *mean, T *var, T *residual, bool relu, T *y);
     void (*batchnorm_forward_train)(eng_backend *be, double momentum, double eps, T *x, T *gamma, T *beta,
-                                    T *running_mean, T *running_var, T *save_mean, T *save_invstd, T *y);
+                                    T *running_mean, T *running_var, T *save_mean, T *save_invstd, bool relu,
+                                    T *y);
     void (*batchnorm_forward_eval)(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *running_mean,
-                                   T *running_var, T *y);
-    void (*batchnorm_backward)(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
-                               T *dgamma, T *dbeta);
+                                   T *running_var, bool relu, T *y);
+    void (*batchnorm_backward)(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *relu_y, T *dy,
+                               T *dx, T *dgamma, T *dbeta);
     void (*batchnorm_backward_eval)(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
                                     T *dy, T *dx, T *dgamma, T *dbeta);
     void (*layernorm2d_forward)(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *save_mean,

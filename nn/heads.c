@@ -116,28 +116,21 @@ static int check_dims(const head_options *o, const char *what, char **err)
     return 0;
 }
 
-/* VISSL's MLP into nn.Sequential slots `prefix`{i}. The QUIRK: last_dim moves on only when
- * use_relu is set, so each Linear's in_features is the last ReLU'd dim (dims[0] without ReLU)
- * while its input has the previous Linear's width: those must agree or no input can pass. */
+/* VISSL's (fixed) MLP into nn.Sequential slots `prefix`{i}: Linear(dims[i-1], dims[i]), then
+ * BN, ReLU, Dropout as asked, except after the last Linear with skip_last_layer_relu_bn.
+ * Slots count every module, so the names match PyTorch's state dict. */
 static int mlp_build(eng_backend *be, head *h, const head_options *o, const char *prefix, int src, char **err)
 {
     if (check_dims(o, "mlp", err) != 0)
         return -2;
-    int64_t last = o->dims[0], feeding = o->dims[0];
     int slot = 0;
     char name[64];
     for (int i = 1; i < o->ndims; i++) {
         int64_t dim = o->dims[i];
-        if (feeding != last) {
-            report_failure(err,
-                           "mlp: dims[%d]: Linear(%lld, %lld) would receive %lld features: without use_relu "
-                           "VISSL keeps in_features = %lld for every layer (its last_dim quirk); use dims whose "
-                           "hidden sizes equal dims[0], or set use_relu",
-                           i, (long long)last, (long long)dim, (long long)feeding, (long long)last);
-            return -2;
-        }
         snprintf(name, sizeof name, "%s%d", prefix, slot++);
-        src = add_linear(be, h, src, name, last, dim, o->use_bias);
+        src = add_linear(be, h, src, name, o->dims[i - 1], dim, o->use_bias);
+        if (i == o->ndims - 1 && o->skip_last_layer_relu_bn)
+            break;
         if (o->use_bn) {
             snprintf(name, sizeof name, "%s%d", prefix, slot++);
             src = add_bn(be, h, src, name, dim);
@@ -145,13 +138,11 @@ static int mlp_build(eng_backend *be, head *h, const head_options *o, const char
         if (o->use_relu) {
             src = add_layer(h, OP_RELU, src);
             slot++;
-            last = dim;
         }
         if (o->use_dropout) {
             src = add_layer(h, OP_DROPOUT, src);
             slot++;
         }
-        feeding = dim;
     }
     return src;
 }

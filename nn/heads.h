@@ -44,6 +44,7 @@ typedef struct {
     int64_t dims[HEAD_MAX_DIMS]; /* mlp, eval_mlp, swav_head */
     int ndims;
     bool use_bn, use_relu, use_dropout; /* use_relu/use_dropout: mlp and eval_mlp */
+    bool skip_last_layer_relu_bn;       /* mlp: the last Linear stands alone (default false) */
     bool use_bias;                      /* mlp, swav_head (VISSL default true) */
     int64_t in_channels;                /* eval_mlp */
     int num_towers;                     /* siamese_concat_view */
@@ -65,9 +66,13 @@ typedef eng_entry_kind head_kind;
 
 typedef struct head head;
 
-/* Build a head and initialise it (head_init). NULL with *err for impossible options, among
- * them an mlp dims list that VISSL's last_dim QUIRK makes inconsistent (without use_relu every
- * Linear after the first keeps in_features = dims[0]). */
+/* Build a head and initialise it (head_init). NULL with *err for impossible options.
+ * mlp is VISSL's fixed MLP (spec part 2 §4): every Linear reads the previous one's width,
+ * ReLU or not (0.1.5 moved last_dim on only with use_relu, which broke any >2-element dims
+ * without ReLU), and skip_last_layer_relu_bn leaves the BN/ReLU/Dropout off after the last
+ * Linear. Its default here is false, where later VISSL's is true: the 0.1.5 configs this
+ * project reads (e.g. SimCLR's ["mlp", {dims: [2048, 2048], use_relu: true}]) mean the ReLU
+ * to be there. */
 head *head_new(eng_backend *be, const head_options *opt, uint64_t seed, char **err);
 void head_free(eng_backend *be, head *h);
 

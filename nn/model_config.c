@@ -138,6 +138,8 @@ static bool head_arg(reader *r, head_options *h, const char *head_name, const ch
         return arg_bool(r, v, k, &h->use_relu);
     if (mlp && !strcmp(k, "use_dropout"))
         return arg_bool(r, v, k, &h->use_dropout);
+    if (mlp && !strcmp(k, "skip_last_layer_relu_bn"))
+        return arg_bool(r, v, k, &h->skip_last_layer_relu_bn);
     if ((mlp || swav) && !strcmp(k, "use_bias"))
         return arg_bool(r, v, k, &h->use_bias);
     if (eval && !strcmp(k, "in_channels"))

@@ -182,18 +182,43 @@ void eng_linear_backward(eng_backend *be, const eng_tensor *x, const eng_tensor 
     be->ops->linear_backward(be, x, w, dy, dx, dw, db);
 }
 
-void eng_add_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *b, const eng_tensor *y)
+static void add_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *b, bool relu, const eng_tensor *y)
 {
     expect_same("add", "second input", b, a);
     expect_same("add", "output", y, a);
-    be->ops->add_forward(be, a, b, y);
+    be->ops->add_forward(be, a, b, relu, y);
+}
+
+static void add_backward(eng_backend *be, const eng_tensor *relu_y, const eng_tensor *dy, const eng_tensor *da,
+                         const eng_tensor *db)
+{
+    expect_same("add backward", "y", relu_y, dy);
+    expect_same("add backward", "da", da, dy);
+    expect_same("add backward", "db", db, dy);
+    be->ops->add_backward(be, relu_y, dy, da, db);
+}
+
+void eng_add_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *b, const eng_tensor *y)
+{
+    add_forward(be, a, b, false, y);
 }
 
 void eng_add_backward(eng_backend *be, const eng_tensor *dy, const eng_tensor *da, const eng_tensor *db)
 {
-    expect_same("add backward", "da", da, dy);
-    expect_same("add backward", "db", db, dy);
-    be->ops->add_backward(be, dy, da, db);
+    add_backward(be, NULL, dy, da, db);
+}
+
+void eng_add_relu_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *b, const eng_tensor *y)
+{
+    add_forward(be, a, b, true, y);
+}
+
+void eng_add_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *dy, const eng_tensor *da,
+                           const eng_tensor *db)
+{
+    if (!y)
+        die(EXIT_RUNTIME, "add+relu backward: the forward's output is required");
+    add_backward(be, y, dy, da, db);
 }
 
 void eng_l2norm_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
@@ -315,40 +340,102 @@ static void check_channels(const char *layer, const eng_tensor *x, const eng_ten
             expect_shape(layer, "a per-channel tensor", per_channel[i], &c);
 }
 
-void eng_batchnorm_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
-                                 const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *running_mean,
-                                 const eng_tensor *running_var, const eng_tensor *save_mean,
-                                 const eng_tensor *save_invstd, const eng_tensor *y)
+void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
+                              double eps, const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *mean,
+                              const eng_tensor *var, const eng_tensor *residual, bool relu, const eng_tensor *y)
+{
+    NEED(be, conv_bn_forward_eval);
+    const eng_tensor *pc[] = {gamma, beta, mean, var};
+    check_channels("conv + batch norm (eval)", y, pc, ARRAY_LEN(pc));
+    if (!mean || !var)
+        die(EXIT_RUNTIME, "conv + batch norm (eval): the running statistics are required");
+    expect_same("conv + batch norm (eval)", "residual", residual, y);
+    be->ops->conv_bn_forward_eval(be, plan, x, w, eps, gamma, beta, mean, var, residual, relu, y);
+}
+
+static void bn_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
+                             const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *running_mean,
+                             const eng_tensor *running_var, const eng_tensor *save_mean, const eng_tensor *save_invstd,
+                             bool relu, const eng_tensor *y)
 {
     NEED(be, batchnorm_forward_train);
     const eng_tensor *pc[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
     check_channels("batchnorm", x, pc, ARRAY_LEN(pc));
     expect_same("batchnorm", "output", y, x);
     be->ops->batchnorm_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean,
-                                     save_invstd, y);
+                                     save_invstd, relu, y);
+}
+
+static void bn_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
+                            const eng_tensor *beta, const eng_tensor *running_mean, const eng_tensor *running_var,
+                            bool relu, const eng_tensor *y)
+{
+    NEED(be, batchnorm_forward_eval);
+    const eng_tensor *pc[] = {gamma, beta, running_mean, running_var};
+    check_channels("batchnorm (eval)", x, pc, ARRAY_LEN(pc));
+    expect_same("batchnorm (eval)", "output", y, x);
+    be->ops->batchnorm_forward_eval(be, eps, x, gamma, beta, running_mean, running_var, relu, y);
+}
+
+static void bn_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma, const eng_tensor *save_mean,
+                        const eng_tensor *save_invstd, const eng_tensor *relu_y, const eng_tensor *dy,
+                        const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta)
+{
+    NEED(be, batchnorm_backward);
+    const eng_tensor *pc[] = {gamma, save_mean, save_invstd, dgamma, dbeta};
+    check_channels("batchnorm backward", x, pc, ARRAY_LEN(pc));
+    expect_same("batchnorm backward", "y", relu_y, x);
+    expect_same("batchnorm backward", "dy", dy, x);
+    expect_same("batchnorm backward", "dx", dx, x);
+    be->ops->batchnorm_backward(be, x, gamma, save_mean, save_invstd, relu_y, dy, dx, dgamma, dbeta);
+}
+
+void eng_batchnorm_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
+                                 const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *running_mean,
+                                 const eng_tensor *running_var, const eng_tensor *save_mean,
+                                 const eng_tensor *save_invstd, const eng_tensor *y)
+{
+    bn_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean, save_invstd, false, y);
+}
+
+void eng_batchnorm_relu_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
+                                      const eng_tensor *gamma, const eng_tensor *beta,
+                                      const eng_tensor *running_mean, const eng_tensor *running_var,
+                                      const eng_tensor *save_mean, const eng_tensor *save_invstd,
+                                      const eng_tensor *y)
+{
+    bn_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean, save_invstd, true, y);
 }
 
 void eng_batchnorm_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
                                 const eng_tensor *beta, const eng_tensor *running_mean,
                                 const eng_tensor *running_var, const eng_tensor *y)
 {
-    NEED(be, batchnorm_forward_eval);
-    const eng_tensor *pc[] = {gamma, beta, running_mean, running_var};
-    check_channels("batchnorm (eval)", x, pc, ARRAY_LEN(pc));
-    expect_same("batchnorm (eval)", "output", y, x);
-    be->ops->batchnorm_forward_eval(be, eps, x, gamma, beta, running_mean, running_var, y);
+    bn_forward_eval(be, eps, x, gamma, beta, running_mean, running_var, false, y);
+}
+
+void eng_batchnorm_relu_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
+                                     const eng_tensor *beta, const eng_tensor *running_mean,
+                                     const eng_tensor *running_var, const eng_tensor *y)
+{
+    bn_forward_eval(be, eps, x, gamma, beta, running_mean, running_var, true, y);
 }
 
 void eng_batchnorm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
                             const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
                             const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta)
 {
-    NEED(be, batchnorm_backward);
-    const eng_tensor *pc[] = {gamma, save_mean, save_invstd, dgamma, dbeta};
-    check_channels("batchnorm backward", x, pc, ARRAY_LEN(pc));
-    expect_same("batchnorm backward", "dy", dy, x);
-    expect_same("batchnorm backward", "dx", dx, x);
-    be->ops->batchnorm_backward(be, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta);
+    bn_backward(be, x, gamma, save_mean, save_invstd, NULL, dy, dx, dgamma, dbeta);
+}
+
+void eng_batchnorm_relu_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
+                                 const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *y,
+                                 const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dgamma,
+                                 const eng_tensor *dbeta)
+{
+    if (!y)
+        die(EXIT_RUNTIME, "batchnorm+relu backward: the forward's output is required");
+    bn_backward(be, x, gamma, save_mean, save_invstd, y, dy, dx, dgamma, dbeta);
 }
 
 void eng_batchnorm_backward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,

@@ -98,9 +98,14 @@ void eng_linear_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *
 void eng_linear_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *w, const eng_tensor *dy,
                         const eng_tensor *dx, const eng_tensor *dw, const eng_tensor *db);
 
-/* y = a + b (residual add). Backward: da += dy, db += dy. */
+/* y = a + b (residual add). Backward: da += dy, db += dy (either may be NULL). */
 void eng_add_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *b, const eng_tensor *y);
 void eng_add_backward(eng_backend *be, const eng_tensor *dy, const eng_tensor *da, const eng_tensor *db);
+/* The same followed by a ReLU, in one pass: y = max(a + b, 0); the backward takes that y and
+ * adds dy·[y > 0] into da and db. (A ResNet block's end; saves a pass and a buffer each way.) */
+void eng_add_relu_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *b, const eng_tensor *y);
+void eng_add_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *dy, const eng_tensor *da,
+                           const eng_tensor *db);
 
 /* Rows of x (N×F) scaled to unit L2 norm, as torch.nn.functional.normalize(x, dim=1,
  * eps=1e-12): y = x / max(‖x‖, eps). */
@@ -138,6 +143,13 @@ void eng_conv_forward(eng_backend *be, eng_plan *plan, const eng_tensor *x, cons
 /* dx += ∂, dw += ∂, db += ∂ (dx and db may be NULL). */
 void eng_conv_backward(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
                        const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dw, const eng_tensor *db);
+/* Evaluation only: y = [ReLU](BN_eval(conv(x, w)) [+ residual]) in one step, batch norm with
+ * its running statistics (gamma/beta NULL: 1/0); residual may be NULL. The same values as
+ * conv, batchnorm_forward_eval, add and relu one after another, up to float rounding (the
+ * backend may fold the norm into the weights). The plan must have no bias. */
+void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
+                              double eps, const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *mean,
+                              const eng_tensor *var, const eng_tensor *residual, bool relu, const eng_tensor *y);
 
 /* ---- batch norm ---------------------------------------------------------------------------- */
 
@@ -158,6 +170,22 @@ void eng_batchnorm_forward_eval(eng_backend *be, double eps, const eng_tensor *x
 void eng_batchnorm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
                             const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
                             const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta);
+
+/* Batch norm followed by a ReLU, in one pass each way: y = max(BN(x), 0); the backward takes
+ * that y and runs batch norm's backward on dy·[y > 0]. Same arguments and results as
+ * batch norm then relu; fewer passes over memory and no buffer between them. */
+void eng_batchnorm_relu_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
+                                      const eng_tensor *gamma, const eng_tensor *beta,
+                                      const eng_tensor *running_mean, const eng_tensor *running_var,
+                                      const eng_tensor *save_mean, const eng_tensor *save_invstd,
+                                      const eng_tensor *y);
+void eng_batchnorm_relu_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
+                                     const eng_tensor *beta, const eng_tensor *running_mean,
+                                     const eng_tensor *running_var, const eng_tensor *y);
+void eng_batchnorm_relu_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
+                                 const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *y,
+                                 const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dgamma,
+                                 const eng_tensor *dbeta);
 
 /* Backward of the EVAL forward (normalised with the running statistics, which are constants):
  * with x̂ = (x − running_mean)/sqrt(running_var + eps),

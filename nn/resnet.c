@@ -44,7 +44,7 @@ typedef struct {
     eng_plan *plan;
     eng_tensor conv_out, conv_grad; /* the BN's input and its gradient */
     eng_tensor out, out_grad;       /* the unit's output (after ReLU when relu) and its gradient */
-    eng_tensor pre_grad;            /* relu only: gradient of the BN output before the ReLU */
+    eng_tensor pre_grad;            /* layer norm + relu only: gradient of the norm's output */
     eng_tensor mean, invstd;        /* statistics kept for the norm's backward: per channel (BN's
                                        batch statistics) or per sample (LayerNorm) */
 } unit;
@@ -55,7 +55,7 @@ typedef struct {
     int nu;
     bool has_down;
     unit down;
-    eng_tensor out, out_grad, sum_grad;
+    eng_tensor out, out_grad;
 } block;
 
 struct resnet {
@@ -328,7 +328,7 @@ static eng_shape unit_plan(eng_backend *be, resnet *net, unit *u, const eng_shap
     act(be, net, &u->conv_grad, y, true);
     act(be, net, &u->out, y, false);
     act(be, net, &u->out_grad, y, true);
-    if (u->relu)
+    if (u->relu && u->layer_norm) /* batch norm fuses its ReLU (no buffer between them) */
         act(be, net, &u->pre_grad, y, true);
     int64_t nstats = u->layer_norm ? y.dim[0] : y.dim[1]; /* per sample : per channel */
     act(be, net, &u->mean, shape1(nstats), false);
@@ -345,7 +345,6 @@ static eng_shape block_plan(eng_backend *be, resnet *net, block *b, const eng_sh
         unit_plan(be, net, &b->down, x);
     act(be, net, &b->out, s, false);
     act(be, net, &b->out_grad, s, true);
-    act(be, net, &b->sum_grad, s, true);
     return s;
 }
 
@@ -408,36 +407,57 @@ void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input)
 static const eng_tensor *ent(const resnet *net, int i) { return &net->params.entries[i].value; }
 static const eng_tensor *grad(const resnet *net, int i) { return &net->params.entries[i].grad; }
 
+/* Evaluation with batch norm: conv, norm, [residual,] [ReLU] in one backend step into y. */
+static void unit_forward_eval(eng_backend *be, resnet *net, unit *u, const eng_tensor *x,
+                              const eng_tensor *residual, bool relu, const eng_tensor *y)
+{
+    eng_conv_bn_forward_eval(be, u->plan, x, ent(net, u->w), BN_EPS, ent(net, u->gamma), ent(net, u->beta),
+                             ent(net, u->rmean), ent(net, u->rvar), residual, relu, y);
+}
+
 static void unit_forward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, bool train)
 {
+    if (!train && !u->layer_norm) {
+        unit_forward_eval(be, net, u, x, NULL, u->relu, &u->out);
+        return;
+    }
     eng_conv_forward(be, u->plan, x, ent(net, u->w), NULL, &u->conv_out);
-    if (u->layer_norm) /* the same in training and evaluation: no running statistics */
+    if (u->layer_norm) { /* the same in training and evaluation: no running statistics */
         eng_layernorm2d_forward(be, BN_EPS, &u->conv_out, ent(net, u->gamma), ent(net, u->beta), &u->mean,
                                 &u->invstd, &u->out);
-    else if (train)
-        eng_batchnorm_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, ent(net, u->gamma), ent(net, u->beta),
-                                    ent(net, u->rmean), ent(net, u->rvar), &u->mean, &u->invstd, &u->out);
-    else
-        eng_batchnorm_forward_eval(be, BN_EPS, &u->conv_out, ent(net, u->gamma), ent(net, u->beta),
-                                   ent(net, u->rmean), ent(net, u->rvar), &u->out);
+        if (u->relu)
+            eng_relu_forward(be, &u->out, &u->out);
+        return;
+    }
+    const eng_tensor *g = ent(net, u->gamma), *b = ent(net, u->beta), *rm = ent(net, u->rmean),
+                     *rv = ent(net, u->rvar);
     if (u->relu)
-        eng_relu_forward(be, &u->out, &u->out);
+        eng_batchnorm_relu_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, g, b, rm, rv, &u->mean, &u->invstd,
+                                         &u->out);
+    else
+        eng_batchnorm_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, g, b, rm, rv, &u->mean, &u->invstd,
+                                    &u->out);
 }
 
 static void block_forward(eng_backend *be, resnet *net, block *b, const eng_tensor *x, bool train)
 {
-    const eng_tensor *h = x;
-    for (int i = 0; i < b->nu; i++) {
-        unit_forward(be, net, &b->u[i], h, train);
-        h = &b->u[i].out;
-    }
     const eng_tensor *identity = x;
     if (b->has_down) {
         unit_forward(be, net, &b->down, x, train);
         identity = &b->down.out;
     }
-    eng_add_forward(be, h, identity, &b->out);
-    eng_relu_forward(be, &b->out, &b->out);
+    const eng_tensor *h = x;
+    for (int i = 0; i < b->nu - 1; i++) {
+        unit_forward(be, net, &b->u[i], h, train);
+        h = &b->u[i].out;
+    }
+    unit *last = &b->u[b->nu - 1];
+    if (!train && !last->layer_norm) { /* the residual add and the ReLU join the last conv */
+        unit_forward_eval(be, net, last, h, identity, true, &b->out);
+        return;
+    }
+    unit_forward(be, net, last, h, train);
+    eng_add_relu_forward(be, &last->out, identity, &b->out);
 }
 
 static const eng_tensor *res1(const resnet *net) { return net->opt.small_stem ? &net->stem.out : &net->pool_out; }
@@ -490,24 +510,25 @@ int resnet_feature_by_name(const char *name)
 /* The unit's upstream gradient is in out_grad; dx (NULL: skip) receives the input gradient. */
 static void unit_backward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, const eng_tensor *dx)
 {
-    const eng_tensor *dy = &u->out_grad;
-    if (u->relu) {
-        eng_relu_backward(be, &u->out, &u->out_grad, &u->pre_grad);
-        dy = &u->pre_grad;
+    const eng_tensor *dy = &u->out_grad, *g = ent(net, u->gamma), *dg = grad(net, u->gamma),
+                     *db = grad(net, u->beta);
+    if (u->layer_norm) {
+        if (u->relu) {
+            eng_relu_backward(be, &u->out, &u->out_grad, &u->pre_grad);
+            dy = &u->pre_grad;
+        }
+        eng_layernorm2d_backward(be, &u->conv_out, g, &u->mean, &u->invstd, dy, &u->conv_grad, dg, db);
+    } else if (u->relu) {
+        eng_batchnorm_relu_backward(be, &u->conv_out, g, &u->mean, &u->invstd, &u->out, dy, &u->conv_grad, dg, db);
+    } else {
+        eng_batchnorm_backward(be, &u->conv_out, g, &u->mean, &u->invstd, dy, &u->conv_grad, dg, db);
     }
-    if (u->layer_norm)
-        eng_layernorm2d_backward(be, &u->conv_out, ent(net, u->gamma), &u->mean, &u->invstd, dy, &u->conv_grad,
-                                 grad(net, u->gamma), grad(net, u->beta));
-    else
-        eng_batchnorm_backward(be, &u->conv_out, ent(net, u->gamma), &u->mean, &u->invstd, dy, &u->conv_grad,
-                               grad(net, u->gamma), grad(net, u->beta));
     eng_conv_backward(be, u->plan, x, ent(net, u->w), &u->conv_grad, dx, grad(net, u->w), NULL);
 }
 
 static void block_backward(eng_backend *be, resnet *net, block *b, const eng_tensor *x, const eng_tensor *dx)
 {
-    eng_relu_backward(be, &b->out, &b->out_grad, &b->sum_grad);
-    eng_add_backward(be, &b->sum_grad, &b->u[b->nu - 1].out_grad, b->has_down ? &b->down.out_grad : dx);
+    eng_add_relu_backward(be, &b->out, &b->out_grad, &b->u[b->nu - 1].out_grad, b->has_down ? &b->down.out_grad : dx);
     for (int i = b->nu - 1; i >= 0; i--)
         unit_backward(be, net, &b->u[i], i ? &b->u[i - 1].out : x, i ? &b->u[i - 1].out_grad : dx);
     if (b->has_down)

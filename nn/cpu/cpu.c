@@ -93,6 +93,7 @@ const eng_ops eng_cpu_ops = {
     .conv_plan = cpu_conv_plan,
     .conv_forward = cpu_conv_forward,
     .conv_backward = cpu_conv_backward,
+    .conv_bn_forward_eval = cpu_conv_bn_forward_eval,
     .batchnorm_forward_train = cpu_batchnorm_forward_train,
     .batchnorm_forward_eval = cpu_batchnorm_forward_eval,
     .batchnorm_backward = cpu_batchnorm_backward,

@@ -10,12 +10,21 @@
 /* The first element of a tensor (its allocation plus its offset). */
 float *cpu_ptr(const eng_tensor *t);
 
+/* The hot loops (elementwise layers, batch norm) are compiled three times, for AVX-512, AVX2
+ * and the baseline, and the loader picks one for the CPU it runs on (GCC's target_clones).
+ * -ffp-contract=off holds in every version, so only the order of the SIMD sums differs. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_HOT
+#endif
+
 void cpu_relu_forward(eng_backend *be, T *x, T *y);
 void cpu_relu_backward(eng_backend *be, T *y, T *dy, T *dx);
 void cpu_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y);
 void cpu_linear_backward(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db);
-void cpu_add_forward(eng_backend *be, T *a, T *b, T *y);
-void cpu_add_backward(eng_backend *be, T *dy, T *da, T *db);
+void cpu_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y);
+void cpu_add_backward(eng_backend *be, T *relu_y, T *dy, T *da, T *db);
 void cpu_l2norm_forward(eng_backend *be, T *x, T *y);
 void cpu_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx);
 void cpu_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y);
@@ -34,12 +43,14 @@ void cpu_plan_free(eng_backend *be, eng_plan *plan);
 eng_plan *cpu_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias);
 void cpu_conv_forward(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y);
 void cpu_conv_backward(eng_backend *be, eng_plan *plan, T *x, T *w, T *dy, T *dx, T *dw, T *db);
+void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, T *x, T *w, double eps, T *gamma, T *beta, T *mean,
+                              T *var, T *residual, bool relu, T *y);
 void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T *x, T *gamma, T *beta,
-                                 T *running_mean, T *running_var, T *save_mean, T *save_invstd, T *y);
+                                 T *running_mean, T *running_var, T *save_mean, T *save_invstd, bool relu, T *y);
 void cpu_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *running_mean,
-                                T *running_var, T *y);
-void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
-                            T *dgamma, T *dbeta);
+                                T *running_var, bool relu, T *y);
+void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *relu_y, T *dy,
+                            T *dx, T *dgamma, T *dbeta);
 void cpu_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
                                  T *dy, T *dx, T *dgamma, T *dbeta);
 

@@ -1,55 +1,107 @@
 /*
- * eltwise.c — the cpu backend's elementwise layers: ReLU and the residual add.
+ * eltwise.c — the cpu backend's elementwise layers: ReLU and the residual add (optionally
+ * fused with the ReLU that ends a ResNet block).
  *
  * ReLU's backward reads the output, not the input (PyTorch's in-place ReLU does the same),
- * so the input's memory may be reused once the forward is done.
+ * so the input's memory may be reused once the forward is done. max(x, 0) is written
+ * x < 0 ? 0 : x so that a NaN passes through, as it does in PyTorch (the trainer's NaN check
+ * must see it).
+ *
+ * Every loop is split over the OpenMP threads (each element is one thread's, so the result
+ * does not depend on their number) when the tensor is big enough to pay for waking them, and
+ * is SIMD (CPU_HOT).
  */
 #include "cpu.h"
+
+/* Below this many elements one thread is faster than waking the others. */
+#define PARALLEL_MIN 32768
+
+CPU_HOT static void relu_rows(const float *in, float *out, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = in[i] < 0.0f ? 0.0f : in[i];
+}
+
+/* dx += dy · [y > 0] */
+CPU_HOT static void relu_grad_rows(const float *y, const float *g, float *gx, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        gx[i] += y[i] > 0.0f ? g[i] : 0.0f;
+}
+
+CPU_HOT static void add_rows(const float *a, const float *b, float *out, int64_t n, bool relu)
+{
+    if (relu) {
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float v = a[i] + b[i];
+            out[i] = v < 0.0f ? 0.0f : v;
+        }
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+        for (int64_t i = 0; i < n; i++)
+            out[i] = a[i] + b[i];
+    }
+}
+
+/* d += g, where g is dy or, with the fused ReLU's output y, dy · [y > 0]. */
+CPU_HOT static void add_grad_rows(const float *y, const float *g, float *d, int64_t n)
+{
+    if (y) {
+        relu_grad_rows(y, g, d, n);
+        return;
+    }
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        d[i] += g[i];
+}
+
+/* The same into two gradients in one pass (a block's two branches). */
+CPU_HOT static void add_grad_rows2(const float *y, const float *g, float *da, float *db, int64_t n)
+{
+    if (y) {
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float v = y[i] > 0.0f ? g[i] : 0.0f;
+            da[i] += v;
+            db[i] += v;
+        }
+        return;
+    }
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        da[i] += g[i];
+        db[i] += g[i];
+    }
+}
 
 void cpu_relu_forward(eng_backend *be, T *x, T *y)
 {
     (void)be;
-    const float *in = cpu_ptr(x);
-    float *out = cpu_ptr(y);
-    int64_t n = eng_numel(&x->shape);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    relu_rows(cpu_ptr(x), cpu_ptr(y), eng_numel(&x->shape));
 }
 
 void cpu_relu_backward(eng_backend *be, T *y, T *dy, T *dx)
 {
     (void)be;
-    const float *out = cpu_ptr(y), *g = cpu_ptr(dy);
-    float *gx = cpu_ptr(dx);
-    int64_t n = eng_numel(&y->shape);
-    for (int64_t i = 0; i < n; i++)
-        gx[i] += out[i] > 0.0f ? g[i] : 0.0f;
+    relu_grad_rows(cpu_ptr(y), cpu_ptr(dy), cpu_ptr(dx), eng_numel(&y->shape));
 }
 
-void cpu_add_forward(eng_backend *be, T *a, T *b, T *y)
+void cpu_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y)
 {
     (void)be;
-    const float *pa = cpu_ptr(a), *pb = cpu_ptr(b);
-    float *out = cpu_ptr(y);
-    int64_t n = eng_numel(&a->shape);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = pa[i] + pb[i];
+    add_rows(cpu_ptr(a), cpu_ptr(b), cpu_ptr(y), eng_numel(&a->shape), relu);
 }
 
-/* Accumulate g into one gradient (NULL: not needed). */
-static void accumulate(const float *g, T *d, int64_t n)
-{
-    if (!d)
-        return;
-    float *out = cpu_ptr(d);
-    for (int64_t i = 0; i < n; i++)
-        out[i] += g[i];
-}
-
-void cpu_add_backward(eng_backend *be, T *dy, T *da, T *db)
+void cpu_add_backward(eng_backend *be, T *relu_y, T *dy, T *da, T *db)
 {
     (void)be;
+    const float *y = relu_y ? cpu_ptr(relu_y) : NULL, *g = cpu_ptr(dy);
     int64_t n = eng_numel(&dy->shape);
-    accumulate(cpu_ptr(dy), da, n);
-    accumulate(cpu_ptr(dy), db, n);
+    if (da && db)
+        add_grad_rows2(y, g, cpu_ptr(da), cpu_ptr(db), n);
+    else if (da || db)
+        add_grad_rows(y, g, cpu_ptr(da ? da : db), n);
 }

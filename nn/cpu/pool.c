@@ -7,8 +7,8 @@
  * from the adaptive rule [floor(i·in/out), ceil((i+1)·in/out)) when there is no descriptor.
  * The four kernels (max and average, forward and backward) are then shared by the fixed and
  * adaptive pools. Max pool keeps no indices: the backward finds each window's argmax again
- * from x with the same scan, so the gradient goes where PyTorch sends it. Plain serial loops:
- * pooling is a small share of a ResNet step, and the build does not enable OpenMP pragmas.
+ * from x with the same scan, so the gradient goes where PyTorch sends it. The planes are
+ * spread over the OpenMP threads.
  */
 #include "cpu.h"
 
@@ -90,18 +90,65 @@ static int64_t window_argmax(const float *plane, int64_t iw, const window *w)
     return best;
 }
 
+/* Each kernel works on one plane (one sample's channel); the layers spread the planes over
+ * the OpenMP threads, each plane one thread's, so the result does not depend on their number. */
+
+static void max_forward_plane(const eng_pool_desc *d, const geometry *g, const float *in, float *out)
+{
+    for (int64_t oh = 0; oh < g->oh; oh++)
+        for (int64_t ow = 0; ow < g->ow; ow++) {
+            window w = window_at(d, g, oh, ow);
+            /* an empty window cannot arise from nn.c's shape rule; PyTorch would give -inf */
+            *out++ = w.h0 < w.h1 && w.w0 < w.w1 ? in[window_argmax(in, g->iw, &w)] : -INFINITY;
+        }
+}
+
+static void max_backward_plane(const eng_pool_desc *d, const geometry *g, const float *in, const float *gy,
+                               float *gx)
+{
+    for (int64_t oh = 0; oh < g->oh; oh++)
+        for (int64_t ow = 0; ow < g->ow; ow++, gy++) {
+            window w = window_at(d, g, oh, ow);
+            if (w.h0 < w.h1 && w.w0 < w.w1)
+                gx[window_argmax(in, g->iw, &w)] += *gy;
+        }
+}
+
+static void avg_forward_plane(const eng_pool_desc *d, const geometry *g, const float *in, float *out)
+{
+    for (int64_t oh = 0; oh < g->oh; oh++)
+        for (int64_t ow = 0; ow < g->ow; ow++) {
+            window w = window_at(d, g, oh, ow);
+            double sum = 0.0; /* double: a large adaptive window sums many terms */
+            for (int64_t h = w.h0; h < w.h1; h++)
+                for (int64_t c = w.w0; c < w.w1; c++)
+                    sum += in[h * g->iw + c];
+            *out++ = w.divisor > 0 ? (float)(sum / (double)w.divisor) : 0.0f;
+        }
+}
+
+static void avg_backward_plane(const eng_pool_desc *d, const geometry *g, const float *gy, float *gx)
+{
+    for (int64_t oh = 0; oh < g->oh; oh++)
+        for (int64_t ow = 0; ow < g->ow; ow++, gy++) {
+            window w = window_at(d, g, oh, ow);
+            if (w.divisor <= 0)
+                continue;
+            float share = *gy / (float)w.divisor;
+            for (int64_t h = w.h0; h < w.h1; h++)
+                for (int64_t c = w.w0; c < w.w1; c++)
+                    gx[h * g->iw + c] += share;
+        }
+}
+
 static void max_forward(const eng_pool_desc *d, T *x, T *y)
 {
     geometry g = geometry_of(x, y);
     const float *in = cpu_ptr(x);
     float *out = cpu_ptr(y);
-    for (int64_t p = 0; p < g.planes; p++, in += g.ih * g.iw)
-        for (int64_t oh = 0; oh < g.oh; oh++)
-            for (int64_t ow = 0; ow < g.ow; ow++) {
-                window w = window_at(d, &g, oh, ow);
-                /* an empty window cannot arise from nn.c's shape rule; PyTorch would give -inf */
-                *out++ = w.h0 < w.h1 && w.w0 < w.w1 ? in[window_argmax(in, g.iw, &w)] : -INFINITY;
-            }
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < g.planes; p++)
+        max_forward_plane(d, &g, in + p * g.ih * g.iw, out + p * g.oh * g.ow);
 }
 
 static void max_backward(const eng_pool_desc *d, T *x, T *dy, T *dx)
@@ -109,13 +156,9 @@ static void max_backward(const eng_pool_desc *d, T *x, T *dy, T *dx)
     geometry g = geometry_of(x, dy);
     const float *in = cpu_ptr(x), *gy = cpu_ptr(dy);
     float *gx = cpu_ptr(dx);
-    for (int64_t p = 0; p < g.planes; p++, in += g.ih * g.iw, gx += g.ih * g.iw)
-        for (int64_t oh = 0; oh < g.oh; oh++)
-            for (int64_t ow = 0; ow < g.ow; ow++, gy++) {
-                window w = window_at(d, &g, oh, ow);
-                if (w.h0 < w.h1 && w.w0 < w.w1)
-                    gx[window_argmax(in, g.iw, &w)] += *gy;
-            }
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < g.planes; p++)
+        max_backward_plane(d, &g, in + p * g.ih * g.iw, gy + p * g.oh * g.ow, gx + p * g.ih * g.iw);
 }
 
 static void avg_forward(const eng_pool_desc *d, T *x, T *y)
@@ -123,16 +166,9 @@ static void avg_forward(const eng_pool_desc *d, T *x, T *y)
     geometry g = geometry_of(x, y);
     const float *in = cpu_ptr(x);
     float *out = cpu_ptr(y);
-    for (int64_t p = 0; p < g.planes; p++, in += g.ih * g.iw)
-        for (int64_t oh = 0; oh < g.oh; oh++)
-            for (int64_t ow = 0; ow < g.ow; ow++) {
-                window w = window_at(d, &g, oh, ow);
-                double sum = 0.0; /* double: a large adaptive window sums many terms */
-                for (int64_t h = w.h0; h < w.h1; h++)
-                    for (int64_t c = w.w0; c < w.w1; c++)
-                        sum += in[h * g.iw + c];
-                *out++ = w.divisor > 0 ? (float)(sum / (double)w.divisor) : 0.0f;
-            }
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < g.planes; p++)
+        avg_forward_plane(d, &g, in + p * g.ih * g.iw, out + p * g.oh * g.ow);
 }
 
 static void avg_backward(const eng_pool_desc *d, T *dy, T *dx)
@@ -140,17 +176,9 @@ static void avg_backward(const eng_pool_desc *d, T *dy, T *dx)
     geometry g = geometry_of(dx, dy);
     const float *gy = cpu_ptr(dy);
     float *gx = cpu_ptr(dx);
-    for (int64_t p = 0; p < g.planes; p++, gx += g.ih * g.iw)
-        for (int64_t oh = 0; oh < g.oh; oh++)
-            for (int64_t ow = 0; ow < g.ow; ow++, gy++) {
-                window w = window_at(d, &g, oh, ow);
-                if (w.divisor <= 0)
-                    continue;
-                float share = *gy / (float)w.divisor;
-                for (int64_t h = w.h0; h < w.h1; h++)
-                    for (int64_t c = w.w0; c < w.w1; c++)
-                        gx[h * g.iw + c] += share;
-            }
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < g.planes; p++)
+        avg_backward_plane(d, &g, gy + p * g.oh * g.ow, gx + p * g.ih * g.iw);
 }
 
 void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)

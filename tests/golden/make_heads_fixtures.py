@@ -30,19 +30,25 @@ N = 6
 
 
 class MLP(nn.Module):
-    def __init__(self, dims, use_bn=False, use_relu=False, use_dropout=False, use_bias=True):
+    """VISSL's fixed MLP (after 0.1.5): last_dim moves on after every Linear, and
+    skip_last_layer_relu_bn stops right after the last Linear."""
+
+    def __init__(self, dims, use_bn=False, use_relu=False, use_dropout=False, use_bias=True,
+                 skip_last_layer_relu_bn=False):
         super().__init__()
         layers = []
         last_dim = dims[0]
-        for dim in dims[1:]:
+        for i, dim in enumerate(dims[1:]):
             layers.append(nn.Linear(last_dim, dim, bias=use_bias))
+            if i == len(dims) - 2 and skip_last_layer_relu_bn:
+                break
             if use_bn:
                 layers.append(nn.BatchNorm1d(dim, eps=EPS, momentum=MOMENTUM))
             if use_relu:
                 layers.append(nn.ReLU(inplace=True))
-                last_dim = dim  # VISSL's QUIRK: only here
             if use_dropout:
                 layers.append(nn.Dropout())
+            last_dim = dim
         self.clf = nn.Sequential(*layers)
 
     def forward(self, x):
@@ -161,8 +167,10 @@ def case(kase, make, xshape, grad_outputs=None, seed=0):
 def main():
     os.makedirs(OUT, exist_ok=True)
     case("mlp", lambda: MLP([16, 16, 8], use_bn=True, use_relu=True), (N, 16), seed=1)
-    # The QUIRK: no ReLU, so the second Linear is Linear(16, 8) (in_features stays dims[0]).
-    case("quirk", lambda: MLP([16, 16, 8], use_bn=True, use_bias=False), (N, 16), seed=2)
+    # No ReLU and a hidden width unlike dims[0]: the second Linear is Linear(32, 8) (VISSL
+    # 0.1.5 built Linear(16, 8) there and failed on the first batch).
+    case("norelu", lambda: MLP([16, 32, 8], use_bn=True, use_bias=False), (N, 16), seed=2)
+    case("skip", lambda: MLP([16, 32, 8], use_bn=True, use_relu=True, skip_last_layer_relu_bn=True), (N, 16), seed=7)
     case("evalmlp", lambda: LinearEvalMLP(16, [64, 10], use_bn=True), (N, 16, 2, 2), seed=3)
     case("evalmlp2d", lambda: LinearEvalMLP(16, [16, 10]), (N, 16), seed=4)
     case("swav", lambda: SwAVPrototypesHead([16, 16, 8], True, [10, 7]), (N, 16), grad_outputs={0, 2}, seed=5)

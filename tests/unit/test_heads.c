@@ -6,8 +6,9 @@
  * eval- and train-mode outputs, upstream gradients, the input gradient, all parameter gradients
  * (flattened in state-dict order, which is the C gradient buffer's layout) and the running stats.
  * Checked: forward ≤ 1e-4 and gradients ≤ 1e-3 relative (per parameter tensor), names and order
- * of entries, the last_dim QUIRK, the impossible-dims error, SimCLR's head list, swav with two
- * prototype heads and a gradient for a subset of outputs, siamese_concat_view, accumulation.
+ * of entries, the fixed MLP (hidden widths without ReLU, skip_last_layer_relu_bn), too few
+ * dims, SimCLR's head list, swav with two prototype heads and a gradient for a subset of
+ * outputs, siamese_concat_view, accumulation.
  * Also finite differences (see the section below): dx and every parameter gradient of an mlp
  * with BN + ReLU + dropout, an eval_mlp and a swav_head with two prototype heads.
  */
@@ -191,31 +192,32 @@ Test(heads, mlp_bn_relu)
     check_head(&o, "mlp");
 }
 
-Test(heads, mlp_last_dim_quirk)
+static const int64_t D16_32_8[] = {16, 32, 8};
+
+/* VISSL's fixed MLP: without ReLU each Linear still reads the previous one's width. */
+Test(heads, mlp_without_relu_chains_the_dims)
 {
-    head_options o = opts(HEAD_MLP, D16_16_8, 3);
+    head_options o = opts(HEAD_MLP, D16_32_8, 3);
     o.use_bn = true;
     o.use_bias = false;
-    check_head(&o, "quirk");
+    check_head(&o, "norelu");
 }
 
-Test(heads, mlp_impossible_dims_is_an_error)
+/* clf.0 Linear, clf.1 BN, clf.2 ReLU, clf.3 Linear and nothing after it. */
+Test(heads, mlp_skip_last_layer_relu_bn)
+{
+    head_options o = opts(HEAD_MLP, D16_32_8, 3);
+    o.use_bn = o.use_relu = o.skip_last_layer_relu_bn = true;
+    check_head(&o, "skip");
+}
+
+Test(heads, mlp_needs_two_dims)
 {
     eng_backend *be = nnt_open_cpu();
-    static const int64_t d[] = {16, 32, 8};
-    head_options o = opts(HEAD_MLP, d, 3);
+    head_options o = opts(HEAD_MLP, D16_32_8, 1);
     char *err = NULL;
     cr_expect_null(head_new(be, &o, 1, &err));
-    cr_assert(err);
-    cr_expect(strstr(err, "last_dim"), "%s", err);
-    free(err);
-    o.use_relu = true; /* with ReLU the same dims are fine */
-    head *h = head_new(be, &o, 1, &err);
-    cr_expect(h);
-    head_free(be, h);
-    o.ndims = 1;
-    err = NULL;
-    cr_expect_null(head_new(be, &o, 1, &err));
+    cr_expect(err);
     free(err);
     eng_backend_close(be);
 }

@@ -567,6 +567,25 @@ Test(model, configs_it_cannot_build_are_refused_with_their_line)
     free(msg);
 }
 
+/* mlp's skip_last_layer_relu_bn from the config: Linear, BN, ReLU, Linear and nothing after. */
+Test(model, mlp_skip_last_layer_relu_bn_from_the_config)
+{
+    eng_backend *be = nnt_open_cpu();
+    model_options o = options_from("config:\n  MODEL:\n" R18_SMALL "    HEAD:\n      PARAMS: [[mlp, {dims: [512, 64, 8], "
+                                   "use_bn: true, use_relu: true, skip_last_layer_relu_bn: true}]]\n",
+                                   NULL);
+    model *m = build(be, &o);
+    const eng_entry *last = model_entry_at(m, model_entry_count(m) - 1);
+    cr_expect_str_eq(last->name, "heads.0.clf.3.bias");
+    cr_expect_eq(last->value.shape.dim[0], 8);
+    bool bn = false;
+    for (int i = 0; i < model_entry_count(m); i++)
+        bn |= !strcmp(model_entry_at(m, i)->name, "heads.0.clf.1.running_var");
+    cr_expect(bn, "the first Linear keeps its BatchNorm");
+    model_free(be, m);
+    eng_backend_close(be);
+}
+
 Test(model, shapes_that_do_not_fit_are_refused_when_planning)
 {
     eng_backend *be = nnt_open_cpu();

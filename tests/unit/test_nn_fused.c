@@ -1,0 +1,326 @@
+/*
+ * test_nn_fused.c — the fused layers of the model engine (batch norm + ReLU, residual add +
+ * ReLU, and eval-mode conv + batch norm [+ residual] [+ ReLU]) against the separate layers
+ * they replace, which test_nn*.c check against PyTorch; and what the threads may not change.
+ *
+ * BN+ReLU and add+ReLU do the same arithmetic as the separate layers, so they must agree to
+ * the bit (backward within 1e-6: the masked sums may be vectorised differently). The eval
+ * convolution folds batch norm into the weights, which rounds differently: within 1e-5 of the
+ * largest value. Gradients accumulate (nn.h), so every gradient starts non-zero here.
+ * ReLU lets NaN through, as PyTorch does (the trainer's NaN check depends on it), and batch
+ * norm gives the same bits on 1 thread as on 2.
+ */
+#include "nn.h"
+#include "util.h"
+
+#include "test_nn_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static eng_backend *open_threads(int threads)
+{
+    char *err = NULL;
+    eng_backend_options opt = {.threads = threads, .seed = 1234};
+    eng_backend *be = eng_backend_open("cpu", &opt, &err);
+    cr_assert(be, "%s", err);
+    return be;
+}
+
+/* max |a − b| / max(|b|, tiny) over two tensors. */
+static double rel_diff(eng_backend *be, const eng_tensor *a, const eng_tensor *b)
+{
+    float *ha = nnt_download(be, a), *hb = nnt_download(be, b);
+    double e = nnt_rel_error_host(ha, hb, (size_t)eng_numel(&a->shape));
+    free(ha), free(hb);
+    return e;
+}
+
+static bool same_bits(eng_backend *be, const eng_tensor *a, const eng_tensor *b)
+{
+    float *ha = nnt_download(be, a), *hb = nnt_download(be, b);
+    bool same = memcmp(ha, hb, (size_t)eng_numel(&a->shape) * sizeof(float)) == 0;
+    free(ha), free(hb);
+    return same;
+}
+
+/* A tensor of normal values (shifted by `shift`, so a ReLU after it masks a good share). */
+static eng_tensor normal(eng_backend *be, eng_shape s, unsigned seed, float shift)
+{
+    float *h;
+    eng_tensor t = nnt_host_tensor(be, s, seed, &h);
+    for (int64_t i = 0; i < eng_numel(&s); i++)
+        h[i] += shift;
+    eng_upload(be, &t, h);
+    free(h);
+    return t;
+}
+
+static eng_tensor copy_of(eng_backend *be, const eng_tensor *t)
+{
+    eng_tensor c = eng_tensor_new(be, t->shape);
+    eng_copy(be, t, &c);
+    return c;
+}
+
+static void free_all(eng_backend *be, eng_tensor *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        eng_tensor_free(be, &t[i]);
+}
+
+/* ---- batch norm + ReLU --------------------------------------------------------------------- */
+
+/* The per-channel tensors of one batch norm. */
+typedef struct {
+    eng_tensor gamma, beta, rmean, rvar, mean, invstd, dgamma, dbeta;
+} bn_params;
+
+/* Running variances in [0.5, 4): positive, as a real network's are. */
+static eng_tensor variances(eng_backend *be, eng_shape s, unsigned seed)
+{
+    float *h;
+    eng_tensor t = nnt_host_tensor(be, s, seed, &h);
+    for (int64_t i = 0; i < eng_numel(&s); i++)
+        h[i] = 0.5f + fmodf(fabsf(h[i]), 3.5f);
+    eng_upload(be, &t, h);
+    free(h);
+    return t;
+}
+
+static bn_params bn_new(eng_backend *be, int64_t c, unsigned seed)
+{
+    eng_shape s = {.ndim = 1, .dim = {c}};
+    bn_params p = {normal(be, s, seed, 1.0f),  normal(be, s, seed + 1, 0.0f), normal(be, s, seed + 2, 0.0f),
+                   variances(be, s, seed + 3), eng_tensor_new(be, s),         eng_tensor_new(be, s),
+                   normal(be, s, seed + 4, 0.0f), normal(be, s, seed + 5, 0.0f)};
+    return p;
+}
+
+static bn_params bn_copy(eng_backend *be, const bn_params *p)
+{
+    bn_params q = {copy_of(be, &p->gamma), copy_of(be, &p->beta), copy_of(be, &p->rmean), copy_of(be, &p->rvar),
+                   copy_of(be, &p->mean), copy_of(be, &p->invstd), copy_of(be, &p->dgamma), copy_of(be, &p->dbeta)};
+    return q;
+}
+
+static void bn_free(eng_backend *be, bn_params *p) { free_all(be, &p->gamma, sizeof *p / sizeof(eng_tensor)); }
+
+/* Fused and separate, train mode: outputs and running statistics bit for bit, gradients
+ * (accumulated onto non-zero ones) within 1e-6. */
+static void bn_relu_train_case(eng_shape s)
+{
+    eng_backend *be = nnt_open_cpu();
+    int64_t c = s.dim[1];
+    eng_tensor x = normal(be, s, 1, 0.3f), dy = normal(be, s, 2, 0.0f), y1 = eng_tensor_new(be, s),
+               y2 = eng_tensor_new(be, s), dx1 = normal(be, s, 3, 0.0f), dx2 = copy_of(be, &dx1),
+               pre = eng_tensor_new(be, s);
+    bn_params a = bn_new(be, c, 10), b = bn_copy(be, &a);
+    eng_batchnorm_relu_forward_train(be, 0.1, 1e-5, &x, &a.gamma, &a.beta, &a.rmean, &a.rvar, &a.mean, &a.invstd,
+                                     &y1);
+    eng_batchnorm_forward_train(be, 0.1, 1e-5, &x, &b.gamma, &b.beta, &b.rmean, &b.rvar, &b.mean, &b.invstd, &y2);
+    eng_relu_forward(be, &y2, &y2);
+    cr_expect(same_bits(be, &y1, &y2), "forward differs from batchnorm then relu");
+    cr_expect(same_bits(be, &a.rmean, &b.rmean) && same_bits(be, &a.rvar, &b.rvar), "running statistics differ");
+
+    eng_batchnorm_relu_backward(be, &x, &a.gamma, &a.mean, &a.invstd, &y1, &dy, &dx1, &a.dgamma, &a.dbeta);
+    eng_zero(be, &pre);
+    eng_relu_backward(be, &y2, &dy, &pre);
+    eng_batchnorm_backward(be, &x, &b.gamma, &b.mean, &b.invstd, &pre, &dx2, &b.dgamma, &b.dbeta);
+    cr_expect_leq(rel_diff(be, &dx1, &dx2), 1e-6);
+    cr_expect_leq(rel_diff(be, &a.dgamma, &b.dgamma), 1e-6);
+    cr_expect_leq(rel_diff(be, &a.dbeta, &b.dbeta), 1e-6);
+
+    eng_tensor all[] = {x, dy, y1, y2, dx1, dx2, pre};
+    free_all(be, all, ARRAY_LEN(all));
+    bn_free(be, &a), bn_free(be, &b);
+    eng_backend_close(be);
+}
+
+Test(nn_fused, batchnorm_relu_is_batchnorm_then_relu_2d) { bn_relu_train_case(eng_shape4(3, 5, 7, 9)); }
+
+Test(nn_fused, batchnorm_relu_is_batchnorm_then_relu_1d) { bn_relu_train_case(eng_shape2(6, 11)); }
+
+Test(nn_fused, batchnorm_relu_eval_is_batchnorm_eval_then_relu)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_shape s = eng_shape4(2, 6, 5, 3);
+    eng_tensor x = normal(be, s, 4, 0.2f), y1 = eng_tensor_new(be, s), y2 = eng_tensor_new(be, s);
+    bn_params p = bn_new(be, 6, 20);
+    eng_batchnorm_relu_forward_eval(be, 1e-5, &x, &p.gamma, &p.beta, &p.rmean, &p.rvar, &y1);
+    eng_batchnorm_forward_eval(be, 1e-5, &x, &p.gamma, &p.beta, &p.rmean, &p.rvar, &y2);
+    eng_relu_forward(be, &y2, &y2);
+    cr_expect(same_bits(be, &y1, &y2));
+    eng_tensor all[] = {x, y1, y2};
+    free_all(be, all, ARRAY_LEN(all));
+    bn_free(be, &p);
+    eng_backend_close(be);
+}
+
+/* ---- residual add + ReLU ------------------------------------------------------------------- */
+
+Test(nn_fused, add_relu_is_add_then_relu)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_shape s = eng_shape4(2, 16, 33, 17); /* past the size where the loops go parallel */
+    eng_tensor a = normal(be, s, 5, 0.0f), b = normal(be, s, 6, 0.0f), dy = normal(be, s, 7, 0.0f),
+               y1 = eng_tensor_new(be, s), y2 = eng_tensor_new(be, s), da1 = normal(be, s, 8, 0.0f),
+               db1 = normal(be, s, 9, 0.0f), da2 = copy_of(be, &da1), db2 = copy_of(be, &db1),
+               mid = eng_tensor_new(be, s), one1 = normal(be, s, 10, 0.0f), one2 = copy_of(be, &one1);
+    eng_add_relu_forward(be, &a, &b, &y1);
+    eng_add_forward(be, &a, &b, &y2);
+    eng_relu_forward(be, &y2, &y2);
+    cr_expect(same_bits(be, &y1, &y2));
+
+    eng_add_relu_backward(be, &y1, &dy, &da1, &db1);
+    eng_zero(be, &mid);
+    eng_relu_backward(be, &y2, &dy, &mid);
+    eng_add_backward(be, &mid, &da2, &db2);
+    cr_expect(same_bits(be, &da1, &da2) && same_bits(be, &db1, &db2), "two gradients");
+    eng_add_relu_backward(be, &y1, &dy, NULL, &one1); /* one gradient only */
+    eng_add_backward(be, &mid, NULL, &one2);
+    cr_expect(same_bits(be, &one1, &one2), "one gradient");
+
+    eng_tensor all[] = {a, b, dy, y1, y2, da1, db1, da2, db2, mid, one1, one2};
+    free_all(be, all, ARRAY_LEN(all));
+    eng_backend_close(be);
+}
+
+/* ---- eval conv + batch norm [+ residual] [+ ReLU] -------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int64_t n, c, h, w, o, k;
+    eng_conv_desc d;
+} conv_case;
+
+static const conv_case CONV_CASES[] = {
+    {"stem 7x7/2 from 3 channels", 2, 3, 23, 19, 16, 7, {.stride = {2, 2}, .pad = {3, 3}}},
+    {"3x3 16->32", 2, 16, 9, 11, 32, 3, {.pad = {1, 1}}},
+    {"1x1/2 downsample 32->64", 3, 32, 9, 8, 64, 1, {.stride = {2, 2}}},
+    {"3x3 groups 4", 2, 32, 7, 7, 32, 3, {.pad = {1, 1}, .groups = 4}},
+    {"3x3 odd channels", 1, 5, 6, 7, 7, 3, {.pad = {1, 1}}},
+};
+
+/* The separate layers: conv, batch norm (eval), add, relu. */
+static void reference(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w, const bn_params *p,
+                      const eng_tensor *residual, bool relu, const eng_tensor *y)
+{
+    eng_conv_forward(be, plan, x, w, NULL, y);
+    eng_batchnorm_forward_eval(be, 1e-5, y, &p->gamma, &p->beta, &p->rmean, &p->rvar, y);
+    if (residual)
+        eng_add_forward(be, y, residual, y);
+    if (relu)
+        eng_relu_forward(be, y, y);
+}
+
+Test(nn_fused, conv_bn_eval_is_the_separate_layers)
+{
+    eng_backend *be = nnt_open_cpu();
+    for (size_t i = 0; i < ARRAY_LEN(CONV_CASES); i++) {
+        const conv_case *k = &CONV_CASES[i];
+        eng_shape xs = eng_shape4(k->n, k->c, k->h, k->w);
+        eng_shape ws = eng_shape4(k->o, k->c / (k->d.groups ? k->d.groups : 1), k->k, k->k);
+        eng_shape ys = eng_conv_output_shape(&xs, &ws, &k->d);
+        eng_plan *plan = eng_conv_plan(be, &k->d, &xs, &ws, false);
+        eng_tensor x = normal(be, xs, 30, 0.0f), w = normal(be, ws, 31, 0.0f), r = normal(be, ys, 32, 0.0f),
+                   got = eng_tensor_new(be, ys), want = eng_tensor_new(be, ys);
+        bn_params p = bn_new(be, k->o, 40);
+        /* every post-op combination, on one plan (each change remakes its eval primitive) */
+        for (int with_residual = 0; with_residual < 2; with_residual++)
+            for (int relu = 0; relu < 2; relu++) {
+                const eng_tensor *res = with_residual ? &r : NULL;
+                eng_conv_bn_forward_eval(be, plan, &x, &w, 1e-5, &p.gamma, &p.beta, &p.rmean, &p.rvar, res,
+                                         relu, &got);
+                reference(be, plan, &x, &w, &p, res, relu, &want);
+                double e = rel_diff(be, &got, &want);
+                cr_expect_leq(e, 1e-5, "%s, residual %d, relu %d: relative error %g", k->name, with_residual, relu,
+                              e);
+            }
+        eng_tensor all[] = {x, w, r, got, want};
+        free_all(be, all, ARRAY_LEN(all));
+        bn_free(be, &p);
+        eng_plan_free(be, plan);
+    }
+    eng_backend_close(be);
+}
+
+/* The training primitives of a plan still work after its eval primitive was made. */
+Test(nn_fused, conv_plan_trains_after_eval)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_conv_desc d = {.pad = {1, 1}};
+    eng_shape xs = eng_shape4(2, 16, 8, 8), ws = eng_shape4(16, 16, 3, 3);
+    eng_plan *plan = eng_conv_plan(be, &d, &xs, &ws, false), *fresh = eng_conv_plan(be, &d, &xs, &ws, false);
+    eng_tensor x = normal(be, xs, 50, 0.0f), w = normal(be, ws, 51, 0.0f), y = eng_tensor_new(be, xs),
+               y0 = eng_tensor_new(be, xs), dy = normal(be, xs, 52, 0.0f), dx = normal(be, xs, 53, 0.0f),
+               dw = normal(be, ws, 54, 0.0f), dx0 = copy_of(be, &dx), dw0 = copy_of(be, &dw);
+    bn_params p = bn_new(be, 16, 60);
+    eng_conv_bn_forward_eval(be, plan, &x, &w, 1e-5, &p.gamma, &p.beta, &p.rmean, &p.rvar, NULL, true, &y);
+    eng_conv_forward(be, plan, &x, &w, NULL, &y);
+    eng_conv_forward(be, fresh, &x, &w, NULL, &y0);
+    cr_expect(same_bits(be, &y, &y0));
+    eng_conv_backward(be, plan, &x, &w, &dy, &dx, &dw, NULL);
+    eng_conv_backward(be, fresh, &x, &w, &dy, &dx0, &dw0, NULL);
+    cr_expect(same_bits(be, &dx, &dx0) && same_bits(be, &dw, &dw0));
+    eng_tensor all[] = {x, w, y, y0, dy, dx, dw, dx0, dw0};
+    free_all(be, all, ARRAY_LEN(all));
+    bn_free(be, &p);
+    eng_plan_free(be, plan);
+    eng_plan_free(be, fresh);
+    eng_backend_close(be);
+}
+
+/* ---- NaN and threads ------------------------------------------------------------------------ */
+
+Test(nn_fused, relu_passes_nan_like_torch)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_shape s = eng_shape2(1, 4);
+    const float in[4] = {NAN, -1.0f, 2.0f, -0.0f};
+    eng_tensor x = eng_tensor_new(be, s), zero = eng_tensor_new(be, s), y = eng_tensor_new(be, s);
+    eng_upload(be, &x, in);
+    eng_zero(be, &zero);
+    float out[4];
+    eng_relu_forward(be, &x, &y);
+    eng_download(be, &y, out);
+    cr_expect(isnan(out[0]) && out[1] == 0.0f && out[2] == 2.0f && out[3] == 0.0f);
+    eng_add_relu_forward(be, &x, &zero, &y);
+    eng_download(be, &y, out);
+    cr_expect(isnan(out[0]) && out[1] == 0.0f && out[2] == 2.0f);
+    eng_tensor all[] = {x, zero, y};
+    free_all(be, all, ARRAY_LEN(all));
+    eng_backend_close(be);
+}
+
+/* Batch norm's forward and backward on one thread and on two: the same bits. */
+static void bn_run(int threads, float *out[3])
+{
+    eng_backend *be = open_threads(threads);
+    eng_shape s = eng_shape4(4, 24, 13, 11);
+    eng_tensor x = normal(be, s, 70, 0.0f), dy = normal(be, s, 71, 0.0f), y = eng_tensor_new(be, s),
+               dx = eng_tensor_new(be, s);
+    bn_params p = bn_new(be, 24, 80);
+    eng_zero(be, &dx);
+    eng_batchnorm_relu_forward_train(be, 0.1, 1e-5, &x, &p.gamma, &p.beta, &p.rmean, &p.rvar, &p.mean, &p.invstd, &y);
+    eng_batchnorm_relu_backward(be, &x, &p.gamma, &p.mean, &p.invstd, &y, &dy, &dx, &p.dgamma, &p.dbeta);
+    out[0] = nnt_download(be, &y), out[1] = nnt_download(be, &dx), out[2] = nnt_download(be, &p.dgamma);
+    eng_tensor all[] = {x, dy, y, dx};
+    free_all(be, all, ARRAY_LEN(all));
+    bn_free(be, &p);
+    eng_backend_close(be);
+}
+
+Test(nn_fused, batchnorm_does_not_depend_on_the_thread_count)
+{
+    float *one[3], *two[3];
+    bn_run(1, one);
+    bn_run(2, two);
+    size_t n[3] = {4 * 24 * 13 * 11, 4 * 24 * 13 * 11, 24};
+    for (int i = 0; i < 3; i++) {
+        cr_expect(memcmp(one[i], two[i], n[i] * sizeof(float)) == 0, "output %d differs", i);
+        free(one[i]), free(two[i]);
+    }
+}
