@@ -25,23 +25,8 @@
 
 #include <math.h>
 
-/* The planes of one channel: N planes of S values, C·S apart. */
-typedef struct {
-    int64_t n, c, s;
-} bn_dims;
-
-static bn_dims dims_of(const eng_tensor *x)
-{
-    bn_dims d = {x->shape.dim[0], x->shape.dim[1], 1};
-    if (x->shape.ndim == 4)
-        d.s = x->shape.dim[2] * x->shape.dim[3];
-    return d;
-}
-
-static float at_or(const eng_tensor *t, int64_t c, float fallback) { return t ? cpu_ptr(t)[c] : fallback; }
-
-/* Offset of plane n of channel c. */
-static int64_t plane(const bn_dims *d, int64_t n, int64_t c) { return (n * d->c + c) * d->s; }
+/* Offset of plane n of channel c: a channel is N planes of S values, C·S apart. */
+static int64_t plane(const cpu_ncs *d, int64_t n, int64_t c) { return (n * d->c + c) * d->s; }
 
 /* ---- per-plane kernels (SIMD) ---------------------------------------------------------------- */
 
@@ -131,7 +116,7 @@ CPU_HOT static void plane_dx_eval(const float *dy, float *dx, int64_t s, double 
 /* ---- per-channel steps -------------------------------------------------------------------- */
 
 /* Mean and biased variance of channel c. */
-static void channel_stats(const float *x, const bn_dims *d, int64_t c, double *mean, double *var)
+static void channel_stats(const float *x, const cpu_ncs *d, int64_t c, double *mean, double *var)
 {
     double sum = 0.0, sq = 0.0, m = (double)(d->n * d->s);
     for (int64_t n = 0; n < d->n; n++)
@@ -143,7 +128,7 @@ static void channel_stats(const float *x, const bn_dims *d, int64_t c, double *m
     *var = sq / m;
 }
 
-static void channel_affine(const float *x, float *y, const bn_dims *d, int64_t c, double mean, double scale,
+static void channel_affine(const float *x, float *y, const cpu_ncs *d, int64_t c, double mean, double scale,
                            double shift, bool relu)
 {
     for (int64_t n = 0; n < d->n; n++)
@@ -152,7 +137,7 @@ static void channel_affine(const float *x, float *y, const bn_dims *d, int64_t c
 
 /* Channel c's Σ g and Σ g·x̂ (g = masked dy, x̂ = (x − mean)·invstd), added into dβ and dγ where
  * given. Both backwards need them; the training one also for dx. */
-static void channel_sums(const bn_dims *d, int64_t c, const float *px, const float *pg, const float *py,
+static void channel_sums(const cpu_ncs *d, int64_t c, const float *px, const float *pg, const float *py,
                          double mean, double invstd, T *dgamma, T *dbeta, double *sum_g, double *sum_gxhat)
 {
     double sg = 0.0, sgx = 0.0;
@@ -174,7 +159,7 @@ void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T
                                  T *running_mean, T *running_var, T *save_mean, T *save_invstd, bool relu, T *y)
 {
     (void)be;
-    bn_dims d = dims_of(x);
+    cpu_ncs d = cpu_ncs_of(x);
     int64_t m = d.n * d.s;
     if (m < 2)
         die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %lld)", (long long)m);
@@ -197,8 +182,8 @@ void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T
             float *rv = cpu_ptr(running_var) + c;
             *rv = (float)((1.0 - momentum) * *rv + momentum * var * (double)m / (double)(m - 1));
         }
-        double g = at_or(gamma, c, 1.0f);
-        channel_affine(px, py, &d, c, mean, g * invstd, at_or(beta, c, 0.0f), relu);
+        double g = cpu_at_or(gamma, c, 1.0);
+        channel_affine(px, py, &d, c, mean, g * invstd, cpu_at_or(beta, c, 0.0), relu);
     }
 }
 
@@ -206,14 +191,14 @@ void cpu_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *
                                 T *running_var, bool relu, T *y)
 {
     (void)be;
-    bn_dims d = dims_of(x);
+    cpu_ncs d = cpu_ncs_of(x);
     const float *px = cpu_ptr(x);
     float *py = cpu_ptr(y);
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < d.c; c++) {
-        double invstd = 1.0 / sqrt((double)at_or(running_var, c, 1.0f) + eps);
-        double g = at_or(gamma, c, 1.0f);
-        channel_affine(px, py, &d, c, at_or(running_mean, c, 0.0f), g * invstd, at_or(beta, c, 0.0f), relu);
+        double invstd = 1.0 / sqrt(cpu_at_or(running_var, c, 1.0) + eps);
+        double g = cpu_at_or(gamma, c, 1.0);
+        channel_affine(px, py, &d, c, cpu_at_or(running_mean, c, 0.0), g * invstd, cpu_at_or(beta, c, 0.0), relu);
     }
 }
 
@@ -223,7 +208,7 @@ void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *sa
                             T *dx, T *dgamma, T *dbeta)
 {
     (void)be;
-    bn_dims d = dims_of(x);
+    cpu_ncs d = cpu_ncs_of(x);
     double m = (double)(d.n * d.s);
     const float *px = cpu_ptr(x), *pg = cpu_ptr(dy), *py = relu_y ? cpu_ptr(relu_y) : NULL;
     float *pdx = dx ? cpu_ptr(dx) : NULL;
@@ -234,7 +219,7 @@ void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *sa
         channel_sums(&d, c, px, pg, py, mean, invstd, dgamma, dbeta, &sum_g, &sum_gxhat);
         if (!pdx)
             continue;
-        double k = at_or(gamma, c, 1.0f) * invstd / m;
+        double k = cpu_at_or(gamma, c, 1.0) * invstd / m;
         for (int64_t n = 0; n < d.n; n++) {
             int64_t at = plane(&d, n, c);
             plane_dx_train(px + at, pg + at, py ? py + at : NULL, pdx + at, d.s, mean, invstd, k, m, sum_g,
@@ -249,7 +234,7 @@ void cpu_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T 
                                  T *dy, T *dx, T *dgamma, T *dbeta)
 {
     (void)be;
-    bn_dims d = dims_of(x);
+    cpu_ncs d = cpu_ncs_of(x);
     const float *px = cpu_ptr(x), *pg = cpu_ptr(dy);
     float *pdx = dx ? cpu_ptr(dx) : NULL;
 #pragma omp parallel for schedule(static)
@@ -261,7 +246,7 @@ void cpu_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T 
         }
         if (!pdx)
             continue;
-        double k = at_or(gamma, c, 1.0f) * invstd;
+        double k = cpu_at_or(gamma, c, 1.0) * invstd;
         for (int64_t n = 0; n < d.n; n++)
             plane_dx_eval(pg + plane(&d, n, c), pdx + plane(&d, n, c), d.s, k);
     }

@@ -311,21 +311,27 @@ static size_t make_reorder(conv_plan *p, dnnl_primitive_t *out, const dnnl_memor
     return scratch;
 }
 
-/* Makes one port; returns its reorder's scratchpad size. */
-static size_t make_port(conv_plan *p, const conv_geom *g, dnnl_primitive_desc_t pd[NPRIM], int i)
+/* Sets up a port between our `plain` layout and the primitive's `md`, its blocked side in `buf`
+ * (unused when the two agree); returns its reorder's scratchpad size. An output's reorder adds
+ * into the caller's tensor when `accumulate`. */
+static size_t port_init(conv_plan *p, port *pt, const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *md,
+                        void *buf, bool in, bool accumulate)
 {
-    port *pt = &p->port[i];
-    const dnnl_memory_desc_t *plain = plain_of(g, specs[i].role), *md = chosen_md(pd, i);
     pt->user = make_mem(plain, p->engine, DNNL_MEMORY_NONE);
     if (dnnl_memory_desc_equal(md, plain)) {
         pt->inner = pt->user;
         return 0;
     }
-    pt->inner = make_mem(md, p->engine, p->buf[specs[i].role]);
-    if (specs[i].in)
-        return make_reorder(p, &pt->reorder, plain, md, false);
+    pt->inner = make_mem(md, p->engine, buf);
+    return in ? make_reorder(p, &pt->reorder, plain, md, false) : make_reorder(p, &pt->reorder, md, plain, accumulate);
+}
+
+/* Makes one port; returns its reorder's scratchpad size. */
+static size_t make_port(conv_plan *p, const conv_geom *g, dnnl_primitive_desc_t pd[NPRIM], int i)
+{
     /* The gradients' reorders add into the caller's gradient (nn.h's convention). */
-    return make_reorder(p, &pt->reorder, md, plain, i != P_FWD_DST);
+    return port_init(p, &p->port[i], plain_of(g, specs[i].role), chosen_md(pd, i), p->buf[specs[i].role],
+                     specs[i].in, i != P_FWD_DST);
 }
 
 /* The primitives and their ports; returns the largest scratchpad any of them needs. */
@@ -544,24 +550,20 @@ static dnnl_primitive_attr_t fused_attr(bool residual, bool relu)
     return attr;
 }
 
-/* A port between our plain layout and the primitive's `md`, its blocked side in the training
- * primitives' buffer of that role when it is large enough (they never run at the same time),
- * else in the eval primitive's own (made when first needed, so two ports may share one);
- * returns its reorder's scratchpad. */
+/* A port of the eval primitive: its blocked side in the training primitives' buffer of that
+ * role when it is large enough (they never run at the same time), else in the eval
+ * primitive's own (made when first needed, so two ports may share one). */
 static size_t fused_port(conv_plan *p, fused_eval *f, port *pt, int role, const dnnl_memory_desc_t *plain,
                          const dnnl_memory_desc_t *md, bool in)
 {
-    pt->user = make_mem(plain, p->engine, DNNL_MEMORY_NONE);
-    if (dnnl_memory_desc_equal(md, plain)) {
-        pt->inner = pt->user;
-        return 0;
+    void *buf = NULL;
+    if (!dnnl_memory_desc_equal(md, plain)) {
+        size_t bytes = dnnl_memory_desc_get_size(md);
+        buf = p->buf_bytes[role] >= bytes ? p->buf[role] : f->buf[role];
+        if (!buf)
+            buf = f->buf[role] = xmalloc_large(bytes);
     }
-    size_t bytes = dnnl_memory_desc_get_size(md);
-    void *buf = p->buf_bytes[role] >= bytes ? p->buf[role] : f->buf[role];
-    if (!buf)
-        buf = f->buf[role] = xmalloc_large(bytes);
-    pt->inner = make_mem(md, p->engine, buf);
-    return in ? make_reorder(p, &pt->reorder, plain, md, false) : make_reorder(p, &pt->reorder, md, plain, false);
+    return port_init(p, pt, plain, md, buf, in, false);
 }
 
 /* The layout the training forward chose for a port (ours when it converts nothing). */

@@ -17,6 +17,16 @@
 
 float *cpu_ptr(const eng_tensor *t) { return (float *)((char *)t->base + t->offset); }
 
+cpu_ncs cpu_ncs_of(const eng_tensor *x)
+{
+    cpu_ncs d = {x->shape.dim[0], x->shape.dim[1], 1};
+    if (x->shape.ndim == 4)
+        d.s = x->shape.dim[2] * x->shape.dim[3];
+    return d;
+}
+
+double cpu_at_or(const eng_tensor *t, int64_t c, double fallback) { return t ? cpu_ptr(t)[c] : fallback; }
+
 static int cpu_open(eng_backend *be, const eng_backend_options *opt, char **err)
 {
     (void)err;

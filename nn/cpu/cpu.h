@@ -10,6 +10,15 @@
 /* The first element of a tensor (its allocation plus its offset). */
 float *cpu_ptr(const eng_tensor *t);
 
+/* An N×C×H×W (or N×C) tensor as the norms walk it: N samples of C channel planes of S = H·W
+ * values (S = 1 for 2-D); element (n, c, s) lives at (n·C + c)·S + s. */
+typedef struct {
+    int64_t n, c, s;
+} cpu_ncs;
+cpu_ncs cpu_ncs_of(const eng_tensor *x);
+/* t[c], or `fallback` when t is NULL (an affine-free norm's γ = 1, β = 0). */
+double cpu_at_or(const eng_tensor *t, int64_t c, double fallback);
+
 /* The hot loops (elementwise layers, batch norm) are compiled three times, for AVX-512, AVX2
  * and the baseline, and the loader picks one for the CPU it runs on (GCC's target_clones).
  * -ffp-contract=off holds in every version, so only the order of the SIMD sums differs. */

@@ -17,20 +17,6 @@
 
 #include <math.h>
 
-typedef struct {
-    int64_t n, c, s; /* samples, channels, values per channel plane */
-} ln_dims;
-
-static ln_dims dims_of(const eng_tensor *x)
-{
-    ln_dims d = {x->shape.dim[0], x->shape.dim[1], 1};
-    if (x->shape.ndim == 4)
-        d.s = x->shape.dim[2] * x->shape.dim[3];
-    return d;
-}
-
-static double at_or(const eng_tensor *t, int64_t c, double fallback) { return t ? cpu_ptr(t)[c] : fallback; }
-
 /* Mean and biased variance of the m values at p. */
 static void sample_stats(const float *p, int64_t m, double *mean, double *var)
 {
@@ -48,7 +34,7 @@ void cpu_layernorm2d_forward(eng_backend *be, double eps, T *x, T *gamma, T *bet
                              T *y)
 {
     (void)be;
-    ln_dims d = dims_of(x);
+    cpu_ncs d = cpu_ncs_of(x);
     int64_t m = d.c * d.s;
     for (int64_t n = 0; n < d.n; n++) {
         const float *px = cpu_ptr(x) + n * m;
@@ -61,7 +47,7 @@ void cpu_layernorm2d_forward(eng_backend *be, double eps, T *x, T *gamma, T *bet
         if (save_invstd)
             cpu_ptr(save_invstd)[n] = (float)invstd;
         for (int64_t c = 0; c < d.c; c++) {
-            double scale = at_or(gamma, c, 1.0) * invstd, shift = at_or(beta, c, 0.0);
+            double scale = cpu_at_or(gamma, c, 1.0) * invstd, shift = cpu_at_or(beta, c, 0.0);
             for (int64_t i = c * d.s; i < (c + 1) * d.s; i++)
                 py[i] = (float)(((double)px[i] - mean) * scale + shift);
         }
@@ -76,14 +62,14 @@ void cpu_layernorm2d_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *
                               T *dgamma, T *dbeta)
 {
     (void)be;
-    ln_dims d = dims_of(x);
+    cpu_ncs d = cpu_ncs_of(x);
     int64_t m = d.c * d.s;
     for (int64_t n = 0; n < d.n; n++) {
         const float *px = cpu_ptr(x) + n * m, *pg = cpu_ptr(dy) + n * m;
         double mean = cpu_ptr(save_mean)[n], invstd = cpu_ptr(save_invstd)[n];
         double sum_g = 0.0, sum_g_xhat = 0.0;
         for (int64_t c = 0; c < d.c; c++) {
-            double gc = at_or(gamma, c, 1.0), sum_dy = 0.0, sum_dy_xhat = 0.0;
+            double gc = cpu_at_or(gamma, c, 1.0), sum_dy = 0.0, sum_dy_xhat = 0.0;
             for (int64_t i = c * d.s; i < (c + 1) * d.s; i++) {
                 double xhat = ((double)px[i] - mean) * invstd;
                 sum_dy += pg[i];
@@ -101,7 +87,7 @@ void cpu_layernorm2d_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *
         float *pdx = cpu_ptr(dx) + n * m;
         double k = invstd / (double)m;
         for (int64_t c = 0; c < d.c; c++) {
-            double gc = at_or(gamma, c, 1.0);
+            double gc = cpu_at_or(gamma, c, 1.0);
             for (int64_t i = c * d.s; i < (c + 1) * d.s; i++) {
                 double xhat = ((double)px[i] - mean) * invstd;
                 pdx[i] += (float)(k * ((double)m * gc * pg[i] - sum_g - xhat * sum_g_xhat));
