@@ -263,22 +263,20 @@ static void dict_reindex(node *d)
         d->slots[dict_slot(d, (const node *)d->v.u.dict.keys[e])] = e + 1;
 }
 
-static void update_depth(unpickler *u, node *parent, const node *child, int *bad)
+/* Returns -1 (one message in u->err) when the parent now nests too deep. */
+static int update_depth(unpickler *u, node *parent, const node *child)
 {
     if (child->depth + 1 > parent->depth)
         parent->depth = child->depth + 1;
-    if (parent->depth > MAX_NEST)
-        *bad = u_fail(u, "values nested deeper than %d levels", MAX_NEST);
+    return parent->depth > MAX_NEST ? u_fail(u, "values nested deeper than %d levels", MAX_NEST) : 0;
 }
 
 static int dict_set(unpickler *u, node *d, node *k, node *val)
 {
     if (!hashable(k))
         return u_fail(u, "unhashable dict key of type %s", tf_kind_name(k->v.kind));
-    int bad = 0;
-    update_depth(u, d, k, &bad);
-    update_depth(u, d, val, &bad);
-    if (bad)
+    /* Stop at the first failure: a second message would replace (and leak) the first. */
+    if (update_depth(u, d, k) != 0 || update_depth(u, d, val) != 0)
         return -1;
     if (2 * (d->v.u.dict.n + 1) > d->slot_cap)
         dict_reindex(d);
@@ -300,9 +298,7 @@ static int dict_set(unpickler *u, node *d, node *k, node *val)
 
 static int seq_append(unpickler *u, node *l, node *item)
 {
-    int bad = 0;
-    update_depth(u, l, item, &bad);
-    if (bad)
+    if (update_depth(u, l, item) != 0)
         return -1;
     GROW(l->v.u.seq.items, l->v.u.seq.n, l->cap);
     l->v.u.seq.items[l->v.u.seq.n++] = &item->v;

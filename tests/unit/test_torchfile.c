@@ -359,6 +359,25 @@ Test(torchfile, unpickle_cycle_is_bounded)
     torchfile_close(f);
 }
 
+/* {t: t} with t a tuple nested exactly MAX_NEST (100) deep: the key and the value each take the
+ * dict past the limit, and the one error says so (the fuzzer found a second message leaking
+ * the first). */
+Test(torchfile, unpickle_too_deep_key_and_value_is_one_error)
+{
+    strbuf hex = {0};
+    sb_puts(&hex, "80027d4e");
+    for (int i = 0; i < 100; i++)
+        sb_puts(&hex, "85");
+    sb_puts(&hex, "7100680073" "2e");
+    size_t n;
+    unsigned char *b = from_hex(sb_str(&hex), &n);
+    char *err = unpickle_error(b, n);
+    cr_assert(strstr(err, "nested deeper than 100 levels"), "%s", err);
+    free(err);
+    free(b);
+    sb_free(&hex);
+}
+
 Test(torchfile, unpickle_refuses_globals_without_running_them)
 {
     unlink(MARKER);
