@@ -281,6 +281,15 @@ void model_free(eng_backend *be, model *m)
 }
 
 const model_options *model_opts(const model *m) { return &m->opt; }
+int model_load_weights(eng_backend *be, model *m, const model_weights_init *w, char **err)
+{
+    if (!w->opt.params_file || !w->opt.params_file[0])
+        return 0; /* VISSL: no PARAMS_FILE, the run starts from its initialisation */
+    weights_init_options o = w->opt;
+    o.skip_layers = w->skip;
+    return weights_load(be, m->params.entries, m->params.nentries, &o, err);
+}
+
 int model_entry_count(const model *m) { return m->params.nentries; }
 const eng_entry *model_entry_at(const model *m, int i) { return &m->params.entries[i]; }
 eng_tensor model_params(const model *m) { return eng_params_values(&m->params); }
@@ -364,6 +373,7 @@ static eng_shape flat2(const eng_shape *s)
 /* A group's feature f: the trunk tensor, pooled by its op and flattened where asked. */
 static int plan_group_feature(eng_backend *be, model *m, stream *st, group *g, int f, char **err)
 {
+    resnet_expose(g->trunk, st->layer[f]);
     const eng_tensor *t = resnet_feature(g->trunk, st->layer[f]);
     int p = st->pool_op[f];
     if (p < 0) {

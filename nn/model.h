@@ -47,6 +47,7 @@
 #include "nn.h"
 #include "params.h"
 #include "resnet.h"
+#include "weights.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -111,6 +112,21 @@ model_options model_defaults(void);
  * not the number of heads. */
 bool model_options_from_config(const cfg_node *model_cfg, model_options *out, cfg_err *err);
 
+/* config.MODEL.WEIGHTS_INIT, with the model facts VISSL adds when it loads (spec part 1 §11):
+ * a feature extractor's trunk is named "trunk.base_model.…", and in eval mode
+ * (FEATURE_EVAL_SETTINGS.EVAL_MODE_ON) the heads are loaded only with EVAL_TRUNK_AND_HEAD.
+ * The strings point into the config, which must outlive it. */
+#define MODEL_MAX_SKIP_LAYERS 64
+typedef struct {
+    weights_init_options opt; /* opt.skip_layers is set by model_load_weights */
+    const char *skip[MODEL_MAX_SKIP_LAYERS];
+} model_weights_init;
+
+/* Read config.MODEL.WEIGHTS_INIT for a model of options `o` (model_config.c). Returns false
+ * with a "file:line: key: why" message for a value of the wrong kind. */
+bool model_weights_init_from_config(const cfg_node *model_cfg, const model_options *o, model_weights_init *out,
+                                    cfg_err *err);
+
 /* VISSL's is_feature_extractor_model. */
 bool model_is_feature_extractor(const model_options *o);
 /* Trunk frozen / heads frozen, as this model applies FEATURE_EVAL_SETTINGS. */
@@ -124,6 +140,11 @@ typedef struct model model;
 model *model_new(eng_backend *be, const model_options *o, uint64_t seed, char **err);
 void model_free(eng_backend *be, model *m);
 const model_options *model_opts(const model *m);
+
+/* Load w's PARAMS_FILE into the model (weights.h: the whole file is checked first, so a
+ * refused file changes nothing). An empty PARAMS_FILE keeps the initialisation and returns 0.
+ * Returns -1 with *err naming the file and the keys. */
+int model_load_weights(eng_backend *be, model *m, const model_weights_init *w, char **err);
 
 /* Every named tensor, trunk then heads, with full VISSL names. */
 int model_entry_count(const model *m);

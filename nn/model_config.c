@@ -5,7 +5,8 @@
  * keys), so this file checks what the schema cannot: the trunk this engine builds, the
  * heads' [name, {kwargs}] pairs (names and arguments of VISSL's head constructors), the
  * pool ops of LINEAR_EVAL_FEAT_POOL_OPS_MAP (torch.nn constructors called with *args) and
- * the MULTI_INPUT_HEAD_MAPPING. Every refusal points at the config line that caused it.
+ * the MULTI_INPUT_HEAD_MAPPING; and WEIGHTS_INIT, the weights a run starts from. Every refusal
+ * points at the config line that caused it.
  */
 #include "model.h"
 
@@ -375,5 +376,45 @@ bool model_options_from_config(const cfg_node *model_cfg, model_options *out, cf
     if (!r.failed && out->nmapping && model_is_feature_extractor(out))
         fail(&r, cfg_path(model_cfg, "MULTI_INPUT_HEAD_MAPPING"), "MULTI_INPUT_HEAD_MAPPING",
              "a feature-extractor model (LINEAR_EVAL_FEAT_POOL_OPS_MAP) takes one input");
+    return !r.failed;
+}
+
+/* ---- WEIGHTS_INIT ------------------------------------------------------------------------- */
+
+static void read_skip_layers(reader *r, const cfg_node *wi, model_weights_init *out)
+{
+    const char *key = "WEIGHTS_INIT.SKIP_LAYERS";
+    const cfg_node *list = need(r, wi, "SKIP_LAYERS");
+    if (!list)
+        return;
+    if (list->kind != CFG_LIST || list->len > MODEL_MAX_SKIP_LAYERS) {
+        fail(r, list, key, "must be a list of at most 64 strings");
+        return;
+    }
+    for (size_t i = 0; i < list->len; i++) {
+        if (list->items[i]->kind != CFG_STR) {
+            fail(r, list->items[i], key, "must be a list of strings (parts of parameter names)");
+            return;
+        }
+        out->skip[i] = list->items[i]->s;
+    }
+    out->opt.n_skip_layers = (int)list->len;
+}
+
+bool model_weights_init_from_config(const cfg_node *model_cfg, const model_options *o, model_weights_init *out,
+                                    cfg_err *err)
+{
+    reader r = {.err = err};
+    *out = (model_weights_init){.opt = weights_init_defaults()};
+    const cfg_node *wi = model_cfg && model_cfg->kind == CFG_MAP ? need(&r, model_cfg, "WEIGHTS_INIT") : NULL;
+    if (!wi)
+        return fail(&r, model_cfg, "config.MODEL.WEIGHTS_INIT", "must be a map");
+    out->opt.params_file = get_str(&r, wi, "PARAMS_FILE");
+    out->opt.state_dict_key_name = get_str(&r, wi, "STATE_DICT_KEY_NAME");
+    out->opt.remove_prefix = get_str(&r, wi, "REMOVE_PREFIX");
+    out->opt.append_prefix = get_str(&r, wi, "APPEND_PREFIX");
+    read_skip_layers(&r, wi, out);
+    out->opt.feature_extractor = model_is_feature_extractor(o);
+    out->opt.load_heads = !o->eval_mode_on || o->eval_trunk_and_head;
     return !r.failed;
 }

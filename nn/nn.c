@@ -97,6 +97,19 @@ static void expect_same(const char *layer, const char *what, const eng_tensor *g
         expect_shape(layer, what, got, &like->shape);
 }
 
+/* Abort when a layer that reads and writes only the logical layout is handed a NATIVE tensor
+ * (nn.h lists the few that take one). NULL entries are skipped. */
+static void expect_logical(const char *layer, const eng_tensor *const *ts, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ts[i] && ts[i]->layout != ENG_LAYOUT_LOGICAL)
+            die(EXIT_RUNTIME, "%s: tensor %zu is in the backend's native layout; this layer takes logical ones",
+                layer, i + 1);
+}
+#define LOGICAL(layer, ...) \
+    expect_logical((layer), (const eng_tensor *const[]){__VA_ARGS__}, \
+                   sizeof((const eng_tensor *const[]){__VA_ARGS__}) / sizeof(const eng_tensor *))
+
 /* ---- memory ------------------------------------------------------------------------------ */
 
 size_t eng_bytes(eng_backend *be, const eng_shape *s) { return be->ops->bytes(be, s); }
@@ -119,6 +132,8 @@ eng_tensor eng_reshape(const eng_tensor *t, eng_shape shape)
     if (eng_numel(&shape) != eng_numel(&t->shape))
         die(EXIT_RUNTIME, "reshape: %lld elements cannot become %lld", (long long)eng_numel(&t->shape),
             (long long)eng_numel(&shape));
+    if (t->layout != ENG_LAYOUT_LOGICAL && !eng_shape_equal(&shape, &t->shape))
+        die(EXIT_RUNTIME, "reshape: a tensor in the backend's native layout keeps its shape");
     eng_tensor v = *t;
     v.shape = shape;
     return v;
@@ -141,6 +156,7 @@ void eng_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst)
 void eng_relu_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
 {
     expect_same("relu", "output", y, x);
+    LOGICAL("relu", x, y);
     be->ops->relu_forward(be, x, y);
 }
 
@@ -148,6 +164,7 @@ void eng_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *d
 {
     expect_same("relu backward", "dy", dy, y);
     expect_same("relu backward", "dx", dx, y);
+    LOGICAL("relu backward", y, dy, dx);
     if (dx)
         be->ops->relu_backward(be, y, dy, dx);
 }
@@ -170,6 +187,7 @@ void eng_linear_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *
                        const eng_tensor *y)
 {
     check_linear("linear", x, w, b, y);
+    LOGICAL("linear", x, w, b, y);
     be->ops->linear_forward(be, x, w, b, y);
 }
 
@@ -179,6 +197,7 @@ void eng_linear_backward(eng_backend *be, const eng_tensor *x, const eng_tensor 
     check_linear("linear backward", x, w, db, dy);
     expect_same("linear backward", "dx", dx, x);
     expect_same("linear backward", "dw", dw, w);
+    LOGICAL("linear backward", x, w, dy, dx, dw, db);
     be->ops->linear_backward(be, x, w, dy, dx, dw, db);
 }
 
@@ -186,6 +205,7 @@ static void add_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *
 {
     expect_same("add", "second input", b, a);
     expect_same("add", "output", y, a);
+    LOGICAL("add", a, b, y);
     be->ops->add_forward(be, a, b, relu, y);
 }
 
@@ -195,6 +215,7 @@ static void add_backward(eng_backend *be, const eng_tensor *relu_y, const eng_te
     expect_same("add backward", "y", relu_y, dy);
     expect_same("add backward", "da", da, dy);
     expect_same("add backward", "db", db, dy);
+    LOGICAL("add backward", relu_y, dy, da, db);
     be->ops->add_backward(be, relu_y, dy, da, db);
 }
 
@@ -226,6 +247,7 @@ void eng_l2norm_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *
     if (x->shape.ndim != 2)
         die(EXIT_RUNTIME, "l2norm: input must be N×F");
     expect_same("l2norm", "output", y, x);
+    LOGICAL("l2norm", x, y);
     be->ops->l2norm_forward(be, x, y);
 }
 
@@ -233,6 +255,7 @@ void eng_l2norm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor 
 {
     expect_same("l2norm backward", "dy", dy, x);
     expect_same("l2norm backward", "dx", dx, x);
+    LOGICAL("l2norm backward", x, dy, dx);
     if (dx)
         be->ops->l2norm_backward(be, x, dy, dx);
 }
@@ -247,6 +270,7 @@ void eng_dropout_forward(eng_backend *be, float p, uint64_t step, const eng_tens
 {
     check_p(p);
     expect_same("dropout", "output", y, x);
+    LOGICAL("dropout", x, y);
     be->ops->dropout_forward(be, p, step, x, y);
 }
 
@@ -254,6 +278,7 @@ void eng_dropout_backward(eng_backend *be, float p, uint64_t step, const eng_ten
 {
     check_p(p);
     expect_same("dropout backward", "dx", dx, dy);
+    LOGICAL("dropout backward", dy, dx);
     if (dx)
         be->ops->dropout_backward(be, p, step, dy, dx);
 }
@@ -317,6 +342,7 @@ void eng_conv_forward(eng_backend *be, eng_plan *plan, const eng_tensor *x, cons
                       const eng_tensor *b, const eng_tensor *y)
 {
     NEED(be, conv_forward);
+    LOGICAL("conv", x, w, b, y);
     be->ops->conv_forward(be, plan, x, w, b, y);
 }
 
@@ -326,6 +352,7 @@ void eng_conv_backward(eng_backend *be, eng_plan *plan, const eng_tensor *x, con
     NEED(be, conv_backward);
     expect_same("conv backward", "dx", dx, x);
     expect_same("conv backward", "dw", dw, w);
+    LOGICAL("conv backward", x, w, dy, dx, dw, db);
     be->ops->conv_backward(be, plan, x, w, dy, dx, dw, db);
 }
 
@@ -350,6 +377,7 @@ void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor 
     if (!mean || !var)
         die(EXIT_RUNTIME, "conv + batch norm (eval): the running statistics are required");
     expect_same("conv + batch norm (eval)", "residual", residual, y);
+    LOGICAL("conv + batch norm (eval)", w, gamma, beta, mean, var);
     be->ops->conv_bn_forward_eval(be, plan, x, w, eps, gamma, beta, mean, var, residual, relu, y);
 }
 
@@ -362,6 +390,7 @@ static void bn_forward_train(eng_backend *be, double momentum, double eps, const
     const eng_tensor *pc[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
     check_channels("batchnorm", x, pc, ARRAY_LEN(pc));
     expect_same("batchnorm", "output", y, x);
+    LOGICAL("batchnorm", x, y);
     be->ops->batchnorm_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean,
                                      save_invstd, relu, y);
 }
@@ -374,6 +403,7 @@ static void bn_forward_eval(eng_backend *be, double eps, const eng_tensor *x, co
     const eng_tensor *pc[] = {gamma, beta, running_mean, running_var};
     check_channels("batchnorm (eval)", x, pc, ARRAY_LEN(pc));
     expect_same("batchnorm (eval)", "output", y, x);
+    LOGICAL("batchnorm (eval)", x, y);
     be->ops->batchnorm_forward_eval(be, eps, x, gamma, beta, running_mean, running_var, relu, y);
 }
 
@@ -387,6 +417,7 @@ static void bn_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *
     expect_same("batchnorm backward", "y", relu_y, x);
     expect_same("batchnorm backward", "dy", dy, x);
     expect_same("batchnorm backward", "dx", dx, x);
+    LOGICAL("batchnorm backward", x, relu_y, dy, dx);
     be->ops->batchnorm_backward(be, x, gamma, save_mean, save_invstd, relu_y, dy, dx, dgamma, dbeta);
 }
 
@@ -450,6 +481,7 @@ void eng_batchnorm_backward_eval(eng_backend *be, double eps, const eng_tensor *
         die(EXIT_RUNTIME, "batchnorm backward (eval): the running statistics are required");
     expect_same("batchnorm backward (eval)", "dy", dy, x);
     expect_same("batchnorm backward (eval)", "dx", dx, x);
+    LOGICAL("batchnorm backward (eval)", x, dy, dx);
     be->ops->batchnorm_backward_eval(be, eps, x, gamma, running_mean, running_var, dy, dx, dgamma, dbeta);
 }
 
@@ -473,6 +505,7 @@ void eng_layernorm2d_forward(eng_backend *be, double eps, const eng_tensor *x, c
     const eng_tensor *pc[] = {gamma, beta};
     check_layernorm("layernorm", x, pc, ARRAY_LEN(pc), save_mean, save_invstd);
     expect_same("layernorm", "output", y, x);
+    LOGICAL("layernorm", x, y);
     be->ops->layernorm2d_forward(be, eps, x, gamma, beta, save_mean, save_invstd, y);
 }
 
@@ -487,6 +520,7 @@ void eng_layernorm2d_backward(eng_backend *be, const eng_tensor *x, const eng_te
         die(EXIT_RUNTIME, "layernorm backward: needs the forward's save_mean and save_invstd");
     expect_same("layernorm backward", "dy", dy, x);
     expect_same("layernorm backward", "dx", dx, x);
+    LOGICAL("layernorm backward", x, dy, dx);
     be->ops->layernorm2d_backward(be, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta);
 }
 
@@ -518,6 +552,8 @@ void eng_maxpool_forward(eng_backend *be, const eng_pool_desc *d, const eng_tens
 {
     NEED(be, maxpool_forward);
     check_pool("maxpool", d, x, y);
+    if (x->layout != y->layout)
+        die(EXIT_RUNTIME, "maxpool: the input and the output must share a layout");
     be->ops->maxpool_forward(be, d, x, y);
 }
 
@@ -527,6 +563,7 @@ void eng_maxpool_backward(eng_backend *be, const eng_pool_desc *d, const eng_ten
     NEED(be, maxpool_backward);
     check_pool("maxpool backward", d, x, dy);
     expect_same("maxpool backward", "dx", dx, x);
+    LOGICAL("maxpool backward", x, dy, dx);
     if (dx)
         be->ops->maxpool_backward(be, d, x, dy, dx);
 }
@@ -535,6 +572,7 @@ void eng_avgpool_forward(eng_backend *be, const eng_pool_desc *d, const eng_tens
 {
     NEED(be, avgpool_forward);
     check_pool("avgpool", d, x, y);
+    LOGICAL("avgpool", x, y);
     be->ops->avgpool_forward(be, d, x, y);
 }
 
@@ -542,6 +580,7 @@ void eng_avgpool_backward(eng_backend *be, const eng_pool_desc *d, const eng_ten
 {
     NEED(be, avgpool_backward);
     check_pool("avgpool backward", d, dx, dy);
+    LOGICAL("avgpool backward", dy, dx);
     be->ops->avgpool_backward(be, d, dy, dx);
 }
 
@@ -557,6 +596,8 @@ void eng_adaptive_avgpool_forward(eng_backend *be, const eng_tensor *x, const en
 {
     NEED(be, adaptive_avgpool_forward);
     check_adaptive("adaptive avgpool", x, y);
+    if (y->layout != ENG_LAYOUT_LOGICAL && x->layout == ENG_LAYOUT_LOGICAL)
+        die(EXIT_RUNTIME, "adaptive avgpool: a native output needs a native input");
     be->ops->adaptive_avgpool_forward(be, x, y);
 }
 
@@ -564,6 +605,7 @@ void eng_adaptive_avgpool_backward(eng_backend *be, const eng_tensor *dy, const 
 {
     NEED(be, adaptive_avgpool_backward);
     check_adaptive("adaptive avgpool backward", dx, dy);
+    LOGICAL("adaptive avgpool backward", dy, dx);
     be->ops->adaptive_avgpool_backward(be, dy, dx);
 }
 
@@ -571,6 +613,7 @@ void eng_adaptive_maxpool_forward(eng_backend *be, const eng_tensor *x, const en
 {
     NEED(be, adaptive_maxpool_forward);
     check_adaptive("adaptive maxpool", x, y);
+    LOGICAL("adaptive maxpool", x, y);
     be->ops->adaptive_maxpool_forward(be, x, y);
 }
 
@@ -580,6 +623,7 @@ void eng_adaptive_maxpool_backward(eng_backend *be, const eng_tensor *x, const e
     NEED(be, adaptive_maxpool_backward);
     check_adaptive("adaptive maxpool backward", x, dy);
     expect_same("adaptive maxpool backward", "dx", dx, x);
+    LOGICAL("adaptive maxpool backward", x, dy, dx);
     if (dx)
         be->ops->adaptive_maxpool_backward(be, x, dy, dx);
 }

@@ -41,11 +41,22 @@ typedef struct {
 
 typedef struct eng_backend eng_backend;
 
+/* How a tensor's elements sit in memory. LOGICAL is PyTorch's C-contiguous order, what every
+ * layer accepts. NATIVE lets the backend keep it in whatever order its kernels like best for
+ * that shape (oneDNN's channel-blocked nChw16c on the cpu; it may be the logical order), so a
+ * chain of evaluation layers runs without converting between them. Model code chooses NATIVE
+ * only for activations that go from one of the layers documented as accepting it to another:
+ * eng_conv_bn_forward_eval (x, residual, y), eng_maxpool_forward (x and y alike) and
+ * eng_adaptive_avgpool_forward (x, and y if x is). eng_zero, eng_upload, eng_download and eng_copy take
+ * either and convert; every other layer refuses a NATIVE tensor (a programming error). */
+typedef enum { ENG_LAYOUT_LOGICAL = 0, ENG_LAYOUT_NATIVE = 1 } eng_layout;
+
 /* A view of backend memory: opaque to model code. */
 typedef struct {
     eng_shape shape;
     void *base;        /* a backend allocation (eng_alloc) */
     size_t offset;     /* bytes from base, as the backend laid the view out */
+    eng_layout layout; /* zero (LOGICAL) unless model code set NATIVE */
 } eng_tensor;
 
 /* ---- backends ------------------------------------------------------------------------------- */
@@ -67,7 +78,7 @@ eng_shape eng_shape2(int64_t n, int64_t f);
 eng_shape eng_shape4(int64_t n, int64_t c, int64_t h, int64_t w);
 bool eng_shape_equal(const eng_shape *a, const eng_shape *b);
 
-/* Bytes the backend needs for a tensor of this shape (its layout and precision). */
+/* Bytes the backend needs for a tensor of this shape in either layout (and its precision). */
 size_t eng_bytes(eng_backend *be, const eng_shape *s);
 /* An allocation of `bytes`, aligned for the backend; freed with eng_free. */
 void *eng_alloc(eng_backend *be, size_t bytes);
@@ -75,7 +86,7 @@ void eng_free(eng_backend *be, void *base);
 /* A tensor that owns a fresh allocation (free it with eng_tensor_free). */
 eng_tensor eng_tensor_new(eng_backend *be, eng_shape shape);
 void eng_tensor_free(eng_backend *be, eng_tensor *t);
-/* The same memory seen with another shape of the same element count (flatten). */
+/* The same memory seen with another shape of the same element count (flatten); LOGICAL only. */
 eng_tensor eng_reshape(const eng_tensor *t, eng_shape shape);
 
 void eng_zero(eng_backend *be, const eng_tensor *t);

@@ -81,6 +81,7 @@ struct resnet {
     eng_tensor pool_out, pool_grad, avg, flat;
     eng_tensor last_x; /* the image of the last forward: conv1's weight gradient reads it */
     bool last_train;
+    unsigned exposed; /* features (bit per resnet_feature_id) the caller reads: kept logical */
 };
 
 resnet_options resnet_defaults(void)
@@ -462,10 +463,47 @@ static void block_forward(eng_backend *be, resnet *net, block *b, const eng_tens
 
 static const eng_tensor *res1(const resnet *net) { return net->opt.small_stem ? &net->stem.out : &net->pool_out; }
 
+static eng_tensor *stage_out(resnet *net, int stage) { return &net->blocks[net->layer_end[stage]].out; }
+
+static void set_unit_layout(unit *u, eng_layout l) { u->out.layout = l; }
+
+/* The activations' layouts for this forward. Training: all logical (the norms and the
+ * backward read them). Evaluation with batch norm: the trunk is conv+BN units and a max pool,
+ * which all take the backend's native layout, so every activation between them keeps it and
+ * nothing is converted from conv to conv, except the features a caller reads (exposed). The
+ * stem's output and the max pool's share one layout (the pool's rule). */
+static void set_layouts(resnet *net, bool train)
+{
+    eng_layout inner = !train && net->opt.norm == RESNET_NORM_BATCH ? ENG_LAYOUT_NATIVE : ENG_LAYOUT_LOGICAL;
+    set_unit_layout(&net->stem, inner);
+    net->pool_out.layout = inner;
+    for (int i = 0; i < net->nblocks; i++) {
+        block *b = &net->blocks[i];
+        for (int j = 0; j < b->nu; j++)
+            set_unit_layout(&b->u[j], inner);
+        if (b->has_down)
+            set_unit_layout(&b->down, inner);
+        b->out.layout = inner;
+    }
+    if (net->exposed & (1u << RESNET_CONV1 | 1u << RESNET_RES1))
+        net->stem.out.layout = net->pool_out.layout = ENG_LAYOUT_LOGICAL;
+    for (int f = RESNET_RES2; f <= RESNET_RES5; f++)
+        if (net->exposed & 1u << f)
+            stage_out(net, f - RESNET_RES2)->layout = ENG_LAYOUT_LOGICAL;
+}
+
+void resnet_expose(resnet *net, resnet_feature_id f)
+{
+    if ((int)f < 0 || f >= RESNET_NFEATURES)
+        die(EXIT_RUNTIME, "resnet: no feature number %d", (int)f);
+    net->exposed |= 1u << f;
+}
+
 const eng_tensor *resnet_forward(eng_backend *be, resnet *net, const eng_tensor *x, bool train)
 {
     if (!net->planned || !eng_shape_equal(&x->shape, &net->in_shape))
         die(EXIT_RUNTIME, "resnet: forward on a shape that resnet_plan did not plan");
+    set_layouts(net, train);
     unit_forward(be, net, &net->stem, x, train);
     if (!net->opt.small_stem)
         eng_maxpool_forward(be, &net->pool, &net->stem.out, &net->pool_out);

@@ -110,8 +110,14 @@ void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input);
  * (momentum 0.1, eps 1e-5); else the running statistics. Returns the N × C flatten feature
  * (valid until the next forward). */
 const eng_tensor *resnet_forward(eng_backend *be, resnet *net, const eng_tensor *x, bool train);
-/* An intermediate output of the last forward, by VISSL feature name. */
+/* An intermediate output of the last forward, by VISSL feature name. After an evaluation
+ * forward it may be in the backend's native layout (nn.h: eng_download reads it, most layers
+ * do not) unless it was exposed. */
 const eng_tensor *resnet_feature(const resnet *net, resnet_feature_id f);
+/* The caller will read feature f with any layer: every forward leaves it in the logical
+ * layout. (Evaluation keeps unexposed intermediate activations in the backend's native
+ * layout, so a trunk runs without converting between its convolutions.) */
+void resnet_expose(resnet *net, resnet_feature_id f);
 /* Map "conv1", "res1", ..., "res5avg", "flatten" to the enum; -1 when unknown. */
 int resnet_feature_by_name(const char *name);
 

@@ -30,6 +30,8 @@
  * evaluation does not use), the residual enters through a sum post-op and the ReLU through
  * an eltwise post-op, so no pass over the activation is left besides the convolution's own.
  * That primitive is made on the first such call (only then are its post-ops known) and kept.
+ * Its activations are read and written in place when the caller's tensors are channel-blocked
+ * (NATIVE, cpu_blocking): an evaluation trunk then runs conv to conv with no conversion at all.
  */
 #include "cpu.h"
 
@@ -69,11 +71,16 @@ typedef struct {
 /* The evaluation primitive (conv + folded batch norm + post-ops) and its ports; `residual`
  * reorders the residual into the blocked output before the sum post-op adds onto it. */
 typedef struct {
+    bool with_residual, relu;
+    int x_block, y_block, residual_block; /* the callers' layouts (cpu_blocking) */
+} fused_key;
+
+typedef struct {
     dnnl_primitive_t prim;
     port src, wei, dst, residual;
     dnnl_memory_t bias;
     void *buf[NBUF]; /* its own blocked buffers, where training's are missing or too small */
-    bool with_residual, relu;
+    fused_key key;   /* what it was made for: another call pattern remakes it */
 } fused_eval;
 
 typedef struct {
@@ -574,31 +581,48 @@ static dnnl_memory_desc_t inner_md(const port *pt)
     return *md;
 }
 
-static fused_eval *make_fused(conv_plan *p, bool residual, bool relu)
+static bool same_key(const fused_key *a, const fused_key *b)
+{
+    return a->with_residual == b->with_residual && a->relu == b->relu && a->x_block == b->x_block &&
+           a->y_block == b->y_block && a->residual_block == b->residual_block;
+}
+
+/* An activation descriptor like `plain` (nchw) in the caller's layout: nchw or nChwBc. */
+static dnnl_memory_desc_t caller_md(const dnnl_memory_desc_t *plain, int block)
+{
+    if (!block)
+        return *plain;
+    return tag_md(4, plain->dims, block == 16 ? dnnl_nChw16c : dnnl_nChw8c);
+}
+
+static fused_eval *make_fused(conv_plan *p, fused_key key)
 {
     const conv_geom *g = &p->geom;
     fused_eval *f = xcalloc(1, sizeof *f);
-    f->with_residual = residual;
-    f->relu = relu;
-    /* Activations in the training forward's layout: left to itself, oneDNN picks nhwc for
-     * inference, and the transposes from and to our nchw cost more than its faster kernels
-     * gain (measured: the reorders took longer than the convolutions). */
-    dnnl_memory_desc_t src = inner_md(&p->port[P_FWD_SRC]), dst = inner_md(&p->port[P_FWD_DST]);
+    f->key = key;
+    /* Activations in the caller's blocked layout when it has one; else in the training
+     * forward's: left to itself, oneDNN picks nhwc for inference, and the transposes from and
+     * to our nchw cost more than its faster kernels gain (measured: the reorders took longer
+     * than the convolutions). */
+    dnnl_memory_desc_t x_md = caller_md(&g->src, key.x_block), y_md = caller_md(&g->dst, key.y_block),
+                       r_md = caller_md(&g->dst, key.residual_block);
+    dnnl_memory_desc_t src = key.x_block ? x_md : inner_md(&p->port[P_FWD_SRC]),
+                       dst = key.y_block ? y_md : inner_md(&p->port[P_FWD_DST]);
     dnnl_convolution_desc_t cd;
     check(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src,
                                                      &g->any_wei, &g->bias, &dst, g->strides, g->dilates,
                                                      g->pad_l, g->pad_r),
           "convolution (eval) descriptor");
-    dnnl_primitive_attr_t attr = fused_attr(residual, relu);
+    dnnl_primitive_attr_t attr = fused_attr(key.with_residual, key.relu);
     dnnl_primitive_desc_t pd;
     check(dnnl_primitive_desc_create(&pd, &cd, attr, p->engine, NULL), "convolution (eval)");
     dnnl_primitive_attr_destroy(attr);
     size_t scratch = scratch_bytes(pd);
-    scratch = max_size(scratch, fused_port(p, f, &f->src, BUF_X, &g->src, &src, true));
+    scratch = max_size(scratch, fused_port(p, f, &f->src, BUF_X, &x_md, &src, true));
     scratch = max_size(scratch, fused_port(p, f, &f->wei, BUF_W, &g->wei,
                                            dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), true));
-    scratch = max_size(scratch, fused_port(p, f, &f->dst, BUF_Y, &g->dst, &dst, false));
-    scratch = max_size(scratch, fused_port(p, f, &f->residual, BUF_Y, &g->dst, &dst, true));
+    scratch = max_size(scratch, fused_port(p, f, &f->dst, BUF_Y, &y_md, &dst, false));
+    scratch = max_size(scratch, fused_port(p, f, &f->residual, BUF_Y, &r_md, &dst, true));
     /* The folded weights and bias live in the gradient temporaries (unused in evaluation). */
     check(dnnl_memory_set_data_handle(f->wei.user, p->tmp_dw), "weights handle");
     f->bias = make_mem(&g->bias, p->engine, p->tmp_db);
@@ -630,6 +654,21 @@ static void fold_batchnorm(conv_plan *p, T *w, double eps, T *gamma, T *beta, T 
     }
 }
 
+/* The sum post-op adds onto what the primitive's output holds: put the residual there, in the
+ * output's layout (y itself, or the blocked buffer that is then converted into y). */
+static void place_residual(conv_plan *p, fused_eval *f, T *residual)
+{
+    void *out;
+    check(dnnl_memory_get_data_handle(f->dst.inner, &out), "memory handle");
+    check(dnnl_memory_set_data_handle(f->residual.user, cpu_ptr(residual)), "memory handle");
+    if (f->residual.reorder) {
+        check(dnnl_memory_set_data_handle(f->residual.inner, out), "memory handle");
+        reorder_port(p, &f->residual, true);
+    } else if (cpu_ptr(residual) != out) {
+        memcpy(out, cpu_ptr(residual), (size_t)eng_numel(&residual->shape) * sizeof(float));
+    }
+}
+
 void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, T *x, T *w, double eps, T *gamma, T *beta, T *mean,
                               T *var, T *residual, bool relu, T *y)
 {
@@ -638,25 +677,22 @@ void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, T *x, T *w, doubl
     if (p->bias)
         die(EXIT_RUNTIME, "conv + batch norm (eval): the plan was made with a bias");
     bool with_residual = residual != NULL;
-    if (p->fused && (p->fused->with_residual != with_residual || p->fused->relu != relu)) {
+    fused_key key = {.with_residual = with_residual, .relu = relu, .x_block = cpu_blocking(x),
+                     .y_block = cpu_blocking(y), .residual_block = residual ? cpu_blocking(residual) : 0};
+    if (p->fused && !same_key(&p->fused->key, &key)) {
         fused_destroy(p->fused);
         p->fused = NULL;
     }
     if (!p->fused)
-        p->fused = make_fused(p, with_residual, relu);
+        p->fused = make_fused(p, key);
     fused_eval *f = p->fused;
     fold_batchnorm(p, w, eps, gamma, beta, mean, var);
     reorder_port(p, &f->wei, true);
     check(dnnl_memory_set_data_handle(f->src.user, cpu_ptr(x)), "memory handle");
     reorder_port(p, &f->src, true);
     check(dnnl_memory_set_data_handle(f->dst.user, cpu_ptr(y)), "memory handle");
-    if (with_residual) { /* the sum post-op adds onto what the output holds */
-        check(dnnl_memory_set_data_handle(f->residual.user, cpu_ptr(residual)), "memory handle");
-        if (f->residual.reorder)
-            reorder_port(p, &f->residual, true);
-        else if (cpu_ptr(residual) != cpu_ptr(y))
-            memcpy(cpu_ptr(y), cpu_ptr(residual), (size_t)eng_numel(&y->shape) * sizeof(float));
-    }
+    if (with_residual)
+        place_residual(p, f, residual);
     dnnl_exec_arg_t args[] = {
         {DNNL_ARG_SRC, f->src.inner},         {DNNL_ARG_WEIGHTS, f->wei.inner},
         {DNNL_ARG_BIAS, f->bias},             {DNNL_ARG_DST, f->dst.inner},

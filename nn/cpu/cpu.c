@@ -2,15 +2,19 @@
  * cpu.c — the `cpu` backend: memory, threads, and the table of operations (backend.h).
  *
  * Tensors are fp32 in PyTorch's logical layout (C-contiguous NCHW / N×F), so upload and
- * download are copies. Matrix products go to oneDNN's sgemm; the elementwise layers are
+ * download are copies; a NATIVE tensor may instead be channel-blocked (cpu_blocking), and then
+ * upload, download and copy convert between the two orders. Matrix products go to oneDNN's sgemm; the elementwise layers are
  * plain loops the compiler vectorises. oneDNN runs on OpenMP here (Debian's build), so the
  * thread count is OpenMP's; results are deterministic for a fixed count.
  */
 #include "cpu.h"
 
+#include "log.h"
 #include "util.h"
 
+#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,6 +30,61 @@ cpu_ncs cpu_ncs_of(const eng_tensor *x)
 }
 
 double cpu_at_or(const eng_tensor *t, int64_t c, double fallback) { return t ? cpu_ptr(t)[c] : fallback; }
+
+/* ---- native layout: nChwBc --------------------------------------------------------------------- */
+
+/* A property of the machine, read once: the block of oneDNN's direct convolution kernels. */
+static int machine_block;
+static int forced_block;
+static pthread_once_t block_once = PTHREAD_ONCE_INIT;
+
+static void read_machine_block(void)
+{
+    machine_block = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core ? 16 : 8;
+}
+
+void cpu_force_block(int b) { forced_block = b; }
+
+int cpu_blocking(const eng_tensor *t)
+{
+    if (t->layout != ENG_LAYOUT_NATIVE || t->shape.ndim != 4)
+        return 0;
+    pthread_once(&block_once, read_machine_block);
+    int b = forced_block ? forced_block : machine_block;
+    return t->shape.dim[1] % b == 0 ? b : 0;
+}
+
+/* One 4-D tensor's element (n, c, s) (s = h·W + w) at logical[(n·C + c)·S + s] and at
+ * blocked[((n·C/B + c/B)·S + s)·B + c%B]; each (n, channel block) is one thread's. */
+static void reorder_blocked(const float *from, float *to, const eng_shape *sh, int b, bool to_blocked)
+{
+    int64_t blocks = sh->dim[0] * (sh->dim[1] / b), hw = sh->dim[2] * sh->dim[3];
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < blocks; k++) {
+        const float *src = from + k * hw * b;
+        float *dst = to + k * hw * b;
+        for (int64_t s = 0; s < hw; s++)
+            for (int l = 0; l < b; l++) {
+                if (to_blocked)
+                    dst[s * b + l] = src[l * hw + s];
+                else
+                    dst[l * hw + s] = src[s * b + l];
+            }
+    }
+}
+
+/* Copies a tensor of shape sh from src to dst, converting between their orders where they differ. */
+static void transfer(const float *src, int src_block, float *dst, int dst_block, const eng_shape *sh)
+{
+    if (src_block == dst_block)
+        memmove(dst, src, (size_t)eng_numel(sh) * sizeof(float));
+    else if (src_block == 0)
+        reorder_blocked(src, dst, sh, dst_block, true);
+    else if (dst_block == 0)
+        reorder_blocked(src, dst, sh, src_block, false);
+    else
+        die(EXIT_RUNTIME, "cpu: a copy between two channel blockings (%d and %d)", src_block, dst_block);
+}
 
 static int cpu_open(eng_backend *be, const eng_backend_options *opt, char **err)
 {
@@ -62,19 +121,26 @@ static void cpu_zero(eng_backend *be, const eng_tensor *t)
     memset(cpu_ptr(t), 0, cpu_bytes(be, &t->shape));
 }
 
+/* Element counts agree (nn.c); a blocked side has the other's shape or it would not convert. */
 static void cpu_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst)
 {
-    memmove(cpu_ptr(dst), cpu_ptr(src), cpu_bytes(be, &src->shape));
+    (void)be;
+    int sb = cpu_blocking(src), db = cpu_blocking(dst);
+    if (sb != db && !eng_shape_equal(&src->shape, &dst->shape))
+        die(EXIT_RUNTIME, "cpu: a copy that changes layout must keep the shape");
+    transfer(cpu_ptr(src), sb, cpu_ptr(dst), db, &dst->shape);
 }
 
 static void cpu_upload(eng_backend *be, const eng_tensor *dst, const float *src)
 {
-    memcpy(cpu_ptr(dst), src, cpu_bytes(be, &dst->shape));
+    (void)be;
+    transfer(src, 0, cpu_ptr(dst), cpu_blocking(dst), &dst->shape);
 }
 
 static void cpu_download(eng_backend *be, const eng_tensor *src, float *dst)
 {
-    memcpy(dst, cpu_ptr(src), cpu_bytes(be, &src->shape));
+    (void)be;
+    transfer(cpu_ptr(src), cpu_blocking(src), dst, 0, &src->shape);
 }
 
 const eng_ops eng_cpu_ops = {

@@ -1,6 +1,8 @@
 /*
  * cpu.h — the cpu backend's layers, one file each (relu.c, linear.c, ...), gathered into
- * eng_cpu_ops by cpu.c. Tensors are fp32, C-contiguous, in PyTorch's logical layout.
+ * eng_cpu_ops by cpu.c. Tensors are fp32, C-contiguous, in PyTorch's logical layout, except a
+ * NATIVE 4-D one whose channels split into whole blocks: that one is oneDNN's nChwBc (see
+ * cpu_blocking), which its convolutions read and write without converting.
  */
 #ifndef SELFSUP_NN_CPU_H
 #define SELFSUP_NN_CPU_H
@@ -9,6 +11,13 @@
 
 /* The first element of a tensor (its allocation plus its offset). */
 float *cpu_ptr(const eng_tensor *t);
+
+/* How t's elements sit: 0 for the logical order, or B for nChwBc — N, C/B channel blocks, H, W,
+ * then B channels innermost. That is a NATIVE 4-D tensor's order when B divides C; B is the
+ * block oneDNN's direct convolutions use on this CPU (16 with AVX-512, else 8). */
+int cpu_blocking(const eng_tensor *t);
+/* Test hook: use block b (8 or 16) from now on; 0 goes back to the CPU's own choice. */
+void cpu_force_block(int b);
 
 /* An N×C×H×W (or N×C) tensor as the norms walk it: N samples of C channel planes of S = H·W
  * values (S = 1 for 2-D); element (n, c, s) lives at (n·C + c)·S + s. */

@@ -9,14 +9,23 @@
  * adaptive pools. Max pool keeps no indices: the backward finds each window's argmax again
  * from x with the same scan, so the gradient goes where PyTorch sends it. The planes are
  * spread over the OpenMP threads.
+ *
+ * The forward max pool and the adaptive average pool also read a channel-blocked (nChwBc)
+ * input, as an evaluation trunk leaves it (cpu_blocking): a "plane" is then B channels
+ * interleaved, element (h, w) of lane l at (h·W + w)·B + l, and each lane goes through exactly
+ * the scan and the sum of the plain kernel, so both layouts give the same bits.
  */
 #include "cpu.h"
 
 #include <math.h>
 
-/* N·C planes of ih × iw in, oh × ow out. */
+/* N·C/lanes planes of ih × iw in, oh × ow out, `lanes` channels interleaved in each input
+ * plane (1 for the logical layout). The output's lane l at position i is out[i·ystep +
+ * l·ylane]: interleaved too, or (a logical output of a blocked input) lane after lane. */
 typedef struct {
     int64_t planes, ih, iw, oh, ow;
+    int lanes;
+    int64_t ystep, ylane;
 } geometry;
 
 /* One output element's input rows [h0, h1) and columns [w0, w1), already clipped to the
@@ -28,11 +37,17 @@ typedef struct {
 
 static geometry geometry_of(T *x, T *y)
 {
-    return (geometry){.planes = x->shape.dim[0] * x->shape.dim[1],
+    int lanes = cpu_blocking(x) ? cpu_blocking(x) : 1;
+    bool y_blocked = cpu_blocking(y) != 0;
+    int64_t positions = y->shape.dim[2] * y->shape.dim[3];
+    return (geometry){.planes = x->shape.dim[0] * x->shape.dim[1] / lanes,
                       .ih = x->shape.dim[2],
                       .iw = x->shape.dim[3],
                       .oh = y->shape.dim[2],
-                      .ow = y->shape.dim[3]};
+                      .ow = y->shape.dim[3],
+                      .lanes = lanes,
+                      .ystep = y_blocked ? lanes : 1,
+                      .ylane = y_blocked ? 1 : positions};
 }
 
 /* PyTorch's AvgPool2d: the window may run into the right padding but never past it, and with
@@ -90,16 +105,33 @@ static int64_t window_argmax(const float *plane, int64_t iw, const window *w)
     return best;
 }
 
+/* The window's maximum in each of `lanes` interleaved channels (window_argmax's rule), lane
+ * l into out[l·ylane]. */
+static void window_max_lanes(const float *plane, int64_t iw, int lanes, const window *w, float *out, int64_t ylane)
+{
+    float top[16]; /* lanes ≤ 16: cpu_blocking's blocks are 8 or 16 */
+    for (int l = 0; l < lanes; l++)
+        top[l] = -INFINITY;
+    for (int64_t h = w->h0; h < w->h1; h++)
+        for (int64_t c = w->w0; c < w->w1; c++) {
+            const float *v = plane + (h * iw + c) * lanes;
+            for (int l = 0; l < lanes; l++)
+                top[l] = v[l] > top[l] || isnan(v[l]) ? v[l] : top[l];
+        }
+    for (int l = 0; l < lanes; l++)
+        out[l * ylane] = top[l];
+}
+
 /* Each kernel works on one plane (one sample's channel); the layers spread the planes over
  * the OpenMP threads, each plane one thread's, so the result does not depend on their number. */
 
 static void max_forward_plane(const eng_pool_desc *d, const geometry *g, const float *in, float *out)
 {
     for (int64_t oh = 0; oh < g->oh; oh++)
-        for (int64_t ow = 0; ow < g->ow; ow++) {
+        for (int64_t ow = 0; ow < g->ow; ow++, out += g->ystep) {
             window w = window_at(d, g, oh, ow);
             /* an empty window cannot arise from nn.c's shape rule; PyTorch would give -inf */
-            *out++ = w.h0 < w.h1 && w.w0 < w.w1 ? in[window_argmax(in, g->iw, &w)] : -INFINITY;
+            window_max_lanes(in, g->iw, g->lanes, &w, out, g->ylane);
         }
 }
 
@@ -117,13 +149,15 @@ static void max_backward_plane(const eng_pool_desc *d, const geometry *g, const 
 static void avg_forward_plane(const eng_pool_desc *d, const geometry *g, const float *in, float *out)
 {
     for (int64_t oh = 0; oh < g->oh; oh++)
-        for (int64_t ow = 0; ow < g->ow; ow++) {
+        for (int64_t ow = 0; ow < g->ow; ow++, out += g->ystep) {
             window w = window_at(d, g, oh, ow);
-            double sum = 0.0; /* double: a large adaptive window sums many terms */
-            for (int64_t h = w.h0; h < w.h1; h++)
-                for (int64_t c = w.w0; c < w.w1; c++)
-                    sum += in[h * g->iw + c];
-            *out++ = w.divisor > 0 ? (float)(sum / (double)w.divisor) : 0.0f;
+            for (int l = 0; l < g->lanes; l++) {
+                double sum = 0.0; /* double: a large adaptive window sums many terms */
+                for (int64_t h = w.h0; h < w.h1; h++)
+                    for (int64_t c = w.w0; c < w.w1; c++)
+                        sum += in[(h * g->iw + c) * g->lanes + l];
+                out[l * g->ylane] = w.divisor > 0 ? (float)(sum / (double)w.divisor) : 0.0f;
+            }
         }
 }
 
@@ -148,7 +182,7 @@ static void max_forward(const eng_pool_desc *d, T *x, T *y)
     float *out = cpu_ptr(y);
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < g.planes; p++)
-        max_forward_plane(d, &g, in + p * g.ih * g.iw, out + p * g.oh * g.ow);
+        max_forward_plane(d, &g, in + p * g.ih * g.iw * g.lanes, out + p * g.oh * g.ow * g.lanes);
 }
 
 static void max_backward(const eng_pool_desc *d, T *x, T *dy, T *dx)
@@ -168,7 +202,7 @@ static void avg_forward(const eng_pool_desc *d, T *x, T *y)
     float *out = cpu_ptr(y);
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < g.planes; p++)
-        avg_forward_plane(d, &g, in + p * g.ih * g.iw, out + p * g.oh * g.ow);
+        avg_forward_plane(d, &g, in + p * g.ih * g.iw * g.lanes, out + p * g.oh * g.ow * g.lanes);
 }
 
 static void avg_backward(const eng_pool_desc *d, T *dy, T *dx)

@@ -53,25 +53,11 @@ static void report(const char *what, double e, double tol)
 
 /* ---- building from a config ------------------------------------------------------------- */
 
-/* Compose defaults.yaml ← `yaml` (may be NULL) ← a config file (may be NULL). */
-static bool compose(cfg_t *cfg, cfg_err *err, const char *yaml, const char *file_rel)
-{
-    char *file = yaml ? test_write_temp("model.yaml", yaml) : test_path(file_rel);
-    char *dir = test_path("configs");
-    cfg_options opt = {.configs_dir = dir, .check_paths = false};
-    bool ok = cfg_compose(cfg, &opt, file, 0, NULL, err);
-    if (yaml)
-        remove(file);
-    free(file);
-    free(dir);
-    return ok;
-}
-
 static model_options options_from(const char *yaml, const char *file_rel)
 {
     cfg_t cfg = {0};
     cfg_err err;
-    cr_assert(compose(&cfg, &err, yaml, file_rel), "config: %s", err.msg);
+    cr_assert(test_compose(&cfg, &err, yaml, file_rel), "config: %s", err.msg);
     model_options o;
     cr_assert(model_options_from_config(cfg_path(cfg.root, "config.MODEL"), &o, &err), "model: %s", err.msg);
     cfg_destroy(&cfg);
@@ -84,7 +70,7 @@ static char *refusal(const char *yaml)
     cfg_t cfg = {0};
     cfg_err err;
     model_options o;
-    if (compose(&cfg, &err, yaml, NULL) && model_options_from_config(cfg_path(cfg.root, "config.MODEL"), &o, &err)) {
+    if (test_compose(&cfg, &err, yaml, NULL) && model_options_from_config(cfg_path(cfg.root, "config.MODEL"), &o, &err)) {
         cfg_destroy(&cfg);
         return NULL;
     }

@@ -9,7 +9,14 @@
  * largest value. Gradients accumulate (nn.h), so every gradient starts non-zero here.
  * ReLU lets NaN through, as PyTorch does (the trainer's NaN check depends on it), and batch
  * norm gives the same bits on 1 thread as on 2.
+ *
+ * The native layout (nn.h) the evaluation chain runs in: on the cpu, oneDNN's nChwBc, checked
+ * element by element against its index formula, for both blocks the backend may pick (8 and
+ * 16, forced through cpu_force_block whatever this CPU is); the eval convolution and the pools
+ * that take it must give what the logical path gives, and every other layer must refuse it.
  */
+#include "cpu/cpu.h"
+#include "log.h"
 #include "nn.h"
 #include "util.h"
 
@@ -323,4 +330,147 @@ Test(nn_fused, batchnorm_does_not_depend_on_the_thread_count)
         cr_expect(memcmp(one[i], two[i], n[i] * sizeof(float)) == 0, "output %d differs", i);
         free(one[i]), free(two[i]);
     }
+}
+
+/* ---- native layout ----------------------------------------------------------------------------- */
+
+static eng_tensor native(eng_tensor t)
+{
+    t.layout = ENG_LAYOUT_NATIVE;
+    return t;
+}
+
+/* A native tensor's memory is nChwBc; upload, download and copy convert both ways. */
+static void blocked_layout_case(int block)
+{
+    cpu_force_block(block);
+    eng_backend *be = nnt_open_cpu();
+    const int64_t n = 2, c = 32, h = 3, w = 5, hw = h * w, count = n * c * hw;
+    eng_shape s = eng_shape4(n, c, h, w);
+    float *logical = malloc((size_t)count * sizeof *logical), *back = malloc((size_t)count * sizeof *back);
+    for (int64_t i = 0; i < count; i++)
+        logical[i] = (float)i;
+    eng_tensor t = native(eng_tensor_new(be, s)), plain = eng_tensor_new(be, s), again = native(eng_tensor_new(be, s));
+    eng_upload(be, &t, logical);
+    const float *raw = (const float *)t.base;
+    int wrong = 0;
+    for (int64_t in = 0; in < n; in++)
+        for (int64_t ic = 0; ic < c; ic++)
+            for (int64_t is = 0; is < hw; is++)
+                wrong += raw[((in * (c / block) + ic / block) * hw + is) * block + ic % block] !=
+                         logical[(in * c + ic) * hw + is];
+    cr_expect_eq(wrong, 0, "block %d: %d elements out of place", block, wrong);
+    eng_download(be, &t, back);
+    cr_expect(memcmp(back, logical, (size_t)count * sizeof *back) == 0, "download");
+    eng_copy(be, &t, &plain); /* native → logical is a plain copy of the values */
+    cr_expect(memcmp(plain.base, logical, (size_t)count * sizeof *back) == 0, "copy out");
+    eng_copy(be, &plain, &again);
+    cr_expect(memcmp(again.base, t.base, (size_t)count * sizeof *back) == 0, "copy in");
+    /* 12 channels do not split into blocks of 8 or 16: a native tensor stays logical */
+    eng_tensor odd = native(eng_tensor_new(be, eng_shape4(1, 12, 2, 2)));
+    eng_upload(be, &odd, logical);
+    cr_expect(memcmp(odd.base, logical, 48 * sizeof(float)) == 0, "12 channels");
+    eng_tensor all[] = {t, plain, again, odd};
+    free_all(be, all, ARRAY_LEN(all));
+    free(logical), free(back);
+    eng_backend_close(be);
+}
+
+Test(nn_layout, native_is_nchw16c_by_index) { blocked_layout_case(16); }
+Test(nn_layout, native_is_nchw8c_by_index) { blocked_layout_case(8); }
+
+/* Every mix of native and logical x, residual and y gives the separate layers' result. */
+static void conv_native_case(int block)
+{
+    cpu_force_block(block);
+    eng_backend *be = nnt_open_cpu();
+    for (size_t i = 0; i < ARRAY_LEN(CONV_CASES); i++) {
+        const conv_case *k = &CONV_CASES[i];
+        eng_shape xs = eng_shape4(k->n, k->c, k->h, k->w);
+        eng_shape ws = eng_shape4(k->o, k->c / (k->d.groups ? k->d.groups : 1), k->k, k->k);
+        eng_shape ys = eng_conv_output_shape(&xs, &ws, &k->d);
+        eng_plan *plan = eng_conv_plan(be, &k->d, &xs, &ws, false);
+        eng_tensor x = normal(be, xs, 30, 0.0f), w = normal(be, ws, 31, 0.0f), r = normal(be, ys, 32, 0.0f),
+                   want = eng_tensor_new(be, ys), xn = native(eng_tensor_new(be, xs)),
+                   rn = native(eng_tensor_new(be, ys)), yn = native(eng_tensor_new(be, ys)),
+                   got = eng_tensor_new(be, ys);
+        eng_copy(be, &x, &xn);
+        eng_copy(be, &r, &rn);
+        bn_params p = bn_new(be, k->o, 40);
+        reference(be, plan, &x, &w, &p, &r, true, &want);
+        for (int mix = 1; mix < 8; mix++) {
+            const eng_tensor *xa = mix & 1 ? &xn : &x, *ra = mix & 2 ? &rn : &r, *ya = mix & 4 ? &yn : &got;
+            eng_conv_bn_forward_eval(be, plan, xa, &w, 1e-5, &p.gamma, &p.beta, &p.rmean, &p.rvar, ra, true, ya);
+            double e = rel_diff(be, ya, &want);
+            cr_expect_leq(e, 1e-5, "block %d, %s, x %s, residual %s, y %s: relative error %g", block, k->name,
+                          mix & 1 ? "native" : "logical", mix & 2 ? "native" : "logical",
+                          mix & 4 ? "native" : "logical", e);
+        }
+        eng_tensor all[] = {x, w, r, want, xn, rn, yn, got};
+        free_all(be, all, ARRAY_LEN(all));
+        bn_free(be, &p);
+        eng_plan_free(be, plan);
+    }
+    eng_backend_close(be);
+}
+
+Test(nn_layout, conv_bn_eval_reads_and_writes_native_16) { conv_native_case(16); }
+Test(nn_layout, conv_bn_eval_reads_and_writes_native_8) { conv_native_case(8); }
+
+/* Max pool (with a NaN, which must win its windows) and adaptive average pool read a native
+ * input to the same bits as a logical one. */
+static void pool_native_case(int block)
+{
+    cpu_force_block(block);
+    eng_backend *be = nnt_open_cpu();
+    eng_shape xs = eng_shape4(2, 32, 9, 7);
+    float *h;
+    eng_tensor x = nnt_host_tensor(be, xs, 90, &h);
+    h[5 * 63 + 10] = NAN;
+    eng_upload(be, &x, h);
+    eng_tensor xn = native(eng_tensor_new(be, xs));
+    eng_copy(be, &x, &xn);
+    eng_pool_desc d = {.kernel = {3, 3}, .stride = {2, 2}, .pad = {1, 1}};
+    eng_shape ps = eng_pool_output_shape(&xs, &d);
+    eng_tensor y = eng_tensor_new(be, ps), yn = native(eng_tensor_new(be, ps));
+    eng_maxpool_forward(be, &d, &x, &y);
+    eng_maxpool_forward(be, &d, &xn, &yn);
+    float *a = nnt_download(be, &y), *b = nnt_download(be, &yn);
+    cr_expect(memcmp(a, b, (size_t)eng_numel(&ps) * sizeof *a) == 0, "block %d: max pool", block);
+    free(a), free(b);
+    eng_shape one = eng_shape4(2, 32, 1, 1), some = eng_shape4(2, 32, 2, 3);
+    eng_tensor g1 = eng_tensor_new(be, one), g1n = eng_tensor_new(be, one), g2 = eng_tensor_new(be, some),
+               g2n = native(eng_tensor_new(be, some)), g2l = eng_tensor_new(be, some);
+    eng_adaptive_avgpool_forward(be, &x, &g1);
+    eng_adaptive_avgpool_forward(be, &xn, &g1n);
+    eng_adaptive_avgpool_forward(be, &x, &g2);
+    eng_adaptive_avgpool_forward(be, &xn, &g2n); /* native in, native out */
+    eng_adaptive_avgpool_forward(be, &xn, &g2l); /* native in, logical out */
+    cr_expect(same_bits(be, &g1, &g1n) && same_bits(be, &g2, &g2n) && same_bits(be, &g2, &g2l),
+              "block %d: adaptive average pool", block);
+    eng_tensor all[] = {x, xn, y, yn, g1, g1n, g2, g2n, g2l};
+    free_all(be, all, ARRAY_LEN(all));
+    free(h);
+    eng_backend_close(be);
+}
+
+Test(nn_layout, pools_read_native_16) { pool_native_case(16); }
+Test(nn_layout, pools_read_native_8) { pool_native_case(8); }
+
+/* A layer that only knows the logical layout refuses a native tensor (it would read it in
+ * the wrong order): a clear abort, not wrong numbers. */
+Test(nn_layout, relu_refuses_a_native_tensor, .exit_code = EXIT_RUNTIME)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_tensor x = native(eng_tensor_new(be, eng_shape4(1, 16, 2, 2)));
+    eng_zero(be, &x);
+    eng_relu_forward(be, &x, &x);
+}
+
+Test(nn_layout, adaptive_pool_from_logical_to_native_is_refused, .exit_code = EXIT_RUNTIME)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_tensor x = eng_tensor_new(be, eng_shape4(1, 16, 4, 4)), y = native(eng_tensor_new(be, eng_shape4(1, 16, 2, 2)));
+    eng_zero(be, &x);
+    eng_adaptive_avgpool_forward(be, &x, &y);
 }

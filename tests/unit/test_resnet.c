@@ -257,6 +257,32 @@ Test(resnet, r18_224_eval_train_and_running_stats_match_torchvision)
     eng_backend_close(be);
 }
 
+/* Evaluation keeps the activations between convolutions in the backend's native layout; what
+ * a caller exposes stays logical, and either way the values are torchvision's. */
+Test(resnet, eval_features_are_native_unless_exposed)
+{
+    eng_backend *be = nnt_open_cpu();
+    resnet *net = make(be, 18, true);
+    eng_tensor x = make_input(be, 64, 0);
+    resnet_plan(be, net, &x.shape);
+    check_forward(be, net, &x, false, "r18s_64"); /* res4 downloaded from the native layout */
+    cr_expect_eq(resnet_feature(net, RESNET_RES3)->layout, ENG_LAYOUT_NATIVE);
+    cr_expect_eq(resnet_feature(net, RESNET_RES4)->layout, ENG_LAYOUT_NATIVE);
+    cr_expect_eq(resnet_feature(net, RESNET_FLATTEN)->layout, ENG_LAYOUT_LOGICAL);
+    resnet_expose(net, RESNET_RES4);
+    resnet_expose(net, RESNET_RES1);
+    check_forward(be, net, &x, false, "r18s_64");
+    cr_expect_eq(resnet_feature(net, RESNET_RES4)->layout, ENG_LAYOUT_LOGICAL);
+    cr_expect_eq(resnet_feature(net, RESNET_CONV1)->layout, ENG_LAYOUT_LOGICAL);
+    cr_expect_eq(resnet_feature(net, RESNET_RES3)->layout, ENG_LAYOUT_NATIVE);
+    check_forward(be, net, &x, true, "r18s_64");
+    for (int f = RESNET_CONV1; f < RESNET_NFEATURES; f++)
+        cr_expect_eq(resnet_feature(net, f)->layout, ENG_LAYOUT_LOGICAL, "training: feature %d", f);
+    eng_tensor_free(be, &x);
+    resnet_free(be, net);
+    eng_backend_close(be);
+}
+
 Test(resnet, small_stem_64px_matches_torchvision)
 {
     eng_backend *be = nnt_open_cpu();

@@ -128,3 +128,20 @@ uint16_t test_half_exact(float f)
     int exp = (int)((b >> 23) & 0xff) - 127 + 15;
     return (uint16_t)(sign | (unsigned)exp << 10 | ((b >> 13) & 0x3ff));
 }
+
+bool test_compose(cfg_t *cfg, cfg_err *err, const char *yaml, const char *file_rel)
+{
+    char *file = yaml ? test_write_temp("config.yaml", yaml) : test_path(file_rel);
+    char *dir = test_path("configs");
+    cfg_options opt = {.configs_dir = dir, .check_paths = false};
+    bool ok = cfg_compose(cfg, &opt, file, 0, NULL, err);
+    if (yaml) {
+        remove(file);
+        char *slash = strrchr(file, '/');
+        *slash = '\0';
+        rmdir(file); /* test_write_temp's private directory */
+    }
+    free(file);
+    free(dir);
+    return ok;
+}

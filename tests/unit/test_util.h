@@ -4,6 +4,9 @@
 #ifndef SELFSUP_TEST_UTIL_H
 #define SELFSUP_TEST_UTIL_H
 
+#include "config.h"
+
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +28,9 @@ void test_rm_dir(char *dir);
 size_t test_count_files(const char *dir);
 /* float -> IEEE half, for values a half holds exactly (the test patterns' values). */
 uint16_t test_half_exact(float f);
+/* Compose configs/defaults.yaml ← `yaml` text (may be NULL) ← a config file of the source tree
+ * (file_rel, may be NULL), without checking that paths exist. */
+bool test_compose(cfg_t *cfg, cfg_err *err, const char *yaml, const char *file_rel);
 /* Run a command, capture stdout+stderr into *output (malloc'd); returns the exit status
  * (or 128+signal). */
 int test_run(const char *cmd, char **output);

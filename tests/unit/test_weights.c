@@ -11,6 +11,7 @@
  */
 #include "heads.h"
 #include "log.h"
+#include "model.h"
 #include "nn.h"
 #include "npy.h"
 #include "params.h"
@@ -295,6 +296,114 @@ Test(weights, vissl_checkpoint_loads_with_defaults_and_matches_torch)
     free_entries(&heads);
     free(path);
     vissl_teardown(&v);
+}
+
+/* ---- MODEL.WEIGHTS_INIT from a composed config ------------------------------------------------- */
+
+/* config.MODEL of `yaml` built into a model, with its WEIGHTS_INIT (the config stays alive in
+ * *cfg: the options point into it). */
+static model *model_from_yaml(eng_backend *be, const char *yaml, cfg_t *cfg, model_weights_init *w)
+{
+    cfg_err cerr;
+    cr_assert(test_compose(cfg, &cerr, yaml, NULL), "config: %s", cerr.msg);
+    const cfg_node *mc = cfg_path(cfg->root, "config.MODEL");
+    model_options o;
+    cr_assert(model_options_from_config(mc, &o, &cerr), "model: %s", cerr.msg);
+    cr_assert(model_weights_init_from_config(mc, &o, w, &cerr), "WEIGHTS_INIT: %s", cerr.msg);
+    char *err = NULL;
+    model *m = model_new(be, &o, 3, &err);
+    cr_assert(m, "%s", err);
+    return m;
+}
+
+/* Plan for x.npy, load, forward in eval mode; output 0 against `want`. */
+static void load_and_check(eng_backend *be, model *m, const model_weights_init *w, const char *dir, const char *want,
+                           const char *what)
+{
+    npy_array x = load_npy(dir, "x.npy");
+    eng_shape in = eng_shape4((int64_t)x.shape[0], 3, (int64_t)x.shape[2], (int64_t)x.shape[3]);
+    char *err = NULL;
+    cr_assert_eq(model_plan(be, m, &in, 1, &err), 0, "%s", err);
+    cr_assert_eq(model_load_weights(be, m, w, &err), 0, "%s: %s", what, err);
+    model_upload_input(be, m, 0, x.data);
+    model_forward(be, m, false);
+    expect_close(be, model_output(m, 0), dir, want, what);
+    npy_close(&x);
+}
+
+Test(weights, weights_init_from_the_config_for_training_and_for_linear_eval)
+{
+    char *dir = fixtures("vissl"), *path = in_dir(dir, "vissl.torch");
+    eng_backend *be = nnt_open_cpu();
+    /* Pretraining: VISSL's checkpoint with every WEIGHTS_INIT default, heads included. */
+    char *yaml = xasprintf("config:\n  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18}}}\n"
+                           "    HEAD: {PARAMS: [[mlp, {dims: [512, 256, 128], use_bn: true, use_relu: true}]]}\n"
+                           "    WEIGHTS_INIT: {PARAMS_FILE: '%s'}\n",
+                           path);
+    cfg_t cfg = {0};
+    model_weights_init w;
+    model *m = model_from_yaml(be, yaml, &cfg, &w);
+    cr_expect(w.opt.load_heads && !w.opt.feature_extractor);
+    cr_expect_eq(w.opt.n_skip_layers, 1);
+    cr_expect_str_eq(w.skip[0], "num_batches_tracked");
+    cr_expect_str_eq(w.opt.state_dict_key_name, "classy_state_dict");
+    load_and_check(be, m, &w, dir, "out.npy", "config: pretraining model");
+    model_free(be, m);
+    cfg_destroy(&cfg);
+    free(yaml);
+
+    /* Linear evaluation: the frozen trunk reads the pretraining trunk as trunk.base_model.…
+     * (the feature-extractor names), and heads are not loaded in eval mode. */
+    yaml = xasprintf("config:\n  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18}}}\n"
+                     "    FEATURE_EVAL_SETTINGS: {EVAL_MODE_ON: true, FREEZE_TRUNK_ONLY: true, "
+                     "EXTRACT_TRUNK_FEATURES_ONLY: true, LINEAR_EVAL_FEAT_POOL_OPS_MAP: [[res5avg, [Identity, []]]]}\n"
+                     "    WEIGHTS_INIT: {PARAMS_FILE: '%s', SKIP_LAYERS: [num_batches_tracked, nothing_matches]}\n",
+                     path);
+    cfg = (cfg_t){0};
+    m = model_from_yaml(be, yaml, &cfg, &w);
+    cr_expect(!w.opt.load_heads && w.opt.feature_extractor);
+    cr_expect_eq(w.opt.n_skip_layers, 2);
+    load_and_check(be, m, &w, dir, "feat.npy", "config: linear-eval feature extractor");
+    model_free(be, m);
+    cfg_destroy(&cfg);
+    free(yaml);
+    free(path);
+    eng_backend_close(be);
+    test_rm_dir(dir);
+}
+
+Test(weights, weights_init_from_the_config_refusals_and_no_file)
+{
+    eng_backend *be = nnt_open_cpu();
+    cfg_t cfg = {0};
+    cfg_err cerr;
+    cr_assert(test_compose(&cfg, &cerr,
+                           "config:\n  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18}}}\n", NULL),
+              "%s", cerr.msg);
+    const cfg_node *mc = cfg_path(cfg.root, "config.MODEL");
+    model_options o;
+    cr_assert(model_options_from_config(mc, &o, &cerr), "%s", cerr.msg);
+    model_weights_init w;
+    cr_assert(model_weights_init_from_config(mc, &o, &w, &cerr), "%s", cerr.msg);
+    char *err = NULL;
+    model *m = model_new(be, &o, 3, &err);
+    cr_assert(m, "%s", err);
+    const eng_tensor *first = &model_entry_at(m, 0)->value;
+    float *before = nnt_download(be, first);
+    cr_expect_eq(model_load_weights(be, m, &w, &err), 0, "no PARAMS_FILE: nothing to load");
+    float *after = nnt_download(be, first);
+    cr_expect(memcmp(before, after, (size_t)eng_numel(&first->shape) * sizeof *after) == 0);
+    free(before), free(after);
+    model_free(be, m);
+    cfg_destroy(&cfg);
+    /* A SKIP_LAYERS entry that is not a string: refused with its line before anything runs. */
+    cfg = (cfg_t){0};
+    cr_expect(!test_compose(&cfg, &cerr,
+                            "config:\n  MODEL:\n    WEIGHTS_INIT: {SKIP_LAYERS: [num_batches_tracked, {a: 1}]}\n", NULL));
+    cr_expect(strstr(cerr.msg, "config.yaml:3") && strstr(cerr.msg, "SKIP_LAYERS.1: expected a string"), "%s",
+              cerr.msg);
+    cfg_destroy(&cfg);
+    eng_backend_close(be);
 }
 
 Test(weights, skip_layers_leave_matching_entries_untouched)
