@@ -36,6 +36,9 @@ typedef struct {
     void (*l2norm_backward)(eng_backend *be, T *x, T *dy, T *dx);
     void (*dropout_forward)(eng_backend *be, float p, uint64_t step, T *x, T *y);
     void (*dropout_backward)(eng_backend *be, float p, uint64_t step, T *dy, T *dx);
+    void (*sgd_step)(eng_backend *be, const eng_sgd_args *a, T *p, T *g, T *buf);
+    void (*adam_step)(eng_backend *be, const eng_adam_args *a, T *p, T *g, T *m, T *v);
+    double (*sum_squares)(eng_backend *be, T *x);
 
     void (*plan_free)(eng_backend *be, eng_plan *plan);
     eng_plan *(*conv_plan)(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w,

@@ -283,6 +283,37 @@ void eng_dropout_backward(eng_backend *be, float p, uint64_t step, const eng_ten
         be->ops->dropout_backward(be, p, step, dy, dx);
 }
 
+/* ---- optimizer updates ------------------------------------------------------------------------ */
+
+void eng_sgd_step(eng_backend *be, const eng_sgd_args *a, const eng_tensor *p, const eng_tensor *g,
+                  const eng_tensor *buf)
+{
+    expect_same("sgd", "gradient", g, p);
+    expect_same("sgd", "momentum buffer", buf, p);
+    if (a->momentum != 0.0f && !buf)
+        die(EXIT_RUNTIME, "sgd: momentum %g needs a momentum buffer", (double)a->momentum);
+    LOGICAL("sgd", p, g, buf);
+    be->ops->sgd_step(be, a, p, g, a->momentum != 0.0f ? buf : NULL);
+}
+
+void eng_adam_step(eng_backend *be, const eng_adam_args *a, const eng_tensor *p, const eng_tensor *g,
+                   const eng_tensor *m, const eng_tensor *v)
+{
+    expect_same("adam", "gradient", g, p);
+    expect_same("adam", "first moment", m, p);
+    expect_same("adam", "second moment", v, p);
+    if (a->step < 1)
+        die(EXIT_RUNTIME, "adam: step %lld (the first update is step 1)", (long long)a->step);
+    LOGICAL("adam", p, g, m, v);
+    be->ops->adam_step(be, a, p, g, m, v);
+}
+
+double eng_sum_squares(eng_backend *be, const eng_tensor *x)
+{
+    LOGICAL("sum of squares", x);
+    return be->ops->sum_squares(be, x);
+}
+
 /* ---- convolution, batch norm, pooling -------------------------------------------------------- */
 
 /* Abort when a backend lacks an operation: model code asked for a layer it cannot run. */

@@ -129,6 +129,37 @@ void eng_l2norm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor 
 void eng_dropout_forward(eng_backend *be, float p, uint64_t step, const eng_tensor *x, const eng_tensor *y);
 void eng_dropout_backward(eng_backend *be, float p, uint64_t step, const eng_tensor *dy, const eng_tensor *dx);
 
+/* ---- optimizer updates ------------------------------------------------------------------------- */
+
+/* One parameter tensor's update, in PyTorch's float32 steps (torch.optim, v1.13, dampening 0,
+ * maximize off). Tensors p, g and the state share one shape; g is read only. */
+typedef struct {
+    float lr, weight_decay, momentum;
+    float grad_scale; /* LARC's local rate; 1 otherwise */
+    bool nesterov;
+    bool first;       /* the momentum buffer does not exist yet: it becomes d */
+} eng_sgd_args;
+/* SGD: d = (g + weight_decay·p)·grad_scale; buf = first ? d : momentum·buf + d;
+ * p -= lr·(nesterov ? d + momentum·buf : buf). momentum 0: p -= lr·d and buf is not touched
+ * (may be NULL). */
+void eng_sgd_step(eng_backend *be, const eng_sgd_args *a, const eng_tensor *p, const eng_tensor *g,
+                  const eng_tensor *buf);
+
+typedef struct {
+    double lr, weight_decay, beta1, beta2, eps; /* Python floats in torch: double where torch
+                                                   computes with them, float32 where a tensor
+                                                   operation takes them */
+    bool decoupled; /* AdamW: p *= 1 − lr·weight_decay first; Adam: g + weight_decay·p */
+    int64_t step;   /* 1 at the first update (bias corrections) */
+} eng_adam_args;
+/* Adam / AdamW (amsgrad off): m = β1·m + (1−β1)·g', v = β2·v + (1−β2)·g'², p −= lr/(1−β1^t) ·
+ * m / (√v / √(1−β2^t) + eps). m and v start at zero. */
+void eng_adam_step(eng_backend *be, const eng_adam_args *a, const eng_tensor *p, const eng_tensor *g,
+                   const eng_tensor *m, const eng_tensor *v);
+
+/* Σ x², summed in double, to the host (LARC's norms). */
+double eng_sum_squares(eng_backend *be, const eng_tensor *x);
+
 /* ---- convolution ------------------------------------------------------------------------------ */
 
 /* PyTorch's Conv2d arguments; the kernel size comes from the weight's shape

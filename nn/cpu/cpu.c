@@ -164,6 +164,9 @@ const eng_ops eng_cpu_ops = {
     .l2norm_backward = cpu_l2norm_backward,
     .dropout_forward = cpu_dropout_forward,
     .dropout_backward = cpu_dropout_backward,
+    .sgd_step = cpu_sgd_step,
+    .adam_step = cpu_adam_step,
+    .sum_squares = cpu_sum_squares,
     /* convolution and batch norm (conv.c, batchnorm.c) */
     .plan_free = cpu_plan_free,
     .conv_plan = cpu_conv_plan,

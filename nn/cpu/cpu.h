@@ -47,6 +47,9 @@ void cpu_l2norm_forward(eng_backend *be, T *x, T *y);
 void cpu_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx);
 void cpu_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y);
 void cpu_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx);
+void cpu_sgd_step(eng_backend *be, const eng_sgd_args *a, T *p, T *g, T *buf);
+void cpu_adam_step(eng_backend *be, const eng_adam_args *a, T *p, T *g, T *m, T *v);
+double cpu_sum_squares(eng_backend *be, T *x);
 
 /* convolution and batch norm (conv.c, batchnorm.c) */
 

@@ -1,0 +1,270 @@
+/*
+ * optim.c — VISSL's parameter groups and the optimizer step over them (see optim.h).
+ *
+ * optim_new sorts every entry into its group once; optim_step then walks the entries and
+ * calls the backend's update for each trainable one with its group's rate and decay (and,
+ * with LARC, its own gradient scale from the two norms). The optimizer state is one or two
+ * allocations the size of the parameter allocation; an entry's state is the view at the same
+ * offset as its value, so a checkpoint writes each state as one flat tensor.
+ */
+#include "train/optim.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct optim {
+    optim_options o;
+    const eng_entry *entries;
+    int n;
+    optim_group *group;
+    void *state[2];     /* SGD: momentum buffers; Adam: exp_avg, exp_avg_sq */
+    size_t state_bytes;
+    int64_t steps;
+};
+
+optim_options optim_defaults(void)
+{
+    return (optim_options){.name = OPTIM_SGD, .weight_decay = 1e-4, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
+                           .eps = 1e-8, .larc_eps = 1e-8, .larc_trust = 1e-3, .regularize_bias = true,
+                           .head_weight_decay = 1e-4};
+}
+
+/* ---- config ------------------------------------------------------------------------------- */
+
+static bool read_betas(const cfg_node *root, optim_options *o, cfg_err *err)
+{
+    const cfg_node *b = cfg_get(root, "config.OPTIMIZER.betas");
+    if (b->kind != CFG_LIST || b->len != 2 || !cfg_is_number(b->items[0]) || !cfg_is_number(b->items[1])) {
+        cfg_fail(err, b, "config.OPTIMIZER.betas", "must be two numbers [beta1, beta2]");
+        return false;
+    }
+    o->beta1 = cfg_number(b->items[0]);
+    o->beta2 = cfg_number(b->items[1]);
+    return true;
+}
+
+static bool read_non_trainable(const cfg_node *root, optim_options *o, cfg_err *err)
+{
+    const char *key = "config.MODEL.NON_TRAINABLE_PARAMS";
+    const cfg_node *l = cfg_get(root, key);
+    if (l->kind != CFG_LIST || l->len > OPTIM_MAX_NON_TRAINABLE) {
+        cfg_fail(err, l, key, "must be a list of at most %d parameter names", OPTIM_MAX_NON_TRAINABLE);
+        return false;
+    }
+    for (size_t i = 0; i < l->len; i++) {
+        if (l->items[i]->kind != CFG_STR) {
+            cfg_fail(err, l->items[i], key, "must be a list of parameter names");
+            return false;
+        }
+        o->non_trainable[i] = l->items[i]->s;
+    }
+    o->n_non_trainable = (int)l->len;
+    return true;
+}
+
+bool optim_options_from_config(const cfg_node *root, optim_options *out, cfg_err *err)
+{
+    optim_options o = optim_defaults();
+    const char *name = cfg_str(root, "config.OPTIMIZER.name");
+    if (!strcmp(name, "sgd"))
+        o.name = OPTIM_SGD;
+    else if (!strcmp(name, "adam"))
+        o.name = OPTIM_ADAM;
+    else if (!strcmp(name, "adamw"))
+        o.name = OPTIM_ADAMW;
+    else {
+        cfg_fail(err, cfg_get(root, "config.OPTIMIZER.name"), "config.OPTIMIZER.name",
+                 "'%s' is not run by this trainer (sgd, adam, adamw)", name);
+        return false;
+    }
+    o.weight_decay = cfg_float(root, "config.OPTIMIZER.weight_decay");
+    o.momentum = cfg_float(root, "config.OPTIMIZER.momentum");
+    o.nesterov = cfg_bool(root, "config.OPTIMIZER.nesterov");
+    o.use_larc = cfg_bool(root, "config.OPTIMIZER.use_larc");
+    o.larc_clip = cfg_bool(root, "config.OPTIMIZER.larc_config.clip");
+    o.larc_eps = cfg_float(root, "config.OPTIMIZER.larc_config.eps");
+    o.larc_trust = cfg_float(root, "config.OPTIMIZER.larc_config.trust_coefficient");
+    o.regularize_bn = cfg_bool(root, "config.OPTIMIZER.regularize_bn");
+    o.regularize_bias = cfg_bool(root, "config.OPTIMIZER.regularize_bias");
+    o.head_weight_decay = cfg_bool(root, "config.OPTIMIZER.head_optimizer_params.use_different_wd")
+                              ? cfg_float(root, "config.OPTIMIZER.head_optimizer_params.weight_decay")
+                              : o.weight_decay;
+    if (o.use_larc && o.name != OPTIM_SGD) {
+        cfg_fail(err, cfg_get(root, "config.OPTIMIZER.use_larc"), "config.OPTIMIZER.use_larc",
+                 "LARC wraps SGD only (VISSL's LARC is Apex's, for SGD)");
+        return false;
+    }
+    if (!read_betas(root, &o, err) || !read_non_trainable(root, &o, err))
+        return false;
+    *out = o;
+    return true;
+}
+
+/* ---- groups ------------------------------------------------------------------------------- */
+
+/* The entry named module + "." + leaf, or -1. */
+static int find_entry(const eng_entry *e, int n, const char *module, size_t len, const char *leaf)
+{
+    for (int i = 0; i < n; i++)
+        if (!strncmp(e[i].name, module, len) && e[i].name[len] == '.' && !strcmp(e[i].name + len + 1, leaf))
+            return i;
+    return -1;
+}
+
+typedef enum { MOD_CONV_LINEAR, MOD_BATCHNORM, MOD_OTHER } module_kind;
+
+static module_kind kind_of(const eng_entry *e, int n, const char *module, size_t len)
+{
+    if (find_entry(e, n, module, len, "running_mean") >= 0)
+        return MOD_BATCHNORM;
+    int w = find_entry(e, n, module, len, "weight");
+    return w >= 0 && e[w].value.shape.ndim >= 2 ? MOD_CONV_LINEAR : MOD_OTHER;
+}
+
+static bool is_non_trainable(const optim_options *o, const char *name)
+{
+    for (int i = 0; i < o->n_non_trainable; i++)
+        if (!strcmp(o->non_trainable[i], name))
+            return true;
+    return false;
+}
+
+/* VISSL 0.1.5's rules for one parameter (optim.h). */
+static optim_group group_of(const eng_entry *e, int n, int i, const optim_options *o)
+{
+    const char *name = e[i].name, *dot = strrchr(name, '.');
+    if (!dot)
+        return OPTIM_REMAINING;
+    size_t len = (size_t)(dot - name);
+    bool bias = !strcmp(dot + 1, "bias");
+    char *module = xstrndup(name, len);
+    bool head = strstr(module, "head") != NULL;
+    free(module);
+    bool reg;
+    switch (kind_of(e, n, name, len)) {
+    case MOD_CONV_LINEAR: reg = !bias || !head || o->regularize_bias; break;
+    case MOD_BATCHNORM: reg = o->regularize_bn && (!bias || o->regularize_bias); break;
+    default: return OPTIM_REMAINING;
+    }
+    return head ? (reg ? OPTIM_HEAD_REG : OPTIM_HEAD_UNREG) : (reg ? OPTIM_TRUNK_REG : OPTIM_TRUNK_UNREG);
+}
+
+optim *optim_new(eng_backend *be, const eng_entry *entries, int n, const eng_tensor *params, const bool *trainable,
+                 const optim_options *o, char **err)
+{
+    for (int i = 0; i < n; i++)
+        if (entries[i].kind == ENG_PARAM && entries[i].value.base != params->base) {
+            report_failure(err, "optimizer: %s is not in the model's parameter allocation", entries[i].name);
+            return NULL;
+        }
+    optim *opt = xcalloc(1, sizeof *opt);
+    opt->o = *o;
+    opt->entries = entries;
+    opt->n = n;
+    opt->group = xcalloc((size_t)n, sizeof *opt->group);
+    for (int i = 0; i < n; i++) {
+        bool update = entries[i].kind == ENG_PARAM && (!trainable || trainable[i]) &&
+                      !is_non_trainable(o, entries[i].name);
+        opt->group[i] = update ? group_of(entries, n, i, o) : OPTIM_NOT_UPDATED;
+    }
+    opt->state_bytes = params->offset + eng_bytes(be, &params->shape);
+    int nstate = o->name == OPTIM_SGD ? (o->momentum != 0.0 ? 1 : 0) : 2;
+    for (int k = 0; k < nstate; k++) {
+        opt->state[k] = eng_alloc(be, opt->state_bytes);
+        eng_tensor whole = {.shape = params->shape, .base = opt->state[k], .offset = params->offset};
+        eng_zero(be, &whole); /* Adam's moments start at zero */
+    }
+    return opt;
+}
+
+void optim_free(eng_backend *be, optim *opt)
+{
+    if (!opt)
+        return;
+    for (int k = 0; k < 2; k++)
+        if (opt->state[k])
+            eng_free(be, opt->state[k]);
+    free(opt->group);
+    free(opt);
+}
+
+optim_group optim_group_of(const optim *opt, int i) { return opt->group[i]; }
+int64_t optim_step_count(const optim *opt) { return opt->steps; }
+
+/* ---- the step ------------------------------------------------------------------------------ */
+
+static double group_lr(optim_group g, double lr, double lr_head)
+{
+    return g == OPTIM_HEAD_REG || g == OPTIM_HEAD_UNREG ? lr_head : lr;
+}
+
+static double group_wd(const optim_options *o, optim_group g)
+{
+    switch (g) {
+    case OPTIM_TRUNK_REG:
+    case OPTIM_REMAINING: return o->weight_decay;
+    case OPTIM_HEAD_REG: return o->head_weight_decay;
+    default: return 0.0;
+    }
+}
+
+/* Entry i's view of state k: the same offset as its value. */
+static eng_tensor state_view(const optim *opt, int k, int i)
+{
+    const eng_tensor *v = &opt->entries[i].value;
+    return (eng_tensor){.shape = v->shape, .base = opt->state[k], .offset = v->offset};
+}
+
+/* Apex LARC: the gradient scale and the decay it applies itself (0 and 1: leave it alone). */
+static void larc(eng_backend *be, const optim_options *o, const eng_entry *e, double lr, float *wd, float *scale)
+{
+    float pn = (float)sqrt(eng_sum_squares(be, &e->value)), gn = (float)sqrt(eng_sum_squares(be, &e->grad));
+    if (pn == 0.0f || gn == 0.0f) {
+        *wd = 0.0f, *scale = 1.0f;
+        return;
+    }
+    float a = (float)o->larc_trust * pn / (gn + pn * *wd + (float)o->larc_eps);
+    if (o->larc_clip)
+        a = fminf(a / (float)lr, 1.0f);
+    *scale = a;
+}
+
+static void sgd_entry(eng_backend *be, optim *opt, int i, double lr)
+{
+    const optim_options *o = &opt->o;
+    const eng_entry *e = &opt->entries[i];
+    eng_sgd_args a = {.lr = (float)lr, .weight_decay = (float)group_wd(o, opt->group[i]), .momentum = (float)o->momentum,
+                      .grad_scale = 1.0f, .nesterov = o->nesterov, .first = opt->steps == 0};
+    if (o->use_larc)
+        larc(be, o, e, lr, &a.weight_decay, &a.grad_scale);
+    eng_tensor buf = opt->state[0] ? state_view(opt, 0, i) : (eng_tensor){0};
+    eng_sgd_step(be, &a, &e->value, &e->grad, opt->state[0] ? &buf : NULL);
+}
+
+static void adam_entry(eng_backend *be, optim *opt, int i, double lr)
+{
+    const optim_options *o = &opt->o;
+    eng_adam_args a = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                       .weight_decay = group_wd(o, opt->group[i]), .decoupled = o->name == OPTIM_ADAMW,
+                       .step = opt->steps + 1};
+    eng_tensor m = state_view(opt, 0, i), v = state_view(opt, 1, i);
+    eng_adam_step(be, &a, &opt->entries[i].value, &opt->entries[i].grad, &m, &v);
+}
+
+void optim_step(eng_backend *be, optim *opt, double lr, double lr_head)
+{
+    for (int i = 0; i < opt->n; i++) {
+        if (opt->group[i] == OPTIM_NOT_UPDATED)
+            continue;
+        double r = group_lr(opt->group[i], lr, lr_head);
+        if (opt->o.name == OPTIM_SGD)
+            sgd_entry(be, opt, i, r);
+        else
+            adam_entry(be, opt, i, r);
+    }
+    opt->steps++;
+}

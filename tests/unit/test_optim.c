@@ -1,0 +1,251 @@
+/*
+ * test_optim.c — the trainer's optimizer (stages/train/optim.c) against torch.optim.
+ *
+ * tests/golden/make_optim_fixtures.py builds a small model with VISSL's module names out of
+ * real torch modules, sorts its parameters into groups with VISSL 0.1.5's rules (written over
+ * the module TYPES, where optim.c reads names and shapes), and runs 5 updates of SGD (momentum,
+ * Nesterov, none), SGD inside Apex's LARC (scale and clip modes, a zero gradient on the way),
+ * Adam and AdamW, from fixed gradients with a different lr and lr_head at every step. Here the
+ * same parameters and gradients go through optim_step: the groups must be the same, and the
+ * final parameters within 1e-5 of torch's (relative to each tensor's largest value; the only
+ * differences are fused multiply-adds in ATen's kernels and LARC's norms summed in double).
+ */
+#include "config.h"
+#include "nn.h"
+#include "npy.h"
+#include "params.h"
+#include "train/optim.h"
+#include "util.h"
+
+#include "test_nn_util.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-5
+#define STEPS 5
+
+/* The fixture's model: parameters in named_parameters() order, and its BN buffers. */
+static const struct {
+    const char *name;
+    eng_shape shape;
+} PARAMS[] = {
+    {"trunk._feature_blocks.conv1.weight", {4, {4, 3, 3, 3}}},
+    {"trunk._feature_blocks.bn1.weight", {1, {4}}},
+    {"trunk._feature_blocks.bn1.bias", {1, {4}}},
+    {"trunk._feature_blocks.proj.weight", {2, {5, 4}}},
+    {"trunk._feature_blocks.proj.bias", {1, {5}}},
+    {"trunk._feature_blocks.ln.weight", {1, {5}}},
+    {"trunk._feature_blocks.ln.bias", {1, {5}}},
+    {"heads.0.clf.0.weight", {2, {6, 5}}},
+    {"heads.0.clf.0.bias", {1, {6}}},
+    {"heads.0.clf.1.weight", {1, {6}}},
+    {"heads.0.clf.1.bias", {1, {6}}},
+    {"heads.0.prototypes0.weight", {2, {3, 6}}},
+};
+#define NPARAMS ((int)(sizeof PARAMS / sizeof PARAMS[0]))
+static const char *const BUFFERS[] = {"trunk._feature_blocks.bn1.running_mean", "trunk._feature_blocks.bn1.running_var",
+                                      "heads.0.clf.1.running_mean", "heads.0.clf.1.running_var"};
+
+static npy_array load(const char *kase, const char *what)
+{
+    char *file = xasprintf("%s_%s.npy", kase, what), *path = test_fixture("optim", file), *err = NULL;
+    npy_array a;
+    cr_assert_eq(npy_read(path, &a, &err), 0, "%s: %s", path, err);
+    free(path);
+    free(file);
+    return a;
+}
+
+/* Parameters first (entry i = PARAMS[i]), then the buffers. */
+static void build(eng_backend *be, eng_params *p)
+{
+    *p = (eng_params){0};
+    for (int i = 0; i < NPARAMS; i++)
+        eng_params_add(be, p, ENG_PARAM, PARAMS[i].shape, 0, "%s", PARAMS[i].name);
+    for (size_t i = 0; i < sizeof BUFFERS / sizeof BUFFERS[0]; i++)
+        eng_params_add(be, p, ENG_BUFFER, PARAMS[1].shape, 0, "%s", BUFFERS[i]);
+    eng_params_alloc(be, p);
+}
+
+/* Each parameter's slice of a flat array into its value (or gradient) tensor. */
+static void scatter(eng_backend *be, eng_params *p, const float *flat, bool grad)
+{
+    for (int i = 0, at = 0; i < NPARAMS; at += (int)eng_numel(&PARAMS[i].shape), i++)
+        eng_upload(be, grad ? &p->entries[i].grad : &p->entries[i].value, flat + at);
+}
+
+static void run_case(const char *kase, const optim_options *o, const bool *trainable)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_params p;
+    build(be, &p);
+    npy_array init = load(kase, "init"), lrs = load(kase, "lrs"), groups = load(kase, "groups"),
+              final = load(kase, "final");
+    scatter(be, &p, init.data, false);
+    eng_tensor all = eng_params_values(&p);
+    char *err = NULL;
+    optim *opt = optim_new(be, p.entries, p.nentries, &all, trainable, o, &err);
+    cr_assert(opt, "%s", err);
+    for (int i = 0; i < NPARAMS; i++)
+        cr_expect_eq((int)optim_group_of(opt, i), (int)((const float *)groups.data)[i], "%s: group of %s", kase,
+                     PARAMS[i].name);
+    for (int i = NPARAMS; i < p.nentries; i++)
+        cr_expect_eq(optim_group_of(opt, i), OPTIM_NOT_UPDATED, "a buffer is not updated");
+    for (int k = 0; k < STEPS; k++) {
+        char what[16];
+        snprintf(what, sizeof what, "grad%d", k);
+        npy_array g = load(kase, what);
+        scatter(be, &p, g.data, true);
+        npy_close(&g);
+        const double *r = (const double *)lrs.data + 2 * k;
+        optim_step(be, opt, r[0], r[1]);
+    }
+    cr_expect_eq(optim_step_count(opt), STEPS);
+    const float *want = final.data;
+    for (int i = 0; i < NPARAMS; want += eng_numel(&PARAMS[i].shape), i++) {
+        float *got = nnt_download(be, &p.entries[i].value);
+        double e = nnt_rel_error_host(got, want, (size_t)eng_numel(&PARAMS[i].shape));
+        cr_expect_leq(e, TOL, "%s: %s relative error %g", kase, PARAMS[i].name, e);
+        free(got);
+    }
+    npy_close(&init), npy_close(&lrs), npy_close(&groups), npy_close(&final);
+    optim_free(be, opt);
+    eng_params_free(be, &p);
+    eng_backend_close(be);
+}
+
+/* The fixture's settings (make_optim_fixtures.py: WD 0.05, HEAD_WD 0.02). */
+static optim_options options(optim_name name, bool reg_bn, bool reg_bias)
+{
+    optim_options o = optim_defaults();
+    o.name = name;
+    o.weight_decay = 0.05;
+    o.head_weight_decay = 0.02;
+    o.regularize_bn = reg_bn;
+    o.regularize_bias = reg_bias;
+    return o;
+}
+
+Test(optim, sgd_in_larc_scale_mode_matches_torch_and_apex)
+{
+    optim_options o = options(OPTIM_SGD, false, false);
+    o.use_larc = true;
+    run_case("sgd_larc", &o, NULL);
+}
+
+Test(optim, nesterov_sgd_in_larc_clip_mode_with_a_non_trainable_parameter)
+{
+    optim_options o = options(OPTIM_SGD, true, true);
+    o.nesterov = true;
+    o.use_larc = true;
+    o.larc_clip = true;
+    o.larc_trust = 0.02;
+    o.non_trainable[0] = "heads.0.prototypes0.weight";
+    o.n_non_trainable = 1;
+    run_case("sgd_nesterov_larc_clip", &o, NULL);
+}
+
+Test(optim, sgd_without_momentum_matches_torch)
+{
+    optim_options o = options(OPTIM_SGD, true, false);
+    o.momentum = 0.0;
+    run_case("sgd_plain", &o, NULL);
+}
+
+Test(optim, adam_matches_torch) { optim_options o = options(OPTIM_ADAM, false, true); run_case("adam", &o, NULL); }
+
+Test(optim, adamw_matches_torch)
+{
+    optim_options o = options(OPTIM_ADAMW, true, true);
+    o.beta1 = 0.8;
+    o.beta2 = 0.99;
+    run_case("adamw", &o, NULL);
+}
+
+/* A frozen part (trainable false) is left exactly as it was. */
+Test(optim, frozen_entries_do_not_move)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_params p;
+    build(be, &p);
+    npy_array init = load("sgd_plain", "init"), g = load("sgd_plain", "grad0");
+    scatter(be, &p, init.data, false);
+    scatter(be, &p, g.data, true);
+    bool trainable[NPARAMS + 4];
+    for (int i = 0; i < p.nentries; i++)
+        trainable[i] = strncmp(p.entries[i].name, "trunk.", 6) != 0; /* FREEZE_TRUNK_ONLY */
+    eng_tensor all = eng_params_values(&p);
+    optim_options o = optim_defaults();
+    char *err = NULL;
+    optim *opt = optim_new(be, p.entries, p.nentries, &all, trainable, &o, &err);
+    cr_assert(opt, "%s", err);
+    float *before = nnt_download(be, &p.entries[0].value), *head_before = nnt_download(be, &p.entries[7].value);
+    optim_step(be, opt, 0.5, 0.5);
+    float *after = nnt_download(be, &p.entries[0].value), *head_after = nnt_download(be, &p.entries[7].value);
+    cr_expect(memcmp(before, after, 108 * sizeof(float)) == 0, "the frozen trunk moved");
+    cr_expect(memcmp(head_before, head_after, 30 * sizeof(float)) != 0, "the head did not move");
+    cr_expect_eq(optim_group_of(opt, 0), OPTIM_NOT_UPDATED);
+    free(before), free(after), free(head_before), free(head_after);
+    npy_close(&init), npy_close(&g);
+    optim_free(be, opt);
+    eng_params_free(be, &p);
+    eng_backend_close(be);
+}
+
+/* ---- from the config ---------------------------------------------------------------------- */
+
+static bool from_yaml(const char *yaml, optim_options *o, cfg_err *err, cfg_t *cfg)
+{
+    *cfg = (cfg_t){0};
+    return test_compose(cfg, err, yaml, NULL) && optim_options_from_config(cfg->root, o, err);
+}
+
+Test(optim, options_from_the_config)
+{
+    cfg_t cfg;
+    cfg_err err;
+    optim_options o;
+    cr_assert(from_yaml("config:\n  OPTIMIZER:\n    use_larc: true\n    larc_config: {clip: true, trust_coefficient: 0.02}\n"
+                        "    weight_decay: 0.000001\n    nesterov: true\n    regularize_bn: true\n"
+                        "    head_optimizer_params: {use_different_wd: true, weight_decay: 0.02}\n"
+                        "  MODEL:\n    NON_TRAINABLE_PARAMS: [heads.0.prototypes0.weight]\n",
+                        &o, &err, &cfg),
+              "%s", err.msg);
+    cr_expect(o.name == OPTIM_SGD && o.use_larc && o.larc_clip && o.nesterov && o.regularize_bn && o.regularize_bias);
+    cr_expect_float_eq(o.larc_trust, 0.02, 1e-15);
+    cr_expect_float_eq(o.larc_eps, 1e-8, 1e-20);
+    cr_expect_float_eq(o.weight_decay, 1e-6, 1e-20);
+    cr_expect_float_eq(o.head_weight_decay, 0.02, 1e-15);
+    cr_expect_float_eq(o.momentum, 0.9, 1e-15);
+    cr_expect_eq(o.n_non_trainable, 1);
+    cr_expect_str_eq(o.non_trainable[0], "heads.0.prototypes0.weight");
+    cfg_destroy(&cfg);
+    /* without use_different_wd the heads take OPTIMIZER.weight_decay */
+    cr_assert(from_yaml("config:\n  OPTIMIZER: {name: adamw, weight_decay: 0.05, betas: [0.8, 0.99],\n"
+                        "    head_optimizer_params: {weight_decay: 0.3}}\n",
+                        &o, &err, &cfg),
+              "%s", err.msg);
+    cr_expect(o.name == OPTIM_ADAMW);
+    cr_expect_float_eq(o.head_weight_decay, 0.05, 1e-15);
+    cr_expect_float_eq(o.beta1, 0.8, 1e-15);
+    cr_expect_float_eq(o.beta2, 0.99, 1e-15);
+    cfg_destroy(&cfg);
+}
+
+Test(optim, optimizers_it_does_not_run_are_refused_with_their_line)
+{
+    cfg_t cfg;
+    cfg_err err;
+    optim_options o;
+    cr_expect(!from_yaml("config:\n  OPTIMIZER:\n    name: rmsprop\n", &o, &err, &cfg));
+    cr_expect(strstr(err.msg, ":3:") && strstr(err.msg, "'rmsprop' is not run"), "%s", err.msg);
+    cfg_destroy(&cfg);
+    cr_expect(!from_yaml("config:\n  OPTIMIZER:\n    name: adam\n    use_larc: true\n", &o, &err, &cfg));
+    cr_expect(strstr(err.msg, "use_larc") && strstr(err.msg, "SGD only"), "%s", err.msg);
+    cfg_destroy(&cfg);
+}
