@@ -39,6 +39,10 @@ typedef struct {
     void (*sgd_step)(eng_backend *be, const eng_sgd_args *a, T *p, T *g, T *buf);
     void (*adam_step)(eng_backend *be, const eng_adam_args *a, T *p, T *g, T *m, T *v);
     double (*sum_squares)(eng_backend *be, T *x);
+    double (*info_nce)(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
+    double (*cross_entropy)(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
+                            int64_t ignore_index, T *dx);
+    double (*bce_logits)(eng_backend *be, T *x, const int64_t *target, T *dx);
 
     void (*plan_free)(eng_backend *be, eng_plan *plan);
     eng_plan *(*conv_plan)(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w,

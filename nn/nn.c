@@ -283,6 +283,46 @@ void eng_dropout_backward(eng_backend *be, float p, uint64_t step, const eng_ten
         be->ops->dropout_backward(be, p, step, dy, dx);
 }
 
+/* ---- losses ---------------------------------------------------------------------------------- */
+
+static void expect_matrix(const char *layer, const eng_tensor *x)
+{
+    if (x->shape.ndim != 2)
+        die(EXIT_RUNTIME, "%s: input must be N × C", layer);
+}
+
+double eng_info_nce(eng_backend *be, const eng_tensor *logits, float scale, const eng_tensor *pos,
+                    const eng_tensor *neg, const eng_tensor *dlogits)
+{
+    expect_matrix("info_nce", logits);
+    expect_same("info_nce", "positive mask", pos, logits);
+    expect_same("info_nce", "negative mask", neg, logits);
+    expect_same("info_nce", "gradient", dlogits, logits);
+    LOGICAL("info_nce", logits, pos, neg, dlogits);
+    return be->ops->info_nce(be, logits, scale, pos, neg, dlogits);
+}
+
+double eng_cross_entropy(eng_backend *be, const eng_tensor *x, float scale, const int64_t *target,
+                         const float *weight, int64_t ignore_index, const eng_tensor *dx)
+{
+    expect_matrix("cross_entropy", x);
+    expect_same("cross_entropy", "gradient", dx, x);
+    LOGICAL("cross_entropy", x, dx);
+    for (int64_t i = 0; i < x->shape.dim[0]; i++)
+        if (target[i] != ignore_index && (target[i] < 0 || target[i] >= x->shape.dim[1]))
+            die(EXIT_RUNTIME, "cross_entropy: target %lld of row %lld is not a class of %lld", (long long)target[i],
+                (long long)i, (long long)x->shape.dim[1]);
+    return be->ops->cross_entropy(be, x, scale, target, weight, ignore_index, dx);
+}
+
+double eng_bce_logits(eng_backend *be, const eng_tensor *x, const int64_t *target, const eng_tensor *dx)
+{
+    expect_matrix("bce_logits", x);
+    expect_same("bce_logits", "gradient", dx, x);
+    LOGICAL("bce_logits", x, dx);
+    return be->ops->bce_logits(be, x, target, dx);
+}
+
 /* ---- optimizer updates ------------------------------------------------------------------------ */
 
 void eng_sgd_step(eng_backend *be, const eng_sgd_args *a, const eng_tensor *p, const eng_tensor *g,

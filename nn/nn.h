@@ -129,6 +129,30 @@ void eng_l2norm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor 
 void eng_dropout_forward(eng_backend *be, float p, uint64_t step, const eng_tensor *x, const eng_tensor *y);
 void eng_dropout_backward(eng_backend *be, float p, uint64_t step, const eng_tensor *dy, const eng_tensor *dx);
 
+/* ---- losses ------------------------------------------------------------------------------------ */
+
+/* Each loss returns its value to the host and WRITES (not adds) its gradient with respect to
+ * its input: the seed of the backward. Values are summed in double. */
+
+/* A contrastive (InfoNCE) loss over logits L = scale·x (x R × C), with 0/1 masks of the same shape marking
+ * each row's positive columns P_r and negative columns N_r (a column may be neither):
+ *   loss = −(1/Z) Σ_r Σ_{p∈P_r} log( e^{L_rp} / (e^{L_rp} + Σ_{n∈N_r} e^{L_rn}) ),  Z = Σ_r |P_r|.
+ * No max is subtracted (VISSL's SimCLR losses exponentiate cosines / T directly). */
+double eng_info_nce(eng_backend *be, const eng_tensor *logits, float scale, const eng_tensor *pos,
+                    const eng_tensor *neg, const eng_tensor *dlogits);
+
+/* torch.nn.functional.cross_entropy(scale·x, target, weight, ignore_index), reduction mean
+ * (weighted: Σ w_t·ℓ / Σ w_t over the rows whose target is not ignore_index; NaN when every
+ * row is ignored, as torch gives). x is N × C; target (N) and weight (C, or NULL) are host
+ * arrays. A target outside [0, C) other than ignore_index is a programming error. */
+double eng_cross_entropy(eng_backend *be, const eng_tensor *x, float scale, const int64_t *target,
+                         const float *weight, int64_t ignore_index, const eng_tensor *dx);
+
+/* VISSL's bce_logits_multiple_output_single_target for one output: BCE-with-logits per
+ * element, zero where the target is −1, each class column divided by its number of targets
+ * other than −1 (at least 1), all summed. x is N × C, target a host N × C array of 0, 1, −1. */
+double eng_bce_logits(eng_backend *be, const eng_tensor *x, const int64_t *target, const eng_tensor *dx);
+
 /* ---- optimizer updates ------------------------------------------------------------------------- */
 
 /* One parameter tensor's update, in PyTorch's float32 steps (torch.optim, v1.13, dampening 0,

@@ -167,6 +167,9 @@ const eng_ops eng_cpu_ops = {
     .sgd_step = cpu_sgd_step,
     .adam_step = cpu_adam_step,
     .sum_squares = cpu_sum_squares,
+    .info_nce = cpu_info_nce,
+    .cross_entropy = cpu_cross_entropy,
+    .bce_logits = cpu_bce_logits,
     /* convolution and batch norm (conv.c, batchnorm.c) */
     .plan_free = cpu_plan_free,
     .conv_plan = cpu_conv_plan,

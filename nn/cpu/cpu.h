@@ -50,6 +50,10 @@ void cpu_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx)
 void cpu_sgd_step(eng_backend *be, const eng_sgd_args *a, T *p, T *g, T *buf);
 void cpu_adam_step(eng_backend *be, const eng_adam_args *a, T *p, T *g, T *m, T *v);
 double cpu_sum_squares(eng_backend *be, T *x);
+double cpu_info_nce(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
+double cpu_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
+                         int64_t ignore_index, T *dx);
+double cpu_bce_logits(eng_backend *be, T *x, const int64_t *target, T *dx);
 
 /* convolution and batch norm (conv.c, batchnorm.c) */
 

@@ -1,0 +1,324 @@
+/*
+ * loss.c — VISSL's losses on the model engine (see loss.h).
+ *
+ * SimCLR (both variants): z = L2-normalise(output); S = z·zᵀ; the InfoNCE kernel reads S/T
+ * with VISSL's precomputed masks (eng_info_nce) and writes dS; then dz = dS·z + dSᵀ·z (S is
+ * z against itself: the linear layer's input and weight gradients) and the L2-normalisation's
+ * backward gives d(output). Masks, for R local rows (world size 1):
+ *   simclr_info_nce_loss, R = 2B: row r's positive is column (r + B) mod 2B, its negatives
+ *     every column but r and that one;
+ *   multicrop_simclr_info_nce_loss, R = B·C: row r's positives are (r + d·B) mod (B·C) for
+ *     d = 1..C−1, its negatives every other column but r (local only, as VISSL: the own-rank
+ *     block); Z = (C−1)·B·C. With C = 2 the two losses are the same (a test checks it).
+ * Cross-entropy and BCE run per output (each optionally L2-normalised first) and add up.
+ */
+#include "train/loss.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOSS_MAX_OUTPUTS 16
+
+struct loss {
+    loss_options o;
+    int n;
+    eng_shape shape[LOSS_MAX_OUTPUTS];
+    eng_tensor dout[LOSS_MAX_OUTPUTS];
+    eng_tensor normed[LOSS_MAX_OUTPUTS], dnormed[LOSS_MAX_OUTPUTS]; /* normalize_output */
+    eng_tensor z, dz, sim, dsim, pos, neg;                          /* SimCLR */
+};
+
+static const char *const NAMES[] = {
+    [LOSS_CROSS_ENTROPY] = "CrossEntropyLoss",
+    [LOSS_CE_MULTI_OUTPUT] = "cross_entropy_multiple_output_single_target",
+    [LOSS_BCE_MULTI_OUTPUT] = "bce_logits_multiple_output_single_target",
+    [LOSS_SIMCLR] = "simclr_info_nce_loss",
+    [LOSS_MULTICROP_SIMCLR] = "multicrop_simclr_info_nce_loss",
+};
+
+const char *loss_display_name(loss_name name) { return NAMES[name]; }
+
+/* ---- config ------------------------------------------------------------------------------- */
+
+static bool read_weight(const cfg_node *root, const char *key, loss_options *o, cfg_err *err)
+{
+    const cfg_node *w = cfg_get(root, key);
+    if (w->kind == CFG_NULL)
+        return true;
+    if (w->kind != CFG_LIST || w->len < 1 || w->len > LOSS_MAX_CLASS_WEIGHTS) {
+        cfg_fail(err, w, key, "must be null or a list of 1 to %d class weights", LOSS_MAX_CLASS_WEIGHTS);
+        return false;
+    }
+    for (size_t i = 0; i < w->len; i++) {
+        if (!cfg_is_number(w->items[i])) {
+            cfg_fail(err, w->items[i], key, "must be a list of numbers");
+            return false;
+        }
+        o->weight[i] = (float)cfg_number(w->items[i]);
+    }
+    o->nweight = (int)w->len;
+    return true;
+}
+
+/* LOSS.<name>.buffer_params of the SimCLR losses. */
+static bool read_buffer_params(const cfg_node *root, const char *name, loss_options *o, cfg_err *err)
+{
+    char *key = xasprintf("config.LOSS.%s", name);
+    const cfg_node *l = cfg_get(root, key);
+    o->temperature = cfg_float(l, "temperature");
+    o->embedding_dim = cfg_int(l, "buffer_params.embedding_dim");
+    o->effective_batch_size = cfg_int(l, "buffer_params.effective_batch_size");
+    o->world_size = (int)cfg_int(l, "buffer_params.world_size");
+    bool ok = o->world_size == 1;
+    if (!ok)
+        cfg_fail(err, cfg_get(l, "buffer_params.world_size"), key,
+                 "world size %d: this trainer runs one process (world size 1)", o->world_size);
+    free(key);
+    return ok;
+}
+
+bool loss_options_from_config(const cfg_node *root, loss_options *out, cfg_err *err)
+{
+    loss_options o = {.temperature = 1.0, .ignore_index = -1, .world_size = 1, .num_crops = 2};
+    const char *name = cfg_str(root, "config.LOSS.name");
+    int found = -1;
+    for (int i = 0; i < (int)ARRAY_LEN(NAMES); i++)
+        if (!strcmp(NAMES[i], name))
+            found = i;
+    if (found < 0) {
+        cfg_fail(err, cfg_get(root, "config.LOSS.name"), "config.LOSS.name",
+                 "'%s' is not run by this trainer yet (CrossEntropyLoss, cross_entropy_multiple_output_single_target, "
+                 "bce_logits_multiple_output_single_target, simclr_info_nce_loss, multicrop_simclr_info_nce_loss)",
+                 name);
+        return false;
+    }
+    o.name = (loss_name)found;
+    bool ok = true;
+    switch (o.name) {
+    case LOSS_CROSS_ENTROPY: o.ignore_index = cfg_int(root, "config.LOSS.CrossEntropyLoss.ignore_index"); break;
+    case LOSS_CE_MULTI_OUTPUT:
+        o.ignore_index = cfg_int(root, "config.LOSS.cross_entropy_multiple_output_single_target.ignore_index");
+        o.normalize_output = cfg_bool(root, "config.LOSS.cross_entropy_multiple_output_single_target.normalize_output");
+        o.temperature = cfg_float(root, "config.LOSS.cross_entropy_multiple_output_single_target.temperature");
+        ok = read_weight(root, "config.LOSS.cross_entropy_multiple_output_single_target.weight", &o, err);
+        break;
+    case LOSS_BCE_MULTI_OUTPUT:
+        o.normalize_output = cfg_bool(root, "config.LOSS.bce_logits_multiple_output_single_target.normalize_output");
+        break;
+    case LOSS_SIMCLR: ok = read_buffer_params(root, name, &o, err); break;
+    case LOSS_MULTICROP_SIMCLR:
+        ok = read_buffer_params(root, name, &o, err);
+        o.num_crops = (int)cfg_int(root, "config.LOSS.multicrop_simclr_info_nce_loss.num_crops");
+        break;
+    }
+    if (ok)
+        *out = o;
+    return ok;
+}
+
+/* ---- planning ----------------------------------------------------------------------------- */
+
+static bool is_simclr(const loss *l) { return l->o.name == LOSS_SIMCLR || l->o.name == LOSS_MULTICROP_SIMCLR; }
+
+/* The 0/1 masks of loss.c's top comment, for R rows in groups of `per` (B). */
+static void make_masks(eng_backend *be, loss *l, int64_t r, int64_t per)
+{
+    float *pos = xcalloc((size_t)(r * r), sizeof *pos), *neg = xmalloc((size_t)(r * r) * sizeof *neg);
+    int64_t crops = r / per;
+    for (int64_t i = 0; i < r; i++) {
+        for (int64_t j = 0; j < r; j++)
+            neg[i * r + j] = j != i;
+        for (int64_t d = 1; d < crops; d++) {
+            int64_t j = (i + d * per) % r;
+            pos[i * r + j] = 1.0f;
+            neg[i * r + j] = 0.0f;
+        }
+    }
+    l->pos = eng_tensor_new(be, eng_shape2(r, r));
+    l->neg = eng_tensor_new(be, eng_shape2(r, r));
+    eng_upload(be, &l->pos, pos);
+    eng_upload(be, &l->neg, neg);
+    free(pos);
+    free(neg);
+}
+
+static int plan_simclr(eng_backend *be, loss *l, char **err)
+{
+    const loss_options *o = &l->o;
+    if (l->n != 1 || l->shape[0].ndim != 2)
+        return report_failure(err, "%s: takes one output of rows × embedding (the model has %d)",
+                              NAMES[o->name], l->n);
+    int64_t r = l->shape[0].dim[0], d = l->shape[0].dim[1];
+    if (d != o->embedding_dim)
+        return report_failure(err, "%s: the head gives %lld-wide embeddings, buffer_params.embedding_dim is %lld",
+                              NAMES[o->name], (long long)d, (long long)o->embedding_dim);
+    int64_t crops = o->name == LOSS_SIMCLR ? 2 : o->num_crops;
+    int64_t rows = o->name == LOSS_SIMCLR ? o->effective_batch_size / o->world_size
+                                          : o->effective_batch_size / o->world_size * crops;
+    if (crops < 2 || r % crops || r != rows)
+        return report_failure(err,
+                              "%s: %lld rows do not match %lld crops of the configured batch (effective_batch_size "
+                              "%lld, world size %d)",
+                              NAMES[o->name], (long long)r, (long long)crops, (long long)o->effective_batch_size,
+                              o->world_size);
+    l->z = eng_tensor_new(be, l->shape[0]);
+    l->dz = eng_tensor_new(be, l->shape[0]);
+    l->sim = eng_tensor_new(be, eng_shape2(r, r));
+    l->dsim = eng_tensor_new(be, eng_shape2(r, r));
+    make_masks(be, l, r, r / crops);
+    return 0;
+}
+
+static int plan_per_output(eng_backend *be, loss *l, char **err)
+{
+    if (l->o.name == LOSS_CROSS_ENTROPY && l->n != 1)
+        return report_failure(err, "CrossEntropyLoss: takes one output (the model has %d; "
+                                   "cross_entropy_multiple_output_single_target takes several)", l->n);
+    for (int k = 0; k < l->n; k++) {
+        if (l->shape[k].ndim != 2)
+            return report_failure(err, "%s: output %d must be rows × classes", NAMES[l->o.name], k);
+        if (l->o.nweight && l->o.nweight != l->shape[k].dim[1])
+            return report_failure(err, "%s: %d class weights for output %d of %lld classes", NAMES[l->o.name],
+                                  l->o.nweight, k, (long long)l->shape[k].dim[1]);
+        if (l->o.normalize_output) {
+            l->normed[k] = eng_tensor_new(be, l->shape[k]);
+            l->dnormed[k] = eng_tensor_new(be, l->shape[k]);
+        }
+    }
+    return 0;
+}
+
+loss *loss_new(eng_backend *be, const loss_options *o, const eng_shape *outputs, int n, char **err)
+{
+    if (n < 1 || n > LOSS_MAX_OUTPUTS) {
+        report_failure(err, "%s: %d model outputs (1 to %d)", NAMES[o->name], n, LOSS_MAX_OUTPUTS);
+        return NULL;
+    }
+    loss *l = xcalloc(1, sizeof *l);
+    l->o = *o;
+    l->n = n;
+    for (int k = 0; k < n; k++) {
+        l->shape[k] = outputs[k];
+        l->dout[k] = eng_tensor_new(be, outputs[k]);
+    }
+    if ((is_simclr(l) ? plan_simclr(be, l, err) : plan_per_output(be, l, err)) != 0) {
+        loss_free(be, l);
+        return NULL;
+    }
+    return l;
+}
+
+void loss_free(eng_backend *be, loss *l)
+{
+    if (!l)
+        return;
+    eng_tensor *own[] = {&l->z, &l->dz, &l->sim, &l->dsim, &l->pos, &l->neg};
+    for (size_t i = 0; i < ARRAY_LEN(own); i++)
+        if (own[i]->base)
+            eng_tensor_free(be, own[i]);
+    for (int k = 0; k < l->n; k++) {
+        eng_tensor_free(be, &l->dout[k]);
+        if (l->normed[k].base) {
+            eng_tensor_free(be, &l->normed[k]);
+            eng_tensor_free(be, &l->dnormed[k]);
+        }
+    }
+    free(l);
+}
+
+const eng_tensor *loss_grad(const loss *l, int k) { return &l->dout[k]; }
+
+int loss_state(const loss *l, const eng_entry **entries)
+{
+    (void)l;
+    *entries = NULL;
+    return 0;
+}
+
+/* ---- computing ---------------------------------------------------------------------------- */
+
+static double simclr(eng_backend *be, loss *l, const eng_tensor *out)
+{
+    eng_l2norm_forward(be, out, &l->z);
+    eng_linear_forward(be, &l->z, &l->z, NULL, &l->sim);
+    double v = eng_info_nce(be, &l->sim, (float)(1.0 / l->o.temperature), &l->pos, &l->neg, &l->dsim);
+    eng_zero(be, &l->dz);
+    eng_linear_backward(be, &l->z, &l->z, &l->dsim, &l->dz, &l->dz, NULL);
+    eng_zero(be, &l->dout[0]);
+    eng_l2norm_backward(be, out, &l->dz, &l->dout[0]);
+    return v;
+}
+
+/* Output k as the loss reads it: itself, or L2-normalised (normalize_output). */
+static const eng_tensor *input_of(eng_backend *be, loss *l, int k, const eng_tensor *out)
+{
+    if (!l->o.normalize_output)
+        return out;
+    eng_l2norm_forward(be, out, &l->normed[k]);
+    return &l->normed[k];
+}
+
+/* The gradient written for the loss's input, carried back through the normalisation. */
+static void finish_grad(eng_backend *be, loss *l, int k, const eng_tensor *out)
+{
+    if (!l->o.normalize_output)
+        return;
+    eng_zero(be, &l->dout[k]);
+    eng_l2norm_backward(be, out, &l->dnormed[k], &l->dout[k]);
+}
+
+static int check_labels(const loss *l, const loss_batch *b, int64_t rows, int64_t cols, char **err)
+{
+    if (b->batch != rows || !b->label)
+        return report_failure(err, "%s: %lld labels for %lld output rows", NAMES[l->o.name], (long long)b->batch,
+                              (long long)rows);
+    if (l->o.name == LOSS_BCE_MULTI_OUTPUT) {
+        if (b->label_cols != cols)
+            return report_failure(err, "%s: labels of %d columns for %lld classes", NAMES[l->o.name], b->label_cols,
+                                  (long long)cols);
+        return 0;
+    }
+    for (int64_t i = 0; i < rows; i++) /* VISSL asserts target.max() < C */
+        if (b->label[i] != l->o.ignore_index && (b->label[i] < 0 || b->label[i] >= cols))
+            return report_failure(err, "%s: label %lld of sample %lld is not one of the %lld classes",
+                                  NAMES[l->o.name], (long long)b->label[i], (long long)i, (long long)cols);
+    return 0;
+}
+
+static int per_output(eng_backend *be, loss *l, const eng_tensor *const *outputs, const loss_batch *b, double *value,
+                      char **err)
+{
+    double total = 0.0;
+    for (int k = 0; k < l->n; k++) {
+        if (check_labels(l, b, l->shape[k].dim[0], l->shape[k].dim[1], err) != 0)
+            return -1;
+        const eng_tensor *x = input_of(be, l, k, outputs[k]);
+        const eng_tensor *dx = l->o.normalize_output ? &l->dnormed[k] : &l->dout[k];
+        if (l->o.name == LOSS_BCE_MULTI_OUTPUT)
+            total += eng_bce_logits(be, x, b->label, dx);
+        else
+            total += eng_cross_entropy(be, x, (float)(1.0 / l->o.temperature), b->label,
+                                       l->o.nweight ? l->o.weight : NULL, l->o.ignore_index, dx);
+        finish_grad(be, l, k, outputs[k]);
+    }
+    *value = total;
+    return 0;
+}
+
+int loss_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, const loss_batch *b, double *value,
+                 char **err)
+{
+    for (int k = 0; k < l->n; k++)
+        if (!eng_shape_equal(&outputs[k]->shape, &l->shape[k]))
+            return report_failure(err, "%s: output %d is not the shape the loss was planned for", NAMES[l->o.name],
+                                  k);
+    if (is_simclr(l)) {
+        *value = simclr(be, l, outputs[0]);
+        return 0;
+    }
+    return per_output(be, l, outputs, b, value, err);
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""make_loss_fixtures.py — VISSL 0.1.5's losses in PyTorch float64 (tests/unit/test_loss.c).
+
+Each loss is VISSL's forward written from the spec (part 2 §1: SimclrInfoNCECriterion with its
+precomputed masks, the multi-crop criterion's local-only negatives, cross_entropy_multiple_
+output_single_target, bce_logits_multiple_output_single_target; ClassyVision's
+CrossEntropyLoss), on random outputs in float64; autograd gives d(loss)/d(output).
+
+Per case (tests/golden/fixtures/loss/CASE_*.npy): out{k} (float32, the outputs as the C side
+reads them; the reference runs on exactly these values in float64), label (int64), loss
+(float64 [1]) and dout{k} (float64).
+
+Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_loss_fixtures.py
+"""
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "loss")
+
+
+def simclr(out, temperature, batch):
+    """SimclrInfoNCECriterion, world size 1: rows [crop0 images, crop1 images]."""
+    r = out.shape[0]
+    z = F.normalize(out, dim=1, p=2)
+    sim = torch.exp(z @ z.t() / temperature)
+    pos_mask = torch.zeros(r, r, dtype=out.dtype)
+    neg_mask = torch.ones(r, r, dtype=out.dtype)
+    for i in range(r):
+        j = (i + batch) % r
+        pos_mask[i, j] = 1
+        neg_mask[i, i] = 0
+        neg_mask[i, j] = 0
+    pos = (sim * pos_mask).sum(1)
+    neg = (sim * neg_mask).sum(1)
+    return -torch.mean(torch.log(pos / (pos + neg)))
+
+
+def multicrop_simclr(out, temperature, batch, crops):
+    """The multi-crop criterion: one positive mask per crop offset, negatives local only."""
+    r = batch * crops
+    z = F.normalize(out, dim=1, p=2)
+    sim = torch.exp(z @ z.t() / temperature)
+    pos_masks = []
+    neg_mask = torch.ones(r, r, dtype=out.dtype) - torch.eye(r, dtype=out.dtype)
+    for d in range(1, crops):
+        m = torch.zeros(r, r, dtype=out.dtype)
+        for i in range(r):
+            m[i, (i + d * batch) % r] = 1
+        pos_masks.append(m)
+        neg_mask = neg_mask - m
+    neg = (sim * neg_mask).sum(1)
+    total, count = 0, 0
+    for m in pos_masks:
+        pos = (sim * m).sum(1)
+        total = total + torch.log(pos / (pos + neg)).sum()
+        count += r
+    return -total / count
+
+
+def ce_multi(outs, label, normalize, temperature, weight, ignore_index=-1):
+    loss = 0
+    for o in outs:
+        x = F.normalize(o, dim=1, p=2) if normalize else o
+        loss = loss + F.cross_entropy(x / temperature, label, weight=weight, ignore_index=ignore_index)
+    return loss
+
+
+def bce_multi(outs, label):
+    loss = 0
+    for o in outs:
+        per = F.binary_cross_entropy_with_logits(o, label.to(o.dtype).clamp(min=0), reduction="none")
+        valid = (label != -1).to(o.dtype)
+        per = per * valid
+        n = valid.sum(0).clamp(min=1)
+        loss = loss + (per / n).sum()
+    return loss
+
+
+def save(name, outs, label, fn):
+    leaves = [torch.from_numpy(o).double().requires_grad_() for o in outs]
+    loss = fn(leaves)
+    loss.backward()
+    w = lambda what, a: np.save(os.path.join(OUT, f"{name}_{what}.npy"), a)
+    for k, (o, leaf) in enumerate(zip(outs, leaves)):
+        w(f"out{k}", o)
+        w(f"dout{k}", leaf.grad.numpy())
+    w("label", label.numpy().astype(np.int64))
+    w("loss", np.array([loss.item()], dtype=np.float64))
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    g = torch.Generator().manual_seed(5)
+    rnd = lambda *s: torch.randn(*s, generator=g).float().numpy()
+    b, d = 4, 8
+    out = rnd(2 * b, d)
+    none = torch.zeros(2 * b, dtype=torch.int64)
+    save("simclr", [out], none, lambda o: simclr(o[0], 0.1, b))
+    save("multicrop3", [rnd(3 * b, d)], torch.zeros(3 * b, dtype=torch.int64),
+         lambda o: multicrop_simclr(o[0], 0.1, b, 3))
+    label = torch.tensor([0, 4, 2, -1, 1, 3])
+    save("ce_multi", [rnd(6, 5), rnd(6, 7)], label, lambda o: ce_multi(o, label, True, 0.5, None))
+    weight = torch.tensor([0.5, 1.0, 2.0, 1.5, 0.25], dtype=torch.float64)
+    save("ce_weighted", [rnd(6, 5)], label, lambda o: ce_multi(o, label, False, 1.0, weight))
+    save("cross_entropy", [rnd(6, 5) * 3], label, lambda o: ce_multi(o, label, False, 1.0, None))
+    bl = torch.tensor([[1, 0, -1, 1], [0, 0, 1, -1], [1, -1, 0, 0], [-1, 1, 1, 0], [0, 1, 0, -1], [1, 1, -1, 0]])
+    save("bce", [rnd(6, 4) * 2, rnd(6, 4)], bl, lambda o: bce_multi(o, bl))
+
+
+if __name__ == "__main__":
+    main()

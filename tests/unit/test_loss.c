@@ -1,0 +1,244 @@
+/*
+ * test_loss.c — the trainer's losses (stages/train/loss.c) against VISSL's, rebuilt in
+ * PyTorch float64 by tests/golden/make_loss_fixtures.py: the value and d(loss)/d(output) of
+ * simclr_info_nce_loss, multicrop_simclr_info_nce_loss (3 crops), cross_entropy_multiple_output_
+ * single_target (two outputs, normalize_output, temperature, an ignored label; class weights),
+ * CrossEntropyLoss and bce_logits_multiple_output_single_target (−1 targets), within 1e-5
+ * (relative, fp32 inputs). Then the invariants: multi-crop SimCLR with 2 crops IS SimCLR, and
+ * the refusals (widths, batch sizes, labels) and the config.
+ */
+#include "config.h"
+#include "nn.h"
+#include "npy.h"
+#include "train/loss.h"
+#include "util.h"
+
+#include "test_nn_util.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-5
+
+static npy_array load(const char *kase, const char *what)
+{
+    char *file = xasprintf("%s_%s.npy", kase, what), *path = test_fixture("loss", file), *err = NULL;
+    npy_array a;
+    cr_assert_eq(npy_read(path, &a, &err), 0, "%s: %s", path, err);
+    free(path);
+    free(file);
+    return a;
+}
+
+typedef struct {
+    eng_backend *be;
+    int n;
+    eng_tensor out[4];
+    const eng_tensor *outs[4];
+    eng_shape shapes[4];
+    npy_array label;
+    loss_batch batch;
+} fixture;
+
+static void open_case(fixture *f, const char *kase, int n)
+{
+    f->be = nnt_open_cpu();
+    f->n = n;
+    for (int k = 0; k < n; k++) {
+        char what[16];
+        snprintf(what, sizeof what, "out%d", k);
+        npy_array a = load(kase, what);
+        f->shapes[k] = eng_shape2((int64_t)a.shape[0], (int64_t)a.shape[1]);
+        f->out[k] = eng_tensor_new(f->be, f->shapes[k]);
+        eng_upload(f->be, &f->out[k], a.data);
+        f->outs[k] = &f->out[k];
+        npy_close(&a);
+    }
+    f->label = load(kase, "label");
+    f->batch = (loss_batch){.batch = (int64_t)f->label.shape[0], .label = f->label.data,
+                            .label_cols = f->label.ndim == 2 ? (int)f->label.shape[1] : 1};
+}
+
+static void close_case(fixture *f)
+{
+    for (int k = 0; k < f->n; k++)
+        eng_tensor_free(f->be, &f->out[k]);
+    npy_close(&f->label);
+    eng_backend_close(f->be);
+}
+
+/* The loss's value and gradients against the fixture's. */
+static void check_case(const char *kase, int n, const loss_options *o)
+{
+    fixture f;
+    open_case(&f, kase, n);
+    char *err = NULL;
+    loss *l = loss_new(f.be, o, f.shapes, n, &err);
+    cr_assert(l, "%s: %s", kase, err);
+    double v;
+    cr_assert_eq(loss_compute(f.be, l, f.outs, &f.batch, &v, &err), 0, "%s: %s", kase, err);
+    npy_array want = load(kase, "loss");
+    double w = ((const double *)want.data)[0];
+    cr_expect_leq(fabs(v - w), TOL * fabs(w), "%s: loss %.9g, VISSL's %.9g", kase, v, w);
+    npy_close(&want);
+    for (int k = 0; k < n; k++) {
+        char what[16];
+        snprintf(what, sizeof what, "dout%d", k);
+        npy_array d = load(kase, what);
+        float *got = nnt_download(f.be, loss_grad(l, k));
+        double worst = 0.0, top = 0.0;
+        for (size_t i = 0; i < d.count; i++) {
+            worst = fmax(worst, fabs(got[i] - ((const double *)d.data)[i]));
+            top = fmax(top, fabs(((const double *)d.data)[i]));
+        }
+        cr_expect_leq(worst, TOL * top, "%s: d(output %d) error %g of %g", kase, k, worst, top);
+        free(got);
+        npy_close(&d);
+    }
+    loss_free(f.be, l);
+    close_case(&f);
+}
+
+static loss_options simclr_options(loss_name name, int64_t effective, int crops)
+{
+    return (loss_options){.name = name, .temperature = 0.1, .embedding_dim = 8, .effective_batch_size = effective,
+                          .world_size = 1, .num_crops = crops, .ignore_index = -1};
+}
+
+Test(loss, simclr_info_nce_matches_vissl) { loss_options o = simclr_options(LOSS_SIMCLR, 8, 2); check_case("simclr", 1, &o); }
+
+Test(loss, multicrop_simclr_three_crops_matches_vissl)
+{
+    loss_options o = simclr_options(LOSS_MULTICROP_SIMCLR, 4, 3);
+    check_case("multicrop3", 1, &o);
+}
+
+Test(loss, cross_entropy_multiple_outputs_normalised_with_temperature)
+{
+    loss_options o = {.name = LOSS_CE_MULTI_OUTPUT, .temperature = 0.5, .ignore_index = -1, .normalize_output = true};
+    check_case("ce_multi", 2, &o);
+}
+
+Test(loss, cross_entropy_with_class_weights)
+{
+    loss_options o = {.name = LOSS_CE_MULTI_OUTPUT, .temperature = 1.0, .ignore_index = -1,
+                      .weight = {0.5f, 1.0f, 2.0f, 1.5f, 0.25f}, .nweight = 5};
+    check_case("ce_weighted", 1, &o);
+}
+
+Test(loss, classy_cross_entropy_ignores_minus_one)
+{
+    loss_options o = {.name = LOSS_CROSS_ENTROPY, .temperature = 1.0, .ignore_index = -1};
+    check_case("cross_entropy", 1, &o);
+}
+
+Test(loss, bce_logits_per_class_normalised)
+{
+    loss_options o = {.name = LOSS_BCE_MULTI_OUTPUT, .temperature = 1.0};
+    check_case("bce", 2, &o);
+}
+
+/* Spec part 2 §1.2: with 2 crops and one process the multi-crop loss is SimCLR's. */
+Test(loss, multicrop_with_two_crops_is_simclr)
+{
+    fixture f;
+    open_case(&f, "simclr", 1);
+    loss_options a = simclr_options(LOSS_SIMCLR, 8, 2), b = simclr_options(LOSS_MULTICROP_SIMCLR, 4, 2);
+    char *err = NULL;
+    loss *la = loss_new(f.be, &a, f.shapes, 1, &err), *lb = loss_new(f.be, &b, f.shapes, 1, &err);
+    cr_assert(la && lb, "%s", err);
+    double va, vb;
+    cr_assert_eq(loss_compute(f.be, la, f.outs, &f.batch, &va, &err), 0);
+    cr_assert_eq(loss_compute(f.be, lb, f.outs, &f.batch, &vb, &err), 0);
+    cr_expect_eq(va, vb);
+    float *ga = nnt_download(f.be, loss_grad(la, 0)), *gb = nnt_download(f.be, loss_grad(lb, 0));
+    cr_expect(memcmp(ga, gb, 64 * sizeof(float)) == 0);
+    free(ga), free(gb);
+    loss_free(f.be, la);
+    loss_free(f.be, lb);
+    close_case(&f);
+}
+
+Test(loss, shapes_and_labels_that_do_not_fit_are_refused)
+{
+    fixture f;
+    open_case(&f, "simclr", 1);
+    char *err = NULL;
+    loss_options o = simclr_options(LOSS_SIMCLR, 8, 2);
+    o.embedding_dim = 128;
+    cr_expect_null(loss_new(f.be, &o, f.shapes, 1, &err));
+    cr_expect(err && strstr(err, "8-wide embeddings") && strstr(err, "128"), "%s", err);
+    free(err), err = NULL;
+    o = simclr_options(LOSS_SIMCLR, 16, 2); /* a batch of 8 images configured, 4 given */
+    cr_expect_null(loss_new(f.be, &o, f.shapes, 1, &err));
+    cr_expect(err && strstr(err, "effective_batch_size 16"), "%s", err);
+    free(err), err = NULL;
+    close_case(&f);
+
+    open_case(&f, "cross_entropy", 1);
+    o = (loss_options){.name = LOSS_CROSS_ENTROPY, .temperature = 1.0, .ignore_index = -1};
+    loss *l = loss_new(f.be, &o, f.shapes, 1, &err);
+    cr_assert(l, "%s", err);
+    int64_t bad[6] = {0, 1, 5, 2, 3, 4}; /* 5 classes: label 5 is out of range */
+    loss_batch b = {.batch = 6, .label = bad, .label_cols = 1};
+    double v;
+    cr_expect_eq(loss_compute(f.be, l, f.outs, &b, &v, &err), -1);
+    cr_expect(err && strstr(err, "label 5 of sample 2"), "%s", err);
+    free(err), err = NULL;
+    int64_t none[6] = {-1, -1, -1, -1, -1, -1}; /* every row ignored: NaN, as torch */
+    b.label = none;
+    cr_expect_eq(loss_compute(f.be, l, f.outs, &b, &v, &err), 0);
+    cr_expect(isnan(v));
+    loss_free(f.be, l);
+    close_case(&f);
+}
+
+/* ---- from the config ---------------------------------------------------------------------- */
+
+Test(loss, options_from_the_config)
+{
+    cfg_t cfg = {0};
+    cfg_err err;
+    cr_assert(test_compose(&cfg, &err,
+                           "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 32}}\n"
+                           "  LOSS:\n    name: simclr_info_nce_loss\n"
+                           "    simclr_info_nce_loss: {temperature: 0.2, buffer_params: {embedding_dim: 64}}\n",
+                           NULL),
+              "%s", err.msg);
+    loss_options o;
+    cr_assert(loss_options_from_config(cfg.root, &o, &err), "%s", err.msg);
+    cr_expect(o.name == LOSS_SIMCLR);
+    cr_expect_float_eq(o.temperature, 0.2, 1e-15);
+    cr_expect_eq(o.embedding_dim, 64);
+    cr_expect_eq(o.world_size, 1, "inferred from one process");
+    cr_expect_eq(o.effective_batch_size, 64, "inferred 2 x 32 x 1");
+    cfg_destroy(&cfg);
+    /* eight processes (VISSL's default): refused before anything runs */
+    cfg = (cfg_t){0};
+    cr_assert(test_compose(&cfg, &err, "config:\n  LOSS:\n    name: simclr_info_nce_loss\n", NULL), "%s", err.msg);
+    cr_expect(!loss_options_from_config(cfg.root, &o, &err));
+    cr_expect(strstr(err.msg, "world size 8"), "%s", err.msg);
+    cfg_destroy(&cfg);
+
+    cfg = (cfg_t){0};
+    cr_assert(test_compose(&cfg, &err,
+                           "config:\n  LOSS:\n    name: cross_entropy_multiple_output_single_target\n"
+                           "    cross_entropy_multiple_output_single_target: {weight: [1, 2.5], temperature: 0.1,\n"
+                           "      normalize_output: true}\n",
+                           NULL),
+              "%s", err.msg);
+    cr_assert(loss_options_from_config(cfg.root, &o, &err), "%s", err.msg);
+    cr_expect(o.name == LOSS_CE_MULTI_OUTPUT && o.normalize_output && o.nweight == 2);
+    cr_expect_float_eq(o.weight[1], 2.5f, 1e-7);
+    cfg_destroy(&cfg);
+
+    cfg = (cfg_t){0};
+    cr_assert(test_compose(&cfg, &err, "config:\n  LOSS:\n    name: moco_loss\n", NULL), "%s", err.msg);
+    cr_expect(!loss_options_from_config(cfg.root, &o, &err));
+    cr_expect(strstr(err.msg, ":3:") && strstr(err.msg, "'moco_loss' is not run by this trainer yet"), "%s", err.msg);
+    cfg_destroy(&cfg);
+}
