@@ -44,9 +44,9 @@ const char *loss_display_name(loss_name name) { return NAMES[name]; }
 
 /* ---- config ------------------------------------------------------------------------------- */
 
-static bool read_weight(const cfg_node *root, const char *key, loss_options *o, cfg_err *err)
+static bool read_weight(const cfg_node *config, const char *key, loss_options *o, cfg_err *err)
 {
-    const cfg_node *w = cfg_get(root, key);
+    const cfg_node *w = cfg_get(config, key + strlen("config."));
     if (w->kind == CFG_NULL)
         return true;
     if (w->kind != CFG_LIST || w->len < 1 || w->len > LOSS_MAX_CLASS_WEIGHTS) {
@@ -65,10 +65,10 @@ static bool read_weight(const cfg_node *root, const char *key, loss_options *o, 
 }
 
 /* LOSS.<name>.buffer_params of the SimCLR losses. */
-static bool read_buffer_params(const cfg_node *root, const char *name, loss_options *o, cfg_err *err)
+static bool read_buffer_params(const cfg_node *config, const char *name, loss_options *o, cfg_err *err)
 {
     char *key = xasprintf("config.LOSS.%s", name);
-    const cfg_node *l = cfg_get(root, key);
+    const cfg_node *l = cfg_get(config, key + strlen("config."));
     o->temperature = cfg_float(l, "temperature");
     o->embedding_dim = cfg_int(l, "buffer_params.embedding_dim");
     o->effective_batch_size = cfg_int(l, "buffer_params.effective_batch_size");
@@ -81,16 +81,16 @@ static bool read_buffer_params(const cfg_node *root, const char *name, loss_opti
     return ok;
 }
 
-bool loss_options_from_config(const cfg_node *root, loss_options *out, cfg_err *err)
+bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err *err)
 {
     loss_options o = {.temperature = 1.0, .ignore_index = -1, .world_size = 1, .num_crops = 2};
-    const char *name = cfg_str(root, "config.LOSS.name");
+    const char *name = cfg_str(config, "LOSS.name");
     int found = -1;
     for (int i = 0; i < (int)ARRAY_LEN(NAMES); i++)
         if (!strcmp(NAMES[i], name))
             found = i;
     if (found < 0) {
-        cfg_fail(err, cfg_get(root, "config.LOSS.name"), "config.LOSS.name",
+        cfg_fail(err, cfg_get(config, "LOSS.name"), "config.LOSS.name",
                  "'%s' is not run by this trainer yet (CrossEntropyLoss, cross_entropy_multiple_output_single_target, "
                  "bce_logits_multiple_output_single_target, simclr_info_nce_loss, multicrop_simclr_info_nce_loss)",
                  name);
@@ -99,20 +99,20 @@ bool loss_options_from_config(const cfg_node *root, loss_options *out, cfg_err *
     o.name = (loss_name)found;
     bool ok = true;
     switch (o.name) {
-    case LOSS_CROSS_ENTROPY: o.ignore_index = cfg_int(root, "config.LOSS.CrossEntropyLoss.ignore_index"); break;
+    case LOSS_CROSS_ENTROPY: o.ignore_index = cfg_int(config, "LOSS.CrossEntropyLoss.ignore_index"); break;
     case LOSS_CE_MULTI_OUTPUT:
-        o.ignore_index = cfg_int(root, "config.LOSS.cross_entropy_multiple_output_single_target.ignore_index");
-        o.normalize_output = cfg_bool(root, "config.LOSS.cross_entropy_multiple_output_single_target.normalize_output");
-        o.temperature = cfg_float(root, "config.LOSS.cross_entropy_multiple_output_single_target.temperature");
-        ok = read_weight(root, "config.LOSS.cross_entropy_multiple_output_single_target.weight", &o, err);
+        o.ignore_index = cfg_int(config, "LOSS.cross_entropy_multiple_output_single_target.ignore_index");
+        o.normalize_output = cfg_bool(config, "LOSS.cross_entropy_multiple_output_single_target.normalize_output");
+        o.temperature = cfg_float(config, "LOSS.cross_entropy_multiple_output_single_target.temperature");
+        ok = read_weight(config, "config.LOSS.cross_entropy_multiple_output_single_target.weight", &o, err);
         break;
     case LOSS_BCE_MULTI_OUTPUT:
-        o.normalize_output = cfg_bool(root, "config.LOSS.bce_logits_multiple_output_single_target.normalize_output");
+        o.normalize_output = cfg_bool(config, "LOSS.bce_logits_multiple_output_single_target.normalize_output");
         break;
-    case LOSS_SIMCLR: ok = read_buffer_params(root, name, &o, err); break;
+    case LOSS_SIMCLR: ok = read_buffer_params(config, name, &o, err); break;
     case LOSS_MULTICROP_SIMCLR:
-        ok = read_buffer_params(root, name, &o, err);
-        o.num_crops = (int)cfg_int(root, "config.LOSS.multicrop_simclr_info_nce_loss.num_crops");
+        ok = read_buffer_params(config, name, &o, err);
+        o.num_crops = (int)cfg_int(config, "LOSS.multicrop_simclr_info_nce_loss.num_crops");
         break;
     }
     if (ok)

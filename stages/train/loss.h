@@ -49,9 +49,9 @@ typedef struct {
     int nweight;                  /* 0: no weights (null) */
 } loss_options;
 
-/* config.LOSS of a composed config (LOSS.name and LOSS.<name>). Refuses, with its line, a
+/* LOSS of a composed config's `config` map (LOSS.name and LOSS.<name>). Refuses, with its line, a
  * loss this trainer does not run yet and a world size above 1. */
-bool loss_options_from_config(const cfg_node *root, loss_options *out, cfg_err *err);
+bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err *err);
 const char *loss_display_name(loss_name name);
 
 /* What a step gives the loss besides the model outputs. */

@@ -35,9 +35,9 @@ optim_options optim_defaults(void)
 
 /* ---- config ------------------------------------------------------------------------------- */
 
-static bool read_betas(const cfg_node *root, optim_options *o, cfg_err *err)
+static bool read_betas(const cfg_node *config, optim_options *o, cfg_err *err)
 {
-    const cfg_node *b = cfg_get(root, "config.OPTIMIZER.betas");
+    const cfg_node *b = cfg_get(config, "OPTIMIZER.betas");
     if (b->kind != CFG_LIST || b->len != 2 || !cfg_is_number(b->items[0]) || !cfg_is_number(b->items[1])) {
         cfg_fail(err, b, "config.OPTIMIZER.betas", "must be two numbers [beta1, beta2]");
         return false;
@@ -47,10 +47,10 @@ static bool read_betas(const cfg_node *root, optim_options *o, cfg_err *err)
     return true;
 }
 
-static bool read_non_trainable(const cfg_node *root, optim_options *o, cfg_err *err)
+static bool read_non_trainable(const cfg_node *config, optim_options *o, cfg_err *err)
 {
     const char *key = "config.MODEL.NON_TRAINABLE_PARAMS";
-    const cfg_node *l = cfg_get(root, key);
+    const cfg_node *l = cfg_get(config, key + strlen("config."));
     if (l->kind != CFG_LIST || l->len > OPTIM_MAX_NON_TRAINABLE) {
         cfg_fail(err, l, key, "must be a list of at most %d parameter names", OPTIM_MAX_NON_TRAINABLE);
         return false;
@@ -66,10 +66,10 @@ static bool read_non_trainable(const cfg_node *root, optim_options *o, cfg_err *
     return true;
 }
 
-bool optim_options_from_config(const cfg_node *root, optim_options *out, cfg_err *err)
+bool optim_options_from_config(const cfg_node *config, optim_options *out, cfg_err *err)
 {
     optim_options o = optim_defaults();
-    const char *name = cfg_str(root, "config.OPTIMIZER.name");
+    const char *name = cfg_str(config, "OPTIMIZER.name");
     if (!strcmp(name, "sgd"))
         o.name = OPTIM_SGD;
     else if (!strcmp(name, "adam"))
@@ -77,28 +77,28 @@ bool optim_options_from_config(const cfg_node *root, optim_options *out, cfg_err
     else if (!strcmp(name, "adamw"))
         o.name = OPTIM_ADAMW;
     else {
-        cfg_fail(err, cfg_get(root, "config.OPTIMIZER.name"), "config.OPTIMIZER.name",
+        cfg_fail(err, cfg_get(config, "OPTIMIZER.name"), "config.OPTIMIZER.name",
                  "'%s' is not run by this trainer (sgd, adam, adamw)", name);
         return false;
     }
-    o.weight_decay = cfg_float(root, "config.OPTIMIZER.weight_decay");
-    o.momentum = cfg_float(root, "config.OPTIMIZER.momentum");
-    o.nesterov = cfg_bool(root, "config.OPTIMIZER.nesterov");
-    o.use_larc = cfg_bool(root, "config.OPTIMIZER.use_larc");
-    o.larc_clip = cfg_bool(root, "config.OPTIMIZER.larc_config.clip");
-    o.larc_eps = cfg_float(root, "config.OPTIMIZER.larc_config.eps");
-    o.larc_trust = cfg_float(root, "config.OPTIMIZER.larc_config.trust_coefficient");
-    o.regularize_bn = cfg_bool(root, "config.OPTIMIZER.regularize_bn");
-    o.regularize_bias = cfg_bool(root, "config.OPTIMIZER.regularize_bias");
-    o.head_weight_decay = cfg_bool(root, "config.OPTIMIZER.head_optimizer_params.use_different_wd")
-                              ? cfg_float(root, "config.OPTIMIZER.head_optimizer_params.weight_decay")
+    o.weight_decay = cfg_float(config, "OPTIMIZER.weight_decay");
+    o.momentum = cfg_float(config, "OPTIMIZER.momentum");
+    o.nesterov = cfg_bool(config, "OPTIMIZER.nesterov");
+    o.use_larc = cfg_bool(config, "OPTIMIZER.use_larc");
+    o.larc_clip = cfg_bool(config, "OPTIMIZER.larc_config.clip");
+    o.larc_eps = cfg_float(config, "OPTIMIZER.larc_config.eps");
+    o.larc_trust = cfg_float(config, "OPTIMIZER.larc_config.trust_coefficient");
+    o.regularize_bn = cfg_bool(config, "OPTIMIZER.regularize_bn");
+    o.regularize_bias = cfg_bool(config, "OPTIMIZER.regularize_bias");
+    o.head_weight_decay = cfg_bool(config, "OPTIMIZER.head_optimizer_params.use_different_wd")
+                              ? cfg_float(config, "OPTIMIZER.head_optimizer_params.weight_decay")
                               : o.weight_decay;
     if (o.use_larc && o.name != OPTIM_SGD) {
-        cfg_fail(err, cfg_get(root, "config.OPTIMIZER.use_larc"), "config.OPTIMIZER.use_larc",
+        cfg_fail(err, cfg_get(config, "OPTIMIZER.use_larc"), "config.OPTIMIZER.use_larc",
                  "LARC wraps SGD only (VISSL's LARC is Apex's, for SGD)");
         return false;
     }
-    if (!read_betas(root, &o, err) || !read_non_trainable(root, &o, err))
+    if (!read_betas(config, &o, err) || !read_non_trainable(config, &o, err))
         return false;
     *out = o;
     return true;

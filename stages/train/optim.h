@@ -65,10 +65,10 @@ typedef struct {
  * 1e-3), regularize_bn off, regularize_bias on, betas (0.9, 0.999). */
 optim_options optim_defaults(void);
 
-/* config.OPTIMIZER and config.MODEL.NON_TRAINABLE_PARAMS of a composed config. Refuses (false,
+/* OPTIMIZER and MODEL.NON_TRAINABLE_PARAMS of a composed config's `config` map. Refuses (false,
  * "file:line: key: why") what this trainer does not run: other optimizers, LARC around
  * anything but SGD. Strings point into the config. */
-bool optim_options_from_config(const cfg_node *root, optim_options *out, cfg_err *err);
+bool optim_options_from_config(const cfg_node *config, optim_options *out, cfg_err *err);
 
 typedef struct optim optim;
 

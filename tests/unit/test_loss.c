@@ -210,7 +210,7 @@ Test(loss, options_from_the_config)
                            NULL),
               "%s", err.msg);
     loss_options o;
-    cr_assert(loss_options_from_config(cfg.root, &o, &err), "%s", err.msg);
+    cr_assert(loss_options_from_config(cfg_map_get(cfg.root, "config"), &o, &err), "%s", err.msg);
     cr_expect(o.name == LOSS_SIMCLR);
     cr_expect_float_eq(o.temperature, 0.2, 1e-15);
     cr_expect_eq(o.embedding_dim, 64);
@@ -220,7 +220,7 @@ Test(loss, options_from_the_config)
     /* eight processes (VISSL's default): refused before anything runs */
     cfg = (cfg_t){0};
     cr_assert(test_compose(&cfg, &err, "config:\n  LOSS:\n    name: simclr_info_nce_loss\n", NULL), "%s", err.msg);
-    cr_expect(!loss_options_from_config(cfg.root, &o, &err));
+    cr_expect(!loss_options_from_config(cfg_map_get(cfg.root, "config"), &o, &err));
     cr_expect(strstr(err.msg, "world size 8"), "%s", err.msg);
     cfg_destroy(&cfg);
 
@@ -231,14 +231,14 @@ Test(loss, options_from_the_config)
                            "      normalize_output: true}\n",
                            NULL),
               "%s", err.msg);
-    cr_assert(loss_options_from_config(cfg.root, &o, &err), "%s", err.msg);
+    cr_assert(loss_options_from_config(cfg_map_get(cfg.root, "config"), &o, &err), "%s", err.msg);
     cr_expect(o.name == LOSS_CE_MULTI_OUTPUT && o.normalize_output && o.nweight == 2);
     cr_expect_float_eq(o.weight[1], 2.5f, 1e-7);
     cfg_destroy(&cfg);
 
     cfg = (cfg_t){0};
     cr_assert(test_compose(&cfg, &err, "config:\n  LOSS:\n    name: moco_loss\n", NULL), "%s", err.msg);
-    cr_expect(!loss_options_from_config(cfg.root, &o, &err));
+    cr_expect(!loss_options_from_config(cfg_map_get(cfg.root, "config"), &o, &err));
     cr_expect(strstr(err.msg, ":3:") && strstr(err.msg, "'moco_loss' is not run by this trainer yet"), "%s", err.msg);
     cfg_destroy(&cfg);
 }

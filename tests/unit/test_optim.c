@@ -202,7 +202,7 @@ Test(optim, frozen_entries_do_not_move)
 static bool from_yaml(const char *yaml, optim_options *o, cfg_err *err, cfg_t *cfg)
 {
     *cfg = (cfg_t){0};
-    return test_compose(cfg, err, yaml, NULL) && optim_options_from_config(cfg->root, o, err);
+    return test_compose(cfg, err, yaml, NULL) && optim_options_from_config(cfg_map_get(cfg->root, "config"), o, err);
 }
 
 Test(optim, options_from_the_config)
