@@ -279,3 +279,26 @@ void format_double(char *out, size_t size, double v)
         strncat(out, ".0", size - strlen(out) - 1);
     }
 }
+
+static int make_dir(const char *path, unsigned mode, char **err)
+{
+    if (mkdir(path, (mode_t)mode) == 0 || (errno == EEXIST && path_is_dir(path)))
+        return 0;
+    return report_failure(err, "%s: cannot create directory: %s", path, strerror(errno));
+}
+
+int make_dirs(const char *path, unsigned mode, char **err)
+{
+    char *p = xstrdup(path);
+    int rc = 0;
+    for (char *s = p + 1; *s && rc == 0; s++)
+        if (*s == '/') {
+            *s = 0;
+            rc = make_dir(p, mode, err);
+            *s = '/';
+        }
+    if (rc == 0)
+        rc = make_dir(p, mode, err);
+    free(p);
+    return rc;
+}

@@ -45,6 +45,9 @@ char *read_whole_file(const char *path, size_t *len_out);
 bool path_exists(const char *path);
 bool path_is_dir(const char *path);
 char *path_join(const char *dir, const char *name);
+/* mkdir -p with `mode` for the directories it creates; an existing directory is fine.
+ * Returns 0, or -1 with *err naming the directory that could not be made. */
+int make_dirs(const char *path, unsigned mode, char **err);
 char *path_dirname(const char *path);
 /* Directory of the running executable (from /proc/self/exe), or NULL. */
 char *exe_dir(void);

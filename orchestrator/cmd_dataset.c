@@ -361,33 +361,7 @@ done:
 
 /* ---- file helpers ----------------------------------------------------------------------- */
 
-static int make_dir(const char *path, char **err)
-{
-    if (mkdir(path, 0777) == 0 || (errno == EEXIST && path_is_dir(path)))
-        return 0;
-    return report_failure(err, "%s: cannot create directory: %s", path, strerror(errno));
-}
-
-/* mkdir -p */
-static int make_dirs(const char *path, char **err)
-{
-    char *p = xstrdup(path);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            if (mkdir(p, 0777) < 0 && errno != EEXIST) {
-                int e = errno;
-                *s = '/';
-                report_failure(err, "%s: cannot create directory: %s", p, strerror(e));
-                free(p);
-                return -1;
-            }
-            *s = '/';
-        }
-    int rc = make_dir(p, err);
-    free(p);
-    return rc;
-}
+static int make_dir(const char *path, char **err) { return make_dirs(path, 0777, err); }
 
 /* Remove what an earlier run left in class folder `cls` of a split and this run will not
  * write: NNNNN.png files whose index is past `count` or whose label is another class. Files
@@ -579,7 +553,7 @@ static int convert_fashion_mnist(const char *dir_arg, const char *src, size_t li
     sb_puts(&marker_text, want);
     sb_printf(&marker_text, "train %zu\nval %zu\n", count[0], count[1]);
 
-    if (make_dirs(dir_arg, &err) < 0)
+    if (make_dirs(dir_arg, 0777, &err) < 0)
         goto fail;
     dir = realpath(dir_arg, NULL);
     if (!dir) {

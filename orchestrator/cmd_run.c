@@ -126,20 +126,6 @@ static bool compose(cfg_t *cfg, const run_args *a, char **file_out)
     return true;
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char *p = xstrdup(path);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(p, 0755);
-            *s = '/';
-        }
-    int rc = mkdir(p, mode);
-    free(p);
-    return rc == 0 || errno == EEXIST ? 0 : -1;
-}
-
 static char *make_run_dir(const cfg_node *config, const run_args *a)
 {
     const char *dir = a->run_dir ? a->run_dir : cfg_str(config, "SELFSUP.RUN_DIR");
@@ -157,8 +143,10 @@ static char *make_run_dir(const cfg_node *config, const run_args *a)
         free(name);
     }
     char *logs = path_join(path, "logs");
-    if (mkdir_p(path, 0700) != 0 || mkdir_p(logs, 0700) != 0) {
-        log_error("cannot make the run directory %s: %s", path, strerror(errno));
+    char *err = NULL;
+    if (make_dirs(path, 0700, &err) != 0 || make_dirs(logs, 0700, &err) != 0) {
+        log_error("cannot make the run directory: %s", err);
+        free(err);
         free(path);
         path = NULL;
     }

@@ -237,19 +237,6 @@ static int wait_for(void *sock, short events, int64_t deadline, int timeout_ms)
 
 /* ---- endpoints ------------------------------------------------------------------------------- */
 
-/* mkdir -p with mode 0700 (run directories are private). */
-static int make_dirs(const char *dir, char **err)
-{
-    if (!*dir || path_is_dir(dir))
-        return 0;
-    char *parent = path_dirname(dir);
-    int rc = strcmp(parent, dir) ? make_dirs(parent, err) : 0;
-    free(parent);
-    if (rc == 0 && mkdir(dir, 0700) < 0 && errno != EEXIST)
-        rc = report_failure(err, "cannot create directory %s for the control socket: %s", dir, strerror(errno));
-    return rc;
-}
-
 /* Is a process listening on this Unix socket path? (libzmq would unlink it and steal the
  * name, leaving the other orchestrator deaf.) */
 static bool ipc_in_use(const char *path)
@@ -283,7 +270,7 @@ static int check_ipc(const char *endpoint, bool server, char **err)
     if (!server || path[0] == '@') /* '@': Linux abstract namespace, no file */
         return 0;
     char *dir = path_dirname(path);
-    int rc = make_dirs(dir, err);
+    int rc = *dir ? make_dirs(dir, 0700, err) : 0; /* run directories are private */
     free(dir);
     if (rc == 0 && ipc_in_use(path))
         rc = report_failure(err, "control socket %s is in use by another process", path);

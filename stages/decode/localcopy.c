@@ -164,21 +164,15 @@ static int make_dir(const char *path, char *why, size_t wl)
     return -1;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *path, char *why, size_t wl)
+/* mkdir -p, its error into why. */
+static int make_root(const char *path, char *why, size_t wl)
 {
-    char *p = xstrdup(path);
-    for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
-        *s = '\0';
-        if (make_dir(p, why, wl) != 0) {
-            free(p);
-            return -1;
-        }
-        *s = '/';
-    }
-    int rc = make_dir(p, why, wl);
-    free(p);
-    return rc;
+    char *err = NULL;
+    if (make_dirs(path, 0755, &err) == 0)
+        return 0;
+    snprintf(why, wl, "%s", err);
+    free(err);
+    return -1;
 }
 
 static int walk(const char *src, const char *dst, copy_list *l, char *why, size_t wl)
@@ -306,7 +300,7 @@ char *local_copy(const char *input, const char *dest_dir, int threads, char *why
     char *root = job && *job ? xasprintf("%s/%s", dest_dir, job) : xstrdup(dest_dir);
     char *name = base_name(input), *target = xasprintf("%s/%s", root, name);
     free(name);
-    int rc = make_dirs(root, why, why_len);
+    int rc = make_root(root, why, why_len);
     if (rc == 0)
         rc = locked_copy(input, S_ISDIR(st.st_mode), root, target, threads < 1 ? 8 : threads, why, why_len);
     free(root);

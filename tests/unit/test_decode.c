@@ -61,16 +61,10 @@ static void write_bytes(const char *path, const void *data, size_t len)
     fclose(f);
 }
 
-static void make_dirs(const char *root, const char *rel)
+static void make_subdirs(const char *root, const char *rel)
 {
-    char *path = path_join(root, rel);
-    for (char *p = path + strlen(root) + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(path, 0700);
-            *p = '/';
-        }
-    mkdir(path, 0700);
+    char *path = path_join(root, rel), *err = NULL;
+    cr_assert_eq(make_dirs(path, 0700, &err), 0, "%s", err);
     free(path);
 }
 
@@ -392,9 +386,9 @@ Test(decode, sniffs_formats_by_content)
 Test(decode, imagefolder_order_is_torchvision)
 {
     char *root = test_make_tmpdir();
-    make_dirs(root, "b_dogs/sub");
-    make_dirs(root, "a_cats");
-    make_dirs(root, "b_dogs/sub-x");
+    make_subdirs(root, "b_dogs/sub");
+    make_subdirs(root, "a_cats");
+    make_subdirs(root, "b_dogs/sub-x");
     const char *files[] = {"a_cats/Z.JPG", "a_cats/a.png", "a_cats/notes.txt", "b_dogs/sub/y.jpeg",
                            "b_dogs/x.webp", "b_dogs/sub-x/w.tif", "a_cats/b.Jpeg"};
     for (size_t i = 0; i < ARRAY_LEN(files); i++) {
@@ -419,7 +413,7 @@ Test(decode, imagefolder_order_is_torchvision)
         free(p);
     }
     decode_imagefolder_free(&f);
-    make_dirs(root, "c_empty");
+    make_subdirs(root, "c_empty");
     cr_assert_eq(decode_imagefolder_scan(root, &f, &err), -1);
     cr_assert(strstr(err, "c_empty"), "%s", err);
     free(err);
@@ -686,8 +680,8 @@ static const char *const tree_good[] = {"valid_420.jpg", "valid_cmyk.jpg", "vali
 static char *make_tree(void)
 {
     char *root = test_make_tmpdir();
-    make_dirs(root, "bad");
-    make_dirs(root, "good");
+    make_subdirs(root, "bad");
+    make_subdirs(root, "good");
     for (size_t i = 0; i < ARRAY_LEN(tree_bad); i++) {
         char *from = corpus(tree_bad[i]), *to = xasprintf("%s/bad/%zu.jpg", root, i);
         copy_file(from, to);

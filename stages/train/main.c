@@ -1,0 +1,113 @@
+/*
+ * selfsup-train — VISSL's training loop: batches in, a trained model out.
+ *
+ *   selfsup-train -c CONFIG [--threads N] [--steps-per-epoch N] [--in URI] [overrides]
+ *   selfsup-decode -c CONFIG --epochs E | selfsup-augment -c CONFIG | selfsup-collate -c CONFIG \
+ *       | selfsup-train -c CONFIG
+ *
+ * Reads the collate stage's batch records and runs VISSL's standard_train_step on each
+ * (trainer.h): forward, loss, backward, optimizer step at the scheduled learning rate, a log
+ * line every LOG_FREQUENCY iterations. At every epoch's end it appends to metrics.json and
+ * checkpoints per CHECKPOINT_FREQUENCY into CHECKPOINT.DIR (the last epoch writes
+ * model_final_checkpoint_phase{N}.torch; checkpoint.torch links the latest). A stop (Ctrl-C,
+ * SIGTERM or the orchestrator's STOP) ends the run cleanly with model_iteration{N}.torch.
+ *
+ * The config is checked before the first batch is read: the model, the loss, the optimizer,
+ * the schedules and the dataset's length (for the schedules' `where`) must all build, or the
+ * stage exits 2 naming the key. A non-finite loss stops the run (exit 1) naming the iteration.
+ *
+ * Options:
+ *   --threads N          compute threads (default: every core)
+ *   --steps-per-epoch N  batches per epoch, when the dataset is not readable here (default:
+ *                        counted from DATA.TRAIN, as the decode stage will read it)
+ */
+#include "log.h"
+#include "stage.h"
+#include "train/trainer.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    trainer_options opt;
+    trainer *t;
+} train_stage;
+
+static int option(void *state, int argc, char **argv)
+{
+    train_stage *ts = state;
+    bool threads = !strcmp(argv[0], "--threads"), steps = !strcmp(argv[0], "--steps-per-epoch");
+    if ((!threads && !steps) || argc < 2)
+        return 0;
+    char *end;
+    long v = strtol(argv[1], &end, 10);
+    if (*end || v < (threads ? 0 : 1)) {
+        log_error("%s needs a %s number, not '%s'", argv[0], threads ? "non-negative" : "positive", argv[1]);
+        return -1;
+    }
+    if (threads)
+        ts->opt.threads = (int)v;
+    else
+        ts->opt.steps_per_epoch = v;
+    return 2;
+}
+
+static int prepare(stage *s, void *state)
+{
+    train_stage *ts = state;
+    ts->opt.rank = stage_rank(s);
+    ts->opt.world_size = stage_world_size(s);
+    cfg_err err;
+    if (!(ts->t = trainer_new(stage_config(s), &ts->opt, &err))) {
+        log_error("%s", err.msg);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int run(stage *s, void *state)
+{
+    train_stage *ts = state;
+    rec_view v;
+    int st;
+    char *err = NULL;
+    while ((st = stage_read(s, &v)) == STAGE_RECORD) {
+        int rc = trainer_step(ts->t, &v, v.hdr->epoch, &err);
+        stage_read_done(s);
+        if (rc != 0) {
+            log_error("%s", err);
+            free(err);
+            return EXIT_RUNTIME;
+        }
+    }
+    if (st == STAGE_FAILED)
+        return EXIT_RUNTIME;
+    if (trainer_finish(ts->t, stage_stopping(s), &err) != 0) {
+        log_error("%s", err);
+        free(err);
+        return EXIT_RUNTIME;
+    }
+    log_info("done: %lld iterations, last loss %.5g", (long long)trainer_iteration(ts->t), trainer_last_loss(ts->t));
+    return stage_exit_status(s);
+}
+
+int main(int argc, char **argv)
+{
+    static const stage_info info = {
+        .name = "train",
+        .summary = "Train a model on batch records (VISSL's standard_train_step).",
+        .role = "consumer",
+        .reads = true,
+        .writes = false,
+        .option = option,
+        .prepare = prepare,
+        .options = "  --threads N          compute threads (default: every core)\n"
+                   "  --steps-per-epoch N  batches per epoch (default: counted from DATA.TRAIN)\n",
+    };
+    train_stage ts = {0};
+    int status = stage_main(argc, argv, &info, &ts, run);
+    trainer_free(ts.t);
+    return status;
+}

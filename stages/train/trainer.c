@@ -1,0 +1,521 @@
+/*
+ * trainer.c — VISSL's training task on the model engine (see trainer.h).
+ *
+ * The state is one struct: the engine objects (backend, model, loss, optimizer), the two
+ * schedules, the counters VISSL keeps (iteration, phase, batches done) and the output files.
+ * A step is a straight line through standard_train_step's order; the log line, metrics.json
+ * and the checkpoints are what VISSL's always-on hooks write.
+ */
+#include "train/trainer.h"
+
+#include "augment/img.h"
+#include "decode/dataset.h"
+#include "decode/sampler.h"
+#include "log.h"
+#include "model.h"
+#include "sched.h"
+#include "timer.h"
+#include "train/loss.h"
+#include "train/optim.h"
+#include "util.h"
+#include "weights.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_INPUTS 8
+
+struct trainer {
+    const cfg_node *config;
+    eng_backend *be;
+    model *m;
+    loss_options lo;
+    loss *ls;
+    optim_options oo;
+    optim *opt;
+    sched lr, lr_head;
+    int64_t num_epochs, steps_per_epoch, log_frequency, checkpoint_frequency;
+    /* progress, as VISSL's task counts it */
+    int64_t iteration;      /* forwards done in training (the first step is iteration 1) */
+    int64_t batches_done;   /* optimizer steps: where = batches_done / (epochs × steps) */
+    int64_t phase;          /* the epoch of the batches being read */
+    bool in_phase;
+    int64_t phases_closed;
+    /* the planned batch */
+    int ninputs;
+    eng_shape in_shape[MAX_INPUTS];
+    float *host;            /* one input as float32 N × 3 × H × W */
+    size_t host_floats;
+    /* logging */
+    double last_loss, t_start, t_last_log;
+    int64_t it_last_log;
+    char *dir;              /* CHECKPOINT.DIR */
+    FILE *stdout_json;
+    int rank;
+};
+
+/* ---- building ---------------------------------------------------------------------------- */
+
+/* Batches per epoch for this rank: the DATA.TRAIN dataset through VISSL's sampler. */
+static bool count_steps(const cfg_node *config, const trainer_options *o, int64_t *out, cfg_err *err)
+{
+    decode_dataset ds;
+    char *why = NULL;
+    if (decode_dataset_load(&ds, config, "TRAIN", NULL, &why) != 0) {
+        cfg_fail(err, cfg_get(config, "DATA.TRAIN"), "config.DATA.TRAIN", "%s", why ? why : "cannot load");
+        free(why);
+        return false;
+    }
+    decode_sampler s = {.kind = cfg_bool(config, "DATA.TRAIN.USE_STATEFUL_DISTRIBUTED_SAMPLER")
+                                    ? DECODE_SAMPLER_STATEFUL
+                                    : DECODE_SAMPLER_DISTRIBUTED,
+                        .dataset_len = ds.length, .rank = o->rank, .world_size = o->world_size};
+    int64_t n = (int64_t)decode_sampler_len(&s), b = cfg_int(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA");
+    decode_dataset_free(&ds);
+    *out = cfg_bool(config, "DATA.TRAIN.DROP_LAST") ? n / b : (n + b - 1) / b;
+    if (*out < 1)
+        cfg_fail(err, cfg_get(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA"), "config.DATA.TRAIN.BATCHSIZE_PER_REPLICA",
+                 "%lld images per rank make no batch of %lld", (long long)n, (long long)b);
+    return *out >= 1;
+}
+
+/* What this trainer refuses before anything runs: a device it has no backend for, inputs
+ * other than VISSL's default "data" key, and a checkpoint it cannot resume exactly. */
+static bool check_supported(const cfg_node *config, cfg_err *err)
+{
+    const char *device = cfg_str(config, "MACHINE.DEVICE");
+    if (strcmp(device, "cpu") != 0) {
+        cfg_fail(err, cfg_get(config, "MACHINE.DEVICE"), "config.MACHINE.DEVICE",
+                 "'%s': this build trains on the cpu backend; set MACHINE.DEVICE=cpu", device);
+        return false;
+    }
+    const cfg_node *keys = cfg_get(config, "DATA.TRAIN.INPUT_KEY_NAMES");
+    if (keys->kind != CFG_LIST || keys->len != 1 || keys->items[0]->kind != CFG_STR || strcmp(keys->items[0]->s, "data")) {
+        cfg_fail(err, keys, "config.DATA.TRAIN.INPUT_KEY_NAMES", "this trainer reads the input key [data] only (yet)");
+        return false;
+    }
+    return true;
+}
+
+/* CHECKPOINT.DIR: made; an existing checkpoint is refused (VISSL would resume from it, and
+ * the optimizer state that exact resume needs is not in selfsup's checkpoints yet) unless
+ * OVERWRITE_EXISTING with AUTO_RESUME off. */
+static bool prepare_dir(trainer *t, cfg_err *err)
+{
+    const char *dir = cfg_str(t->config, "CHECKPOINT.DIR");
+    char *why = NULL;
+    if (make_dirs(dir, 0777, &why) != 0) {
+        cfg_fail(err, cfg_get(t->config, "CHECKPOINT.DIR"), "config.CHECKPOINT.DIR", "%s", why);
+        free(why);
+        return false;
+    }
+    char *link = path_join(dir, "checkpoint.torch");
+    struct stat st;
+    bool exists = lstat(link, &st) == 0; /* the link, even if what it names is gone */
+    free(link);
+    bool resume = cfg_bool(t->config, "CHECKPOINT.AUTO_RESUME"),
+         overwrite = cfg_bool(t->config, "CHECKPOINT.OVERWRITE_EXISTING");
+    if (exists && (resume || !overwrite)) {
+        cfg_fail(err, cfg_get(t->config, resume ? "CHECKPOINT.AUTO_RESUME" : "CHECKPOINT.OVERWRITE_EXISTING"),
+                 resume ? "config.CHECKPOINT.AUTO_RESUME" : "config.CHECKPOINT.OVERWRITE_EXISTING",
+                 resume ? "%s already holds a checkpoint, and resuming is not supported yet (the optimizer state is "
+                          "not saved): use another CHECKPOINT.DIR, or set AUTO_RESUME=False and OVERWRITE_EXISTING=True"
+                        : "%s already holds a checkpoint: set OVERWRITE_EXISTING=True to replace it",
+                 dir);
+        return false;
+    }
+    t->dir = xstrdup(dir);
+    return true;
+}
+
+static bool build_model(trainer *t, const trainer_options *o, cfg_err *err)
+{
+    model_options mo;
+    model_weights_init wi;
+    const cfg_node *mc = cfg_get(t->config, "MODEL");
+    if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err))
+        return false;
+    char *why = NULL;
+    eng_backend_options bo = {.threads = o->threads, .seed = (uint64_t)cfg_int(t->config, "SEED_VALUE")};
+    t->be = eng_backend_open("cpu", &bo, &why);
+    if (t->be)
+        t->m = model_new(t->be, &mo, (uint64_t)cfg_int(t->config, "SEED_VALUE"), &why);
+    if (t->m && model_load_weights(t->be, t->m, &wi, &why) != 0) {
+        model_free(t->be, t->m);
+        t->m = NULL;
+    }
+    if (!t->m) {
+        cfg_fail(err, mc, "config.MODEL", "%s", why ? why : "cannot build the model");
+        free(why);
+        return false;
+    }
+    return true;
+}
+
+/* The optimizer over every entry that is not frozen (FEATURE_EVAL_SETTINGS). */
+static bool build_optimizer(trainer *t, cfg_err *err)
+{
+    const model_options *mo = model_opts(t->m);
+    int n = model_entry_count(t->m);
+    bool *trainable = xmalloc((size_t)n * sizeof *trainable);
+    for (int i = 0; i < n; i++) {
+        const char *name = model_entry_at(t->m, i)->name;
+        trainable[i] = !strncmp(name, "trunk.", 6) ? !model_trunk_frozen(mo) : !model_heads_frozen(mo);
+    }
+    eng_tensor params = model_params(t->m);
+    char *why = NULL;
+    t->opt = optim_new(t->be, model_entry_at(t->m, 0), n, &params, trainable, &t->oo, &why);
+    free(trainable);
+    if (!t->opt) {
+        cfg_fail(err, NULL, "config.OPTIMIZER", "%s", why);
+        free(why);
+    }
+    return t->opt != NULL;
+}
+
+trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *err)
+{
+    trainer *t = xcalloc(1, sizeof *t);
+    t->config = config;
+    t->rank = o->rank;
+    t->num_epochs = cfg_int(config, "OPTIMIZER.num_epochs");
+    t->log_frequency = cfg_int(config, "LOG_FREQUENCY");
+    t->checkpoint_frequency = cfg_int(config, "CHECKPOINT.CHECKPOINT_FREQUENCY");
+    t->phase = -1;
+    sched_init(&t->lr, SCHED_CONSTANT);
+    sched_init(&t->lr_head, SCHED_CONSTANT);
+    bool ok = check_supported(config, err) && optim_options_from_config(config, &t->oo, err) &&
+              loss_options_from_config(config, &t->lo, err);
+    ok = ok && cfg_build_scheduler(cfg_get(config, "OPTIMIZER.param_schedulers.lr"),
+                                   "config.OPTIMIZER.param_schedulers.lr", t->num_epochs, &t->lr, err);
+    ok = ok && cfg_build_scheduler(cfg_get(config, "OPTIMIZER.param_schedulers.lr_head"),
+                                   "config.OPTIMIZER.param_schedulers.lr_head", t->num_epochs, &t->lr_head, err);
+    t->steps_per_epoch = o->steps_per_epoch;
+    ok = ok && (t->steps_per_epoch > 0 || count_steps(config, o, &t->steps_per_epoch, err));
+    ok = ok && build_model(t, o, err) && build_optimizer(t, err) && prepare_dir(t, err);
+    if (!ok) {
+        trainer_free(t);
+        return NULL;
+    }
+    log_info("training %lld epochs of %lld batches; %lld parameters; loss %s; optimizer %s%s", (long long)t->num_epochs,
+             (long long)t->steps_per_epoch, (long long)model_param_count(t->m), loss_display_name(t->lo.name),
+             t->oo.name == OPTIM_SGD ? "sgd" : t->oo.name == OPTIM_ADAM ? "adam" : "adamw", t->oo.use_larc ? " + LARC" : "");
+    t->t_start = t->t_last_log = now_seconds();
+    return t;
+}
+
+void trainer_free(trainer *t)
+{
+    if (!t)
+        return;
+    loss_free(t->be, t->ls);
+    optim_free(t->be, t->opt);
+    if (t->m)
+        model_free(t->be, t->m);
+    eng_backend_close(t->be);
+    sched_free(&t->lr);
+    sched_free(&t->lr_head);
+    if (t->stdout_json)
+        fclose(t->stdout_json);
+    free(t->host);
+    free(t->dir);
+    free(t);
+}
+
+int64_t trainer_iteration(const trainer *t) { return t->iteration; }
+model *trainer_model(trainer *t) { return t->m; }
+eng_backend *trainer_backend(trainer *t) { return t->be; }
+double trainer_last_loss(const trainer *t) { return t->last_loss; }
+int64_t trainer_steps_per_epoch(const trainer *t) { return t->steps_per_epoch; }
+
+/* ---- the batch --------------------------------------------------------------------------- */
+
+/* The batch's input tensors in model order: data.0, or data.0.0, data.0.1, … (one per crop
+ * resolution). Returns how many, or -1 with *err. */
+static int find_inputs(const rec_view *v, int idx[MAX_INPUTS], char **err)
+{
+    int i = rec_find(v, "data.0");
+    if (i >= 0) {
+        idx[0] = i;
+        return 1;
+    }
+    int n = 0;
+    for (char name[32]; n < MAX_INPUTS; n++) {
+        snprintf(name, sizeof name, "data.0.%d", n);
+        if ((idx[n] = rec_find(v, name)) < 0)
+            break;
+    }
+    return n ? n : report_failure(err, "batch %llu has no data.0 tensor (is the collate stage before the trainer?)",
+                                  (unsigned long long)v->hdr->seq);
+}
+
+/* N × 3 × H × W of an input tensor: uint8 N×H×W×3 or float32 N×3×H×W. */
+static int input_shape(const rec_view *v, int i, eng_shape *out, char **err)
+{
+    const rec_tensor *d = &v->tensors[i];
+    if (d->dtype == REC_U8 && d->ndim == 4 && d->shape[3] == 3)
+        *out = eng_shape4((int64_t)d->shape[0], 3, (int64_t)d->shape[1], (int64_t)d->shape[2]);
+    else if (d->dtype == REC_F32 && d->ndim == 4 && d->shape[1] == 3)
+        *out = eng_shape4((int64_t)d->shape[0], 3, (int64_t)d->shape[2], (int64_t)d->shape[3]);
+    else
+        return report_failure(err, "%s: expected uint8 N×H×W×3 or float32 N×3×H×W images, got %s with %d dimensions",
+                              d->name, rec_dtype_name(d->dtype), d->ndim);
+    return 0;
+}
+
+/* Plan the model (and the loss, for the model's outputs) for these input shapes, once. */
+static int plan(trainer *t, const eng_shape *shapes, int n, char **err)
+{
+    bool same = t->ls && n == t->ninputs;
+    for (int k = 0; same && k < n; k++)
+        same = eng_shape_equal(&shapes[k], &t->in_shape[k]);
+    if (same)
+        return 0;
+    if (model_plan(t->be, t->m, shapes, n, err) != 0)
+        return -1;
+    eng_shape outs[16];
+    int nout = model_output_count(t->m);
+    if (nout > 16)
+        return report_failure(err, "the model has %d outputs (at most 16)", nout);
+    for (int k = 0; k < nout; k++)
+        outs[k] = model_output(t->m, k)->shape;
+    loss_free(t->be, t->ls);
+    if (!(t->ls = loss_new(t->be, &t->lo, outs, nout, err)))
+        return -1;
+    t->ninputs = n;
+    memcpy(t->in_shape, shapes, (size_t)n * sizeof *shapes);
+    return 0;
+}
+
+/* Input k as float32 RGB N × 3 × H × W on the host: uint8 crops normalised as the augment
+ * stage's `normalize` rows say (torchvision's ToTensor / Normalize arithmetic), or a copy. */
+static int to_float(trainer *t, const rec_view *v, int i, const eng_shape *s, char **err)
+{
+    size_t floats = (size_t)eng_numel(s);
+    if (floats > t->host_floats) {
+        free(t->host);
+        t->host = xmalloc_large(floats * sizeof(float));
+        t->host_floats = floats;
+    }
+    if (v->tensors[i].dtype == REC_F32) {
+        memcpy(t->host, rec_data(v, i), floats * sizeof(float));
+        return 0;
+    }
+    int ni = rec_find(v, "normalize");
+    if (ni < 0 || v->tensors[ni].dtype != REC_F32 || rec_numel(v, ni) != 9)
+        return report_failure(err, "%s holds uint8 images but the batch has no normalize rows: end "
+                                   "DATA.TRAIN.TRANSFORMS with ToTensor (and Normalize)", v->tensors[i].name);
+    const float *norm = rec_data(v, ni);
+    int64_t n = s->dim[0], h = s->dim[2], w = s->dim[3];
+    const uint8_t *px = rec_data(v, i);
+    for (int64_t j = 0; j < n; j++) {
+        img_u8 im = {.px = (uint8_t *)px + j * h * w * 3, .w = (int)w, .h = (int)h, .c = 3, .stride = (size_t)w * 3};
+        img_normalize_chw(&im, norm[0], norm + 3, norm + 6, t->host + j * 3 * h * w);
+    }
+    return 0;
+}
+
+static int load_inputs(trainer *t, const rec_view *v, char **err)
+{
+    int idx[MAX_INPUTS];
+    eng_shape shapes[MAX_INPUTS];
+    int n = find_inputs(v, idx, err);
+    if (n < 0)
+        return -1;
+    for (int k = 0; k < n; k++)
+        if (input_shape(v, idx[k], &shapes[k], err) != 0)
+            return -1;
+    if (plan(t, shapes, n, err) != 0)
+        return -1;
+    for (int k = 0; k < n; k++) {
+        if (to_float(t, v, idx[k], &shapes[k], err) != 0)
+            return -1;
+        model_upload_input(t->be, t->m, k, t->host);
+    }
+    return 0;
+}
+
+/* label.0 as the loss reads it (absent: no labels, as SimCLR needs none). */
+static loss_batch batch_labels(const rec_view *v)
+{
+    int li = rec_find(v, "label.0");
+    if (li < 0 || v->tensors[li].dtype != REC_I64 || v->tensors[li].ndim < 1)
+        return (loss_batch){0};
+    const rec_tensor *d = &v->tensors[li];
+    return (loss_batch){.batch = (int64_t)d->shape[0], .label = rec_data(v, li),
+                        .label_cols = d->ndim == 2 ? (int)d->shape[1] : 1};
+}
+
+/* ---- logging ------------------------------------------------------------------------------ */
+
+static void format_eta(double seconds, char *out, size_t size)
+{
+    long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
+    snprintf(out, size, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+}
+
+static double peak_mem_mb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
+}
+
+/* Appends one JSON object (sorted keys, as VISSL's json.dumps(sort_keys=True)) to a file in
+ * CHECKPOINT.DIR, kept open for stdout.json. */
+static void append_json(trainer *t, FILE **f, const char *name, json_t *obj)
+{
+    if (!*f) {
+        char *path = path_join(t->dir, name);
+        *f = fopen(path, "a");
+        if (!*f)
+            log_warn("cannot open %s: %s", path, strerror(errno));
+        free(path);
+    }
+    if (*f) {
+        char *line = json_dumps(obj, JSON_SORT_KEYS | JSON_COMPACT);
+        fprintf(*f, "%s\n", line);
+        fflush(*f);
+        free(line);
+    }
+    json_decref(obj);
+}
+
+/* VISSL's LogLossLrEtaHook line, every LOG_FREQUENCY iterations (and the first). */
+static void log_progress(trainer *t, double lr)
+{
+    if (t->iteration != 1 && t->log_frequency > 0 && t->iteration % t->log_frequency != 0)
+        return;
+    double now = now_seconds(), btime = (now - t->t_last_log) / (double)(t->iteration - t->it_last_log);
+    int64_t left = t->num_epochs * t->steps_per_epoch - t->batches_done;
+    char eta[32];
+    format_eta(btime * (double)left, eta, sizeof eta);
+    double images = (double)cfg_int(t->config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA") / btime;
+    log_info("Rank: %d; [ep: %lld] iter: %lld; lr: %.5g; loss: %.5g; btime(ms): %.0f; eta: %s; images/s: %.1f; "
+             "peak_mem(M): %.0f",
+             t->rank, (long long)t->phase, (long long)t->iteration, lr, t->last_loss, btime * 1e3, eta, images,
+             peak_mem_mb());
+    append_json(t, &t->stdout_json, "stdout.json",
+                json_pack("{s:i, s:I, s:I, s:f, s:f, s:f, s:s, s:f}", "Rank", t->rank, "ep", (json_int_t)t->phase,
+                          "iter", (json_int_t)t->iteration, "lr", lr, "loss", t->last_loss, "btime(ms)", btime * 1e3,
+                          "eta", eta, "peak_mem(M)", peak_mem_mb()));
+    t->t_last_log = now;
+    t->it_last_log = t->iteration;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------------- */
+
+/* checkpoint.torch → file, replaced atomically (a new link renamed over the old one). */
+static int point_link(trainer *t, const char *file, char **err)
+{
+    char *link = path_join(t->dir, "checkpoint.torch"), *tmp = path_join(t->dir, ".checkpoint.torch.tmp");
+    unlink(tmp);
+    int rc = symlink(file, tmp) == 0 && rename(tmp, link) == 0
+                 ? 0
+                 : report_failure(err, "cannot point %s at %s: %s", link, file, strerror(errno));
+    free(link);
+    free(tmp);
+    return rc;
+}
+
+/* The model's tensors under VISSL's names, the train state as metadata, atomically. */
+static int save_checkpoint(trainer *t, const char *file, const char *kind, char **err)
+{
+    char *path = path_join(t->dir, file), phase[32], iteration[32], epochs[32];
+    snprintf(phase, sizeof phase, "%lld", (long long)t->phase);
+    snprintf(iteration, sizeof iteration, "%lld", (long long)t->iteration);
+    snprintf(epochs, sizeof epochs, "%lld", (long long)t->num_epochs);
+    const st_meta meta[] = {{"format", "selfsup checkpoint"}, {"checkpoint", kind},   {"phase_idx", phase},
+                            {"train_phase_idx", phase},       {"iteration", iteration}, {"num_epochs", epochs}};
+    int rc = weights_save_safetensors(t->be, model_entry_at(t->m, 0), model_entry_count(t->m), path, meta,
+                                      ARRAY_LEN(meta), err);
+    if (rc == 0)
+        rc = point_link(t, file, err);
+    if (rc == 0)
+        log_info("checkpoint: %s (%s, phase %s, iteration %s)", path, kind, phase, iteration);
+    free(path);
+    return rc;
+}
+
+/* VISSL's on_phase_end: the metrics.json line, then a checkpoint every CHECKPOINT_FREQUENCY
+ * phases and at the last one. */
+static int phase_end(trainer *t, char **err)
+{
+    FILE *metrics = NULL;
+    append_json(t, &metrics, "metrics.json",
+                json_pack("{s:I, s:I, s:I}", "iteration", (json_int_t)t->iteration, "phase_idx", (json_int_t)t->phase,
+                          "train_phase_idx", (json_int_t)t->phase));
+    if (metrics)
+        fclose(metrics);
+    t->in_phase = false;
+    t->phases_closed++;
+    bool final = t->phase + 1 >= t->num_epochs;
+    if (!final && (t->checkpoint_frequency <= 0 || (t->phase + 1) % t->checkpoint_frequency != 0))
+        return 0;
+    char file[96];
+    snprintf(file, sizeof file, final ? "model_final_checkpoint_phase%lld.torch" : "model_phase%lld.torch",
+             (long long)t->phase);
+    return save_checkpoint(t, file, final ? "final" : "phase", err);
+}
+
+/* ---- the step ----------------------------------------------------------------------------- */
+
+/* A schedule's value now: at `where`, or at the epoch's start for update_interval epoch. */
+static double scheduled(const trainer *t, const sched *s, double where)
+{
+    return sched_value(s, s->update_interval == SCHED_UPDATE_EPOCH ? (double)t->phase / (double)t->num_epochs : where);
+}
+
+int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
+{
+    if (t->in_phase && (int64_t)epoch != t->phase && phase_end(t, err) != 0)
+        return -1;
+    t->phase = epoch;
+    t->in_phase = true;
+    double where = (double)t->batches_done / (double)(t->num_epochs * t->steps_per_epoch);
+    if (where >= 1.0) /* VISSL asserts where < 1 */
+        return report_failure(err, "batch %lld is past the %lld epochs of %lld batches this run was planned for",
+                              (long long)t->batches_done + 1, (long long)t->num_epochs, (long long)t->steps_per_epoch);
+    if (load_inputs(t, batch, err) != 0)
+        return -1;
+    model_forward(t->be, t->m, true);
+    t->iteration++;
+    const eng_tensor *outs[16];
+    for (int k = 0; k < model_output_count(t->m); k++)
+        outs[k] = model_output(t->m, k);
+    loss_batch lb = batch_labels(batch);
+    if (loss_compute(t->be, t->ls, outs, &lb, &t->last_loss, err) != 0)
+        return -1;
+    if (!isfinite(t->last_loss)) /* VISSL's CheckNanLossHook */
+        return report_failure(err, "iteration %lld (epoch %lld, batch %llu): the loss is %f; stopping",
+                              (long long)t->iteration, (long long)t->phase, (unsigned long long)batch->hdr->seq,
+                              t->last_loss);
+    const eng_tensor *dout[16];
+    for (int k = 0; k < model_output_count(t->m); k++)
+        dout[k] = loss_grad(t->ls, k);
+    model_zero_grad(t->be, t->m);
+    model_backward(t->be, t->m, dout);
+    double lr = scheduled(t, &t->lr, where), lr_head = scheduled(t, &t->lr_head, where);
+    optim_step(t->be, t->opt, lr, lr_head);
+    t->batches_done++;
+    log_progress(t, lr);
+    return 0;
+}
+
+int trainer_finish(trainer *t, bool stopped, char **err)
+{
+    if (!t->in_phase)
+        return 0;
+    if (!stopped)
+        return phase_end(t, err);
+    char file[96];
+    snprintf(file, sizeof file, "model_iteration%lld.torch", (long long)t->iteration);
+    return save_checkpoint(t, file, "iteration", err);
+}

@@ -1,0 +1,67 @@
+/*
+ * trainer.h — VISSL's training task on the model engine: what selfsup-train runs per batch.
+ *
+ * trainer_new builds, from the composed config, everything a run needs before the first
+ * batch arrives (so a broken config stops the run before anything moves): the backend, the
+ * model (PyTorch's default init from SEED_VALUE, then MODEL.WEIGHTS_INIT), the loss, the
+ * optimizer with VISSL's parameter groups, the lr and lr_head schedules, and the number of
+ * batches per epoch (from the DATA.TRAIN dataset, as the decode stage will read it).
+ *
+ * trainer_step is VISSL's standard_train_step on one batch record (sample.h):
+ *   inputs    data.0 (one tensor) or data.0.0, data.0.1, … (one per crop resolution, as the
+ *             multicrop collator writes them), uint8 N×H×W×3 with the `normalize` rows the
+ *             augment stage left to the trainer (normalised here, in float32, torchvision's
+ *             arithmetic), or float32 N×3×H×W;
+ *   target    label.0, int64 [N] or [N, M];
+ *   then      forward (train mode) → iteration += 1 → loss → the NaN check (a non-finite loss
+ *             stops the run with the iteration named) → zero_grad → backward → optimizer step
+ *             at where = (batches done) / (epochs × batches per epoch), the schedules read at
+ *             `where` (or at the epoch start for update_interval epoch) → a log line every
+ *             LOG_FREQUENCY iterations (VISSL's LogLossLrEtaHook: lr, loss, batch time, ETA),
+ *             also appended to CHECKPOINT.DIR/stdout.json.
+ * trainer_phase_end closes an epoch: a metrics.json line ({iteration, phase_idx,
+ * train_phase_idx}, no meters yet) and a checkpoint every CHECKPOINT_FREQUENCY epochs and at
+ * the last. Checkpoints are VISSL-named (model_phase{N}.torch, model_final_checkpoint_phase{N}.torch,
+ * model_iteration{N}.torch when stopped mid-epoch) safetensors files with VISSL's tensor names
+ * and the train state (phase, iteration) as metadata, written atomically, and a
+ * checkpoint.torch link to the latest. Not yet in them: the optimizer state, so AUTO_RESUME
+ * over an existing checkpoint is refused rather than resumed inexactly.
+ */
+#ifndef SELFSUP_TRAIN_TRAINER_H
+#define SELFSUP_TRAIN_TRAINER_H
+
+#include "config.h"
+#include "record.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    int rank, world_size;
+    int threads;             /* 0: every core */
+    int64_t steps_per_epoch; /* 0: from the DATA.TRAIN dataset */
+} trainer_options;
+
+typedef struct trainer trainer;
+
+/* Build from the composed `config` map. NULL with err ("file:line: key: why") for a config
+ * this trainer refuses; the exit status is then 2. */
+trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *err);
+void trainer_free(trainer *t);
+
+/* One training step on a batch record of epoch `epoch`. 0, or -1 with *err: a batch the model
+ * or the loss cannot take, a non-finite loss. A batch of a new epoch closes the previous one
+ * first (trainer_phase_end). */
+int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err);
+/* The end of the input: closes the last epoch and writes the final checkpoint; when the run
+ * was stopped before its last epoch ended (`stopped`), an iteration checkpoint instead. */
+int trainer_finish(trainer *t, bool stopped, char **err);
+
+int64_t trainer_iteration(const trainer *t);
+/* Test hooks: the model and its backend (to set its weights by formula before training). */
+struct model *trainer_model(trainer *t);
+struct eng_backend *trainer_backend(trainer *t);
+double trainer_last_loss(const trainer *t);
+int64_t trainer_steps_per_epoch(const trainer *t);
+
+#endif
