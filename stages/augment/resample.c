@@ -728,7 +728,9 @@ static void hpass(const img_u8 *src, int y0, int y1, uint8_t *tmp, size_t tstrid
         /* blocks of VROWS rows; a last, shorter block reads its last row again and writes
          * the spare rows to a dummy row */
         const int groups = (src->w + 3) >> 2;
-        uint8_t *colv = scratch_get(&g_block, (size_t)groups * VGROUP + 16);
+        /* 64-byte aligned: the kernel's loads of whole groups then never split a cache line */
+        uint8_t *colv = scratch_get(&g_block, (size_t)groups * VGROUP + 16 + 63);
+        colv += -(uintptr_t)colv & 63;
         uint8_t *dummy = scratch_get(&g_ocol, 3 * (size_t)n + 16);
         for (; y < y1; y += VROWS) {
             const uint8_t *in[VROWS];
