@@ -185,11 +185,18 @@ static void blend_row_const(int deg, uint8_t *img, size_t n, float alpha)
 
 /* The same from R | G << 8 | B << 16 lanes. */
 #define RGB16_STORE_PACKED(p, RGB, mask)                                                   \
+    RGB16_STORE_SHUFFLED(p, RGB, mask, -1, -1, -1, -1, 14, 13, 12, 10, 9, 8, 6, 5, 4, 2, 1, 0)
+
+/* The same from the bytes of four pixels' R, G, B (then 4 spare) in each 128-bit lane, as
+ * packs leave them. */
+#define RGB16_STORE_PLANAR(p, V, mask)                                                     \
+    RGB16_STORE_SHUFFLED(p, V, mask, -1, -1, -1, -1, 11, 7, 3, 10, 6, 2, 9, 5, 1, 8, 4, 0)
+
+/* 16 pixels to 48 bytes at p: a byte shuffle (_mm_set_epi8's order) makes 12 bytes of RGB in
+ * each 128-bit lane, which a dword permutation joins. */
+#define RGB16_STORE_SHUFFLED(p, V, mask, ...)                                              \
     do {                                                                                   \
-        __m512i w_ = (RGB);                                                                \
-        w_ = _mm512_shuffle_epi8(                                                          \
-            w_, _mm512_broadcast_i32x4(_mm_set_epi8(-1, -1, -1, -1, 14, 13, 12, 10, 9, 8,  \
-                                                    6, 5, 4, 2, 1, 0)));                   \
+        __m512i w_ = _mm512_shuffle_epi8((V), _mm512_broadcast_i32x4(_mm_set_epi8(__VA_ARGS__))); \
         w_ = _mm512_permutexvar_epi32(                                                     \
             _mm512_set_epi32(15, 15, 15, 15, 14, 13, 12, 10, 9, 8, 6, 5, 4, 2, 1, 0), w_); \
         if ((mask) == ~(__mmask64)0 >> 16) {                                               \
@@ -222,7 +229,18 @@ static inline __m512i blend16(__m512i deg, __m512 degf, __m512i img, __m512 alph
     return _mm512_cvttps_epi32(t);
 }
 
-/* adjust_saturation of n pixels at p, in place: the gray of each pixel and the blend. */
+/* blend16 without the clipping, for |alpha| < VBLEND_MAX_ALPHA (so that no result
+ * overflows int32): the truncated float, which the caller's saturating packs clip to 0..255
+ * (a result in (-1, 0) truncates to 0, as blend_px's clip does). */
+AVX512_COLOR
+static inline __m512i blend16_trunc(__m512i deg, __m512 degf, __m512i img, __m512 alpha)
+{
+    const __m512 diff = _mm512_cvtepi32_ps(_mm512_sub_epi32(img, deg));
+    return _mm512_cvttps_epi32(_mm512_add_ps(degf, _mm512_mul_ps(alpha, diff)));
+}
+
+/* adjust_saturation of n pixels at p, in place: the gray of each pixel and the blend, for
+ * |alpha| < VBLEND_MAX_ALPHA. */
 AVX512_COLOR
 static void saturation_row_avx512(uint8_t *p, int n, float alpha)
 {
@@ -234,10 +252,9 @@ static void saturation_row_avx512(uint8_t *p, int n, float alpha)
         RGB16_LOAD(R, G, B, p, bytes);
         const __m512i L = LUMA16(R, G, B);
         const __m512 Lf = _mm512_cvtepi32_ps(L);
-        R = blend16(L, Lf, R, a);
-        G = blend16(L, Lf, G, a);
-        B = blend16(L, Lf, B, a);
-        RGB16_STORE(p, R, G, B, bytes);
+        const __m512i B8 = _mm512_packs_epi32(blend16_trunc(L, Lf, B, a), _mm512_setzero_si512());
+        const __m512i RG = _mm512_packs_epi32(blend16_trunc(L, Lf, R, a), blend16_trunc(L, Lf, G, a));
+        RGB16_STORE_PLANAR(p, _mm512_packus_epi16(RG, B8), bytes);
     }
 }
 
@@ -472,7 +489,7 @@ void img_adjust_saturation(img_u8 *im, double factor)
         return;
     const float alpha = (float)factor;
 #ifdef HAVE_AVX512_COLOR
-    if (color_simd()) {
+    if (color_simd() && alpha > -VBLEND_MAX_ALPHA && alpha < VBLEND_MAX_ALPHA) {
         for (int y = 0; y < im->h; y++)
             saturation_row_avx512(im->px + (size_t)y * im->stride, im->w, alpha);
         return;
