@@ -388,6 +388,7 @@ box_cols_avx512(const uint8_t *restrict in, size_t istride, uint8_t *restrict ou
     const __m512i ww = _mm512_set1_epi32((int)bw->ww), fw = _mm512_set1_epi32((int)bw->fw);
     const __m512i round = _mm512_set1_epi32(1 << 23);
     const __m512i fw1 = _mm512_set1_epi32(r + 1), lw1 = _mm512_set1_epi32(r - edge_a + 1);
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     __m512i c[4], a[4];
     _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++)
         c[j] = _mm512_add_epi32(_mm512_mullo_epi32(LOAD16_EPI32(in + k + 16 * j), fw1),
@@ -405,13 +406,20 @@ box_cols_avx512(const uint8_t *restrict in, size_t istride, uint8_t *restrict ou
     for (int x = 0; x <= last; x++, o += ostride) {
         const uint8_t *sp = in + (size_t)imax(x - r - 1, 0) * istride + k;
         const uint8_t *fp = in + (size_t)imin(x + r + 1, last) * istride + k;
+        __m512i res[4];
         _Pragma("GCC unroll 4") for (int j = 0; j < nb; j++) {
             __m512i s = LOAD16_EPI32(sp + 16 * j), f = LOAD16_EPI32(fp + 16 * j);
             c[j] = _mm512_add_epi32(c[j], _mm512_mullo_epi32(_mm512_sub_epi32(a[j], s), ww));
             __m512i sf = _mm512_mullo_epi32(_mm512_add_epi32(s, f), fw);
-            __m512i res = _mm512_srli_epi32(_mm512_add_epi32(c[j], sf), 24);
-            _mm_storeu_si128((__m128i *)(o + 16 * j), _mm512_cvtepi32_epi8(res)); /* 0..255 */
+            res[j] = _mm512_srli_epi32(_mm512_add_epi32(c[j], sf), 24); /* 0..255 */
             a[j] = f;
+        }
+        if (nb == 1) {
+            _mm_storeu_si128((__m128i *)o, _mm512_cvtepi32_epi8(res[0]));
+        } else { /* packs work within 128-bit lanes: dword 4L + j is block j's 4L .. 4L+3 */
+            __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(res[0], res[1]),
+                                            _mm512_packus_epi32(res[2], res[3]));
+            _mm512_storeu_si512((void *)o, _mm512_permutexvar_epi32(order, b));
         }
     }
 }

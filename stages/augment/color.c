@@ -185,11 +185,18 @@ static void blend_row_const(int deg, uint8_t *img, size_t n, float alpha)
 
 /* The same from R | G << 8 | B << 16 lanes. */
 #define RGB16_STORE_PACKED(p, RGB, mask)                                                   \
+    RGB16_STORE_SHUFFLED(p, RGB, mask, -1, -1, -1, -1, 14, 13, 12, 10, 9, 8, 6, 5, 4, 2, 1, 0)
+
+/* The same from the bytes of four pixels' R, G, B (then 4 spare) in each 128-bit lane, as
+ * packs leave them. */
+#define RGB16_STORE_PLANAR(p, V, mask)                                                     \
+    RGB16_STORE_SHUFFLED(p, V, mask, -1, -1, -1, -1, 11, 7, 3, 10, 6, 2, 9, 5, 1, 8, 4, 0)
+
+/* 16 pixels to 48 bytes at p: a byte shuffle (_mm_set_epi8's order) makes 12 bytes of RGB in
+ * each 128-bit lane, which a dword permutation joins. */
+#define RGB16_STORE_SHUFFLED(p, V, mask, ...)                                              \
     do {                                                                                   \
-        __m512i w_ = (RGB);                                                                \
-        w_ = _mm512_shuffle_epi8(                                                          \
-            w_, _mm512_broadcast_i32x4(_mm_set_epi8(-1, -1, -1, -1, 14, 13, 12, 10, 9, 8,  \
-                                                    6, 5, 4, 2, 1, 0)));                   \
+        __m512i w_ = _mm512_shuffle_epi8((V), _mm512_broadcast_i32x4(_mm_set_epi8(__VA_ARGS__))); \
         w_ = _mm512_permutexvar_epi32(                                                     \
             _mm512_set_epi32(15, 15, 15, 15, 14, 13, 12, 10, 9, 8, 6, 5, 4, 2, 1, 0), w_); \
         if ((mask) == ~(__mmask64)0 >> 16) {                                               \
@@ -222,7 +229,18 @@ static inline __m512i blend16(__m512i deg, __m512 degf, __m512i img, __m512 alph
     return _mm512_cvttps_epi32(t);
 }
 
-/* adjust_saturation of n pixels at p, in place: the gray of each pixel and the blend. */
+/* blend16 without the clipping, for |alpha| < VBLEND_MAX_ALPHA (so that no result
+ * overflows int32): the truncated float, which the caller's saturating packs clip to 0..255
+ * (a result in (-1, 0) truncates to 0, as blend_px's clip does). */
+AVX512_COLOR
+static inline __m512i blend16_trunc(__m512i deg, __m512 degf, __m512i img, __m512 alpha)
+{
+    const __m512 diff = _mm512_cvtepi32_ps(_mm512_sub_epi32(img, deg));
+    return _mm512_cvttps_epi32(_mm512_add_ps(degf, _mm512_mul_ps(alpha, diff)));
+}
+
+/* adjust_saturation of n pixels at p, in place: the gray of each pixel and the blend, for
+ * |alpha| < VBLEND_MAX_ALPHA. */
 AVX512_COLOR
 static void saturation_row_avx512(uint8_t *p, int n, float alpha)
 {
@@ -234,10 +252,9 @@ static void saturation_row_avx512(uint8_t *p, int n, float alpha)
         RGB16_LOAD(R, G, B, p, bytes);
         const __m512i L = LUMA16(R, G, B);
         const __m512 Lf = _mm512_cvtepi32_ps(L);
-        R = blend16(L, Lf, R, a);
-        G = blend16(L, Lf, G, a);
-        B = blend16(L, Lf, B, a);
-        RGB16_STORE(p, R, G, B, bytes);
+        const __m512i B8 = _mm512_packs_epi32(blend16_trunc(L, Lf, B, a), _mm512_setzero_si512());
+        const __m512i RG = _mm512_packs_epi32(blend16_trunc(L, Lf, R, a), blend16_trunc(L, Lf, G, a));
+        RGB16_STORE_PLANAR(p, _mm512_packus_epi16(RG, B8), bytes);
     }
 }
 
@@ -472,7 +489,7 @@ void img_adjust_saturation(img_u8 *im, double factor)
         return;
     const float alpha = (float)factor;
 #ifdef HAVE_AVX512_COLOR
-    if (color_simd()) {
+    if (color_simd() && alpha > -VBLEND_MAX_ALPHA && alpha < VBLEND_MAX_ALPHA) {
         for (int y = 0; y < im->h; y++)
             saturation_row_avx512(im->px + (size_t)y * im->stride, im->w, alpha);
         return;
@@ -805,29 +822,31 @@ static inline __m256i x8(__m256i v, __m256 fs, __m256 f, __m256 fsf, __mmask8 od
 #define JOIN8(lo, hi) _mm512_inserti64x4(_mm512_castsi256_si512(lo), (hi), 1)
 
 /* (int)(f * 255.0) for 16 float lanes 0 <= f <= 1, as rgb_to_hs takes its bytes (the product
- * in double, exact): with f = m 2^-k (m the 24-bit significand), m * 255 < 2^32 shifted
- * right by k, in integers. f = 0 gives a shift beyond 31, which vpsrlvd makes 0. */
+ * in double, exact), from the float product: for the quotients rgb_to_hs makes, no f * 255
+ * lies so near an integer that the float product rounds across it (hsv_tab_init checks every
+ * saturation and hue byte: sat16_ok, hue16_ok). */
 AVX512_COLOR
 static inline __m512i floor255(__m512 f)
 {
-    const __m512i bits = _mm512_castps_si512(f);
-    const __m512i m = _mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffff)),
-                                      _mm512_set1_epi32(0x800000));
-    const __m512i k = _mm512_sub_epi32(_mm512_set1_epi32(127 + 23), _mm512_srli_epi32(bits, 23));
-    return _mm512_srlv_epi32(_mm512_mullo_epi32(m, _mm512_set1_epi32(255)), k);
+    return _mm512_cvttps_epi32(_mm512_mul_ps(f, _mm512_set1_ps(255.0f)));
 }
 
-/* rgb_to_hs's fmod(h / 6.0 + 1.0, 1.0) rounded to float, for 8 lanes of h: the float
+/* rgb_to_hs's fmod(h / 6.0 + 1.0, 1.0) rounded to float, for 16 lanes of h: the float
  * nearest to h / 6 (h >= 0) or (h + 6) / 6 (h < 0), which PIL's double steps give because
- * no such quotient lies within their error (2^-52) of a point halfway between two floats;
- * so the double product by 1/6 (error 2^-52 too) gives the same float. */
+ * no such quotient lies within their error (2^-52) of a point halfway between two floats.
+ * In float, without a division: a first quotient q0 from the float 1/6, its residual
+ * (h - 6 q0, or 6 + h - 6 q0 where h < 0: both exact, the fused products being exact and
+ * the last sum cancelling) and one correction q0 + residual / 6, which rounds to that
+ * nearest float for every h that rgb_to_hs makes (hue16_ok checks them all). */
 AVX512_COLOR
-static inline __m256 hue_frac8(__m256 h)
+static inline __m512 hue_frac16(__m512 h)
 {
-    __m512d y = _mm512_cvtps_pd(h);
-    y = _mm512_mask_add_pd(y, _mm512_cmp_pd_mask(y, _mm512_setzero_pd(), _CMP_LT_OQ), y,
-                           _mm512_set1_pd(6.0));
-    return _mm512_cvtpd_ps(_mm512_mul_pd(y, _mm512_set1_pd(1.0 / 6.0)));
+    const __m512 sixth = _mm512_set1_ps(1.0f / 6.0f), six = _mm512_set1_ps(6.0f);
+    const __mmask16 neg = _mm512_cmp_ps_mask(h, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 q0 = _mm512_fmadd_ps(h, sixth, _mm512_maskz_mov_ps(neg, _mm512_set1_ps(1.0f)));
+    __m512 r = _mm512_fnmadd_ps(six, q0, _mm512_mask_blend_ps(neg, h, six));
+    r = _mm512_mask_add_ps(r, neg, r, h);
+    return _mm512_fmadd_ps(r, sixth, q0);
 }
 
 /* rgb2hsv's saturation byte of 16 lanes: cr / max in float, times 255.0 in double,
@@ -870,9 +889,7 @@ static inline __m512i hue16(__m512i R, __m512i G, __m512i B, __m512i maxc, __m51
     const __m512 xs = _mm512_castsi512_ps(_mm512_mask_xor_epi32(
         _mm512_castps_si512(x), neg, _mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
     const __m512 h = _mm512_add_ps(_mm512_cvtepi32_ps(off), xs);
-    const __m512 frac = _mm512_insertf32x8(_mm512_castps256_ps512(hue_frac8(LO8F(h))),
-                                           hue_frac8(HI8F(h)), 1);
-    return floor255(frac);
+    return floor255(hue_frac16(h));
 }
 
 /* Whether sat16 gives hsv_tab.sat's byte for every (max, cr). */
@@ -970,21 +987,21 @@ static inline __m512i hsv16_to_rgb(__m512i H, __m512i S, __m512i V)
     return _mm512_shuffle_epi8(vpx, ctrl);
 }
 
-/* rgb2hsv of 16 pixels at p (the first m: bytes), the hue byte shifted: H | S << 8 | V << 16
- * per lane. */
+/* rgb2hsv of 16 pixels at p (the first m: bytes), the hue byte shifted: one lane each of
+ * hsv[0] (H), hsv[1] (S) and hsv[2] (V). */
 AVX512_COLOR
-static inline __m512i rgb_to_hsv16(const uint8_t *p, __mmask64 bytes, int shift)
+static inline void rgb_to_hsv16(const uint8_t *p, __mmask64 bytes, int shift, __m512i hsv[3])
 {
     __m512i R, G, B;
     RGB16_LOAD(R, G, B, p, bytes);
     const __m512i maxc = _mm512_max_epi32(R, _mm512_max_epi32(G, B));
     const __m512i minc = _mm512_min_epi32(R, _mm512_min_epi32(G, B));
     const __m512i cr = _mm512_sub_epi32(maxc, minc);
-    const __m512i H = _mm512_and_si512(
+    hsv[0] = _mm512_and_si512(
         _mm512_add_epi32(hue16(R, G, B, maxc, minc, cr), _mm512_set1_epi32(shift)),
         _mm512_set1_epi32(255));
-    return _mm512_or_si512(H, _mm512_or_si512(_mm512_slli_epi32(sat16(maxc, cr), 8),
-                                              _mm512_slli_epi32(maxc, 16)));
+    hsv[1] = sat16(maxc, cr);
+    hsv[2] = maxc;
 }
 
 /* adjust_hue of n pixels at p, in place, in chunks: all the rgb2hsv of a chunk first, then
@@ -994,24 +1011,19 @@ AVX512_COLOR
 static void hue_row_avx512(uint8_t *p, int n, int shift)
 {
     enum { CHUNK = 256 };
-    __m512i hsv[CHUNK / 16];
-    const __m512i c255 = _mm512_set1_epi32(255);
+    __m512i hsv[CHUNK / 16][3];
     for (int x0 = 0; x0 < n; x0 += CHUNK) {
         const int len = n - x0 < CHUNK ? n - x0 : CHUNK;
         for (int x = 0; x < len; x += 16) {
             const int m = len - x < 16 ? len - x : 16;
             const __mmask64 bytes = m == 16 ? ~(__mmask64)0 >> 16 : ((__mmask64)1 << (3 * m)) - 1;
-            hsv[x / 16] = rgb_to_hsv16(p + 3 * (size_t)(x0 + x), bytes, shift);
+            rgb_to_hsv16(p + 3 * (size_t)(x0 + x), bytes, shift, hsv[x / 16]);
         }
         for (int x = 0; x < len; x += 16) {
             const int m = len - x < 16 ? len - x : 16;
             const __mmask64 bytes = m == 16 ? ~(__mmask64)0 >> 16 : ((__mmask64)1 << (3 * m)) - 1;
-            const __m512i w = hsv[x / 16];
-            RGB16_STORE_PACKED(p + 3 * (size_t)(x0 + x),
-                               hsv16_to_rgb(_mm512_and_si512(w, c255),
-                                            _mm512_and_si512(_mm512_srli_epi32(w, 8), c255),
-                                            _mm512_srli_epi32(w, 16)),
-                               bytes);
+            const __m512i *w = hsv[x / 16];
+            RGB16_STORE_PACKED(p + 3 * (size_t)(x0 + x), hsv16_to_rgb(w[0], w[1], w[2]), bytes);
         }
     }
 }

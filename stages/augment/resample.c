@@ -432,14 +432,12 @@ static bool make_vnni_coeffs(const coeffs *cx, vnni_coeffs *vc, scratch *mem, bo
     return true;
 }
 
-/* 16 sums -> 16 bytes with clip8: (acc0 + 256 acc1 + 65536 acc2) >> 22 (modulo 2^32 before
- * the shift), below 0 -> 0, above 255 -> 255. */
-VNNI_TARGET static inline __m128i join_clip_512(__m512i a0, __m512i a1, __m512i a2)
+/* 16 sums >> 22: (acc0 + 256 acc1 + 65536 acc2) >> 22, modulo 2^32 before the shift. */
+VNNI_TARGET static inline __m512i join_512(__m512i a0, __m512i a1, __m512i a2)
 {
     __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, _mm512_slli_epi32(a1, 8)),
                                  _mm512_slli_epi32(a2, 16));
-    s = _mm512_max_epi32(_mm512_srai_epi32(s, PRECISION_BITS), _mm512_setzero_si512());
-    return _mm512_cvtusepi32_epi8(s);
+    return _mm512_srai_epi32(s, PRECISION_BITS);
 }
 
 /* acc = _mm512_dpbusd_epi32(acc, v, k), written so that GCC keeps acc in its register (with
@@ -532,26 +530,33 @@ VNNI_TARGET static void hpass_block_rgb_vnni(const uint8_t *const in[VROWS],
             _mm512_storeu_si512((void *)o, _mm512_permutexvar_epi8(perm, v));
         }
     }
-    /* Results go out four pixels at a time: lane j of tm (m = 0, 1, 2) holds bytes
-     * 16m .. 16m+15 of the 48 (16 rows x RGB) of pixel x0 + j; one permutation per four rows
-     * puts row 4c + q's 12 bytes (pixels x0 .. x0+3) in lane q of u[c]. */
-    uint8_t idx[4][64];
-    for (int c = 0; c < 4; c++)
-        for (int o = 0; o < 64; o++) {
-            int q = o >> 4, b = o & 15, j = b / 3, ch = b % 3;
-            int src = 3 * (4 * c + q) + ch; /* byte of the pixel's 48 */
-            int rel = src - 16 * ((12 * c) >> 4); /* from the first of the two vectors used */
-            idx[c][o] = b < 12 ? (uint8_t)((rel >> 4) * 64 + 16 * j + (rel & 15)) : 0;
+    /* Results go out four pixels at a time. A pixel's three sums become one vector of bytes
+     * by packs (which work within 128-bit lanes, and saturate as clip8 does: after the shift
+     * the sums lie within +-640): byte b = 3 row + ch of its 48 lands at pos(b) below. Two
+     * rounds of two-source permutations follow: rows 0-7 and rows 8-15 of pixels x0, x0+1
+     * (and of x0+2, x0+3) as 2 x 24 bytes, then row 4c + q's 12 bytes (pixels x0 .. x0+3)
+     * in lane q of u[c]. */
+    uint8_t pair[2][64], rows[2][64];
+    for (int o = 0; o < 64; o++) {
+        int jj = o / 24, bb = o % 24;
+        for (int h = 0; h < 2; h++) {
+            int b = 24 * h + bb, i = b & 15; /* pos(b): lane i >> 2, vector b >> 4, i & 3 */
+            pair[h][o] = o < 48 ? (uint8_t)(64 * jj + 16 * (i >> 2) + 4 * (b >> 4) + (i & 3)) : 0;
         }
-    const __m512i idx0 = _mm512_loadu_si512((const void *)idx[0]);
-    const __m512i idx1 = _mm512_loadu_si512((const void *)idx[1]);
-    const __m512i idx2 = _mm512_loadu_si512((const void *)idx[2]);
-    const __m512i idx3 = _mm512_loadu_si512((const void *)idx[3]);
+        int q = o >> 4, k = o & 15, j = k / 3, ch = k % 3;
+        for (int c = 0; c < 2; c++) /* rows 4c + q of the 8 in a pair's 24 bytes */
+            rows[c][o] = k < 12 ? (uint8_t)(64 * (j >> 1) + 24 * (j & 1) + 3 * (4 * c + q) + ch) : 0;
+    }
+    const __m512i pair_lo = _mm512_loadu_si512((const void *)pair[0]);
+    const __m512i pair_hi = _mm512_loadu_si512((const void *)pair[1]);
+    const __m512i rows0 = _mm512_loadu_si512((const void *)rows[0]);
+    const __m512i rows1 = _mm512_loadu_si512((const void *)rows[1]);
     const __m512i half = _mm512_set1_epi32(HALF);
     int x0 = 0;
     for (; x0 < n; x0 += 4) {
         const int cnt = n - x0 < 4 ? n - x0 : 4;
-        __m512i t0 = _mm512_setzero_si512(), t1 = t0, t2 = t0;
+        __m512i px[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                         _mm512_setzero_si512()};
         for (int j = 0; j < cnt; j++) {
             const int x = x0 + j;
             const uint8_t *p = colv + (size_t)vc->g0[x] * VGROUP;
@@ -575,15 +580,18 @@ VNNI_TARGET static void hpass_block_rgb_vnni(const uint8_t *const in[VROWS],
                 DPBUSD(a21, v1, k2);
                 DPBUSD(a22, v2, k2);
             }
-            const __mmask16 lane = (__mmask16)(0xf << (4 * j)); /* 32-bit lanes 4j .. 4j+3 */
-            t0 = _mm512_mask_broadcast_i32x4(t0, lane, join_clip_512(a00, a10, a20));
-            t1 = _mm512_mask_broadcast_i32x4(t1, lane, join_clip_512(a01, a11, a21));
-            t2 = _mm512_mask_broadcast_i32x4(t2, lane, join_clip_512(a02, a12, a22));
+            const __m512i s0 = join_512(a00, a10, a20), s1 = join_512(a01, a11, a21),
+                          s2 = join_512(a02, a12, a22);
+            px[j] = _mm512_packus_epi16(_mm512_packs_epi32(s0, s1), _mm512_packs_epi32(s2, s2));
         }
-        __m512i u[4] = {_mm512_permutexvar_epi8(idx0, t0),
-                        _mm512_permutex2var_epi8(t0, idx1, t1),
-                        _mm512_permutex2var_epi8(t1, idx2, t2),
-                        _mm512_permutexvar_epi8(idx3, t2)};
+        const __m512i lo01 = _mm512_permutex2var_epi8(px[0], pair_lo, px[1]);
+        const __m512i hi01 = _mm512_permutex2var_epi8(px[0], pair_hi, px[1]);
+        const __m512i lo23 = _mm512_permutex2var_epi8(px[2], pair_lo, px[3]);
+        const __m512i hi23 = _mm512_permutex2var_epi8(px[2], pair_hi, px[3]);
+        __m512i u[4] = {_mm512_permutex2var_epi8(lo01, rows0, lo23),
+                        _mm512_permutex2var_epi8(lo01, rows1, lo23),
+                        _mm512_permutex2var_epi8(hi01, rows0, hi23),
+                        _mm512_permutex2var_epi8(hi01, rows1, hi23)};
         const size_t at = 3 * (size_t)x0;
         if (x0 + 6 <= n) { /* 16-byte stores: 4 bytes run into pixels written afterwards */
             for (int c = 0; c < 4; c++) {
@@ -728,7 +736,9 @@ static void hpass(const img_u8 *src, int y0, int y1, uint8_t *tmp, size_t tstrid
         /* blocks of VROWS rows; a last, shorter block reads its last row again and writes
          * the spare rows to a dummy row */
         const int groups = (src->w + 3) >> 2;
-        uint8_t *colv = scratch_get(&g_block, (size_t)groups * VGROUP + 16);
+        /* 64-byte aligned: the kernel's loads of whole groups then never split a cache line */
+        uint8_t *colv = scratch_get(&g_block, (size_t)groups * VGROUP + 16 + 63);
+        colv += -(uintptr_t)colv & 63;
         uint8_t *dummy = scratch_get(&g_ocol, 3 * (size_t)n + 16);
         for (; y < y1; y += VROWS) {
             const uint8_t *in[VROWS];

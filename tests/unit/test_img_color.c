@@ -249,6 +249,22 @@ Test(img_color, simd_paths_match_portable_on_random_images)
     free(data);
 }
 
+/* Saturation's vector path leaves the clipping to saturating packs, which holds while no
+ * blend overflows int32: factors near and beyond that limit (the scalar path's) agree too. */
+Test(img_color, saturation_extreme_factors_match_portable)
+{
+    uint64_t state = 0x2545f4914f6cdd1du;
+    uint8_t *data = malloc(40 * 7 * 3);
+    for (size_t i = 0; i < 40 * 7 * 3; i++) {
+        state = state * 6364136223846793005u + 1442695040888963407u;
+        data[i] = (uint8_t)(state >> 56);
+    }
+    static const double factors[] = {-7.5, 99.0, -9.99e5, 9.99e5, -2e6, 2e6, 1e30, -1e30};
+    for (size_t k = 0; k < sizeof factors / sizeof *factors; k++)
+        paths_agree("saturation", factors[k], data, 40, 7);
+    free(data);
+}
+
 /* adjust_hue on every one of the 2^24 RGB colours (a 4096 x 4096 image), for several hue
  * shifts: the vector rgb2hsv / hsv2rgb compute what the portable code takes from tables. */
 Test(img_color, hue_of_every_colour_matches_portable)
