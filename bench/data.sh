@@ -6,7 +6,7 @@
 # The photo corpus (bench/make-photo-corpus: ImageNet-like JPEGs cut from Debian's
 # mate-backgrounds) is made once under ${SELFSUP_BENCH_DATA:-/tmp/selfsup-bench}/photos.
 # Both sides are pinned to CPU 0 with one thread and run N images (default 200) per
-# pipeline, median of 3 passes. selfsup is timed three times: as it runs under `selfsup run`
+# pipeline, alternating one pass each for DATA_ROUNDS rounds (default 3); medians. selfsup is timed three times: as it runs under `selfsup run`
 # (JPEGs decoded only as far as the crops need, uint8 crops; ToTensor / Normalize left to the
 # trainer's device), "+float" (float32 CHW made on the CPU, as VISSL hands it to its collator)
 # and with whole-image decoding (selfsup-decode without --crop). Prints a Markdown table with images/s and ratios (> 1: faster).
@@ -22,27 +22,45 @@ if [[ ! -d $corpus/train ]]; then
     echo "data: making a photo corpus of 200 JPEGs in $corpus ..." >&2
     ./bench/make-photo-corpus 200 "$corpus" >&2
 fi
-ours=$("$bench" --dir "$corpus" --n "$n" --reps 3 --cpu 0)
-theirs=$("$python" bench/data_bench.py --dir "$corpus" --n "$n" --reps 3 --cpu 0 | grep -v '^#')
+rounds=${DATA_ROUNDS:-3}
+
+# Each pipeline alternates: selfsup one timed pass, PIL one timed pass, `rounds` times, so both
+# sides are measured in the same minutes (this shared VM's speed drifts by ±20% over minutes);
+# the table gives the medians and the median of the per-round ratios.
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+declare -A ours_v theirs_v ratio_v
+for p in decode simclr swav eval; do
+    for ((r = 0; r < rounds; r++)); do
+        o=$("$bench" --dir "$corpus" --n "$n" --reps 1 --cpu 0 --pipelines "$p")
+        t=$("$python" bench/data_bench.py --dir "$corpus" --n "$n" --reps 1 --cpu 0 --pipelines "$p" | grep -v '^#')
+        b=$(awk -v p=$p '$2 == p {print $3}' <<<"$t")
+        for v in "" "+float" "+nocrop"; do
+            a=$(awk -v p="$p$v" '$2 == p {print $3}' <<<"$o")
+            [[ -n $a ]] || continue
+            ours_v[$p$v]+="$a "
+            ratio_v[$p$v]+="$(echo "$a / $b" | bc -l) "
+        done
+        theirs_v[$p]+="$b "
+    done
+done
+med() { tr ' ' '\n' <<<"$1" | grep . | median; }
 
 echo "## data: decode and augment, one core, selfsup vs PIL + torchvision (VISSL's DataLoader worker)"
 echo
 echo "Machine: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); CPU 0 only, one thread each;"
-echo "$n images of $corpus ($(find "$corpus" -name '*.JPEG' | wc -l) ImageNet-like JPEGs); median of 3; $(date -u '+%Y-%m-%d %H:%M UTC')."
+echo "$n images of $corpus ($(find "$corpus" -name '*.JPEG' | wc -l) ImageNet-like JPEGs); $rounds alternating rounds, medians; $(date -u '+%Y-%m-%d %H:%M UTC')."
 echo
-echo "| pipeline | selfsup img/s | selfsup +float img/s | selfsup whole-image decode img/s | PIL+torchvision img/s | ratio | ratio +float | ratio whole-image decode |"
-echo "|---|--:|--:|--:|--:|--:|--:|--:|"
+echo "| pipeline | selfsup img/s | selfsup +float img/s | selfsup whole-image decode img/s | PIL+torchvision img/s | ratio | ratio +float | ratio whole-image decode | ratios, each round |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|---|"
 for p in decode simclr swav eval; do
-    a=$(awk -v p=$p '$2 == p {print $3}' <<<"$ours")
-    f=$(awk -v p="$p+float" '$2 == p {print $3}' <<<"$ours")
-    w=$(awk -v p="$p+nocrop" '$2 == p {print $3}' <<<"$ours")
-    b=$(awk -v p=$p '$2 == p {print $3}' <<<"$theirs")
-    [[ -n $a && -n $b ]] || continue
-    if [[ -n $f ]]; then
-        printf '| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n' "$p" "$a" "$f" "$w" "$b" "$(echo "$a / $b" | bc -l)" \
-            "$(echo "$f / $b" | bc -l)" "$(echo "$w / $b" | bc -l)"
+    rounds_text=$(tr ' ' '\n' <<<"${ratio_v[$p]}" | grep . | xargs printf '%.2f ' | sed 's/ $//')
+    if [[ -n ${ours_v[$p+float]:-} ]]; then
+        printf '| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %s |\n' "$p" "$(med "${ours_v[$p]}")" \
+            "$(med "${ours_v[$p+float]}")" "$(med "${ours_v[$p+nocrop]}")" "$(med "${theirs_v[$p]}")" \
+            "$(med "${ratio_v[$p]}")" "$(med "${ratio_v[$p+float]}")" "$(med "${ratio_v[$p+nocrop]}")" "$rounds_text"
     else
-        printf '| %s | %.1f | — | — | %.1f | %.2f | — | — |\n' "$p" "$a" "$b" "$(echo "$a / $b" | bc -l)"
+        printf '| %s | %.1f | — | — | %.1f | %.2f | — | — | %s |\n' "$p" "$(med "${ours_v[$p]}")" "$(med "${theirs_v[$p]}")" \
+            "$(med "${ratio_v[$p]}")" "$rounds_text"
     fi
 done
 echo

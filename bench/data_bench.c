@@ -3,7 +3,7 @@
  * selfsup-augment and selfsup-collate on one core, in one process, per image.
  *
  *   data_bench --dir CORPUS [--n N] [--pipelines decode,simclr,swav,eval] [--batch B]
- *              [--reps R] [--cpu C]
+ *              [--reps R] [--cpu C] [--hash]
  *
  * The same pipelines and options as bench/data_bench.py (VISSL's way), on the same files:
  * read the file, decode it (stages/decode/decoder.h), run the VISSL transform list
@@ -16,7 +16,9 @@
  * them over), and with "+nocrop" (whole images decoded), so every comparison is on the table.
  *
  * Output, one line per pipeline: "selfsup_data PIPELINE IMAGES_PER_SECOND", '#' lines for
- * details. Median of --reps timed passes after one untimed warm-up batch.
+ * details. Median of --reps timed passes after one untimed warm-up batch. --hash folds every
+ * byte of every batch record into the "# checksum" line (FNV-1a), to check that a change to a
+ * kernel keeps every output byte; it costs a pass over the batches, so time without it.
  */
 #include "augment/transforms.h"
 #include "collate/collate.h"
@@ -140,8 +142,17 @@ typedef struct {
     rec_view *views;
     uint8_t *batch_buf;
     size_t slot_bytes, batch_bytes;
-    uint64_t checksum; /* keeps the compiler from skipping work */
+    uint64_t checksum; /* keeps the compiler from skipping work; every byte with --hash */
+    bool hash;
 } bench;
+
+/* FNV-1a over n bytes, continuing from h. */
+static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
 
 /* What selfsup-augment writes for one sample, into a "ring slot". */
 static void write_sample(bench *b, aug_sample *s, int slot, uint64_t seq)
@@ -163,7 +174,10 @@ static void flush_batch(bench *b, int n)
     if (rec_writer_init(&w, b->batch_buf, b->batch_bytes, REC_DATA, 0, 0, collate_max_tensors(b->collator, &b->views[0])) != 0 ||
         collate_batch(b->collator, b->views, n, &(collate_options){0}, &w, why, sizeof why) != 0 || !rec_finish(&w))
         die(1, "collate: %s %s", why, w.error);
-    b->checksum += b->batch_buf[w.used - 1];
+    if (b->hash)
+        b->checksum = fnv1a(b->checksum ? b->checksum : 0xcbf29ce484222325ull, b->batch_buf, w.used);
+    else
+        b->checksum += b->batch_buf[w.used - 1];
 }
 
 /* Decode (and augment and collate) files[first .. first+count) modulo the corpus. */
@@ -274,6 +288,7 @@ int main(int argc, char **argv)
     const char *dir = NULL, *which = "decode,simclr,swav,eval";
     size_t n = 200;
     int batch = 32, reps = 3, cpu = 0;
+    bool hash = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--dir") && v) dir = v, i++;
@@ -282,6 +297,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--batch") && v) batch = atoi(v), i++;
         else if (!strcmp(a, "--reps") && v) reps = atoi(v), i++;
         else if (!strcmp(a, "--cpu") && v) cpu = atoi(v), i++;
+        else if (!strcmp(a, "--hash")) hash = true;
         else {
             fprintf(stderr, "usage: data_bench --dir CORPUS [--n N] [--pipelines decode,simclr,swav,eval] "
                             "[--batch B] [--reps R] [--cpu C]\n");
@@ -318,6 +334,7 @@ int main(int argc, char **argv)
         for (int f = 0; f < (pipelines[p].yaml ? 3 : 1); f++) {
             bench b;
             setup(&b, (int)p, f == 1, batch);
+            b.hash = hash;
             b.crop = f != 2;
             double ips = measure(&b, &fl, n, reps);
             printf("selfsup_data %s%s %.1f\n", pipelines[p].name, variant[f], ips);
