@@ -3,7 +3,8 @@
 # (bench/resnet_bench.py, Debian's python3-torch) on the same ResNet trunks, same threads,
 # in one run: ResNet-50 at 224 batch 16 and ResNet-18 small-stem at 32 px batch 128.
 # train = forward (train mode) + backward, no optimizer step on either side; infer = eval
-# forward. Prints a Markdown table with images/s and ratio = selfsup / PyTorch (> 1: faster).
+# forward. RESNET_ROUNDS rounds (default 3) alternate the two sides; prints a Markdown table
+# with the median images/s and the median ratio = selfsup / PyTorch (> 1: faster).
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -11,25 +12,37 @@ bench="$build/bench/resnet_bench"
 python=/usr/bin/python3
 [[ -x $bench ]] || { echo "bench/resnet.sh: $bench not found (make $bench)" >&2; exit 2; }
 threads=$(nproc)
-reps=${RESNET_REPS:-3}
+reps=${RESNET_REPS:-1}
+rounds=${RESNET_ROUNDS:-3}
 
 echo "## resnet: model engine (cpu) vs PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
 echo
-echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $threads threads on both sides; median of $reps after a warm-up; $(date -u '+%Y-%m-%d %H:%M UTC')."
+echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $threads threads on both sides; $rounds alternating rounds (selfsup, then PyTorch, each the median of $reps after a warm-up), medians; $(date -u '+%Y-%m-%d %H:%M UTC')."
 echo
-echo "| model | mode | selfsup img/s | PyTorch img/s | ratio |"
-echo "|---|---|--:|--:|--:|"
+echo "| model | mode | selfsup img/s | PyTorch img/s | ratio | ratios, each round |"
+echo "|---|---|--:|--:|--:|---|"
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# Both sides alternate round by round, so they are measured in the same minutes (this shared
+# VM's speed drifts by ±20% over minutes); the ratio is the median of the per-round ratios.
 run() {
     local label=$1
     shift
-    local ours theirs
-    ours=$("$bench" --threads "$threads" --reps "$reps" "$@")
-    theirs=$("$python" bench/resnet_bench.py --threads "$threads" --reps "$reps" "$@")
+    declare -A a b r
+    for ((k = 0; k < rounds; k++)); do
+        local ours theirs
+        ours=$("$bench" --threads "$threads" --reps "$reps" "$@")
+        theirs=$("$python" bench/resnet_bench.py --threads "$threads" --reps "$reps" "$@")
+        for mode in train infer; do
+            local x y
+            x=$(awk -v m=$mode '$2 == m {print $3}' <<<"$ours")
+            y=$(awk -v m=$mode '$2 == m {print $3}' <<<"$theirs")
+            a[$mode]+="$x " b[$mode]+="$y " r[$mode]+="$(echo "$x / $y" | bc -l) "
+        done
+    done
     for mode in train infer; do
-        local a b
-        a=$(awk -v m=$mode '$2 == m {print $3}' <<<"$ours")
-        b=$(awk -v m=$mode '$2 == m {print $3}' <<<"$theirs")
-        printf '| %s | %s | %.1f | %.1f | %.2f |\n' "$label" "$mode" "$a" "$b" "$(echo "$a / $b" | bc -l)"
+        printf '| %s | %s | %.1f | %.1f | %.2f | %s |\n' "$label" "$mode" "$(median <<<"${a[$mode]}")" \
+            "$(median <<<"${b[$mode]}")" "$(median <<<"${r[$mode]}")" \
+            "$(tr ' ' '\n' <<<"${r[$mode]}" | grep . | xargs printf '%.2f ' | sed 's/ $//')"
     done
 }
 run "ResNet-50, 224 px, batch 16" --depth 50 --size 224 --batch 16

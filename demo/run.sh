@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # demo/run.sh BUILD_DIR — what `make demo` shows today, on selfsup's own configs.
 #
-# Training and evaluation stages arrive issue by issue; until they land, the demo walks a
-# VISSL user through what selfsup already does for real: compose VISSL recipes, show the
-# values VISSL would infer (effective batch sizes, crop counts, queue sizes, the auto-scaled
-# LR schedule), refuse a broken config before anything runs, and run the data pipeline
+# The demo walks a VISSL user through what selfsup does for real today: compose VISSL recipes,
+# show the values VISSL would infer (effective batch sizes, crop counts, queue sizes, the
+# auto-scaled LR schedule), refuse a broken config before anything runs, run the data pipeline
 # (decode -> augment -> collate) of the quickstart recipes on Fashion-MNIST, which it converts
-# once into data/fashion-mnist from Debian's dataset-fashion-mnist package.
+# once into data/fashion-mnist from Debian's dataset-fashion-mnist package, and train the
+# SimCLR quickstart's ResNet-18 on it for one short epoch. Evaluation arrives with its issue.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -78,13 +78,21 @@ say "The SimCLR quickstart's data path as a shell pipeline: decode | augment | c
 "$selfsup" inspect --values 6 "$work/simclr.rec" | head -7
 
 say "The same under selfsup run: decode -> augment x 2 -> collate over shared-memory rings, 10,000 images"
-echo "   (no trainer yet: selfsup-sink takes its place and saves the batches)"
+echo "   (selfsup-sink in the trainer's place saves the batches)"
 "$selfsup" run quickstart/simclr --run-dir "$work/run" \
     "+config.SELFSUP.STAGES.train=selfsup-sink --save $work/run.rec" 2>&1 | grep -v 'run directory' || true
 grep -h 'images decoded\|records/s' "$work/run/logs/decode.0.log" "$work/run/logs/train.0.log" | cut -d' ' -f3- | sed 's/^/  /'
 "$selfsup" inspect --count "$work/run.rec" | sed 's/^/  /'
 
-say "SwAV's multi-crop (2x32 + 4x16 px, multicrop_collator): one tensor per resolution"
+say "SimCLR trains: decode -> augment x 2 -> collate -> train, ResNet-18 + VISSL's head, 2,560 images, one epoch"
+echo "   (NT-Xent loss, SGD with VISSL's parameter groups, cosine LR auto-scaled to 0.075)"
+"$selfsup" run quickstart/simclr --run-dir "$work/train" config.DATA.TRAIN.DATA_LIMIT=2560 \
+    config.OPTIMIZER.num_epochs=1 config.LOG_FREQUENCY=10 config.CHECKPOINT.DIR="$work/ckpt" 2>&1 \
+    | grep -v 'run directory' || true
+grep -h 'iter:\|checkpoint:' "$work/train/logs/train.0.log" | cut -d' ' -f4- | sed 's/^/  /'
+ls "$work/ckpt" | sed 's/^/  /'
+
+say "SwAV's multi-crop (2x32 + 4x16 px, multicrop_collator): one tensor per crop, crop by crop"
 "$build/selfsup-decode" -c quickstart/swav config.DATA.TRAIN.DATA_LIMIT=64 2>/dev/null \
     | "$build/selfsup-augment" -c quickstart/swav 2>/dev/null \
     | "$build/selfsup-collate" -c quickstart/swav 2>/dev/null > "$work/swav.rec"

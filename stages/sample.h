@@ -6,7 +6,8 @@
  * more crops; the collator stacks N samples into a batch dict whose values are lists. A
  * record holds the same thing with one rule for names: a list entry i of key K is the tensor
  * "K.i", a list inside a list "K.i.j". So a SimCLR batch is data.0, label.0, data_valid.0,
- * data_idx.0, and a SwAV multi-crop batch is data.0.0 (the 224 crops) and data.0.1 (the 96s).
+ * data_idx.0, and a SwAV multi-crop batch is data.0.0, data.0.1 (the two 224 crops) and
+ * data.0.2 … data.0.7 (the six 96s): one tensor per crop, as VISSL's multicrop_collator lists them.
  *
  *   decode → augment: one record per sample, header seq = the sample's position in this
  *     epoch's order (0, 1, 2, ... for this rank), header epoch = the epoch.

@@ -31,7 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_INPUTS 8
+#define MAX_INPUTS MODEL_MAX_INPUTS
 
 struct trainer {
     const cfg_node *config;
@@ -238,8 +238,8 @@ int64_t trainer_steps_per_epoch(const trainer *t) { return t->steps_per_epoch; }
 
 /* ---- the batch --------------------------------------------------------------------------- */
 
-/* The batch's input tensors in model order: data.0, or data.0.0, data.0.1, … (one per crop
- * resolution). Returns how many, or -1 with *err. */
+/* The batch's input tensors in model order: data.0, or data.0.0, data.0.1, … (one per crop).
+ * Returns how many, or -1 with *err. */
 static int find_inputs(const rec_view *v, int idx[MAX_INPUTS], char **err)
 {
     int i = rec_find(v, "data.0");

@@ -8,8 +8,8 @@
  * batches per epoch (from the DATA.TRAIN dataset, as the decode stage will read it).
  *
  * trainer_step is VISSL's standard_train_step on one batch record (sample.h):
- *   inputs    data.0 (one tensor) or data.0.0, data.0.1, … (one per crop resolution, as the
- *             multicrop collator writes them), uint8 N×H×W×3 with the `normalize` rows the
+ *   inputs    data.0 (one tensor) or data.0.0, data.0.1, … (one per crop, as the multicrop
+ *             collator writes them; the model runs consecutive crops of one size together), uint8 N×H×W×3 with the `normalize` rows the
  *             augment stage left to the trainer (normalised here, in float32, torchvision's
  *             arithmetic), or float32 N×3×H×W;
  *   target    label.0, int64 [N] or [N, M];

@@ -254,3 +254,35 @@ Test(trainer, configs_it_cannot_run_are_refused_before_anything_starts)
     free(link);
     test_rm_dir(dir);
 }
+
+/* A stop mid-epoch (Ctrl-C, the orchestrator's STOP) leaves model_iteration{N}.torch, linked. */
+Test(trainer, a_stop_mid_epoch_saves_an_iteration_checkpoint, .timeout = 300)
+{
+    char *dir = test_make_tmpdir(), *err = NULL;
+    cfg_t cfg;
+    trainer *t = make_trainer(CASE_YAML[0], dir, 5, &cfg);
+    char *path = test_fixture("train", "simclr_larc_batches.rec");
+    int fd = open(path, O_RDONLY);
+    cr_assert(fd >= 0, "%s", path);
+    rec_buf buf = {0};
+    rec_view v;
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(rec_fd_read(fd, &buf, &v, NULL, &err), 1, "%s", err);
+        cr_assert_eq(trainer_step(t, &v, v.hdr->epoch, &err), 0, "%s", err);
+    }
+    cr_assert_eq(trainer_finish(t, true, &err), 0, "%s", err);
+    char target[256] = "", *link = xasprintf("%s/checkpoint.torch", dir);
+    cr_expect(readlink(link, target, sizeof target - 1) > 0 && !strcmp(target, "model_iteration2.torch"), "%s",
+              target);
+    char *file = xasprintf("%s/model_iteration2.torch", dir), *metrics = xasprintf("%s/metrics.json", dir);
+    cr_expect(path_exists(file));
+    cr_expect(!path_exists(metrics), "an unfinished epoch writes no metrics.json line");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+    rec_buf_free(&buf);
+    close(fd);
+    free(path), free(link), free(file), free(metrics), free(dir);
+    trainer_free(t);
+    cfg_destroy(&cfg);
+}
