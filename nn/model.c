@@ -290,6 +290,13 @@ int model_load_weights(eng_backend *be, model *m, const model_weights_init *w, c
     return weights_load(be, m->params.entries, m->params.nentries, &o, err);
 }
 
+void model_set_train_step(model *m, uint64_t step)
+{
+    for (int b = 0; b < m->nbranches; b++)
+        for (int i = 0; i < m->branches[b].chain.n; i++)
+            head_set_step(m->branches[b].chain.heads[i], step);
+}
+
 int model_entry_count(const model *m) { return m->params.nentries; }
 const eng_entry *model_entry_at(const model *m, int i) { return &m->params.entries[i]; }
 eng_tensor model_params(const model *m) { return eng_params_values(&m->params); }

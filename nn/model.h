@@ -187,6 +187,11 @@ const eng_tensor *model_output(const model *m, int k);
 int model_output_head(const model *m, int k);
 int model_output_input(const model *m, int k);
 
+/* The training forwards done so far, which key the heads' dropout masks (each training
+ * forward advances it): a resumed run sets it to the checkpoint's iteration so its masks are
+ * the uninterrupted run's. */
+void model_set_train_step(model *m, uint64_t step);
+
 /* Backward of the last training forward: dout[k] is output k's gradient (NULL = zero).
  * Gradients of parameters that are not frozen accumulate into model_grads. */
 void model_backward(eng_backend *be, model *m, const eng_tensor *const *dout);

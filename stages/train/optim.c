@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct optim;
+static eng_tensor state_view(const struct optim *opt, int k, int i);
+
 struct optim {
     optim_options o;
     const eng_entry *entries;
@@ -194,6 +197,30 @@ void optim_free(eng_backend *be, optim *opt)
 
 optim_group optim_group_of(const optim *opt, int i) { return opt->group[i]; }
 int64_t optim_step_count(const optim *opt) { return opt->steps; }
+void optim_set_step_count(optim *opt, int64_t steps) { opt->steps = steps; }
+
+int optim_state_entries(const optim *opt, eng_entry **out)
+{
+    static const char *const SGD_NAMES[] = {"momentum_buffer"}, *const ADAM_NAMES[] = {"exp_avg", "exp_avg_sq"};
+    const char *const *kinds = opt->o.name == OPTIM_SGD ? SGD_NAMES : ADAM_NAMES;
+    int nkinds = opt->state[1] ? 2 : opt->state[0] ? 1 : 0, n = 0;
+    eng_entry *e = xcalloc((size_t)(opt->n * nkinds + 1), sizeof *e);
+    for (int k = 0; k < nkinds; k++)
+        for (int i = 0; i < opt->n; i++)
+            if (opt->group[i] != OPTIM_NOT_UPDATED)
+                e[n++] = (eng_entry){.name = xasprintf("optimizer.%s.%s", kinds[k], opt->entries[i].name),
+                                     .kind = ENG_BUFFER,
+                                     .value = state_view(opt, k, i)};
+    *out = e;
+    return n;
+}
+
+void optim_state_entries_free(eng_entry *entries, int n)
+{
+    for (int i = 0; i < n; i++)
+        free((char *)entries[i].name);
+    free(entries);
+}
 
 /* ---- the step ------------------------------------------------------------------------------ */
 

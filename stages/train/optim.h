@@ -83,7 +83,15 @@ void optim_free(eng_backend *be, optim *opt);
 optim_group optim_group_of(const optim *opt, int i);
 /* One update from the gradients in the entries' grad tensors, with the scheduled rates. */
 void optim_step(eng_backend *be, optim *opt, double lr, double lr_head);
-/* Updates made so far (Adam's t; a checkpoint keeps it). */
+/* Updates made so far (Adam's t; a checkpoint keeps it), and setting it on resume. */
 int64_t optim_step_count(const optim *opt);
+void optim_set_step_count(optim *opt, int64_t steps);
+
+/* The optimizer's state as named tensors for a checkpoint, one per updated parameter and kind:
+ * "optimizer.momentum_buffer.<name>" (SGD with momentum), "optimizer.exp_avg.<name>" and
+ * "optimizer.exp_avg_sq.<name>" (Adam, AdamW) — torch.optim's names. Returns the count; free
+ * the array and its names with optim_state_entries_free. */
+int optim_state_entries(const optim *opt, eng_entry **out);
+void optim_state_entries_free(eng_entry *entries, int n);
 
 #endif

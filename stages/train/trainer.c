@@ -15,6 +15,7 @@
 #include "model.h"
 #include "sched.h"
 #include "timer.h"
+#include "train/checkpoint.h"
 #include "train/loss.h"
 #include "train/optim.h"
 #include "util.h"
@@ -47,8 +48,10 @@ struct trainer {
     int64_t iteration;      /* forwards done in training (the first step is iteration 1) */
     int64_t batches_done;   /* optimizer steps: where = batches_done / (epochs × steps) */
     int64_t phase;          /* the epoch of the batches being read */
+    int64_t phase_batches;  /* batches trained in that epoch */
     bool in_phase;
-    int64_t phases_closed;
+    int64_t resume_epoch, resume_batch; /* batches before this one were trained before a resume */
+    bool skip_logged;
     /* the planned batch */
     int ninputs;
     eng_shape in_shape[MAX_INPUTS];
@@ -105,9 +108,11 @@ static bool check_supported(const cfg_node *config, cfg_err *err)
     return true;
 }
 
-/* CHECKPOINT.DIR: made; an existing checkpoint is refused (VISSL would resume from it, and
- * the optimizer state that exact resume needs is not in selfsup's checkpoints yet) unless
- * OVERWRITE_EXISTING with AUTO_RESUME off. */
+/* CHECKPOINT.DIR: made. A checkpoint already there is resumed under AUTO_RESUME (VISSL's
+ * choice: the file checkpoint.torch links, i.e. the latest); otherwise it is refused unless
+ * OVERWRITE_EXISTING. Called once the model and the optimizer exist. */
+static int load_state(trainer *t, ckpt_state *st, char **err);
+
 static bool prepare_dir(trainer *t, cfg_err *err)
 {
     const char *dir = cfg_str(t->config, "CHECKPOINT.DIR");
@@ -117,22 +122,29 @@ static bool prepare_dir(trainer *t, cfg_err *err)
         free(why);
         return false;
     }
+    t->dir = xstrdup(dir);
     char *link = path_join(dir, "checkpoint.torch");
     struct stat st;
     bool exists = lstat(link, &st) == 0; /* the link, even if what it names is gone */
     free(link);
-    bool resume = cfg_bool(t->config, "CHECKPOINT.AUTO_RESUME"),
-         overwrite = cfg_bool(t->config, "CHECKPOINT.OVERWRITE_EXISTING");
-    if (exists && (resume || !overwrite)) {
-        cfg_fail(err, cfg_get(t->config, resume ? "CHECKPOINT.AUTO_RESUME" : "CHECKPOINT.OVERWRITE_EXISTING"),
-                 resume ? "config.CHECKPOINT.AUTO_RESUME" : "config.CHECKPOINT.OVERWRITE_EXISTING",
-                 resume ? "%s already holds a checkpoint, and resuming is not supported yet (the optimizer state is "
-                          "not saved): use another CHECKPOINT.DIR, or set AUTO_RESUME=False and OVERWRITE_EXISTING=True"
-                        : "%s already holds a checkpoint: set OVERWRITE_EXISTING=True to replace it",
+    if (!exists)
+        return true;
+    if (cfg_bool(t->config, "CHECKPOINT.AUTO_RESUME")) {
+        ckpt_state cs;
+        if (load_state(t, &cs, &why) == 1)
+            return true;
+        cfg_fail(err, cfg_get(t->config, "CHECKPOINT.AUTO_RESUME"), "config.CHECKPOINT.AUTO_RESUME",
+                 "cannot resume from %s: %s", dir, why ? why : "no checkpoint");
+        free(why);
+        return false;
+    }
+    if (!cfg_bool(t->config, "CHECKPOINT.OVERWRITE_EXISTING")) {
+        cfg_fail(err, cfg_get(t->config, "CHECKPOINT.OVERWRITE_EXISTING"), "config.CHECKPOINT.OVERWRITE_EXISTING",
+                 "%s already holds a checkpoint: set AUTO_RESUME=True to resume from it, or OVERWRITE_EXISTING=True "
+                 "to start over",
                  dir);
         return false;
     }
-    t->dir = xstrdup(dir);
     return true;
 }
 
@@ -412,36 +424,60 @@ static void log_progress(trainer *t, double lr)
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
-/* checkpoint.torch → file, replaced atomically (a new link renamed over the old one). */
-static int point_link(trainer *t, const char *file, char **err)
+/* Every tensor a checkpoint holds: the model's, then the optimizer's state. */
+static eng_entry *checkpoint_entries(const trainer *t, int *n, eng_entry **opt_entries, int *nopt)
 {
-    char *link = path_join(t->dir, "checkpoint.torch"), *tmp = path_join(t->dir, ".checkpoint.torch.tmp");
-    unlink(tmp);
-    int rc = symlink(file, tmp) == 0 && rename(tmp, link) == 0
-                 ? 0
-                 : report_failure(err, "cannot point %s at %s: %s", link, file, strerror(errno));
-    free(link);
-    free(tmp);
+    int nm = model_entry_count(t->m);
+    *nopt = optim_state_entries(t->opt, opt_entries);
+    eng_entry *all = xmalloc((size_t)(nm + *nopt + 1) * sizeof *all);
+    memcpy(all, model_entry_at(t->m, 0), (size_t)nm * sizeof *all);
+    memcpy(all + nm, *opt_entries, (size_t)*nopt * sizeof *all);
+    *n = nm + *nopt;
+    return all;
+}
+
+/* A checkpoint of everything exact resume needs; the next batch to train is (next_epoch, next_batch). */
+static int save_checkpoint(trainer *t, const char *file, const char *kind, int64_t next_epoch, int64_t next_batch,
+                           char **err)
+{
+    int n, nopt;
+    eng_entry *opt_entries, *all = checkpoint_entries(t, &n, &opt_entries, &nopt);
+    ckpt_state cs = {.kind = kind, .phase = t->phase, .iteration = t->iteration, .batches_done = t->batches_done,
+                     .next_epoch = next_epoch, .next_batch = next_batch, .num_epochs = t->num_epochs};
+    int rc = ckpt_save(t->be, t->dir, file, all, n, &cs, err);
+    if (rc == 0)
+        log_info("checkpoint: %s/%s (%s, phase %lld, iteration %lld)", t->dir, file, kind, (long long)t->phase,
+                 (long long)t->iteration);
+    free(all);
+    optim_state_entries_free(opt_entries, nopt);
     return rc;
 }
 
-/* The model's tensors under VISSL's names, the train state as metadata, atomically. */
-static int save_checkpoint(trainer *t, const char *file, const char *kind, char **err)
+/* Everything a checkpoint holds back into the model, the optimizer and the counters. */
+static int load_state(trainer *t, ckpt_state *cs, char **err)
 {
-    char *path = path_join(t->dir, file), phase[32], iteration[32], epochs[32];
-    snprintf(phase, sizeof phase, "%lld", (long long)t->phase);
-    snprintf(iteration, sizeof iteration, "%lld", (long long)t->iteration);
-    snprintf(epochs, sizeof epochs, "%lld", (long long)t->num_epochs);
-    const st_meta meta[] = {{"format", "selfsup checkpoint"}, {"checkpoint", kind},   {"phase_idx", phase},
-                            {"train_phase_idx", phase},       {"iteration", iteration}, {"num_epochs", epochs}};
-    int rc = weights_save_safetensors(t->be, model_entry_at(t->m, 0), model_entry_count(t->m), path, meta,
-                                      ARRAY_LEN(meta), err);
-    if (rc == 0)
-        rc = point_link(t, file, err);
-    if (rc == 0)
-        log_info("checkpoint: %s (%s, phase %s, iteration %s)", path, kind, phase, iteration);
-    free(path);
-    return rc;
+    int n, nopt;
+    eng_entry *opt_entries, *all = checkpoint_entries(t, &n, &opt_entries, &nopt);
+    int rc = ckpt_load(t->be, t->dir, all, n, cs, err);
+    free(all);
+    optim_state_entries_free(opt_entries, nopt);
+    if (rc != 1)
+        return rc;
+    t->iteration = cs->iteration;
+    t->batches_done = cs->batches_done;
+    t->resume_epoch = cs->next_epoch;
+    t->resume_batch = cs->next_batch;
+    optim_set_step_count(t->opt, cs->batches_done);
+    model_set_train_step(t->m, (uint64_t)cs->iteration);
+    if (!strcmp(cs->kind, "iteration") && cs->phase >= 0) { /* stopped inside an epoch: it goes on */
+        t->phase = cs->phase;
+        t->in_phase = true;
+        t->phase_batches = cs->next_batch;
+    }
+    log_info("resumed from %s/checkpoint.torch (%s): iteration %lld, training on from epoch %lld, batch %lld%s",
+             t->dir, cs->kind, (long long)cs->iteration, (long long)cs->next_epoch, (long long)cs->next_batch,
+             cs->next_epoch >= t->num_epochs ? " (the run is already complete)" : "");
+    return 1;
 }
 
 /* VISSL's on_phase_end: the metrics.json line, then a checkpoint every CHECKPOINT_FREQUENCY
@@ -455,14 +491,13 @@ static int phase_end(trainer *t, char **err)
     if (metrics)
         fclose(metrics);
     t->in_phase = false;
-    t->phases_closed++;
     bool final = t->phase + 1 >= t->num_epochs;
     if (!final && (t->checkpoint_frequency <= 0 || (t->phase + 1) % t->checkpoint_frequency != 0))
         return 0;
     char file[96];
     snprintf(file, sizeof file, final ? "model_final_checkpoint_phase%lld.torch" : "model_phase%lld.torch",
              (long long)t->phase);
-    return save_checkpoint(t, file, final ? "final" : "phase", err);
+    return save_checkpoint(t, file, final ? "final" : "phase", t->phase + 1, 0, err);
 }
 
 /* ---- the step ----------------------------------------------------------------------------- */
@@ -475,8 +510,18 @@ static double scheduled(const trainer *t, const sched *s, double where)
 
 int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 {
+    int64_t seq = (int64_t)batch->hdr->seq;
+    if ((int64_t)epoch < t->resume_epoch || ((int64_t)epoch == t->resume_epoch && seq < t->resume_batch)) {
+        if (!t->skip_logged)
+            log_info("batches before epoch %lld, batch %lld were trained before the resume: skipping them",
+                     (long long)t->resume_epoch, (long long)t->resume_batch);
+        t->skip_logged = true;
+        return 0;
+    }
     if (t->in_phase && (int64_t)epoch != t->phase && phase_end(t, err) != 0)
         return -1;
+    if (!t->in_phase || (int64_t)epoch != t->phase)
+        t->phase_batches = (int64_t)epoch == t->resume_epoch ? t->resume_batch : 0;
     t->phase = epoch;
     t->in_phase = true;
     double where = (double)t->batches_done / (double)(t->num_epochs * t->steps_per_epoch);
@@ -505,6 +550,7 @@ int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     double lr = scheduled(t, &t->lr, where), lr_head = scheduled(t, &t->lr_head, where);
     optim_step(t->be, t->opt, lr, lr_head);
     t->batches_done++;
+    t->phase_batches++;
     log_progress(t, lr);
     return 0;
 }
@@ -517,5 +563,5 @@ int trainer_finish(trainer *t, bool stopped, char **err)
         return phase_end(t, err);
     char file[96];
     snprintf(file, sizeof file, "model_iteration%lld.torch", (long long)t->iteration);
-    return save_checkpoint(t, file, "iteration", err);
+    return save_checkpoint(t, file, "iteration", t->phase, t->phase_batches, err);
 }

@@ -19,13 +19,14 @@
  *             `where` (or at the epoch start for update_interval epoch) → a log line every
  *             LOG_FREQUENCY iterations (VISSL's LogLossLrEtaHook: lr, loss, batch time, ETA),
  *             also appended to CHECKPOINT.DIR/stdout.json.
- * trainer_phase_end closes an epoch: a metrics.json line ({iteration, phase_idx,
- * train_phase_idx}, no meters yet) and a checkpoint every CHECKPOINT_FREQUENCY epochs and at
- * the last. Checkpoints are VISSL-named (model_phase{N}.torch, model_final_checkpoint_phase{N}.torch,
- * model_iteration{N}.torch when stopped mid-epoch) safetensors files with VISSL's tensor names
- * and the train state (phase, iteration) as metadata, written atomically, and a
- * checkpoint.torch link to the latest. Not yet in them: the optimizer state, so AUTO_RESUME
- * over an existing checkpoint is refused rather than resumed inexactly.
+ * An epoch's end appends a metrics.json line ({iteration, phase_idx, train_phase_idx}, no
+ * meters yet) and checkpoints every CHECKPOINT_FREQUENCY epochs and at the last; a stop
+ * mid-epoch checkpoints the iteration (checkpoint.h: model, optimizer state and where training
+ * stands, in one atomically written VISSL-named file, checkpoint.torch linking the latest).
+ * With AUTO_RESUME and a checkpoint in CHECKPOINT.DIR, trainer_new loads it all back, and the
+ * batches it had already trained are skipped if they arrive again (the orchestrator starts the
+ * decode stage at the right batch, so they normally do not): the weights after N more steps
+ * are then bitwise those of a run that was never interrupted.
  */
 #ifndef SELFSUP_TRAIN_TRAINER_H
 #define SELFSUP_TRAIN_TRAINER_H

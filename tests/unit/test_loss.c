@@ -24,15 +24,7 @@
 
 #define TOL 1e-5
 
-static npy_array load(const char *kase, const char *what)
-{
-    char *file = xasprintf("%s_%s.npy", kase, what), *path = test_fixture("loss", file), *err = NULL;
-    npy_array a;
-    cr_assert_eq(npy_read(path, &a, &err), 0, "%s: %s", path, err);
-    free(path);
-    free(file);
-    return a;
-}
+static npy_array load(const char *kase, const char *what) { return test_fixture_npy("loss", kase, what); }
 
 typedef struct {
     eng_backend *be;

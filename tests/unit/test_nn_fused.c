@@ -211,6 +211,15 @@ static const conv_case CONV_CASES[] = {
     {"3x3 odd channels", 1, 5, 6, 7, 7, 3, {.pad = {1, 1}}},
 };
 
+/* A case's input, weight and output shapes, and its plan. */
+static eng_plan *conv_case_plan(eng_backend *be, const conv_case *k, eng_shape *xs, eng_shape *ws, eng_shape *ys)
+{
+    *xs = eng_shape4(k->n, k->c, k->h, k->w);
+    *ws = eng_shape4(k->o, k->c / (k->d.groups ? k->d.groups : 1), k->k, k->k);
+    *ys = eng_conv_output_shape(xs, ws, &k->d);
+    return eng_conv_plan(be, &k->d, xs, ws, false);
+}
+
 /* The separate layers: conv, batch norm (eval), add, relu. */
 static void reference(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w, const bn_params *p,
                       const eng_tensor *residual, bool relu, const eng_tensor *y)
@@ -228,10 +237,8 @@ Test(nn_fused, conv_bn_eval_is_the_separate_layers)
     eng_backend *be = nnt_open_cpu();
     for (size_t i = 0; i < ARRAY_LEN(CONV_CASES); i++) {
         const conv_case *k = &CONV_CASES[i];
-        eng_shape xs = eng_shape4(k->n, k->c, k->h, k->w);
-        eng_shape ws = eng_shape4(k->o, k->c / (k->d.groups ? k->d.groups : 1), k->k, k->k);
-        eng_shape ys = eng_conv_output_shape(&xs, &ws, &k->d);
-        eng_plan *plan = eng_conv_plan(be, &k->d, &xs, &ws, false);
+        eng_shape xs, ws, ys;
+        eng_plan *plan = conv_case_plan(be, k, &xs, &ws, &ys);
         eng_tensor x = normal(be, xs, 30, 0.0f), w = normal(be, ws, 31, 0.0f), r = normal(be, ys, 32, 0.0f),
                    got = eng_tensor_new(be, ys), want = eng_tensor_new(be, ys);
         bn_params p = bn_new(be, k->o, 40);
@@ -386,10 +393,8 @@ static void conv_native_case(int block)
     eng_backend *be = nnt_open_cpu();
     for (size_t i = 0; i < ARRAY_LEN(CONV_CASES); i++) {
         const conv_case *k = &CONV_CASES[i];
-        eng_shape xs = eng_shape4(k->n, k->c, k->h, k->w);
-        eng_shape ws = eng_shape4(k->o, k->c / (k->d.groups ? k->d.groups : 1), k->k, k->k);
-        eng_shape ys = eng_conv_output_shape(&xs, &ws, &k->d);
-        eng_plan *plan = eng_conv_plan(be, &k->d, &xs, &ws, false);
+        eng_shape xs, ws, ys;
+        eng_plan *plan = conv_case_plan(be, k, &xs, &ws, &ys);
         eng_tensor x = normal(be, xs, 30, 0.0f), w = normal(be, ws, 31, 0.0f), r = normal(be, ys, 32, 0.0f),
                    want = eng_tensor_new(be, ys), xn = native(eng_tensor_new(be, xs)),
                    rn = native(eng_tensor_new(be, ys)), yn = native(eng_tensor_new(be, ys)),

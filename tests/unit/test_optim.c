@@ -51,15 +51,7 @@ static const struct {
 static const char *const BUFFERS[] = {"trunk._feature_blocks.bn1.running_mean", "trunk._feature_blocks.bn1.running_var",
                                       "heads.0.clf.1.running_mean", "heads.0.clf.1.running_var"};
 
-static npy_array load(const char *kase, const char *what)
-{
-    char *file = xasprintf("%s_%s.npy", kase, what), *path = test_fixture("optim", file), *err = NULL;
-    npy_array a;
-    cr_assert_eq(npy_read(path, &a, &err), 0, "%s: %s", path, err);
-    free(path);
-    free(file);
-    return a;
-}
+static npy_array load(const char *kase, const char *what) { return test_fixture_npy("optim", kase, what); }
 
 /* Parameters first (entry i = PARAMS[i]), then the buffers. */
 static void build(eng_backend *be, eng_params *p)

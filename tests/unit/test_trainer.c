@@ -62,20 +62,12 @@ static const char *const CASE_YAML[] = {
     "    param_schedulers: {lr: {name: constant, value: 0.01}}}\n",
 };
 
-static npy_array load(const char *kase, const char *what)
-{
-    char *file = xasprintf("%s_%s.npy", kase, what), *path = test_fixture("train", file), *err = NULL;
-    npy_array a;
-    cr_assert_eq(npy_read(path, &a, &err), 0, "%s: %s", path, err);
-    free(path);
-    free(file);
-    return a;
-}
+static npy_array load(const char *kase, const char *what) { return test_fixture_npy("train", kase, what); }
 
 /* The composed config with CHECKPOINT.DIR = dir; kept alive in *cfg. */
-static trainer *make_trainer(const char *yaml, const char *dir, int64_t steps, cfg_t *cfg)
+static trainer *make_trainer(const char *yaml, const char *dir, int64_t steps, bool resume, cfg_t *cfg)
 {
-    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s', AUTO_RESUME: false}\n", yaml, dir);
+    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s', AUTO_RESUME: %s}\n", yaml, dir, resume ? "true" : "false");
     cfg_err err;
     *cfg = (cfg_t){0};
     cr_assert(test_compose(cfg, &err, full, NULL), "%s", err.msg);
@@ -131,7 +123,7 @@ static void run_case(int which, const char *kase, int64_t steps_per_epoch, char 
 {
     char *dir = test_make_tmpdir();
     cfg_t cfg;
-    trainer *t = make_trainer(CASE_YAML[which], dir, steps_per_epoch, &cfg);
+    trainer *t = make_trainer(CASE_YAML[which], dir, steps_per_epoch, false, &cfg);
     model_init_formula(trainer_backend(t), trainer_model(t));
     size_t n0, n1;
     float *w0 = trained_values(t, &n0);
@@ -218,9 +210,9 @@ Test(trainer, cross_entropy_multistep_over_five_epochs_with_checkpoints, .timeou
 
 /* ---- refusals before the first batch ------------------------------------------------------ */
 
-static char *refusal(const char *yaml, const char *dir)
+static char *refusal_with(const char *yaml, const char *dir, const char *checkpoint_keys)
 {
-    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s'}\n", yaml, dir);
+    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s'%s}\n", yaml, dir, checkpoint_keys);
     cfg_t cfg = {0};
     cfg_err err;
     cr_assert(test_compose(&cfg, &err, full, NULL), "%s", err.msg);
@@ -235,6 +227,8 @@ static char *refusal(const char *yaml, const char *dir)
     return xstrdup(err.msg);
 }
 
+static char *refusal(const char *yaml, const char *dir) { return refusal_with(yaml, dir, ""); }
+
 Test(trainer, configs_it_cannot_run_are_refused_before_anything_starts)
 {
     char *dir = test_make_tmpdir();
@@ -244,11 +238,15 @@ Test(trainer, configs_it_cannot_run_are_refused_before_anything_starts)
     msg = refusal(COMMON SIMCLR_MODEL "  OPTIMIZER: {name: rmsprop}\n", dir);
     cr_expect(msg && strstr(msg, "rmsprop"), "%s", msg);
     free(msg);
-    /* a checkpoint already there: VISSL would resume; this trainer cannot yet, so it says so */
+    /* a checkpoint link to nothing: resuming (AUTO_RESUME, VISSL's default) says why it cannot */
     char *link = xasprintf("%s/checkpoint.torch", dir);
     cr_assert_eq(symlink("model_final_checkpoint_phase0.torch", link), 0);
     msg = refusal(COMMON SIMCLR_MODEL, dir);
-    cr_expect(msg && strstr(msg, "AUTO_RESUME") && strstr(msg, "already holds a checkpoint"), "%s", msg);
+    cr_expect(msg && strstr(msg, "AUTO_RESUME") && strstr(msg, "cannot resume"), "%s", msg);
+    free(msg);
+    /* and without AUTO_RESUME a checkpoint is not overwritten unless asked */
+    msg = refusal_with(COMMON SIMCLR_MODEL, dir, ", AUTO_RESUME: false");
+    cr_expect(msg && strstr(msg, "already holds a checkpoint") && strstr(msg, "OVERWRITE_EXISTING"), "%s", msg);
     free(msg);
     unlink(link);
     free(link);
@@ -260,7 +258,7 @@ Test(trainer, a_stop_mid_epoch_saves_an_iteration_checkpoint, .timeout = 300)
 {
     char *dir = test_make_tmpdir(), *err = NULL;
     cfg_t cfg;
-    trainer *t = make_trainer(CASE_YAML[0], dir, 5, &cfg);
+    trainer *t = make_trainer(CASE_YAML[0], dir, 5, false, &cfg);
     char *path = test_fixture("train", "simclr_larc_batches.rec");
     int fd = open(path, O_RDONLY);
     cr_assert(fd >= 0, "%s", path);
@@ -285,4 +283,114 @@ Test(trainer, a_stop_mid_epoch_saves_an_iteration_checkpoint, .timeout = 300)
     free(path), free(link), free(file), free(metrics), free(dir);
     trainer_free(t);
     cfg_destroy(&cfg);
+}
+
+/* ---- exact resume ------------------------------------------------------------------------- */
+
+/* Runs whose trunk trains too, so BN running statistics and every momentum buffer matter. */
+#define TRAINING_TRUNK BASE "  MACHINE: {DEVICE: cpu}\n  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"
+static const struct {
+    const char *records;
+    int64_t steps_per_epoch;
+    const char *yaml;
+} RESUME_CASES[] = {
+    {"simclr_larc", 5, /* one epoch of five batches: stops inside the epoch */
+     TRAINING_TRUNK SIMCLR_MODEL
+     "  OPTIMIZER: {name: sgd, use_larc: true, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+    {"ce_multistep", 1, /* five epochs of one batch: stops at epoch boundaries */
+     TRAINING_TRUNK "    HEAD: {PARAMS: [[mlp, {dims: [512, 10]}]]}\n  LOSS: {name: CrossEntropyLoss}\n"
+     "  OPTIMIZER: {name: adamw, weight_decay: 0.05, num_epochs: 5,\n"
+     "    param_schedulers: {lr: {name: multistep, values: [0.01, 0.001, 0.0001], milestones: [2, 4],\n"
+     "      update_interval: epoch}}}\n"},
+};
+
+/* Every tensor of the model (parameters and running statistics), one array. */
+static float *model_state(trainer *t, size_t *n)
+{
+    model *m = trainer_model(t);
+    *n = 0;
+    float *all = NULL;
+    for (int i = 0; i < model_entry_count(m); i++) {
+        const eng_entry *e = model_entry_at(m, i);
+        size_t k = (size_t)eng_numel(&e->value.shape);
+        all = realloc(all, (*n + k) * sizeof *all);
+        eng_download(trainer_backend(t), &e->value, all + *n);
+        *n += k;
+    }
+    return all;
+}
+
+/* Feeds the first `limit` batches of a records file, then ends (stopped or not). */
+static void feed_some(trainer *t, const char *records, int limit, bool stopped)
+{
+    char *file = xasprintf("%s_batches.rec", records), *path = test_fixture("train", file), *err = NULL;
+    int fd = open(path, O_RDONLY);
+    cr_assert(fd >= 0, "%s", path);
+    rec_buf buf = {0};
+    rec_view v;
+    for (int k = 0; k < limit && rec_fd_read(fd, &buf, &v, NULL, &err) == 1 && v.hdr->kind == REC_DATA; k++)
+        cr_assert_eq(trainer_step(t, &v, v.hdr->epoch, &err), 0, "%s batch %d: %s", records, k, err);
+    cr_assert_eq(trainer_finish(t, stopped, &err), 0, "%s", err);
+    rec_buf_free(&buf);
+    close(fd);
+    free(path);
+    free(file);
+}
+
+static void rm_rf(char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+    free(dir);
+}
+
+/* Stop after k batches (k = 1 … 4), resume from the checkpoint with the same batches coming
+ * again from the start (the ones already trained are skipped), finish: every weight and running
+ * statistic is bitwise the uninterrupted run's, and so is metrics.json. */
+Test(trainer, resume_after_a_stop_at_any_iteration_is_bitwise_exact, .timeout = 600)
+{
+    for (size_t c = 0; c < ARRAY_LEN(RESUME_CASES); c++) {
+        const char *records = RESUME_CASES[c].records, *yaml = RESUME_CASES[c].yaml;
+        int64_t steps = RESUME_CASES[c].steps_per_epoch;
+        char *dir_a = test_make_tmpdir();
+        cfg_t cfg;
+        trainer *t = make_trainer(yaml, dir_a, steps, false, &cfg);
+        model_init_formula(trainer_backend(t), trainer_model(t));
+        feed_some(t, records, STEPS, false);
+        size_t na, nb;
+        float *want = model_state(t, &na);
+        trainer_free(t);
+        cfg_destroy(&cfg);
+        char *metrics_a = path_join(dir_a, "metrics.json");
+        size_t la, lb;
+        char *ma = read_whole_file(metrics_a, &la);
+        for (int k = 1; k < STEPS; k++) {
+            char *dir_b = test_make_tmpdir();
+            t = make_trainer(yaml, dir_b, steps, true, &cfg); /* nothing to resume yet */
+            model_init_formula(trainer_backend(t), trainer_model(t));
+            feed_some(t, records, k, true);
+            trainer_free(t);
+            cfg_destroy(&cfg);
+            t = make_trainer(yaml, dir_b, steps, true, &cfg);
+            cr_assert_eq(trainer_iteration(t), k, "%s: resumed at iteration %lld", records,
+                         (long long)trainer_iteration(t));
+            feed_some(t, records, STEPS, false);
+            float *got = model_state(t, &nb);
+            cr_assert_eq(na, nb);
+            cr_expect(memcmp(want, got, na * sizeof *got) == 0, "%s: stopped after %d batches, the weights differ",
+                      records, k);
+            char *metrics_b = path_join(dir_b, "metrics.json");
+            char *mb = read_whole_file(metrics_b, &lb);
+            cr_expect(ma && mb && la == lb && !memcmp(ma, mb, la), "%s, stopped after %d: metrics.json\n%s\nvs\n%s",
+                      records, k, ma ? ma : "", mb ? mb : "");
+            free(got), free(mb), free(metrics_b);
+            trainer_free(t);
+            cfg_destroy(&cfg);
+            rm_rf(dir_b);
+        }
+        free(want), free(ma), free(metrics_a);
+        rm_rf(dir_a);
+    }
 }

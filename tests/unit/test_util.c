@@ -145,3 +145,13 @@ bool test_compose(cfg_t *cfg, cfg_err *err, const char *yaml, const char *file_r
     free(dir);
     return ok;
 }
+
+npy_array test_fixture_npy(const char *kind, const char *kase, const char *what)
+{
+    char *file = xasprintf("%s_%s.npy", kase, what), *path = test_fixture(kind, file), *err = NULL;
+    npy_array a;
+    cr_assert_eq(npy_read(path, &a, &err), 0, "%s: %s", path, err);
+    free(path);
+    free(file);
+    return a;
+}

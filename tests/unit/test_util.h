@@ -5,6 +5,7 @@
 #define SELFSUP_TEST_UTIL_H
 
 #include "config.h"
+#include "npy.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,6 +15,8 @@
 char *test_path(const char *rel);
 /* A golden fixture: tests/golden/fixtures/KIND/NAME in the source tree. */
 char *test_fixture(const char *kind, const char *name);
+/* The fixture tests/golden/fixtures/KIND/CASE_WHAT.npy, read whole (asserts it loads). */
+npy_array test_fixture_npy(const char *kind, const char *kase, const char *what);
 /* Number of elements of an array of this shape. */
 size_t test_shape_count(int ndim, const size_t *shape);
 /* The build directory ($SELFSUP_BUILD, else ./build), where the binaries are. */

@@ -1,0 +1,43 @@
+/*
+ * checkpoint.h — the trainer's checkpoints: one safetensors file holding everything exact
+ * resume needs (DESIGN.md "Files a user sees").
+ *
+ * Tensors: the model's entries under VISSL's names (trunk.…, heads.…: parameters and BN
+ * running statistics), then the optimizer's state (optimizer.momentum_buffer.<name>, or
+ * optimizer.exp_avg / exp_avg_sq.<name>), so safetensors + PyTorch, WEIGHTS_INIT and `selfsup
+ * convert` read the model from it and ignore the rest. Metadata: where training stands
+ * (ckpt_state) as decimal strings. The file is written atomically and CHECKPOINT.DIR's
+ * checkpoint.torch link is then pointed at it, so a crash at any moment leaves the previous
+ * checkpoint or the new one, whole.
+ */
+#ifndef SELFSUP_TRAIN_CHECKPOINT_H
+#define SELFSUP_TRAIN_CHECKPOINT_H
+
+#include "nn.h"
+#include "params.h"
+
+#include <stdint.h>
+
+typedef struct {
+    const char *kind;       /* "phase", "final" or "iteration" */
+    int64_t phase;          /* the epoch of the last batch trained (-1: none yet) */
+    int64_t iteration;      /* training forwards so far */
+    int64_t batches_done;   /* optimizer steps so far (where's numerator) */
+    int64_t next_epoch;     /* the first batch still to train: epoch … */
+    int64_t next_batch;     /* … and its number within that epoch */
+    int64_t num_epochs;
+} ckpt_state;
+
+/* Save entries (model first, then optimizer state) into dir/file and link checkpoint.torch to it. */
+int ckpt_save(eng_backend *be, const char *dir, const char *file, const eng_entry *entries, int n,
+              const ckpt_state *s, char **err);
+
+/* dir's checkpoint.torch: 0 when there is none; 1 with every entry's tensor loaded and *s
+ * filled (the strings point into a static "resumed"); -1 with *err when it is unreadable, a
+ * tensor is missing or has another shape (the model must be the one that wrote it). */
+int ckpt_load(eng_backend *be, const char *dir, const eng_entry *entries, int n, ckpt_state *s, char **err);
+
+/* Only where training stands, for the orchestrator to start the data there: 0 none, 1 found. */
+int ckpt_resume_point(const char *dir, ckpt_state *s, char **err);
+
+#endif
