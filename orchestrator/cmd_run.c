@@ -20,6 +20,7 @@
 #include "supervise.h"
 #include "timer.h"
 #include "topology.h"
+#include "train/checkpoint.h"
 #include "util.h"
 
 #include <errno.h>
@@ -300,6 +301,37 @@ static bool check_data_stages(const cfg_node *config)
     return true;
 }
 
+/* With AUTO_RESUME and a checkpoint in CHECKPOINT.DIR, training goes on where it stopped: the
+ * data stages start at that batch (the trainer loads the rest). Returns false when the
+ * checkpoint says the run is already complete (nothing to start), or cannot be read. */
+static bool resume_point(const cfg_node *config, const char *engine, topo_options *topt, int *status)
+{
+    if (strcmp(engine, "train") || !cfg_bool(config, "CHECKPOINT.AUTO_RESUME"))
+        return true;
+    ckpt_state cs;
+    char *err = NULL;
+    int rc = ckpt_resume_point(cfg_str(config, "CHECKPOINT.DIR"), &cs, &err);
+    if (rc < 0) {
+        fprintf(stderr, "selfsup run: cannot resume: %s\n", err);
+        free(err);
+        *status = EXIT_USAGE;
+        return false;
+    }
+    if (rc == 0)
+        return true;
+    if (cs.next_epoch >= cfg_int(config, "OPTIMIZER.num_epochs")) {
+        log_info("%s/checkpoint.torch is the final checkpoint (%lld epochs): the run is complete",
+                 cfg_str(config, "CHECKPOINT.DIR"), (long long)cs.next_epoch);
+        *status = 0;
+        return false;
+    }
+    log_info("resuming from %s/checkpoint.torch: epoch %lld, batch %lld", cfg_str(config, "CHECKPOINT.DIR"),
+             (long long)cs.next_epoch, (long long)cs.next_batch);
+    topt->resume_epoch = (long)cs.next_epoch;
+    topt->resume_batch = (long)cs.next_batch;
+    return true;
+}
+
 static int start(cfg_t *cfg, const run_args *a, const char *file)
 {
     const cfg_node *config = cfg_map_get(cfg->root, "config");
@@ -310,11 +342,12 @@ static int start(cfg_t *cfg, const run_args *a, const char *file)
     topology t;
     cfg_err err;
     int status = EXIT_USAGE; /* a stage that cannot be started is a config error: nothing starts */
-    if (!check_data_stages(config)) {
+    const char *engine_name = engine && engine->kind == CFG_STR ? engine->s : "train";
+    if (!check_data_stages(config) || !resume_point(config, engine_name, &topt, &status)) {
         free(bin_dir);
         return status;
     }
-    if (topology_build(&t, config, engine && engine->kind == CFG_STR ? engine->s : "train", &topt, &err)) {
+    if (topology_build(&t, config, engine_name, &topt, &err)) {
         status = launch(cfg, &t, a);
         topology_free(&t);
     } else {

@@ -211,9 +211,16 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     const char *prog = ok ? t->stages[t->n_stages - 1].argv[0] : "";
     size_t plen = strlen(prog);
     if (ok && !strcmp(last, "train") && plen >= 14 && !strcmp(prog + plen - 14, "selfsup-decode")) {
-        char epochs[32];
-        snprintf(epochs, sizeof epochs, "%lld", (long long)cfg_int(config, "OPTIMIZER.num_epochs"));
+        /* A resumed run reads the data from where its checkpoint stopped. */
+        char epochs[32], first[32], iter[32];
+        snprintf(epochs, sizeof epochs, "%lld", (long long)cfg_int(config, "OPTIMIZER.num_epochs") - opt->resume_epoch);
+        snprintf(first, sizeof first, "%ld", opt->resume_epoch);
+        snprintf(iter, sizeof iter, "%ld", opt->resume_batch);
         stage_add_args(&t->stages[t->n_stages - 1], "--epochs", epochs);
+        if (opt->resume_epoch || opt->resume_batch) {
+            stage_add_args(&t->stages[t->n_stages - 1], "--epoch", first);
+            stage_add_args(&t->stages[t->n_stages - 1], "--start-iter", iter);
+        }
     }
     for (int i = 0; ok && i < workers; i++)
         ok = add_stage(t, config, "augment", i, opt->node_rank, 1, decoded, augmented, opt, err);

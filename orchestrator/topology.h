@@ -44,6 +44,8 @@ typedef struct {
     int n_overrides;
     int node_rank;
     const char *bin_dir;      /* where selfsup-NAME binaries are (the selfsup binary's dir) */
+    long resume_epoch;        /* training resumes here (CHECKPOINT.AUTO_RESUME): the decode */
+    long resume_batch;        /* stage starts at this epoch and batch; 0, 0 from the start */
 } topo_options;
 
 /* Build the topology. Returns false with err filled (a stage command that does not exist,

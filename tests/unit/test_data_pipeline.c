@@ -8,7 +8,9 @@
  * epoch serves every sample exactly once; the labels are the ImageFolder classes of the
  * samples' files (recomputed here from the directory listing, as torchvision does); crops
  * have the configured size and SimCLR's crop-major layout; a bad transform list stops the
- * run before anything starts (exit 2).
+ * run before anything starts (exit 2). And the whole train run: decode → augment → collate →
+ * train under `selfsup run`, interrupted (SIGINT) and resumed, ends with the same final
+ * checkpoint, byte for byte, as a run that was never interrupted.
  */
 #include "npy.h"
 #include "record.h"
@@ -425,4 +427,54 @@ Test(data_pipeline, one_hot_targets_from_a_2d_label_file)
     }
     cr_assert_eq(seen, LIMIT);
     free(buf), free(cmd), free(cfg), free(out), free(labels);
+}
+
+/* ---- training: interrupted and resumed --------------------------------------------------- */
+
+/* The SimCLR config above, training a small-stem ResNet-18 for two epochs of three batches
+ * (DROP_LAST), with its checkpoints in `dir`. */
+static char *write_train_config(const char *name, const char *dir)
+{
+    char *base = write_config(name, simclr_transforms);
+    FILE *f = fopen(base, "a");
+    cr_assert(f);
+    fprintf(f,
+            "  MACHINE: {DEVICE: cpu}\n"
+            "  LOG_FREQUENCY: 1\n"
+            "  MODEL:\n"
+            "    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"
+            "    HEAD: {PARAMS: [[mlp, {dims: [512, 16]}]]}\n"
+            "  LOSS: {name: simclr_info_nce_loss, simclr_info_nce_loss: {buffer_params: {embedding_dim: 16}}}\n"
+            "  CHECKPOINT: {DIR: \"%s\", AUTO_RESUME: true}\n",
+            dir);
+    fclose(f);
+    /* two epochs, whole batches only: the OPTIMIZER and DROP_LAST lines of the base config */
+    char *cmd = xasprintf("sed -i 's/num_epochs: 1/num_epochs: 2/; s/COLLATE_FUNCTION: simclr_collator/"
+                          "COLLATE_FUNCTION: simclr_collator\\n      DROP_LAST: true/' '%s'",
+                          base);
+    run_ok(cmd);
+    free(cmd);
+    return base;
+}
+
+Test(data_pipeline, training_interrupted_and_resumed_ends_bitwise_like_an_uninterrupted_run, .timeout = 300)
+{
+    char *a = xasprintf("%s/ckpt_a", g_dir), *b = xasprintf("%s/ckpt_b", g_dir);
+    char *cfg_a = write_train_config("train_a.yaml", a), *cfg_b = write_train_config("train_b.yaml", b);
+    char *selfsup = build_bin("selfsup");
+    char *cmd = xasprintf("%s run %s", selfsup, cfg_a);
+    run_ok(cmd);
+    free(cmd);
+    /* Stop the second run part-way (wherever it is: the run may be anywhere, even done), then
+     * run it again: it resumes from its checkpoint, or finds the run complete. */
+    cmd = xasprintf("%s run %s & pid=$!; sleep 2; kill -INT $pid; wait $pid; %s run %s", selfsup, cfg_b, selfsup, cfg_b);
+    run_ok(cmd);
+    free(cmd);
+    char *fa = xasprintf("%s/model_final_checkpoint_phase1.torch", a),
+         *fb = xasprintf("%s/model_final_checkpoint_phase1.torch", b);
+    cr_assert(path_exists(fa) && path_exists(fb), "%s, %s", fa, fb);
+    cr_expect(same_file(fa, fb), "the resumed run's final checkpoint differs from the uninterrupted run's");
+    char *ma = xasprintf("%s/metrics.json", a), *mb = xasprintf("%s/metrics.json", b);
+    cr_expect(same_file(ma, mb), "metrics.json differs");
+    free(fa), free(fb), free(ma), free(mb), free(a), free(b), free(cfg_a), free(cfg_b), free(selfsup);
 }
