@@ -212,7 +212,10 @@ void eng_conv_backward(eng_backend *be, eng_plan *plan, const eng_tensor *x, con
 /* Evaluation only: y = [ReLU](BN_eval(conv(x, w)) [+ residual]) in one step, batch norm with
  * its running statistics (gamma/beta NULL: 1/0); residual may be NULL. The same values as
  * conv, batchnorm_forward_eval, add and relu one after another, up to float rounding (the
- * backend may fold the norm into the weights). The plan must have no bias. */
+ * backend may fold the norm into the weights), with one known difference: the cpu backend's
+ * fused ReLU (oneDNN's post-op, a max with 0) turns NaN into 0 where PyTorch's relu keeps NaN,
+ * so a NaN reaching an eval-mode trunk does not always reach its output. The plan must have no
+ * bias. */
 void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
                               double eps, const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *mean,
                               const eng_tensor *var, const eng_tensor *residual, bool relu, const eng_tensor *y);

@@ -13,7 +13,10 @@
 #include "util.h"
 #include "weights.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,4 +133,27 @@ int ckpt_load(eng_backend *be, const char *dir, const eng_entry *entries, int n,
     free(host);
     st_close(f);
     return rc;
+}
+
+int ckpt_remove_stale(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *tmp = strstr(e->d_name, ".torch.tmp-");
+        long pid = tmp ? strtol(tmp + strlen(".torch.tmp-"), NULL, 10) : 0;
+        bool gone = pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+        if (!gone)
+            continue;
+        char *path = path_join(dir, e->d_name);
+        if (unlink(path) == 0) {
+            log_info("removed %s, left by a save that was killed", path);
+            removed++;
+        }
+        free(path);
+    }
+    closedir(d);
+    return removed;
 }

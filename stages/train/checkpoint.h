@@ -37,6 +37,10 @@ int ckpt_save(eng_backend *be, const char *dir, const char *file, const eng_entr
  * tensor is missing or has another shape (the model must be the one that wrote it). */
 int ckpt_load(eng_backend *be, const char *dir, const eng_entry *entries, int n, ckpt_state *s, char **err);
 
+/* Removes what a save killed mid-write left in dir (NAME.torch.tmp-PID-N whose process is
+ * gone); returns how many. The checkpoints themselves are never touched. */
+int ckpt_remove_stale(const char *dir);
+
 /* Only where training stands, for the orchestrator to start the data there: 0 none, 1 found. */
 int ckpt_resume_point(const char *dir, ckpt_state *s, char **err);
 

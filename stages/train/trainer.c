@@ -15,6 +15,7 @@
 #include "model.h"
 #include "sched.h"
 #include "timer.h"
+#include "torchsave.h"
 #include "train/checkpoint.h"
 #include "train/loss.h"
 #include "train/optim.h"
@@ -43,7 +44,7 @@ struct trainer {
     optim_options oo;
     optim *opt;
     sched lr, lr_head;
-    int64_t num_epochs, steps_per_epoch, log_frequency, checkpoint_frequency;
+    int64_t num_epochs, steps_per_epoch, log_frequency, checkpoint_frequency, checkpoint_iter_frequency;
     /* progress, as VISSL's task counts it */
     int64_t iteration;      /* forwards done in training (the first step is iteration 1) */
     int64_t batches_done;   /* optimizer steps: where = batches_done / (epochs × steps) */
@@ -123,6 +124,7 @@ static bool prepare_dir(trainer *t, cfg_err *err)
         return false;
     }
     t->dir = xstrdup(dir);
+    ckpt_remove_stale(dir);
     char *link = path_join(dir, "checkpoint.torch");
     struct stat st;
     bool exists = lstat(link, &st) == 0; /* the link, even if what it names is gone */
@@ -201,6 +203,7 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     t->num_epochs = cfg_int(config, "OPTIMIZER.num_epochs");
     t->log_frequency = cfg_int(config, "LOG_FREQUENCY");
     t->checkpoint_frequency = cfg_int(config, "CHECKPOINT.CHECKPOINT_FREQUENCY");
+    t->checkpoint_iter_frequency = cfg_int(config, "CHECKPOINT.CHECKPOINT_ITER_FREQUENCY");
     t->phase = -1;
     sched_init(&t->lr, SCHED_CONSTANT);
     sched_init(&t->lr_head, SCHED_CONSTANT);
@@ -500,6 +503,71 @@ static int phase_end(trainer *t, char **err)
     return save_checkpoint(t, file, final ? "final" : "phase", t->phase + 1, 0, err);
 }
 
+/* ---- a non-finite loss --------------------------------------------------------------------- */
+
+static st_dtype st_of(int code)
+{
+    switch (code) {
+    case REC_U8: return ST_U8;
+    case REC_I8: return ST_I8;
+    case REC_I16: return ST_I16;
+    case REC_I32: return ST_I32;
+    case REC_I64: return ST_I64;
+    case REC_F16: return ST_F16;
+    case REC_BF16: return ST_BF16;
+    case REC_F64: return ST_F64;
+    case REC_BOOL: return ST_BOOL;
+    default: return ST_F32;
+    }
+}
+
+/* What VISSL's LogLossMetricsCheckpointHook leaves when the model's output is not finite:
+ * a checkpoint of this iteration, rank{R}_model_output.pth (the outputs, by position) and
+ * rank{R}_input_sample.pth (the batch's tensors by name), for torch.load. */
+static void dump_nan(trainer *t, const rec_view *batch)
+{
+    char file[96], *err = NULL;
+    snprintf(file, sizeof file, "model_iteration%lld.torch", (long long)t->iteration);
+    if (save_checkpoint(t, file, "iteration", t->phase, t->phase_batches, &err) != 0) {
+        log_error("%s", err);
+        free(err), err = NULL;
+    }
+    int n = model_output_count(t->m);
+    ts_dict *out = ts_dict_new(false), *in = ts_dict_new(false);
+    float **host = xcalloc((size_t)n, sizeof *host);
+    for (int k = 0; k < n; k++) {
+        const eng_tensor *o = model_output(t->m, k);
+        size_t shape[NN_MAX_DIMS];
+        for (int d = 0; d < o->shape.ndim; d++)
+            shape[d] = (size_t)o->shape.dim[d];
+        host[k] = xmalloc((size_t)eng_numel(&o->shape) * sizeof(float));
+        eng_download(t->be, o, host[k]);
+        char key[16];
+        snprintf(key, sizeof key, "%d", k);
+        ts_dict_add_tensor(out, key, ST_F32, o->shape.ndim, shape, host[k]);
+    }
+    for (uint32_t i = 0; i < batch->hdr->n_tensors; i++) {
+        const rec_tensor *d = &batch->tensors[i];
+        size_t shape[REC_MAX_DIMS];
+        for (int j = 0; j < d->ndim; j++)
+            shape[j] = (size_t)d->shape[j];
+        ts_dict_add_tensor(in, d->name, st_of(d->dtype), d->ndim, shape, rec_data(batch, (int)i));
+    }
+    char *po = xasprintf("%s/rank%d_model_output.pth", t->dir, t->rank),
+         *pi = xasprintf("%s/rank%d_input_sample.pth", t->dir, t->rank);
+    if (ts_save(po, out, &err) != 0 || ts_save(pi, in, &err) != 0) {
+        log_error("%s", err);
+        free(err);
+    } else {
+        log_error("the model's output and its input batch are in %s and %s", po, pi);
+    }
+    for (int k = 0; k < n; k++)
+        free(host[k]);
+    free(host), free(po), free(pi);
+    ts_dict_free(out);
+    ts_dict_free(in);
+}
+
 /* ---- the step ----------------------------------------------------------------------------- */
 
 /* A schedule's value now: at `where`, or at the epoch's start for update_interval epoch. */
@@ -538,10 +606,13 @@ int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     loss_batch lb = batch_labels(batch);
     if (loss_compute(t->be, t->ls, outs, &lb, &t->last_loss, err) != 0)
         return -1;
-    if (!isfinite(t->last_loss)) /* VISSL's CheckNanLossHook */
-        return report_failure(err, "iteration %lld (epoch %lld, batch %llu): the loss is %f; stopping",
+    if (!isfinite(t->last_loss)) { /* VISSL's CheckNanLossHook, with its checkpoint hook's dump */
+        dump_nan(t, batch);
+        return report_failure(err, "iteration %lld (epoch %lld, batch %llu): the loss is %s; stopping (the "
+                                   "checkpoint, the model's output and its input are in CHECKPOINT.DIR)",
                               (long long)t->iteration, (long long)t->phase, (unsigned long long)batch->hdr->seq,
-                              t->last_loss);
+                              isnan(t->last_loss) ? "NaN" : t->last_loss > 0 ? "+inf" : "-inf");
+    }
     const eng_tensor *dout[16];
     for (int k = 0; k < model_output_count(t->m); k++)
         dout[k] = loss_grad(t->ls, k);
@@ -552,6 +623,11 @@ int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     t->batches_done++;
     t->phase_batches++;
     log_progress(t, lr);
+    if (t->checkpoint_iter_frequency > 0 && t->iteration % t->checkpoint_iter_frequency == 0) { /* VISSL's on_step */
+        char file[96];
+        snprintf(file, sizeof file, "model_iteration%lld.torch", (long long)t->iteration);
+        return save_checkpoint(t, file, "iteration", t->phase, t->phase_batches, err);
+    }
     return 0;
 }
 

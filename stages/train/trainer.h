@@ -20,8 +20,8 @@
  *             LOG_FREQUENCY iterations (VISSL's LogLossLrEtaHook: lr, loss, batch time, ETA),
  *             also appended to CHECKPOINT.DIR/stdout.json.
  * An epoch's end appends a metrics.json line ({iteration, phase_idx, train_phase_idx}, no
- * meters yet) and checkpoints every CHECKPOINT_FREQUENCY epochs and at the last; a stop
- * mid-epoch checkpoints the iteration (checkpoint.h: model, optimizer state and where training
+ * meters yet) and checkpoints every CHECKPOINT_FREQUENCY epochs and at the last; every
+ * CHECKPOINT_ITER_FREQUENCY iterations (when > 0) and a stop mid-epoch checkpoint the iteration (checkpoint.h: model, optimizer state and where training
  * stands, in one atomically written VISSL-named file, checkpoint.torch linking the latest).
  * With AUTO_RESUME and a checkpoint in CHECKPOINT.DIR, trainer_new loads it all back, and the
  * batches it had already trained are skipped if they arrive again (the orchestrator starts the

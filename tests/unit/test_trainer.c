@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define STEPS 5
@@ -65,9 +67,11 @@ static const char *const CASE_YAML[] = {
 static npy_array load(const char *kase, const char *what) { return test_fixture_npy("train", kase, what); }
 
 /* The composed config with CHECKPOINT.DIR = dir; kept alive in *cfg. */
-static trainer *make_trainer(const char *yaml, const char *dir, int64_t steps, bool resume, cfg_t *cfg)
+static trainer *make_trainer_with(const char *yaml, const char *dir, int64_t steps, bool resume, const char *extra,
+                                  cfg_t *cfg)
 {
-    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s', AUTO_RESUME: %s}\n", yaml, dir, resume ? "true" : "false");
+    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s', AUTO_RESUME: %s%s}\n", yaml, dir, resume ? "true" : "false",
+                           extra);
     cfg_err err;
     *cfg = (cfg_t){0};
     cr_assert(test_compose(cfg, &err, full, NULL), "%s", err.msg);
@@ -76,6 +80,11 @@ static trainer *make_trainer(const char *yaml, const char *dir, int64_t steps, b
     trainer *t = trainer_new(cfg_map_get(cfg->root, "config"), &o, &err);
     cr_assert(t, "%s", err.msg);
     return t;
+}
+
+static trainer *make_trainer(const char *yaml, const char *dir, int64_t steps, bool resume, cfg_t *cfg)
+{
+    return make_trainer_with(yaml, dir, steps, resume, "", cfg);
 }
 
 /* Every trained (head) parameter, flattened in state-dict order. */
@@ -393,4 +402,112 @@ Test(trainer, resume_after_a_stop_at_any_iteration_is_bitwise_exact, .timeout = 
         free(want), free(ma), free(metrics_a);
         rm_rf(dir_a);
     }
+}
+
+/* ---- kill -9 ------------------------------------------------------------------------------- */
+
+/* A child process trains on and on, checkpointing after every step (CHECKPOINT_ITER_FREQUENCY
+ * 1, resuming from the last checkpoint), and is killed with SIGKILL at a random moment, 20
+ * times: each time, the checkpoint that checkpoint.torch names loads whole, and the run goes on
+ * from it. Saves take a good share of each step here, so many kills land inside one. */
+#define FOREVER_YAML                                                                                            \
+    COMMON SIMCLR_MODEL "  OPTIMIZER: {name: sgd, momentum: 0.9, num_epochs: 1000000,\n"                       \
+                        "    param_schedulers: {lr: {name: constant, value: 0.01}}}\n"
+
+static void train_forever(const char *dir)
+{
+    cfg_t cfg;
+    trainer *t = make_trainer_with(FOREVER_YAML, dir, 5, true, ", CHECKPOINT_ITER_FREQUENCY: 1", &cfg);
+    char *path = test_fixture("train", "simclr_larc_batches.rec"), *err = NULL;
+    for (uint32_t epoch = 0;; epoch++) {
+        int fd = open(path, O_RDONLY);
+        rec_buf buf = {0};
+        rec_view v;
+        while (fd >= 0 && rec_fd_read(fd, &buf, &v, NULL, &err) == 1 && v.hdr->kind == REC_DATA)
+            if (trainer_step(t, &v, epoch, &err) != 0)
+                _exit(3);
+        rec_buf_free(&buf);
+        close(fd);
+    }
+}
+
+Test(trainer, kill_9_at_random_moments_never_leaves_a_checkpoint_that_does_not_load, .timeout = 600)
+{
+    char *dir = test_make_tmpdir();
+    srand(7);
+    int64_t last = 0;
+    for (int round = 0; round < 20; round++) {
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0)
+            train_forever(dir);
+        usleep((useconds_t)(300000 + rand() % 700000));
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        cr_assert(WIFSIGNALED(status), "round %d: the child ended on its own (status %d)", round, status);
+        cfg_t cfg;
+        trainer *t = make_trainer(FOREVER_YAML, dir, 5, true, &cfg); /* loads the latest whole */
+        cr_expect_geq(trainer_iteration(t), last, "round %d: went back from iteration %lld", round, (long long)last);
+        last = trainer_iteration(t);
+        trainer_free(t);
+        cfg_destroy(&cfg);
+    }
+    cr_expect_gt(last, 0, "no checkpoint was ever written");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+    free(dir);
+}
+
+/* ---- a non-finite loss ------------------------------------------------------------------- */
+
+/* A batch with an infinite pixel: the loss is NaN, the step fails naming the iteration, and
+ * CHECKPOINT.DIR holds what VISSL leaves: the iteration's checkpoint, the model's output and the
+ * input batch as torch files (read back here with the restricted unpickler). The trunk trains
+ * (a frozen one runs in eval mode, whose fused ReLU turns NaN into 0: see nn.h). */
+Test(trainer, a_non_finite_loss_stops_with_the_dump_files, .timeout = 300)
+{
+    char *dir = test_make_tmpdir(), *err = NULL;
+    cfg_t cfg;
+    trainer *t = make_trainer(RESUME_CASES[0].yaml, dir, 5, false, &cfg);
+    size_t bytes = 1 << 20;
+    void *buf = xmalloc_large(bytes);
+    rec_writer w;
+    cr_assert_eq(rec_writer_init(&w, buf, bytes, REC_DATA, 0, 0, 2), 0);
+    uint64_t xs[4] = {8, 3, 16, 16}, ls[1] = {8};
+    float *x = rec_add(&w, "data.0", REC_F32, 4, xs);
+    int64_t *label = rec_add(&w, "label.0", REC_I64, 1, ls);
+    cr_assert(x && label, "%s", w.error);
+    for (int i = 0; i < 8 * 3 * 16 * 16; i++)
+        x[i] = (float)(i % 17) / 17.0f;
+    x[100] = INFINITY;
+    memset(label, 0, 8 * sizeof *label);
+    size_t len = rec_finish(&w);
+    rec_view v;
+    cr_assert_eq(rec_parse(buf, len, &v, &err), 0, "%s", err);
+    cr_expect_eq(trainer_step(t, &v, 0, &err), -1);
+    cr_expect(err && strstr(err, "iteration 1") && strstr(err, "the loss is NaN"), "%s", err);
+    free(err), err = NULL;
+    const char *files[] = {"model_iteration1.torch", "rank0_model_output.pth", "rank0_input_sample.pth"};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+        char *p = path_join(dir, files[i]);
+        weights_file *wf = NULL;
+        cr_expect_eq(weights_read(p, "", &wf, &err), 0, "%s: %s", files[i], err);
+        if (wf && i == 2) {
+            bool has = false;
+            for (size_t k = 0; k < weights_count(wf); k++)
+                has |= !strcmp(weights_at(wf, k)->name, "data.0") && weights_at(wf, k)->numel == 8 * 3 * 16 * 16;
+            cr_expect(has, "the input batch's data.0 is in %s", files[i]);
+        }
+        weights_close(wf);
+        free(p);
+    }
+    free(buf);
+    trainer_free(t);
+    cfg_destroy(&cfg);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+    free(dir);
 }
