@@ -18,6 +18,7 @@
 #include "torchsave.h"
 #include "train/checkpoint.h"
 #include "train/loss.h"
+#include "train/meter.h"
 #include "train/optim.h"
 #include "util.h"
 #include "weights.h"
@@ -43,6 +44,8 @@ struct trainer {
     loss *ls;
     optim_options oo;
     optim *opt;
+    acc_meter meter;
+    bool meter_on;          /* METERS.name accuracy_list_meter with enable_training_meter */
     sched lr, lr_head;
     int64_t num_epochs, steps_per_epoch, log_frequency, checkpoint_frequency, checkpoint_iter_frequency;
     /* progress, as VISSL's task counts it */
@@ -208,7 +211,7 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     sched_init(&t->lr, SCHED_CONSTANT);
     sched_init(&t->lr_head, SCHED_CONSTANT);
     bool ok = check_supported(config, err) && optim_options_from_config(config, &t->oo, err) &&
-              loss_options_from_config(config, &t->lo, err);
+              loss_options_from_config(config, &t->lo, err) && meter_from_config(config, &t->meter, &t->meter_on, err);
     ok = ok && cfg_build_scheduler(cfg_get(config, "OPTIMIZER.param_schedulers.lr"),
                                    "config.OPTIMIZER.param_schedulers.lr", t->num_epochs, &t->lr, err);
     ok = ok && cfg_build_scheduler(cfg_get(config, "OPTIMIZER.param_schedulers.lr_head"),
@@ -220,6 +223,8 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
         trainer_free(t);
         return NULL;
     }
+    if (cfg_bool(config, "TEST_MODEL"))
+        log_warn("TEST_MODEL: this trainer does not run test phases yet; it trains only");
     log_info("training %lld epochs of %lld batches; %lld parameters; loss %s; optimizer %s%s", (long long)t->num_epochs,
              (long long)t->steps_per_epoch, (long long)model_param_count(t->m), loss_display_name(t->lo.name),
              t->oo.name == OPTIM_SGD ? "sgd" : t->oo.name == OPTIM_ADAM ? "adam" : "adamw", t->oo.use_larc ? " + LARC" : "");
@@ -395,7 +400,7 @@ static void append_json(trainer *t, FILE **f, const char *name, json_t *obj)
         free(path);
     }
     if (*f) {
-        char *line = json_dumps(obj, JSON_SORT_KEYS | JSON_COMPACT);
+        char *line = json_dumps(obj, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(15));
         fprintf(*f, "%s\n", line);
         fflush(*f);
         free(line);
@@ -488,9 +493,17 @@ static int load_state(trainer *t, ckpt_state *cs, char **err)
 static int phase_end(trainer *t, char **err)
 {
     FILE *metrics = NULL;
-    append_json(t, &metrics, "metrics.json",
-                json_pack("{s:I, s:I, s:I}", "iteration", (json_int_t)t->iteration, "phase_idx", (json_int_t)t->phase,
-                          "train_phase_idx", (json_int_t)t->phase));
+    json_t *line = json_pack("{s:I, s:I, s:I}", "iteration", (json_int_t)t->iteration, "phase_idx",
+                             (json_int_t)t->phase, "train_phase_idx", (json_int_t)t->phase);
+    if (t->meter_on) {
+        json_t *v = meter_value(&t->meter);
+        char *text = json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(15));
+        log_info("Rank: %d, name: train_accuracy_list_meter, value: %s", t->rank, text);
+        free(text);
+        json_object_set_new(line, "train_accuracy_list_meter", v);
+        meter_reset(&t->meter);
+    }
+    append_json(t, &metrics, "metrics.json", line);
     if (metrics)
         fclose(metrics);
     t->in_phase = false;
@@ -606,6 +619,8 @@ int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     loss_batch lb = batch_labels(batch);
     if (loss_compute(t->be, t->ls, outs, &lb, &t->last_loss, err) != 0)
         return -1;
+    if (t->meter_on && lb.label && lb.label_cols == 1 && lb.batch == outs[0]->shape.dim[0])
+        meter_update(t->be, &t->meter, outs, model_output_count(t->m), lb.label);
     if (!isfinite(t->last_loss)) { /* VISSL's CheckNanLossHook, with its checkpoint hook's dump */
         dump_nan(t, batch);
         return report_failure(err, "iteration %lld (epoch %lld, batch %llu): the loss is %s; stopping (the "
