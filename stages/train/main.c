@@ -11,6 +11,8 @@
  * checkpoints per CHECKPOINT_FREQUENCY into CHECKPOINT.DIR (the last epoch writes
  * model_final_checkpoint_phase{N}.torch; checkpoint.torch links the latest). A stop (Ctrl-C,
  * SIGTERM or the orchestrator's STOP) ends the run cleanly with model_iteration{N}.torch.
+ * With CHECKPOINT.AUTO_RESUME and a checkpoint there, training goes on exactly where it stopped
+ * (batches it had already trained are skipped if they come again).
  *
  * The config is checked before the first batch is read: the model, the loss, the optimizer,
  * the schedules and the dataset's length (for the schedules' `where`) must all build, or the
