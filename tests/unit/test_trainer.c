@@ -431,81 +431,50 @@ static void train_forever(const char *dir)
     }
 }
 
-Test(trainer, kill_9_at_random_moments_never_leaves_a_checkpoint_that_does_not_load, .timeout = 600)
+/* What checkpoint.torch names now ("" when there is none). */
+static void link_target(const char *dir, char *out, size_t size)
+{
+    char *link = path_join(dir, "checkpoint.torch");
+    ssize_t n = readlink(link, out, size - 1);
+    out[n > 0 ? n : 0] = 0;
+    free(link);
+}
+
+Test(trainer, kill_9_at_random_moments_never_leaves_a_checkpoint_that_does_not_load, .timeout = 900)
 {
     char *dir = test_make_tmpdir();
     srand(7);
     int64_t last = 0;
     for (int round = 0; round < 20; round++) {
+        char before[256], now[256];
+        link_target(dir, before, sizeof before);
         pid_t pid = fork();
         cr_assert(pid >= 0);
         if (pid == 0)
             train_forever(dir);
-        usleep((useconds_t)(300000 + rand() % 700000));
+        /* Once the child has written a checkpoint of its own (however slow this build is),
+         * kill it 0-300 ms later: inside a step or inside the next save. */
+        for (int waited = 0; waited < 6000; waited++) {
+            link_target(dir, now, sizeof now);
+            if (strcmp(now, before) != 0)
+                break;
+            usleep(20000);
+        }
+        cr_assert_str_neq(now, before, "round %d: no new checkpoint within 2 minutes", round);
+        usleep((useconds_t)(rand() % 300000));
         kill(pid, SIGKILL);
         int status;
         waitpid(pid, &status, 0);
         cr_assert(WIFSIGNALED(status), "round %d: the child ended on its own (status %d)", round, status);
         cfg_t cfg;
         trainer *t = make_trainer(FOREVER_YAML, dir, 5, true, &cfg); /* loads the latest whole */
-        cr_expect_geq(trainer_iteration(t), last, "round %d: went back from iteration %lld", round, (long long)last);
+        /* never backwards (an epoch's end may re-checkpoint the same iteration as a phase) */
+        cr_expect_geq(trainer_iteration(t), last, "round %d: back from iteration %lld", round, (long long)last);
         last = trainer_iteration(t);
         trainer_free(t);
         cfg_destroy(&cfg);
     }
-    cr_expect_gt(last, 0, "no checkpoint was ever written");
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
-    free(dir);
-}
-
-/* ---- a non-finite loss ------------------------------------------------------------------- */
-
-/* A batch with an infinite pixel: the loss is NaN, the step fails naming the iteration, and
- * CHECKPOINT.DIR holds what VISSL leaves: the iteration's checkpoint, the model's output and the
- * input batch as torch files (read back here with the restricted unpickler). The trunk trains
- * (a frozen one runs in eval mode, whose fused ReLU turns NaN into 0: see nn.h). */
-Test(trainer, a_non_finite_loss_stops_with_the_dump_files, .timeout = 300)
-{
-    char *dir = test_make_tmpdir(), *err = NULL;
-    cfg_t cfg;
-    trainer *t = make_trainer(RESUME_CASES[0].yaml, dir, 5, false, &cfg);
-    size_t bytes = 1 << 20;
-    void *buf = xmalloc_large(bytes);
-    rec_writer w;
-    cr_assert_eq(rec_writer_init(&w, buf, bytes, REC_DATA, 0, 0, 2), 0);
-    uint64_t xs[4] = {8, 3, 16, 16}, ls[1] = {8};
-    float *x = rec_add(&w, "data.0", REC_F32, 4, xs);
-    int64_t *label = rec_add(&w, "label.0", REC_I64, 1, ls);
-    cr_assert(x && label, "%s", w.error);
-    for (int i = 0; i < 8 * 3 * 16 * 16; i++)
-        x[i] = (float)(i % 17) / 17.0f;
-    x[100] = INFINITY;
-    memset(label, 0, 8 * sizeof *label);
-    size_t len = rec_finish(&w);
-    rec_view v;
-    cr_assert_eq(rec_parse(buf, len, &v, &err), 0, "%s", err);
-    cr_expect_eq(trainer_step(t, &v, 0, &err), -1);
-    cr_expect(err && strstr(err, "iteration 1") && strstr(err, "the loss is NaN"), "%s", err);
-    free(err), err = NULL;
-    const char *files[] = {"model_iteration1.torch", "rank0_model_output.pth", "rank0_input_sample.pth"};
-    for (size_t i = 0; i < ARRAY_LEN(files); i++) {
-        char *p = path_join(dir, files[i]);
-        weights_file *wf = NULL;
-        cr_expect_eq(weights_read(p, "", &wf, &err), 0, "%s: %s", files[i], err);
-        if (wf && i == 2) {
-            bool has = false;
-            for (size_t k = 0; k < weights_count(wf); k++)
-                has |= !strcmp(weights_at(wf, k)->name, "data.0") && weights_at(wf, k)->numel == 8 * 3 * 16 * 16;
-            cr_expect(has, "the input batch's data.0 is in %s", files[i]);
-        }
-        weights_close(wf);
-        free(p);
-    }
-    free(buf);
-    trainer_free(t);
-    cfg_destroy(&cfg);
+    cr_expect_geq(last, 15, "20 rounds made only %lld iterations", (long long)last);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_expect_eq(system(cmd), 0);
