@@ -63,6 +63,7 @@ struct trainer {
     size_t host_floats;
     /* logging */
     double last_loss, t_start, t_last_log;
+    double t_step_end, wait, wait_last_log; /* seconds between steps: waiting for batches */
     int64_t it_last_log;
     char *dir;              /* CHECKPOINT.DIR */
     FILE *stdout_json;
@@ -413,20 +414,22 @@ static void log_progress(trainer *t, double lr)
 {
     if (t->iteration != 1 && t->log_frequency > 0 && t->iteration % t->log_frequency != 0)
         return;
-    double now = now_seconds(), btime = (now - t->t_last_log) / (double)(t->iteration - t->it_last_log);
+    double now = now_seconds(), its = (double)(t->iteration - t->it_last_log), btime = (now - t->t_last_log) / its,
+           wait = (t->wait - t->wait_last_log) / its;
     int64_t left = t->num_epochs * t->steps_per_epoch - t->batches_done;
     char eta[32];
     format_eta(btime * (double)left, eta, sizeof eta);
     double images = (double)cfg_int(t->config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA") / btime;
-    log_info("Rank: %d; [ep: %lld] iter: %lld; lr: %.5g; loss: %.5g; btime(ms): %.0f; eta: %s; images/s: %.1f; "
-             "peak_mem(M): %.0f",
-             t->rank, (long long)t->phase, (long long)t->iteration, lr, t->last_loss, btime * 1e3, eta, images,
-             peak_mem_mb());
+    log_info("Rank: %d; [ep: %lld] iter: %lld; lr: %.5g; loss: %.5g; btime(ms): %.0f; data wait(ms): %.0f; eta: %s; "
+             "images/s: %.1f; peak_mem(M): %.0f",
+             t->rank, (long long)t->phase, (long long)t->iteration, lr, t->last_loss, btime * 1e3, wait * 1e3, eta,
+             images, peak_mem_mb());
     append_json(t, &t->stdout_json, "stdout.json",
-                json_pack("{s:i, s:I, s:I, s:f, s:f, s:f, s:s, s:f}", "Rank", t->rank, "ep", (json_int_t)t->phase,
+                json_pack("{s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:s, s:f}", "Rank", t->rank, "ep", (json_int_t)t->phase,
                           "iter", (json_int_t)t->iteration, "lr", lr, "loss", t->last_loss, "btime(ms)", btime * 1e3,
-                          "eta", eta, "peak_mem(M)", peak_mem_mb()));
+                          "data_wait(ms)", wait * 1e3, "eta", eta, "peak_mem(M)", peak_mem_mb()));
     t->t_last_log = now;
+    t->wait_last_log = t->wait;
     t->it_last_log = t->iteration;
 }
 
@@ -583,6 +586,8 @@ static void dump_nan(trainer *t, const rec_view *batch)
 
 /* ---- the step ----------------------------------------------------------------------------- */
 
+static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err);
+
 /* A schedule's value now: at `where`, or at the epoch's start for update_interval epoch. */
 static double scheduled(const trainer *t, const sched *s, double where)
 {
@@ -590,6 +595,16 @@ static double scheduled(const trainer *t, const sched *s, double where)
 }
 
 int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
+{
+    double start = now_seconds();
+    if (t->t_step_end > 0) /* the time since the last step: this batch was awaited */
+        t->wait += start - t->t_step_end;
+    int rc = step(t, batch, epoch, err);
+    t->t_step_end = now_seconds();
+    return rc;
+}
+
+static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 {
     int64_t seq = (int64_t)batch->hdr->seq;
     if ((int64_t)epoch < t->resume_epoch || ((int64_t)epoch == t->resume_epoch && seq < t->resume_batch)) {
