@@ -59,17 +59,17 @@ int cpu_blocking(const eng_tensor *t)
 static void reorder_blocked(const float *from, float *to, const eng_shape *sh, int b, bool to_blocked)
 {
     int64_t blocks = sh->dim[0] * (sh->dim[1] / b), hw = sh->dim[2] * sh->dim[3];
+    /* (s, l) sits at s·b + l blocked and at l·hw + s logical: pick each side's strides once */
+    int64_t blocked_s = b, blocked_l = 1, logical_s = 1, logical_l = hw;
+    int64_t from_s = to_blocked ? logical_s : blocked_s, from_l = to_blocked ? logical_l : blocked_l;
+    int64_t to_s = to_blocked ? blocked_s : logical_s, to_l = to_blocked ? blocked_l : logical_l;
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < blocks; k++) {
         const float *src = from + k * hw * b;
         float *dst = to + k * hw * b;
         for (int64_t s = 0; s < hw; s++)
-            for (int l = 0; l < b; l++) {
-                if (to_blocked)
-                    dst[s * b + l] = src[l * hw + s];
-                else
-                    dst[l * hw + s] = src[s * b + l];
-            }
+            for (int l = 0; l < b; l++)
+                dst[s * to_s + l * to_l] = src[s * from_s + l * from_l];
     }
 }
 

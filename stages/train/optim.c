@@ -16,9 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct optim;
-static eng_tensor state_view(const struct optim *opt, int k, int i);
-
 struct optim {
     optim_options o;
     const eng_entry *entries;
@@ -199,29 +196,6 @@ optim_group optim_group_of(const optim *opt, int i) { return opt->group[i]; }
 int64_t optim_step_count(const optim *opt) { return opt->steps; }
 void optim_set_step_count(optim *opt, int64_t steps) { opt->steps = steps; }
 
-int optim_state_entries(const optim *opt, eng_entry **out)
-{
-    static const char *const SGD_NAMES[] = {"momentum_buffer"}, *const ADAM_NAMES[] = {"exp_avg", "exp_avg_sq"};
-    const char *const *kinds = opt->o.name == OPTIM_SGD ? SGD_NAMES : ADAM_NAMES;
-    int nkinds = opt->state[1] ? 2 : opt->state[0] ? 1 : 0, n = 0;
-    eng_entry *e = xcalloc((size_t)(opt->n * nkinds + 1), sizeof *e);
-    for (int k = 0; k < nkinds; k++)
-        for (int i = 0; i < opt->n; i++)
-            if (opt->group[i] != OPTIM_NOT_UPDATED)
-                e[n++] = (eng_entry){.name = xasprintf("optimizer.%s.%s", kinds[k], opt->entries[i].name),
-                                     .kind = ENG_BUFFER,
-                                     .value = state_view(opt, k, i)};
-    *out = e;
-    return n;
-}
-
-void optim_state_entries_free(eng_entry *entries, int n)
-{
-    for (int i = 0; i < n; i++)
-        free((char *)entries[i].name);
-    free(entries);
-}
-
 /* ---- the step ------------------------------------------------------------------------------ */
 
 static double group_lr(optim_group g, double lr, double lr_head)
@@ -244,6 +218,29 @@ static eng_tensor state_view(const optim *opt, int k, int i)
 {
     const eng_tensor *v = &opt->entries[i].value;
     return (eng_tensor){.shape = v->shape, .base = opt->state[k], .offset = v->offset};
+}
+
+int optim_state_entries(const optim *opt, eng_entry **out)
+{
+    static const char *const SGD_NAMES[] = {"momentum_buffer"}, *const ADAM_NAMES[] = {"exp_avg", "exp_avg_sq"};
+    const char *const *kinds = opt->o.name == OPTIM_SGD ? SGD_NAMES : ADAM_NAMES;
+    int nkinds = opt->state[1] ? 2 : opt->state[0] ? 1 : 0, n = 0;
+    eng_entry *e = xcalloc((size_t)(opt->n * nkinds + 1), sizeof *e);
+    for (int k = 0; k < nkinds; k++)
+        for (int i = 0; i < opt->n; i++)
+            if (opt->group[i] != OPTIM_NOT_UPDATED)
+                e[n++] = (eng_entry){.name = xasprintf("optimizer.%s.%s", kinds[k], opt->entries[i].name),
+                                     .kind = ENG_BUFFER,
+                                     .value = state_view(opt, k, i)};
+    *out = e;
+    return n;
+}
+
+void optim_state_entries_free(eng_entry *entries, int n)
+{
+    for (int i = 0; i < n; i++)
+        free((char *)entries[i].name);
+    free(entries);
 }
 
 /* Apex LARC: the gradient scale and the decay it applies itself (0 and 1: leave it alone). */

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #define MAX_INPUTS MODEL_MAX_INPUTS
+#define MAX_OUTPUTS 16 /* model outputs a loss takes (loss.c's LOSS_MAX_OUTPUTS) */
 
 struct trainer {
     const cfg_node *config;
@@ -48,6 +49,7 @@ struct trainer {
     bool meter_on;          /* METERS.name accuracy_list_meter with enable_training_meter */
     sched lr, lr_head;
     int64_t num_epochs, steps_per_epoch, log_frequency, checkpoint_frequency, checkpoint_iter_frequency;
+    int64_t batch_size;     /* DATA.TRAIN.BATCHSIZE_PER_REPLICA (images per step, for images/s) */
     /* progress, as VISSL's task counts it */
     int64_t iteration;      /* forwards done in training (the first step is iteration 1) */
     int64_t batches_done;   /* optimizer steps: where = batches_done / (epochs × steps) */
@@ -206,6 +208,7 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     t->rank = o->rank;
     t->num_epochs = cfg_int(config, "OPTIMIZER.num_epochs");
     t->log_frequency = cfg_int(config, "LOG_FREQUENCY");
+    t->batch_size = cfg_int(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA");
     t->checkpoint_frequency = cfg_int(config, "CHECKPOINT.CHECKPOINT_FREQUENCY");
     t->checkpoint_iter_frequency = cfg_int(config, "CHECKPOINT.CHECKPOINT_ITER_FREQUENCY");
     t->phase = -1;
@@ -302,10 +305,10 @@ static int plan(trainer *t, const eng_shape *shapes, int n, char **err)
         return 0;
     if (model_plan(t->be, t->m, shapes, n, err) != 0)
         return -1;
-    eng_shape outs[16];
+    eng_shape outs[MAX_OUTPUTS];
     int nout = model_output_count(t->m);
-    if (nout > 16)
-        return report_failure(err, "the model has %d outputs (at most 16)", nout);
+    if (nout > MAX_OUTPUTS)
+        return report_failure(err, "the model has %d outputs (at most %d)", nout, MAX_OUTPUTS);
     for (int k = 0; k < nout; k++)
         outs[k] = model_output(t->m, k)->shape;
     loss_free(t->be, t->ls);
@@ -419,15 +422,15 @@ static void log_progress(trainer *t, double lr)
     int64_t left = t->num_epochs * t->steps_per_epoch - t->batches_done;
     char eta[32];
     format_eta(btime * (double)left, eta, sizeof eta);
-    double images = (double)cfg_int(t->config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA") / btime;
+    double images = (double)t->batch_size / btime, mem = peak_mem_mb();
     log_info("Rank: %d; [ep: %lld] iter: %lld; lr: %.5g; loss: %.5g; btime(ms): %.0f; data wait(ms): %.0f; eta: %s; "
              "images/s: %.1f; peak_mem(M): %.0f",
              t->rank, (long long)t->phase, (long long)t->iteration, lr, t->last_loss, btime * 1e3, wait * 1e3, eta,
-             images, peak_mem_mb());
+             images, mem);
     append_json(t, &t->stdout_json, "stdout.json",
                 json_pack("{s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:s, s:f}", "Rank", t->rank, "ep", (json_int_t)t->phase,
                           "iter", (json_int_t)t->iteration, "lr", lr, "loss", t->last_loss, "btime(ms)", btime * 1e3,
-                          "data_wait(ms)", wait * 1e3, "eta", eta, "peak_mem(M)", peak_mem_mb()));
+                          "data_wait(ms)", wait * 1e3, "eta", eta, "peak_mem(M)", mem));
     t->t_last_log = now;
     t->wait_last_log = t->wait;
     t->it_last_log = t->iteration;
@@ -628,7 +631,7 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
         return -1;
     model_forward(t->be, t->m, true);
     t->iteration++;
-    const eng_tensor *outs[16];
+    const eng_tensor *outs[MAX_OUTPUTS];
     for (int k = 0; k < model_output_count(t->m); k++)
         outs[k] = model_output(t->m, k);
     loss_batch lb = batch_labels(batch);
@@ -643,7 +646,7 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
                               (long long)t->iteration, (long long)t->phase, (unsigned long long)batch->hdr->seq,
                               isnan(t->last_loss) ? "NaN" : t->last_loss > 0 ? "+inf" : "-inf");
     }
-    const eng_tensor *dout[16];
+    const eng_tensor *dout[MAX_OUTPUTS];
     for (int k = 0; k < model_output_count(t->m); k++)
         dout[k] = loss_grad(t->ls, k);
     model_zero_grad(t->be, t->m);

@@ -17,7 +17,8 @@ Per case (tests/golden/fixtures/optim/CASE_*.npy, float32 unless noted):
   groups    float32 [P]: the group of each parameter (0 trunk reg, 1 trunk unreg, 2 head reg,
             3 head unreg, 4 remaining, -1 not trained)
   final     the parameters after the last step
-The parameter list (names, shapes) is printed by --names and hard-coded in test_optim.c.
+test_optim.c declares the same parameters (names and shapes, in this order); --names prints
+them, to compare.
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_optim_fixtures.py
 """
