@@ -3,7 +3,7 @@
  * selfsup-augment and selfsup-collate on one core, in one process, per image.
  *
  *   data_bench --dir CORPUS [--n N] [--pipelines decode,simclr,swav,eval] [--batch B]
- *              [--reps R] [--cpu C] [--hash]
+ *              [--variants main,float,nocrop] [--reps R] [--cpu C] [--hash]
  *
  * The same pipelines and options as bench/data_bench.py (VISSL's way), on the same files:
  * read the file, decode it (stages/decode/decoder.h), run the VISSL transform list
@@ -13,7 +13,8 @@
  * them). Each pipeline runs three times: as selfsup runs it (JPEGs decoded only as far as the
  * crops need, as selfsup-decode --crop does under selfsup run; uint8 crops, normalisation left
  * to the trainer), with "+float" (ToTensor/Normalize done here, float32 CHW, as VISSL hands
- * them over), and with "+nocrop" (whole images decoded), so every comparison is on the table.
+ * them over), and with "+nocrop" (whole images decoded), so every comparison is on the table;
+ * --variants picks some of them (main, float, nocrop), e.g. to profile one.
  *
  * Output, one line per pipeline: "selfsup_data PIPELINE IMAGES_PER_SECOND", '#' lines for
  * details. Median of --reps timed passes after one untimed warm-up batch. --hash folds every
@@ -285,7 +286,7 @@ static void teardown(bench *b)
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *which = "decode,simclr,swav,eval";
+    const char *dir = NULL, *which = "decode,simclr,swav,eval", *variants = "main,float,nocrop";
     size_t n = 200;
     int batch = 32, reps = 3, cpu = 0;
     bool hash = false;
@@ -294,13 +295,14 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--dir") && v) dir = v, i++;
         else if (!strcmp(a, "--n") && v) n = strtoul(v, NULL, 10), i++;
         else if (!strcmp(a, "--pipelines") && v) which = v, i++;
+        else if (!strcmp(a, "--variants") && v) variants = v, i++;
         else if (!strcmp(a, "--batch") && v) batch = atoi(v), i++;
         else if (!strcmp(a, "--reps") && v) reps = atoi(v), i++;
         else if (!strcmp(a, "--cpu") && v) cpu = atoi(v), i++;
         else if (!strcmp(a, "--hash")) hash = true;
         else {
             fprintf(stderr, "usage: data_bench --dir CORPUS [--n N] [--pipelines decode,simclr,swav,eval] "
-                            "[--batch B] [--reps R] [--cpu C]\n");
+                            "[--variants main,float,nocrop] [--batch B] [--reps R] [--cpu C] [--hash]\n");
             return 2;
         }
     }
@@ -331,7 +333,10 @@ int main(int argc, char **argv)
             continue;
         /* as selfsup runs it, then +float, then without --crop's partial decoding */
         static const char *const variant[] = {"", "+float", "+nocrop"};
+        static const char *const variant_key[] = {"main", "float", "nocrop"};
         for (int f = 0; f < (pipelines[p].yaml ? 3 : 1); f++) {
+            if (pipelines[p].yaml && !strstr(variants, variant_key[f]))
+                continue;
             bench b;
             setup(&b, (int)p, f == 1, batch);
             b.hash = hash;

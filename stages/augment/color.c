@@ -793,34 +793,6 @@ static void rgb_row_to_hsv(const uint8_t *p, int n, int shift, uint8_t *hb, uint
 }
 
 #ifdef HAVE_AVX512_COLOR
-/* round_pos on 8 double lanes x >= 0, as int32: (int)(2x) - (int)x, which is trunc(x) plus
- * 1 where x - trunc(x) >= 0.5 (2x is exact). */
-AVX512_COLOR
-static inline __m256i round_pos8(__m512d x)
-{
-    return _mm256_sub_epi32(_mm512_cvttpd_epi32(_mm512_add_pd(x, x)), _mm512_cvttpd_epi32(x));
-}
-
-/* hsv2rgb's x for 8 lanes, as hsv_to_rgb: t in the even sextants and q in the odd ones (each
- * sextant uses one of the two), from v, fs, f and fs * f (float, as PIL) in double. */
-AVX512_COLOR
-static inline __m256i x8(__m256i v, __m256 fs, __m256 f, __m256 fsf, __mmask8 odd)
-{
-    const __m512d one = _mm512_set1_pd(1.0);
-    /* q: 1 - (double)(fs * f); t: 1 - fs * (1 - f) */
-    const __m512d tq = _mm512_mask_sub_pd(
-        _mm512_sub_pd(one, _mm512_mul_pd(_mm512_cvtps_pd(fs),
-                                         _mm512_sub_pd(one, _mm512_cvtps_pd(f)))),
-        odd, one, _mm512_cvtps_pd(fsf));
-    return round_pos8(_mm512_mul_pd(_mm512_cvtepi32_pd(v), tq));
-}
-
-#define LO8(x) _mm512_castsi512_si256(x)
-#define HI8(x) _mm512_extracti64x4_epi64((x), 1)
-#define LO8F(x) _mm512_castps512_ps256(x)
-#define HI8F(x) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))
-#define JOIN8(lo, hi) _mm512_inserti64x4(_mm512_castsi256_si512(lo), (hi), 1)
-
 /* (int)(f * 255.0) for 16 float lanes 0 <= f <= 1, as rgb_to_hs takes its bytes (the product
  * in double, exact), from the float product: for the quotients rgb_to_hs makes, no f * 255
  * lies so near an integer that the float product rounds across it (hsv_tab_init checks every
@@ -892,6 +864,32 @@ static inline __m512i hue16(__m512i R, __m512i G, __m512i B, __m512i maxc, __m51
     return floor255(hue_frac16(h));
 }
 
+/* x / 255 for 16 float lanes x in 0..255, without a division: the product with the float
+ * nearest 1/255 and one correction by its exact residual (Markstein's step), which gives the
+ * float nearest the quotient for these x (div255_ok checks all 256). */
+AVX512_COLOR
+static inline __m512 div255(__m512 x)
+{
+    const __m512 inv = _mm512_set1_ps(1.0f / 255.0f);
+    const __m512 q = _mm512_mul_ps(x, inv);
+    return _mm512_fmadd_ps(_mm512_fnmadd_ps(q, _mm512_set1_ps(255.0f), x), inv, q);
+}
+
+/* Whether div255 is the division (float)v / 255.0f for every byte v. */
+AVX512_COLOR
+static bool div255_ok(void)
+{
+    for (int v0 = 0; v0 < 256; v0 += 16) {
+        float got[16];
+        const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        _mm512_storeu_ps(got, div255(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_set1_epi32(v0), lane))));
+        for (int j = 0; j < 16; j++)
+            if (got[j] != (float)(v0 + j) / 255.0f)
+                return false;
+    }
+    return true;
+}
+
 /* Whether sat16 gives hsv_tab.sat's byte for every (max, cr). */
 AVX512_COLOR
 static bool sat16_ok(void)
@@ -917,7 +915,7 @@ static bool sat16_ok(void)
 AVX512_COLOR
 static bool hue16_ok(void)
 {
-    if (!sat16_ok())
+    if (!sat16_ok() || !div255_ok())
         return false;
     uint8_t px[16 * 3];
     uint8_t want[16];
@@ -949,27 +947,31 @@ static bool hue16_ok(void)
 
 /* hsv2rgb of 16 lanes of H, S, V bytes: R | G << 8 | B << 16 per lane. fs and f are
  * hsv_tab.fs and hsv_tab.frac computed: s / 255 and (6h - 255 sext) / 255 in float (sext =
- * floor(6h / 255) before the % 6), p is round(v - v * fs) in float; hsv_tab_init checks all
- * three for every byte (pair). Each lane's bytes v, p, x are then placed by one byte shuffle
- * chosen by its sextant. */
+ * floor(6h / 255) before the % 6). PIL's p, q and t are round(v (1 - fs g)) in double for g
+ * = 1, f and 1 - f (fs * f rounded to float first, as PIL); here they are all
+ * (int)(v - v * (fs * g) + 0.5) in float, which gives PIL's byte for every (h, s, v): no
+ * product lies so near a half integer that the float steps round across it (hsv_tab_init
+ * checks p for every (v, s); img_color_hsv_exhaustive_ok, run by the unit tests, checks all
+ * 2^24 (h, s, v)). Each lane's bytes v, p, x (x: t in the even sextants, q in the odd ones)
+ * are then placed by one byte shuffle chosen by its sextant. */
 AVX512_COLOR
 static inline __m512i hsv16_to_rgb(__m512i H, __m512i S, __m512i V)
 {
-    const __m512 r255 = _mm512_set1_ps(255.0f);
     const __m512i h6 = _mm512_mullo_epi32(H, _mm512_set1_epi32(6));
     const __m512i sext = _mm512_srli_epi32(
         _mm512_add_epi32(_mm512_mullo_epi32(h6, _mm512_set1_epi32(257)), _mm512_set1_epi32(257)),
         16);
-    const __m512 fs = _mm512_div_ps(_mm512_cvtepi32_ps(S), r255);
+    const __m512 fs = div255(_mm512_cvtepi32_ps(S));
     const __m512i r = _mm512_sub_epi32(h6, _mm512_mullo_epi32(sext, _mm512_set1_epi32(255)));
-    const __m512 f = _mm512_div_ps(_mm512_cvtepi32_ps(r), r255);
-    const __m512 fsf = _mm512_mul_ps(fs, f);
+    const __m512 f = div255(_mm512_cvtepi32_ps(r));
+    const __mmask16 odd = _mm512_test_epi32_mask(sext, _mm512_set1_epi32(1));
+    const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
+    const __m512 g = _mm512_mask_mov_ps(_mm512_sub_ps(one, f), odd, f);
     const __m512 vf = _mm512_cvtepi32_ps(V);
     const __m512i P = _mm512_cvttps_epi32(
-        _mm512_add_ps(_mm512_sub_ps(vf, _mm512_mul_ps(vf, fs)), _mm512_set1_ps(0.5f)));
-    const __mmask16 odd = _mm512_test_epi32_mask(sext, _mm512_set1_epi32(1));
-    const __m512i X = JOIN8(x8(LO8(V), LO8F(fs), LO8F(f), LO8F(fsf), (__mmask8)odd),
-                            x8(HI8(V), HI8F(fs), HI8F(f), HI8F(fsf), (__mmask8)(odd >> 8)));
+        _mm512_add_ps(_mm512_sub_ps(vf, _mm512_mul_ps(vf, fs)), half));
+    const __m512i X = _mm512_cvttps_epi32(
+        _mm512_add_ps(_mm512_sub_ps(vf, _mm512_mul_ps(vf, _mm512_mul_ps(fs, g))), half));
     /* PIL's switch: 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q), i.e. with
      * x: 0 (v,x,p) 1 (x,v,p) 2 (p,v,x) 3 (p,x,v) 4 (x,p,v) 5 (v,p,x); sext 6 is sextant 0,
      * code 7 is gray (s = 0: v,v,v). Byte k of a code's entry is the byte of v | p << 8 |
@@ -1005,7 +1007,7 @@ static inline void rgb_to_hsv16(const uint8_t *p, __mmask64 bytes, int shift, __
 }
 
 /* adjust_hue of n pixels at p, in place, in chunks: all the rgb2hsv of a chunk first, then
- * all its hsv2rgb. Each is a long chain of dependent operations (two divisions apiece);
+ * all its hsv2rgb. Each is a long chain of dependent operations (rgb2hsv: two divisions);
  * two short loops let the CPU overlap more pixels' chains than one long loop body does. */
 AVX512_COLOR
 static void hue_row_avx512(uint8_t *p, int n, int shift)
@@ -1028,6 +1030,42 @@ static void hue_row_avx512(uint8_t *p, int n, int shift)
     }
 }
 #endif
+
+#ifdef HAVE_AVX512_COLOR
+/* hsv16_to_rgb against hsv_to_rgb on every (h, s, v), 16 values of v a call. */
+AVX512_COLOR
+static bool hsv16_exhaustive_ok(void)
+{
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int h = 0; h < 256; h++)
+        for (int s = 0; s < 256; s++)
+            for (int v0 = 0; v0 < 256; v0 += 16) {
+                uint32_t got[16];
+                _mm512_storeu_si512(got, hsv16_to_rgb(_mm512_set1_epi32(h), _mm512_set1_epi32(s),
+                                                      _mm512_add_epi32(_mm512_set1_epi32(v0), lane)));
+                for (int j = 0; j < 16; j++) {
+                    uint8_t want[3];
+                    if (s == 0)
+                        want[0] = want[1] = want[2] = (uint8_t)(v0 + j);
+                    else
+                        hsv_to_rgb(h, s, v0 + j, want);
+                    if (got[j] != (uint32_t)(want[0] | want[1] << 8 | want[2] << 16))
+                        return false;
+                }
+            }
+    return true;
+}
+#endif
+
+int img_color_hsv_exhaustive_ok(void)
+{
+    pthread_once(&hsv_once, hsv_tab_init);
+#ifdef HAVE_AVX512_COLOR
+    if (cpu_color_level() > 0)
+        return hsv16_exhaustive_ok();
+#endif
+    return -1;
+}
 
 void img_adjust_hue(img_u8 *im, double hue_factor)
 {

@@ -87,6 +87,10 @@ double img_rotate_linspace_angle(int k, int num_angles);
 int img_resample_set_simd(int on);
 int img_blur_set_simd(int level);
 int img_color_set_simd(int on);
+/* Whether the vector hsv2rgb of adjust_hue gives PIL's bytes for all 2^24 (hue, saturation,
+ * value) bytes (a unit test runs it: 16.7 M pixels are too many to check at every start);
+ * -1 where this CPU has no vector hsv2rgb. */
+int img_color_hsv_exhaustive_ok(void);
 
 /* PIL convert("L") of an RGB image (ITU-R 601-2 luma, PIL's integer rounding): dst has c = 1. */
 void img_rgb_to_l(const img_u8 *src, img_u8 *dst);

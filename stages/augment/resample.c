@@ -138,10 +138,32 @@ typedef struct {
     int32_t *k;
 } coeffs;
 
+/* PIL's double weights of one window: fn((x + xmin - center + 0.5) * ss) for x < n, into dk;
+ * returns their sum. One loop per filter, so the filter inlines (a call per tap through a
+ * pointer cost more than the arithmetic). */
+NO_FMA static double window_weights(img_filter filter, int xmin, int n, double center, double ss,
+                                    double *dk)
+{
+    double ww = 0.0;
+    if (filter == IMG_BICUBIC) {
+        for (int x = 0; x < n; x++) {
+            double w = bicubic_filter((x + xmin - center + 0.5) * ss);
+            dk[x] = w;
+            ww += w;
+        }
+    } else {
+        for (int x = 0; x < n; x++) {
+            double w = bilinear_filter((x + xmin - center + 0.5) * ss);
+            dk[x] = w;
+            ww += w;
+        }
+    }
+    return ww;
+}
+
 /* PIL's weights for resampling in_size samples to out_size (box = the whole input). */
 NO_FMA static coeffs make_coeffs(int in_size, int out_size, img_filter filter, scratch *mem)
 {
-    double (*fn)(double) = filter == IMG_BICUBIC ? bicubic_filter : bilinear_filter;
     double fsupport = filter == IMG_BICUBIC ? 2.0 : 1.0;
 
     /* PIL passes the box as floats: in1 - in0 is a float subtraction, then widened. */
@@ -160,11 +182,10 @@ NO_FMA static coeffs make_coeffs(int in_size, int out_size, img_filter filter, s
                 .len = (int *)buf + out_size,
                 .k = (int32_t *)(buf + (size_t)out_size * 2 * sizeof(int))};
     double *dk = scratch_get(&g_dcoef, (size_t)ksize * sizeof(double));
+    const double ss = 1.0 / filterscale;
 
     for (int xx = 0; xx < out_size; xx++) {
         double center = in0 + (xx + 0.5) * scale;
-        double ww = 0.0;
-        double ss = 1.0 / filterscale;
         int xmin = (int)(center - support + 0.5);
         if (xmin < 0)
             xmin = 0;
@@ -172,26 +193,25 @@ NO_FMA static coeffs make_coeffs(int in_size, int out_size, img_filter filter, s
         if (xmax > in_size)
             xmax = in_size;
         xmax -= xmin;
-        for (int x = 0; x < xmax; x++) {
-            double w = fn((x + xmin - center + 0.5) * ss);
-            dk[x] = w;
-            ww += w;
-        }
+        double ww = window_weights(filter, xmin, xmax, center, ss, dk);
+        /* normalize_coeffs_8bpc: round half away from zero, then truncate; zero weights at
+         * either end are left out */
         int32_t *k = c.k + (size_t)xx * stride;
+        int lo = 0, len = 0;
         for (int x = 0; x < xmax; x++) {
             double v = ww != 0.0 ? dk[x] / ww : dk[x];
-            /* normalize_coeffs_8bpc: round half away from zero, then truncate */
-            k[x] = v < 0 ? (int)(-0.5 + v * (1 << PRECISION_BITS))
-                         : (int)(0.5 + v * (1 << PRECISION_BITS));
+            int32_t q = v < 0 ? (int)(-0.5 + v * (1 << PRECISION_BITS))
+                              : (int)(0.5 + v * (1 << PRECISION_BITS));
+            if (q == 0 && len == 0) {
+                lo++;
+                continue;
+            }
+            k[len++] = q;
         }
-        int lo = 0, hi = xmax;
-        while (lo < hi && k[lo] == 0)
-            lo++;
-        while (hi > lo && k[hi - 1] == 0)
-            hi--;
-        memmove(k, k + lo, (size_t)(hi - lo) * sizeof(int32_t));
+        while (len > 0 && k[len - 1] == 0)
+            len--;
         c.start[xx] = xmin + lo;
-        c.len[xx] = hi - lo;
+        c.len[xx] = len;
     }
     return c;
 }

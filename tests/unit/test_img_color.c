@@ -282,6 +282,16 @@ Test(img_color, hue_of_every_colour_matches_portable)
     free(data);
 }
 
+/* The vector hsv2rgb computes PIL's double products in float: right for every (h, s, v), not
+ * only those the colours above reach after four shifts. */
+Test(img_color, vector_hsv2rgb_matches_pil_on_every_hsv)
+{
+    int ok = img_color_hsv_exhaustive_ok();
+    if (ok < 0)
+        cr_skip_test("no vector hsv2rgb on this CPU");
+    cr_assert_eq(ok, 1, "the vector hsv2rgb differs from PIL's for some (h, s, v)");
+}
+
 /* A factor too large for the vector path's float-to-int conversion takes the scalar path:
  * Brightness(2e6) sends every nonzero sample to 255 (PIL clips the same way). */
 Test(img_color, huge_factor)
