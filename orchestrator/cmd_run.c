@@ -271,8 +271,18 @@ static int launch(const cfg_t *cfg, topology *t, const run_args *a)
 
 /* What the data stages would refuse in their prepare step (transform lists, collators),
  * refused here first, so a typo stops the run before any process starts. */
-static bool check_data_stages(const cfg_node *config)
+static bool check_data_stages(const cfg_node *config, const char *engine)
 {
+    /* VISSL reads DATA.TEST for TEST_MODEL's test phases (TEST_MODEL is True by default) */
+    const cfg_node *test_sources = cfg_get(config, "DATA.TEST.DATA_SOURCES"),
+                   *custom_train = cfg_path(config, "SELFSUP.STAGES.train");
+    bool our_trainer = !custom_train || custom_train->kind != CFG_STR || !custom_train->s[0];
+    if (!strcmp(engine, "train") && our_trainer && (cfg_bool(config, "TEST_MODEL") || cfg_bool(config, "TEST_ONLY")) &&
+        (!test_sources || test_sources->kind != CFG_LIST || test_sources->len == 0)) {
+        fprintf(stderr, "selfsup run: config.TEST_MODEL is True (VISSL's default) but config.DATA.TEST has no "
+                        "DATA_SOURCES to test on: set config.TEST_MODEL=False, or describe DATA.TEST\n");
+        return false;
+    }
     static const char *const splits[] = {"TRAIN", "TEST"};
     for (int i = 0; i < 2; i++) {
         char key[64], why[256];
@@ -306,7 +316,8 @@ static bool check_data_stages(const cfg_node *config)
  * checkpoint says the run is already complete (nothing to start), or cannot be read. */
 static bool resume_point(const cfg_node *config, const char *engine, topo_options *topt, int *status)
 {
-    if (strcmp(engine, "train") || !cfg_bool(config, "CHECKPOINT.AUTO_RESUME"))
+    /* TEST_ONLY trains nothing: it tests the checkpoint's weights, whatever epoch it is at */
+    if (strcmp(engine, "train") || !cfg_bool(config, "CHECKPOINT.AUTO_RESUME") || cfg_bool(config, "TEST_ONLY"))
         return true;
     ckpt_state cs;
     char *err = NULL;
@@ -329,6 +340,8 @@ static bool resume_point(const cfg_node *config, const char *engine, topo_option
              (long long)cs.next_epoch, (long long)cs.next_batch);
     topt->resume_epoch = (long)cs.next_epoch;
     topt->resume_batch = (long)cs.next_batch;
+    /* a phase checkpoint is resumed at the phase after it: its epoch's test phase, if any */
+    topt->resume_tests_from = (long)cs.next_epoch - (!strcmp(cs.kind, "phase") ? 1 : 0);
     return true;
 }
 
@@ -343,7 +356,7 @@ static int start(cfg_t *cfg, const run_args *a, const char *file)
     cfg_err err;
     int status = EXIT_USAGE; /* a stage that cannot be started is a config error: nothing starts */
     const char *engine_name = engine && engine->kind == CFG_STR ? engine->s : "train";
-    if (!check_data_stages(config) || !resume_point(config, engine_name, &topt, &status)) {
+    if (!check_data_stages(config, engine_name) || !resume_point(config, engine_name, &topt, &status)) {
         free(bin_dir);
         return status;
     }

@@ -4,6 +4,7 @@
 #include "topology.h"
 
 #include "augment/transforms.h"
+#include "train/phases.h"
 
 #include "util.h"
 
@@ -28,12 +29,13 @@ static void arg_push(argvec *a, const char *s)
     a->v[a->n] = NULL;
 }
 
-/* Bytes of one augmented DATA.TRAIN sample when its transforms fix every crop size. */
-static bool train_sample_bytes(const cfg_node *config, size_t *bytes)
+/* Bytes of one augmented sample of `data` (DATA.TRAIN or DATA.TEST) when its transforms fix
+ * every crop size. */
+static bool sample_bytes(const cfg_node *data, size_t *bytes)
 {
     cfg_err err;
-    aug_pipeline *p = aug_pipeline_build(cfg_path(config, "DATA.TRAIN.TRANSFORMS"), "config.DATA.TRAIN.TRANSFORMS", &err);
-    const cfg_node *src = cfg_path(config, "DATA.TRAIN.DATA_SOURCES");
+    aug_pipeline *p = aug_pipeline_build(cfg_path(data, "TRANSFORMS"), "config.DATA.TRANSFORMS", &err);
+    const cfg_node *src = cfg_path(data, "DATA_SOURCES");
     int sources = src && src->kind == CFG_LIST && src->len > 0 ? (int)src->len : 1;
     bool ok = p && aug_pipeline_sample_bytes(p, sources, 1, bytes);
     aug_pipeline_free(p);
@@ -53,17 +55,21 @@ size_t topology_slot_bytes(const cfg_node *config, const char *ring_label)
     /* Decoded images come at any size: 32 MiB holds a 3,200 x 3,400 RGB photo (ImageNet's
      * largest few are bigger; the decoder replaces and logs an image too big for its slot,
      * naming this setting). The ring reserves depth x slot of /dev/shm up front. */
+    /* the test chain's rings ("test_decoded", …) are sized from DATA.TEST */
+    bool test = !strncmp(ring_label, "test_", 5);
+    const cfg_node *data = cfg_get(config, test ? "DATA.TEST" : "DATA.TRAIN");
+    ring_label += test ? 5 : 0;
     if (!strcmp(ring_label, "decoded"))
         return (size_t)32 << 20;
     size_t sample;
-    int64_t batch = cfg_int(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA");
+    int64_t batch = cfg_int(data, "BATCHSIZE_PER_REPLICA");
     batch = batch > 0 ? batch : 1;
-    if (train_sample_bytes(config, &sample)) {
+    if (sample_bytes(data, &sample)) {
         if (!strcmp(ring_label, "augmented"))
             return round_mib(sample + ((size_t)1 << 16));
         /* A batch: the samples' tensors stacked, plus metadata; mixup's floats are 2x (half
          * the samples, 4 bytes a value). */
-        const char *coll = cfg_str(config, "DATA.TRAIN.COLLATE_FUNCTION");
+        const char *coll = cfg_str(data, "COLLATE_FUNCTION");
         size_t factor = coll && !strcmp(coll, "multicrop_mixup_collator") ? 2 : 1;
         return round_mib((size_t)batch * sample * factor + ((size_t)1 << 20));
     }
@@ -184,6 +190,66 @@ static bool add_stage(topology *t, const cfg_node *config, const char *name, int
     return true;
 }
 
+/* Whether stage k runs our own program `prog` ("selfsup-decode"), not a test's stand-in. */
+static bool runs(const topology *t, int k, const char *prog)
+{
+    const char *p = t->stages[k].argv[0];
+    size_t n = strlen(p), m = strlen(prog);
+    return n >= m && !strcmp(p + n - m, prog) && (n == m || p[n - m - 1] == '/');
+}
+
+/* decode → augment × workers → collate of one split, into the ring `batches`. The decode
+ * stage reads `epochs` epochs from (first_epoch, first_batch). Stage ids count on from
+ * `index` (the test chain's stages are decode.1, augment.W, …). */
+typedef struct {
+    const char *split;      /* "train" or "test" */
+    const char *prefix;     /* ring labels: "" or "test_" */
+    int index, workers;
+    long epochs, first_epoch, first_batch;
+} chain;
+
+static bool add_chain(topology *t, const cfg_node *config, const chain *c, const topo_options *opt, int *batches,
+                      cfg_err *err)
+{
+    char label[32], num[32];
+    snprintf(label, sizeof label, "%sdecoded", c->prefix);
+    int decoded = add_ring(t, label, config, 1);
+    snprintf(label, sizeof label, "%saugmented", c->prefix);
+    int augmented = add_ring(t, label, config, (uint32_t)c->workers);
+    snprintf(label, sizeof label, "%sbatches", c->prefix);
+    *batches = add_ring(t, label, config, 1);
+    int dec = t->n_stages;
+    if (!add_stage(t, config, "decode", c->index, opt->node_rank, 1, -1, decoded, opt, err))
+        return false;
+    bool ours = runs(t, dec, "selfsup-decode");
+    if (ours && c->epochs >= 0) {
+        snprintf(num, sizeof num, "%ld", c->epochs);
+        stage_add_args(&t->stages[dec], "--epochs", num);
+        if (c->first_epoch || c->first_batch) { /* a resumed run reads on from its checkpoint */
+            snprintf(num, sizeof num, "%ld", c->first_epoch);
+            stage_add_args(&t->stages[dec], "--epoch", num);
+            snprintf(num, sizeof num, "%ld", c->first_batch);
+            stage_add_args(&t->stages[dec], "--start-iter", num);
+        }
+    }
+    int first_aug = t->n_stages;
+    for (int i = 0; i < c->workers; i++)
+        if (!add_stage(t, config, "augment", c->index * c->workers + i, opt->node_rank, 1, decoded, augmented, opt, err))
+            return false;
+    /* Our decode feeding our augment, with the same config: decode only what the crops read
+     * (selfsup-decode --crop; the same pixels come out). */
+    if (ours && runs(t, first_aug, "selfsup-augment"))
+        stage_add_args(&t->stages[dec], "--crop", NULL);
+    int coll = t->n_stages;
+    if (!add_stage(t, config, "collate", c->index, opt->node_rank, 1, augmented, *batches, opt, err))
+        return false;
+    if (strcmp(c->split, "train") != 0)
+        for (int k = dec; k <= coll; k++)
+            if (runs(t, k, "selfsup-decode") || runs(t, k, "selfsup-augment") || runs(t, k, "selfsup-collate"))
+                stage_add_args(&t->stages[k], "--split", c->split);
+    return true;
+}
+
 bool topology_build(topology *t, const cfg_node *config, const char *engine, const topo_options *opt,
                     cfg_err *err)
 {
@@ -202,38 +268,31 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     workers = workers < 1 ? 1 : workers;
     int procs = (int)cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
     int world = procs * (int)cfg_int(config, "DISTRIBUTED.NUM_NODES");
+    bool training = !strcmp(last, "train");
+    phase_plan plan = phase_plan_from_config(config);
 
-    int decoded = add_ring(t, "decoded", config, 1);
-    int augmented = add_ring(t, "augmented", config, (uint32_t)workers);
-    int batches = add_ring(t, "batches", config, 1);
-    bool ok = add_stage(t, config, "decode", 0, opt->node_rank, 1, -1, decoded, opt, err);
-    /* Training reads OPTIMIZER.num_epochs epochs; feature extraction reads the data once. */
-    const char *prog = ok ? t->stages[t->n_stages - 1].argv[0] : "";
-    size_t plen = strlen(prog);
-    if (ok && !strcmp(last, "train") && plen >= 14 && !strcmp(prog + plen - 14, "selfsup-decode")) {
-        /* A resumed run reads the data from where its checkpoint stopped. */
-        char epochs[32], first[32], iter[32];
-        snprintf(epochs, sizeof epochs, "%lld", (long long)cfg_int(config, "OPTIMIZER.num_epochs") - opt->resume_epoch);
-        snprintf(first, sizeof first, "%ld", opt->resume_epoch);
-        snprintf(iter, sizeof iter, "%ld", opt->resume_batch);
-        stage_add_args(&t->stages[t->n_stages - 1], "--epochs", epochs);
-        if (opt->resume_epoch || opt->resume_batch) {
-            stage_add_args(&t->stages[t->n_stages - 1], "--epoch", first);
-            stage_add_args(&t->stages[t->n_stages - 1], "--start-iter", iter);
-        }
-    }
-    for (int i = 0; ok && i < workers; i++)
-        ok = add_stage(t, config, "augment", i, opt->node_rank, 1, decoded, augmented, opt, err);
-    /* Our decode feeding our augment, with the same config: decode only what the crops read
-     * (selfsup-decode --crop; the same pixels come out). */
-    const char *aug = ok ? t->stages[t->n_stages - 1].argv[0] : "";
-    size_t alen = strlen(aug);
-    if (ok && plen >= 14 && !strcmp(prog + plen - 14, "selfsup-decode") && alen >= 15 &&
-        !strcmp(aug + alen - 15, "selfsup-augment"))
-        stage_add_args(&t->stages[0], "--crop", NULL);
-    ok = ok && add_stage(t, config, "collate", 0, opt->node_rank, 1, augmented, batches, opt, err);
+    /* Training reads OPTIMIZER.num_epochs epochs (TEST_ONLY: as many test epochs) from where
+     * a resumed run stopped; feature extraction reads the data once. */
+    chain main_chain = {.split = training && plan.test_only ? "test" : "train", .prefix = "", .workers = workers,
+                        .epochs = training ? (long)plan.num_epochs - opt->resume_epoch : -1,
+                        .first_epoch = opt->resume_epoch, .first_batch = opt->resume_batch};
+    int batches, test_batches = -1;
+    bool ok = add_chain(t, config, &main_chain, opt, &batches, err);
+    int first_trainer = t->n_stages;
     for (int i = 0; ok && i < procs; i++)
         ok = add_stage(t, config, last, i, opt->node_rank * procs + i, world, batches, -1, opt, err);
+    /* TEST_MODEL: a second chain makes the DATA.TEST batches of the test phases still to come
+     * (phases.h), and our trainer reads them from --test-in. */
+    long tests = ok && training && !plan.test_only ? (long)phase_plan_tests_from(&plan, opt->resume_tests_from) : 0;
+    if (ok && tests > 0 && runs(t, first_trainer, "selfsup-train")) {
+        chain test_chain = {.split = "test", .prefix = "test_", .index = 1, .workers = workers, .epochs = tests};
+        ok = add_chain(t, config, &test_chain, opt, &test_batches, err);
+        for (int i = 0; ok && i < procs; i++) {
+            char *uri = xasprintf("shm:%s", t->rings[test_batches].name);
+            stage_add_args(&t->stages[first_trainer + i], "--test-in", uri);
+            free(uri);
+        }
+    }
     if (!ok)
         topology_free(t);
     return ok;

@@ -3,6 +3,9 @@
  *
  *   train:            decode → ring "decoded" → augment × W → ring "augmented" → collate
  *                     → ring "batches" → train × P
+ *                     and with TEST_MODEL the same chain for DATA.TEST (rings "test_decoded",
+ *                     "test_augmented", "test_batches"), read by the trainers' --test-in;
+ *                     TEST_ONLY: the one chain is DATA.TEST's
  *   extract_features: the same with extract × P in place of train
  *
  * W is DATA.NUM_DATALOADER_WORKERS (at least 1); P is DISTRIBUTED.NUM_PROC_PER_NODE, the
@@ -46,6 +49,7 @@ typedef struct {
     const char *bin_dir;      /* where selfsup-NAME binaries are (the selfsup binary's dir) */
     long resume_epoch;        /* training resumes here (CHECKPOINT.AUTO_RESUME): the decode */
     long resume_batch;        /* stage starts at this epoch and batch; 0, 0 from the start */
+    long resume_tests_from;   /* the test phases after this epoch and later are still to run */
 } topo_options;
 
 /* Build the topology. Returns false with err filled (a stage command that does not exist,

@@ -419,21 +419,22 @@ static void transport_failed(stage *s, const transport *t)
     fail(s, tp_error(t));
 }
 
-int stage_read(stage *s, rec_view *view)
+/* The next record of input transport `in`, in short slices that keep the control plane served. */
+static int read_from(stage *s, transport *in, rec_view *view)
 {
     double t0 = now_seconds();
     for (;;) {
         stage_poll(s);
         if (stage_stopping(s))
             return STAGE_END;
-        tp_status st = tp_read(s->in, view, POLL_SLICE_MS);
+        tp_status st = tp_read(in, view, POLL_SLICE_MS);
         if (st == TP_TIMEOUT)
             continue;
         s->blocked_in_s += now_seconds() - t0;
         if (st == TP_EOS)
             return STAGE_END;
         if (st != TP_OK) {
-            transport_failed(s, s->in);
+            transport_failed(s, in);
             return STAGE_FAILED;
         }
         s->records_in++;
@@ -442,7 +443,41 @@ int stage_read(stage *s, rec_view *view)
     }
 }
 
+int stage_read(stage *s, rec_view *view) { return read_from(s, s->in, view); }
+
 void stage_read_done(stage *s) { tp_read_done(s->in); }
+
+struct stage_input {
+    stage *s;
+    transport *t;
+};
+
+stage_input *stage_open_input(stage *s, const char *uri)
+{
+    char *err = NULL;
+    transport *t = tp_open(uri, TP_IN, &s->tp, &err);
+    if (!t) {
+        log_error("%s", err ? err : uri);
+        free(err);
+        return NULL;
+    }
+    stage_input *in = xmalloc(sizeof *in);
+    *in = (stage_input){.s = s, .t = t};
+    return in;
+}
+
+int stage_input_read(stage_input *in, rec_view *view) { return read_from(in->s, in->t, view); }
+
+void stage_input_read_done(stage_input *in) { tp_read_done(in->t); }
+
+void stage_input_close(stage_input *in)
+{
+    if (!in)
+        return;
+    tp_read_done(in->t);
+    tp_close(in->t);
+    free(in);
+}
 
 rec_writer *stage_record_begin(stage *s, rec_kind kind, uint64_t seq, uint32_t epoch, uint32_t max_tensors)
 {

@@ -67,6 +67,15 @@ enum { STAGE_FAILED = -1, STAGE_END = 0, STAGE_RECORD = 1 };
 int stage_read(stage *s, rec_view *view);
 void stage_read_done(stage *s);
 
+/* A second input, which the stage opens itself (the trainer's test batches: --test-in).
+ * Read like the main one, heartbeats, control commands and stops included. NULL when the
+ * URI cannot be opened (logged). */
+typedef struct stage_input stage_input;
+stage_input *stage_open_input(stage *s, const char *uri);
+int stage_input_read(stage_input *in, rec_view *view);
+void stage_input_read_done(stage_input *in);
+void stage_input_close(stage_input *in);
+
 /* Start an output record in place (in the ring slot itself for shm:). NULL when the stage
  * should end: a stop was asked for, the readers are gone (stage_failed() false) or the
  * output broke (stage_failed() true, logged). */

@@ -1,7 +1,7 @@
 /*
  * selfsup-train — VISSL's training loop: batches in, a trained model out.
  *
- *   selfsup-train -c CONFIG [--threads N] [--steps-per-epoch N] [--in URI] [overrides]
+ *   selfsup-train -c CONFIG [--threads N] [--steps-per-epoch N] [--in URI] [--test-in URI] [overrides]
  *   selfsup-decode -c CONFIG --epochs E | selfsup-augment -c CONFIG | selfsup-collate -c CONFIG \
  *       | selfsup-train -c CONFIG
  *
@@ -14,6 +14,12 @@
  * With CHECKPOINT.AUTO_RESUME and a checkpoint there, training goes on exactly where it stopped
  * (batches it had already trained are skipped if they come again).
  *
+ * Test phases (TEST_MODEL, TEST_EVERY_NUM_EPOCH): the DATA.TEST batches come from a second
+ * input, --test-in (selfsup run wires a decode → augment → collate chain of DATA.TEST to it);
+ * after the epochs VISSL tests, the model runs in eval mode over one test epoch and
+ * metrics.json gets its test_accuracy_list_meter line. Without --test-in the test phases are
+ * skipped with a warning. TEST_ONLY: the --in batches are all test batches (no training).
+ *
  * The config is checked before the first batch is read: the model, the loss, the optimizer,
  * the schedules and the dataset's length (for the schedules' `where`) must all build, or the
  * stage exits 2 naming the key. A non-finite loss stops the run (exit 1) naming the iteration.
@@ -22,6 +28,9 @@
  *   --threads N          compute threads (default: every core)
  *   --steps-per-epoch N  batches per epoch, when the dataset is not readable here (default:
  *                        counted from DATA.TRAIN, as the decode stage will read it)
+ *   --test-in URI        where the test phases' batches come from (shm:NAME, -, file:PATH,
+ *                        tcp://…)
+ *   --test-steps N       batches per test phase (default: counted from DATA.TEST)
  */
 #include "log.h"
 #include "stage.h"
@@ -34,14 +43,23 @@
 
 typedef struct {
     trainer_options opt;
+    const char *test_uri;
+    trainer_test_input test_cb;
+    stage *s;
+    stage_input *test_in;
     trainer *t;
 } train_stage;
 
 static int option(void *state, int argc, char **argv)
 {
     train_stage *ts = state;
-    bool threads = !strcmp(argv[0], "--threads"), steps = !strcmp(argv[0], "--steps-per-epoch");
-    if ((!threads && !steps) || argc < 2)
+    if (!strcmp(argv[0], "--test-in") && argc > 1) {
+        ts->test_uri = argv[1];
+        return 2;
+    }
+    bool threads = !strcmp(argv[0], "--threads"), steps = !strcmp(argv[0], "--steps-per-epoch"),
+         test_steps = !strcmp(argv[0], "--test-steps");
+    if ((!threads && !steps && !test_steps) || argc < 2)
         return 0;
     char *end;
     long v = strtol(argv[1], &end, 10);
@@ -51,16 +69,38 @@ static int option(void *state, int argc, char **argv)
     }
     if (threads)
         ts->opt.threads = (int)v;
-    else
+    else if (steps)
         ts->opt.steps_per_epoch = v;
+    else
+        ts->opt.test_steps = v;
     return 2;
 }
+
+/* The test input for the trainer: a record, 0 on a stop, -1 on a failure or an early end. */
+static int read_test(void *ctx, rec_view *v)
+{
+    train_stage *ts = ctx;
+    int st = stage_input_read(ts->test_in, v);
+    if (st == STAGE_RECORD)
+        return 1;
+    if (st == STAGE_END && stage_stopping(ts->s))
+        return 0;
+    if (st == STAGE_END)
+        log_error("the test input %s ended before the test phase did", ts->test_uri);
+    return -1;
+}
+
+static void test_done(void *ctx) { stage_input_read_done(((train_stage *)ctx)->test_in); }
 
 static int prepare(stage *s, void *state)
 {
     train_stage *ts = state;
     ts->opt.rank = stage_rank(s);
     ts->opt.world_size = stage_world_size(s);
+    if (ts->test_uri) { /* opened in run(), before the first batch */
+        ts->test_cb = (trainer_test_input){.read = read_test, .done = test_done, .ctx = ts};
+        ts->opt.test_input = &ts->test_cb;
+    }
     cfg_err err;
     if (!(ts->t = trainer_new(stage_config(s), &ts->opt, &err))) {
         log_error("%s", err.msg);
@@ -69,9 +109,13 @@ static int prepare(stage *s, void *state)
     return 0;
 }
 
+
 static int run(stage *s, void *state)
 {
     train_stage *ts = state;
+    ts->s = s;
+    if (ts->test_uri && !(ts->test_in = stage_open_input(s, ts->test_uri)))
+        return EXIT_RUNTIME;
     rec_view v;
     int st;
     char *err = NULL;
@@ -106,10 +150,13 @@ int main(int argc, char **argv)
         .option = option,
         .prepare = prepare,
         .options = "  --threads N          compute threads (default: every core)\n"
-                   "  --steps-per-epoch N  batches per epoch (default: counted from DATA.TRAIN)\n",
+                   "  --steps-per-epoch N  batches per epoch (default: counted from DATA.TRAIN)\n"
+                   "  --test-in URI        the test phases' batches (TEST_MODEL)\n"
+                   "  --test-steps N       batches per test phase (default: counted from DATA.TEST)\n",
     };
     train_stage ts = {0};
     int status = stage_main(argc, argv, &info, &ts, run);
+    stage_input_close(ts.test_in);
     trainer_free(ts.t);
     return status;
 }

@@ -21,6 +21,7 @@ struct optim {
     const eng_entry *entries;
     int n;
     optim_group *group;
+    int64_t *skip;      /* TEMP_FROZEN_PARAMS_ITER_MAP: steps entry i sits out (until − 1), or 0 */
     void *state[2];     /* SGD: momentum buffers; Adam: exp_avg, exp_avg_sq */
     size_t state_bytes;
     int64_t steps;
@@ -66,6 +67,32 @@ static bool read_non_trainable(const cfg_node *config, optim_options *o, cfg_err
     return true;
 }
 
+static bool read_temp_frozen(const cfg_node *config, optim_options *o, cfg_err *err)
+{
+    const char *key = "config.MODEL.TEMP_FROZEN_PARAMS_ITER_MAP";
+    const cfg_node *l = cfg_get(config, key + strlen("config."));
+    if (!l || l->kind == CFG_NULL)
+        return true;
+    if (l->kind != CFG_LIST || l->len > OPTIM_MAX_TEMP_FROZEN) {
+        cfg_fail(err, l, key, "must be a list of at most %d [parameter name, iteration] pairs", OPTIM_MAX_TEMP_FROZEN);
+        return false;
+    }
+    for (size_t i = 0; i < l->len; i++) {
+        const cfg_node *pair = l->items[i];
+        if (pair->kind != CFG_LIST || pair->len != 2 || pair->items[0]->kind != CFG_STR ||
+            pair->items[1]->kind != CFG_INT) {
+            cfg_fail(err, pair, key, "must be a list of [parameter name, iteration] pairs");
+            return false;
+        }
+        const char *name = pair->items[0]->s;
+        /* VISSL names them as DDP's wrapped model does: module.heads.0… */
+        o->temp_frozen[i].name = !strncmp(name, "module.", 7) ? name + 7 : name;
+        o->temp_frozen[i].until = pair->items[1]->i;
+    }
+    o->n_temp_frozen = (int)l->len;
+    return true;
+}
+
 bool optim_options_from_config(const cfg_node *config, optim_options *out, cfg_err *err)
 {
     optim_options o = optim_defaults();
@@ -98,7 +125,7 @@ bool optim_options_from_config(const cfg_node *config, optim_options *out, cfg_e
                  "LARC wraps SGD only (VISSL's LARC is Apex's, for SGD)");
         return false;
     }
-    if (!read_betas(config, &o, err) || !read_non_trainable(config, &o, err))
+    if (!read_betas(config, &o, err) || !read_non_trainable(config, &o, err) || !read_temp_frozen(config, &o, err))
         return false;
     *out = o;
     return true;
@@ -166,10 +193,23 @@ optim *optim_new(eng_backend *be, const eng_entry *entries, int n, const eng_ten
     opt->entries = entries;
     opt->n = n;
     opt->group = xcalloc((size_t)n, sizeof *opt->group);
+    opt->skip = xcalloc((size_t)n, sizeof *opt->skip);
     for (int i = 0; i < n; i++) {
         bool update = entries[i].kind == ENG_PARAM && (!trainable || trainable[i]) &&
                       !is_non_trainable(o, entries[i].name);
         opt->group[i] = update ? group_of(entries, n, i, o) : OPTIM_NOT_UPDATED;
+    }
+    for (int k = 0; k < o->n_temp_frozen; k++) {
+        int i = 0;
+        while (i < n && (entries[i].kind != ENG_PARAM || strcmp(entries[i].name, o->temp_frozen[k].name)))
+            i++;
+        if (i == n) {
+            report_failure(err, "MODEL.TEMP_FROZEN_PARAMS_ITER_MAP: the model has no parameter named %s",
+                           o->temp_frozen[k].name);
+            optim_free(be, opt);
+            return NULL;
+        }
+        opt->skip[i] = o->temp_frozen[k].until > 1 ? o->temp_frozen[k].until - 1 : 0;
     }
     opt->state_bytes = params->offset + eng_bytes(be, &params->shape);
     int nstate = o->name == OPTIM_SGD ? (o->momentum != 0.0 ? 1 : 0) : 2;
@@ -189,6 +229,7 @@ void optim_free(eng_backend *be, optim *opt)
         if (opt->state[k])
             eng_free(be, opt->state[k]);
     free(opt->group);
+    free(opt->skip);
     free(opt);
 }
 
@@ -262,7 +303,7 @@ static void sgd_entry(eng_backend *be, optim *opt, int i, double lr)
     const optim_options *o = &opt->o;
     const eng_entry *e = &opt->entries[i];
     eng_sgd_args a = {.lr = (float)lr, .weight_decay = (float)group_wd(o, opt->group[i]), .momentum = (float)o->momentum,
-                      .grad_scale = 1.0f, .nesterov = o->nesterov, .first = opt->steps == 0};
+                      .grad_scale = 1.0f, .nesterov = o->nesterov, .first = opt->steps == opt->skip[i]};
     if (o->use_larc)
         larc(be, o, e, lr, &a.weight_decay, &a.grad_scale);
     eng_tensor buf = opt->state[0] ? state_view(opt, 0, i) : (eng_tensor){0};
@@ -274,7 +315,7 @@ static void adam_entry(eng_backend *be, optim *opt, int i, double lr)
     const optim_options *o = &opt->o;
     eng_adam_args a = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                        .weight_decay = group_wd(o, opt->group[i]), .decoupled = o->name == OPTIM_ADAMW,
-                       .step = opt->steps + 1};
+                       .step = opt->steps + 1 - opt->skip[i]};
     eng_tensor m = state_view(opt, 0, i), v = state_view(opt, 1, i);
     eng_adam_step(be, &a, &opt->entries[i].value, &opt->entries[i].grad, &m, &v);
 }
@@ -282,7 +323,7 @@ static void adam_entry(eng_backend *be, optim *opt, int i, double lr)
 void optim_step(eng_backend *be, optim *opt, double lr, double lr_head)
 {
     for (int i = 0; i < opt->n; i++) {
-        if (opt->group[i] == OPTIM_NOT_UPDATED)
+        if (opt->group[i] == OPTIM_NOT_UPDATED || opt->steps < opt->skip[i]) /* iteration < until */
             continue;
         double r = group_lr(opt->group[i], lr, lr_head);
         if (opt->o.name == OPTIM_SGD)

@@ -15,7 +15,8 @@
  * 0.1.5's quirk: both branches append it to the regularised list); BatchNorm weights with
  * regularize_bn, BatchNorm biases with regularize_bn and regularize_bias. A module is a
  * BatchNorm when it has a running_mean, a Conv/Linear when its weight has 2 or more
- * dimensions. MODEL.NON_TRAINABLE_PARAMS (exact names) and frozen parts are not updated.
+ * dimensions. MODEL.NON_TRAINABLE_PARAMS (exact names) and frozen parts are not updated;
+ * MODEL.TEMP_FROZEN_PARAMS_ITER_MAP holds parameters out of the first steps.
  *
  * The update is torch.optim's (optim/cpu: eng_sgd_step, eng_adam_step), one pass per
  * parameter tensor over the model's flat buffer; the state (momentum buffers, or Adam's two
@@ -47,6 +48,7 @@ typedef enum {
 } optim_group;
 
 #define OPTIM_MAX_NON_TRAINABLE 64
+#define OPTIM_MAX_TEMP_FROZEN 64
 
 typedef struct {
     optim_name name;
@@ -59,6 +61,14 @@ typedef struct {
     double head_weight_decay; /* already resolved: use_different_wd ? its value : weight_decay */
     const char *non_trainable[OPTIM_MAX_NON_TRAINABLE];
     int n_non_trainable;
+    /* MODEL.TEMP_FROZEN_PARAMS_ITER_MAP: parameter `name` sits out every step whose iteration
+     * (1 for the first step) is below `until` (VISSL's FreezeParametersHook sets its grad to
+     * None: no update, no momentum, no decay, and Adam's step count waits too). */
+    struct {
+        const char *name;
+        int64_t until;
+    } temp_frozen[OPTIM_MAX_TEMP_FROZEN];
+    int n_temp_frozen;
 } optim_options;
 
 /* VISSL's defaults: sgd, weight decay 1e-4, momentum 0.9, no LARC (clip off, eps 1e-8, trust
@@ -74,14 +84,16 @@ typedef struct optim optim;
 
 /* An optimizer over `entries` (a model's, whose parameters all live in the allocation
  * `params` views). trainable[i] false (or NULL for all true) leaves entry i alone. NULL with
- * *err when the entries do not share one parameter allocation. */
+ * *err when the entries do not share one parameter allocation, or a TEMP_FROZEN_PARAMS_ITER_MAP
+ * name is not one of them. */
 optim *optim_new(eng_backend *be, const eng_entry *entries, int n, const eng_tensor *params, const bool *trainable,
                  const optim_options *o, char **err);
 void optim_free(eng_backend *be, optim *opt);
 
 /* The group of entry i. */
 optim_group optim_group_of(const optim *opt, int i);
-/* One update from the gradients in the entries' grad tensors, with the scheduled rates. */
+/* One update from the gradients in the entries' grad tensors, with the scheduled rates: the
+ * step of iteration optim_step_count() + 1. */
 void optim_step(eng_backend *be, optim *opt, double lr, double lr_head);
 /* Updates made so far (Adam's t; a checkpoint keeps it), and setting it on resume. */
 int64_t optim_step_count(const optim *opt);

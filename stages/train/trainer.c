@@ -20,6 +20,7 @@
 #include "train/loss.h"
 #include "train/meter.h"
 #include "train/optim.h"
+#include "train/phases.h"
 #include "util.h"
 #include "weights.h"
 
@@ -37,16 +38,41 @@
 #define MAX_INPUTS MODEL_MAX_INPUTS
 #define MAX_OUTPUTS 16 /* model outputs a loss takes (loss.c's LOSS_MAX_OUTPUTS) */
 
+/* A loss built for the model's outputs on one list of input shapes (train and test batches
+ * may differ: each phase kind keeps its own). */
+typedef struct {
+    loss *ls;
+    int ninputs;
+    eng_shape in_shape[MAX_INPUTS];
+} loss_slot;
+
+/* The test phase being run: its loss and meter sums. */
+typedef struct {
+    int64_t epoch;          /* the train phase it follows (TEST_ONLY: its own number) */
+    int64_t batches;
+    double loss_sum;
+    bool open;              /* TEST_ONLY: a phase has started and not yet ended */
+} test_run;
+
 struct trainer {
     const cfg_node *config;
     eng_backend *be;
     model *m;
     loss_options lo;
-    loss *ls;
+    loss_slot train_loss, test_loss;
     optim_options oo;
     optim *opt;
     acc_meter meter;
     bool meter_on;          /* METERS.name accuracy_list_meter with enable_training_meter */
+    acc_meter test_meter;   /* the same meter in test phases (on whenever METERS.name is) */
+    bool test_meter_on;
+    phase_plan plan;        /* which epochs a test phase follows (phases.h) */
+    int64_t test_steps;     /* batches of a test phase (DATA.TEST); 0 without TEST_MODEL */
+    trainer_test_input test_in;
+    bool test_in_set, test_interrupted;
+    int64_t pending_test;   /* a resumed run owes the test phase after this epoch first; -1 */
+    test_run test;
+    int64_t checkpointed_batches; /* batches_done at the last checkpoint */
     sched lr, lr_head;
     int64_t num_epochs, steps_per_epoch, log_frequency, checkpoint_frequency, checkpoint_iter_frequency;
     int64_t batch_size;     /* DATA.TRAIN.BATCHSIZE_PER_REPLICA (images per step, for images/s) */
@@ -58,13 +84,10 @@ struct trainer {
     bool in_phase;
     int64_t resume_epoch, resume_batch; /* batches before this one were trained before a resume */
     bool skip_logged;
-    /* the planned batch */
-    int ninputs;
-    eng_shape in_shape[MAX_INPUTS];
     float *host;            /* one input as float32 N × 3 × H × W */
     size_t host_floats;
     /* logging */
-    double last_loss, t_start, t_last_log;
+    double last_loss, last_test_loss, t_start, t_last_log;
     double t_step_end, wait, wait_last_log; /* seconds between steps: waiting for batches */
     int64_t it_last_log;
     char *dir;              /* CHECKPOINT.DIR */
@@ -74,26 +97,33 @@ struct trainer {
 
 /* ---- building ---------------------------------------------------------------------------- */
 
-/* Batches per epoch for this rank: the DATA.TRAIN dataset through VISSL's sampler. */
-static bool count_steps(const cfg_node *config, const trainer_options *o, int64_t *out, cfg_err *err)
+/* Batches per epoch for this rank: the DATA.<split> dataset ("TRAIN", "TEST") through
+ * VISSL's sampler. */
+static bool count_steps(const cfg_node *config, const char *split, const trainer_options *o, int64_t *out,
+                        cfg_err *err)
 {
+    char key[64], path[80];
+    snprintf(key, sizeof key, "DATA.%s", split);
+    snprintf(path, sizeof path, "config.DATA.%s", split);
     decode_dataset ds;
     char *why = NULL;
-    if (decode_dataset_load(&ds, config, "TRAIN", NULL, &why) != 0) {
-        cfg_fail(err, cfg_get(config, "DATA.TRAIN"), "config.DATA.TRAIN", "%s", why ? why : "cannot load");
+    if (decode_dataset_load(&ds, config, split, NULL, &why) != 0) {
+        cfg_fail(err, cfg_get(config, key), path, "%s", why ? why : "cannot load");
         free(why);
         return false;
     }
-    decode_sampler s = {.kind = cfg_bool(config, "DATA.TRAIN.USE_STATEFUL_DISTRIBUTED_SAMPLER")
-                                    ? DECODE_SAMPLER_STATEFUL
-                                    : DECODE_SAMPLER_DISTRIBUTED,
+    const cfg_node *data = cfg_get(config, key);
+    decode_sampler s = {.kind = cfg_bool(data, "USE_STATEFUL_DISTRIBUTED_SAMPLER") ? DECODE_SAMPLER_STATEFUL
+                                                                                   : DECODE_SAMPLER_DISTRIBUTED,
                         .dataset_len = ds.length, .rank = o->rank, .world_size = o->world_size};
-    int64_t n = (int64_t)decode_sampler_len(&s), b = cfg_int(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA");
+    int64_t n = (int64_t)decode_sampler_len(&s), b = cfg_int(data, "BATCHSIZE_PER_REPLICA");
     decode_dataset_free(&ds);
-    *out = cfg_bool(config, "DATA.TRAIN.DROP_LAST") ? n / b : (n + b - 1) / b;
-    if (*out < 1)
-        cfg_fail(err, cfg_get(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA"), "config.DATA.TRAIN.BATCHSIZE_PER_REPLICA",
-                 "%lld images per rank make no batch of %lld", (long long)n, (long long)b);
+    *out = b < 1 ? 0 : cfg_bool(data, "DROP_LAST") ? n / b : (n + b - 1) / b;
+    if (*out < 1) {
+        snprintf(path, sizeof path, "config.DATA.%s.BATCHSIZE_PER_REPLICA", split);
+        cfg_fail(err, cfg_get(data, "BATCHSIZE_PER_REPLICA"), path, "%lld images per rank make no batch of %lld",
+                 (long long)n, (long long)b);
+    }
     return *out >= 1;
 }
 
@@ -146,7 +176,7 @@ static bool prepare_dir(trainer *t, cfg_err *err)
         free(why);
         return false;
     }
-    if (!cfg_bool(t->config, "CHECKPOINT.OVERWRITE_EXISTING")) {
+    if (!t->plan.test_only && !cfg_bool(t->config, "CHECKPOINT.OVERWRITE_EXISTING")) {
         cfg_fail(err, cfg_get(t->config, "CHECKPOINT.OVERWRITE_EXISTING"), "config.CHECKPOINT.OVERWRITE_EXISTING",
                  "%s already holds a checkpoint: set AUTO_RESUME=True to resume from it, or OVERWRITE_EXISTING=True "
                  "to start over",
@@ -212,6 +242,8 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     t->checkpoint_frequency = cfg_int(config, "CHECKPOINT.CHECKPOINT_FREQUENCY");
     t->checkpoint_iter_frequency = cfg_int(config, "CHECKPOINT.CHECKPOINT_ITER_FREQUENCY");
     t->phase = -1;
+    t->pending_test = -1;
+    t->plan = phase_plan_from_config(config);
     sched_init(&t->lr, SCHED_CONSTANT);
     sched_init(&t->lr_head, SCHED_CONSTANT);
     bool ok = check_supported(config, err) && optim_options_from_config(config, &t->oo, err) &&
@@ -220,15 +252,33 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
                                    "config.OPTIMIZER.param_schedulers.lr", t->num_epochs, &t->lr, err);
     ok = ok && cfg_build_scheduler(cfg_get(config, "OPTIMIZER.param_schedulers.lr_head"),
                                    "config.OPTIMIZER.param_schedulers.lr_head", t->num_epochs, &t->lr_head, err);
+    t->test_meter = t->meter;
+    t->test_meter_on = *cfg_str(config, "METERS.name") != '\0';
     t->steps_per_epoch = o->steps_per_epoch;
-    ok = ok && (t->steps_per_epoch > 0 || count_steps(config, o, &t->steps_per_epoch, err));
+    if (t->plan.test_only) /* nothing trains: the schedules' `where` is never read */
+        t->steps_per_epoch = t->steps_per_epoch > 0 ? t->steps_per_epoch : 1;
+    ok = ok && (t->steps_per_epoch > 0 || count_steps(config, "TRAIN", o, &t->steps_per_epoch, err));
+    if (o->test_input) {
+        t->test_in = *o->test_input;
+        t->test_in_set = true;
+    }
+    if (t->plan.test_model && !t->plan.test_only && t->test_in_set)
+        ok = ok && (o->test_steps > 0 ? (t->test_steps = o->test_steps) > 0
+                                      : count_steps(config, "TEST", o, &t->test_steps, err));
     ok = ok && build_model(t, o, err) && build_optimizer(t, err) && prepare_dir(t, err);
     if (!ok) {
         trainer_free(t);
         return NULL;
     }
-    if (cfg_bool(config, "TEST_MODEL"))
-        log_warn("TEST_MODEL: this trainer does not run test phases yet; it trains only");
+    if (t->plan.test_only)
+        log_info("TEST_ONLY: %lld test phases of the model in eval mode, no training", (long long)t->num_epochs);
+    else if (t->plan.test_model && !t->test_in_set) {
+        log_warn("TEST_MODEL is on but this trainer has no test input (--test-in URI; selfsup run wires one): the "
+                 "test phases are skipped");
+        t->plan.test_model = false; /* and the phases are numbered as the ones that run */
+    } else if (t->plan.test_model)
+        log_info("TEST_MODEL: a test phase of %lld batches after epochs 0, %lld, … and the last (TEST_EVERY_NUM_EPOCH "
+                 "%lld)", (long long)t->test_steps, (long long)t->plan.test_every, (long long)t->plan.test_every);
     log_info("training %lld epochs of %lld batches; %lld parameters; loss %s; optimizer %s%s", (long long)t->num_epochs,
              (long long)t->steps_per_epoch, (long long)model_param_count(t->m), loss_display_name(t->lo.name),
              t->oo.name == OPTIM_SGD ? "sgd" : t->oo.name == OPTIM_ADAM ? "adam" : "adamw", t->oo.use_larc ? " + LARC" : "");
@@ -240,7 +290,8 @@ void trainer_free(trainer *t)
 {
     if (!t)
         return;
-    loss_free(t->be, t->ls);
+    loss_free(t->be, t->train_loss.ls);
+    loss_free(t->be, t->test_loss.ls);
     optim_free(t->be, t->opt);
     if (t->m)
         model_free(t->be, t->m);
@@ -258,6 +309,7 @@ int64_t trainer_iteration(const trainer *t) { return t->iteration; }
 model *trainer_model(trainer *t) { return t->m; }
 eng_backend *trainer_backend(trainer *t) { return t->be; }
 double trainer_last_loss(const trainer *t) { return t->last_loss; }
+double trainer_last_test_loss(const trainer *t) { return t->last_test_loss; }
 int64_t trainer_steps_per_epoch(const trainer *t) { return t->steps_per_epoch; }
 
 /* ---- the batch --------------------------------------------------------------------------- */
@@ -295,27 +347,28 @@ static int input_shape(const rec_view *v, int i, eng_shape *out, char **err)
     return 0;
 }
 
-/* Plan the model (and the loss, for the model's outputs) for these input shapes, once. */
-static int plan(trainer *t, const eng_shape *shapes, int n, char **err)
+/* Plan the model for these input shapes (nothing when they are the last planned ones), and
+ * the slot's loss for the model's outputs on them (once per shape list). */
+static int plan(trainer *t, const eng_shape *shapes, int n, loss_slot *slot, char **err)
 {
-    bool same = t->ls && n == t->ninputs;
-    for (int k = 0; same && k < n; k++)
-        same = eng_shape_equal(&shapes[k], &t->in_shape[k]);
-    if (same)
-        return 0;
     if (model_plan(t->be, t->m, shapes, n, err) != 0)
         return -1;
+    bool same = slot->ls && n == slot->ninputs;
+    for (int k = 0; same && k < n; k++)
+        same = eng_shape_equal(&shapes[k], &slot->in_shape[k]);
+    if (same)
+        return 0;
     eng_shape outs[MAX_OUTPUTS];
     int nout = model_output_count(t->m);
     if (nout > MAX_OUTPUTS)
         return report_failure(err, "the model has %d outputs (at most %d)", nout, MAX_OUTPUTS);
     for (int k = 0; k < nout; k++)
         outs[k] = model_output(t->m, k)->shape;
-    loss_free(t->be, t->ls);
-    if (!(t->ls = loss_new(t->be, &t->lo, outs, nout, err)))
+    loss_free(t->be, slot->ls);
+    if (!(slot->ls = loss_new(t->be, &t->lo, outs, nout, err)))
         return -1;
-    t->ninputs = n;
-    memcpy(t->in_shape, shapes, (size_t)n * sizeof *shapes);
+    slot->ninputs = n;
+    memcpy(slot->in_shape, shapes, (size_t)n * sizeof *shapes);
     return 0;
 }
 
@@ -347,7 +400,7 @@ static int to_float(trainer *t, const rec_view *v, int i, const eng_shape *s, ch
     return 0;
 }
 
-static int load_inputs(trainer *t, const rec_view *v, char **err)
+static int load_inputs(trainer *t, const rec_view *v, loss_slot *slot, char **err)
 {
     int idx[MAX_INPUTS];
     eng_shape shapes[MAX_INPUTS];
@@ -357,7 +410,7 @@ static int load_inputs(trainer *t, const rec_view *v, char **err)
     for (int k = 0; k < n; k++)
         if (input_shape(v, idx[k], &shapes[k], err) != 0)
             return -1;
-    if (plan(t, shapes, n, err) != 0)
+    if (plan(t, shapes, n, slot, err) != 0)
         return -1;
     for (int k = 0; k < n; k++) {
         if (to_float(t, v, idx[k], &shapes[k], err) != 0)
@@ -460,6 +513,8 @@ static int save_checkpoint(trainer *t, const char *file, const char *kind, int64
                      .next_epoch = next_epoch, .next_batch = next_batch, .num_epochs = t->num_epochs};
     int rc = ckpt_save(t->be, t->dir, file, all, n, &cs, err);
     if (rc == 0)
+        t->checkpointed_batches = t->batches_done;
+    if (rc == 0)
         log_info("checkpoint: %s/%s (%s, phase %lld, iteration %lld)", t->dir, file, kind, (long long)t->phase,
                  (long long)t->iteration);
     free(all);
@@ -483,43 +538,142 @@ static int load_state(trainer *t, ckpt_state *cs, char **err)
     t->resume_batch = cs->next_batch;
     optim_set_step_count(t->opt, cs->batches_done);
     model_set_train_step(t->m, (uint64_t)cs->iteration);
+    t->checkpointed_batches = t->batches_done;
     if (!strcmp(cs->kind, "iteration") && cs->phase >= 0) { /* stopped inside an epoch: it goes on */
         t->phase = cs->phase;
         t->in_phase = true;
         t->phase_batches = cs->next_batch;
     }
-    log_info("resumed from %s/checkpoint.torch (%s): iteration %lld, training on from epoch %lld, batch %lld%s",
-             t->dir, cs->kind, (long long)cs->iteration, (long long)cs->next_epoch, (long long)cs->next_batch,
-             cs->next_epoch >= t->num_epochs ? " (the run is already complete)" : "");
+    /* VISSL resumes a phase checkpoint at the phase after it: the test phase, if one follows */
+    if (!strcmp(cs->kind, "phase") && phase_plan_test_after(&t->plan, cs->phase))
+        t->pending_test = cs->phase;
+    if (t->plan.test_only)
+        log_info("testing the weights of %s/checkpoint.torch (%s, iteration %lld)", t->dir, cs->kind,
+                 (long long)cs->iteration);
+    else
+        log_info("resumed from %s/checkpoint.torch (%s): iteration %lld, training on from epoch %lld, batch %lld%s",
+                 t->dir, cs->kind, (long long)cs->iteration, (long long)cs->next_epoch, (long long)cs->next_batch,
+                 cs->next_epoch >= t->num_epochs ? " (the run is already complete)" : "");
     return 1;
 }
 
-/* VISSL's on_phase_end: the metrics.json line, then a checkpoint every CHECKPOINT_FREQUENCY
- * phases and at the last one. */
-static int phase_end(trainer *t, char **err)
+/* One metrics.json line: {iteration, phase_idx, train_phase_idx} and, when the meter ran,
+ * "<kind>_accuracy_list_meter" (also logged); the meter starts over. */
+static void metrics_line(trainer *t, const char *kind, int64_t phase_idx, int64_t train_phase_idx, acc_meter *m,
+                         bool meter_on)
 {
     FILE *metrics = NULL;
     json_t *line = json_pack("{s:I, s:I, s:I}", "iteration", (json_int_t)t->iteration, "phase_idx",
-                             (json_int_t)t->phase, "train_phase_idx", (json_int_t)t->phase);
-    if (t->meter_on) {
-        json_t *v = meter_value(&t->meter);
+                             (json_int_t)phase_idx, "train_phase_idx", (json_int_t)train_phase_idx);
+    if (meter_on) {
+        json_t *v = meter_value(m);
         char *text = json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(15));
-        log_info("Rank: %d, name: train_accuracy_list_meter, value: %s", t->rank, text);
+        char key[64];
+        snprintf(key, sizeof key, "%s_accuracy_list_meter", kind);
+        log_info("Rank: %d, name: %s, value: %s", t->rank, key, text);
         free(text);
-        json_object_set_new(line, "train_accuracy_list_meter", v);
-        meter_reset(&t->meter);
+        json_object_set_new(line, key, v);
+        meter_reset(m);
     }
     append_json(t, &metrics, "metrics.json", line);
     if (metrics)
         fclose(metrics);
+}
+
+static int run_test_phase(trainer *t, int64_t epoch, char **err);
+
+/* VISSL's on_phase_end of a train phase: the metrics.json line, then a checkpoint when
+ * phase_idx % CHECKPOINT_FREQUENCY == 0 and at the last epoch; then the test phase that
+ * follows it, if one does. */
+static int phase_end(trainer *t, char **err)
+{
+    int64_t phase_idx = phase_plan_train_index(&t->plan, t->phase);
+    metrics_line(t, "train", phase_idx, t->phase, &t->meter, t->meter_on);
     t->in_phase = false;
     bool final = t->phase + 1 >= t->num_epochs;
-    if (!final && (t->checkpoint_frequency <= 0 || (t->phase + 1) % t->checkpoint_frequency != 0))
-        return 0;
-    char file[96];
-    snprintf(file, sizeof file, final ? "model_final_checkpoint_phase%lld.torch" : "model_phase%lld.torch",
-             (long long)t->phase);
-    return save_checkpoint(t, file, final ? "final" : "phase", t->phase + 1, 0, err);
+    if (final || (t->checkpoint_frequency > 0 && phase_idx % t->checkpoint_frequency == 0)) {
+        char file[96];
+        snprintf(file, sizeof file, final ? "model_final_checkpoint_phase%lld.torch" : "model_phase%lld.torch",
+                 (long long)phase_idx);
+        if (save_checkpoint(t, file, final ? "final" : "phase", t->phase + 1, 0, err) != 0)
+            return -1;
+    }
+    return phase_plan_test_after(&t->plan, t->phase) ? run_test_phase(t, t->phase, err) : 0;
+}
+
+/* ---- test phases -------------------------------------------------------------------------- */
+
+/* One test batch: eval-mode forward, the loss (for its mean) and the test meter. */
+static int test_step(trainer *t, const rec_view *batch, char **err)
+{
+    if (load_inputs(t, batch, &t->test_loss, err) != 0)
+        return -1;
+    model_forward(t->be, t->m, false);
+    const eng_tensor *outs[MAX_OUTPUTS];
+    for (int k = 0; k < model_output_count(t->m); k++)
+        outs[k] = model_output(t->m, k);
+    loss_batch lb = batch_labels(batch);
+    double value;
+    if (loss_compute(t->be, t->test_loss.ls, outs, &lb, &value, err) != 0)
+        return -1;
+    if (t->test_meter_on && lb.label && lb.label_cols == 1 && lb.batch == outs[0]->shape.dim[0])
+        meter_update(t->be, &t->test_meter, outs, model_output_count(t->m), lb.label);
+    t->test.loss_sum += value;
+    t->test.batches++;
+    return 0;
+}
+
+static void test_phase_end(trainer *t, int64_t phase_idx, int64_t train_phase_idx)
+{
+    t->last_test_loss = t->test.batches ? t->test.loss_sum / (double)t->test.batches : 0.0;
+    log_info("Rank: %d; test phase %lld: %lld batches, mean loss %.5g", t->rank, (long long)phase_idx,
+             (long long)t->test.batches, t->last_test_loss);
+    metrics_line(t, "test", phase_idx, train_phase_idx, &t->test_meter, t->test_meter_on);
+    t->test = (test_run){0};
+}
+
+/* The test phase after train phase `epoch`: test_steps batches from the test input. A stop
+ * or the end of that input leaves it unfinished (no metrics line); returns 0 then too. */
+static int run_test_phase(trainer *t, int64_t epoch, char **err)
+{
+    t->pending_test = -1;
+    if (!t->test_in_set)
+        return 0; /* said at the start */
+    t->test = (test_run){.epoch = epoch};
+    log_info("Starting phase %lld [test]", (long long)phase_plan_test_index(&t->plan, epoch));
+    for (int64_t b = 0; b < t->test_steps; b++) {
+        rec_view v;
+        int st = t->test_in.read(t->test_in.ctx, &v);
+        if (st < 0)
+            return report_failure(err, "the test input failed after %lld of the %lld batches of the test phase after "
+                                  "epoch %lld", (long long)b, (long long)t->test_steps, (long long)epoch);
+        if (st == 0) { /* a stop: the run ends here, this test phase unfinished */
+            log_info("stopped in the test phase after epoch %lld (%lld of %lld batches)", (long long)epoch,
+                     (long long)b, (long long)t->test_steps);
+            t->test = (test_run){0};
+            meter_reset(&t->test_meter);
+            t->test_interrupted = true;
+            return 0;
+        }
+        int rc = test_step(t, &v, err);
+        t->test_in.done(t->test_in.ctx);
+        if (rc != 0)
+            return -1;
+    }
+    test_phase_end(t, phase_plan_test_index(&t->plan, epoch), epoch);
+    return 0;
+}
+
+/* TEST_ONLY: each batch is a test batch; the record's epoch tells the phases apart. */
+static int test_only_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
+{
+    if (t->test.open && (int64_t)epoch != t->test.epoch)
+        test_phase_end(t, t->test.epoch, -1);
+    if (!t->test.open) {
+        t->test = (test_run){.epoch = epoch, .open = true};
+        log_info("Starting phase %lld [test]", (long long)epoch);
+    }
+    return test_step(t, batch, err);
 }
 
 /* ---- a non-finite loss --------------------------------------------------------------------- */
@@ -609,6 +763,12 @@ int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 
 static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 {
+    if (t->plan.test_only)
+        return test_only_step(t, batch, epoch, err);
+    if (t->test_interrupted) /* a stop came in the test phase: nothing more trains */
+        return 0;
+    if (t->pending_test >= 0 && run_test_phase(t, t->pending_test, err) != 0)
+        return -1;
     int64_t seq = (int64_t)batch->hdr->seq;
     if ((int64_t)epoch < t->resume_epoch || ((int64_t)epoch == t->resume_epoch && seq < t->resume_batch)) {
         if (!t->skip_logged)
@@ -619,15 +779,19 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     }
     if (t->in_phase && (int64_t)epoch != t->phase && phase_end(t, err) != 0)
         return -1;
-    if (!t->in_phase || (int64_t)epoch != t->phase)
+    if (t->test_interrupted)
+        return 0;
+    if (!t->in_phase || (int64_t)epoch != t->phase) {
         t->phase_batches = (int64_t)epoch == t->resume_epoch ? t->resume_batch : 0;
+        log_info("Starting phase %lld [train]", (long long)phase_plan_train_index(&t->plan, epoch));
+    }
     t->phase = epoch;
     t->in_phase = true;
     double where = (double)t->batches_done / (double)(t->num_epochs * t->steps_per_epoch);
     if (where >= 1.0) /* VISSL asserts where < 1 */
         return report_failure(err, "batch %lld is past the %lld epochs of %lld batches this run was planned for",
                               (long long)t->batches_done + 1, (long long)t->num_epochs, (long long)t->steps_per_epoch);
-    if (load_inputs(t, batch, err) != 0)
+    if (load_inputs(t, batch, &t->train_loss, err) != 0)
         return -1;
     model_forward(t->be, t->m, true);
     t->iteration++;
@@ -635,7 +799,7 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     for (int k = 0; k < model_output_count(t->m); k++)
         outs[k] = model_output(t->m, k);
     loss_batch lb = batch_labels(batch);
-    if (loss_compute(t->be, t->ls, outs, &lb, &t->last_loss, err) != 0)
+    if (loss_compute(t->be, t->train_loss.ls, outs, &lb, &t->last_loss, err) != 0)
         return -1;
     if (t->meter_on && lb.label && lb.label_cols == 1 && lb.batch == outs[0]->shape.dim[0])
         meter_update(t->be, &t->meter, outs, model_output_count(t->m), lb.label);
@@ -648,7 +812,7 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     }
     const eng_tensor *dout[MAX_OUTPUTS];
     for (int k = 0; k < model_output_count(t->m); k++)
-        dout[k] = loss_grad(t->ls, k);
+        dout[k] = loss_grad(t->train_loss.ls, k);
     model_zero_grad(t->be, t->m);
     model_backward(t->be, t->m, dout);
     double lr = scheduled(t, &t->lr, where), lr_head = scheduled(t, &t->lr_head, where);
@@ -666,11 +830,23 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 
 int trainer_finish(trainer *t, bool stopped, char **err)
 {
-    if (!t->in_phase)
+    if (t->plan.test_only) {
+        if (t->test.open && !stopped)
+            test_phase_end(t, t->test.epoch, -1);
         return 0;
-    if (!stopped)
-        return phase_end(t, err);
+    }
+    if (!stopped && t->pending_test >= 0 && run_test_phase(t, t->pending_test, err) != 0)
+        return -1;
     char file[96];
     snprintf(file, sizeof file, "model_iteration%lld.torch", (long long)t->iteration);
+    if (!t->in_phase) {
+        /* Stopped between epochs (in a test phase): keep the epoch's training if its phase
+         * checkpoint was not due; a resume reruns that test phase, as VISSL's would. */
+        if (stopped && t->phase >= 0 && t->batches_done > t->checkpointed_batches)
+            return save_checkpoint(t, file, "phase", t->phase + 1, 0, err);
+        return 0;
+    }
+    if (!stopped)
+        return phase_end(t, err);
     return save_checkpoint(t, file, "iteration", t->phase, t->phase_batches, err);
 }

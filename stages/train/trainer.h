@@ -19,8 +19,14 @@
  *             `where` (or at the epoch start for update_interval epoch) → a log line every
  *             LOG_FREQUENCY iterations (VISSL's LogLossLrEtaHook: lr, loss, batch time, ETA),
  *             also appended to CHECKPOINT.DIR/stdout.json.
- * An epoch's end appends a metrics.json line ({iteration, phase_idx, train_phase_idx}, no
- * meters yet) and checkpoints every CHECKPOINT_FREQUENCY epochs and at the last; every
+ * An epoch's end appends a metrics.json line ({iteration, phase_idx, train_phase_idx} and
+ * train_<meter> when the meter runs in training) and checkpoints when phase_idx is a multiple
+ * of CHECKPOINT_FREQUENCY, and at the last epoch (phase_idx counts test phases too, as
+ * VISSL's does: phases.h). With TEST_MODEL, a test phase then follows where phases.h says:
+ * test_steps batches from the test input, the model in eval mode, the loss and the meter
+ * (test_<meter>) but no update, and a metrics.json line of its own. TEST_ONLY: every batch
+ * of the (only) input is a test batch, a phase per epoch, nothing trained or written but
+ * metrics.json. Every
  * CHECKPOINT_ITER_FREQUENCY iterations (when > 0) and a stop mid-epoch checkpoint the iteration (checkpoint.h: model, optimizer state and where training
  * stands, in one atomically written VISSL-named file, checkpoint.torch linking the latest).
  * With AUTO_RESUME and a checkpoint in CHECKPOINT.DIR, trainer_new loads it all back, and the
@@ -37,10 +43,22 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Where a test phase's batches come from (TEST_MODEL): read gives 1 with a batch record
+ * (valid until done), 0 on a stop, -1 on a failure or an input that ended too soon (logged). */
+typedef struct {
+    int (*read)(void *ctx, rec_view *v);
+    void (*done)(void *ctx);
+    void *ctx;
+} trainer_test_input;
+
 typedef struct {
     int rank, world_size;
     int threads;             /* 0: every core */
     int64_t steps_per_epoch; /* 0: from the DATA.TRAIN dataset */
+    /* The test batches' source, or NULL: TEST_MODEL's test phases are then skipped (with a
+     * warning), as in a shell pipeline, which has only the train batches. */
+    const trainer_test_input *test_input;
+    int64_t test_steps;      /* batches per test phase; 0: from the DATA.TEST dataset */
 } trainer_options;
 
 typedef struct trainer trainer;
@@ -63,6 +81,7 @@ int64_t trainer_iteration(const trainer *t);
 struct model *trainer_model(trainer *t);
 struct eng_backend *trainer_backend(trainer *t);
 double trainer_last_loss(const trainer *t);
+double trainer_last_test_loss(const trainer *t); /* the mean batch loss of the last test phase */
 int64_t trainer_steps_per_epoch(const trainer *t);
 
 #endif

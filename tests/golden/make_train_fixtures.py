@@ -20,6 +20,11 @@ Cases:
                epochs [2, 4] (update_interval epoch); five epochs of one batch each
   adamw        as simclr_larc with AdamW (betas 0.9, 0.999; weight decay 0.05; constant LR 0.01)
 
+ce_multistep also has test phases, as VISSL runs them with TEST_MODEL and TEST_EVERY_NUM_EPOCH
+2 over its five epochs: after epochs 0, 2 and 4 the model (no update, no gradient) scores two
+test batches of 8 images; per phase the mean of the batches' losses and the top-1 / top-5
+accuracy in percent (torch.topk), which the C side reads from metrics.json.
+
 The batches are selfsup batch records (tools/selfsup_records.py), as the collate stage writes
 them: data.0 uint8 [8, 16, 16, 3] (SimCLR: crop 0 of images 0-3, then crop 1), label.0 int64
 [8], normalize float32 [3, 3] (divisor, mean, std: the ToTensor + Normalize the trainer
@@ -33,6 +38,8 @@ Files (tests/golden/fixtures/train/CASE_*):
   floor.npy     float64 [2]: torch's own float32 error against this reference (loss, relative;
                 update, relative to its largest value): the C side is held to 3x it, at least
                 1e-4 and 1e-3
+  test_batches.rec, test.npy (ce_multistep): the test batches, and float64 [3, 3] (mean loss,
+                top-1 %, top-5 %) of the test phases after epochs 0, 2 and 4
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_train_fixtures.py
 """
@@ -68,6 +75,34 @@ CASES = {
                   epochs=False),
 }
 LABELS = [3, 7, 0, 9, -1, 2, 5, 1]
+TEST_AFTER = [0, 2, 4]  # VISSL's test phases for 5 epochs, TEST_EVERY_NUM_EPOCH 2
+TEST_LABELS = [[4, 1, 8, 0, 6, 2, 9, 3], [7, 5, 1, 1, 0, 8, 2, 6]]
+
+
+def test_batches():
+    g = torch.Generator().manual_seed(99)
+    return [torch.randint(0, 256, (2 * B, SIZE, SIZE, 3), generator=g, dtype=torch.uint8) for _ in TEST_LABELS]
+
+
+def forward(model, x):
+    out = model.trunk(x)[0]
+    for h in model.heads:
+        out = h(out)
+    return out
+
+
+def test_phase(model, tests, dtype):
+    """A test phase: (mean batch loss, top-1 %, top-5 %) with no update."""
+    losses, top1, top5, n = [], 0, 0, 0
+    with torch.no_grad():
+        for u8, labels in zip(tests, TEST_LABELS):
+            out, target = forward(model, to_input(u8).to(dtype)), torch.tensor(labels)
+            losses.append(F.cross_entropy(out, target).item())
+            pred = out.topk(5, dim=1).indices
+            top1 += pred[:, :1].eq(target[:, None]).any(dim=1).sum().item()
+            top5 += pred.eq(target[:, None]).any(dim=1).sum().item()
+            n += len(labels)
+    return [float(np.mean(losses)), 100.0 * top1 / n, 100.0 * top5 / n]
 
 
 def batches(seed):
@@ -83,7 +118,7 @@ def to_input(u8):
     return x.sub(mean).div(std)
 
 
-def train(c, data, dtype):
+def train(c, data, dtype, tests=None):
     model = M.Model(M.Trunk(18, True), M.heads_modules(c["heads"])).to(dtype).train()
     model.trunk.eval()  # FREEZE_TRUNK_ONLY keeps the trunk in eval mode, without gradients
     for p in model.trunk.parameters():
@@ -98,13 +133,11 @@ def train(c, data, dtype):
     else:
         opt = torch.optim.AdamW(groups, lr=0.1, betas=(0.9, 0.999), eps=1e-8)
     w0 = [p.detach().clone() for _, p in params]
-    losses = []
+    losses, phases = [], []
     target = torch.tensor(LABELS)
     for k, u8 in enumerate(data):
         x = to_input(u8).to(dtype)
-        out = model.trunk(x)[0]
-        for h in model.heads:
-            out = h(out)
+        out = forward(model, x)
         loss = L.simclr(out, 0.1, B) if c["loss"] == "simclr" else F.cross_entropy(out, target, ignore_index=-1)
         losses.append(loss.item())
         opt.zero_grad()
@@ -116,8 +149,10 @@ def train(c, data, dtype):
         if saved:
             for g, wd in zip(opt.param_groups, saved):
                 g["weight_decay"] = wd
+        if tests is not None and k in TEST_AFTER:  # one batch an epoch: step k ends epoch k
+            phases.append(test_phase(model, tests, dtype))
     delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
-    return np.array(losses), delta
+    return np.array(losses), delta, np.array(phases)
 
 
 def main():
@@ -125,8 +160,9 @@ def main():
     norm = np.array([[255.0] * 3, MEAN, STD], dtype=np.float32)
     for seed, (name, c) in enumerate(CASES.items()):
         data = batches(11 + seed)
-        losses, delta = train(c, data, torch.float64)
-        losses32, delta32 = train(c, data, torch.float32)
+        tests = test_batches() if name == "ce_multistep" else None
+        losses, delta, phases = train(c, data, torch.float64, tests)
+        losses32, delta32, _ = train(c, data, torch.float32, tests)
         out = lambda n, a: np.save(os.path.join(OUT, f"{name}_{n}.npy"), a)
         out("loss", losses)
         out("loss32", losses32)
@@ -139,6 +175,15 @@ def main():
                                          "normalize": norm}, seq=0 if c["epochs"] else k,
                                      epoch=k if c["epochs"] else 0)
             records.write_record(f, {}, seq=STEPS, kind="eos")
+        if tests is not None:
+            out("test", phases)
+            with open(os.path.join(OUT, f"{name}_test_batches.rec"), "wb") as f:
+                for e, _ in enumerate(TEST_AFTER):
+                    for k, (u8, labels) in enumerate(zip(tests, TEST_LABELS)):
+                        records.write_record(f, {"data.0": u8.numpy(), "label.0": np.array(labels, dtype=np.int64),
+                                                 "normalize": norm}, seq=k, epoch=e)
+                records.write_record(f, {}, seq=len(tests), kind="eos")
+            print(f"{name} test phases (loss, top-1, top-5): {phases.round(4).tolist()}")
         print(f"{name}: losses {losses.round(5)}; torch float32 vs float64: loss "
               f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
               f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")

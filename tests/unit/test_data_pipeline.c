@@ -62,6 +62,7 @@ static char *write_config_at(const char *name, const char *data, const char *tra
             "# @package _global_\n"
             "config:\n"
             "  DISTRIBUTED: {NUM_NODES: 1, NUM_PROC_PER_NODE: 1}\n"
+            "  TEST_MODEL: False\n"
             "  OPTIMIZER: {num_epochs: 1, param_schedulers: {lr: {name: constant, value: 0.1}}}\n"
             "  SELFSUP: {RUN_DIR: \"%s/runs\"}\n"
             "  DATA:\n"
@@ -477,4 +478,91 @@ Test(data_pipeline, training_interrupted_and_resumed_ends_bitwise_like_an_uninte
     char *ma = xasprintf("%s/metrics.json", a), *mb = xasprintf("%s/metrics.json", b);
     cr_expect(same_file(ma, mb), "metrics.json differs");
     free(fa), free(fb), free(ma), free(mb), free(a), free(b), free(cfg_a), free(cfg_b), free(selfsup);
+}
+
+/* ---- training with test phases ------------------------------------------------------------ */
+
+/* A supervised run with VISSL's test phases under `selfsup run`: the orchestrator adds a
+ * DATA.TEST chain (decode → augment → collate) whose batches the trainer reads after each
+ * epoch (TEST_MODEL, TEST_EVERY_NUM_EPOCH 1): metrics.json alternates train and test lines
+ * (phase_idx 0 to 3), each test phase scores every one of the 60 test images (4 batches of
+ * at most 16), and the checkpoints carry VISSL's phase_idx names. */
+Test(data_pipeline, test_phases_run_on_their_own_chain_under_the_orchestrator, .timeout = 300)
+{
+    char *dir = xasprintf("%s/ckpt_test", g_dir), *cfg = xasprintf("%s/supervised.yaml", g_dir);
+    FILE *f = fopen(cfg, "w");
+    cr_assert(f);
+    const char *tf = "TRANSFORMS: [{name: Resize, size: 24}, {name: ToTensor}, "
+                     "{name: Normalize, mean: [0.286, 0.286, 0.286], std: [0.353, 0.353, 0.353]}]";
+    fprintf(f,
+            "# @package _global_\n"
+            "config:\n"
+            "  TEST_MODEL: True\n  LOG_FREQUENCY: 1\n"
+            "  DISTRIBUTED: {NUM_NODES: 1, NUM_PROC_PER_NODE: 1}\n  MACHINE: {DEVICE: cpu}\n"
+            "  SELFSUP: {RUN_DIR: \"%s/runs_test\"}\n"
+            "  DATA:\n    NUM_DATALOADER_WORKERS: 1\n"
+            "    TRAIN: {DATA_SOURCES: [disk_folder], LABEL_SOURCES: [disk_folder], DATASET_NAMES: [fm],\n"
+            "      DATA_PATHS: [\"%s/disk_folder/train\"], LABEL_PATHS: [\"%s/disk_folder/train\"],\n"
+            "      BATCHSIZE_PER_REPLICA: %d, DROP_LAST: true, %s}\n"
+            "    TEST: {DATA_SOURCES: [disk_folder], LABEL_SOURCES: [disk_folder], DATASET_NAMES: [fm],\n"
+            "      DATA_PATHS: [\"%s/disk_folder/val\"], LABEL_PATHS: [\"%s/disk_folder/val\"],\n"
+            "      BATCHSIZE_PER_REPLICA: %d, %s}\n"
+            "  METERS: {name: accuracy_list_meter, accuracy_list_meter: {num_meters: 1, topk_values: [1, 5]}}\n"
+            "  MODEL:\n"
+            "    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"
+            "    HEAD: {PARAMS: [[mlp, {dims: [512, 10]}]]}\n"
+            "  LOSS: {name: cross_entropy_multiple_output_single_target}\n"
+            "  OPTIMIZER: {name: sgd, momentum: 0.9, num_epochs: 2, param_schedulers: {lr: {name: constant, value: 0.01}}}\n"
+            "  CHECKPOINT: {DIR: \"%s\", AUTO_RESUME: true}\n",
+            g_dir, g_data, g_data, BATCH, tf, g_data, g_data, BATCH, tf, dir);
+    fclose(f);
+    char *selfsup = build_bin("selfsup");
+    char *cmd = xasprintf("%s run %s", selfsup, cfg);
+    run_ok(cmd);
+    free(cmd);
+    char *metrics = xasprintf("%s/metrics.json", dir);
+    size_t len = 0;
+    char *text = (char *)slurp(metrics, &len);
+    cr_assert(text, "%s", metrics);
+    static const char *const want[] = {"\"phase_idx\":0,\"train_accuracy_list_meter\"",
+                                       "\"phase_idx\":1,\"test_accuracy_list_meter\"",
+                                       "\"phase_idx\":2,\"train_accuracy_list_meter\"",
+                                       "\"phase_idx\":3,\"test_accuracy_list_meter\""};
+    const char *at = text;
+    for (int i = 0; i < 4; i++) {
+        const char *hit = strstr(at, want[i]);
+        cr_expect(hit, "metrics.json line %d (%s) missing or out of order:\n%s", i, want[i], text);
+        at = hit ? strchr(hit, '\n') : at;
+    }
+    char *log = xasprintf("%s/runs_test/logs/train.0.log", g_dir);
+    char *lt = (char *)slurp(log, &len);
+    cr_assert(lt, "%s", log);
+    cr_expect(strstr(lt, "test phase 1: 4 batches") && strstr(lt, "test phase 3: 4 batches"), "%s", lt);
+    char *final = xasprintf("%s/model_final_checkpoint_phase2.torch", dir), *first = xasprintf("%s/model_phase0.torch", dir);
+    cr_expect(path_exists(final) && path_exists(first), "%s, %s", first, final);
+    /* TEST_ONLY on the same checkpoint: two test phases (num_epochs), nothing trained, and the
+     * same scores as the trained run's last test phase (eval mode is deterministic) */
+    const char *last = text; /* the 4th (last) line's meter, up to the end of its top_1 */
+    for (int i = 0; i < 3; i++)
+        last = strchr(last, '\n') + 1;
+    const char *from = strstr(last, "\"test_accuracy_list_meter\"");
+    cr_assert(from, "%s", last);
+    char *meter = xstrdup(from);
+    *strchr(meter, '}') = '\0';
+    cmd = xasprintf("%s run %s config.TEST_ONLY=True", selfsup, cfg);
+    run_ok(cmd);
+    free(cmd);
+    free(text);
+    text = (char *)slurp(metrics, &len);
+    const char *tail = text;
+    for (int i = 0; i < 4; i++)
+        tail = strchr(tail, '\n') + 1;
+    cr_expect(strstr(tail, "\"phase_idx\":0,") && strstr(tail, "\"phase_idx\":1,") &&
+                  strstr(tail, "\"train_phase_idx\":-1") && !strstr(tail, "train_accuracy"),
+              "TEST_ONLY lines:\n%s", tail);
+    const char *second = strstr(tail, meter);
+    cr_expect(second && strstr(second + 1, meter), "TEST_ONLY scores differ from the run's last test phase (%s):\n%s",
+              meter, tail);
+    free(meter);
+    free(text), free(lt), free(log), free(final), free(first), free(metrics), free(selfsup), free(cfg), free(dir);
 }

@@ -24,6 +24,7 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -128,17 +129,9 @@ static void feed(trainer *t, const char *kase, double losses[STEPS])
     free(file);
 }
 
-static void run_case(int which, const char *kase, int64_t steps_per_epoch, char **dir_out)
+/* The losses of the five steps and the update w1 − w0 against the case's fixture. */
+static void check_training(const char *kase, const double losses[STEPS], const float *w0, const float *w1, size_t n)
 {
-    char *dir = test_make_tmpdir();
-    cfg_t cfg;
-    trainer *t = make_trainer(CASE_YAML[which], dir, steps_per_epoch, false, &cfg);
-    model_init_formula(trainer_backend(t), trainer_model(t));
-    size_t n0, n1;
-    float *w0 = trained_values(t, &n0);
-    double losses[STEPS];
-    feed(t, kase, losses);
-    float *w1 = trained_values(t, &n1);
     npy_array want_loss = load(kase, "loss"), delta = load(kase, "delta"), floor = load(kase, "floor");
     const double *fl = floor.data;
     double loss_tol = fmax(1e-4, 3 * fl[0]), update_tol = fmax(1e-3, 3 * fl[1]);
@@ -147,9 +140,9 @@ static void run_case(int which, const char *kase, int64_t steps_per_epoch, char 
         cr_expect_leq(fabs(losses[k] - w), loss_tol * fabs(w), "%s step %d: loss %.9g, VISSL's %.9g", kase, k,
                       losses[k], w);
     }
-    cr_assert_eq(n1, delta.count, "%s: trained values", kase);
+    cr_assert_eq(n, delta.count, "%s: trained values", kase);
     double worst = 0.0, top = 0.0;
-    for (size_t i = 0; i < n1; i++) {
+    for (size_t i = 0; i < n; i++) {
         double d = (double)w1[i] - (double)w0[i], r = ((const double *)delta.data)[i];
         worst = fmax(worst, fabs(d - r));
         top = fmax(top, fabs(r));
@@ -164,7 +157,28 @@ static void run_case(int which, const char *kase, int64_t steps_per_epoch, char 
     cr_expect_gt(top, 0.0);
     cr_expect_leq(worst, update_tol * top, "%s: update error %g of %g (tolerance %g)", kase, worst, top, update_tol);
     npy_close(&want_loss), npy_close(&delta), npy_close(&floor);
+}
+
+/* Train trainer t (fresh, formula weights) on the case's records and check it. */
+static void train_and_check(trainer *t, const char *kase)
+{
+    model_init_formula(trainer_backend(t), trainer_model(t));
+    size_t n0, n1;
+    float *w0 = trained_values(t, &n0);
+    double losses[STEPS];
+    feed(t, kase, losses);
+    float *w1 = trained_values(t, &n1);
+    cr_assert_eq(n0, n1);
+    check_training(kase, losses, w0, w1, n1);
     free(w0), free(w1);
+}
+
+static void run_case(int which, const char *kase, int64_t steps_per_epoch, char **dir_out)
+{
+    char *dir = test_make_tmpdir();
+    cfg_t cfg;
+    trainer *t = make_trainer(CASE_YAML[which], dir, steps_per_epoch, false, &cfg);
+    train_and_check(t, kase);
     trainer_free(t);
     cfg_destroy(&cfg);
     if (dir_out)
@@ -215,6 +229,287 @@ Test(trainer, cross_entropy_multistep_over_five_epochs_with_checkpoints, .timeou
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_expect_eq(system(cmd), 0);
     free(dir);
+}
+
+/* ---- test phases ----------------------------------------------------------------------------- */
+
+/* A records file as the trainer's test input. */
+typedef struct {
+    int fd;
+    rec_buf buf;
+} rec_file_input;
+
+static int read_record(void *ctx, rec_view *v)
+{
+    rec_file_input *in = ctx;
+    char *err = NULL;
+    int rc = rec_fd_read(in->fd, &in->buf, v, NULL, &err);
+    free(err);
+    return rc == 1 && v->hdr->kind == REC_DATA ? 1 : -1;
+}
+
+static void record_done(void *ctx) { (void)ctx; }
+
+/* The metrics.json lines that hold `key`, parsed. */
+static int metrics_lines(const char *dir, const char *key, json_t **out, int max)
+{
+    char *path = xasprintf("%s/metrics.json", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, key) && n < max)
+            cr_assert((out[n++] = json_loads(line, 0, NULL)), "%s", line);
+    fclose(f);
+    free(path);
+    return n;
+}
+
+/* The cross-entropy case with VISSL's test phases (TEST_MODEL, TEST_EVERY_NUM_EPOCH 2: after
+ * epochs 0, 2 and 4): training is the same to the last bit of the fixture's tolerance, each
+ * test phase's top-1 / top-5 in metrics.json and the last one's mean loss are PyTorch's on the
+ * same test batches, and phase_idx and the checkpoint names count the test phases as
+ * VISSL's do (train phases 0, 2, 3, 5, 6). */
+Test(trainer, test_phases_score_as_vissl_and_leave_training_alone, .timeout = 300)
+{
+    char *dir = test_make_tmpdir();
+    char *yaml = xasprintf("%s  TEST_MODEL: true\n  TEST_EVERY_NUM_EPOCH: 2\n"
+                           "  METERS: {name: accuracy_list_meter, accuracy_list_meter: {num_meters: 1, "
+                           "topk_values: [1, 5]}}\n  CHECKPOINT: {DIR: '%s', AUTO_RESUME: false}\n",
+                           CASE_YAML[1], dir);
+    char *path = test_fixture("train", "ce_multistep_test_batches.rec");
+    rec_file_input in = {.fd = open(path, O_RDONLY)};
+    cr_assert(in.fd >= 0, "%s", path);
+    trainer_test_input ti = {.read = read_record, .done = record_done, .ctx = &in};
+    cfg_t cfg = {0};
+    cfg_err err;
+    cr_assert(test_compose(&cfg, &err, yaml, NULL), "%s", err.msg);
+    trainer_options o = {.world_size = 1, .threads = 2, .steps_per_epoch = 1, .test_input = &ti, .test_steps = 2};
+    trainer *t = trainer_new(cfg_map_get(cfg.root, "config"), &o, &err);
+    cr_assert(t, "%s", err.msg);
+    train_and_check(t, "ce_multistep");
+
+    npy_array want = load("ce_multistep", "test");
+    const double *w = want.data; /* [3][3]: mean loss, top-1 %, top-5 % */
+    cr_expect_leq(fabs(trainer_last_test_loss(t) - w[6]), 1e-4 * fabs(w[6]), "last test loss %.9g, PyTorch's %.9g",
+                  trainer_last_test_loss(t), w[6]);
+    json_t *lines[8];
+    int n = metrics_lines(dir, "test_accuracy_list_meter", lines, 8);
+    cr_assert_eq(n, 3, "three test phases");
+    static const int phase_idx[] = {1, 4, 7}, after[] = {0, 2, 4};
+    for (int i = 0; i < n; i++) {
+        json_t *m = json_object_get(lines[i], "test_accuracy_list_meter");
+        double top1 = json_number_value(json_object_get(json_object_get(m, "top_1"), "0")),
+               top5 = json_number_value(json_object_get(json_object_get(m, "top_5"), "0"));
+        cr_expect_eq(json_integer_value(json_object_get(lines[i], "phase_idx")), phase_idx[i]);
+        cr_expect_eq(json_integer_value(json_object_get(lines[i], "train_phase_idx")), after[i]);
+        cr_expect_leq(fabs(top1 - w[3 * i + 1]), 1e-3, "test %d top-1 %g, PyTorch's %g", i, top1, w[3 * i + 1]);
+        cr_expect_leq(fabs(top5 - w[3 * i + 2]), 1e-3, "test %d top-5 %g, PyTorch's %g", i, top5, w[3 * i + 2]);
+        json_decref(lines[i]);
+    }
+    static const char *const files[] = {"model_phase0.torch", "model_phase2.torch", "model_phase3.torch",
+                                        "model_phase5.torch", "model_final_checkpoint_phase6.torch"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char *f = xasprintf("%s/%s", dir, files[i]);
+        cr_expect(path_exists(f), "%s", f);
+        free(f);
+    }
+    npy_close(&want);
+    trainer_free(t);
+    cfg_destroy(&cfg);
+    rec_buf_free(&in.buf);
+    close(in.fd);
+    free(path), free(yaml);
+    test_rm_dir(dir);
+}
+
+/* A test input that reports a stop at once. */
+static int read_stop(void *ctx, rec_view *v)
+{
+    (void)ctx, (void)v;
+    return 0;
+}
+
+/* Stopped in the test phase after epoch 0 (its phase checkpoint written), then resumed: VISSL
+ * resumes a phase checkpoint at the next phase, so the test phase runs first, and the run ends
+ * with the uninterrupted run's weights (the fixture's) and its three test phases' scores. */
+Test(trainer, a_stop_in_a_test_phase_resumes_with_that_test_phase, .timeout = 300)
+{
+    char *dir = test_make_tmpdir();
+    char *path = test_fixture("train", "ce_multistep_test_batches.rec"),
+         *train = test_fixture("train", "ce_multistep_batches.rec"), *err = NULL;
+    double losses[STEPS];
+    float *w0 = NULL, *w1 = NULL;
+    size_t n0 = 0, n1 = 0;
+    for (int run = 0; run < 2; run++) {
+        char *yaml = xasprintf("%s  TEST_MODEL: true\n  TEST_EVERY_NUM_EPOCH: 2\n"
+                               "  METERS: {name: accuracy_list_meter, accuracy_list_meter: {num_meters: 1, "
+                               "topk_values: [1, 5]}}\n  CHECKPOINT: {DIR: '%s', AUTO_RESUME: %s}\n",
+                               CASE_YAML[1], dir, run ? "true" : "false");
+        rec_file_input in = {.fd = open(path, O_RDONLY)};
+        trainer_test_input ti = {.read = run ? read_record : read_stop, .done = record_done, .ctx = &in};
+        cfg_t cfg = {0};
+        cfg_err cerr;
+        cr_assert(test_compose(&cfg, &cerr, yaml, NULL), "%s", cerr.msg);
+        trainer_options o = {.world_size = 1, .threads = 2, .steps_per_epoch = 1, .test_input = &ti, .test_steps = 2};
+        trainer *t = trainer_new(cfg_map_get(cfg.root, "config"), &o, &cerr);
+        cr_assert(t, "%s", cerr.msg);
+        if (!run) {
+            model_init_formula(trainer_backend(t), trainer_model(t));
+            w0 = trained_values(t, &n0);
+        }
+        int fd = open(train, O_RDONLY);
+        rec_buf buf = {0};
+        rec_view v;
+        for (int k = 0; rec_fd_read(fd, &buf, &v, NULL, &err) == 1 && v.hdr->kind == REC_DATA; k++) {
+            int64_t before = trainer_iteration(t);
+            cr_assert_eq(trainer_step(t, &v, v.hdr->epoch, &err), 0, "run %d step %d: %s", run, k, err);
+            if (trainer_iteration(t) > before)
+                losses[k] = trainer_last_loss(t);
+            if (!run && k == 1)
+                break; /* the first run stops in the test phase that epoch 1's batch set off */
+        }
+        cr_assert_eq(trainer_finish(t, !run, &err), 0, "%s", err);
+        cr_expect_eq(trainer_iteration(t), run ? 5 : 1, "run %d", run);
+        if (run)
+            w1 = trained_values(t, &n1);
+        rec_buf_free(&buf);
+        close(fd);
+        close(in.fd);
+        rec_buf_free(&in.buf);
+        trainer_free(t);
+        cfg_destroy(&cfg);
+        free(yaml);
+    }
+    cr_assert_eq(n0, n1);
+    check_training("ce_multistep", losses, w0, w1, n1);
+    npy_array want = load("ce_multistep", "test");
+    const double *w = want.data;
+    json_t *lines[8];
+    int n = metrics_lines(dir, "test_accuracy_list_meter", lines, 8);
+    cr_assert_eq(n, 3, "the test phase after epoch 0 ran once, when the run resumed, then the other two");
+    for (int i = 0; i < n; i++) {
+        json_t *m = json_object_get(lines[i], "test_accuracy_list_meter");
+        double top1 = json_number_value(json_object_get(json_object_get(m, "top_1"), "0"));
+        cr_expect_leq(fabs(top1 - w[3 * i + 1]), 1e-3, "test %d top-1 %g, PyTorch's %g", i, top1, w[3 * i + 1]);
+        json_decref(lines[i]);
+    }
+    npy_close(&want);
+    free(w0), free(w1), free(path), free(train);
+    test_rm_dir(dir);
+}
+
+/* ---- TEMP_FROZEN_PARAMS_ITER_MAP ----------------------------------------------------------- */
+
+static char *refusal_with(const char *yaml, const char *dir, const char *checkpoint_keys);
+
+/* The case's YAML with `line` added to its MODEL map. */
+static char *with_model_line(const char *yaml, const char *line)
+{
+    const char *at = strstr(yaml, "  MODEL:\n");
+    cr_assert(at);
+    at += strlen("  MODEL:\n");
+    return xasprintf("%.*s    %s\n%s", (int)(at - yaml), yaml, line, at);
+}
+
+/* The host values of the model entry `name` (its value, or its gradient). */
+static float *entry_values(trainer *t, const char *name, bool grad, size_t *n)
+{
+    model *m = trainer_model(t);
+    for (int i = 0; i < model_entry_count(m); i++) {
+        const eng_entry *e = model_entry_at(m, i);
+        if (strcmp(e->name, name))
+            continue;
+        *n = (size_t)eng_numel(&e->value.shape);
+        float *v = xmalloc(*n * sizeof *v);
+        eng_download(trainer_backend(t), grad ? &e->grad : &e->value, v);
+        return v;
+    }
+    cr_assert_fail("no entry %s", name);
+    return NULL;
+}
+
+/* The head's weight held out of iterations 1 and 2 (VISSL's name, with DDP's "module."): it
+ * does not move while its bias does, and its first step, at iteration 3, is torch's first SGD
+ * step: the momentum buffer starts as the gradient plus the decay, so Nesterov moves it by
+ * lr · (1 + momentum) · (g + wd · w), with lr 0.01 in epoch 2 of the multistep schedule. */
+Test(trainer, temp_frozen_params_sit_out_their_first_iterations, .timeout = 300)
+{
+    char *dir = test_make_tmpdir();
+    char *yaml = with_model_line(CASE_YAML[1], "TEMP_FROZEN_PARAMS_ITER_MAP: [[module.heads.0.clf.0.weight, 3]]");
+    cfg_t cfg;
+    trainer *t = make_trainer(yaml, dir, 1, false, &cfg);
+    model_init_formula(trainer_backend(t), trainer_model(t));
+    const char *w_name = "heads.0.clf.0.weight", *b_name = "heads.0.clf.0.bias";
+    char *path = test_fixture("train", "ce_multistep_batches.rec"), *err = NULL;
+    int fd = open(path, O_RDONLY);
+    rec_buf buf = {0};
+    rec_view v;
+    size_t n, nb;
+    float *w0 = entry_values(t, w_name, false, &n), *b0 = entry_values(t, b_name, false, &nb);
+    float *w_before = NULL;
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(rec_fd_read(fd, &buf, &v, NULL, &err), 1, "%s", err);
+        free(w_before);
+        w_before = entry_values(t, w_name, false, &n);
+        cr_assert_eq(trainer_step(t, &v, v.hdr->epoch, &err), 0, "%s", err);
+    }
+    float *w2 = w_before, *w3 = entry_values(t, w_name, false, &n), *g3 = entry_values(t, w_name, true, &n),
+          *b2 = entry_values(t, b_name, false, &nb);
+    cr_expect_arr_eq(w2, w0, n * sizeof *w0, "the weight moved before iteration 3");
+    cr_expect(memcmp(b2, b0, nb * sizeof *b0) != 0, "the bias, not frozen, should have moved");
+    const double lr = 0.01, mom = 0.9, wd = 0.0005;
+    double worst = 0, top = 0;
+    for (size_t i = 0; i < n; i++) {
+        double want = (double)w2[i] - lr * (1 + mom) * ((double)g3[i] + wd * (double)w2[i]);
+        worst = fmax(worst, fabs((double)w3[i] - want));
+        top = fmax(top, fabs((double)w3[i] - (double)w2[i]));
+    }
+    cr_expect_gt(top, 0.0, "the weight did not move at iteration 3");
+    cr_expect_leq(worst, 1e-5 * fmax(top, 1e-12) + 1e-7, "first step off by %g (step size %g)", worst, top);
+    free(w0), free(b0), free(w2), free(w3), free(g3), free(b2), free(path), free(yaml);
+    rec_buf_free(&buf);
+    close(fd);
+    trainer_free(t);
+    cfg_destroy(&cfg);
+    test_rm_dir(dir);
+}
+
+/* A name the model does not have stops the run before it starts (VISSL would skip it quietly). */
+Test(trainer, temp_frozen_params_must_name_a_parameter)
+{
+    char *dir = test_make_tmpdir();
+    char *yaml = with_model_line(CASE_YAML[1], "TEMP_FROZEN_PARAMS_ITER_MAP: [[heads.9.weight, 3]]");
+    char *msg = refusal_with(yaml, dir, "");
+    cr_expect(msg && strstr(msg, "TEMP_FROZEN_PARAMS_ITER_MAP") && strstr(msg, "heads.9.weight"), "%s", msg);
+    free(msg), free(yaml);
+    test_rm_dir(dir);
+}
+
+/* CHECKPOINT_FREQUENCY 2 over five epochs without test phases: model_phase0, model_phase2 and
+ * the final model_final_checkpoint_phase4 (spec T40: phase_idx % frequency == 0). */
+Test(trainer, checkpoint_frequency_counts_phase_idx_from_zero, .timeout = 300)
+{
+    char *dir = test_make_tmpdir();
+    char *yaml = xasprintf("%s  TEST_MODEL: false\n", CASE_YAML[1]);
+    cfg_t cfg;
+    trainer *t = make_trainer_with(yaml, dir, 1, false, ", CHECKPOINT_FREQUENCY: 2", &cfg);
+    double losses[STEPS];
+    feed(t, "ce_multistep", losses);
+    static const char *const present[] = {"model_phase0.torch", "model_phase2.torch",
+                                          "model_final_checkpoint_phase4.torch"},
+                             *const absent[] = {"model_phase1.torch", "model_phase3.torch", "model_phase4.torch"};
+    for (int i = 0; i < 3; i++) {
+        char *p = xasprintf("%s/%s", dir, present[i]), *a = xasprintf("%s/%s", dir, absent[i]);
+        cr_expect(path_exists(p), "%s", p);
+        cr_expect(!path_exists(a), "%s", a);
+        free(p), free(a);
+    }
+    trainer_free(t);
+    cfg_destroy(&cfg);
+    free(yaml);
+    test_rm_dir(dir);
 }
 
 /* ---- refusals before the first batch ------------------------------------------------------ */
