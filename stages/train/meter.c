@@ -1,15 +1,59 @@
 /*
- * meter.c — accuracy_list_meter (see meter.h): the outputs are downloaded once per batch and
- * each row's rank of its target counted on the host; outputs are small (a batch of logits).
+ * meter.c — accuracy_list_meter and mean_ap_list_meter (see meter.h): the outputs are
+ * downloaded once per batch; the accuracy counts each row's rank of its target on the host,
+ * mean AP keeps every row's sigmoids and targets for the phase's end.
  */
 #include "train/meter.h"
 
+#include "ap.h"
 #include "util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* num_meters and meter_names of METERS.<name>. */
+static bool read_outputs(const cfg_node *config, const char *name, acc_meter *m, cfg_err *err)
+{
+    char key[96], path[112];
+    snprintf(key, sizeof key, "METERS.%s", name);
+    snprintf(path, sizeof path, "config.METERS.%s", name);
+    const cfg_node *mc = cfg_get(config, key), *names = cfg_get(mc, "meter_names");
+    m->num_meters = (int)cfg_int(mc, "num_meters");
+    if (m->num_meters < 1 || m->num_meters > METER_MAX_OUTPUTS || names->kind != CFG_LIST ||
+        (names->len && (int)names->len != m->num_meters)) {
+        cfg_fail(err, mc, path, "num_meters must be 1 to %d, meter_names empty or one per meter", METER_MAX_OUTPUTS);
+        return false;
+    }
+    for (size_t i = 0; i < names->len; i++)
+        m->names[i] = names->items[i]->kind == CFG_STR ? names->items[i]->s : NULL;
+    return true;
+}
+
+static bool read_accuracy(const cfg_node *config, acc_meter *m, cfg_err *err)
+{
+    const cfg_node *k = cfg_get(config, "METERS.accuracy_list_meter.topk_values");
+    if (k->kind != CFG_LIST || k->len < 1 || k->len > METER_MAX_TOPK) {
+        cfg_fail(err, k, "config.METERS.accuracy_list_meter.topk_values", "must list 1 to %d values", METER_MAX_TOPK);
+        return false;
+    }
+    for (size_t i = 0; i < k->len; i++)
+        m->topk[i] = k->items[i]->kind == CFG_INT ? (int)k->items[i]->i : 0;
+    m->ntopk = (int)k->len;
+    return read_outputs(config, "accuracy_list_meter", m, err);
+}
+
+static bool read_mean_ap(const cfg_node *config, acc_meter *m, cfg_err *err)
+{
+    const cfg_node *c = cfg_get(config, "METERS.mean_ap_list_meter.num_classes");
+    m->num_classes = (int)cfg_int(config, "METERS.mean_ap_list_meter.num_classes");
+    if (m->num_classes < 1) {
+        cfg_fail(err, c, "config.METERS.mean_ap_list_meter.num_classes", "must be positive");
+        return false;
+    }
+    return read_outputs(config, "mean_ap_list_meter", m, err);
+}
 
 bool meter_from_config(const cfg_node *config, acc_meter *m, bool *on, cfg_err *err)
 {
@@ -18,29 +62,20 @@ bool meter_from_config(const cfg_node *config, acc_meter *m, bool *on, cfg_err *
     *on = false;
     if (!*name)
         return true;
-    if (strcmp(name, "accuracy_list_meter") != 0) {
+    bool ok;
+    if (!strcmp(name, "accuracy_list_meter")) {
+        m->kind = METER_ACCURACY, m->name = "accuracy_list_meter";
+        ok = read_accuracy(config, m, err);
+    } else if (!strcmp(name, "mean_ap_list_meter")) {
+        m->kind = METER_MEAN_AP, m->name = "mean_ap_list_meter";
+        ok = read_mean_ap(config, m, err);
+    } else {
         cfg_fail(err, cfg_get(config, "METERS.name"), "config.METERS.name",
-                 "'%s' is not run by this trainer yet (accuracy_list_meter)", name);
+                 "'%s' is not run by this trainer (accuracy_list_meter, mean_ap_list_meter)", name);
         return false;
     }
-    const cfg_node *k = cfg_get(config, "METERS.accuracy_list_meter.topk_values"),
-                   *names = cfg_get(config, "METERS.accuracy_list_meter.meter_names");
-    m->num_meters = (int)cfg_int(config, "METERS.accuracy_list_meter.num_meters");
-    if (k->kind != CFG_LIST || k->len < 1 || k->len > METER_MAX_TOPK || m->num_meters < 1 ||
-        m->num_meters > METER_MAX_OUTPUTS || names->kind != CFG_LIST ||
-        (names->len && (int)names->len != m->num_meters)) {
-        cfg_fail(err, cfg_get(config, "METERS.accuracy_list_meter"), "config.METERS.accuracy_list_meter",
-                 "topk_values must list 1 to %d values, num_meters be 1 to %d, meter_names empty or one per meter",
-                 METER_MAX_TOPK, METER_MAX_OUTPUTS);
-        return false;
-    }
-    for (size_t i = 0; i < k->len; i++)
-        m->topk[i] = k->items[i]->kind == CFG_INT ? (int)k->items[i]->i : 0;
-    m->ntopk = (int)k->len;
-    for (size_t i = 0; i < names->len; i++)
-        m->names[i] = names->items[i]->kind == CFG_STR ? names->items[i]->s : NULL;
-    *on = cfg_bool(config, "METERS.enable_training_meter");
-    return true;
+    *on = ok && cfg_bool(config, "METERS.enable_training_meter");
+    return ok;
 }
 
 /* How many classes of a row score strictly higher than the target's. */
@@ -52,23 +87,76 @@ static int64_t rank_of(const float *row, int64_t c, int64_t target)
     return above;
 }
 
-void meter_update(eng_backend *be, acc_meter *m, const eng_tensor *const *outputs, int n, const int64_t *label)
+static void accuracy_update(acc_meter *m, int k, const float *h, int64_t rows, int64_t c, const int64_t *label)
 {
-    for (int k = 0; k < n && k < m->num_meters; k++) {
-        int64_t rows = outputs[k]->shape.dim[0], c = outputs[k]->shape.dim[1];
-        float *h = xmalloc((size_t)(rows * c) * sizeof *h);
-        eng_download(be, outputs[k], h);
-        for (int64_t i = 0; i < rows; i++) {
-            int64_t r = label[i] >= 0 && label[i] < c ? rank_of(h + i * c, c, label[i]) : c;
-            for (int t = 0; t < m->ntopk; t++)
-                m->correct[k][t] += r < m->topk[t];
-        }
-        m->total[k] += rows;
-        free(h);
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t r = label[i] >= 0 && label[i] < c ? rank_of(h + i * c, c, label[i]) : c;
+        for (int t = 0; t < m->ntopk; t++)
+            m->correct[k][t] += r < m->topk[t];
     }
+    m->total[k] += rows;
 }
 
-json_t *meter_value(const acc_meter *m)
+/* Room for `more` rows of every output's sigmoids and of the targets. */
+static void mean_ap_reserve(acc_meter *m, int64_t more)
+{
+    if (m->rows + more <= m->cap)
+        return;
+    int64_t cap = m->cap ? m->cap : 256;
+    while (cap < m->rows + more)
+        cap *= 2;
+    size_t row = (size_t)m->num_classes;
+    for (int k = 0; k < m->num_meters; k++)
+        m->scores[k] = xrealloc(m->scores[k], (size_t)cap * row * sizeof *m->scores[k]);
+    m->targets = xrealloc(m->targets, (size_t)cap * row);
+    m->cap = cap;
+}
+
+int meter_update(eng_backend *be, acc_meter *m, const eng_tensor *const *outputs, int n, const int64_t *label,
+                 int64_t label_rows, int label_cols, char **err)
+{
+    if (n < m->num_meters)
+        return report_failure(err, "%s: %d meters but the model has %d outputs", m->name, m->num_meters, n);
+    bool ap = m->kind == METER_MEAN_AP;
+    int64_t rows = outputs[0]->shape.dim[0];
+    if (label_rows != rows || label_cols != (ap ? m->num_classes : 1))
+        return report_failure(err, "%s: the batch's target is %lld × %d, the meter needs %lld × %d", m->name,
+                              (long long)label_rows, label_cols, (long long)rows, ap ? m->num_classes : 1);
+    if (ap) {
+        mean_ap_reserve(m, rows);
+        for (int64_t i = 0; i < rows * m->num_classes; i++)
+            m->targets[m->rows * m->num_classes + i] = (int8_t)(label[i] > 0 ? 1 : label[i] < 0 ? -1 : 0);
+    }
+    for (int k = 0; k < m->num_meters; k++) {
+        int64_t c = outputs[k]->shape.dim[1];
+        if (outputs[k]->shape.dim[0] != rows || (ap && c != m->num_classes))
+            return report_failure(err, "%s: output %d is %lld × %lld for %lld targets of %d classes", m->name, k,
+                                  (long long)outputs[k]->shape.dim[0], (long long)c, (long long)rows,
+                                  ap ? m->num_classes : 1);
+        float *h = xmalloc((size_t)(rows * c) * sizeof *h);
+        eng_download(be, outputs[k], h);
+        if (ap)
+            for (int64_t i = 0; i < rows * c; i++) /* torch.sigmoid in float32 */
+                m->scores[k][m->rows * c + i] = 1.0f / (1.0f + expf(-h[i]));
+        else
+            accuracy_update(m, k, h, rows, c, label);
+        free(h);
+    }
+    if (ap)
+        m->rows += rows;
+    return 0;
+}
+
+/* The key of output k: its meter name, else its index. */
+static const char *output_key(const acc_meter *m, int k, char buf[16])
+{
+    snprintf(buf, 16, "%d", k);
+    return m->names[k] ? m->names[k] : buf;
+}
+
+static double percent6(double fraction) { return 100.0 * round(fraction * 1e6) / 1e6; }
+
+static json_t *accuracy_value(const acc_meter *m)
 {
     json_t *v = json_object();
     for (int t = 0; t < m->ntopk; t++) {
@@ -76,8 +164,7 @@ json_t *meter_value(const acc_meter *m)
         for (int k = 0; k < m->num_meters; k++) {
             double acc = m->total[k] ? (double)m->correct[k][t] / (double)m->total[k] : 0.0;
             char idx[16];
-            snprintf(idx, sizeof idx, "%d", k);
-            json_object_set_new(per, m->names[k] ? m->names[k] : idx, json_real(100.0 * round(acc * 1e6) / 1e6));
+            json_object_set_new(per, output_key(m, k, idx), json_real(percent6(acc)));
         }
         char key[16];
         snprintf(key, sizeof key, "top_%d", m->topk[t]);
@@ -86,8 +173,45 @@ json_t *meter_value(const acc_meter *m)
     return v;
 }
 
+static json_t *mean_ap_value(const acc_meter *m)
+{
+    json_t *maps = json_object(), *aps = json_object();
+    for (int k = 0; k < m->num_meters; k++) {
+        json_t *list = json_array();
+        double sum = 0.0;
+        int counted = 0;
+        for (int c = 0; c < m->num_classes; c++) {
+            double ap = m->rows ? ap_voc(m->scores[k] + c, m->targets + c, (size_t)m->rows, (size_t)m->num_classes)
+                                : -1.0;
+            json_array_append_new(list, json_real(ap));
+            if (ap != -1.0)
+                sum += ap, counted++;
+        }
+        char idx[16];
+        const char *key = output_key(m, k, idx);
+        json_object_set_new(maps, key, json_real(percent6(counted ? sum / counted : 0.0)));
+        json_object_set_new(aps, key, list);
+    }
+    json_t *v = json_object();
+    json_object_set_new(v, "mAP", maps);
+    json_object_set_new(v, "AP", aps);
+    return v;
+}
+
+json_t *meter_value(const acc_meter *m) { return m->kind == METER_MEAN_AP ? mean_ap_value(m) : accuracy_value(m); }
+
 void meter_reset(acc_meter *m)
 {
     memset(m->correct, 0, sizeof m->correct);
     memset(m->total, 0, sizeof m->total);
+    m->rows = 0;
+}
+
+void meter_free(acc_meter *m)
+{
+    for (int k = 0; k < METER_MAX_OUTPUTS; k++)
+        free(m->scores[k]), m->scores[k] = NULL;
+    free(m->targets);
+    m->targets = NULL;
+    m->rows = m->cap = 0;
 }

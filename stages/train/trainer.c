@@ -63,7 +63,7 @@ struct trainer {
     optim_options oo;
     optim *opt;
     acc_meter meter;
-    bool meter_on;          /* METERS.name accuracy_list_meter with enable_training_meter */
+    bool meter_on;          /* METERS.name set, with enable_training_meter */
     acc_meter test_meter;   /* the same meter in test phases (on whenever METERS.name is) */
     bool test_meter_on;
     phase_plan plan;        /* which epochs a test phase follows (phases.h) */
@@ -290,6 +290,8 @@ void trainer_free(trainer *t)
 {
     if (!t)
         return;
+    meter_free(&t->meter);
+    meter_free(&t->test_meter);
     loss_free(t->be, t->train_loss.ls);
     loss_free(t->be, t->test_loss.ls);
     optim_free(t->be, t->opt);
@@ -558,7 +560,7 @@ static int load_state(trainer *t, ckpt_state *cs, char **err)
 }
 
 /* One metrics.json line: {iteration, phase_idx, train_phase_idx} and, when the meter ran,
- * "<kind>_accuracy_list_meter" (also logged); the meter starts over. */
+ * "<kind>_<meter name>" (also logged); the meter starts over. */
 static void metrics_line(trainer *t, const char *kind, int64_t phase_idx, int64_t train_phase_idx, acc_meter *m,
                          bool meter_on)
 {
@@ -569,7 +571,7 @@ static void metrics_line(trainer *t, const char *kind, int64_t phase_idx, int64_
         json_t *v = meter_value(m);
         char *text = json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(15));
         char key[64];
-        snprintf(key, sizeof key, "%s_accuracy_list_meter", kind);
+        snprintf(key, sizeof key, "%s_%s", kind, m->name);
         log_info("Rank: %d, name: %s, value: %s", t->rank, key, text);
         free(text);
         json_object_set_new(line, key, v);
@@ -616,8 +618,9 @@ static int test_step(trainer *t, const rec_view *batch, char **err)
     double value;
     if (loss_compute(t->be, t->test_loss.ls, outs, &lb, &value, err) != 0)
         return -1;
-    if (t->test_meter_on && lb.label && lb.label_cols == 1 && lb.batch == outs[0]->shape.dim[0])
-        meter_update(t->be, &t->test_meter, outs, model_output_count(t->m), lb.label);
+    if (t->test_meter_on && lb.label &&
+        meter_update(t->be, &t->test_meter, outs, model_output_count(t->m), lb.label, lb.batch, lb.label_cols, err) != 0)
+        return -1;
     t->test.loss_sum += value;
     t->test.batches++;
     return 0;
@@ -801,8 +804,9 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     loss_batch lb = batch_labels(batch);
     if (loss_compute(t->be, t->train_loss.ls, outs, &lb, &t->last_loss, err) != 0)
         return -1;
-    if (t->meter_on && lb.label && lb.label_cols == 1 && lb.batch == outs[0]->shape.dim[0])
-        meter_update(t->be, &t->meter, outs, model_output_count(t->m), lb.label);
+    if (t->meter_on && lb.label &&
+        meter_update(t->be, &t->meter, outs, model_output_count(t->m), lb.label, lb.batch, lb.label_cols, err) != 0)
+        return -1;
     if (!isfinite(t->last_loss)) { /* VISSL's CheckNanLossHook, with its checkpoint hook's dump */
         dump_nan(t, batch);
         return report_failure(err, "iteration %lld (epoch %lld, batch %llu): the loss is %s; stopping (the "
