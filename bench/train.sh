@@ -28,11 +28,19 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][5:]
 bt = [r["btime(ms)"] for r in rows]
 print(f"{64 / (statistics.median(bt) / 1e3):.1f} {sum(r['data_wait(ms)'] for r in rows) / sum(bt):.3f} {len(rows) + 5}")
+# mean ms per step: data wait, forward, loss, backward, optimizer (read_sample: the input's
+# normalisation and upload, counted with the forward as PyTorch's side does it in the model)
+mean = lambda k: sum(r[k] for r in rows) / len(rows)
+print(f"{mean('data_wait(ms)'):.1f} {mean('read_sample(ms)') + mean('forward(ms)'):.1f} {mean('loss_compute(ms)'):.1f} "
+      f"{mean('backward(ms)'):.1f} {mean('optimizer_step(ms)') + mean('meters_update(ms)'):.1f}")
 PY
 )
-theirs=$("$python" bench/train_bench.py --filelist "$list" --n "$n" --workers 2 --threads "$threads" | grep -v '^#')
-read -r a aw steps <<<"$ours"
+out=$("$python" bench/train_bench.py --filelist "$list" --n "$n" --workers 2 --threads "$threads" | grep -v '^#')
+theirs=$(grep '^torch_train' <<<"$out")
+read -r a aw steps <<<"$(head -1 <<<"$ours")"
 read -r _ b bw _ <<<"$theirs"
+read -r ow of ol ob oo <<<"$(tail -1 <<<"$ours")"
+read -r _ tw tf tl tb to <<<"$(grep '^torch_breakdown' <<<"$out")"
 echo "## train: SimCLR quickstart end to end on the CPU, selfsup vs PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
 echo
 echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $n images, $steps steps of 64; $(date -u '+%Y-%m-%d %H:%M UTC')."
@@ -42,3 +50,11 @@ echo "|---|--:|--:|"
 printf '| selfsup | %.1f | %.1f%% |\n' "$a" "$(echo "$aw * 100" | bc -l)"
 printf '| PyTorch (DataLoader, 2 workers) | %.1f | %.1f%% |\n' "$b" "$(echo "$bw * 100" | bc -l)"
 printf '| ratio | %.2f | |\n' "$(echo "$a / $b" | bc -l)"
+echo
+echo "Where a step's time goes, mean ms per step after the first 5 (selfsup: stdout.json's timers;"
+echo "forward includes normalising and uploading the input; PyTorch: timed around each call):"
+echo
+echo "| side | data wait | forward | loss | backward | optimizer |"
+echo "|---|--:|--:|--:|--:|--:|"
+echo "| selfsup | $ow | $of | $ol | $ob | $oo |"
+echo "| PyTorch | $tw | $tf | $tl | $tb | $to |"

@@ -10,6 +10,7 @@ simclr_collator; torchvision's ResNet-18 as VISSL's trunk with VISSL's heads [ml
 VISSL's parameter groups; the cosine LR per step from 0.075. Batch 64, one epoch over the
 first N images of the Fashion-MNIST file list, torch on T threads.
 
+Prints "torch_breakdown WAIT FORWARD LOSS BACKWARD OPTIMIZER" (mean ms per step) after it.
 Prints "torch_train images_per_second data_wait_fraction steps" for the steps after the first
 WARMUP (median step time), and '#' lines with details.
 
@@ -114,15 +115,18 @@ def main():
     m = model().train()
     opt = torch.optim.SGD(param_groups(m, 1e-4), lr=0.075, momentum=0.9)
     steps = len(loader)
-    times, waits = [], []
+    times, waits, parts = [], [], []
     t_end = time.perf_counter()
     for k, batch in enumerate(loader):
         t0 = time.perf_counter()
         x = batch["data"][0]
         out = m["heads"][1](m["heads"][0](m["trunk"](x)))
+        tf = time.perf_counter()
         loss = simclr_loss(out)
+        tl = time.perf_counter()
         opt.zero_grad()
         loss.backward()
+        tb = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = 0.075 * (1 + math.cos(math.pi * k / steps)) / 2
         opt.step()
@@ -130,11 +134,14 @@ def main():
         if k >= WARMUP:
             times.append(t1 - t_end)
             waits.append(t0 - t_end)
+            parts.append((t0 - t_end, tf - t0, tl - tf, tb - tl, t1 - tb))
         t_end = t1
     step = statistics.median(times)
     print(f"# {steps} steps, last loss {loss.item():.4f}, median step {step * 1e3:.1f} ms, "
           f"median data wait {statistics.median(waits) * 1e3:.1f} ms")
     print(f"torch_train {BATCH / step:.1f} {sum(waits) / sum(times):.3f} {steps}")
+    # mean ms per step: data wait, forward, loss, backward (with zero_grad), optimizer step
+    print("torch_breakdown " + " ".join(f"{1e3 * sum(p[i] for p in parts) / len(parts):.1f}" for i in range(5)))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,11 @@ typedef struct {
     eng_shape in_shape[MAX_INPUTS];
 } loss_slot;
 
+/* Where a training step's time goes (VISSL's PerfStats timers, plus the wait for the batch). */
+enum { PERF_WAIT, PERF_READ, PERF_FORWARD, PERF_LOSS, PERF_METERS, PERF_BACKWARD, PERF_OPTIM, PERF_N };
+static const char *const perf_name[PERF_N] = {"data_wait",     "read_sample", "forward",       "loss_compute",
+                                              "meters_update", "backward",    "optimizer_step"};
+
 /* The test phase being run: its loss and meter sums. */
 typedef struct {
     int64_t epoch;          /* the train phase it follows (TEST_ONLY: its own number) */
@@ -88,8 +93,16 @@ struct trainer {
     size_t host_floats;
     /* logging */
     double last_loss, last_test_loss, t_start, t_last_log;
-    double t_step_end, wait, wait_last_log; /* seconds between steps: waiting for batches */
+    double t_step_end;      /* when the last step ended: the time to the next is the wait */
     int64_t it_last_log;
+    /* seconds spent per timer since the start, and where they stood at the last log line and
+     * at the phase's start (MONITOR_PERF_STATS reports the phase's, every PERF_STAT_FREQUENCY
+     * iterations and at its end) */
+    double perf[PERF_N], perf_at_log[PERF_N], perf_at_phase[PERF_N];
+    double t_phase_start;
+    int64_t it_phase_start;
+    bool perf_on;
+    int64_t perf_frequency;
     char *dir;              /* CHECKPOINT.DIR */
     FILE *stdout_json;
     int rank;
@@ -282,6 +295,9 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     log_info("training %lld epochs of %lld batches; %lld parameters; loss %s; optimizer %s%s", (long long)t->num_epochs,
              (long long)t->steps_per_epoch, (long long)model_param_count(t->m), loss_display_name(t->lo.name),
              t->oo.name == OPTIM_SGD ? "sgd" : t->oo.name == OPTIM_ADAM ? "adam" : "adamw", t->oo.use_larc ? " + LARC" : "");
+    t->perf_on = cfg_bool(config, "MONITOR_PERF_STATS") || cfg_bool(config, "HOOKS.PERF_STATS.MONITOR_PERF_STATS");
+    t->perf_frequency = cfg_int(config, "PERF_STAT_FREQUENCY") > 0 ? cfg_int(config, "PERF_STAT_FREQUENCY")
+                                                                   : cfg_int(config, "HOOKS.PERF_STATS.PERF_STAT_FREQUENCY");
     t->t_start = t->t_last_log = now_seconds();
     return t;
 }
@@ -473,7 +489,7 @@ static void log_progress(trainer *t, double lr)
     if (t->iteration != 1 && t->log_frequency > 0 && t->iteration % t->log_frequency != 0)
         return;
     double now = now_seconds(), its = (double)(t->iteration - t->it_last_log), btime = (now - t->t_last_log) / its,
-           wait = (t->wait - t->wait_last_log) / its;
+           wait = (t->perf[PERF_WAIT] - t->perf_at_log[PERF_WAIT]) / its;
     int64_t left = t->num_epochs * t->steps_per_epoch - t->batches_done;
     char eta[32];
     format_eta(btime * (double)left, eta, sizeof eta);
@@ -482,13 +498,43 @@ static void log_progress(trainer *t, double lr)
              "images/s: %.1f; peak_mem(M): %.0f",
              t->rank, (long long)t->phase, (long long)t->iteration, lr, t->last_loss, btime * 1e3, wait * 1e3, eta,
              images, mem);
-    append_json(t, &t->stdout_json, "stdout.json",
-                json_pack("{s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:s, s:f}", "Rank", t->rank, "ep", (json_int_t)t->phase,
-                          "iter", (json_int_t)t->iteration, "lr", lr, "loss", t->last_loss, "btime(ms)", btime * 1e3,
-                          "data_wait(ms)", wait * 1e3, "eta", eta, "peak_mem(M)", mem));
+    json_t *line = json_pack("{s:i, s:I, s:I, s:f, s:f, s:f, s:s, s:f}", "Rank", t->rank, "ep", (json_int_t)t->phase,
+                             "iter", (json_int_t)t->iteration, "lr", lr, "loss", t->last_loss, "btime(ms)",
+                             btime * 1e3, "eta", eta, "peak_mem(M)", mem);
+    for (int k = 0; k < PERF_N; k++) { /* where the step's time went, per step since the last line */
+        char key[32];
+        snprintf(key, sizeof key, "%s(ms)", perf_name[k]);
+        json_object_set_new(line, key, json_real((t->perf[k] - t->perf_at_log[k]) / its * 1e3));
+    }
+    append_json(t, &t->stdout_json, "stdout.json", line);
     t->t_last_log = now;
-    t->wait_last_log = t->wait;
+    memcpy(t->perf_at_log, t->perf, sizeof t->perf);
     t->it_last_log = t->iteration;
+}
+
+/* VISSL's LogPerfTimeMetricsHook (MONITOR_PERF_STATS): the phase's average batch time and the
+ * mean time per step of each timer. */
+static void log_perf(trainer *t)
+{
+    int64_t batches = t->iteration - t->it_phase_start;
+    if (!t->perf_on || batches <= 0)
+        return;
+    log_info("Average train batch time (ms) for %lld batches: %d", (long long)batches,
+             (int)(1000.0 * (now_seconds() - t->t_phase_start) / (double)batches));
+    char text[512];
+    size_t len = 0;
+    for (int k = 0; k < PERF_N && len < sizeof text; k++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s%s %.2f ms", k ? ", " : "", perf_name[k],
+                                1e3 * (t->perf[k] - t->perf_at_phase[k]) / (double)batches);
+    log_info("Train step time breakdown (rank %d): %s", t->rank, text);
+}
+
+/* The time since `since` into timer k; returns now. */
+static double lap(trainer *t, int k, double since)
+{
+    double now = now_seconds();
+    t->perf[k] += now - since;
+    return now;
 }
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
@@ -590,6 +636,7 @@ static int run_test_phase(trainer *t, int64_t epoch, char **err);
 static int phase_end(trainer *t, char **err)
 {
     int64_t phase_idx = phase_plan_train_index(&t->plan, t->phase);
+    log_perf(t);
     metrics_line(t, "train", phase_idx, t->phase, &t->meter, t->meter_on);
     t->in_phase = false;
     bool final = t->phase + 1 >= t->num_epochs;
@@ -758,7 +805,7 @@ int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 {
     double start = now_seconds();
     if (t->t_step_end > 0) /* the time since the last step: this batch was awaited */
-        t->wait += start - t->t_step_end;
+        t->perf[PERF_WAIT] += start - t->t_step_end;
     int rc = step(t, batch, epoch, err);
     t->t_step_end = now_seconds();
     return rc;
@@ -787,6 +834,9 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     if (!t->in_phase || (int64_t)epoch != t->phase) {
         t->phase_batches = (int64_t)epoch == t->resume_epoch ? t->resume_batch : 0;
         log_info("Starting phase %lld [train]", (long long)phase_plan_train_index(&t->plan, epoch));
+        t->t_phase_start = now_seconds();
+        t->it_phase_start = t->iteration;
+        memcpy(t->perf_at_phase, t->perf, sizeof t->perf);
     }
     t->phase = epoch;
     t->in_phase = true;
@@ -794,9 +844,12 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     if (where >= 1.0) /* VISSL asserts where < 1 */
         return report_failure(err, "batch %lld is past the %lld epochs of %lld batches this run was planned for",
                               (long long)t->batches_done + 1, (long long)t->num_epochs, (long long)t->steps_per_epoch);
+    double t0 = now_seconds();
     if (load_inputs(t, batch, &t->train_loss, err) != 0)
         return -1;
+    t0 = lap(t, PERF_READ, t0);
     model_forward(t->be, t->m, true);
+    t0 = lap(t, PERF_FORWARD, t0);
     t->iteration++;
     const eng_tensor *outs[MAX_OUTPUTS];
     for (int k = 0; k < model_output_count(t->m); k++)
@@ -804,9 +857,11 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     loss_batch lb = batch_labels(batch);
     if (loss_compute(t->be, t->train_loss.ls, outs, &lb, &t->last_loss, err) != 0)
         return -1;
+    t0 = lap(t, PERF_LOSS, t0);
     if (t->meter_on && lb.label &&
         meter_update(t->be, &t->meter, outs, model_output_count(t->m), lb.label, lb.batch, lb.label_cols, err) != 0)
         return -1;
+    t0 = lap(t, PERF_METERS, t0);
     if (!isfinite(t->last_loss)) { /* VISSL's CheckNanLossHook, with its checkpoint hook's dump */
         dump_nan(t, batch);
         return report_failure(err, "iteration %lld (epoch %lld, batch %llu): the loss is %s; stopping (the "
@@ -819,11 +874,15 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
         dout[k] = loss_grad(t->train_loss.ls, k);
     model_zero_grad(t->be, t->m);
     model_backward(t->be, t->m, dout);
+    t0 = lap(t, PERF_BACKWARD, t0);
     double lr = scheduled(t, &t->lr, where), lr_head = scheduled(t, &t->lr_head, where);
     optim_step(t->be, t->opt, lr, lr_head);
+    lap(t, PERF_OPTIM, t0);
     t->batches_done++;
     t->phase_batches++;
     log_progress(t, lr);
+    if (t->perf_frequency > 0 && (t->iteration - t->it_phase_start) % t->perf_frequency == 0)
+        log_perf(t);
     if (t->checkpoint_iter_frequency > 0 && t->iteration % t->checkpoint_iter_frequency == 0) { /* VISSL's on_step */
         char file[96];
         snprintf(file, sizeof file, "model_iteration%lld.torch", (long long)t->iteration);

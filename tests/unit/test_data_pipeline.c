@@ -522,7 +522,7 @@ Test(data_pipeline, test_phases_run_on_their_own_chain_under_the_orchestrator, .
     free(cmd);
     char *metrics = xasprintf("%s/metrics.json", dir);
     size_t len = 0;
-    char *text = (char *)slurp(metrics, &len);
+    char *text = read_whole_file(metrics, &len);
     cr_assert(text, "%s", metrics);
     static const char *const want[] = {"\"phase_idx\":0,\"train_accuracy_list_meter\"",
                                        "\"phase_idx\":1,\"test_accuracy_list_meter\"",
@@ -535,7 +535,7 @@ Test(data_pipeline, test_phases_run_on_their_own_chain_under_the_orchestrator, .
         at = hit ? strchr(hit, '\n') : at;
     }
     char *log = xasprintf("%s/runs_test/logs/train.0.log", g_dir);
-    char *lt = (char *)slurp(log, &len);
+    char *lt = read_whole_file(log, &len);
     cr_assert(lt, "%s", log);
     cr_expect(strstr(lt, "test phase 1: 4 batches") && strstr(lt, "test phase 3: 4 batches"), "%s", lt);
     char *final = xasprintf("%s/model_final_checkpoint_phase2.torch", dir), *first = xasprintf("%s/model_phase0.torch", dir);
@@ -553,7 +553,7 @@ Test(data_pipeline, test_phases_run_on_their_own_chain_under_the_orchestrator, .
     run_ok(cmd);
     free(cmd);
     free(text);
-    text = (char *)slurp(metrics, &len);
+    text = read_whole_file(metrics, &len);
     const char *tail = text;
     for (int i = 0; i < 4; i++)
         tail = strchr(tail, '\n') + 1;

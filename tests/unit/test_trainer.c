@@ -506,6 +506,31 @@ Test(trainer, checkpoint_frequency_counts_phase_idx_from_zero, .timeout = 300)
         cr_expect(!path_exists(a), "%s", a);
         free(p), free(a);
     }
+    /* stdout.json: every line says where the step's time went, in parts that fit in the step
+     * (disjoint intervals of the same wall clock, so their sum cannot exceed it) */
+    static const char *const timers[] = {"data_wait(ms)", "read_sample(ms)", "forward(ms)", "loss_compute(ms)",
+                                         "meters_update(ms)", "backward(ms)", "optimizer_step(ms)"};
+    json_t *lines[8];
+    char *path = xasprintf("%s/stdout.json", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char buf[4096];
+    int count = 0;
+    while (fgets(buf, sizeof buf, f) && count < 8) {
+        cr_assert((lines[count] = json_loads(buf, 0, NULL)), "%s", buf);
+        double parts = 0.0, btime = json_number_value(json_object_get(lines[count], "btime(ms)"));
+        for (size_t k = 0; k < sizeof timers / sizeof *timers; k++) {
+            json_t *v = json_object_get(lines[count], timers[k]);
+            cr_expect(json_is_number(v), "%s lacks %s: %s", path, timers[k], buf);
+            parts += json_number_value(v);
+        }
+        cr_expect_leq(parts, btime * 1.001 + 0.01, "the parts (%g ms) exceed the step (%g ms)", parts, btime);
+        cr_expect_gt(json_number_value(json_object_get(lines[count], "forward(ms)")), 0.0);
+        json_decref(lines[count++]);
+    }
+    cr_expect_eq(count, 5, "one line per iteration (LOG_FREQUENCY 1)");
+    fclose(f);
+    free(path);
     trainer_free(t);
     cfg_destroy(&cfg);
     free(yaml);
