@@ -14,6 +14,7 @@
 #include "log.h"
 #include "model.h"
 #include "sched.h"
+#include "tbevents.h"
 #include "timer.h"
 #include "torchsave.h"
 #include "train/checkpoint.h"
@@ -103,6 +104,10 @@ struct trainer {
     int64_t it_phase_start;
     bool perf_on;
     int64_t perf_frequency;
+    /* TensorBoard (TENSORBOARD_SETUP.USE_TENSORBOARD): SSLTensorboardHook's scalars */
+    tb_writer *tb;
+    double tb_flush_every, tb_last_flush, tb_t_last;
+    int64_t tb_it_last;
     char *dir;              /* CHECKPOINT.DIR */
     FILE *stdout_json;
     int rank;
@@ -244,6 +249,30 @@ static bool build_optimizer(trainer *t, cfg_err *err)
     return t->opt != NULL;
 }
 
+/* TENSORBOARD_SETUP (or newer VISSL's HOOKS.TENSORBOARD_SETUP): rank 0 writes event files into
+ * LOG_DIR/EXPERIMENT_LOG_DIR, LOG_DIR "." meaning CHECKPOINT.DIR. */
+static bool open_tensorboard(trainer *t, cfg_err *err)
+{
+    const char *key = cfg_bool(t->config, "HOOKS.TENSORBOARD_SETUP.USE_TENSORBOARD") ? "HOOKS.TENSORBOARD_SETUP"
+                                                                                      : "TENSORBOARD_SETUP";
+    const cfg_node *tb = cfg_get(t->config, key);
+    if (!cfg_bool(tb, "USE_TENSORBOARD") || t->rank != 0)
+        return true;
+    const char *log_dir = cfg_str(tb, "LOG_DIR");
+    char *dir = xasprintf("%s/%s", strcmp(log_dir, ".") ? log_dir : t->dir, cfg_str(tb, "EXPERIMENT_LOG_DIR")), *why = NULL;
+    t->tb = tb_open(dir, &why);
+    free(dir);
+    if (!t->tb) {
+        cfg_fail(err, tb, "config.TENSORBOARD_SETUP", "%s", why);
+        free(why);
+        return false;
+    }
+    t->tb_flush_every = 60.0 * cfg_float(tb, "FLUSH_EVERY_N_MIN");
+    t->tb_last_flush = t->tb_t_last = now_seconds();
+    log_info("TensorBoard: %s", tb_path(t->tb));
+    return true;
+}
+
 trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *err)
 {
     trainer *t = xcalloc(1, sizeof *t);
@@ -278,7 +307,7 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     if (t->plan.test_model && !t->plan.test_only && t->test_in_set)
         ok = ok && (o->test_steps > 0 ? (t->test_steps = o->test_steps) > 0
                                       : count_steps(config, "TEST", o, &t->test_steps, err));
-    ok = ok && build_model(t, o, err) && build_optimizer(t, err) && prepare_dir(t, err);
+    ok = ok && build_model(t, o, err) && build_optimizer(t, err) && prepare_dir(t, err) && open_tensorboard(t, err);
     if (!ok) {
         trainer_free(t);
         return NULL;
@@ -318,6 +347,7 @@ void trainer_free(trainer *t)
     sched_free(&t->lr_head);
     if (t->stdout_json)
         fclose(t->stdout_json);
+    tb_close(t->tb);
     free(t->host);
     free(t->dir);
     free(t);
@@ -605,6 +635,49 @@ static int load_state(trainer *t, ckpt_state *cs, char **err)
     return 1;
 }
 
+/* SSLTensorboardHook.on_phase_end: every number of the meter's value as
+ * "<Training|Testing>/<meter>_<metric>_Output_<key>" at step train_phase_idx. */
+static void tb_meter(trainer *t, const char *phase, const char *name, json_t *value, int64_t step)
+{
+    if (!t->tb)
+        return;
+    const char *metric, *key;
+    json_t *per, *v;
+    json_object_foreach(value, metric, per) {
+        json_object_foreach(per, key, v) {
+            if (!json_is_number(v))
+                continue; /* mean AP's per-class lists */
+            char tag[256];
+            snprintf(tag, sizeof tag, "%s/%s_%s_Output_%s", phase, name, metric, key);
+            tb_scalar(t->tb, tag, round(json_number_value(v) * 1e5) / 1e5, step);
+        }
+    }
+    tb_flush(t->tb);
+    t->tb_last_flush = now_seconds();
+}
+
+/* SSLTensorboardHook.on_update: every LOG_FREQUENCY iterations, and every 5 of the first 100. */
+static void tb_step(trainer *t, double lr)
+{
+    if (!t->tb || !((t->log_frequency > 0 && t->iteration % t->log_frequency == 0) ||
+                    (t->iteration <= 100 && t->iteration % 5 == 0)))
+        return;
+    double now = now_seconds(), btime = (now - t->tb_t_last) / (double)(t->iteration - t->tb_it_last);
+    int64_t it = t->iteration, left = t->num_epochs * t->steps_per_epoch - t->batches_done;
+    tb_scalar(t->tb, "Training/Loss", round(t->last_loss * 1e5) / 1e5, it);
+    tb_scalar(t->tb, "Training/Learning_rate", round(lr * 1e5) / 1e5, it);
+    tb_scalar(t->tb, "Speed/Batch_processing_time_ms", (double)(int64_t)(1000.0 * btime), it);
+    tb_scalar(t->tb, "Speed/img_per_sec_per_gpu", btime > 0 ? (double)(int64_t)((double)t->batch_size / btime) : 0.0, it);
+    tb_scalar(t->tb, "Speed/ETA_hours", btime * (double)left / 3600.0, it);
+    tb_scalar(t->tb, "Memory/Peak_RSS_MiB", peak_mem_mb(), it); /* VISSL's GPU memory scalars: the CPU's */
+    t->tb_t_last = now;
+    t->tb_it_last = it;
+    if (now - t->tb_last_flush >= t->tb_flush_every) {
+        tb_flush(t->tb);
+        t->tb_last_flush = now;
+    }
+}
+
 /* One metrics.json line: {iteration, phase_idx, train_phase_idx} and, when the meter ran,
  * "<kind>_<meter name>" (also logged); the meter starts over. */
 static void metrics_line(trainer *t, const char *kind, int64_t phase_idx, int64_t train_phase_idx, acc_meter *m,
@@ -615,6 +688,7 @@ static void metrics_line(trainer *t, const char *kind, int64_t phase_idx, int64_
                              (json_int_t)phase_idx, "train_phase_idx", (json_int_t)train_phase_idx);
     if (meter_on) {
         json_t *v = meter_value(m);
+        tb_meter(t, strcmp(kind, "train") ? "Testing" : "Training", m->name, v, train_phase_idx);
         char *text = json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(15));
         char key[64];
         snprintf(key, sizeof key, "%s_%s", kind, m->name);
@@ -881,6 +955,7 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     t->batches_done++;
     t->phase_batches++;
     log_progress(t, lr);
+    tb_step(t, lr);
     if (t->perf_frequency > 0 && (t->iteration - t->it_phase_start) % t->perf_frequency == 0)
         log_perf(t);
     if (t->checkpoint_iter_frequency > 0 && t->iteration % t->checkpoint_iter_frequency == 0) { /* VISSL's on_step */

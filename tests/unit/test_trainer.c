@@ -24,6 +24,7 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <fcntl.h>
 #include <math.h>
@@ -266,6 +267,48 @@ static int metrics_lines(const char *dir, const char *key, json_t **out, int max
     return n;
 }
 
+/* The scalars of `tag` in the event files under dir/tensorboard, in file order: value and
+ * step (SummaryWriter's Event: wall_time, step, summary{value{tag, simple_value}}). */
+static int tb_values(const char *dir, const char *tag, float *values, int64_t *steps, int max)
+{
+    char *sub = xasprintf("%s/tensorboard", dir);
+    DIR *d = opendir(sub);
+    cr_assert(d, "%s", sub);
+    struct dirent *e;
+    int n = 0;
+    size_t tlen = strlen(tag);
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "events.out.tfevents.", 20))
+            continue;
+        char *path = xasprintf("%s/%s", sub, e->d_name);
+        size_t len;
+        uint8_t *p = (uint8_t *)read_whole_file(path, &len);
+        for (size_t off = 0; off + 12 <= len;) {
+            uint64_t rl = 0;
+            memcpy(&rl, p + off, 8);
+            const uint8_t *ev = p + off + 12, *end = ev + rl;
+            /* wall_time (09 + 8), step (10 + varint), summary (2A len 0A len 0A taglen tag 15 float) */
+            const uint8_t *q = ev + 10;
+            int64_t step = 0;
+            for (int shift = 0; q < end; shift += 7) {
+                step |= (int64_t)(*q & 0x7f) << shift;
+                if (!(*q++ & 0x80))
+                    break;
+            }
+            if (q + 7 + tlen + 4 <= end && q[0] == 0x2a && q[4] == 0x0a && q[5] == (uint8_t)tlen &&
+                !memcmp(q + 6, tag, tlen) && q[6 + tlen] == 0x15 && n < max) {
+                memcpy(&values[n], q + 7 + tlen, 4);
+                steps[n++] = step;
+            }
+            off += 16 + rl;
+        }
+        free(p), free(path);
+    }
+    closedir(d);
+    free(sub);
+    return n;
+}
+
 /* The cross-entropy case with VISSL's test phases (TEST_MODEL, TEST_EVERY_NUM_EPOCH 2: after
  * epochs 0, 2 and 4): training is the same to the last bit of the fixture's tolerance, each
  * test phase's top-1 / top-5 in metrics.json and the last one's mean loss are PyTorch's on the
@@ -276,7 +319,8 @@ Test(trainer, test_phases_score_as_vissl_and_leave_training_alone, .timeout = 30
     char *dir = test_make_tmpdir();
     char *yaml = xasprintf("%s  TEST_MODEL: true\n  TEST_EVERY_NUM_EPOCH: 2\n"
                            "  METERS: {name: accuracy_list_meter, accuracy_list_meter: {num_meters: 1, "
-                           "topk_values: [1, 5]}}\n  CHECKPOINT: {DIR: '%s', AUTO_RESUME: false}\n",
+                           "topk_values: [1, 5]}}\n  CHECKPOINT: {DIR: '%s', AUTO_RESUME: false}\n"
+                           "  TENSORBOARD_SETUP: {USE_TENSORBOARD: true}\n",
                            CASE_YAML[1], dir);
     char *path = test_fixture("train", "ce_multistep_test_batches.rec");
     rec_file_input in = {.fd = open(path, O_RDONLY)};
@@ -308,6 +352,28 @@ Test(trainer, test_phases_score_as_vissl_and_leave_training_alone, .timeout = 30
         cr_expect_leq(fabs(top5 - w[3 * i + 2]), 1e-3, "test %d top-5 %g, PyTorch's %g", i, top5, w[3 * i + 2]);
         json_decref(lines[i]);
     }
+    /* the same scores in TensorBoard (rounded to 5 decimals, at step train_phase_idx), and
+     * the loss of every iteration (LOG_FREQUENCY 1) */
+    trainer_free(t);
+    t = NULL;
+    float tv[8];
+    int64_t ts[8];
+    int nt = tb_values(dir, "Testing/accuracy_list_meter_top_1_Output_0", tv, ts, 8);
+    cr_expect_eq(nt, 3, "three test top-1 scalars");
+    for (int i = 0; i < nt && i < 3; i++) {
+        cr_expect_eq(ts[i], after[i]);
+        cr_expect_leq(fabs(tv[i] - w[3 * i + 1]), 1e-3, "TensorBoard test %d top-1 %g, PyTorch's %g", i, tv[i],
+                      w[3 * i + 1]);
+    }
+    npy_array want_loss = load("ce_multistep", "loss");
+    nt = tb_values(dir, "Training/Loss", tv, ts, 8);
+    cr_expect_eq(nt, STEPS, "a Training/Loss scalar per iteration");
+    for (int i = 0; i < nt && i < STEPS; i++) {
+        double wl = ((const double *)want_loss.data)[i];
+        cr_expect_eq(ts[i], i + 1);
+        cr_expect_leq(fabs(tv[i] - wl), 1e-4 * fabs(wl) + 1e-5, "TensorBoard loss %d: %g, PyTorch's %g", i, tv[i], wl);
+    }
+    npy_close(&want_loss);
     static const char *const files[] = {"model_phase0.torch", "model_phase2.torch", "model_phase3.torch",
                                         "model_phase5.torch", "model_final_checkpoint_phase6.torch"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {

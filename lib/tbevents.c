@@ -1,0 +1,195 @@
+/*
+ * tbevents.c — TensorBoard scalar event files (see tbevents.h): a hand-rolled protobuf
+ * encoder for the two messages we write, TFRecord framing, CRC-32C by table.
+ */
+#include "tbevents.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct tb_writer {
+    FILE *f;
+    char *path;
+    bool failed;
+};
+
+/* ---- CRC-32C ------------------------------------------------------------------------------- */
+
+static uint32_t crc_table[256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1; /* Castagnoli, reflected */
+        crc_table[i] = c;
+    }
+}
+
+uint32_t tb_crc32c(const void *data, size_t n)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, crc_init);
+    const uint8_t *p = data;
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++)
+        c = crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+
+static uint32_t masked_crc(const void *data, size_t n)
+{
+    uint32_t c = tb_crc32c(data, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+static void put_le(uint8_t *out, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        out[i] = (uint8_t)(v >> (8 * i));
+}
+
+void tb_record(const void *payload, size_t n, uint8_t *out)
+{
+    put_le(out, n, 8);
+    put_le(out + 8, masked_crc(out, 8), 4);
+    memcpy(out + 12, payload, n);
+    put_le(out + 12 + n, masked_crc(payload, n), 4);
+}
+
+/* ---- protobuf ------------------------------------------------------------------------------ */
+
+static size_t put_varint(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    do {
+        out[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
+/* wall_time (field 1, fixed64 double) and step (field 2, varint). */
+static size_t event_head(double wall_time, int64_t step, uint8_t *out)
+{
+    uint64_t bits;
+    memcpy(&bits, &wall_time, sizeof bits);
+    out[0] = 0x09;
+    put_le(out + 1, bits, 8);
+    out[9] = 0x10;
+    return 10 + put_varint(out + 10, (uint64_t)step);
+}
+
+size_t tb_scalar_event(double wall_time, int64_t step, const char *tag, float value, uint8_t *out)
+{
+    size_t n = event_head(wall_time, step, out), tlen = strlen(tag);
+    tlen = tlen < TB_MAX_TAG ? tlen : TB_MAX_TAG;
+    /* Summary.Value: tag (1, bytes), simple_value (2, fixed32) */
+    uint8_t val[16 + TB_MAX_TAG];
+    size_t v = 0;
+    val[v++] = 0x0a;
+    v += put_varint(val + v, tlen);
+    memcpy(val + v, tag, tlen);
+    v += tlen;
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    val[v++] = 0x15;
+    put_le(val + v, bits, 4);
+    v += 4;
+    /* Event.summary (5) { Summary.value (1) { … } } */
+    uint8_t inner[8];
+    size_t ilen = put_varint(inner, v);
+    out[n++] = 0x2a;
+    n += put_varint(out + n, 1 + ilen + v);
+    out[n++] = 0x0a;
+    memcpy(out + n, inner, ilen);
+    n += ilen;
+    memcpy(out + n, val, v);
+    return n + v;
+}
+
+/* ---- the file ------------------------------------------------------------------------------ */
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int write_payload(tb_writer *w, const uint8_t *payload, size_t n)
+{
+    uint8_t *rec = xmalloc(n + 16);
+    tb_record(payload, n, rec);
+    bool ok = fwrite(rec, 1, n + 16, w->f) == n + 16;
+    free(rec);
+    if (!ok && !w->failed)
+        log_warn("TensorBoard: cannot write %s: %s", w->path, strerror(errno));
+    w->failed |= !ok;
+    return ok ? 0 : -1;
+}
+
+tb_writer *tb_open(const char *dir, char **err)
+{
+    if (make_dirs(dir, 0777, err) != 0)
+        return NULL;
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    tb_writer *w = xcalloc(1, sizeof *w);
+    w->path = xasprintf("%s/events.out.tfevents.%lld.%s.%d", dir, (long long)time(NULL), host, (int)getpid());
+    if (!(w->f = fopen(w->path, "wb"))) {
+        report_failure(err, "TensorBoard: cannot create %s: %s", w->path, strerror(errno));
+        free(w->path);
+        free(w);
+        return NULL;
+    }
+    uint8_t ev[64];
+    size_t n = event_head(wall_now(), 0, ev);
+    static const char version[] = "brain.Event:2";
+    ev[n++] = 0x1a; /* file_version (3) */
+    ev[n++] = (uint8_t)(sizeof version - 1);
+    memcpy(ev + n, version, sizeof version - 1);
+    n += sizeof version - 1;
+    write_payload(w, ev, n);
+    fflush(w->f);
+    return w;
+}
+
+int tb_scalar(tb_writer *w, const char *tag, double value, int64_t step)
+{
+    if (!w || w->failed)
+        return -1;
+    uint8_t *ev = xmalloc(64 + TB_MAX_TAG);
+    size_t n = tb_scalar_event(wall_now(), step, tag, (float)value, ev);
+    int rc = write_payload(w, ev, n);
+    free(ev);
+    return rc;
+}
+
+void tb_flush(tb_writer *w)
+{
+    if (w && w->f)
+        fflush(w->f);
+}
+
+const char *tb_path(const tb_writer *w) { return w->path; }
+
+void tb_close(tb_writer *w)
+{
+    if (!w)
+        return;
+    if (w->f)
+        fclose(w->f);
+    free(w->path);
+    free(w);
+}
