@@ -235,6 +235,7 @@ void optim_free(eng_backend *be, optim *opt)
 
 optim_group optim_group_of(const optim *opt, int i) { return opt->group[i]; }
 int64_t optim_step_count(const optim *opt) { return opt->steps; }
+size_t optim_state_bytes(const optim *opt) { return (opt->state[0] ? opt->state_bytes : 0) + (opt->state[1] ? opt->state_bytes : 0); }
 void optim_set_step_count(optim *opt, int64_t steps) { opt->steps = steps; }
 
 /* ---- the step ------------------------------------------------------------------------------ */

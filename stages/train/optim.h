@@ -95,6 +95,8 @@ optim_group optim_group_of(const optim *opt, int i);
 /* One update from the gradients in the entries' grad tensors, with the scheduled rates: the
  * step of iteration optim_step_count() + 1. */
 void optim_step(eng_backend *be, optim *opt, double lr, double lr_head);
+/* Bytes of the optimizer's state (momentum buffers, Adam's moments). */
+size_t optim_state_bytes(const optim *opt);
 /* Updates made so far (Adam's t; a checkpoint keeps it), and setting it on resume. */
 int64_t optim_step_count(const optim *opt);
 void optim_set_step_count(optim *opt, int64_t steps);

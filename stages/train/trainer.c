@@ -106,6 +106,7 @@ struct trainer {
     int64_t perf_frequency;
     /* TensorBoard (TENSORBOARD_SETUP.USE_TENSORBOARD): SSLTensorboardHook's scalars */
     tb_writer *tb;
+    int64_t memory_summary_at; /* HOOKS.MEMORY_SUMMARY: the iteration to print it after; -1 off */
     double tb_flush_every, tb_last_flush, tb_t_last;
     int64_t tb_it_last;
     char *dir;              /* CHECKPOINT.DIR */
@@ -324,6 +325,9 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     log_info("training %lld epochs of %lld batches; %lld parameters; loss %s; optimizer %s%s", (long long)t->num_epochs,
              (long long)t->steps_per_epoch, (long long)model_param_count(t->m), loss_display_name(t->lo.name),
              t->oo.name == OPTIM_SGD ? "sgd" : t->oo.name == OPTIM_ADAM ? "adam" : "adamw", t->oo.use_larc ? " + LARC" : "");
+    t->memory_summary_at = cfg_bool(config, "HOOKS.MEMORY_SUMMARY.PRINT_MEMORY_SUMMARY")
+                               ? cfg_int(config, "HOOKS.MEMORY_SUMMARY.LOG_ITERATION_NUM")
+                               : -1;
     t->perf_on = cfg_bool(config, "MONITOR_PERF_STATS") || cfg_bool(config, "HOOKS.PERF_STATS.MONITOR_PERF_STATS");
     t->perf_frequency = cfg_int(config, "PERF_STAT_FREQUENCY") > 0 ? cfg_int(config, "PERF_STAT_FREQUENCY")
                                                                    : cfg_int(config, "HOOKS.PERF_STATS.PERF_STAT_FREQUENCY");
@@ -557,6 +561,21 @@ static void log_perf(trainer *t)
         len += (size_t)snprintf(text + len, sizeof text - len, "%s%s %.2f ms", k ? ", " : "", perf_name[k],
                                 1e3 * (t->perf[k] - t->perf_at_phase[k]) / (double)batches);
     log_info("Train step time breakdown (rank %d): %s", t->rank, text);
+}
+
+/* HOOKS.MEMORY_SUMMARY, once: what the training holds, by kind (VISSL prints CUDA's allocator
+ * summary; on the cpu the model's allocations and the process's peak resident size). */
+static void memory_summary(trainer *t)
+{
+    if (t->rank != 0 || t->memory_summary_at < 0 || t->iteration != (t->memory_summary_at > 1 ? t->memory_summary_at : 1))
+        return;
+    eng_tensor p = model_params(t->m), g = model_grads(t->m), b = model_buffers(t->m);
+    const double mib = 1024.0 * 1024.0;
+    log_info("Memory summary (rank %d, cpu): parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
+             "buffers %.2f MiB, peak resident %.0f MiB",
+             t->rank, p.base ? (double)eng_bytes(t->be, &p.shape) / mib : 0.0,
+             g.base ? (double)eng_bytes(t->be, &g.shape) / mib : 0.0, (double)optim_state_bytes(t->opt) / mib,
+             b.base ? (double)eng_bytes(t->be, &b.shape) / mib : 0.0, peak_mem_mb());
 }
 
 /* The time since `since` into timer k; returns now. */
@@ -956,6 +975,7 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     t->phase_batches++;
     log_progress(t, lr);
     tb_step(t, lr);
+    memory_summary(t);
     if (t->perf_frequency > 0 && (t->iteration - t->it_phase_start) % t->perf_frequency == 0)
         log_perf(t);
     if (t->checkpoint_iter_frequency > 0 && t->iteration % t->checkpoint_iter_frequency == 0) { /* VISSL's on_step */
