@@ -309,6 +309,26 @@ static int tb_values(const char *dir, const char *tag, float *values, int64_t *s
     return n;
 }
 
+/* The cross-entropy case with test phases after epochs 0, 2 and 4, its test batches read
+ * through `ti` (2 a phase), its accuracy meter on, checkpoints in dir; kept alive in *cfg. */
+static trainer *test_phase_trainer(const char *dir, bool resume, bool tensorboard, const trainer_test_input *ti,
+                                   cfg_t *cfg)
+{
+    char *yaml = xasprintf("%s  TEST_MODEL: true\n  TEST_EVERY_NUM_EPOCH: 2\n"
+                           "  METERS: {name: accuracy_list_meter, accuracy_list_meter: {num_meters: 1, "
+                           "topk_values: [1, 5]}}\n  CHECKPOINT: {DIR: '%s', AUTO_RESUME: %s}\n"
+                           "  TENSORBOARD_SETUP: {USE_TENSORBOARD: %s}\n",
+                           CASE_YAML[1], dir, resume ? "true" : "false", tensorboard ? "true" : "false");
+    *cfg = (cfg_t){0};
+    cfg_err err;
+    cr_assert(test_compose(cfg, &err, yaml, NULL), "%s", err.msg);
+    free(yaml);
+    trainer_options o = {.world_size = 1, .threads = 2, .steps_per_epoch = 1, .test_input = ti, .test_steps = 2};
+    trainer *t = trainer_new(cfg_map_get(cfg->root, "config"), &o, &err);
+    cr_assert(t, "%s", err.msg);
+    return t;
+}
+
 /* The cross-entropy case with VISSL's test phases (TEST_MODEL, TEST_EVERY_NUM_EPOCH 2: after
  * epochs 0, 2 and 4): training is the same to the last bit of the fixture's tolerance, each
  * test phase's top-1 / top-5 in metrics.json and the last one's mean loss are PyTorch's on the
@@ -317,21 +337,12 @@ static int tb_values(const char *dir, const char *tag, float *values, int64_t *s
 Test(trainer, test_phases_score_as_vissl_and_leave_training_alone, .timeout = 300)
 {
     char *dir = test_make_tmpdir();
-    char *yaml = xasprintf("%s  TEST_MODEL: true\n  TEST_EVERY_NUM_EPOCH: 2\n"
-                           "  METERS: {name: accuracy_list_meter, accuracy_list_meter: {num_meters: 1, "
-                           "topk_values: [1, 5]}}\n  CHECKPOINT: {DIR: '%s', AUTO_RESUME: false}\n"
-                           "  TENSORBOARD_SETUP: {USE_TENSORBOARD: true}\n",
-                           CASE_YAML[1], dir);
     char *path = test_fixture("train", "ce_multistep_test_batches.rec");
     rec_file_input in = {.fd = open(path, O_RDONLY)};
     cr_assert(in.fd >= 0, "%s", path);
     trainer_test_input ti = {.read = read_record, .done = record_done, .ctx = &in};
-    cfg_t cfg = {0};
-    cfg_err err;
-    cr_assert(test_compose(&cfg, &err, yaml, NULL), "%s", err.msg);
-    trainer_options o = {.world_size = 1, .threads = 2, .steps_per_epoch = 1, .test_input = &ti, .test_steps = 2};
-    trainer *t = trainer_new(cfg_map_get(cfg.root, "config"), &o, &err);
-    cr_assert(t, "%s", err.msg);
+    cfg_t cfg;
+    trainer *t = test_phase_trainer(dir, false, true, &ti, &cfg);
     train_and_check(t, "ce_multistep");
 
     npy_array want = load("ce_multistep", "test");
@@ -386,7 +397,7 @@ Test(trainer, test_phases_score_as_vissl_and_leave_training_alone, .timeout = 30
     cfg_destroy(&cfg);
     rec_buf_free(&in.buf);
     close(in.fd);
-    free(path), free(yaml);
+    free(path);
     test_rm_dir(dir);
 }
 
@@ -409,18 +420,10 @@ Test(trainer, a_stop_in_a_test_phase_resumes_with_that_test_phase, .timeout = 30
     float *w0 = NULL, *w1 = NULL;
     size_t n0 = 0, n1 = 0;
     for (int run = 0; run < 2; run++) {
-        char *yaml = xasprintf("%s  TEST_MODEL: true\n  TEST_EVERY_NUM_EPOCH: 2\n"
-                               "  METERS: {name: accuracy_list_meter, accuracy_list_meter: {num_meters: 1, "
-                               "topk_values: [1, 5]}}\n  CHECKPOINT: {DIR: '%s', AUTO_RESUME: %s}\n",
-                               CASE_YAML[1], dir, run ? "true" : "false");
         rec_file_input in = {.fd = open(path, O_RDONLY)};
         trainer_test_input ti = {.read = run ? read_record : read_stop, .done = record_done, .ctx = &in};
-        cfg_t cfg = {0};
-        cfg_err cerr;
-        cr_assert(test_compose(&cfg, &cerr, yaml, NULL), "%s", cerr.msg);
-        trainer_options o = {.world_size = 1, .threads = 2, .steps_per_epoch = 1, .test_input = &ti, .test_steps = 2};
-        trainer *t = trainer_new(cfg_map_get(cfg.root, "config"), &o, &cerr);
-        cr_assert(t, "%s", cerr.msg);
+        cfg_t cfg;
+        trainer *t = test_phase_trainer(dir, run, false, &ti, &cfg);
         if (!run) {
             model_init_formula(trainer_backend(t), trainer_model(t));
             w0 = trained_values(t, &n0);
@@ -446,7 +449,6 @@ Test(trainer, a_stop_in_a_test_phase_resumes_with_that_test_phase, .timeout = 30
         rec_buf_free(&in.buf);
         trainer_free(t);
         cfg_destroy(&cfg);
-        free(yaml);
     }
     cr_assert_eq(n0, n1);
     check_training("ce_multistep", losses, w0, w1, n1);
