@@ -696,3 +696,56 @@ void model_backward(eng_backend *be, model *m, const eng_tensor *const *dout)
         stream_backward(be, m, &m->streams[s], dout, &k);
     }
 }
+
+/* ---- complexity ------------------------------------------------------------------------------ */
+
+/* rows[*n..] += the head's rows, renamed "<prefix><name>". */
+static void append_head_rows(eng_layer_cost **rows, int *n, eng_layer_cost *h, int hn, const char *prefix)
+{
+    *rows = xrealloc(*rows, (size_t)(*n + hn) * sizeof **rows);
+    for (int i = 0; i < hn; i++) {
+        (*rows)[*n + i] = h[i];
+        (*rows)[*n + i].name = xasprintf("%s%s", prefix, h[i].name);
+        free((char *)h[i].name);
+    }
+    *n += hn;
+    free(h);
+}
+
+int model_costs(const model *m, const eng_shape *input, eng_layer_cost **rows, int *n, char **err)
+{
+    if (m->opt.npool_ops > 0)
+        return report_failure(err, "complexity: feature-extraction models (LINEAR_EVAL_FEAT_POOL_OPS_MAP) are not "
+                                   "counted yet");
+    if (resnet_costs(m->trunk, input, rows, n, err) != 0)
+        return -1;
+    for (int b = 0; b < m->nbranches; b++) {
+        const head_list *l = &m->branches[b].chain;
+        eng_shape x = eng_shape2(input->dim[0], resnet_out_dim(m->trunk));
+        int entry = m->branches[b].first_entry, j = 0; /* head i is entry's j-th */
+        for (int i = 0; i < l->n; i++, j++) {
+            if (j == m->opt.heads[entry].n)
+                entry++, j = 0;
+            const head_options *o = head_opts(l->heads[i]);
+            if (i > 0 && head_opts(l->heads[i - 1])->type == HEAD_SWAV) {
+                eng_costs_free(*rows, *n);
+                return report_failure(err, "complexity: a head after a swav_head is not counted yet");
+            }
+            eng_layer_cost *h;
+            int hn;
+            if (head_costs(l->heads[i], &x, &h, &hn, err) != 0) {
+                eng_costs_free(*rows, *n);
+                return -1;
+            }
+            char prefix[48];
+            if (m->opt.heads[entry].nested)
+                snprintf(prefix, sizeof prefix, "heads.%d.%d.", entry, j);
+            else
+                snprintf(prefix, sizeof prefix, "heads.%d.", entry);
+            append_head_rows(rows, n, h, hn, prefix);
+            if (o->ndims > 0)
+                x = eng_shape2(input->dim[0], o->dims[o->ndims - 1]);
+        }
+    }
+    return 0;
+}

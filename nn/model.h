@@ -42,6 +42,7 @@
 #ifndef SELFSUP_NN_MODEL_H
 #define SELFSUP_NN_MODEL_H
 
+#include "complexity.h"
 #include "config.h"
 #include "heads.h"
 #include "nn.h"
@@ -191,6 +192,14 @@ int model_output_input(const model *m, int k);
  * forward advances it): a resumed run sets it to the checkpoint's iteration so its masks are
  * the uninterrupted run's. */
 void model_set_train_step(model *m, uint64_t step);
+
+/* VISSL's model-complexity rows (complexity.h) of the whole model on one `input` (N × C × H
+ * × W; the hook's INPUT_SHAPE with N = 1): the trunk's, then every head's in MODEL.HEAD.PARAMS
+ * order, named "heads.I.…", each head taking the output of the one before it (the first, the
+ * trunk's flattened feature). Returns 0, or -1 with *err for what is not counted yet: feature
+ * extractors (LINEAR_EVAL_FEAT_POOL_OPS_MAP) and a head after a swav_head. Free the rows with
+ * eng_costs_free. */
+int model_costs(const model *m, const eng_shape *input, eng_layer_cost **rows, int *n, char **err);
 
 /* Backward of the last training forward: dout[k] is output k's gradient (NULL = zero).
  * Gradients of parameters that are not frozen accumulate into model_grads. */

@@ -250,6 +250,49 @@ static bool build_optimizer(trainer *t, cfg_err *err)
     return t->opt != NULL;
 }
 
+/* Python's str(round(x, 4)): at most 4 decimals, trailing zeros dropped but one kept. */
+static void py_round4(double x, char out[32])
+{
+    snprintf(out, 32, "%.4f", x);
+    size_t n = strlen(out);
+    while (n > 2 && out[n - 1] == '0' && out[n - 2] != '.')
+        out[--n] = '\0';
+}
+
+/* VISSL's SSLModelComplexityHook (MODEL.MODEL_COMPLEXITY or HOOKS.MODEL_COMPLEXITY): the
+ * model's parameters, FLOPs (multiply-adds) and convolution activations on one image of
+ * INPUT_SHAPE, in its words. Counting never stops a run: what cannot be counted is said. */
+static void log_complexity(const trainer *t)
+{
+    const char *key = cfg_bool(t->config, "HOOKS.MODEL_COMPLEXITY.COMPUTE_COMPLEXITY") ? "HOOKS.MODEL_COMPLEXITY"
+                                                                                      : "MODEL.MODEL_COMPLEXITY";
+    const cfg_node *mc = cfg_get(t->config, key), *shape = cfg_get(mc, "INPUT_SHAPE");
+    if (!cfg_bool(mc, "COMPUTE_COMPLEXITY") || t->rank != 0)
+        return;
+    if (shape->kind != CFG_LIST || shape->len != 3) {
+        log_warn("%s.INPUT_SHAPE must be [C, H, W]: model complexity skipped", key);
+        return;
+    }
+    eng_shape in = eng_shape4(1, shape->items[0]->i, shape->items[1]->i, shape->items[2]->i);
+    eng_layer_cost *rows;
+    int n;
+    char *err = NULL;
+    if (model_costs(t->m, &in, &rows, &n, &err) != 0) {
+        log_warn("model complexity skipped: %s", err);
+        free(err);
+        return;
+    }
+    eng_layer_cost total = eng_costs_total(rows, n);
+    eng_costs_free(rows, n);
+    if (total.flops == ENG_COST_UNKNOWN)
+        log_warn("Unsupported modules found in model. FLOPs calculation skipped");
+    char p[32], f[32], a[32];
+    py_round4((double)total.params / 1e6, p);
+    py_round4(total.flops == ENG_COST_UNKNOWN ? 0.0 : (double)total.flops / 1e9, f);
+    py_round4((double)total.activations / 1e6, a);
+    log_info("#params (10^6): %s #FLOPs (10^9): %s #activations (10^6): %s", p, f, a);
+}
+
 /* TENSORBOARD_SETUP (or newer VISSL's HOOKS.TENSORBOARD_SETUP): rank 0 writes event files into
  * LOG_DIR/EXPERIMENT_LOG_DIR, LOG_DIR "." meaning CHECKPOINT.DIR. */
 static bool open_tensorboard(trainer *t, cfg_err *err)
@@ -313,6 +356,7 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
         trainer_free(t);
         return NULL;
     }
+    log_complexity(t);
     if (t->plan.test_only)
         log_info("TEST_ONLY: %lld test phases of the model in eval mode, no training", (long long)t->num_epochs);
     else if (t->plan.test_model && !t->test_in_set) {

@@ -13,6 +13,7 @@
  */
 #include "complexity.h"
 #include "heads.h"
+#include "model.h"
 #include "resnet.h"
 #include "util.h"
 
@@ -241,5 +242,60 @@ Test(complexity, siamese_flops_are_unknown_and_bad_inputs_are_errors)
     cr_expect(err && strstr(err, "3"), "%s", err ? err : "(no message)");
     free(err);
     resnet_free(be, net);
+    eng_backend_close(be);
+}
+
+/* The totals line of fixtures/nn/complexity_CASE.txt. */
+static eng_layer_cost fixture_total(const char *kase)
+{
+    char *file = xasprintf("complexity_%s.txt", kase), *path = test_fixture("nn", file);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char name[160], kind[32];
+    long long flops, params, acts;
+    eng_layer_cost t = {0};
+    while (fscanf(f, "%159s %31s %lld %lld %lld", name, kind, &flops, &params, &acts) == 5)
+        if (!strcmp(name, "total"))
+            t = (eng_layer_cost){.flops = flops, .params = params, .activations = acts};
+    fclose(f);
+    free(path), free(file);
+    return t;
+}
+
+/* The whole model as VISSL's hook counts it: torchvision's ResNet-50 as VISSL builds it (trunk
+ * + mlp [2048, 1000]) is the profiler's trunk plus its fc head, row for row summed; rows of the
+ * head carry their model names. A feature extractor is refused (not counted yet). */
+Test(complexity, a_whole_model_is_its_trunk_and_its_heads)
+{
+    eng_backend *be = nnt_open_cpu();
+    model_options o = model_defaults();
+    o.nheads = 1;
+    o.heads[0] = (model_head_entry){.chain = {dims_opts(HEAD_MLP, (const int64_t[]){2048, 1000}, 2)}, .n = 1};
+    char *err = NULL;
+    model *m = model_new(be, &o, 1, &err);
+    cr_assert(m, "%s", err);
+    eng_shape in = eng_shape4(1, 3, 224, 224);
+    eng_layer_cost *rows;
+    int n;
+    cr_assert_eq(model_costs(m, &in, &rows, &n, &err), 0, "%s", err);
+    eng_layer_cost got = eng_costs_total(rows, n), a = fixture_total("r50_224"), b = fixture_total("head_fc");
+    cr_expect_eq(got.flops, a.flops + b.flops);
+    cr_expect_eq(got.params, a.params + b.params);
+    cr_expect_eq(got.params, model_param_count(m), "every parameter of the model");
+    cr_expect_eq(got.activations, a.activations + b.activations);
+    cr_expect_str_eq(rows[n - 1].name, "heads.0.clf.0");
+    eng_costs_free(rows, n);
+    model_free(be, m);
+    o.eval_mode_on = o.freeze_trunk_only = true;
+    o.npool_ops = 1;
+    o.pool_ops[0] = (model_pool_op){.layer = resnet_feature_by_name("res5"), .kind = MODEL_POOL_ADAPTIVE_AVG,
+                                    .out_hw = {1, 1}};
+    m = model_new(be, &o, 1, &err);
+    if (m) {
+        cr_expect_eq(model_costs(m, &in, &rows, &n, &err), -1);
+        cr_expect(err && strstr(err, "feature-extraction"), "%s", err);
+        free(err);
+        model_free(be, m);
+    }
     eng_backend_close(be);
 }
