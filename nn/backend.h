@@ -36,8 +36,9 @@ typedef struct {
     void (*l2norm_backward)(eng_backend *be, T *x, T *dy, T *dx);
     void (*dropout_forward)(eng_backend *be, float p, uint64_t step, T *x, T *y);
     void (*dropout_backward)(eng_backend *be, float p, uint64_t step, T *dy, T *dx);
-    void (*sgd_step)(eng_backend *be, const eng_sgd_args *a, T *p, T *g, T *buf);
-    void (*adam_step)(eng_backend *be, const eng_adam_args *a, T *p, T *g, T *m, T *v);
+    /* checked items: same shapes, logical layout, buf set exactly when momentum != 0 */
+    void (*sgd_step_many)(eng_backend *be, const eng_sgd_item *items, int n);
+    void (*adam_step_many)(eng_backend *be, const eng_adam_item *items, int n);
     double (*sum_squares)(eng_backend *be, T *x);
     double (*info_nce)(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
     double (*cross_entropy)(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,

@@ -325,27 +325,47 @@ double eng_bce_logits(eng_backend *be, const eng_tensor *x, const int64_t *targe
 
 /* ---- optimizer updates ------------------------------------------------------------------------ */
 
+void eng_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n)
+{
+    eng_sgd_item *checked = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *checked);
+    for (int i = 0; i < n; i++) {
+        const eng_sgd_item *it = &items[i];
+        expect_same("sgd", "gradient", it->g, it->p);
+        expect_same("sgd", "momentum buffer", it->buf, it->p);
+        if (it->a.momentum != 0.0f && !it->buf)
+            die(EXIT_RUNTIME, "sgd: momentum %g needs a momentum buffer", (double)it->a.momentum);
+        LOGICAL("sgd", it->p, it->g, it->buf);
+        checked[i] = *it;
+        checked[i].buf = it->a.momentum != 0.0f ? it->buf : NULL;
+    }
+    be->ops->sgd_step_many(be, checked, n);
+    free(checked);
+}
+
 void eng_sgd_step(eng_backend *be, const eng_sgd_args *a, const eng_tensor *p, const eng_tensor *g,
                   const eng_tensor *buf)
 {
-    expect_same("sgd", "gradient", g, p);
-    expect_same("sgd", "momentum buffer", buf, p);
-    if (a->momentum != 0.0f && !buf)
-        die(EXIT_RUNTIME, "sgd: momentum %g needs a momentum buffer", (double)a->momentum);
-    LOGICAL("sgd", p, g, buf);
-    be->ops->sgd_step(be, a, p, g, a->momentum != 0.0f ? buf : NULL);
+    eng_sgd_step_many(be, &(eng_sgd_item){.a = *a, .p = p, .g = g, .buf = buf}, 1);
+}
+
+void eng_adam_step_many(eng_backend *be, const eng_adam_item *items, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const eng_adam_item *it = &items[i];
+        expect_same("adam", "gradient", it->g, it->p);
+        expect_same("adam", "first moment", it->m, it->p);
+        expect_same("adam", "second moment", it->v, it->p);
+        if (it->a.step < 1)
+            die(EXIT_RUNTIME, "adam: step %lld (the first update is step 1)", (long long)it->a.step);
+        LOGICAL("adam", it->p, it->g, it->m, it->v);
+    }
+    be->ops->adam_step_many(be, items, n);
 }
 
 void eng_adam_step(eng_backend *be, const eng_adam_args *a, const eng_tensor *p, const eng_tensor *g,
                    const eng_tensor *m, const eng_tensor *v)
 {
-    expect_same("adam", "gradient", g, p);
-    expect_same("adam", "first moment", m, p);
-    expect_same("adam", "second moment", v, p);
-    if (a->step < 1)
-        die(EXIT_RUNTIME, "adam: step %lld (the first update is step 1)", (long long)a->step);
-    LOGICAL("adam", p, g, m, v);
-    be->ops->adam_step(be, a, p, g, m, v);
+    eng_adam_step_many(be, &(eng_adam_item){.a = *a, .p = p, .g = g, .m = m, .v = v}, 1);
 }
 
 double eng_sum_squares(eng_backend *be, const eng_tensor *x)

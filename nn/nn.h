@@ -181,6 +181,21 @@ typedef struct {
 void eng_adam_step(eng_backend *be, const eng_adam_args *a, const eng_tensor *p, const eng_tensor *g,
                    const eng_tensor *m, const eng_tensor *v);
 
+/* A whole optimizer step in one call: item i is what eng_sgd_step / eng_adam_step would do
+ * to tensor p (buf NULL without momentum). The backend spreads all the items' elements over
+ * its threads at once (one kernel on a GPU), where a call per tensor would pay a parallel
+ * region, or a launch, per tensor. The result is bitwise the per-tensor calls'. */
+typedef struct {
+    eng_sgd_args a;
+    const eng_tensor *p, *g, *buf;
+} eng_sgd_item;
+typedef struct {
+    eng_adam_args a;
+    const eng_tensor *p, *g, *m, *v;
+} eng_adam_item;
+void eng_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n);
+void eng_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
+
 /* Σ x², summed in double, to the host (LARC's norms). */
 double eng_sum_squares(eng_backend *be, const eng_tensor *x);
 

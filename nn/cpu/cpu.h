@@ -47,8 +47,8 @@ void cpu_l2norm_forward(eng_backend *be, T *x, T *y);
 void cpu_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx);
 void cpu_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y);
 void cpu_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx);
-void cpu_sgd_step(eng_backend *be, const eng_sgd_args *a, T *p, T *g, T *buf);
-void cpu_adam_step(eng_backend *be, const eng_adam_args *a, T *p, T *g, T *m, T *v);
+void cpu_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n);
+void cpu_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
 double cpu_sum_squares(eng_backend *be, T *x);
 double cpu_info_nce(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
 double cpu_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,

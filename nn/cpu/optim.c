@@ -7,15 +7,50 @@
  * the Python-float scalars (1 − β1, the bias corrections, the step size) computed in double
  * and then used as float32, as ATen does with a scalar argument. -ffp-contract=off keeps the
  * compiler from fusing them. Elements are independent, so threads change nothing.
+ *
+ * A step updates every tensor in one parallel region: the tensors are cut into chunks of
+ * CHUNK elements (the last of each shorter) and the threads share out the chunks, so a
+ * model's hundreds of small tensors cost one fork and join, not one each.
  */
 #include "cpu.h"
 
+#include "util.h"
+
 #include <math.h>
+#include <stdlib.h>
+
+enum { CHUNK = 32768 };
+
+/* Chunk k of the list: item, first element, length. */
+typedef struct {
+    int item;
+    int64_t start, len;
+} chunk;
+
+/* Every item's elements in chunks; *count of them. */
+static chunk *make_chunks(const eng_tensor *const *tensors, int n, size_t stride, int *count)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const eng_tensor *t = *(const eng_tensor *const *)((const char *)tensors + (size_t)i * stride);
+        total += (eng_numel(&t->shape) + CHUNK - 1) / CHUNK;
+    }
+    chunk *c = xmalloc((size_t)(total > 0 ? total : 1) * sizeof *c);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const eng_tensor *t = *(const eng_tensor *const *)((const char *)tensors + (size_t)i * stride);
+        int64_t numel = eng_numel(&t->shape);
+        for (int64_t s = 0; s < numel; s += CHUNK)
+            c[k++] = (chunk){.item = i, .start = s, .len = numel - s < CHUNK ? numel - s : CHUNK};
+    }
+    *count = k;
+    return c;
+}
 
 CPU_HOT static void sgd_momentum(const float *g, float *p, float *buf, int64_t n, float lr, float wd, float scale,
                                  float mom, bool nesterov, bool first)
 {
-#pragma omp parallel for simd schedule(static) if (n >= 65536)
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float d = (g[i] + wd * p[i]) * scale;
         float b = first ? d : buf[i] * mom + d;
@@ -26,20 +61,29 @@ CPU_HOT static void sgd_momentum(const float *g, float *p, float *buf, int64_t n
 
 CPU_HOT static void sgd_plain(const float *g, float *p, int64_t n, float lr, float wd, float scale)
 {
-#pragma omp parallel for simd schedule(static) if (n >= 65536)
+#pragma omp simd
     for (int64_t i = 0; i < n; i++)
         p[i] = p[i] - lr * ((g[i] + wd * p[i]) * scale);
 }
 
-void cpu_sgd_step(eng_backend *be, const eng_sgd_args *a, T *p, T *g, T *buf)
+void cpu_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n)
 {
     (void)be;
-    int64_t n = eng_numel(&p->shape);
-    if (buf)
-        sgd_momentum(cpu_ptr(g), cpu_ptr(p), cpu_ptr(buf), n, a->lr, a->weight_decay, a->grad_scale, a->momentum,
-                     a->nesterov, a->first);
-    else
-        sgd_plain(cpu_ptr(g), cpu_ptr(p), n, a->lr, a->weight_decay, a->grad_scale);
+    int nc;
+    chunk *c = make_chunks(&items[0].p, n, sizeof *items, &nc);
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int k = 0; k < nc; k++) {
+        const eng_sgd_item *it = &items[c[k].item];
+        const eng_sgd_args *a = &it->a;
+        int64_t s = c[k].start;
+        float *p = (float *)cpu_ptr(it->p) + s, *g = (float *)cpu_ptr(it->g) + s;
+        if (it->buf)
+            sgd_momentum(g, p, (float *)cpu_ptr(it->buf) + s, c[k].len, a->lr, a->weight_decay, a->grad_scale,
+                         a->momentum, a->nesterov, a->first);
+        else
+            sgd_plain(g, p, c[k].len, a->lr, a->weight_decay, a->grad_scale);
+    }
+    free(c);
 }
 
 /* The per-step float32 constants of one Adam update. */
@@ -65,7 +109,7 @@ static adam_consts adam_consts_of(const eng_adam_args *a)
 
 CPU_HOT static void adam_pass(const float *g, float *p, float *m, float *v, int64_t n, adam_consts c, bool decoupled)
 {
-#pragma omp parallel for simd schedule(static) if (n >= 65536)
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float w = decoupled ? p[i] * c.decay : p[i];
         float gi = decoupled ? g[i] : g[i] + c.wd * w;
@@ -77,10 +121,19 @@ CPU_HOT static void adam_pass(const float *g, float *p, float *m, float *v, int6
     }
 }
 
-void cpu_adam_step(eng_backend *be, const eng_adam_args *a, T *p, T *g, T *m, T *v)
+void cpu_adam_step_many(eng_backend *be, const eng_adam_item *items, int n)
 {
     (void)be;
-    adam_pass(cpu_ptr(g), cpu_ptr(p), cpu_ptr(m), cpu_ptr(v), eng_numel(&p->shape), adam_consts_of(a), a->decoupled);
+    int nc;
+    chunk *c = make_chunks(&items[0].p, n, sizeof *items, &nc);
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int k = 0; k < nc; k++) {
+        const eng_adam_item *it = &items[c[k].item];
+        int64_t s = c[k].start;
+        adam_pass((const float *)cpu_ptr(it->g) + s, (float *)cpu_ptr(it->p) + s, (float *)cpu_ptr(it->m) + s,
+                  (float *)cpu_ptr(it->v) + s, c[k].len, adam_consts_of(&it->a), it->a.decoupled);
+    }
+    free(c);
 }
 
 CPU_HOT static double sum_squares(const float *x, int64_t n)

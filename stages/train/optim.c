@@ -1,9 +1,10 @@
 /*
  * optim.c — VISSL's parameter groups and the optimizer step over them (see optim.h).
  *
- * optim_new sorts every entry into its group once; optim_step then walks the entries and
- * calls the backend's update for each trainable one with its group's rate and decay (and,
- * with LARC, its own gradient scale from the two norms). The optimizer state is one or two
+ * optim_new sorts every entry into its group once; optim_step then lists, for each trainable
+ * entry, its group's rate and decay (and, with LARC, its own gradient scale from the two
+ * norms), and hands the whole list to the backend in one call (eng_sgd_step_many: one
+ * parallel pass on the cpu, one kernel on a GPU). The optimizer state is one or two
  * allocations the size of the parameter allocation; an entry's state is the view at the same
  * offset as its value, so a checkpoint writes each state as one flat tensor.
  */
@@ -23,6 +24,9 @@ struct optim {
     optim_group *group;
     int64_t *skip;      /* TEMP_FROZEN_PARAMS_ITER_MAP: steps entry i sits out (until − 1), or 0 */
     void *state[2];     /* SGD: momentum buffers; Adam: exp_avg, exp_avg_sq */
+    eng_tensor *view[2]; /* entry i's part of each state buffer (made at the first step) */
+    eng_sgd_item *sgd;   /* a step's updates, handed to the backend in one call */
+    eng_adam_item *adam;
     size_t state_bytes;
     int64_t steps;
 };
@@ -230,6 +234,8 @@ void optim_free(eng_backend *be, optim *opt)
             eng_free(be, opt->state[k]);
     free(opt->group);
     free(opt->skip);
+    free(opt->view[0]), free(opt->view[1]);
+    free(opt->sgd), free(opt->adam);
     free(opt);
 }
 
@@ -299,7 +305,7 @@ static void larc(eng_backend *be, const optim_options *o, const eng_entry *e, do
     *scale = a;
 }
 
-static void sgd_entry(eng_backend *be, optim *opt, int i, double lr)
+static eng_sgd_item sgd_item(eng_backend *be, const optim *opt, int i, double lr)
 {
     const optim_options *o = &opt->o;
     const eng_entry *e = &opt->entries[i];
@@ -307,30 +313,51 @@ static void sgd_entry(eng_backend *be, optim *opt, int i, double lr)
                       .grad_scale = 1.0f, .nesterov = o->nesterov, .first = opt->steps == opt->skip[i]};
     if (o->use_larc)
         larc(be, o, e, lr, &a.weight_decay, &a.grad_scale);
-    eng_tensor buf = opt->state[0] ? state_view(opt, 0, i) : (eng_tensor){0};
-    eng_sgd_step(be, &a, &e->value, &e->grad, opt->state[0] ? &buf : NULL);
+    return (eng_sgd_item){.a = a, .p = &e->value, .g = &e->grad, .buf = opt->state[0] ? &opt->view[0][i] : NULL};
 }
 
-static void adam_entry(eng_backend *be, optim *opt, int i, double lr)
+static eng_adam_item adam_item(const optim *opt, int i, double lr)
 {
     const optim_options *o = &opt->o;
     eng_adam_args a = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                        .weight_decay = group_wd(o, opt->group[i]), .decoupled = o->name == OPTIM_ADAMW,
                        .step = opt->steps + 1 - opt->skip[i]};
-    eng_tensor m = state_view(opt, 0, i), v = state_view(opt, 1, i);
-    eng_adam_step(be, &a, &opt->entries[i].value, &opt->entries[i].grad, &m, &v);
+    return (eng_adam_item){.a = a, .p = &opt->entries[i].value, .g = &opt->entries[i].grad, .m = &opt->view[0][i],
+                           .v = &opt->view[1][i]};
+}
+
+/* The state views and item arrays, once. */
+static void prepare_items(optim *opt)
+{
+    for (int k = 0; k < 2; k++)
+        if (opt->state[k]) {
+            opt->view[k] = xcalloc((size_t)opt->n, sizeof *opt->view[k]);
+            for (int i = 0; i < opt->n; i++)
+                if (opt->group[i] != OPTIM_NOT_UPDATED)
+                    opt->view[k][i] = state_view(opt, k, i);
+        }
+    opt->sgd = xcalloc((size_t)opt->n + 1, sizeof *opt->sgd);
+    opt->adam = xcalloc((size_t)opt->n + 1, sizeof *opt->adam);
 }
 
 void optim_step(eng_backend *be, optim *opt, double lr, double lr_head)
 {
+    if (!opt->sgd)
+        prepare_items(opt);
+    int m = 0;
     for (int i = 0; i < opt->n; i++) {
         if (opt->group[i] == OPTIM_NOT_UPDATED || opt->steps < opt->skip[i]) /* iteration < until */
             continue;
         double r = group_lr(opt->group[i], lr, lr_head);
         if (opt->o.name == OPTIM_SGD)
-            sgd_entry(be, opt, i, r);
+            opt->sgd[m++] = sgd_item(be, opt, i, r);
         else
-            adam_entry(be, opt, i, r);
+            opt->adam[m++] = adam_item(opt, i, r);
     }
+    /* every tensor's update in one backend call */
+    if (opt->o.name == OPTIM_SGD)
+        eng_sgd_step_many(be, opt->sgd, m);
+    else
+        eng_adam_step_many(be, opt->adam, m);
     opt->steps++;
 }

@@ -18,8 +18,8 @@
  * dimensions. MODEL.NON_TRAINABLE_PARAMS (exact names) and frozen parts are not updated;
  * MODEL.TEMP_FROZEN_PARAMS_ITER_MAP holds parameters out of the first steps.
  *
- * The update is torch.optim's (optim/cpu: eng_sgd_step, eng_adam_step), one pass per
- * parameter tensor over the model's flat buffer; the state (momentum buffers, or Adam's two
+ * The update is torch.optim's (nn/cpu/optim.c), every tensor's in one backend call over the
+ * model's flat buffer (eng_sgd_step_many, eng_adam_step_many); the state (momentum buffers, or Adam's two
  * moments) lives in flat buffers laid out like the parameters. LARC (NVIDIA Apex, SGD only)
  * rescales each tensor's gradient by trust·‖p‖ / (‖g‖ + ‖p‖·wd + eps), capped at 1 after
  * dividing by the group's LR in clip mode, applies the weight decay itself, and leaves a

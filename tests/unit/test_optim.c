@@ -241,3 +241,69 @@ Test(optim, optimizers_it_does_not_run_are_refused_with_their_line)
     cr_expect(strstr(err.msg, "use_larc") && strstr(err.msg, "SGD only"), "%s", err.msg);
     cfg_destroy(&cfg);
 }
+
+/* ---- one call for every tensor ------------------------------------------------------------- */
+
+/* Tensors of sizes around the cpu backend's 32768-element chunks (one element, a partial
+ * chunk, exactly one, one more, several with a tail), each with its own rates: one fused call
+ * leaves every element as a call per tensor does, for SGD (Nesterov momentum, the first step
+ * and a later one) and AdamW. */
+Test(optim, one_fused_call_updates_every_tensor_as_a_call_each)
+{
+    eng_backend *be = nnt_open_cpu();
+    enum { K = 5 };
+    static const int64_t sizes[K] = {1, 7, 32768, 32769, 100003};
+    eng_tensor p[2][K], g[K], s1[2][K], s2[2][K];
+    uint64_t state = 0x853c49e6748fea9bu;
+    for (int k = 0; k < K; k++) {
+        float *h = xmalloc((size_t)sizes[k] * sizeof *h);
+        g[k] = eng_tensor_new(be, eng_shape2(1, sizes[k]));
+        for (int64_t i = 0; i < sizes[k]; i++) {
+            state = state * 6364136223846793005u + 1442695040888963407u;
+            h[i] = (float)((int64_t)(state >> 40) - (1 << 23)) / (float)(1 << 22);
+        }
+        eng_upload(be, &g[k], h);
+        for (int c = 0; c < 2; c++) {
+            p[c][k] = eng_tensor_new(be, eng_shape2(1, sizes[k]));
+            s1[c][k] = eng_tensor_new(be, eng_shape2(1, sizes[k]));
+            s2[c][k] = eng_tensor_new(be, eng_shape2(1, sizes[k]));
+            for (int64_t i = 0; i < sizes[k]; i++)
+                h[i] = 0.5f + (float)i * 1e-5f;
+            eng_upload(be, &p[c][k], h);
+            eng_zero(be, &s1[c][k]);
+            eng_zero(be, &s2[c][k]);
+        }
+        free(h);
+    }
+    eng_sgd_item sgd[K];
+    eng_adam_item adam[K];
+    for (int step = 0; step < 3; step++)
+        for (int k = 0; k < K; k++) {
+            eng_sgd_args a = {.lr = 0.1f * (float)(k + 1), .weight_decay = 1e-4f * (float)k, .momentum = 0.9f,
+                              .grad_scale = 1.0f, .nesterov = true, .first = step == 0};
+            eng_adam_args b = {.lr = 0.01 * (k + 1), .weight_decay = 0.05, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                               .decoupled = true, .step = step + 1};
+            if (step < 2) {
+                eng_sgd_step(be, &a, &p[0][k], &g[k], &s1[0][k]);
+                sgd[k] = (eng_sgd_item){.a = a, .p = &p[1][k], .g = &g[k], .buf = &s1[1][k]};
+            } else {
+                eng_adam_step(be, &b, &p[0][k], &g[k], &s1[0][k], &s2[0][k]);
+                adam[k] = (eng_adam_item){.a = b, .p = &p[1][k], .g = &g[k], .m = &s1[1][k], .v = &s2[1][k]};
+            }
+            if (k == K - 1 && step < 2)
+                eng_sgd_step_many(be, sgd, K);
+            if (k == K - 1 && step == 2)
+                eng_adam_step_many(be, adam, K);
+        }
+    for (int k = 0; k < K; k++) {
+        float *a = xmalloc((size_t)sizes[k] * sizeof *a), *b = xmalloc((size_t)sizes[k] * sizeof *b);
+        eng_download(be, &p[0][k], a);
+        eng_download(be, &p[1][k], b);
+        cr_expect_arr_eq(a, b, (size_t)sizes[k] * sizeof *a, "tensor %d (%lld elements)", k, (long long)sizes[k]);
+        free(a), free(b);
+        eng_tensor_free(be, &g[k]);
+        for (int c = 0; c < 2; c++)
+            eng_tensor_free(be, &p[c][k]), eng_tensor_free(be, &s1[c][k]), eng_tensor_free(be, &s2[c][k]);
+    }
+    eng_backend_close(be);
+}
