@@ -8,6 +8,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -90,32 +91,119 @@ static size_t event_head(double wall_time, int64_t step, uint8_t *out)
     return 10 + put_varint(out + 10, (uint64_t)step);
 }
 
-size_t tb_scalar_event(double wall_time, int64_t step, const char *tag, float value, uint8_t *out)
+/* TensorFlow's default histogram edges: -1e20 … -1e-12, 0, 1e-12 … 1e20 (×1.1 a step). */
+static double *hist_edges;
+static size_t hist_nedges;
+
+static void edges_init(void)
 {
-    size_t n = event_head(wall_time, step, out), tlen = strlen(tag);
+    size_t half = 0;
+    for (double v = 1e-12; v < 1e20; v *= 1.1)
+        half++;
+    hist_edges = xmalloc((2 * half + 1) * sizeof *hist_edges);
+    double v = 1e-12;
+    for (size_t i = 0; i < half; i++, v *= 1.1)
+        hist_edges[half - 1 - i] = -v, hist_edges[half + 1 + i] = v;
+    hist_edges[half] = 0.0;
+    hist_nedges = 2 * half + 1;
+}
+
+/* The first edge >= x (beyond ±1e20: the end buckets). */
+static size_t bucket_of(double x)
+{
+    size_t lo = 0, hi = hist_nedges - 1;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (hist_edges[mid] >= x)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+static size_t put_double(uint8_t *out, int field, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    out[0] = (uint8_t)(field << 3 | 1);
+    put_le(out + 1, bits, 8);
+    return 9;
+}
+
+uint8_t *tb_histogram_proto(const float *values, size_t n, size_t *len)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, edges_init);
+    int64_t *count = xcalloc(hist_nedges, sizeof *count);
+    double mn = INFINITY, mx = -INFINITY, sum = 0.0, sq = 0.0, num = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = values[i];
+        if (!isfinite(x))
+            continue;
+        mn = x < mn ? x : mn, mx = x > mx ? x : mx;
+        sum += x, sq += x * x, num += 1.0;
+        count[bucket_of(x)]++;
+    }
+    size_t first = 0, last = hist_nedges; /* the non-empty span [first, last) */
+    while (first < hist_nedges && !count[first])
+        first++;
+    while (last > first && !count[last - 1])
+        last--;
+    size_t nb = last - first;
+    uint8_t *out = xmalloc(64 + 2 * (12 + 8 * nb));
+    size_t k = 0;
+    k += put_double(out + k, 1, num ? mn : 0.0);
+    k += put_double(out + k, 2, num ? mx : 0.0);
+    k += put_double(out + k, 3, num);
+    k += put_double(out + k, 4, sum);
+    k += put_double(out + k, 5, sq);
+    for (int field = 6; field <= 7 && nb; field++) { /* packed: key, byte length, the doubles */
+        out[k++] = (uint8_t)(field << 3 | 2);
+        k += put_varint(out + k, 8 * nb);
+        for (size_t b = first; b < last; b++) {
+            double v = field == 6 ? hist_edges[b] : (double)count[b];
+            uint64_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            put_le(out + k, bits, 8);
+            k += 8;
+        }
+    }
+    free(count);
+    *len = k;
+    return out;
+}
+
+/* An Event with one Summary.Value into out (64 + TB_MAX_TAG + flen bytes): the tag, then the
+ * value's field, already encoded (key and payload) in fb. Returns the length. */
+static size_t value_event(double wall_time, int64_t step, const char *tag, const uint8_t *fb, size_t flen,
+                          uint8_t *out)
+{
+    size_t tlen = strlen(tag);
     tlen = tlen < TB_MAX_TAG ? tlen : TB_MAX_TAG;
-    /* Summary.Value: tag (1, bytes), simple_value (2, fixed32) */
-    uint8_t val[16 + TB_MAX_TAG];
-    size_t v = 0;
-    val[v++] = 0x0a;
-    v += put_varint(val + v, tlen);
-    memcpy(val + v, tag, tlen);
-    v += tlen;
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    val[v++] = 0x15;
-    put_le(val + v, bits, 4);
-    v += 4;
-    /* Event.summary (5) { Summary.value (1) { … } } */
-    uint8_t inner[8];
-    size_t ilen = put_varint(inner, v);
-    out[n++] = 0x2a;
+    uint8_t key[12];
+    size_t klen = 1 + put_varint(key + 1, tlen), v = klen + tlen + flen; /* the Value's length */
+    key[0] = 0x0a;
+    uint8_t inner[10];
+    size_t ilen = put_varint(inner, v), n = event_head(wall_time, step, out);
+    out[n++] = 0x2a; /* Event.summary (5) { Summary.value (1) { … } } */
     n += put_varint(out + n, 1 + ilen + v);
     out[n++] = 0x0a;
     memcpy(out + n, inner, ilen);
     n += ilen;
-    memcpy(out + n, val, v);
+    memcpy(out + n, key, klen);
+    memcpy(out + n + klen, tag, tlen);
+    memcpy(out + n + klen + tlen, fb, flen);
     return n + v;
+}
+
+size_t tb_scalar_event(double wall_time, int64_t step, const char *tag, float value, uint8_t *out)
+{
+    uint8_t fb[5] = {0x15}; /* simple_value (2, fixed32) */
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    put_le(fb + 1, bits, 4);
+    return value_event(wall_time, step, tag, fb, sizeof fb, out);
 }
 
 /* ---- the file ------------------------------------------------------------------------------ */
@@ -165,11 +253,27 @@ tb_writer *tb_open(const char *dir, char **err)
     return w;
 }
 
+int tb_histogram(tb_writer *w, const char *tag, const float *values, size_t n, int64_t step)
+{
+    if (!w || w->failed)
+        return -1;
+    size_t hlen;
+    uint8_t *h = tb_histogram_proto(values, n, &hlen), *fb = xmalloc(hlen + 12);
+    fb[0] = 0x2a; /* histo (5, length-delimited) */
+    size_t flen = 1 + put_varint(fb + 1, hlen);
+    memcpy(fb + flen, h, hlen);
+    flen += hlen;
+    uint8_t *ev = xmalloc(64 + TB_MAX_TAG + flen);
+    int rc = write_payload(w, ev, value_event(wall_now(), step, tag, fb, flen, ev));
+    free(h), free(fb), free(ev);
+    return rc;
+}
+
 int tb_scalar(tb_writer *w, const char *tag, double value, int64_t step)
 {
     if (!w || w->failed)
         return -1;
-    uint8_t *ev = xmalloc(64 + TB_MAX_TAG);
+    uint8_t *ev = xmalloc(64 + TB_MAX_TAG + 5);
     size_t n = tb_scalar_event(wall_now(), step, tag, (float)value, ev);
     int rc = write_payload(w, ev, n);
     free(ev);

@@ -7,7 +7,12 @@
  * masked CRC-32C of the payload; masked = ((crc >> 15) | (crc << 17)) + 0xa282ead8. Each
  * payload is a tensorflow.Event protobuf: wall_time (field 1, double), step (2, int64), then
  * file_version (3, "brain.Event:2") for the first record, or summary (5) holding one
- * Summary.Value: tag (1, string), simple_value (2, float).
+ * Summary.Value: tag (1, string), then simple_value (2, float) or histo (5, HistogramProto:
+ * min 1, max 2, num 3, sum 4, sum_squares 5, packed bucket_limit 6 and bucket 7, doubles).
+ *
+ * Histograms use TensorFlow's default buckets, as SummaryWriter.add_histogram(bins=
+ * "tensorflow") does: edges ±1e-12·1.1^k up to 1e20 and 0, a value counted in the bucket whose
+ * right edge is the first one ≥ it; empty buckets at either end are left out.
  *
  * CRC-32C (Castagnoli) is written out here: Debian ships no C library for it (only
  * python3-crc32c), and it is one table.
@@ -27,6 +32,8 @@ tb_writer *tb_open(const char *dir, char **err);
 /* One scalar: `tag` = value (stored as float32, as SummaryWriter does) at `step`. Returns 0,
  * or -1 when the file cannot be written (logged once). */
 int tb_scalar(tb_writer *w, const char *tag, double value, int64_t step);
+/* A histogram of n values (non-finite ones are left out). Returns 0 or -1 as tb_scalar. */
+int tb_histogram(tb_writer *w, const char *tag, const float *values, size_t n, int64_t step);
 void tb_flush(tb_writer *w);
 void tb_close(tb_writer *w);
 const char *tb_path(const tb_writer *w);
@@ -37,5 +44,7 @@ const char *tb_path(const tb_writer *w);
 uint32_t tb_crc32c(const void *data, size_t n);
 void tb_record(const void *payload, size_t n, uint8_t *out);
 size_t tb_scalar_event(double wall_time, int64_t step, const char *tag, float value, uint8_t *out);
+/* The HistogramProto of n values: its encoded bytes (malloc'd) and length. */
+uint8_t *tb_histogram_proto(const float *values, size_t n, size_t *len);
 
 #endif

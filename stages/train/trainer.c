@@ -106,6 +106,8 @@ struct trainer {
     int64_t perf_frequency;
     /* TensorBoard (TENSORBOARD_SETUP.USE_TENSORBOARD): SSLTensorboardHook's scalars */
     tb_writer *tb;
+    bool tb_params, tb_grads;    /* LOG_PARAMS, LOG_PARAMS_GRADIENTS: histograms */
+    int64_t tb_params_every;     /* LOG_PARAMS_EVERY_N_ITERS (-1: at phase ends only) */
     int64_t memory_summary_at; /* HOOKS.MEMORY_SUMMARY: the iteration to print it after; -1 off */
     double tb_flush_every, tb_last_flush, tb_t_last;
     int64_t tb_it_last;
@@ -312,6 +314,9 @@ static bool open_tensorboard(trainer *t, cfg_err *err)
         return false;
     }
     t->tb_flush_every = 60.0 * cfg_float(tb, "FLUSH_EVERY_N_MIN");
+    t->tb_params = cfg_bool(tb, "LOG_PARAMS");
+    t->tb_grads = cfg_bool(tb, "LOG_PARAMS_GRADIENTS");
+    t->tb_params_every = cfg_int(tb, "LOG_PARAMS_EVERY_N_ITERS");
     t->tb_last_flush = t->tb_t_last = now_seconds();
     log_info("TensorBoard: %s", tb_path(t->tb));
     return true;
@@ -719,6 +724,30 @@ static void tb_meter(trainer *t, const char *phase, const char *name, json_t *va
     t->tb_last_flush = now_seconds();
 }
 
+/* Histograms of every trained parameter ("Parameters/<name>") or of its gradient
+ * ("Gradients/<name>") at `step`, as SSLTensorboardHook writes them. */
+static void tb_histograms(trainer *t, bool grads, int64_t step)
+{
+    if (!t->tb || !(grads ? t->tb_grads : t->tb_params))
+        return;
+    float *host = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < model_entry_count(t->m); i++) {
+        const eng_entry *e = model_entry_at(t->m, i);
+        /* a frozen parameter has no gradient in PyTorch (grad None): VISSL skips it */
+        if (e->kind != ENG_PARAM || (grads && (!e->grad.base || optim_group_of(t->opt, i) == OPTIM_NOT_UPDATED)))
+            continue;
+        size_t n = (size_t)eng_numel(&e->value.shape);
+        if (n > cap)
+            host = xrealloc(host, (cap = n) * sizeof *host);
+        eng_download(t->be, grads ? &e->grad : &e->value, host);
+        char tag[256];
+        snprintf(tag, sizeof tag, "%s/%s", grads ? "Gradients" : "Parameters", e->name);
+        tb_histogram(t->tb, tag, host, n, step);
+    }
+    free(host);
+}
+
 /* SSLTensorboardHook.on_update: every LOG_FREQUENCY iterations, and every 5 of the first 100. */
 static void tb_step(trainer *t, double lr)
 {
@@ -774,6 +803,8 @@ static int phase_end(trainer *t, char **err)
 {
     int64_t phase_idx = phase_plan_train_index(&t->plan, t->phase);
     log_perf(t);
+    tb_histograms(t, false, t->phase);
+    tb_histograms(t, true, t->phase);
     metrics_line(t, "train", phase_idx, t->phase, &t->meter, t->meter_on);
     t->in_phase = false;
     bool final = t->phase + 1 >= t->num_epochs;
@@ -971,6 +1002,8 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     if (!t->in_phase || (int64_t)epoch != t->phase) {
         t->phase_batches = (int64_t)epoch == t->resume_epoch ? t->resume_batch : 0;
         log_info("Starting phase %lld [train]", (long long)phase_plan_train_index(&t->plan, epoch));
+        if (epoch == 0 && t->phase_batches == 0)
+            tb_histograms(t, false, -1); /* the weights before any training */
         t->t_phase_start = now_seconds();
         t->it_phase_start = t->iteration;
         memcpy(t->perf_at_phase, t->perf, sizeof t->perf);
@@ -987,6 +1020,8 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     t0 = lap(t, PERF_READ, t0);
     model_forward(t->be, t->m, true);
     t0 = lap(t, PERF_FORWARD, t0);
+    if (t->tb_params_every > 0 && t->iteration % t->tb_params_every == 0) /* on_forward: before counting it */
+        tb_histograms(t, false, t->iteration);
     t->iteration++;
     const eng_tensor *outs[MAX_OUTPUTS];
     for (int k = 0; k < model_output_count(t->m); k++)
@@ -1019,6 +1054,8 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     t->phase_batches++;
     log_progress(t, lr);
     tb_step(t, lr);
+    if (t->tb_params_every > 0 && t->iteration % t->tb_params_every == 0) /* on_update: after */
+        tb_histograms(t, true, t->iteration);
     memory_summary(t);
     if (t->perf_frequency > 0 && (t->iteration - t->it_phase_start) % t->perf_frequency == 0)
         log_perf(t);

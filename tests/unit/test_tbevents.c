@@ -11,6 +11,7 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,4 +107,58 @@ Test(tbevents, a_folder_that_cannot_be_made_is_an_error)
     cr_expect_null(tb_open("/proc/selfsup-cannot-be-here/tb", &err));
     cr_expect(err, "an error message");
     free(err);
+}
+
+static double le_double(const uint8_t *p)
+{
+    uint64_t bits = le(p, 8);
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+/* A HistogramProto by hand: min, max, num, sum, sum_squares of the finite values (NaN and
+ * inf left out), bucket edges increasing by TensorFlow's factor 1.1, every value in the bucket
+ * whose right edge is the first one at or above it, the counts adding up to num, no empty
+ * bucket at either end. */
+Test(tbevents, histogram_by_hand)
+{
+    const float v[] = {0.5f, 1.0f, -2.0f, NAN, INFINITY, 0.0f};
+    size_t len;
+    uint8_t *h = tb_histogram_proto(v, 6, &len);
+    static const uint8_t keys[] = {0x09, 0x11, 0x19, 0x21, 0x29};
+    static const double want[] = {-2.0, 1.0, 4.0, -0.5, 5.25};
+    for (int f = 0; f < 5; f++) {
+        cr_expect_eq(h[9 * f], keys[f], "field %d key", f + 1);
+        cr_expect_eq(le_double(h + 9 * f + 1), want[f], "field %d", f + 1);
+    }
+    size_t off = 45;
+    cr_assert_eq(h[off], 0x32, "bucket_limit, packed");
+    size_t vlen = h[off + 1] & 0x80 ? 2 : 1; /* the byte length, a varint of one or two bytes */
+    size_t nb = (h[off + 1] & 0x7f) | (vlen == 2 ? (size_t)h[off + 2] << 7 : 0);
+    cr_assert_eq(nb % 8, 0);
+    nb /= 8;
+    const uint8_t *limits = h + off + 1 + vlen, *counts = limits + 8 * nb + 1 + vlen;
+    cr_assert_eq(limits[8 * nb], 0x3a, "bucket, packed");
+    cr_assert_eq(counts + 8 * nb, h + len);
+    double total = 0.0;
+    for (size_t b = 0; b < nb; b++) {
+        double edge = le_double(limits + 8 * b), c = le_double(counts + 8 * b);
+        if (b > 0) {
+            double prev = le_double(limits + 8 * (b - 1));
+            cr_expect_gt(edge, prev);
+            if (prev > 0)
+                cr_expect_float_eq(edge / prev, 1.1, 1e-9, "edges %g, %g", prev, edge);
+        }
+        /* which of the finite values land here */
+        double lo = b ? le_double(limits + 8 * (b - 1)) : -INFINITY, here = 0;
+        for (int i = 0; i < 6; i++)
+            here += isfinite(v[i]) && v[i] > lo && v[i] <= edge;
+        cr_expect_eq(c, here, "bucket %zu (%g, %g]", b, lo, edge);
+        total += c;
+    }
+    cr_expect_eq(total, 4.0);
+    cr_expect_neq(le_double(counts), 0.0, "no empty first bucket");
+    cr_expect_neq(le_double(counts + 8 * (nb - 1)), 0.0, "no empty last bucket");
+    free(h);
 }

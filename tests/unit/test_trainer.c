@@ -268,8 +268,9 @@ static int metrics_lines(const char *dir, const char *key, json_t **out, int max
 }
 
 /* The scalars of `tag` in the event files under dir/tensorboard, in file order: value and
- * step (SummaryWriter's Event: wall_time, step, summary{value{tag, simple_value}}). */
-static int tb_values(const char *dir, const char *tag, float *values, int64_t *steps, int max)
+ * step (SummaryWriter's Event: wall_time, step, summary{value{tag, simple_value}}); with
+ * `histo`, its histograms instead, the value being the histogram's count (num). */
+static int tb_events(const char *dir, const char *tag, bool histo, float *values, int64_t *steps, int max)
 {
     char *sub = xasprintf("%s/tensorboard", dir);
     DIR *d = opendir(sub);
@@ -295,9 +296,26 @@ static int tb_values(const char *dir, const char *tag, float *values, int64_t *s
                 if (!(*q++ & 0x80))
                     break;
             }
-            if (q + 7 + tlen + 4 <= end && q[0] == 0x2a && q[4] == 0x0a && q[5] == (uint8_t)tlen &&
-                !memcmp(q + 6, tag, tlen) && q[6 + tlen] == 0x15 && n < max) {
-                memcpy(&values[n], q + 7 + tlen, 4);
+            /* 2A len(Summary) 0A len(Value), then the Value: 0A taglen tag field */
+            const uint8_t *v = q;
+            for (int k = 0; k < 2 && v < end; k++) { /* a key, then its varint length */
+                v++;
+                while (v < end && (*v & 0x80))
+                    v++;
+                v++;
+            }
+            if (q[0] == 0x2a && v + 2 + tlen + 5 <= end && v[0] == 0x0a && v[1] == (uint8_t)tlen &&
+                !memcmp(v + 2, tag, tlen) && v[2 + tlen] == (histo ? 0x2a : 0x15) && n < max) {
+                const uint8_t *f = v + 3 + tlen;
+                if (histo) { /* varint length, then min (09 …), max (11 …), num (19 …) */
+                    while (*f & 0x80)
+                        f++;
+                    double num;
+                    memcpy(&num, f + 1 + 18 + 1, 8);
+                    values[n] = (float)num;
+                } else {
+                    memcpy(&values[n], f, 4);
+                }
                 steps[n++] = step;
             }
             off += 16 + rl;
@@ -369,7 +387,7 @@ Test(trainer, test_phases_score_as_vissl_and_leave_training_alone, .timeout = 30
     t = NULL;
     float tv[8];
     int64_t ts[8];
-    int nt = tb_values(dir, "Testing/accuracy_list_meter_top_1_Output_0", tv, ts, 8);
+    int nt = tb_events(dir, "Testing/accuracy_list_meter_top_1_Output_0", false, tv, ts, 8);
     cr_expect_eq(nt, 3, "three test top-1 scalars");
     for (int i = 0; i < nt && i < 3; i++) {
         cr_expect_eq(ts[i], after[i]);
@@ -377,7 +395,7 @@ Test(trainer, test_phases_score_as_vissl_and_leave_training_alone, .timeout = 30
                       w[3 * i + 1]);
     }
     npy_array want_loss = load("ce_multistep", "loss");
-    nt = tb_values(dir, "Training/Loss", tv, ts, 8);
+    nt = tb_events(dir, "Training/Loss", false, tv, ts, 8);
     cr_expect_eq(nt, STEPS, "a Training/Loss scalar per iteration");
     for (int i = 0; i < nt && i < STEPS; i++) {
         double wl = ((const double *)want_loss.data)[i];
@@ -385,6 +403,20 @@ Test(trainer, test_phases_score_as_vissl_and_leave_training_alone, .timeout = 30
         cr_expect_leq(fabs(tv[i] - wl), 1e-4 * fabs(wl) + 1e-5, "TensorBoard loss %d: %g, PyTorch's %g", i, tv[i], wl);
     }
     npy_close(&want_loss);
+    /* the head weight's histograms, all 5120 values: before training (step -1), at the first
+     * forward (iteration 0 is a multiple of LOG_PARAMS_EVERY_N_ITERS, 310) and at each epoch's
+     * end (its train_phase_idx); its gradient's at each epoch's end; the frozen trunk has no
+     * gradient histogram (PyTorch's grad is None) */
+    nt = tb_events(dir, "Parameters/heads.0.clf.0.weight", true, tv, ts, 8);
+    static const int64_t hsteps[] = {-1, 0, 0, 1, 2, 3, 4};
+    cr_expect_eq(nt, 7, "parameter histograms");
+    for (int i = 0; i < nt && i < 7; i++) {
+        cr_expect_eq(ts[i], hsteps[i], "histogram %d at step %lld", i, (long long)ts[i]);
+        cr_expect_eq(tv[i], 5120.0f);
+    }
+    cr_expect_eq(tb_events(dir, "Gradients/heads.0.clf.0.weight", true, tv, ts, 8), 5);
+    cr_expect_eq(tb_events(dir, "Gradients/trunk._feature_blocks.conv1.weight", true, tv, ts, 8), 0);
+    cr_expect_eq(tb_events(dir, "Parameters/trunk._feature_blocks.conv1.weight", true, tv, ts, 8), 7);
     static const char *const files[] = {"model_phase0.torch", "model_phase2.torch", "model_phase3.torch",
                                         "model_phase5.torch", "model_final_checkpoint_phase6.torch"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
