@@ -290,12 +290,13 @@ static int tb_events(const char *dir, const char *tag, bool histo, float *values
             const uint8_t *ev = p + off + 12, *end = ev + rl;
             /* wall_time (09 + 8), step (10 + varint), summary (2A len 0A len 0A taglen tag 15 float) */
             const uint8_t *q = ev + 10;
-            int64_t step = 0;
-            for (int shift = 0; q < end; shift += 7) {
-                step |= (int64_t)(*q & 0x7f) << shift;
+            uint64_t bits = 0; /* a varint of the two's complement (10 bytes for -1) */
+            for (int shift = 0; q < end && shift < 64; shift += 7) {
+                bits |= (uint64_t)(*q & 0x7f) << shift;
                 if (!(*q++ & 0x80))
                     break;
             }
+            int64_t step = (int64_t)bits;
             /* 2A len(Summary) 0A len(Value), then the Value: 0A taglen tag field */
             const uint8_t *v = q;
             for (int k = 0; k < 2 && v < end; k++) { /* a key, then its varint length */
