@@ -17,7 +17,9 @@
 #include "util.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { CHUNK = 32768 };
 
@@ -27,24 +29,33 @@ typedef struct {
     int64_t start, len;
 } chunk;
 
-/* Every item's elements in chunks; *count of them. */
-static chunk *make_chunks(const eng_tensor *const *tensors, int n, size_t stride, int *count)
+/* The parameter tensor of item i: items of `stride` bytes, its pointer at `p_offset`. */
+static const eng_tensor *item_param(const void *items, size_t stride, size_t p_offset, int i)
+{
+    const eng_tensor *t;
+    memcpy(&t, (const char *)items + (size_t)i * stride + p_offset, sizeof t);
+    return t;
+}
+
+/* fn(item, start, len) over every CHUNK-element piece of every item's tensors, all in one
+ * parallel region. */
+static void for_each_chunk(const void *items, size_t stride, size_t p_offset, int n,
+                           void (*fn)(const void *item, int64_t start, int64_t len))
 {
     int64_t total = 0;
-    for (int i = 0; i < n; i++) {
-        const eng_tensor *t = *(const eng_tensor *const *)((const char *)tensors + (size_t)i * stride);
-        total += (eng_numel(&t->shape) + CHUNK - 1) / CHUNK;
-    }
+    for (int i = 0; i < n; i++)
+        total += (eng_numel(&item_param(items, stride, p_offset, i)->shape) + CHUNK - 1) / CHUNK;
     chunk *c = xmalloc((size_t)(total > 0 ? total : 1) * sizeof *c);
-    int k = 0;
+    int nc = 0;
     for (int i = 0; i < n; i++) {
-        const eng_tensor *t = *(const eng_tensor *const *)((const char *)tensors + (size_t)i * stride);
-        int64_t numel = eng_numel(&t->shape);
+        int64_t numel = eng_numel(&item_param(items, stride, p_offset, i)->shape);
         for (int64_t s = 0; s < numel; s += CHUNK)
-            c[k++] = (chunk){.item = i, .start = s, .len = numel - s < CHUNK ? numel - s : CHUNK};
+            c[nc++] = (chunk){.item = i, .start = s, .len = numel - s < CHUNK ? numel - s : CHUNK};
     }
-    *count = k;
-    return c;
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int k = 0; k < nc; k++)
+        fn((const char *)items + (size_t)c[k].item * stride, c[k].start, c[k].len);
+    free(c);
 }
 
 CPU_HOT static void sgd_momentum(const float *g, float *p, float *buf, int64_t n, float lr, float wd, float scale,
@@ -66,24 +77,22 @@ CPU_HOT static void sgd_plain(const float *g, float *p, int64_t n, float lr, flo
         p[i] = p[i] - lr * ((g[i] + wd * p[i]) * scale);
 }
 
+static void sgd_chunk(const void *item, int64_t s, int64_t len)
+{
+    const eng_sgd_item *it = item;
+    const eng_sgd_args *a = &it->a;
+    float *p = cpu_ptr(it->p) + s, *g = cpu_ptr(it->g) + s;
+    if (it->buf)
+        sgd_momentum(g, p, cpu_ptr(it->buf) + s, len, a->lr, a->weight_decay, a->grad_scale, a->momentum,
+                     a->nesterov, a->first);
+    else
+        sgd_plain(g, p, len, a->lr, a->weight_decay, a->grad_scale);
+}
+
 void cpu_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n)
 {
     (void)be;
-    int nc;
-    chunk *c = make_chunks(&items[0].p, n, sizeof *items, &nc);
-#pragma omp parallel for schedule(static) if (nc > 1)
-    for (int k = 0; k < nc; k++) {
-        const eng_sgd_item *it = &items[c[k].item];
-        const eng_sgd_args *a = &it->a;
-        int64_t s = c[k].start;
-        float *p = (float *)cpu_ptr(it->p) + s, *g = (float *)cpu_ptr(it->g) + s;
-        if (it->buf)
-            sgd_momentum(g, p, (float *)cpu_ptr(it->buf) + s, c[k].len, a->lr, a->weight_decay, a->grad_scale,
-                         a->momentum, a->nesterov, a->first);
-        else
-            sgd_plain(g, p, c[k].len, a->lr, a->weight_decay, a->grad_scale);
-    }
-    free(c);
+    for_each_chunk(items, sizeof *items, offsetof(eng_sgd_item, p), n, sgd_chunk);
 }
 
 /* The per-step float32 constants of one Adam update. */
@@ -121,19 +130,17 @@ CPU_HOT static void adam_pass(const float *g, float *p, float *m, float *v, int6
     }
 }
 
+static void adam_chunk(const void *item, int64_t s, int64_t len)
+{
+    const eng_adam_item *it = item;
+    adam_pass(cpu_ptr(it->g) + s, cpu_ptr(it->p) + s, cpu_ptr(it->m) + s, cpu_ptr(it->v) + s, len,
+              adam_consts_of(&it->a), it->a.decoupled);
+}
+
 void cpu_adam_step_many(eng_backend *be, const eng_adam_item *items, int n)
 {
     (void)be;
-    int nc;
-    chunk *c = make_chunks(&items[0].p, n, sizeof *items, &nc);
-#pragma omp parallel for schedule(static) if (nc > 1)
-    for (int k = 0; k < nc; k++) {
-        const eng_adam_item *it = &items[c[k].item];
-        int64_t s = c[k].start;
-        adam_pass((const float *)cpu_ptr(it->g) + s, (float *)cpu_ptr(it->p) + s, (float *)cpu_ptr(it->m) + s,
-                  (float *)cpu_ptr(it->v) + s, c[k].len, adam_consts_of(&it->a), it->a.decoupled);
-    }
-    free(c);
+    for_each_chunk(items, sizeof *items, offsetof(eng_adam_item, p), n, adam_chunk);
 }
 
 CPU_HOT static double sum_squares(const float *x, int64_t n)
