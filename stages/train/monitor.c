@@ -33,7 +33,7 @@ static void py_round4(double x, char out[32])
 /* VISSL's SSLModelComplexityHook (MODEL.MODEL_COMPLEXITY or HOOKS.MODEL_COMPLEXITY): the
  * model's parameters, FLOPs (multiply-adds) and convolution activations on one image of
  * INPUT_SHAPE, in its words. Counting never stops a run: what cannot be counted is said. */
-static void log_complexity(const trainer *t)
+void monitor_log_complexity(const trainer *t)
 {
     const char *key = cfg_bool(t->config, "HOOKS.MODEL_COMPLEXITY.COMPUTE_COMPLEXITY") ? "HOOKS.MODEL_COMPLEXITY"
                                                                                       : "MODEL.MODEL_COMPLEXITY";
@@ -253,8 +253,8 @@ static void tb_step(trainer *t, double lr)
 
 /* One metrics.json line: {iteration, phase_idx, train_phase_idx} and, when the meter ran,
  * "<kind>_<meter name>" (also logged); the meter starts over. */
-static void metrics_line(trainer *t, const char *kind, int64_t phase_idx, int64_t train_phase_idx, acc_meter *m,
-                         bool meter_on)
+void monitor_metrics_line(trainer *t, const char *kind, int64_t phase_idx, int64_t train_phase_idx, acc_meter *m,
+                          bool meter_on)
 {
     FILE *metrics = NULL;
     json_t *line = json_pack("{s:I, s:I, s:I}", "iteration", (json_int_t)t->iteration, "phase_idx",
@@ -289,8 +289,6 @@ bool monitor_open(trainer *t, cfg_err *err)
     return open_tensorboard(t, err);
 }
 
-void monitor_log_complexity(const trainer *t) { log_complexity(t); }
-
 void monitor_train_phase_start(trainer *t, int64_t epoch)
 {
     t->t_phase_start = now_seconds();
@@ -322,10 +320,4 @@ void monitor_train_phase_end(trainer *t)
     log_perf(t);
     tb_histograms(t, false, t->phase);
     tb_histograms(t, true, t->phase);
-}
-
-void monitor_metrics_line(trainer *t, const char *kind, int64_t phase_idx, int64_t train_phase_idx, acc_meter *m,
-                          bool meter_on)
-{
-    metrics_line(t, kind, phase_idx, train_phase_idx, m, meter_on);
 }

@@ -186,16 +186,13 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     ok = ok && cfg_build_scheduler(cfg_get(config, "OPTIMIZER.param_schedulers.lr_head"),
                                    "config.OPTIMIZER.param_schedulers.lr_head", t->num_epochs, &t->lr_head, err);
     t->test_meter = t->meter;
-    t->test_meter_on = *cfg_str(config, "METERS.name") != '\0';
     t->steps_per_epoch = o->steps_per_epoch;
     if (t->plan.test_only) /* nothing trains: the schedules' `where` is never read */
         t->steps_per_epoch = t->steps_per_epoch > 0 ? t->steps_per_epoch : 1;
     ok = ok && (t->steps_per_epoch > 0 || count_steps(config, "TRAIN", o, &t->steps_per_epoch, err));
-    if (o->test_input) {
-        t->test_in = *o->test_input;
-        t->test_in_set = true;
-    }
-    if (t->plan.test_model && !t->plan.test_only && t->test_in_set)
+    if (o->test_input)
+        t->test_in = *o->test_input; /* test_in.read: whether there is a test input */
+    if (t->plan.test_model && !t->plan.test_only && t->test_in.read)
         ok = ok && (o->test_steps > 0 ? (t->test_steps = o->test_steps) > 0
                                       : count_steps(config, "TEST", o, &t->test_steps, err));
     ok = ok && build_model(t, o, err) && build_optimizer(t, err) && prepare_dir(t, err) && monitor_open(t, err);
@@ -206,7 +203,7 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     monitor_log_complexity(t);
     if (t->plan.test_only)
         log_info("TEST_ONLY: %lld test phases of the model in eval mode, no training", (long long)t->num_epochs);
-    else if (t->plan.test_model && !t->test_in_set) {
+    else if (t->plan.test_model && !t->test_in.read) {
         log_warn("TEST_MODEL is on but this trainer has no test input (--test-in URI; selfsup run wires one): the "
                  "test phases are skipped");
         t->plan.test_model = false; /* and the phases are numbered as the ones that run */
@@ -477,7 +474,7 @@ static int test_step(trainer *t, const rec_view *batch, char **err)
     double value;
     if (loss_compute(t->be, t->test_loss.ls, outs, &lb, &value, err) != 0)
         return -1;
-    if (t->test_meter_on && lb.label &&
+    if (t->test_meter.name && lb.label && /* the test meter runs whenever METERS.name is set */
         meter_update(t->be, &t->test_meter, outs, model_output_count(t->m), lb.label, lb.batch, lb.label_cols, err) != 0)
         return -1;
     t->test.loss_sum += value;
@@ -490,7 +487,7 @@ static void test_phase_end(trainer *t, int64_t phase_idx, int64_t train_phase_id
     t->last_test_loss = t->test.batches ? t->test.loss_sum / (double)t->test.batches : 0.0;
     log_info("Rank: %d; test phase %lld: %lld batches, mean loss %.5g", t->rank, (long long)phase_idx,
              (long long)t->test.batches, t->last_test_loss);
-    monitor_metrics_line(t, "test", phase_idx, train_phase_idx, &t->test_meter, t->test_meter_on);
+    monitor_metrics_line(t, "test", phase_idx, train_phase_idx, &t->test_meter, t->test_meter.name != NULL);
     t->test = (test_run){0};
 }
 
@@ -499,7 +496,7 @@ static void test_phase_end(trainer *t, int64_t phase_idx, int64_t train_phase_id
 static int run_test_phase(trainer *t, int64_t epoch, char **err)
 {
     t->pending_test = -1;
-    if (!t->test_in_set)
+    if (!t->test_in.read)
         return 0; /* said at the start */
     t->test = (test_run){.epoch = epoch};
     log_info("Starting phase %lld [test]", (long long)phase_plan_test_index(&t->plan, epoch));

@@ -54,11 +54,10 @@ struct trainer {
     acc_meter meter;
     bool meter_on;          /* METERS.name set, with enable_training_meter */
     acc_meter test_meter;   /* the same meter in test phases (on whenever METERS.name is) */
-    bool test_meter_on;
     phase_plan plan;        /* which epochs a test phase follows (phases.h) */
     int64_t test_steps;     /* batches of a test phase (DATA.TEST); 0 without TEST_MODEL */
     trainer_test_input test_in;
-    bool test_in_set, test_interrupted;
+    bool test_interrupted;
     int64_t pending_test;   /* a resumed run owes the test phase after this epoch first; -1 */
     test_run test;
     int64_t checkpointed_batches; /* batches_done at the last checkpoint */
