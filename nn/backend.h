@@ -44,6 +44,8 @@ typedef struct {
     double (*cross_entropy)(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
                             int64_t ignore_index, T *dx);
     double (*bce_logits)(eng_backend *be, T *x, const int64_t *target, T *dx);
+    void (*sinkhorn)(eng_backend *be, T *x, T *queue, double epsilon, int iters, bool hard, T *q);
+    double (*soft_cross_entropy)(eng_backend *be, T *x, float scale, T *q, double g, T *dx);
 
     void (*plan_free)(eng_backend *be, eng_plan *plan);
     eng_plan *(*conv_plan)(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w,

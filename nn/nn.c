@@ -55,6 +55,7 @@ int64_t eng_numel(const eng_shape *s)
 }
 
 eng_shape eng_shape2(int64_t n, int64_t f) { return (eng_shape){.ndim = 2, .dim = {n, f}}; }
+eng_shape eng_shape3(int64_t a, int64_t b, int64_t c) { return (eng_shape){.ndim = 3, .dim = {a, b, c}}; }
 
 eng_shape eng_shape4(int64_t n, int64_t c, int64_t h, int64_t w)
 {
@@ -136,6 +137,22 @@ eng_tensor eng_reshape(const eng_tensor *t, eng_shape shape)
         die(EXIT_RUNTIME, "reshape: a tensor in the backend's native layout keeps its shape");
     eng_tensor v = *t;
     v.shape = shape;
+    return v;
+}
+
+eng_tensor eng_rows(eng_backend *be, const eng_tensor *t, int64_t first, int64_t count)
+{
+    if (t->shape.ndim < 1 || first < 0 || count < 0 || first + count > t->shape.dim[0])
+        die(EXIT_RUNTIME, "rows: [%lld, %lld) of a tensor of %lld rows", (long long)first, (long long)(first + count),
+            (long long)(t->shape.ndim ? t->shape.dim[0] : 0));
+    if (t->layout != ENG_LAYOUT_LOGICAL)
+        die(EXIT_RUNTIME, "rows: a tensor in the backend's native layout has no row views");
+    eng_shape row = t->shape, head = t->shape;
+    row.dim[0] = count;
+    head.dim[0] = first;
+    eng_tensor v = *t;
+    v.offset += eng_bytes(be, &head);
+    v.shape = row;
     return v;
 }
 
@@ -321,6 +338,32 @@ double eng_bce_logits(eng_backend *be, const eng_tensor *x, const int64_t *targe
     expect_same("bce_logits", "gradient", dx, x);
     LOGICAL("bce_logits", x, dx);
     return be->ops->bce_logits(be, x, target, dx);
+}
+
+void eng_sinkhorn(eng_backend *be, const eng_tensor *x, const eng_tensor *queue, double epsilon, int iters, bool hard,
+                  const eng_tensor *q)
+{
+    expect_matrix("sinkhorn", x);
+    expect_same("sinkhorn", "codes", q, x);
+    if (queue && (queue->shape.ndim != 2 || queue->shape.dim[1] != x->shape.dim[1]))
+        die(EXIT_RUNTIME, "sinkhorn: the queue's scores must have the batch's %lld columns",
+            (long long)x->shape.dim[1]);
+    LOGICAL("sinkhorn", x, q);
+    if (queue)
+        LOGICAL("sinkhorn", queue);
+    if (!(epsilon > 0.0) || iters < 0)
+        die(EXIT_RUNTIME, "sinkhorn: epsilon %g and %d iterations", epsilon, iters);
+    be->ops->sinkhorn(be, x, queue, epsilon, iters, hard, q);
+}
+
+double eng_soft_cross_entropy(eng_backend *be, const eng_tensor *x, float scale, const eng_tensor *q, double g,
+                              const eng_tensor *dx)
+{
+    expect_matrix("soft_cross_entropy", x);
+    expect_same("soft_cross_entropy", "targets", q, x);
+    expect_same("soft_cross_entropy", "gradient", dx, x);
+    LOGICAL("soft_cross_entropy", x, q, dx);
+    return be->ops->soft_cross_entropy(be, x, scale, q, g, dx);
 }
 
 /* ---- optimizer updates ------------------------------------------------------------------------ */

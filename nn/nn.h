@@ -75,6 +75,7 @@ const char *eng_backend_name(const eng_backend *be);
 
 int64_t eng_numel(const eng_shape *s);
 eng_shape eng_shape2(int64_t n, int64_t f);
+eng_shape eng_shape3(int64_t a, int64_t b, int64_t c);
 eng_shape eng_shape4(int64_t n, int64_t c, int64_t h, int64_t w);
 bool eng_shape_equal(const eng_shape *a, const eng_shape *b);
 
@@ -88,6 +89,8 @@ eng_tensor eng_tensor_new(eng_backend *be, eng_shape shape);
 void eng_tensor_free(eng_backend *be, eng_tensor *t);
 /* The same memory seen with another shape of the same element count (flatten); LOGICAL only. */
 eng_tensor eng_reshape(const eng_tensor *t, eng_shape shape);
+/* Rows [first, first + count) of t (along its first dimension), a view into t's memory. */
+eng_tensor eng_rows(eng_backend *be, const eng_tensor *t, int64_t first, int64_t count);
 
 void eng_zero(eng_backend *be, const eng_tensor *t);
 /* Host fp32 in logical (PyTorch, C-contiguous) order to and from the device. */
@@ -152,6 +155,21 @@ double eng_cross_entropy(eng_backend *be, const eng_tensor *x, float scale, cons
  * element, zero where the target is −1, each class column divided by its number of targets
  * other than −1 (at least 1), all summed. x is N × C, target a host N × C array of 0, 1, −1. */
 double eng_bce_logits(eng_backend *be, const eng_tensor *x, const int64_t *target, const eng_tensor *dx);
+
+/* SwAV's codes (VISSL's distributed_sinkhornknopp at world size 1). The assignment matrix
+ * A = exp(x/ε − max) over the scores x (n × K) with the rows of `queue` (m × K, or NULL)
+ * appended below them is scaled to total 1, then `iters` times each prototype's column to
+ * 1/K (a zero column first gets 1e-12 added everywhere; an infinite factor becomes the largest
+ * finite one) and each row to 1/(n + m); q (n × K) gets the first n rows, each divided by its
+ * sum, or with `hard` the one-hot of each row's largest entry (temp_hard_assignment_iters). */
+void eng_sinkhorn(eng_backend *be, const eng_tensor *x, const eng_tensor *queue, double epsilon, int iters, bool hard,
+                  const eng_tensor *q);
+
+/* −Σ_rows Σ_k q_k·log_softmax(scale·x)_k, a cross-entropy against soft targets q (both N × C),
+ * summed over the rows. Unlike the losses above it ADDS g·∂/∂x to dx: in SwAV's swapped
+ * prediction one crop's scores are predicted against several crops' codes. */
+double eng_soft_cross_entropy(eng_backend *be, const eng_tensor *x, float scale, const eng_tensor *q, double g,
+                              const eng_tensor *dx);
 
 /* ---- optimizer updates ------------------------------------------------------------------------- */
 

@@ -170,6 +170,8 @@ const eng_ops eng_cpu_ops = {
     .info_nce = cpu_info_nce,
     .cross_entropy = cpu_cross_entropy,
     .bce_logits = cpu_bce_logits,
+    .sinkhorn = cpu_sinkhorn,
+    .soft_cross_entropy = cpu_soft_cross_entropy,
     /* convolution and batch norm (conv.c, batchnorm.c) */
     .plan_free = cpu_plan_free,
     .conv_plan = cpu_conv_plan,

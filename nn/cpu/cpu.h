@@ -54,6 +54,8 @@ double cpu_info_nce(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *
 double cpu_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
                          int64_t ignore_index, T *dx);
 double cpu_bce_logits(eng_backend *be, T *x, const int64_t *target, T *dx);
+void cpu_sinkhorn(eng_backend *be, T *x, T *queue, double epsilon, int iters, bool hard, T *q);
+double cpu_soft_cross_entropy(eng_backend *be, T *x, float scale, T *q, double g, T *dx);
 
 /* convolution and batch norm (conv.c, batchnorm.c) */
 

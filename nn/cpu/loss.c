@@ -1,15 +1,19 @@
 /*
  * loss.c — the cpu backend's loss kernels: InfoNCE over a logit matrix with positive and
- * negative masks (SimCLR and its multi-crop variant), softmax cross-entropy, and VISSL's
- * per-class-normalised BCE with logits (nn.h).
+ * negative masks (SimCLR and its multi-crop variant), softmax cross-entropy, VISSL's
+ * per-class-normalised BCE with logits, and SwAV's two halves: Sinkhorn-Knopp codes and the
+ * cross-entropy against them (nn.h).
  *
  * Each writes the gradient of the loss with respect to its input in the same pass that
- * computes the value. Sums are in double, one row at a time, so the result does not depend on
+ * computes the value (the soft cross-entropy adds it). Sums are in double, one row at a time, so the result does not depend on
  * the thread count; rows are few (a batch), so they run on one thread.
  */
 #include "cpu.h"
 
+#include "util.h"
+
 #include <math.h>
+#include <stdlib.h>
 
 /* One row of InfoNCE on L = s·x: adds −Σ_p log(e_p / (e_p + neg)) to *sum and writes
  * ∂loss/∂x (g = s/Z folds the scale and the mean). */
@@ -110,6 +114,105 @@ double cpu_bce_logits(eng_backend *be, T *x, const int64_t *target, T *dx)
             total += bce(v, t) * inv;
             pd[k] = (float)((1.0 / (1.0 + exp(-v)) - t) * inv);
         }
+    }
+    return total;
+}
+
+/* ---- SwAV: Sinkhorn-Knopp codes and the swapped prediction -------------------------------------- */
+
+/* Scales every prototype's column (sum over the rows) to 1/K, as VISSL's loop body does with
+ * its row sums of Q = Aᵀ, with its two guards. */
+static void sinkhorn_columns(double *a, int64_t n, int64_t k, double *u)
+{
+    bool zero = false;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t c = 0; c < k; c++)
+            u[c] = 0.0;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < k; c++)
+                u[c] += a[r * k + c];
+        zero = false;
+        for (int64_t c = 0; c < k; c++)
+            zero |= u[c] == 0.0;
+        if (!zero || pass == 1)
+            break;
+        for (int64_t i = 0; i < n * k; i++) /* a prototype no sample chose: VISSL adds 1e-12 */
+            a[i] += 1e-12;
+    }
+    double top = 0.0;
+    for (int64_t c = 0; c < k; c++) {
+        u[c] = (1.0 / (double)k) / u[c];
+        if (isfinite(u[c]))
+            top = fmax(top, u[c]);
+    }
+    for (int64_t c = 0; c < k; c++)
+        if (isinf(u[c]))
+            u[c] = top;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < k; c++)
+            a[r * k + c] *= u[c];
+}
+
+/* Scales row r to `to` (the samples' marginal, 1/N; 1 for the final codes). */
+static void sinkhorn_row(double *row, int64_t k, double to)
+{
+    double s = 0.0;
+    for (int64_t c = 0; c < k; c++)
+        s += row[c];
+    for (int64_t c = 0; c < k; c++)
+        row[c] *= to / s;
+}
+
+void cpu_sinkhorn(eng_backend *be, T *x, T *queue, double epsilon, int iters, bool hard, T *q)
+{
+    (void)be;
+    int64_t nx = x->shape.dim[0], nq = queue ? queue->shape.dim[0] : 0, n = nx + nq, k = x->shape.dim[1];
+    double *a = xmalloc((size_t)(n * k) * sizeof *a), *u = xmalloc((size_t)k * sizeof *u);
+    double top = -INFINITY, total = 0.0;
+    for (int64_t i = 0; i < n * k; i++) {
+        a[i] = (i < nx * k ? cpu_ptr(x)[i] : cpu_ptr(queue)[i - nx * k]) / epsilon;
+        top = fmax(top, a[i]);
+    }
+    for (int64_t i = 0; i < n * k; i++) { /* VISSL's log-sum-exp guard: nothing overflows */
+        a[i] = exp(a[i] - top);
+        total += a[i];
+    }
+    for (int64_t i = 0; i < n * k; i++)
+        a[i] /= total;
+    for (int it = 0; it < iters; it++) {
+        sinkhorn_columns(a, n, k, u);
+        for (int64_t r = 0; r < n; r++)
+            sinkhorn_row(a + r * k, k, 1.0 / (double)n);
+    }
+    for (int64_t r = 0; r < nx; r++) {
+        double *row = a + r * k;
+        float *out = cpu_ptr(q) + r * k;
+        sinkhorn_row(row, k, 1.0);
+        int64_t best = 0;
+        for (int64_t c = 1; c < k; c++)
+            best = row[c] > row[best] ? c : best;
+        for (int64_t c = 0; c < k; c++)
+            out[c] = hard ? (float)(c == best) : (float)row[c];
+    }
+    free(a);
+    free(u);
+}
+
+double cpu_soft_cross_entropy(eng_backend *be, T *x, float scale, T *q, double g, T *dx)
+{
+    (void)be;
+    int64_t n = x->shape.dim[0], c = x->shape.dim[1];
+    double s = scale, total = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = cpu_ptr(x) + i * c, *t = cpu_ptr(q) + i * c;
+        float *d = cpu_ptr(dx) + i * c;
+        double lse = log_sum_exp(row, c, s), tsum = 0.0;
+        for (int64_t j = 0; j < c; j++) {
+            total += t[j] * (lse - s * row[j]);
+            tsum += t[j];
+        }
+        for (int64_t j = 0; j < c; j++) /* ∂/∂x_j = s·(softmax_j·Σq − q_j) */
+            d[j] += (float)(g * s * (exp(s * row[j] - lse) * tsum - t[j]));
     }
     return total;
 }

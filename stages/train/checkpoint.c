@@ -42,13 +42,15 @@ static int point_link(const char *dir, const char *file, char **err)
 int ckpt_save(eng_backend *be, const char *dir, const char *file, const eng_entry *entries, int n,
               const ckpt_state *s, char **err)
 {
-    char v[6][24];
-    const int64_t nums[6] = {s->phase, s->iteration, s->batches_done, s->next_epoch, s->next_batch, s->num_epochs};
-    for (int i = 0; i < 6; i++)
+    char v[7][24];
+    const int64_t nums[7] = {s->phase,      s->iteration,  s->batches_done,   s->next_epoch,
+                             s->next_batch, s->num_epochs, s->loss_iterations};
+    for (int i = 0; i < 7; i++)
         snprintf(v[i], sizeof v[i], "%" PRId64, nums[i]);
     const st_meta meta[] = {{"format", "selfsup checkpoint"}, {"checkpoint", s->kind}, {"phase_idx", v[0]},
                             {"train_phase_idx", v[0]},        {"iteration", v[1]},     {"batches_done", v[2]},
-                            {"next_epoch", v[3]},             {"next_batch", v[4]},    {"num_epochs", v[5]}};
+                            {"next_epoch", v[3]},             {"next_batch", v[4]},    {"num_epochs", v[5]},
+                            {"loss_iterations", v[6]}};
     char *path = path_join(dir, file);
     int rc = weights_save_safetensors(be, entries, n, path, meta, ARRAY_LEN(meta), err);
     free(path);
@@ -81,7 +83,9 @@ static int open_checkpoint(const char *dir, st_file **f, ckpt_state *s, char **e
                     meta_int(*f, path, "batches_done", &s->batches_done, err) ||
                     meta_int(*f, path, "next_epoch", &s->next_epoch, err) ||
                     meta_int(*f, path, "next_batch", &s->next_batch, err) ||
-                    meta_int(*f, path, "num_epochs", &s->num_epochs, err))) {
+                    meta_int(*f, path, "num_epochs", &s->num_epochs, err) ||
+                    (st_meta_get(*f, "loss_iterations") && /* written since swav_loss */
+                     meta_int(*f, path, "loss_iterations", &s->loss_iterations, err)))) {
         st_close(*f);
         rc = -1;
     }

@@ -26,6 +26,7 @@ typedef struct {
     int64_t next_epoch;     /* the first batch still to train: epoch … */
     int64_t next_batch;     /* … and its number within that epoch */
     int64_t num_epochs;
+    int64_t loss_iterations; /* the loss's own forward count (loss_state_iterations) */
 } ckpt_state;
 
 /* Save entries (model first, then optimizer state) into dir/file and link checkpoint.torch to it. */

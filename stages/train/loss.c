@@ -12,7 +12,7 @@
  *     block); Z = (C−1)·B·C. With C = 2 the two losses are the same (a test checks it).
  * Cross-entropy and BCE run per output (each optionally L2-normalised first) and add up.
  */
-#include "train/loss.h"
+#include "train/loss_internal.h"
 
 #include "log.h"
 #include "util.h"
@@ -21,23 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LOSS_MAX_OUTPUTS 16
-
-struct loss {
-    loss_options o;
-    int n;
-    eng_shape shape[LOSS_MAX_OUTPUTS];
-    eng_tensor dout[LOSS_MAX_OUTPUTS];
-    eng_tensor normed[LOSS_MAX_OUTPUTS], dnormed[LOSS_MAX_OUTPUTS]; /* normalize_output */
-    eng_tensor z, dz, sim, dsim, pos, neg;                          /* SimCLR */
-};
-
 static const char *const NAMES[] = {
     [LOSS_CROSS_ENTROPY] = "CrossEntropyLoss",
     [LOSS_CE_MULTI_OUTPUT] = "cross_entropy_multiple_output_single_target",
     [LOSS_BCE_MULTI_OUTPUT] = "bce_logits_multiple_output_single_target",
     [LOSS_SIMCLR] = "simclr_info_nce_loss",
     [LOSS_MULTICROP_SIMCLR] = "multicrop_simclr_info_nce_loss",
+    [LOSS_SWAV] = "swav_loss",
 };
 
 const char *loss_display_name(loss_name name) { return NAMES[name]; }
@@ -92,7 +82,8 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
     if (found < 0) {
         cfg_fail(err, cfg_get(config, "LOSS.name"), "config.LOSS.name",
                  "'%s' is not run by this trainer yet (CrossEntropyLoss, cross_entropy_multiple_output_single_target, "
-                 "bce_logits_multiple_output_single_target, simclr_info_nce_loss, multicrop_simclr_info_nce_loss)",
+                 "bce_logits_multiple_output_single_target, simclr_info_nce_loss, multicrop_simclr_info_nce_loss, "
+                 "swav_loss)",
                  name);
         return false;
     }
@@ -114,6 +105,7 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
         ok = read_buffer_params(config, name, &o, err);
         o.num_crops = (int)cfg_int(config, "LOSS.multicrop_simclr_info_nce_loss.num_crops");
         break;
+    case LOSS_SWAV: ok = swav_options_from_config(config, &o, err); break;
     }
     if (ok)
         *out = o;
@@ -192,7 +184,7 @@ static int plan_per_output(eng_backend *be, loss *l, char **err)
     return 0;
 }
 
-loss *loss_new(eng_backend *be, const loss_options *o, const eng_shape *outputs, int n, char **err)
+loss *loss_new(eng_backend *be, const loss_options *o, loss_state *st, const eng_shape *outputs, int n, char **err)
 {
     if (n < 1 || n > LOSS_MAX_OUTPUTS) {
         report_failure(err, "%s: %d model outputs (1 to %d)", NAMES[o->name], n, LOSS_MAX_OUTPUTS);
@@ -200,12 +192,15 @@ loss *loss_new(eng_backend *be, const loss_options *o, const eng_shape *outputs,
     }
     loss *l = xcalloc(1, sizeof *l);
     l->o = *o;
+    l->st = st;
     l->n = n;
     for (int k = 0; k < n; k++) {
         l->shape[k] = outputs[k];
         l->dout[k] = eng_tensor_new(be, outputs[k]);
     }
-    if ((is_simclr(l) ? plan_simclr(be, l, err) : plan_per_output(be, l, err)) != 0) {
+    int rc = is_simclr(l) ? plan_simclr(be, l, err) : o->name == LOSS_SWAV ? swav_plan(be, l, err)
+                                                                            : plan_per_output(be, l, err);
+    if (rc != 0) {
         loss_free(be, l);
         return NULL;
     }
@@ -227,16 +222,53 @@ void loss_free(eng_backend *be, loss *l)
             eng_tensor_free(be, &l->dnormed[k]);
         }
     }
+    for (int h = 0; h < LOSS_MAX_PROTOTYPES; h++)
+        if (l->codes[h].base)
+            eng_tensor_free(be, &l->codes[h]);
     free(l);
 }
 
 const eng_tensor *loss_grad(const loss *l, int k) { return &l->dout[k]; }
 
-int loss_state(const loss *l, const eng_entry **entries)
+/* ---- state and hooks ---------------------------------------------------------------------- */
+
+loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed)
 {
-    (void)l;
-    *entries = NULL;
-    return 0;
+    loss_state *s = xcalloc(1, sizeof *s);
+    s->o = *o;
+    if (o->name == LOSS_SWAV)
+        swav_state_init(be, s, seed);
+    return s;
+}
+
+void loss_state_free(eng_backend *be, loss_state *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->nentries; i++) {
+        eng_tensor_free(be, &s->entries[i].value);
+        free((char *)s->entries[i].name);
+    }
+    free(s);
+}
+
+int loss_state_entries(const loss_state *s, const eng_entry **entries)
+{
+    *entries = s->entries;
+    return s->nentries;
+}
+
+int64_t loss_state_iterations(const loss_state *s) { return s->iterations; }
+void loss_state_set_iterations(loss_state *s, int64_t n) { s->iterations = n; }
+
+int loss_on_forward(eng_backend *be, loss_state *s, struct model *m, char **err)
+{
+    return s->o.name == LOSS_SWAV ? swav_on_forward(be, s, m, err) : 0;
+}
+
+int loss_on_update(eng_backend *be, loss_state *s, struct model *m, char **err)
+{
+    return s->o.name == LOSS_SWAV ? swav_on_update(be, s, m, err) : 0;
 }
 
 /* ---- computing ---------------------------------------------------------------------------- */
@@ -318,6 +350,10 @@ int loss_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, con
                                   k);
     if (is_simclr(l)) {
         *value = simclr(be, l, outputs[0]);
+        return 0;
+    }
+    if (l->o.name == LOSS_SWAV) {
+        *value = swav_compute(be, l, outputs);
         return 0;
     }
     return per_output(be, l, outputs, b, value, err);

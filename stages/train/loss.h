@@ -3,15 +3,18 @@
  * the model engine (spec part 1 §5, part 2 §1).
  *
  * Losses now: CrossEntropyLoss (ClassyVision's, ignore_index −1), cross_entropy_multiple_
- * output_single_target, bce_logits_multiple_output_single_target, simclr_info_nce_loss and
- * multicrop_simclr_info_nce_loss, each exactly VISSL 0.1.5's forward with its true gradient.
+ * output_single_target, bce_logits_multiple_output_single_target, simclr_info_nce_loss,
+ * multicrop_simclr_info_nce_loss and swav_loss, each exactly VISSL 0.1.5's forward with its
+ * true gradient.
  *
  * A loss is planned once for the model's output shapes (loss_new: its masks and buffers), then
  * loss_compute runs per step and leaves d(loss)/d(output k) in loss_grad(l, k), the seed for
- * model_backward. What the methods still to come need is already in the interface: the batch
- * carries labels AND sample indices (memory banks: NPID, PIRL), several inputs can be read
- * (patches, data_momentum), and a loss may own state a checkpoint keeps (queues, memory banks,
- * centroids: loss_state) — none of the losses here has any, which loss_state says.
+ * model_backward. What a method keeps from step to step lives in a loss_state, one per run:
+ * the train and test plans share it as VISSL's one loss object is shared, a checkpoint saves
+ * its tensors under VISSL's state-dict names (SwAV: the embedding queue, the queue's scores
+ * and the iteration count), and the method's own hooks act on it at VISSL's moments
+ * (SwAVUpdateQueueScoresHook after the forward, NormalizePrototypesHook after the update).
+ * The batch carries labels AND sample indices (memory banks: NPID, PIRL) for the methods to come.
  *
  * Distributed semantics go through the world size: these losses are written for W = 1 today
  * (the config's world size is checked); the all-gather joins the collective interface later.
@@ -32,9 +35,27 @@ typedef enum {
     LOSS_BCE_MULTI_OUTPUT,    /* bce_logits_multiple_output_single_target */
     LOSS_SIMCLR,              /* simclr_info_nce_loss */
     LOSS_MULTICROP_SIMCLR,    /* multicrop_simclr_info_nce_loss */
+    LOSS_SWAV,                /* swav_loss */
 } loss_name;
 
 #define LOSS_MAX_CLASS_WEIGHTS 4096
+#define LOSS_MAX_CROPS 32
+#define LOSS_MAX_PROTOTYPES 16 /* heads.h's HEAD_MAX_PROTOTYPES */
+
+/* LOSS.swav_loss (spec part 2 §1.3), after VISSL's inference (num_crops, num_prototypes,
+ * embedding_dim, local_queue_length). use_double_precision is read and needs nothing: the
+ * codes are always computed in double, with the max subtracted. */
+typedef struct {
+    double epsilon;
+    int num_iters;
+    int crops_for_assign[LOSS_MAX_CROPS], ncrops_for_assign;
+    int64_t num_prototypes[LOSS_MAX_PROTOTYPES];
+    int nheads;
+    int64_t queue_length; /* local_queue_length: rows per assignment crop (0: no queue) */
+    int64_t queue_start_iter;
+    int64_t temp_hard_assignment_iters;
+    bool normalize_last_layer;
+} swav_options;
 
 typedef struct {
     loss_name name;
@@ -47,6 +68,7 @@ typedef struct {
     bool normalize_output;        /* multi-output losses: L2-normalise each output first */
     float weight[LOSS_MAX_CLASS_WEIGHTS]; /* cross-entropy multi-output class weights */
     int nweight;                  /* 0: no weights (null) */
+    swav_options swav;            /* swav_loss (with temperature, embedding_dim, num_crops) */
 } loss_options;
 
 /* LOSS of a composed config's `config` map (LOSS.name and LOSS.<name>). Refuses, with its line, a
@@ -63,10 +85,36 @@ typedef struct {
 } loss_batch;
 
 typedef struct loss loss;
+typedef struct loss_state loss_state;
+struct model;
 
-/* Plan for the model's n outputs of these shapes (model_output order). NULL with *err when
- * they do not fit the loss (width, count, crops). */
-loss *loss_new(eng_backend *be, const loss_options *o, const eng_shape *outputs, int n, char **err);
+/* ---- state and hooks ------------------------------------------------------------------------ */
+
+/* The run's state for the loss of these options (empty for a stateless loss). SwAV with a
+ * queue starts it as VISSL's initialize_queue does: scores U(−1, 1), embeddings U(−s, s) with
+ * s = 1/√(D/3), from the counter-based generator on `seed`. */
+loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed);
+void loss_state_free(eng_backend *be, loss_state *s);
+
+/* Its tensors for a checkpoint, named loss.<VISSL's state-dict name> (n, possibly 0), and the
+ * loss's own forward count (SwAV's num_iteration: it counts test forwards too, as VISSL's; 0 for
+ * the others). */
+int loss_state_entries(const loss_state *s, const eng_entry **entries);
+int64_t loss_state_iterations(const loss_state *s);
+void loss_state_set_iterations(loss_state *s, int64_t n);
+
+/* The loss's hooks. After every forward (train and test), before the loss: SwAV's queue
+ * scores from the current prototypes, once the queue is on. After every optimizer update:
+ * SwAV's prototypes L2-normalised per row (normalize_last_layer). -1 with *err when the model
+ * lacks what the hook needs. */
+int loss_on_forward(eng_backend *be, loss_state *s, struct model *m, char **err);
+int loss_on_update(eng_backend *be, loss_state *s, struct model *m, char **err);
+
+/* ---- planning and computing ----------------------------------------------------------------- */
+
+/* Plan for the model's n outputs of these shapes (model_output order), on the run's state.
+ * NULL with *err when they do not fit the loss (width, count, crops). */
+loss *loss_new(eng_backend *be, const loss_options *o, loss_state *st, const eng_shape *outputs, int n, char **err);
 void loss_free(eng_backend *be, loss *l);
 
 /* The loss of one step; afterwards loss_grad(l, k) holds d(loss)/d(outputs[k]). Returns NaN
@@ -75,8 +123,5 @@ void loss_free(eng_backend *be, loss *l);
 int loss_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, const loss_batch *b, double *value,
                  char **err);
 const eng_tensor *loss_grad(const loss *l, int k);
-
-/* The loss's own state for checkpoints (none of today's losses has any: returns 0). */
-int loss_state(const loss *l, const eng_entry **entries);
 
 #endif

@@ -195,7 +195,10 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     if (t->plan.test_model && !t->plan.test_only && t->test_in.read)
         ok = ok && (o->test_steps > 0 ? (t->test_steps = o->test_steps) > 0
                                       : count_steps(config, "TEST", o, &t->test_steps, err));
-    ok = ok && build_model(t, o, err) && build_optimizer(t, err) && prepare_dir(t, err) && monitor_open(t, err);
+    ok = ok && build_model(t, o, err) && build_optimizer(t, err);
+    if (ok) /* before prepare_dir: a resumed checkpoint restores it */
+        t->loss_st = loss_state_new(t->be, &t->lo, (uint64_t)cfg_int(config, "SEED_VALUE"));
+    ok = ok && prepare_dir(t, err) && monitor_open(t, err);
     if (!ok) {
         trainer_free(t);
         return NULL;
@@ -225,6 +228,7 @@ void trainer_free(trainer *t)
     meter_free(&t->test_meter);
     loss_free(t->be, t->train_loss.ls);
     loss_free(t->be, t->test_loss.ls);
+    loss_state_free(t->be, t->loss_st);
     optim_free(t->be, t->opt);
     if (t->m)
         model_free(t->be, t->m);
@@ -242,6 +246,7 @@ void trainer_free(trainer *t)
 int64_t trainer_iteration(const trainer *t) { return t->iteration; }
 model *trainer_model(trainer *t) { return t->m; }
 eng_backend *trainer_backend(trainer *t) { return t->be; }
+struct loss_state *trainer_loss_state(trainer *t) { return t->loss_st; }
 double trainer_last_loss(const trainer *t) { return t->last_loss; }
 double trainer_last_test_loss(const trainer *t) { return t->last_test_loss; }
 int64_t trainer_steps_per_epoch(const trainer *t) { return t->steps_per_epoch; }
@@ -299,7 +304,7 @@ static int plan(trainer *t, const eng_shape *shapes, int n, loss_slot *slot, cha
     for (int k = 0; k < nout; k++)
         outs[k] = model_output(t->m, k)->shape;
     loss_free(t->be, slot->ls);
-    if (!(slot->ls = loss_new(t->be, &t->lo, outs, nout, err)))
+    if (!(slot->ls = loss_new(t->be, &t->lo, t->loss_st, outs, nout, err)))
         return -1;
     slot->ninputs = n;
     memcpy(slot->in_shape, shapes, (size_t)n * sizeof *shapes);
@@ -367,15 +372,19 @@ static loss_batch batch_labels(const rec_view *v)
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
-/* Every tensor a checkpoint holds: the model's, then the optimizer's state. */
+/* Every tensor a checkpoint holds: the model's, the optimizer's state, the loss's state. */
 static eng_entry *checkpoint_entries(const trainer *t, int *n, eng_entry **opt_entries, int *nopt)
 {
     int nm = model_entry_count(t->m);
+    const eng_entry *loss_entries;
+    int nl = loss_state_entries(t->loss_st, &loss_entries);
     *nopt = optim_state_entries(t->opt, opt_entries);
-    eng_entry *all = xmalloc((size_t)(nm + *nopt + 1) * sizeof *all);
+    eng_entry *all = xmalloc((size_t)(nm + *nopt + nl + 1) * sizeof *all);
     memcpy(all, model_entry_at(t->m, 0), (size_t)nm * sizeof *all);
     memcpy(all + nm, *opt_entries, (size_t)*nopt * sizeof *all);
-    *n = nm + *nopt;
+    if (nl)
+        memcpy(all + nm + *nopt, loss_entries, (size_t)nl * sizeof *all);
+    *n = nm + *nopt + nl;
     return all;
 }
 
@@ -386,7 +395,8 @@ static int save_checkpoint(trainer *t, const char *file, const char *kind, int64
     int n, nopt;
     eng_entry *opt_entries, *all = checkpoint_entries(t, &n, &opt_entries, &nopt);
     ckpt_state cs = {.kind = kind, .phase = t->phase, .iteration = t->iteration, .batches_done = t->batches_done,
-                     .next_epoch = next_epoch, .next_batch = next_batch, .num_epochs = t->num_epochs};
+                     .next_epoch = next_epoch, .next_batch = next_batch, .num_epochs = t->num_epochs,
+                     .loss_iterations = loss_state_iterations(t->loss_st)};
     int rc = ckpt_save(t->be, t->dir, file, all, n, &cs, err);
     if (rc == 0)
         t->checkpointed_batches = t->batches_done;
@@ -410,6 +420,7 @@ static int load_state(trainer *t, ckpt_state *cs, char **err)
         return rc;
     t->iteration = cs->iteration;
     t->batches_done = cs->batches_done;
+    loss_state_set_iterations(t->loss_st, cs->loss_iterations);
     t->resume_epoch = cs->next_epoch;
     t->resume_batch = cs->next_batch;
     optim_set_step_count(t->opt, cs->batches_done);
@@ -467,6 +478,8 @@ static int test_step(trainer *t, const rec_view *batch, char **err)
     if (load_inputs(t, batch, &t->test_loss, err) != 0)
         return -1;
     model_forward(t->be, t->m, false);
+    if (loss_on_forward(t->be, t->loss_st, t->m, err) != 0)
+        return -1;
     const eng_tensor *outs[MAX_OUTPUTS];
     for (int k = 0; k < model_output_count(t->m); k++)
         outs[k] = model_output(t->m, k);
@@ -658,6 +671,8 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     model_forward(t->be, t->m, true);
     t0 = lap(t, PERF_FORWARD, t0);
     monitor_forward(t);
+    if (loss_on_forward(t->be, t->loss_st, t->m, err) != 0)
+        return -1;
     t->iteration++;
     const eng_tensor *outs[MAX_OUTPUTS];
     for (int k = 0; k < model_output_count(t->m); k++)
@@ -685,6 +700,8 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     t0 = lap(t, PERF_BACKWARD, t0);
     double lr = scheduled(t, &t->lr, where), lr_head = scheduled(t, &t->lr_head, where);
     optim_step(t->be, t->opt, lr, lr_head);
+    if (loss_on_update(t->be, t->loss_st, t->m, err) != 0)
+        return -1;
     lap(t, PERF_OPTIM, t0);
     t->batches_done++;
     t->phase_batches++;

@@ -80,6 +80,7 @@ int64_t trainer_iteration(const trainer *t);
 /* Test hooks: the model and its backend (to set its weights by formula before training). */
 struct model *trainer_model(trainer *t);
 struct eng_backend *trainer_backend(trainer *t);
+struct loss_state *trainer_loss_state(trainer *t); /* the loss's own state (SwAV's queue) */
 double trainer_last_loss(const trainer *t);
 double trainer_last_test_loss(const trainer *t); /* the mean batch loss of the last test phase */
 int64_t trainer_steps_per_epoch(const trainer *t);

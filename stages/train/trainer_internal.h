@@ -48,6 +48,7 @@ struct trainer {
     eng_backend *be;
     model *m;
     loss_options lo;
+    loss_state *loss_st;    /* what the loss keeps between steps; both slots share it */
     loss_slot train_loss, test_loss;
     optim_options oo;
     optim *opt;

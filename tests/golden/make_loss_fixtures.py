@@ -3,8 +3,9 @@
 
 Each loss is VISSL's forward written from the spec (part 2 §1: SimclrInfoNCECriterion with its
 precomputed masks, the multi-crop criterion's local-only negatives, cross_entropy_multiple_
-output_single_target, bce_logits_multiple_output_single_target; ClassyVision's
-CrossEntropyLoss), on random outputs in float64; autograd gives d(loss)/d(output).
+output_single_target, bce_logits_multiple_output_single_target, swav_loss's SwAVCriterion with
+its Sinkhorn-Knopp codes; ClassyVision's CrossEntropyLoss), on random outputs in float64;
+autograd gives d(loss)/d(output).
 
 Per case (tests/golden/fixtures/loss/CASE_*.npy): out{k} (float32, the outputs as the C side
 reads them; the reference runs on exactly these values in float64), label (int64), loss
@@ -79,6 +80,50 @@ def bce_multi(outs, label):
     return loss
 
 
+def swav_codes(scores, eps, iters, hard):
+    """SwAVCriterion's codes, float path: exp(s/ε − max)ᵀ, then distributed_sinkhornknopp at
+    world size 1 (spec part 2 §1.3), with its guards; hard: temp_hard_assignment_iters."""
+    with torch.no_grad():
+        a = scores / eps
+        Q = torch.exp(a - a.max()).t()
+        Q = Q / Q.sum()
+        K, n = Q.shape
+        r, c = torch.ones(K, dtype=Q.dtype) / K, torch.ones(n, dtype=Q.dtype) / n
+        for _ in range(iters):
+            u = Q.sum(dim=1)
+            if (u == 0).any():
+                Q += 1e-12
+                u = Q.sum(dim=1)
+            u = r / u
+            u[torch.isinf(u)] = u[~torch.isinf(u)].max()
+            Q *= u.unsqueeze(1)
+            Q *= (c / Q.sum(dim=0)).unsqueeze(0)
+        q = (Q / Q.sum(dim=0, keepdim=True)).t()
+        return F.one_hot(q.argmax(dim=1), K).to(q.dtype) if hard else q
+
+
+def swav(outs, temperature, eps, iters, crops, cfa, queues=None, hard=False):
+    """SwAVLoss.forward: the mean over prototype heads of SwAVCriterion (swapped prediction of
+    each assignment crop's codes by every other crop); queues[h][i]: the queue's scores that
+    go below assignment crop i's before Sinkhorn."""
+    total = 0.0 * outs[0].sum()  # the embedding takes no gradient from the loss
+    for h, scores in enumerate(outs[1:]):
+        bs, loss_h = scores.shape[0] // crops, 0.0
+        for i, a in enumerate(cfa):
+            s = scores[bs * a:bs * (a + 1)].detach()
+            if queues is not None:
+                s = torch.cat((s, queues[h][i]))
+            q = swav_codes(s, eps, iters, hard)[:bs]
+            sub = 0.0
+            for p in range(crops):
+                if p != a:
+                    sub = sub - torch.mean(torch.sum(q * F.log_softmax(scores[bs * p:bs * (p + 1)] / temperature,
+                                                                       dim=1), dim=1))
+            loss_h = loss_h + sub / (crops - 1)
+        total = total + loss_h / len(cfa)
+    return total / (len(outs) - 1)
+
+
 def save(name, outs, label, fn):
     leaves = [torch.from_numpy(o).double().requires_grad_() for o in outs]
     loss = fn(leaves)
@@ -108,6 +153,17 @@ def main():
     save("cross_entropy", [rnd(6, 5) * 3], label, lambda o: ce_multi(o, label, False, 1.0, None))
     bl = torch.tensor([[1, 0, -1, 1], [0, 0, 1, -1], [1, -1, 0, 0], [-1, 1, 1, 0], [0, 1, 0, -1], [1, 1, -1, 0]])
     save("bce", [rnd(6, 4) * 2, rnd(6, 4)], bl, lambda o: bce_multi(o, bl))
+    # SwAV: 3 crops of 4 images, an 8-wide embedding, prototype heads of 6 and 5, cosine-like
+    # scores; crops_for_assign [0, 1]; T 0.1, ε 0.05, 3 iterations. Then with a queue of 8 rows
+    # per assignment crop (its scores: queue{h}, A × L × K_h), and with hard assignments.
+    sw = [rnd(12, 8), rnd(12, 6) * 0.4, rnd(12, 5) * 0.4]
+    none12 = torch.zeros(12, dtype=torch.int64)
+    save("swav", sw, none12, lambda o: swav(o, 0.1, 0.05, 3, 3, [0, 1]))
+    queues = [torch.from_numpy(rnd(2, 8, k) * 0.4).double() for k in (6, 5)]
+    for h, q in enumerate(queues):
+        np.save(os.path.join(OUT, f"swav_queue_queue{h}.npy"), q.float().numpy())
+    save("swav_queue", sw, none12, lambda o: swav(o, 0.1, 0.05, 3, 3, [0, 1], queues))
+    save("swav_hard", sw, none12, lambda o: swav(o, 0.1, 0.05, 3, 3, [1, 2], hard=True))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ Cases:
                momentum 0.9 Nesterov, weight decay 5e-4; multistep LR [0.1, 0.01, 0.001] at
                epochs [2, 4] (update_interval epoch); five epochs of one batch each
   adamw        as simclr_larc with AdamW (betas 0.9, 0.999; weight decay 0.05; constant LR 0.01)
+  swav_queue   swav_loss with its queue and hooks (SWAV below); queue0.npy holds the embedding
+               queue's starting values, which the C side loads into the loss state
 
 ce_multistep also has test phases, as VISSL runs them with TEST_MODEL and TEST_EVERY_NUM_EPOCH
 2 over its five epochs: after epochs 0, 2 and 4 the model (no update, no gradient) scores two
@@ -155,6 +157,99 @@ def train(c, data, dtype, tests=None):
     return np.array(losses), delta, np.array(phases)
 
 
+# swav_queue: SwAV's loss, queue and hooks over five steps. Multi-crop batches of B images:
+# data.0.0, data.0.1 two 16 px crops, data.0.2, data.0.3 two 8 px crops (the trunk runs once per
+# resolution, the head on the features joined crop-major); swav_head [512, 32, 16] with BN and prototype heads of
+# 20 and 12; crops_for_assign [0, 1]; a queue of 8 rows per assignment crop from iteration 2;
+# hard assignments at iteration 0; prototypes0 frozen at iteration 1 (TEMP_FROZEN_PARAMS_ITER_MAP
+# 2); prototypes L2-normalised after every update (NormalizePrototypesHook); SGD momentum 0.9,
+# weight decay 1e-4, cosine LR 0.3 → 0 per step.
+SWAV = dict(heads=[["swav_head", {"dims": [512, 32, 16], "use_bn": True, "num_clusters": [20, 12]}]],
+            crops=4, cfa=[0, 1], queue=8, start_iter=2, hard_iters=1, frozen=2, wd=1e-4,
+            lr=lambda k: 0.3 * (1 + math.cos(math.pi * k / STEPS)) / 2)
+
+
+def swav_batches(seed):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, 256, (2 * B, SIZE, SIZE, 3), generator=g, dtype=torch.uint8),
+             torch.randint(0, 256, (2 * B, SIZE // 2, SIZE // 2, 3), generator=g, dtype=torch.uint8))
+            for _ in range(STEPS)]
+
+
+def train_swav(data, queue0, dtype):
+    """VISSL's SwAV step: forward, SwAVUpdateQueueScoresHook, loss (then the queue takes the
+    batch), FreezeParametersHook, SGD, NormalizePrototypesHook."""
+    c = SWAV
+    model = M.Model(M.Trunk(18, True), M.heads_modules(c["heads"])).to(dtype).train()
+    model.trunk.eval()
+    for p in model.trunk.parameters():
+        p.requires_grad_(False)
+    head = model.heads[0]
+    group_of = O.vissl_groups(model, False, True, [])
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    wds = [c["wd"], 0.0, c["wd"], 0.0, c["wd"]]
+    groups = [{"params": [p for n, p in params if group_of[n] == g], "weight_decay": wds[g]}
+              for g in range(5) if any(group_of[n] == g for n, _ in params)]
+    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+    w0 = [p.detach().clone() for _, p in params]
+    emb_queue, num_iteration, losses = queue0.clone().to(dtype), 0, []
+    for k, (big, small) in enumerate(data):
+        feats = [model.trunk(to_input(big).to(dtype))[0], model.trunk(to_input(small).to(dtype))[0]]
+        out = head(torch.cat(feats))
+        use_queue = num_iteration >= c["start_iter"]
+        queues = None
+        if use_queue:
+            with torch.no_grad():
+                queues = [[getattr(head, f"prototypes{h}")(emb_queue[i]) for i in range(len(c["cfa"]))]
+                          for h in range(head.nmb_heads)]
+        loss = L.swav(out, 0.1, 0.05, 3, c["crops"], c["cfa"], queues, hard=num_iteration < c["hard_iters"])
+        num_iteration += 1
+        if use_queue:
+            emb = out[0].detach()
+            for i, a in enumerate(c["cfa"]):
+                emb_queue[i, B:] = emb_queue[i, :-B].clone()
+                emb_queue[i, :B] = emb[a * B:(a + 1) * B]
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        if k + 1 < c["frozen"]:
+            head.prototypes0.weight.grad = None
+        for g in opt.param_groups:
+            g["lr"] = c["lr"](k)
+        opt.step()
+        with torch.no_grad():
+            for h in range(head.nmb_heads):
+                w = getattr(head, f"prototypes{h}").weight
+                w.copy_(F.normalize(w, dim=1, p=2))
+    delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
+    return np.array(losses), delta
+
+
+def swav_case(norm):
+    data = swav_batches(41)
+    stdv = 1.0 / math.sqrt(16 / 3)  # VISSL's initialize_queue: U(−stdv, stdv), D = 16
+    g = torch.Generator().manual_seed(43)
+    queue0 = (torch.rand(2, SWAV["queue"], 16, generator=g) * 2 * stdv - stdv).float()
+    losses, delta = train_swav(data, queue0, torch.float64)
+    losses32, delta32 = train_swav(data, queue0, torch.float32)
+    out = lambda n, a: np.save(os.path.join(OUT, f"swav_queue_{n}.npy"), a)
+    out("loss", losses)
+    out("loss32", losses32)
+    out("delta", delta)
+    out("queue0", queue0.numpy())
+    out("floor", np.array([np.max(np.abs(losses32 - losses) / np.abs(losses)),
+                           np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta))]))
+    with open(os.path.join(OUT, "swav_queue_batches.rec"), "wb") as f:
+        for k, (big, small) in enumerate(data):
+            crops = [big[:B], big[B:], small[:B], small[B:]]  # the multicrop collator: data.0.K is crop K
+            records.write_record(f, {**{f"data.0.{i}": c.numpy() for i, c in enumerate(crops)}, "normalize": norm},
+                                 seq=k)
+        records.write_record(f, {}, seq=STEPS, kind="eos")
+    print(f"swav_queue: losses {losses.round(5)}; torch float32 vs float64: loss "
+          f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
+          f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     norm = np.array([[255.0] * 3, MEAN, STD], dtype=np.float32)
@@ -187,6 +282,7 @@ def main():
         print(f"{name}: losses {losses.round(5)}; torch float32 vs float64: loss "
               f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
               f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
+    swav_case(norm)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
  * PyTorch float64 by tests/golden/make_loss_fixtures.py: the value and d(loss)/d(output) of
  * simclr_info_nce_loss, multicrop_simclr_info_nce_loss (3 crops), cross_entropy_multiple_output_
  * single_target (two outputs, normalize_output, temperature, an ignored label; class weights),
- * CrossEntropyLoss and bce_logits_multiple_output_single_target (−1 targets), within 1e-5
- * (relative, fp32 inputs). Then the invariants: multi-crop SimCLR with 2 crops IS SimCLR, and
+ * CrossEntropyLoss, bce_logits_multiple_output_single_target (−1 targets) and swav_loss (two
+ * prototype heads; with a queue; with hard assignments), within 1e-5 (relative, fp32 inputs),
+ * and SwAV's embedding queue. Then the invariants: multi-crop SimCLR with 2 crops IS SimCLR, and
  * the refusals (widths, batch sizes, labels) and the config.
  */
 #include "config.h"
@@ -63,13 +64,32 @@ static void close_case(fixture *f)
     eng_backend_close(f->be);
 }
 
+/* SwAV's queue case: the fixture's queue scores into the state, as the forward hook leaves them. */
+static void set_queue_scores(fixture *f, loss_state *st, const char *kase)
+{
+    const eng_entry *e;
+    int n = loss_state_entries(st, &e);
+    cr_assert_eq(n, 3, "two score queues and the embedding queue");
+    for (int h = 0; h < 2; h++) {
+        char what[16];
+        snprintf(what, sizeof what, "queue%d", h);
+        npy_array q = load(kase, what);
+        cr_assert_eq(q.count, (size_t)eng_numel(&e[h].value.shape));
+        eng_upload(f->be, &e[h].value, q.data);
+        npy_close(&q);
+    }
+}
+
 /* The loss's value and gradients against the fixture's. */
 static void check_case(const char *kase, int n, const loss_options *o)
 {
     fixture f;
     open_case(&f, kase, n);
     char *err = NULL;
-    loss *l = loss_new(f.be, o, f.shapes, n, &err);
+    loss_state *st = loss_state_new(f.be, o, 1);
+    if (o->name == LOSS_SWAV && o->swav.queue_length)
+        set_queue_scores(&f, st, kase);
+    loss *l = loss_new(f.be, o, st, f.shapes, n, &err);
     cr_assert(l, "%s: %s", kase, err);
     double v;
     cr_assert_eq(loss_compute(f.be, l, f.outs, &f.batch, &v, &err), 0, "%s: %s", kase, err);
@@ -92,6 +112,7 @@ static void check_case(const char *kase, int n, const loss_options *o)
         npy_close(&d);
     }
     loss_free(f.be, l);
+    loss_state_free(f.be, st);
     close_case(&f);
 }
 
@@ -134,6 +155,75 @@ Test(loss, bce_logits_per_class_normalised)
     check_case("bce", 2, &o);
 }
 
+/* swav_loss on 3 crops of 4 images, prototype heads of 6 and 5 (make_loss_fixtures.py). */
+static loss_options swav_case(int a0, int a1, int64_t queue, int64_t hard_iters)
+{
+    loss_options o = {.name = LOSS_SWAV, .temperature = 0.1, .embedding_dim = 8, .num_crops = 3};
+    o.swav = (swav_options){.epsilon = 0.05, .num_iters = 3, .crops_for_assign = {a0, a1}, .ncrops_for_assign = 2,
+                            .num_prototypes = {6, 5}, .nheads = 2, .queue_length = queue,
+                            .temp_hard_assignment_iters = hard_iters};
+    return o;
+}
+
+Test(loss, swav_two_prototype_heads_match_vissl) { loss_options o = swav_case(0, 1, 0, 0); check_case("swav", 3, &o); }
+
+Test(loss, swav_with_the_queue_below_the_batch_matches_vissl)
+{
+    loss_options o = swav_case(0, 1, 8, 0);
+    check_case("swav_queue", 3, &o);
+}
+
+Test(loss, swav_hard_assignments_in_the_first_iterations_match_vissl)
+{
+    loss_options o = swav_case(1, 2, 0, 1);
+    check_case("swav_hard", 3, &o);
+}
+
+/* update_emb_queue: after a forward with the queue on, each assignment crop's queue holds that
+ * crop's embeddings on top and its old first rows below; the forward count moved on. Before
+ * start_iter the queue is left alone. */
+Test(loss, swav_queue_takes_the_batch_on_top_once_it_is_on)
+{
+    fixture f;
+    open_case(&f, "swav_queue", 3);
+    loss_options o = swav_case(0, 1, 8, 0);
+    o.swav.queue_start_iter = 1;
+    loss_state *st = loss_state_new(f.be, &o, 7);
+    set_queue_scores(&f, st, "swav_queue");
+    const eng_entry *e;
+    loss_state_entries(st, &e);
+    cr_assert_str_eq(e[2].name, "loss.swav_criterion.local_emb_queue");
+    cr_assert_eq(e[2].value.shape.ndim, 3);
+    cr_assert(e[2].value.shape.dim[0] == 2 && e[2].value.shape.dim[1] == 8 && e[2].value.shape.dim[2] == 8);
+    float *before = nnt_download(f.be, &e[2].value), *emb = nnt_download(f.be, f.outs[0]);
+    double bound = 1.0 / sqrt(8.0 / 3.0), top = 0.0;
+    for (int i = 0; i < 128; i++)
+        top = fmax(top, fabs(before[i]));
+    cr_expect(top > 0.5 * bound && top <= bound, "VISSL's U(-s, s) start, s = %g: largest %g", bound, top);
+    char *err = NULL;
+    loss *l = loss_new(f.be, &o, st, f.shapes, 3, &err);
+    cr_assert(l, "%s", err);
+    double v;
+    cr_assert_eq(loss_compute(f.be, l, f.outs, &f.batch, &v, &err), 0, "%s", err);
+    float *after = nnt_download(f.be, &e[2].value);
+    cr_expect(memcmp(before, after, 128 * sizeof(float)) == 0, "iteration 0 < start_iter 1: the queue waits");
+    cr_expect_eq(loss_state_iterations(st), 1);
+    free(after);
+    cr_assert_eq(loss_compute(f.be, l, f.outs, &f.batch, &v, &err), 0, "%s", err);
+    after = nnt_download(f.be, &e[2].value);
+    for (int i = 0; i < 2; i++) /* crops_for_assign [0, 1]: crop i is rows 4i … 4i + 3 */
+        for (int r = 0; r < 8; r++)
+            for (int c = 0; c < 8; c++) {
+                float want = r < 4 ? emb[(4 * i + r) * 8 + c] : before[(i * 8 + r - 4) * 8 + c];
+                cr_expect_eq(after[(i * 8 + r) * 8 + c], want, "queue %d row %d column %d", i, r, c);
+            }
+    cr_expect_eq(loss_state_iterations(st), 2);
+    free(before), free(after), free(emb);
+    loss_free(f.be, l);
+    loss_state_free(f.be, st);
+    close_case(&f);
+}
+
 /* Spec part 2 §1.2: with 2 crops and one process the multi-crop loss is SimCLR's. */
 Test(loss, multicrop_with_two_crops_is_simclr)
 {
@@ -141,7 +231,7 @@ Test(loss, multicrop_with_two_crops_is_simclr)
     open_case(&f, "simclr", 1);
     loss_options a = simclr_options(LOSS_SIMCLR, 8, 2), b = simclr_options(LOSS_MULTICROP_SIMCLR, 4, 2);
     char *err = NULL;
-    loss *la = loss_new(f.be, &a, f.shapes, 1, &err), *lb = loss_new(f.be, &b, f.shapes, 1, &err);
+    loss *la = loss_new(f.be, &a, NULL, f.shapes, 1, &err), *lb = loss_new(f.be, &b, NULL, f.shapes, 1, &err);
     cr_assert(la && lb, "%s", err);
     double va, vb;
     cr_assert_eq(loss_compute(f.be, la, f.outs, &f.batch, &va, &err), 0);
@@ -162,18 +252,18 @@ Test(loss, shapes_and_labels_that_do_not_fit_are_refused)
     char *err = NULL;
     loss_options o = simclr_options(LOSS_SIMCLR, 8, 2);
     o.embedding_dim = 128;
-    cr_expect_null(loss_new(f.be, &o, f.shapes, 1, &err));
+    cr_expect_null(loss_new(f.be, &o, NULL, f.shapes, 1, &err));
     cr_expect(err && strstr(err, "8-wide embeddings") && strstr(err, "128"), "%s", err);
     free(err), err = NULL;
     o = simclr_options(LOSS_SIMCLR, 16, 2); /* a batch of 8 images configured, 4 given */
-    cr_expect_null(loss_new(f.be, &o, f.shapes, 1, &err));
+    cr_expect_null(loss_new(f.be, &o, NULL, f.shapes, 1, &err));
     cr_expect(err && strstr(err, "effective_batch_size 16"), "%s", err);
     free(err), err = NULL;
     close_case(&f);
 
     open_case(&f, "cross_entropy", 1);
     o = (loss_options){.name = LOSS_CROSS_ENTROPY, .temperature = 1.0, .ignore_index = -1};
-    loss *l = loss_new(f.be, &o, f.shapes, 1, &err);
+    loss *l = loss_new(f.be, &o, NULL, f.shapes, 1, &err);
     cr_assert(l, "%s", err);
     int64_t bad[6] = {0, 1, 5, 2, 3, 4}; /* 5 classes: label 5 is out of range */
     loss_batch b = {.batch = 6, .label = bad, .label_cols = 1};

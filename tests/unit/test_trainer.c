@@ -16,6 +16,7 @@
 #include "model.h"
 #include "npy.h"
 #include "record.h"
+#include "train/loss.h"
 #include "train/trainer.h"
 #include "util.h"
 #include "weights.h"
@@ -65,6 +66,18 @@ static const char *const CASE_YAML[] = {
     "  OPTIMIZER: {name: adamw, weight_decay: 0.05, num_epochs: 1,\n"
     "    param_schedulers: {lr: {name: constant, value: 0.01}}}\n",
 };
+
+/* SwAV (make_train_fixtures.py's SWAV): multi-crop batches, the queue from iteration 2, hard
+ * assignments at iteration 0, prototypes0 frozen at iteration 1, prototypes normalised. */
+static const char SWAV_YAML[] =
+    "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: multicrop_collator}}\n" MODEL_PART
+    "    HEAD: {PARAMS: [[swav_head, {dims: [512, 32, 16], use_bn: true, num_clusters: [20, 12]}]]}\n"
+    "    TEMP_FROZEN_PARAMS_ITER_MAP: [[module.heads.0.prototypes0.weight, 2]]\n"
+    "  LOSS: {name: swav_loss, swav_loss: {num_crops: 4, temp_hard_assignment_iters: 1, crops_for_assign: [0, 1],\n"
+    "    queue: {queue_length: 8, start_iter: 2}}}\n"
+    "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
+    "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n";
 
 static npy_array load(const char *kase, const char *what) { return test_fixture_npy("train", kase, what); }
 
@@ -191,6 +204,51 @@ static void run_case(int which, const char *kase, int64_t steps_per_epoch, char 
 Test(trainer, simclr_sgd_larc_cosine_matches_vissl, .timeout = 300) { run_case(0, "simclr_larc", 5, NULL); }
 
 Test(trainer, adamw_matches_torch, .timeout = 300) { run_case(2, "adamw", 5, NULL); }
+
+/* The loss state's tensor `name`. */
+static const eng_entry *loss_entry(trainer *t, const char *name)
+{
+    const eng_entry *e;
+    int n = loss_state_entries(trainer_loss_state(t), &e);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e[i].name, name))
+            return &e[i];
+    cr_assert_fail("the loss state has no %s", name);
+    return NULL;
+}
+
+/* The fixture's starting embedding queue into the trainer's loss state (VISSL's torch.rand draw). */
+static void set_swav_queue(trainer *t)
+{
+    npy_array q = load("swav_queue", "queue0");
+    const eng_entry *e = loss_entry(t, "loss.swav_criterion.local_emb_queue");
+    cr_assert_eq(q.count, (size_t)eng_numel(&e->value.shape));
+    eng_upload(trainer_backend(t), &e->value, q.data);
+    npy_close(&q);
+}
+
+/* SwAV through the trainer: the loss's state and both hooks at their moments, against VISSL's
+ * step order in float64. */
+Test(trainer, swav_with_queue_and_hooks_matches_vissl, .timeout = 300)
+{
+    char *dir = test_make_tmpdir();
+    cfg_t cfg;
+    trainer *t = make_trainer(SWAV_YAML, dir, 5, false, &cfg);
+    model_init_formula(trainer_backend(t), trainer_model(t));
+    set_swav_queue(t);
+    size_t n0, n1;
+    float *w0 = trained_values(t, &n0);
+    double losses[STEPS];
+    feed(t, "swav_queue", losses);
+    float *w1 = trained_values(t, &n1);
+    cr_assert_eq(n0, n1);
+    check_training("swav_queue", losses, w0, w1, n1);
+    cr_expect_eq(loss_state_iterations(trainer_loss_state(t)), STEPS);
+    free(w0), free(w1);
+    trainer_free(t);
+    cfg_destroy(&cfg);
+    test_rm_dir(dir);
+}
 
 /* Five epochs of one batch: the multistep LR moves at epochs 2 and 4, every epoch ends with a
  * metrics.json line and a checkpoint, the last one final, and checkpoint.torch loads back. */
@@ -733,6 +791,15 @@ static const struct {
      "  OPTIMIZER: {name: adamw, weight_decay: 0.05, num_epochs: 5,\n"
      "    param_schedulers: {lr: {name: multistep, values: [0.01, 0.001, 0.0001], milestones: [2, 4],\n"
      "      update_interval: epoch}}}\n"},
+    {"swav_queue", 5, /* the loss's queue and forward count must come back too */
+     "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
+     "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: multicrop_collator}}\n"
+     "  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"
+     "    HEAD: {PARAMS: [[swav_head, {dims: [512, 32, 16], use_bn: true, num_clusters: [20, 12]}]]}\n"
+     "  LOSS: {name: swav_loss, swav_loss: {num_crops: 4, temp_hard_assignment_iters: 1, queue: {queue_length: 8, "
+     "start_iter: 2}}}\n"
+     "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
 };
 
 /* Every tensor of the model (parameters and running statistics), one array. */

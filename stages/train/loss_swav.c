@@ -1,0 +1,267 @@
+/*
+ * loss_swav.c — VISSL's swav_loss (SwAVLoss / SwAVCriterion, spec part 2 §1.3) with its queue
+ * and its two hooks.
+ *
+ * The model gives [emb (C·B × D), scores_h (C·B × K_h) for each prototype head h], crop-major:
+ * rows c·B … c·B + B − 1 are crop c of the B images. For each head and each assignment crop
+ * a ∈ crops_for_assign, the codes q = Sinkhorn-Knopp(exp(scores_a/ε)) (with the queue's
+ * scores appended below, once the queue is on) are fixed targets, and every other crop p
+ * predicts them:
+ *   loss = mean_h mean_a [ 1/(C−1) Σ_{p≠a} −(1/B) Σ_rows Σ_k q_k log_softmax(scores_p/T)_k ].
+ * The gradient reaches the scores only (the codes carry none, as under torch.no_grad): each
+ * soft cross-entropy adds its share to the prediction crop's rows of d(scores_h). emb gets
+ * no gradient from the loss; the head carries the scores' gradient back into it.
+ *
+ * The queue (VISSL's local_emb_queue, A × L × D, and local_queue<h>, A × L × K_h) holds the
+ * last L embeddings of each assignment crop. It is on once num_iteration ≥ start_iter:
+ * SwAVUpdateQueueScoresHook (loss_on_forward) then scores it with the current prototypes
+ * before the loss, and the loss, after its value, shifts the queue down by B rows and puts
+ * this batch's embeddings on top. L is a multiple of B (VISSL's inference makes it one), so
+ * the shift is whole B-row blocks copied from the bottom up, none overlapping.
+ */
+#include "train/loss_internal.h"
+
+#include "model.h"
+#include "rng.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- config ------------------------------------------------------------------------------- */
+
+/* A list of integers at LOSS.swav_loss.<key>, into out[max]. */
+static bool read_ints(const cfg_node *config, const char *key, int64_t *out, int max, int *n, cfg_err *err)
+{
+    char *path = xasprintf("LOSS.swav_loss.%s", key), *full = xasprintf("config.%s", path);
+    const cfg_node *list = cfg_get(config, path);
+    bool ok = list->kind == CFG_LIST && list->len >= 1 && list->len <= (size_t)max;
+    for (size_t i = 0; ok && i < list->len; i++) {
+        ok = list->items[i]->kind == CFG_INT;
+        out[i] = ok ? (int64_t)cfg_number(list->items[i]) : 0;
+    }
+    if (ok)
+        *n = (int)list->len;
+    else
+        cfg_fail(err, list, full, "must be a list of 1 to %d integers", max);
+    free(path);
+    free(full);
+    return ok;
+}
+
+bool swav_options_from_config(const cfg_node *config, loss_options *o, cfg_err *err)
+{
+    const cfg_node *l = cfg_get(config, "LOSS.swav_loss");
+    swav_options *s = &o->swav;
+    o->temperature = cfg_float(l, "temperature");
+    o->embedding_dim = cfg_int(l, "embedding_dim");
+    o->num_crops = (int)cfg_int(l, "num_crops");
+    s->epsilon = cfg_float(l, "epsilon");
+    s->num_iters = (int)cfg_int(l, "num_iters");
+    s->queue_length = cfg_int(l, "queue.local_queue_length");
+    s->queue_start_iter = cfg_int(l, "queue.start_iter");
+    s->temp_hard_assignment_iters = cfg_int(l, "temp_hard_assignment_iters");
+    s->normalize_last_layer = cfg_bool(l, "normalize_last_layer");
+    int64_t cfa[LOSS_MAX_CROPS];
+    if (!read_ints(config, "crops_for_assign", cfa, LOSS_MAX_CROPS, &s->ncrops_for_assign, err) ||
+        !read_ints(config, "num_prototypes", s->num_prototypes, LOSS_MAX_PROTOTYPES, &s->nheads, err))
+        return false;
+    const char *bad = o->num_crops < 2 || o->num_crops > LOSS_MAX_CROPS ? "num_crops must be 2 to 32"
+                      : !(s->epsilon > 0.0)                               ? "epsilon must be > 0"
+                      : !(o->temperature > 0.0)                           ? "temperature must be > 0"
+                      : s->num_iters < 0                                  ? "num_iters must be ≥ 0"
+                      : s->queue_length < 0                               ? "the queue's length must be ≥ 0"
+                                                                          : NULL;
+    for (int i = 0; !bad && i < s->ncrops_for_assign; i++) {
+        if (cfa[i] < 0 || cfa[i] >= o->num_crops)
+            bad = "crops_for_assign names a crop the batch does not have (0 to num_crops − 1)";
+        s->crops_for_assign[i] = (int)cfa[i];
+    }
+    for (int h = 0; !bad && h < s->nheads; h++)
+        if (s->num_prototypes[h] < 1)
+            bad = "num_prototypes must be ≥ 1";
+    if (bad)
+        cfg_fail(err, l, "config.LOSS.swav_loss", "%s", bad);
+    return !bad;
+}
+
+/* ---- state -------------------------------------------------------------------------------- */
+
+static void add_entry(eng_backend *be, loss_state *s, const char *name, eng_shape shape, rng_stream *r, double half)
+{
+    eng_entry *e = &s->entries[s->nentries++];
+    e->name = xstrdup(name);
+    e->kind = ENG_BUFFER;
+    e->value = eng_tensor_new(be, shape);
+    size_t n = (size_t)eng_numel(&shape);
+    float *v = xmalloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)rng_uniform_range(r, -half, half);
+    eng_upload(be, &e->value, v);
+    free(v);
+}
+
+void swav_state_init(eng_backend *be, loss_state *s, uint64_t seed)
+{
+    const swav_options *o = &s->o.swav;
+    if (o->queue_length == 0)
+        return; /* VISSL registers the queues only when there is one */
+    rng_stream r;
+    rng_stream_init(&r, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_DATASET});
+    int64_t a = o->ncrops_for_assign, len = o->queue_length;
+    char name[64];
+    for (int h = 0; h < o->nheads; h++) {
+        snprintf(name, sizeof name, "loss.swav_criterion.local_queue%d", h);
+        add_entry(be, s, name, eng_shape3(a, len, o->num_prototypes[h]), &r, 1.0);
+    }
+    add_entry(be, s, "loss.swav_criterion.local_emb_queue", eng_shape3(a, len, s->o.embedding_dim), &r,
+              1.0 / sqrt((double)s->o.embedding_dim / 3.0));
+}
+
+/* Queue i (assignment crop i) of state tensor e, as an L × width matrix. */
+static eng_tensor queue_of(eng_backend *be, const eng_entry *e, int64_t i)
+{
+    eng_tensor v = eng_rows(be, &e->value, i, 1);
+    return eng_reshape(&v, eng_shape2(e->value.shape.dim[1], e->value.shape.dim[2]));
+}
+
+/* ---- planning ----------------------------------------------------------------------------- */
+
+int swav_plan(eng_backend *be, loss *l, char **err)
+{
+    const swav_options *o = &l->o.swav;
+    if (l->n != 1 + o->nheads)
+        return report_failure(err, "swav_loss: the swav_head gives %d outputs; the loss wants the embedding and %d "
+                                   "prototype scores (return_embeddings must stay true)", l->n, o->nheads);
+    int64_t rows = l->shape[0].dim[0], crops = l->o.num_crops;
+    if (l->shape[0].ndim != 2 || l->shape[0].dim[1] != l->o.embedding_dim)
+        return report_failure(err, "swav_loss: the embedding is not rows × %lld (embedding_dim)",
+                              (long long)l->o.embedding_dim);
+    for (int h = 0; h < o->nheads; h++)
+        if (l->shape[1 + h].ndim != 2 || l->shape[1 + h].dim[0] != rows ||
+            l->shape[1 + h].dim[1] != o->num_prototypes[h])
+            return report_failure(err, "swav_loss: output %d is not %lld × %lld prototype scores", 1 + h,
+                                  (long long)rows, (long long)o->num_prototypes[h]);
+    if (rows % crops)
+        return report_failure(err, "swav_loss: %lld rows are not %lld crops of one batch", (long long)rows,
+                              (long long)crops);
+    l->per_crop = rows / crops;
+    if (o->queue_length % l->per_crop)
+        return report_failure(err, "swav_loss: the queue's %lld rows are not a whole number of %lld-image batches",
+                              (long long)o->queue_length, (long long)l->per_crop);
+    for (int h = 0; h < o->nheads; h++)
+        l->codes[h] = eng_tensor_new(be, eng_shape2(l->per_crop, o->num_prototypes[h]));
+    return 0;
+}
+
+/* ---- computing ---------------------------------------------------------------------------- */
+
+/* VISSL's SwAVCriterion for head h: the mean over assignment crops of the swapped predictions. */
+static double criterion(eng_backend *be, loss *l, int h, const eng_tensor *scores)
+{
+    const swav_options *o = &l->o.swav;
+    int64_t b = l->per_crop, crops = l->o.num_crops;
+    bool hard = l->st->iterations < o->temp_hard_assignment_iters;
+    /* Each soft cross-entropy is a sum over b rows, and is averaged over rows, over the C − 1
+     * predictions, over the assignment crops and over the heads. */
+    double g = 1.0 / ((double)b * (double)(crops - 1) * o->ncrops_for_assign * o->nheads), total = 0.0;
+    const eng_tensor *dscores = &l->dout[1 + h];
+    for (int i = 0; i < o->ncrops_for_assign; i++) {
+        int a = o->crops_for_assign[i];
+        eng_tensor s = eng_rows(be, scores, a * b, b), queue;
+        if (l->st->use_queue)
+            queue = queue_of(be, &l->st->entries[h], i);
+        eng_sinkhorn(be, &s, l->st->use_queue ? &queue : NULL, o->epsilon, o->num_iters, hard, &l->codes[h]);
+        for (int64_t p = 0; p < crops; p++) {
+            if (p == a)
+                continue;
+            eng_tensor x = eng_rows(be, scores, p * b, b), dx = eng_rows(be, dscores, p * b, b);
+            total += eng_soft_cross_entropy(be, &x, (float)(1.0 / l->o.temperature), &l->codes[h], g, &dx) * g;
+        }
+    }
+    return total;
+}
+
+/* update_emb_queue: each assignment crop's queue moves down one batch; this batch goes on top. */
+static void push_embeddings(eng_backend *be, loss *l, const eng_tensor *emb)
+{
+    const eng_entry *e = &l->st->entries[l->o.swav.nheads];
+    int64_t b = l->per_crop;
+    for (int i = 0; i < l->o.swav.ncrops_for_assign; i++) {
+        eng_tensor q = queue_of(be, e, i);
+        for (int64_t at = q.shape.dim[0] - b; at >= b; at -= b) {
+            eng_tensor from = eng_rows(be, &q, at - b, b), to = eng_rows(be, &q, at, b);
+            eng_copy(be, &from, &to);
+        }
+        eng_tensor top = eng_rows(be, &q, 0, b), mine = eng_rows(be, emb, l->o.swav.crops_for_assign[i] * b, b);
+        eng_copy(be, &mine, &top);
+    }
+}
+
+double swav_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs)
+{
+    loss_state *st = l->st;
+    const swav_options *o = &l->o.swav;
+    st->use_queue = o->queue_length > 0 && st->iterations >= o->queue_start_iter;
+    double total = 0.0;
+    eng_zero(be, &l->dout[0]);
+    for (int h = 0; h < o->nheads; h++) {
+        eng_zero(be, &l->dout[1 + h]);
+        total += criterion(be, l, h, outputs[1 + h]);
+    }
+    st->iterations++;
+    if (st->use_queue)
+        push_embeddings(be, l, outputs[0]);
+    return total;
+}
+
+/* ---- hooks -------------------------------------------------------------------------------- */
+
+/* heads.0.prototypes<h>.weight of the model. */
+static int prototypes(const model *m, int h, const eng_tensor **w, char **err)
+{
+    char name[64];
+    snprintf(name, sizeof name, "heads.0.prototypes%d.weight", h);
+    for (int i = 0; i < model_entry_count(m); i++)
+        if (!strcmp(model_entry_at(m, i)->name, name)) {
+            *w = &model_entry_at(m, i)->value;
+            return 0;
+        }
+    return report_failure(err, "swav_loss: the model has no %s (is the head a swav_head?)", name);
+}
+
+/* SwAVUpdateQueueScoresHook.on_forward: local_queue<h>[i] = prototypes_h(local_emb_queue[i]). */
+int swav_on_forward(eng_backend *be, loss_state *s, model *m, char **err)
+{
+    const swav_options *o = &s->o.swav;
+    s->use_queue = o->queue_length > 0 && s->iterations >= o->queue_start_iter;
+    if (!s->use_queue)
+        return 0;
+    const eng_entry *emb = &s->entries[o->nheads];
+    for (int h = 0; h < o->nheads; h++) {
+        const eng_tensor *w;
+        if (prototypes(m, h, &w, err) != 0)
+            return -1;
+        for (int i = 0; i < o->ncrops_for_assign; i++) {
+            eng_tensor x = queue_of(be, emb, i), y = queue_of(be, &s->entries[h], i);
+            eng_linear_forward(be, &x, w, NULL, &y);
+        }
+    }
+    return 0;
+}
+
+/* NormalizePrototypesHook.on_update: every prototype (a row of the weight) to unit length. */
+int swav_on_update(eng_backend *be, loss_state *s, model *m, char **err)
+{
+    if (!s->o.swav.normalize_last_layer)
+        return 0;
+    for (int h = 0; h < s->o.swav.nheads; h++) {
+        const eng_tensor *w;
+        if (prototypes(m, h, &w, err) != 0)
+            return -1;
+        eng_l2norm_forward(be, w, w);
+    }
+    return 0;
+}
