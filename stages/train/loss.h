@@ -81,7 +81,7 @@ typedef struct {
     int64_t batch;               /* images in the batch (B) */
     const int64_t *label;        /* label.0: batch values (or batch × label_cols) */
     int label_cols;              /* 1, or the columns of a 2-D label (BCE's multi-label targets) */
-    const int64_t *sample_index; /* data_idx (memory-bank losses); may be NULL here */
+    const int64_t *sample_index; /* data_idx.0, one per image (memory banks); NULL when absent */
 } loss_batch;
 
 typedef struct loss loss;

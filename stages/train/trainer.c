@@ -359,15 +359,20 @@ static int load_inputs(trainer *t, const rec_view *v, loss_slot *slot, char **er
     return 0;
 }
 
-/* label.0 as the loss reads it (absent: no labels, as SimCLR needs none). */
+/* label.0 as the loss reads it (absent: no labels, as SimCLR needs none), and data_idx.0, the
+ * samples' dataset indices (memory banks), when the collate stage wrote one per image. */
 static loss_batch batch_labels(const rec_view *v)
 {
-    int li = rec_find(v, "label.0");
+    int li = rec_find(v, "label.0"), ii = rec_find(v, "data_idx.0");
     if (li < 0 || v->tensors[li].dtype != REC_I64 || v->tensors[li].ndim < 1)
         return (loss_batch){0};
     const rec_tensor *d = &v->tensors[li];
-    return (loss_batch){.batch = (int64_t)d->shape[0], .label = rec_data(v, li),
-                        .label_cols = d->ndim == 2 ? (int)d->shape[1] : 1};
+    loss_batch b = {.batch = (int64_t)d->shape[0], .label = rec_data(v, li),
+                    .label_cols = d->ndim == 2 ? (int)d->shape[1] : 1};
+    if (ii >= 0 && v->tensors[ii].dtype == REC_I64 && v->tensors[ii].ndim == 1 &&
+        (int64_t)v->tensors[ii].shape[0] == b.batch)
+        b.sample_index = rec_data(v, ii);
+    return b;
 }
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
