@@ -26,6 +26,7 @@ typedef struct {
     const eng_entry *(*entry)(const void *model, int i);
     int nentries;
     const void *model;
+    const char *prefix;   /* prepended to every row's name (NULL: none) */
     char *err;            /* the first failure, owned */
 } walk;
 
@@ -77,7 +78,7 @@ static void row(walk *w, const char *module, const char *kind, int64_t flops, in
         w->cap = w->cap ? 2 * w->cap : 64;
         w->rows = xrealloc(w->rows, (size_t)w->cap * sizeof *w->rows);
     }
-    w->rows[w->n++] = (eng_layer_cost){.name = xasprintf("%s", module), .kind = kind,
+    w->rows[w->n++] = (eng_layer_cost){.name = xasprintf("%s%s", w->prefix ? w->prefix : "", module), .kind = kind,
                                        .flops = flops, .params = params, .activations = acts};
 }
 
@@ -200,10 +201,12 @@ static void block(walk *w, const resnet_options *o, bool bottleneck, int layer, 
     relu(w, m);
 }
 
-int resnet_costs(const resnet *net, const eng_shape *input, eng_layer_cost **out, int *n, char **err)
+int resnet_costs_upto(const resnet *net, const eng_shape *input, const char *prefix, resnet_feature_id last,
+                      eng_shape *feat, eng_layer_cost **out, int *n, char **err)
 {
     const resnet_options *o = resnet_get_options(net);
-    walk w = {.x = *input, .entry = resnet_entry_fn, .nentries = resnet_entry_count(net), .model = net};
+    walk w = {.x = *input, .entry = resnet_entry_fn, .nentries = resnet_entry_count(net), .model = net,
+              .prefix = prefix};
     if (input->ndim != 4 || input->dim[1] != o->in_channels || input->dim[0] < 1)
         return report_failure(err, "complexity: the trunk's input must be N × %d × H × W", o->in_channels);
     static const int LAYERS[][5] = {{18, 2, 2, 2, 2},   {34, 3, 4, 6, 3},    {50, 3, 4, 6, 3},
@@ -214,21 +217,55 @@ int resnet_costs(const resnet *net, const eng_shape *input, eng_layer_cost **out
             blocks = &LAYERS[i][1];
     if (!blocks)
         return report_failure(err, "complexity: no ResNet of depth %d", o->depth);
+    eng_shape shapes[RESNET_NFEATURES];
+    /* VISSL's get_trunk_forward_outputs stops after the deepest requested feature: the blocks
+     * after it are never called. */
     conv(&w, "_feature_blocks.conv1", o->small_stem ? 1 : 2, 1);
     norm(&w, "_feature_blocks.bn1", o->norm == RESNET_NORM_LAYER);
     relu(&w, "_feature_blocks.conv1_relu");
-    if (!o->small_stem)
+    shapes[RESNET_CONV1] = w.x;
+    if (last >= RESNET_RES1 && !o->small_stem)
         maxpool(&w, "_feature_blocks.maxpool", 3, 2, 1);
-    for (int l = 0; l < 4 && !w.err; l++) {
+    shapes[RESNET_RES1] = w.x;
+    for (int l = 0; l < 4 && !w.err && (int)last >= RESNET_RES2 + l; l++) {
         int64_t stride = l == 0 ? 1 : l == 3 ? o->layer4_stride : 2;
         for (int i = 0; i < blocks[l]; i++)
             block(&w, o, o->depth >= 50, l + 1, i, i == 0 ? stride : 1);
+        shapes[RESNET_RES2 + l] = w.x;
     }
-    if (!w.err) {
+    if (!w.err && last >= RESNET_RES5AVG) {
         adaptive_avgpool(&w, "_feature_blocks.avgpool");
-        row(&w, "_feature_blocks.flatten", "flatten", 0, 0, 0); /* VISSL's Flatten.flops = 0 */
+        shapes[RESNET_RES5AVG] = w.x;
     }
+    if (!w.err && last >= RESNET_FLATTEN) {
+        row(&w, "_feature_blocks.flatten", "flatten", 0, 0, 0); /* VISSL's Flatten.flops = 0 */
+        shapes[RESNET_FLATTEN] = eng_shape2(w.x.dim[0], eng_numel(&w.x) / w.x.dim[0]);
+    }
+    if (feat && !w.err)
+        memcpy(feat, shapes, (size_t)(last + 1) * sizeof *feat);
     return finish(&w, out, n, err);
+}
+
+int resnet_costs(const resnet *net, const eng_shape *input, eng_layer_cost **out, int *n, char **err)
+{
+    return resnet_costs_upto(net, input, NULL, RESNET_FLATTEN, NULL, out, n, err);
+}
+
+/* ---- pool ops --------------------------------------------------------------------------------- */
+
+int64_t eng_pool_flops(const eng_pool_desc *d, const eng_shape *x)
+{
+    int64_t s0 = d->stride[0] ? d->stride[0] : d->kernel[0], s1 = d->stride[1] ? d->stride[1] : d->kernel[1];
+    int64_t oh = 1 + (x->dim[2] + 2 * d->pad[0] - d->kernel[0]) / s0;
+    int64_t ow = 1 + (x->dim[3] + 2 * d->pad[1] - d->kernel[1]) / s1;
+    return x->dim[0] * x->dim[1] * oh * ow * d->kernel[0] * d->kernel[1];
+}
+
+int64_t eng_adaptive_avgpool_flops(const int64_t out_hw[2], const eng_shape *x)
+{
+    if (out_hw[0] > x->dim[2] || out_hw[1] > x->dim[3])
+        return ENG_COST_UNKNOWN; /* the profiler raises NotImplementedError */
+    return x->dim[0] * x->dim[1] * out_hw[0] * out_hw[1] * (x->dim[2] - out_hw[0] + 1) * (x->dim[3] - out_hw[1] + 1);
 }
 
 /* ---- heads -------------------------------------------------------------------------------------- */

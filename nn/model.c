@@ -712,21 +712,120 @@ static void append_head_rows(eng_layer_cost **rows, int *n, eng_layer_cost *h, i
     free(h);
 }
 
+/* The pool ops' rows (trunk.feature_pool_ops.I) and the features they hand the heads. VISSL's
+ * FeatureExtractorModel applies op i to the i-th feature the trunk returns, and the trunk returns
+ * distinct names in network order (get_trunk_forward_outputs), duplicates in the map's order. */
+static int pool_op_costs(const model *m, const eng_shape *trunk_feat, eng_layer_cost **rows, int *n,
+                         eng_shape *feat, char **err)
+{
+    const model_options *o = &m->opt;
+    resnet_feature_id order[MODEL_MAX_FEATURES];
+    bool distinct = true;
+    for (int i = 0; i < o->npool_ops; i++) {
+        order[i] = o->pool_ops[i].layer;
+        for (int j = 0; j < i; j++)
+            distinct = distinct && order[j] != order[i];
+    }
+    for (int i = 1; distinct && i < o->npool_ops; i++) /* insertion sort: network order */
+        for (int j = i; j > 0 && order[j - 1] > order[j]; j--) {
+            resnet_feature_id t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    *rows = xrealloc(*rows, (size_t)(*n + o->npool_ops) * sizeof **rows);
+    for (int i = 0; i < o->npool_ops; i++) {
+        const model_pool_op *op = &o->pool_ops[i];
+        const eng_shape *x = &trunk_feat[order[i]];
+        eng_layer_cost r = {.name = xasprintf("trunk.feature_pool_ops.%d", i)};
+        eng_shape y = *x;
+        if (op->kind != MODEL_POOL_IDENTITY && x->ndim != 4) {
+            free((char *)r.name);
+            return report_failure(err, "complexity: pool op %d needs a N × C × H × W feature", i);
+        }
+        switch (op->kind) {
+        case MODEL_POOL_IDENTITY: r.kind = "identity"; break; /* the profiler's Identity rule: 0 */
+        case MODEL_POOL_AVG:
+        case MODEL_POOL_MAX:
+            if (x->dim[2] + 2 * op->pool.pad[0] < op->pool.kernel[0] ||
+                x->dim[3] + 2 * op->pool.pad[1] < op->pool.kernel[1]) {
+                free((char *)r.name);
+                return report_failure(err, "complexity: pool op %d (kernel %lldx%lld) does not fit its %lldx%lld "
+                                           "feature map", i, (long long)op->pool.kernel[0],
+                                      (long long)op->pool.kernel[1], (long long)x->dim[2], (long long)x->dim[3]);
+            }
+            r.kind = op->kind == MODEL_POOL_AVG ? "avgpool" : "maxpool";
+            r.flops = eng_pool_flops(&op->pool, x);
+            y = eng_pool_output_shape(x, &op->pool);
+            break;
+        case MODEL_POOL_ADAPTIVE_AVG:
+            r.kind = "avgpool";
+            r.flops = eng_adaptive_avgpool_flops(op->out_hw, x);
+            y = eng_shape4(x->dim[0], x->dim[1], op->out_hw[0], op->out_hw[1]);
+            break;
+        case MODEL_POOL_ADAPTIVE_MAX: /* in no list of the profiler: NotImplementedError */
+            r.kind = "maxpool";
+            r.flops = ENG_COST_UNKNOWN;
+            y = eng_shape4(x->dim[0], x->dim[1], op->out_hw[0], op->out_hw[1]);
+            break;
+        }
+        (*rows)[(*n)++] = r;
+        feat[i] = o->should_flatten_feats && y.ndim > 2 ? eng_shape2(y.dim[0], eng_numel(&y) / y.dim[0]) : y;
+    }
+    return 0;
+}
+
+/* count_params counts every parameter of the model: each module with parameters that the
+ * forward did not call gets a row of kind "uncalled" (0 FLOPs), in state-dict order. */
+static void append_uncalled_rows(const model *m, eng_layer_cost **rows, int *n)
+{
+    int called = *n;
+    for (int i = 0; i < model_entry_count(m); i++) {
+        const eng_entry *e = model_entry_at(m, i);
+        if (e->kind != ENG_PARAM)
+            continue;
+        const char *dot = strrchr(e->name, '.');
+        int len = dot ? (int)(dot - e->name) : (int)strlen(e->name), r = 0; /* the module's name */
+        while (r < *n && !((int)strlen((*rows)[r].name) == len && !strncmp((*rows)[r].name, e->name, (size_t)len)))
+            r++;
+        if (r < called)
+            continue;
+        if (r == *n) {
+            *rows = xrealloc(*rows, (size_t)(*n + 1) * sizeof **rows);
+            (*rows)[(*n)++] = (eng_layer_cost){.name = xasprintf("%.*s", len, e->name), .kind = "uncalled"};
+        }
+        (*rows)[r].params += eng_numel(&e->value.shape);
+    }
+}
+
 int model_costs(const model *m, const eng_shape *input, eng_layer_cost **rows, int *n, char **err)
 {
-    if (m->opt.npool_ops > 0)
-        return report_failure(err, "complexity: feature-extraction models (LINEAR_EVAL_FEAT_POOL_OPS_MAP) are not "
-                                   "counted yet");
-    if (resnet_costs(m->trunk, input, rows, n, err) != 0)
+    const model_options *o = &m->opt;
+    bool fe = model_is_feature_extractor(o);
+    eng_shape trunk_feat[RESNET_NFEATURES], feat[MODEL_MAX_FEATURES];
+    *rows = NULL, *n = 0;
+    if (fe && o->nmapping > 0)
+        return report_failure(err, "complexity: a feature extractor with MULTI_INPUT_HEAD_MAPPING is not counted");
+    if (fe) {
+        resnet_feature_id last = RESNET_CONV1;
+        for (int i = 0; i < o->npool_ops; i++)
+            if (o->pool_ops[i].layer > last)
+                last = o->pool_ops[i].layer;
+        if (resnet_costs_upto(m->trunk, input, "trunk.base_model.", last, trunk_feat, rows, n, err) != 0)
+            return -1;
+        if (pool_op_costs(m, trunk_feat, rows, n, feat, err) != 0) {
+            eng_costs_free(*rows, *n);
+            return -1;
+        }
+    } else if (resnet_costs_upto(m->trunk, input, "trunk.", RESNET_FLATTEN, NULL, rows, n, err) != 0) {
         return -1;
-    for (int b = 0; b < m->nbranches; b++) {
+    }
+    for (int b = 0; b < m->nbranches && !extract_only(o); b++) {
         const head_list *l = &m->branches[b].chain;
-        eng_shape x = eng_shape2(input->dim[0], resnet_out_dim(m->trunk));
+        eng_shape x = fe ? feat[m->branches[b].feat] : eng_shape2(input->dim[0], resnet_out_dim(m->trunk));
         int entry = m->branches[b].first_entry, j = 0; /* head i is entry's j-th */
         for (int i = 0; i < l->n; i++, j++) {
-            if (j == m->opt.heads[entry].n)
+            if (j == o->heads[entry].n)
                 entry++, j = 0;
-            const head_options *o = head_opts(l->heads[i]);
+            const head_options *ho = head_opts(l->heads[i]);
             if (i > 0 && head_opts(l->heads[i - 1])->type == HEAD_SWAV) {
                 eng_costs_free(*rows, *n);
                 return report_failure(err, "complexity: a head after a swav_head is not counted yet");
@@ -738,14 +837,15 @@ int model_costs(const model *m, const eng_shape *input, eng_layer_cost **rows, i
                 return -1;
             }
             char prefix[48];
-            if (m->opt.heads[entry].nested)
+            if (o->heads[entry].nested)
                 snprintf(prefix, sizeof prefix, "heads.%d.%d.", entry, j);
             else
                 snprintf(prefix, sizeof prefix, "heads.%d.", entry);
             append_head_rows(rows, n, h, hn, prefix);
-            if (o->ndims > 0)
-                x = eng_shape2(input->dim[0], o->dims[o->ndims - 1]);
+            if (ho->ndims > 0)
+                x = eng_shape2(input->dim[0], ho->dims[ho->ndims - 1]);
         }
     }
+    append_uncalled_rows(m, rows, n);
     return 0;
 }

@@ -194,10 +194,16 @@ int model_output_input(const model *m, int k);
 void model_set_train_step(model *m, uint64_t step);
 
 /* VISSL's model-complexity rows (complexity.h) of the whole model on one `input` (N × C × H
- * × W; the hook's INPUT_SHAPE with N = 1): the trunk's, then every head's in MODEL.HEAD.PARAMS
- * order, named "heads.I.…", each head taking the output of the one before it (the first, the
- * trunk's flattened feature). Returns 0, or -1 with *err for what is not counted yet: feature
- * extractors (LINEAR_EVAL_FEAT_POOL_OPS_MAP) and a head after a swav_head. Free the rows with
+ * × W; the hook's INPUT_SHAPE with N = 1), named as VISSL names the modules: the trunk's
+ * ("trunk._feature_blocks.…"), then every head's in MODEL.HEAD.PARAMS order ("heads.I.…"), each
+ * head taking the output of the one before it (the first, the trunk's flattened feature). A
+ * feature extractor's trunk ("trunk.base_model._feature_blocks.…") runs only up to the deepest
+ * layer of LINEAR_EVAL_FEAT_POOL_OPS_MAP, then its pool ops ("trunk.feature_pool_ops.I", op I on
+ * the I-th feature in network order, as VISSL pairs them), and head I reads feature I; no head
+ * runs with EXTRACT_TRUNK_FEATURES_ONLY. Modules with parameters that are never called follow as
+ * "uncalled" rows, so the parameter total is every parameter (count_params). Returns 0, or -1
+ * with *err for what is not counted: a head after a swav_head, a feature extractor with
+ * MULTI_INPUT_HEAD_MAPPING, a pool op that does not fit its feature. Free the rows with
  * eng_costs_free. */
 int model_costs(const model *m, const eng_shape *input, eng_layer_cost **rows, int *n, char **err);
 

@@ -9,9 +9,14 @@
  * ResNet-50 has 23,508,032 trunk parameters and 25,557,032 with torchvision's fc (an mlp
  * [2048, 1000] head), about 4.1 G multiply-adds at 224 px; LayerNorm and siamese_concat_view make
  * the FLOPs unknown, as the profiler's NotImplementedError makes VISSL skip them.
+ * Feature extractors (LINEAR_EVAL_FEAT_POOL_OPS_MAP), built from composed configs: fe_r50_evalmlp
+ * (the in1k linear benchmark's res3 / res4 AvgPool2d entries, eval_mlp heads; the trunk stops
+ * after layer3, so layer4 is uncalled but its parameters count) and fe_r50_ops (MaxPool2d,
+ * AdaptiveAvgPool2d, AdaptiveMaxPool2d, Identity; FLOPs unknown through AdaptiveMaxPool2d).
  * COMPLEXITY_VERBOSE=1 prints the totals.
  */
 #include "complexity.h"
+#include "config.h"
 #include "heads.h"
 #include "model.h"
 #include "resnet.h"
@@ -263,8 +268,8 @@ static eng_layer_cost fixture_total(const char *kase)
 }
 
 /* The whole model as VISSL's hook counts it: torchvision's ResNet-50 as VISSL builds it (trunk
- * + mlp [2048, 1000]) is the profiler's trunk plus its fc head, row for row summed; rows of the
- * head carry their model names. A feature extractor is refused (not counted yet). */
+ * + mlp [2048, 1000]) is the profiler's trunk plus its fc head, row for row summed; rows carry
+ * their model names (trunk._feature_blocks.…, heads.0.…). */
 Test(complexity, a_whole_model_is_its_trunk_and_its_heads)
 {
     eng_backend *be = nnt_open_cpu();
@@ -283,19 +288,92 @@ Test(complexity, a_whole_model_is_its_trunk_and_its_heads)
     cr_expect_eq(got.params, a.params + b.params);
     cr_expect_eq(got.params, model_param_count(m), "every parameter of the model");
     cr_expect_eq(got.activations, a.activations + b.activations);
+    cr_expect_str_eq(rows[0].name, "trunk._feature_blocks.conv1");
     cr_expect_str_eq(rows[n - 1].name, "heads.0.clf.0");
     eng_costs_free(rows, n);
     model_free(be, m);
-    o.eval_mode_on = o.freeze_trunk_only = true;
-    o.npool_ops = 1;
-    o.pool_ops[0] = (model_pool_op){.layer = resnet_feature_by_name("res5"), .kind = MODEL_POOL_ADAPTIVE_AVG,
-                                    .out_hw = {1, 1}};
-    m = model_new(be, &o, 1, &err);
-    if (m) {
-        cr_expect_eq(model_costs(m, &in, &rows, &n, &err), -1);
-        cr_expect(err && strstr(err, "feature-extraction"), "%s", err);
-        free(err);
-        model_free(be, m);
-    }
     eng_backend_close(be);
+}
+
+/* A feature-extraction model composed from YAML (defaults.yaml ← yaml), counted on one
+ * 1 × 3 × 224 × 224 image against fixtures/nn/complexity_CASE.txt row by row. */
+static void expect_feature_extractor(const char *kase, const char *yaml)
+{
+    cfg_t cfg = {0};
+    cfg_err cerr;
+    cr_assert(test_compose(&cfg, &cerr, yaml, NULL), "config: %s", cerr.msg);
+    model_options o;
+    cr_assert(model_options_from_config(cfg_path(cfg.root, "config.MODEL"), &o, &cerr), "model: %s", cerr.msg);
+    cfg_destroy(&cfg);
+    eng_backend *be = nnt_open_cpu();
+    char *err = NULL;
+    model *m = model_new(be, &o, 1, &err);
+    cr_assert(m, "%s", err);
+    eng_shape in = eng_shape4(1, 3, 224, 224);
+    eng_layer_cost *rows;
+    int n;
+    cr_assert_eq(model_costs(m, &in, &rows, &n, &err), 0, "%s", err);
+    expect_rows(kase, rows, n);
+    eng_layer_cost t = eng_costs_total(rows, n);
+    cr_expect_eq(t.params, model_param_count(m), "%s: count_params counts every parameter", kase);
+    if (getenv("COMPLEXITY_VERBOSE"))
+        fprintf(stderr, "complexity: %s %" PRId64 " FLOPs, %" PRId64 " params, %" PRId64 " activations, %d rows\n",
+                kase, t.flops, t.params, t.activations, n);
+    eng_costs_free(rows, n);
+    model_free(be, m);
+    eng_backend_close(be);
+}
+
+Test(complexity, feature_extractor_with_eval_mlp_heads_matches_the_profiler_row_by_row)
+{
+    expect_feature_extractor("fe_r50_evalmlp",
+                             "config:\n"
+                             "  MODEL:\n"
+                             "    FEATURE_EVAL_SETTINGS:\n"
+                             "      EVAL_MODE_ON: True\n"
+                             "      FREEZE_TRUNK_ONLY: True\n"
+                             "      SHOULD_FLATTEN_FEATS: False\n"
+                             "      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [\n"
+                             "        [\"res3\", [\"AvgPool2d\", [[13, 13], 5, 0]]],\n"
+                             "        [\"res4\", [\"AvgPool2d\", [[8, 8], 3, 0]]],\n"
+                             "      ]\n"
+                             "    TRUNK:\n"
+                             "      NAME: resnet\n"
+                             "      TRUNK_PARAMS:\n"
+                             "        RESNETS:\n"
+                             "          DEPTH: 50\n"
+                             "    HEAD:\n"
+                             "      PARAMS: [\n"
+                             "        [\"eval_mlp\", {\"in_channels\": 512, \"dims\": [8192, 1000]}],\n"
+                             "        [\"eval_mlp\", {\"in_channels\": 1024, \"dims\": [9216, 1000]}],\n"
+                             "      ]\n");
+}
+
+Test(complexity, feature_extractor_pool_ops_match_the_profiler_and_adaptive_max_is_unknown)
+{
+    expect_feature_extractor("fe_r50_ops",
+                             "config:\n"
+                             "  MODEL:\n"
+                             "    FEATURE_EVAL_SETTINGS:\n"
+                             "      EVAL_MODE_ON: True\n"
+                             "      FREEZE_TRUNK_ONLY: True\n"
+                             "      SHOULD_FLATTEN_FEATS: True\n"
+                             "      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [\n"
+                             "        [\"conv1\", [\"MaxPool2d\", [[10, 10], 10, 4]]],\n"
+                             "        [\"res2\", [\"AdaptiveAvgPool2d\", [[2, 2]]]],\n"
+                             "        [\"res4\", [\"AdaptiveMaxPool2d\", [1]]],\n"
+                             "        [\"res5avg\", [\"Identity\", []]],\n"
+                             "      ]\n"
+                             "    TRUNK:\n"
+                             "      NAME: resnet\n"
+                             "      TRUNK_PARAMS:\n"
+                             "        RESNETS:\n"
+                             "          DEPTH: 50\n"
+                             "    HEAD:\n"
+                             "      PARAMS: [\n"
+                             "        [\"eval_mlp\", {\"in_channels\": 9216, \"dims\": [9216, 10]}],\n"
+                             "        [\"eval_mlp\", {\"in_channels\": 1024, \"dims\": [1024, 10]}],\n"
+                             "        [\"eval_mlp\", {\"in_channels\": 1024, \"dims\": [1024, 10]}],\n"
+                             "        [\"eval_mlp\", {\"in_channels\": 2048, \"dims\": [2048, 10]}],\n"
+                             "      ]\n");
 }
