@@ -267,6 +267,18 @@ static eng_layer_cost fixture_total(const char *kase)
     return t;
 }
 
+/* The rows of the model built from o, on one 1 × 3 × 224 × 224 image (INPUT_SHAPE's default). */
+static eng_layer_cost *count_model(eng_backend *be, const model_options *o, model **m, int *n)
+{
+    char *err = NULL;
+    *m = model_new(be, o, 1, &err);
+    cr_assert(*m, "%s", err);
+    eng_shape in = eng_shape4(1, 3, 224, 224);
+    eng_layer_cost *rows;
+    cr_assert_eq(model_costs(*m, &in, &rows, n, &err), 0, "%s", err);
+    return rows;
+}
+
 /* The whole model as VISSL's hook counts it: torchvision's ResNet-50 as VISSL builds it (trunk
  * + mlp [2048, 1000]) is the profiler's trunk plus its fc head, row for row summed; rows carry
  * their model names (trunk._feature_blocks.…, heads.0.…). */
@@ -276,13 +288,9 @@ Test(complexity, a_whole_model_is_its_trunk_and_its_heads)
     model_options o = model_defaults();
     o.nheads = 1;
     o.heads[0] = (model_head_entry){.chain = {dims_opts(HEAD_MLP, (const int64_t[]){2048, 1000}, 2)}, .n = 1};
-    char *err = NULL;
-    model *m = model_new(be, &o, 1, &err);
-    cr_assert(m, "%s", err);
-    eng_shape in = eng_shape4(1, 3, 224, 224);
-    eng_layer_cost *rows;
+    model *m;
     int n;
-    cr_assert_eq(model_costs(m, &in, &rows, &n, &err), 0, "%s", err);
+    eng_layer_cost *rows = count_model(be, &o, &m, &n);
     eng_layer_cost got = eng_costs_total(rows, n), a = fixture_total("r50_224"), b = fixture_total("head_fc");
     cr_expect_eq(got.flops, a.flops + b.flops);
     cr_expect_eq(got.params, a.params + b.params);
@@ -295,24 +303,22 @@ Test(complexity, a_whole_model_is_its_trunk_and_its_heads)
     eng_backend_close(be);
 }
 
+/* A ResNet-50 feature extractor: FE_R50(flatten) "<map entries>" FE_HEADS "<head entries>" "      ]\n". */
+#define FE_R50(flatten)                                                                                        \
+    "config:\n  MODEL:\n    FEATURE_EVAL_SETTINGS:\n      EVAL_MODE_ON: True\n      FREEZE_TRUNK_ONLY: True\n"        \
+    "      SHOULD_FLATTEN_FEATS: " flatten "\n      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [\n"
+#define FE_HEADS                                                                                               \
+    "      ]\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 50}}}\n    HEAD:\n      PARAMS: [\n"
+
 /* A feature-extraction model composed from YAML (defaults.yaml ← yaml), counted on one
  * 1 × 3 × 224 × 224 image against fixtures/nn/complexity_CASE.txt row by row. */
 static void expect_feature_extractor(const char *kase, const char *yaml)
 {
-    cfg_t cfg = {0};
-    cfg_err cerr;
-    cr_assert(test_compose(&cfg, &cerr, yaml, NULL), "config: %s", cerr.msg);
-    model_options o;
-    cr_assert(model_options_from_config(cfg_path(cfg.root, "config.MODEL"), &o, &cerr), "model: %s", cerr.msg);
-    cfg_destroy(&cfg);
+    model_options o = nnt_model_options(yaml, NULL);
     eng_backend *be = nnt_open_cpu();
-    char *err = NULL;
-    model *m = model_new(be, &o, 1, &err);
-    cr_assert(m, "%s", err);
-    eng_shape in = eng_shape4(1, 3, 224, 224);
-    eng_layer_cost *rows;
+    model *m;
     int n;
-    cr_assert_eq(model_costs(m, &in, &rows, &n, &err), 0, "%s", err);
+    eng_layer_cost *rows = count_model(be, &o, &m, &n);
     expect_rows(kase, rows, n);
     eng_layer_cost t = eng_costs_total(rows, n);
     cr_expect_eq(t.params, model_param_count(m), "%s: count_params counts every parameter", kase);
@@ -327,23 +333,10 @@ static void expect_feature_extractor(const char *kase, const char *yaml)
 Test(complexity, feature_extractor_with_eval_mlp_heads_matches_the_profiler_row_by_row)
 {
     expect_feature_extractor("fe_r50_evalmlp",
-                             "config:\n"
-                             "  MODEL:\n"
-                             "    FEATURE_EVAL_SETTINGS:\n"
-                             "      EVAL_MODE_ON: True\n"
-                             "      FREEZE_TRUNK_ONLY: True\n"
-                             "      SHOULD_FLATTEN_FEATS: False\n"
-                             "      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [\n"
+                             FE_R50("False")
                              "        [\"res3\", [\"AvgPool2d\", [[13, 13], 5, 0]]],\n"
                              "        [\"res4\", [\"AvgPool2d\", [[8, 8], 3, 0]]],\n"
-                             "      ]\n"
-                             "    TRUNK:\n"
-                             "      NAME: resnet\n"
-                             "      TRUNK_PARAMS:\n"
-                             "        RESNETS:\n"
-                             "          DEPTH: 50\n"
-                             "    HEAD:\n"
-                             "      PARAMS: [\n"
+                             FE_HEADS
                              "        [\"eval_mlp\", {\"in_channels\": 512, \"dims\": [8192, 1000]}],\n"
                              "        [\"eval_mlp\", {\"in_channels\": 1024, \"dims\": [9216, 1000]}],\n"
                              "      ]\n");
@@ -352,25 +345,12 @@ Test(complexity, feature_extractor_with_eval_mlp_heads_matches_the_profiler_row_
 Test(complexity, feature_extractor_pool_ops_match_the_profiler_and_adaptive_max_is_unknown)
 {
     expect_feature_extractor("fe_r50_ops",
-                             "config:\n"
-                             "  MODEL:\n"
-                             "    FEATURE_EVAL_SETTINGS:\n"
-                             "      EVAL_MODE_ON: True\n"
-                             "      FREEZE_TRUNK_ONLY: True\n"
-                             "      SHOULD_FLATTEN_FEATS: True\n"
-                             "      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [\n"
+                             FE_R50("True")
                              "        [\"conv1\", [\"MaxPool2d\", [[10, 10], 10, 4]]],\n"
                              "        [\"res2\", [\"AdaptiveAvgPool2d\", [[2, 2]]]],\n"
                              "        [\"res4\", [\"AdaptiveMaxPool2d\", [1]]],\n"
                              "        [\"res5avg\", [\"Identity\", []]],\n"
-                             "      ]\n"
-                             "    TRUNK:\n"
-                             "      NAME: resnet\n"
-                             "      TRUNK_PARAMS:\n"
-                             "        RESNETS:\n"
-                             "          DEPTH: 50\n"
-                             "    HEAD:\n"
-                             "      PARAMS: [\n"
+                             FE_HEADS
                              "        [\"eval_mlp\", {\"in_channels\": 9216, \"dims\": [9216, 10]}],\n"
                              "        [\"eval_mlp\", {\"in_channels\": 1024, \"dims\": [1024, 10]}],\n"
                              "        [\"eval_mlp\", {\"in_channels\": 1024, \"dims\": [1024, 10]}],\n"

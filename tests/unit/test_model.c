@@ -53,16 +53,7 @@ static void report(const char *what, double e, double tol)
 
 /* ---- building from a config ------------------------------------------------------------- */
 
-static model_options options_from(const char *yaml, const char *file_rel)
-{
-    cfg_t cfg = {0};
-    cfg_err err;
-    cr_assert(test_compose(&cfg, &err, yaml, file_rel), "config: %s", err.msg);
-    model_options o;
-    cr_assert(model_options_from_config(cfg_path(cfg.root, "config.MODEL"), &o, &err), "model: %s", err.msg);
-    cfg_destroy(&cfg);
-    return o;
-}
+static model_options options_from(const char *yaml, const char *file_rel) { return nnt_model_options(yaml, file_rel); }
 
 /* The refusal message for a config, from composition or from model_options_from_config. */
 static char *refusal(const char *yaml)

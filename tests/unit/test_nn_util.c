@@ -3,12 +3,25 @@
  */
 #include "test_nn_util.h"
 
+#include "config.h"
+
 #include "test_util.h"
 #include "util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+
+model_options nnt_model_options(const char *yaml, const char *file_rel)
+{
+    cfg_t cfg = {0};
+    cfg_err err;
+    cr_assert(test_compose(&cfg, &err, yaml, file_rel), "config: %s", err.msg);
+    model_options o;
+    cr_assert(model_options_from_config(cfg_path(cfg.root, "config.MODEL"), &o, &err), "model: %s", err.msg);
+    cfg_destroy(&cfg);
+    return o;
+}
 
 eng_backend *nnt_open_cpu(void)
 {
