@@ -13,7 +13,6 @@
 struct loss_state {
     loss_options o;
     int64_t iterations;                  /* the loss's forwards so far (SwAV's num_iteration) */
-    bool use_queue;                      /* SwAV: this forward reads and fills the queue */
     eng_entry entries[LOSS_MAX_STATE];   /* SwAV: local_queue<h> (A × L × K_h), local_emb_queue (A × L × D) */
     int nentries;
 };

@@ -158,8 +158,14 @@ int swav_plan(eng_backend *be, loss *l, char **err)
 
 /* ---- computing ---------------------------------------------------------------------------- */
 
+/* VISSL's use_queue: there is a queue and num_iteration has reached start_iter. */
+static bool queue_on(const loss_state *s)
+{
+    return s->o.swav.queue_length > 0 && s->iterations >= s->o.swav.queue_start_iter;
+}
+
 /* VISSL's SwAVCriterion for head h: the mean over assignment crops of the swapped predictions. */
-static double criterion(eng_backend *be, loss *l, int h, const eng_tensor *scores)
+static double criterion(eng_backend *be, loss *l, int h, const eng_tensor *scores, bool use_queue)
 {
     const swav_options *o = &l->o.swav;
     int64_t b = l->per_crop, crops = l->o.num_crops;
@@ -171,9 +177,9 @@ static double criterion(eng_backend *be, loss *l, int h, const eng_tensor *score
     for (int i = 0; i < o->ncrops_for_assign; i++) {
         int a = o->crops_for_assign[i];
         eng_tensor s = eng_rows(be, scores, a * b, b), queue;
-        if (l->st->use_queue)
+        if (use_queue)
             queue = queue_of(be, &l->st->entries[h], i);
-        eng_sinkhorn(be, &s, l->st->use_queue ? &queue : NULL, o->epsilon, o->num_iters, hard, &l->codes[h]);
+        eng_sinkhorn(be, &s, use_queue ? &queue : NULL, o->epsilon, o->num_iters, hard, &l->codes[h]);
         for (int64_t p = 0; p < crops; p++) {
             if (p == a)
                 continue;
@@ -204,15 +210,15 @@ double swav_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs)
 {
     loss_state *st = l->st;
     const swav_options *o = &l->o.swav;
-    st->use_queue = o->queue_length > 0 && st->iterations >= o->queue_start_iter;
+    bool use_queue = queue_on(st); /* read before this forward is counted */
     double total = 0.0;
     eng_zero(be, &l->dout[0]);
     for (int h = 0; h < o->nheads; h++) {
         eng_zero(be, &l->dout[1 + h]);
-        total += criterion(be, l, h, outputs[1 + h]);
+        total += criterion(be, l, h, outputs[1 + h], use_queue);
     }
     st->iterations++;
-    if (st->use_queue)
+    if (use_queue)
         push_embeddings(be, l, outputs[0]);
     return total;
 }
@@ -236,8 +242,7 @@ static int prototypes(const model *m, int h, const eng_tensor **w, char **err)
 int swav_on_forward(eng_backend *be, loss_state *s, model *m, char **err)
 {
     const swav_options *o = &s->o.swav;
-    s->use_queue = o->queue_length > 0 && s->iterations >= o->queue_start_iter;
-    if (!s->use_queue)
+    if (!queue_on(s))
         return 0;
     const eng_entry *emb = &s->entries[o->nheads];
     for (int h = 0; h < o->nheads; h++) {

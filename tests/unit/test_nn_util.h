@@ -5,13 +5,13 @@
 #ifndef SELFSUP_TEST_NN_UTIL_H
 #define SELFSUP_TEST_NN_UTIL_H
 
+#include "model.h"
 #include "nn.h"
 #include "npy.h"
 
 /* The cpu backend on 2 threads with a fixed dropout seed. */
 eng_backend *nnt_open_cpu(void);
 /* config.MODEL of YAML composed over defaults.yaml (file_rel: the file it pretends to be, or NULL). */
-#include "model.h"
 model_options nnt_model_options(const char *yaml, const char *file_rel);
 
 /* A fixture (tests/golden/fixtures/nn/CASE_NAME.npy, float32) as a tensor on the backend,
