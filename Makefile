@@ -36,7 +36,7 @@ CFLAGS     ?= -O2 -g
 # pixel kernels and torch-exact float paths round after every multiply, as PIL and torch do.
 CFLAGS     += -ffp-contract=off -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
 LDFLAGS    += $(SANFLAGS)
-LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -ljpeg -lpng16 -luring -lz) -ldnnl -lgomp -lm
+LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -ljpeg -lpng16 -luring -lz) -ldnnl -llinear -lgomp -lm
 
 # ---- CUDA hook: the GPU backend (nn/cuda/*.cu) is compiled only where nvcc exists. ----------
 NVCC       := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
@@ -60,6 +60,8 @@ LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(NN_SRC:%.c=$(BUILD)/obj/%.o)
 # The cpu backend spreads its own loops (batch norm, elementwise) over OpenMP's threads, the
 # same runtime oneDNN uses here (libgomp), so the two share one pool and one --threads.
 $(BUILD)/obj/nn/cpu/%.o: CFLAGS += -fopenmp
+# The evaluators spread classes × costs × folds (SVM) and test chunks (kNN) the same way.
+$(BUILD)/obj/stages/svm/%.o $(BUILD)/obj/stages/knn/%.o: CFLAGS += -fopenmp
 LIBSELFSUP := $(BUILD)/libselfsup.a
 
 # The front door: `selfsup` (orchestrator/ holds its commands).

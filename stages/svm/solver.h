@@ -1,0 +1,75 @@
+/*
+ * solver.h — one binary linear SVM, as sklearn's LinearSVC fits it (spec part 2 §10).
+ *
+ * The problem: minimise ½‖w‖² + Σ_i C_i · loss(y_i (w·x̃_i)), y_i ∈ {−1, +1}, where x̃_i is
+ * the row x_i with the constant `bias` appended when bias > 0 (liblinear's intercept, which is
+ * regularised like any weight, as sklearn's intercept_scaling is), C_i = C · weight_pos for
+ * y_i = +1 and C · weight_neg for y_i = −1 (sklearn's class_weight {1: 2, -1: 1} gives
+ * weight_pos 2, weight_neg 1), and loss is the squared hinge max(0, 1 − m)² or the hinge
+ * max(0, 1 − m).
+ *
+ * Two solvers:
+ *   SVM_SOLVER_DENSE     liblinear's dual coordinate descent (solve_l2r_l1l2_svc, Hsieh et
+ *                        al. 2008: the same shrinking and the same stopping rule on the
+ *                        projected gradient, tolerance eps) run directly on dense float32
+ *                        rows, with a warm start: `alpha` in is the previous cost's dual
+ *                        solution (any alpha ≥ 0 is feasible for the squared hinge; for the
+ *                        hinge it is clipped to the new box [0, C_i]).
+ *   SVM_SOLVER_LIBLINEAR Debian's liblinear itself (solver 1 / 3 for the dual, 2 for the
+ *                        primal with dual = False, 5 for penalty l1), the rows copied into its
+ *                        sparse double format; alpha is not used.
+ * Both reach the same optimum within the tolerance (tests/unit/test_svm_solver.c); the dense
+ * solver is the fast path.
+ */
+#ifndef SELFSUP_SVM_SOLVER_H
+#define SELFSUP_SVM_SOLVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { SVM_SQUARED_HINGE, SVM_HINGE } svm_loss;
+typedef enum { SVM_PENALTY_L2, SVM_PENALTY_L1 } svm_penalty;
+typedef enum { SVM_SOLVER_DENSE, SVM_SOLVER_LIBLINEAR } svm_solver;
+
+typedef struct {
+    double C;                     /* cost */
+    double weight_pos, weight_neg; /* class weights (1, 1 when none) */
+    double bias;                  /* intercept_scaling (sklearn: 1.0); <= 0: no intercept */
+    double eps;                   /* tol (VISSL: 1e-4) */
+    int max_iter;                 /* outer iterations (VISSL: 2000) */
+    svm_loss loss;
+    svm_penalty penalty;
+    bool dual;
+    svm_solver solver;
+    uint64_t seed;                /* the coordinate order's random permutations */
+} svm_params;
+
+/* The rows a fit reads: row r of the problem is x + rows[r] * stride (rows NULL: r itself),
+ * its label y[rows[r]] (or y[r]), +1 or −1. Nothing is copied for the dense solver, so the
+ * folds of a cross-validation share one feature matrix. */
+typedef struct {
+    const float *x;
+    size_t dim, stride;   /* features per row, floats between rows (>= dim) */
+    const int8_t *y;
+    const uint32_t *rows; /* NULL: rows 0 .. n-1 */
+    size_t n;
+} svm_problem;
+
+/* A fitted model: decision(x) = w·x + w[dim] · bias. */
+typedef struct {
+    size_t dim;
+    double bias;
+    double *w;     /* dim + 1 (the last is the intercept's weight; 0 without an intercept) */
+    int iterations; /* outer iterations used; == max_iter when it did not converge */
+} svm_model;
+
+/* Fit; `alpha` (n doubles, or NULL) is the warm start in and the dual solution out (dense
+ * solver). 0, or -1 with *err (bad parameters, liblinear's refusal). */
+int svm_fit(const svm_problem *prob, const svm_params *p, double *alpha, svm_model *out, char **err);
+void svm_model_free(svm_model *m);
+
+/* w·x + w[dim]·bias for one row (float32 in, double accumulation). */
+double svm_decision(const svm_model *m, const float *x);
+
+#endif
