@@ -131,9 +131,11 @@ $(UNIT_BIN): $(UNIT_OBJ) $(LIBSELFSUP)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
 # The library is compiled once for all targets (coverage-instrumented, not linked with the
-# fuzzer's main); each target links it with its own entry point. The trainer's parts stand on
-# the model engine (oneDNN), which the parsers under fuzz do not need: they stay out.
-FUZZ_OBJ   := $(filter-out $(FUZZ_BUILD)/obj/stages/train/%,$(LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o))
+# fuzzer's main); each target links it with its own entry point. The trainer's and the
+# evaluators' parts stand on the model engine, oneDNN, liblinear and OpenMP, which the parsers
+# under fuzz do not need: they stay out.
+FUZZ_OUT   := train extract svm knn
+FUZZ_OBJ   := $(filter-out $(FUZZ_OUT:%=$(FUZZ_BUILD)/obj/stages/%/%),$(LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o))
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)

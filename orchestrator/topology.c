@@ -272,8 +272,16 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     phase_plan plan = phase_plan_from_config(config);
 
     /* Training reads OPTIMIZER.num_epochs epochs (TEST_ONLY: as many test epochs) from where
-     * a resumed run stopped; feature extraction reads the data once. */
-    chain main_chain = {.split = training && plan.test_only ? "test" : "train", .prefix = "", .workers = workers,
+     * a resumed run stopped; feature extraction reads each split VISSL extracts once (train
+     * unless TEST_ONLY, test with TEST_MODEL: set_available_splits). */
+    bool extract_train = !training && !plan.test_only, extract_test = !training && cfg_bool(config, "TEST_MODEL");
+    if (!training && !extract_train && !extract_test) {
+        cfg_fail(err, cfg_get(config, "TEST_MODEL"), "config.TEST_MODEL",
+                 "TEST_ONLY without TEST_MODEL leaves no split to extract features of");
+        return false;
+    }
+    bool main_is_test = training ? plan.test_only : !extract_train;
+    chain main_chain = {.split = main_is_test ? "test" : "train", .prefix = "", .workers = workers,
                         .epochs = training ? (long)plan.num_epochs - opt->resume_epoch : -1,
                         .first_epoch = opt->resume_epoch, .first_batch = opt->resume_batch};
     int batches, test_batches = -1;
@@ -281,11 +289,20 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     int first_trainer = t->n_stages;
     for (int i = 0; ok && i < procs; i++)
         ok = add_stage(t, config, last, i, opt->node_rank * procs + i, world, batches, -1, opt, err);
+    if (ok && !training && main_is_test)
+        for (int i = 0; i < procs; i++)
+            if (runs(t, first_trainer + i, "selfsup-extract"))
+                stage_add_args(&t->stages[first_trainer + i], "--split", "test");
     /* TEST_MODEL: a second chain makes the DATA.TEST batches of the test phases still to come
-     * (phases.h), and our trainer reads them from --test-in. */
+     * (phases.h), and our trainer reads them from --test-in; the extractor reads the test
+     * split there after the train split. */
     long tests = ok && training && !plan.test_only ? (long)phase_plan_tests_from(&plan, opt->resume_tests_from) : 0;
-    if (ok && tests > 0 && runs(t, first_trainer, "selfsup-train")) {
-        chain test_chain = {.split = "test", .prefix = "test_", .index = 1, .workers = workers, .epochs = tests};
+    if (ok && !training && extract_train && extract_test)
+        tests = 1;
+    const char *consumer = training ? "selfsup-train" : "selfsup-extract";
+    if (ok && tests > 0 && runs(t, first_trainer, consumer)) {
+        chain test_chain = {.split = "test", .prefix = "test_", .index = 1, .workers = workers,
+                            .epochs = training ? tests : -1};
         ok = add_chain(t, config, &test_chain, opt, &test_batches, err);
         for (int i = 0; ok && i < procs; i++) {
             char *uri = xasprintf("shm:%s", t->rings[test_batches].name);

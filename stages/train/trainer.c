@@ -9,7 +9,6 @@
  */
 #include "train/trainer_internal.h"
 
-#include "augment/img.h"
 #include "decode/dataset.h"
 #include "decode/sampler.h"
 #include "log.h"
@@ -238,7 +237,7 @@ void trainer_free(trainer *t)
     if (t->stdout_json)
         fclose(t->stdout_json);
     tb_close(t->tb);
-    free(t->host);
+    batch_host_free(&t->host);
     free(t->dir);
     free(t);
 }
@@ -252,39 +251,6 @@ double trainer_last_test_loss(const trainer *t) { return t->last_test_loss; }
 int64_t trainer_steps_per_epoch(const trainer *t) { return t->steps_per_epoch; }
 
 /* ---- the batch --------------------------------------------------------------------------- */
-
-/* The batch's input tensors in model order: data.0, or data.0.0, data.0.1, … (one per crop).
- * Returns how many, or -1 with *err. */
-static int find_inputs(const rec_view *v, int idx[MAX_INPUTS], char **err)
-{
-    int i = rec_find(v, "data.0");
-    if (i >= 0) {
-        idx[0] = i;
-        return 1;
-    }
-    int n = 0;
-    for (char name[32]; n < MAX_INPUTS; n++) {
-        snprintf(name, sizeof name, "data.0.%d", n);
-        if ((idx[n] = rec_find(v, name)) < 0)
-            break;
-    }
-    return n ? n : report_failure(err, "batch %llu has no data.0 tensor (is the collate stage before the trainer?)",
-                                  (unsigned long long)v->hdr->seq);
-}
-
-/* N × 3 × H × W of an input tensor: uint8 N×H×W×3 or float32 N×3×H×W. */
-static int input_shape(const rec_view *v, int i, eng_shape *out, char **err)
-{
-    const rec_tensor *d = &v->tensors[i];
-    if (d->dtype == REC_U8 && d->ndim == 4 && d->shape[3] == 3)
-        *out = eng_shape4((int64_t)d->shape[0], 3, (int64_t)d->shape[1], (int64_t)d->shape[2]);
-    else if (d->dtype == REC_F32 && d->ndim == 4 && d->shape[1] == 3)
-        *out = eng_shape4((int64_t)d->shape[0], 3, (int64_t)d->shape[2], (int64_t)d->shape[3]);
-    else
-        return report_failure(err, "%s: expected uint8 N×H×W×3 or float32 N×3×H×W images, got %s with %d dimensions",
-                              d->name, rec_dtype_name(d->dtype), d->ndim);
-    return 0;
-}
 
 /* Plan the model for these input shapes (nothing when they are the last planned ones), and
  * the slot's loss for the model's outputs on them (once per shape list). */
@@ -311,52 +277,14 @@ static int plan(trainer *t, const eng_shape *shapes, int n, loss_slot *slot, cha
     return 0;
 }
 
-/* Input k as float32 RGB N × 3 × H × W on the host: uint8 crops normalised as the augment
- * stage's `normalize` rows say (torchvision's ToTensor / Normalize arithmetic), or a copy. */
-static int to_float(trainer *t, const rec_view *v, int i, const eng_shape *s, char **err)
-{
-    size_t floats = (size_t)eng_numel(s);
-    if (floats > t->host_floats) {
-        free(t->host);
-        t->host = xmalloc_large(floats * sizeof(float));
-        t->host_floats = floats;
-    }
-    if (v->tensors[i].dtype == REC_F32) {
-        memcpy(t->host, rec_data(v, i), floats * sizeof(float));
-        return 0;
-    }
-    int ni = rec_find(v, "normalize");
-    if (ni < 0 || v->tensors[ni].dtype != REC_F32 || rec_numel(v, ni) != 9)
-        return report_failure(err, "%s holds uint8 images but the batch has no normalize rows: end "
-                                   "DATA.TRAIN.TRANSFORMS with ToTensor (and Normalize)", v->tensors[i].name);
-    const float *norm = rec_data(v, ni);
-    int64_t n = s->dim[0], h = s->dim[2], w = s->dim[3];
-    const uint8_t *px = rec_data(v, i);
-    for (int64_t j = 0; j < n; j++) {
-        img_u8 im = {.px = (uint8_t *)px + j * h * w * 3, .w = (int)w, .h = (int)h, .c = 3, .stride = (size_t)w * 3};
-        img_normalize_chw(&im, norm[0], norm + 3, norm + 6, t->host + j * 3 * h * w);
-    }
-    return 0;
-}
-
 static int load_inputs(trainer *t, const rec_view *v, loss_slot *slot, char **err)
 {
     int idx[MAX_INPUTS];
     eng_shape shapes[MAX_INPUTS];
-    int n = find_inputs(v, idx, err);
-    if (n < 0)
+    int n = batch_input_shapes(v, idx, shapes, err);
+    if (n < 0 || plan(t, shapes, n, slot, err) != 0)
         return -1;
-    for (int k = 0; k < n; k++)
-        if (input_shape(v, idx[k], &shapes[k], err) != 0)
-            return -1;
-    if (plan(t, shapes, n, slot, err) != 0)
-        return -1;
-    for (int k = 0; k < n; k++) {
-        if (to_float(t, v, idx[k], &shapes[k], err) != 0)
-            return -1;
-        model_upload_input(t->be, t->m, k, t->host);
-    }
-    return 0;
+    return batch_upload(t->be, t->m, &t->host, v, idx, shapes, n, err);
 }
 
 /* label.0 as the loss reads it (absent: no labels, as SimCLR needs none), and data_idx.0, the

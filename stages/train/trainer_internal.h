@@ -12,6 +12,7 @@
 #include "sched.h"
 #include "tbevents.h"
 #include "timer.h"
+#include "train/inputs.h"
 #include "train/loss.h"
 #include "train/meter.h"
 #include "train/optim.h"
@@ -73,8 +74,7 @@ struct trainer {
     bool in_phase;
     int64_t resume_epoch, resume_batch; /* batches before this one were trained before a resume */
     bool skip_logged;
-    float *host;            /* one input as float32 N × 3 × H × W */
-    size_t host_floats;
+    batch_host host;        /* one input as float32 N × 3 × H × W */
     /* logging */
     double last_loss, last_test_loss, t_start, t_last_log;
     double t_step_end;      /* when the last step ended: the time to the next is the wait */

@@ -1,0 +1,210 @@
+/*
+ * extract.c — VISSL's extract_features engine (extract.h).
+ *
+ * One growing feat_set per layer holds the split's rows as they arrive; nothing is
+ * de-duplicated until the split ends, so a batch costs one forward and one download per layer.
+ */
+#include "extract/extract.h"
+
+#include "features.h"
+#include "log.h"
+#include "model.h"
+#include "train/inputs.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LAYERS MODEL_MAX_FEATURES
+
+struct extractor {
+    eng_backend *be;
+    model *m;
+    batch_host host;
+    int nlayers;
+    const char *layers[MAX_LAYERS]; /* point into the config */
+    feat_set rows[MAX_LAYERS];      /* the split's rows so far */
+    size_t cap[MAX_LAYERS];         /* rows allocated in each feat_set */
+    float *out;                     /* one output downloaded */
+    size_t out_floats;
+};
+
+/* VISSL's get_trunk_output_feature_names, or "heads". */
+static void name_layers(extractor *x, const cfg_node *config, const model_options *mo)
+{
+    x->nlayers = 1;
+    x->layers[0] = "heads";
+    if (!model_is_feature_extractor(mo))
+        return;
+    const cfg_node *map = cfg_get(config, "MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP");
+    x->nlayers = 0;
+    for (size_t i = 0; i < map->len && x->nlayers < MAX_LAYERS; i++)
+        x->layers[x->nlayers++] = map->items[i]->items[0]->s; /* model_options_from_config checked the shape */
+}
+
+extractor *extractor_new(const cfg_node *config, int threads, cfg_err *err)
+{
+    model_options mo;
+    model_weights_init wi;
+    const cfg_node *mc = cfg_get(config, "MODEL");
+    if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err))
+        return NULL;
+    if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu") != 0) {
+        cfg_fail(err, cfg_get(config, "MACHINE.DEVICE"), "config.MACHINE.DEVICE",
+                 "'%s': this build extracts on the cpu backend; set MACHINE.DEVICE=cpu", cfg_str(config, "MACHINE.DEVICE"));
+        return NULL;
+    }
+    extractor *x = xcalloc(1, sizeof *x);
+    uint64_t seed = (uint64_t)cfg_int(config, "SEED_VALUE");
+    eng_backend_options bo = {.threads = threads, .seed = seed};
+    char *why = NULL;
+    x->be = eng_backend_open("cpu", &bo, &why);
+    if (x->be)
+        x->m = model_new(x->be, &mo, seed, &why);
+    if (x->m && model_load_weights(x->be, x->m, &wi, &why) != 0) {
+        model_free(x->be, x->m);
+        x->m = NULL;
+    }
+    if (!x->m) {
+        cfg_fail(err, mc, "config.MODEL", "%s", why ? why : "cannot build the model");
+        free(why);
+        extractor_free(x);
+        return NULL;
+    }
+    name_layers(x, config, &mo);
+    return x;
+}
+
+void extractor_free(extractor *x)
+{
+    if (!x)
+        return;
+    for (int i = 0; i < x->nlayers; i++)
+        feat_free(&x->rows[i]);
+    batch_host_free(&x->host);
+    free(x->out);
+    if (x->m)
+        model_free(x->be, x->m);
+    if (x->be)
+        eng_backend_close(x->be);
+    free(x);
+}
+
+int extractor_layer_count(const extractor *x) { return x->nlayers; }
+const char *extractor_layer(const extractor *x, int i) { return x->layers[i]; }
+size_t extractor_rows(const extractor *x) { return x->rows[0].n; }
+
+/* Room for n more rows in a layer's set (doubling, so a split costs O(log N) copies). */
+static void reserve(extractor *x, int layer, size_t n)
+{
+    feat_set *f = &x->rows[layer];
+    size_t cap = x->cap[layer];
+    if (f->n + n <= cap)
+        return;
+    cap = cap ? cap : 1024;
+    while (cap < f->n + n)
+        cap *= 2;
+    f->features = xrealloc(f->features, cap * f->dim * sizeof *f->features + 1);
+    f->targets = xrealloc(f->targets, cap * f->ntargets * sizeof *f->targets + 1);
+    f->inds = xrealloc(f->inds, cap * sizeof *f->inds);
+    x->cap[layer] = cap;
+}
+
+/* The batch's targets (label.0: N or N × L int64) and indices (data_idx.0). Without labels
+ * (a dataset with no LABEL_SOURCES) the target is the sample's index, VISSL's sample_index
+ * label. */
+static int batch_meta(const rec_view *v, int64_t n, const int64_t **label, size_t *cols, const int64_t **inds,
+                      char **err)
+{
+    int ii = rec_find(v, "data_idx.0"), li = rec_find(v, "label.0");
+    if (ii < 0 || v->tensors[ii].dtype != REC_I64 || rec_numel(v, ii) != (size_t)n)
+        return report_failure(err, "batch %llu has no data_idx.0 with one int64 index per image",
+                              (unsigned long long)v->hdr->seq);
+    *inds = rec_data(v, ii);
+    *label = *inds;
+    *cols = 1;
+    if (li < 0)
+        return 0;
+    const rec_tensor *d = &v->tensors[li];
+    if (d->dtype != REC_I64 || d->ndim < 1 || d->ndim > 2 || (int64_t)d->shape[0] != n)
+        return report_failure(err, "batch %llu: label.0 must be int64 N or N × L for its %lld images",
+                              (unsigned long long)v->hdr->seq, (long long)n);
+    *label = rec_data(v, li);
+    *cols = d->ndim == 2 ? d->shape[1] : 1;
+    return 0;
+}
+
+/* Download model output `k` (N × …) and append it, with the batch's targets and indices, to
+ * layer k's rows. */
+static int keep_layer(extractor *x, int k, int64_t n, const int64_t *label, size_t cols, const int64_t *inds,
+                      char **err)
+{
+    const eng_tensor *o = model_output(x->m, k);
+    size_t floats = (size_t)eng_numel(&o->shape), dim = floats / (size_t)n;
+    feat_set *f = &x->rows[k];
+    if (f->dim == 0 && f->n == 0) {
+        f->dim = dim;
+        f->ntargets = cols;
+    } else if (f->dim != dim || f->ntargets != cols)
+        return report_failure(err, "layer %s: this batch gives %zu values and %zu targets per image, earlier ones %zu and %zu",
+                              x->layers[k], dim, cols, f->dim, f->ntargets);
+    if (floats > x->out_floats) {
+        free(x->out);
+        x->out = xmalloc_large(floats * sizeof *x->out);
+        x->out_floats = floats;
+    }
+    eng_download(x->be, o, x->out);
+    reserve(x, k, (size_t)n);
+    memcpy(f->features + f->n * dim, x->out, floats * sizeof *x->out);
+    memcpy(f->targets + f->n * cols, label, (size_t)n * cols * sizeof *label);
+    memcpy(f->inds + f->n, inds, (size_t)n * sizeof *inds);
+    f->n += (size_t)n;
+    return 0;
+}
+
+int extractor_batch(extractor *x, const rec_view *v, char **err)
+{
+    int idx[MODEL_MAX_INPUTS];
+    eng_shape shapes[MODEL_MAX_INPUTS];
+    int n = batch_input_shapes(v, idx, shapes, err);
+    if (n < 0)
+        return -1;
+    if (n != 1)
+        return report_failure(err, "batch %llu holds %d crops; extraction takes one image per sample (use the "
+                                   "evaluation transforms)", (unsigned long long)v->hdr->seq, n);
+    int64_t rows = shapes[0].dim[0];
+    const int64_t *label = NULL, *inds = NULL;
+    size_t cols = 1;
+    if (batch_meta(v, rows, &label, &cols, &inds, err) != 0 || model_plan(x->be, x->m, shapes, 1, err) != 0 ||
+        batch_upload(x->be, x->m, &x->host, v, idx, shapes, 1, err) != 0)
+        return -1;
+    if (model_output_count(x->m) < x->nlayers)
+        return report_failure(err, "the model gives %d outputs for %d layers", model_output_count(x->m), x->nlayers);
+    model_forward(x->be, x->m, false);
+    for (int k = 0; k < x->nlayers; k++)
+        if (keep_layer(x, k, rows, label, cols, inds, err) != 0)
+            return -1;
+    return 0;
+}
+
+int extractor_write_split(extractor *x, const char *dir, int rank, const char *split, char **err)
+{
+    char *why = NULL;
+    if (make_dirs(dir, 0777, &why) != 0) {
+        report_failure(err, "%s", why);
+        free(why);
+        return -1;
+    }
+    for (int k = 0; k < x->nlayers; k++) {
+        feat_set *f = &x->rows[k];
+        size_t before = f->n;
+        feat_dedup_sort(f);
+        if (feat_write(dir, rank, split, x->layers[k], f, err) != 0)
+            return -1;
+        log_info("%s %s: %zu rows of %zu features (%zu repeated indices dropped) -> %s/rank%d_%s_%s_*.npy", split,
+                 x->layers[k], f->n, f->dim, before - f->n, dir, rank, split, x->layers[k]);
+        feat_free(f);
+        x->cap[k] = 0;
+    }
+    return 0;
+}

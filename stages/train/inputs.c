@@ -1,0 +1,86 @@
+/*
+ * inputs.c — a batch record's images into the model's inputs (inputs.h).
+ */
+#include "train/inputs.h"
+
+#include "augment/img.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int batch_input_shapes(const rec_view *v, int idx[MODEL_MAX_INPUTS], eng_shape shapes[MODEL_MAX_INPUTS], char **err)
+{
+    int n = 0;
+    if ((idx[0] = rec_find(v, "data.0")) >= 0)
+        n = 1;
+    else
+        for (char name[32]; n < MODEL_MAX_INPUTS; n++) {
+            snprintf(name, sizeof name, "data.0.%d", n);
+            if ((idx[n] = rec_find(v, name)) < 0)
+                break;
+        }
+    if (n == 0)
+        return report_failure(err, "batch %llu has no data.0 tensor (is the collate stage before this one?)",
+                              (unsigned long long)v->hdr->seq);
+    for (int k = 0; k < n; k++) {
+        const rec_tensor *d = &v->tensors[idx[k]];
+        if (d->dtype == REC_U8 && d->ndim == 4 && d->shape[3] == 3)
+            shapes[k] = eng_shape4((int64_t)d->shape[0], 3, (int64_t)d->shape[1], (int64_t)d->shape[2]);
+        else if (d->dtype == REC_F32 && d->ndim == 4 && d->shape[1] == 3)
+            shapes[k] = eng_shape4((int64_t)d->shape[0], 3, (int64_t)d->shape[2], (int64_t)d->shape[3]);
+        else
+            return report_failure(err,
+                                  "%s: expected uint8 N×H×W×3 or float32 N×3×H×W images, got %s with %d dimensions",
+                                  d->name, rec_dtype_name(d->dtype), d->ndim);
+    }
+    return n;
+}
+
+/* Input tensor i as float32 RGB N × 3 × H × W in h->host: uint8 crops normalised as the
+ * augment stage's `normalize` rows say (torchvision's ToTensor / Normalize arithmetic), or a
+ * copy. */
+static int to_float(batch_host *h, const rec_view *v, int i, const eng_shape *s, char **err)
+{
+    size_t floats = (size_t)eng_numel(s);
+    if (floats > h->floats) {
+        free(h->host);
+        h->host = xmalloc_large(floats * sizeof(float));
+        h->floats = floats;
+    }
+    if (v->tensors[i].dtype == REC_F32) {
+        memcpy(h->host, rec_data(v, i), floats * sizeof(float));
+        return 0;
+    }
+    int ni = rec_find(v, "normalize");
+    if (ni < 0 || v->tensors[ni].dtype != REC_F32 || rec_numel(v, ni) != 9)
+        return report_failure(err, "%s holds uint8 images but the batch has no normalize rows: end "
+                                   "the DATA split's TRANSFORMS with ToTensor (and Normalize)", v->tensors[i].name);
+    const float *norm = rec_data(v, ni);
+    int64_t n = s->dim[0], hh = s->dim[2], w = s->dim[3];
+    const uint8_t *px = rec_data(v, i);
+    for (int64_t j = 0; j < n; j++) {
+        img_u8 im = {.px = (uint8_t *)px + j * hh * w * 3, .w = (int)w, .h = (int)hh, .c = 3, .stride = (size_t)w * 3};
+        img_normalize_chw(&im, norm[0], norm + 3, norm + 6, h->host + j * 3 * hh * w);
+    }
+    return 0;
+}
+
+int batch_upload(eng_backend *be, model *m, batch_host *h, const rec_view *v, const int *idx, const eng_shape *shapes,
+                 int n, char **err)
+{
+    for (int k = 0; k < n; k++) {
+        if (to_float(h, v, idx[k], &shapes[k], err) != 0)
+            return -1;
+        model_upload_input(be, m, k, h->host);
+    }
+    return 0;
+}
+
+void batch_host_free(batch_host *h)
+{
+    free(h->host);
+    h->host = NULL;
+    h->floats = 0;
+}
