@@ -15,11 +15,18 @@
  *                        rows, with a warm start: `alpha` in is the previous cost's dual
  *                        solution (any alpha ≥ 0 is feasible for the squared hinge; for the
  *                        hinge it is clipped to the new box [0, C_i]).
+ *                        It solves the dual of the l2 problems (dual = True); it hands the
+ *                        others (dual = False, penalty l1) to liblinear.
  *   SVM_SOLVER_LIBLINEAR Debian's liblinear itself (solver 1 / 3 for the dual, 2 for the
  *                        primal with dual = False, 5 for penalty l1), the rows copied into its
- *                        sparse double format; alpha is not used.
+ *                        sparse double format; alpha is not used. liblinear 2.3 has no
+ *                        max_iter: its dual solvers stop after 1000 iterations whatever
+ *                        max_iter says (sklearn's bundled copy takes max_iter), and it orders
+ *                        coordinates with the C library's rand() (seeded from `seed`, but
+ *                        shared by all threads, so parallel fits are not reproducible).
  * Both reach the same optimum within the tolerance (tests/unit/test_svm_solver.c); the dense
- * solver is the fast path.
+ * solver is the fast path. Refused, as sklearn refuses them: penalty l1 with the hinge,
+ * penalty l1 with dual = True, the hinge with dual = False.
  */
 #ifndef SELFSUP_SVM_SOLVER_H
 #define SELFSUP_SVM_SOLVER_H
@@ -61,11 +68,15 @@ typedef struct {
     size_t dim;
     double bias;
     double *w;     /* dim + 1 (the last is the intercept's weight; 0 without an intercept) */
-    int iterations; /* outer iterations used; == max_iter when it did not converge */
+    int iterations; /* outer iterations used; == max_iter when it did not converge;
+                       -1 from liblinear (it does not say) */
 } svm_model;
 
 /* Fit; `alpha` (n doubles, or NULL) is the warm start in and the dual solution out (dense
- * solver). 0, or -1 with *err (bad parameters, liblinear's refusal). */
+ * solver; untouched otherwise). 0, or -1 with *err and *out zeroed: C, a class weight, eps or
+ * max_iter not positive, no rows, no features, a label other than ±1, only one class, a
+ * non-finite feature, a combination sklearn refuses, liblinear's refusal. The fit runs on
+ * the calling thread only (run several at once for parallelism). */
 int svm_fit(const svm_problem *prob, const svm_params *p, double *alpha, svm_model *out, char **err);
 void svm_model_free(svm_model *m);
 

@@ -1,0 +1,500 @@
+/*
+ * solver.c — one binary linear SVM (see solver.h): liblinear's dual coordinate descent on
+ * dense float32 rows, and liblinear itself.
+ *
+ * The dense solver is solve_l2r_l1l2_svc of liblinear (Hsieh et al., ICML 2008, Algorithm 1
+ * with shrinking), written afresh for rows that stay where the caller keeps them:
+ *
+ *   dual:  min_α ½ αᵀ(Q + D)α − Σα_i   subject to 0 ≤ α_i ≤ U_i,   Q_ij = y_i y_j x̃_i·x̃_j
+ *          squared hinge: D_i = 0.5 / C_i, U_i = ∞;   hinge: D_i = 0, U_i = C_i
+ *   primal from dual: w = Σ y_i α_i x̃_i   (kept up to date after every coordinate step)
+ *
+ * Each outer iteration shuffles the active coordinates, then for each one computes the
+ * gradient G = y_i w·x̃_i − 1 + D_i α_i, its projection PG onto the box, takes the exact
+ * one-dimensional Newton step α_i ← clip(α_i − G / (‖x̃_i‖² + D_i)) and moves w by the
+ * change. Coordinates stuck at a bound whose gradient points outward by more than last
+ * iteration's extremes are shrunk (dropped from the active set); when the spread of PG,
+ * max − min, falls to eps the active set is restored and, if that was already everything,
+ * the solver stops. This is liblinear's rule exactly, so sklearn's tol means the same here.
+ *
+ * The appended intercept feature x̃_i[dim] = bias is never stored: it is the last weight of
+ * w and the constant added to every dot product and norm.
+ *
+ * The liblinear path copies the rows into liblinear's sparse double format and calls
+ * train(); it serves the problems the dense solver does not (primal, penalty l1) and acts as
+ * the reference.
+ */
+#include "svm/solver.h"
+
+#include "rng.h"
+#include "util.h"
+
+#include <linear.h>
+
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the problem's rows ---------------------------------------------------------------- */
+
+static size_t problem_row(const svm_problem *prob, size_t r)
+{
+    return prob->rows ? prob->rows[r] : r;
+}
+
+static const float *row_features(const svm_problem *prob, size_t r)
+{
+    return prob->x + problem_row(prob, r) * prob->stride;
+}
+
+static int row_label(const svm_problem *prob, size_t r)
+{
+    return prob->y[problem_row(prob, r)];
+}
+
+/* C_i for each class: sklearn's class_weight multiplies C per class. */
+static double cost_of(const svm_params *p, int label)
+{
+    return p->C * (label > 0 ? p->weight_pos : p->weight_neg);
+}
+
+/* ---- checks ---------------------------------------------------------------------------- */
+
+static int check_params(const svm_params *p, char **err)
+{
+    if (!(p->C > 0) || !isfinite(p->C))
+        return report_failure(err, "svm: the cost C must be a positive number (got %g)", p->C);
+    if (!(p->weight_pos > 0) || !(p->weight_neg > 0) || !isfinite(p->weight_pos) ||
+        !isfinite(p->weight_neg))
+        return report_failure(err, "svm: class weights must be positive (got %g for +1, %g for -1)",
+                              p->weight_pos, p->weight_neg);
+    if (!(p->eps > 0))
+        return report_failure(err, "svm: the tolerance must be positive (got %g)", p->eps);
+    if (p->max_iter <= 0)
+        return report_failure(err, "svm: max_iter must be positive (got %d)", p->max_iter);
+    if (!isfinite(p->bias))
+        return report_failure(err, "svm: the intercept scaling must be finite");
+    if (p->penalty == SVM_PENALTY_L1 && p->loss == SVM_HINGE)
+        return report_failure(err, "svm: penalty l1 with the hinge loss is not supported "
+                                   "(sklearn refuses it too)");
+    if (p->penalty == SVM_PENALTY_L1 && p->dual)
+        return report_failure(err, "svm: penalty l1 with the squared hinge needs dual = False "
+                                   "(as in sklearn)");
+    if (p->penalty == SVM_PENALTY_L2 && p->loss == SVM_HINGE && !p->dual)
+        return report_failure(err, "svm: penalty l2 with the hinge loss needs dual = True "
+                                   "(as in sklearn)");
+    return 0;
+}
+
+static int check_problem(const svm_problem *prob, char **err)
+{
+    if (prob->n == 0)
+        return report_failure(err, "svm: no training rows");
+    if (prob->dim == 0)
+        return report_failure(err, "svm: the rows have no features");
+    if (prob->stride < prob->dim)
+        return report_failure(err, "svm: row stride %zu is shorter than a row (%zu features)",
+                              prob->stride, prob->dim);
+    if (!prob->x || !prob->y)
+        return report_failure(err, "svm: no features or no labels");
+    size_t positives = 0;
+    for (size_t r = 0; r < prob->n; r++) {
+        int label = row_label(prob, r);
+        if (label != 1 && label != -1)
+            return report_failure(err, "svm: row %zu has label %d; labels must be +1 or -1",
+                                  problem_row(prob, r), label);
+        positives += label == 1;
+    }
+    if (positives == 0 || positives == prob->n)
+        return report_failure(err, "svm: the rows are all of class %+d; a fit needs samples of "
+                                   "at least 2 classes",
+                              positives ? 1 : -1);
+    return 0;
+}
+
+/* ---- dense kernels ----------------------------------------------------------------------
+ * Row dot weights and weights += a · row, float32 rows against double weights (double so
+ * that millions of small updates do not drift). Written with GCC's vector types, four
+ * independent accumulators, so the loops run at the vector units' throughput rather than
+ * an add's latency, and the sum order is fixed by the code, not by the compiler: every
+ * build and both clones (AVX2 and the SSE2 baseline) give the same bits. */
+
+typedef float f32x4 __attribute__((vector_size(16), aligned(4), may_alias));
+typedef double f64x4 __attribute__((vector_size(32), aligned(8), may_alias));
+
+/* four floats from x, as doubles (a macro: a function returning a 32-byte vector would
+ * change the ABI between the clones) */
+#define load_widened(x) __builtin_convertvector(*(const f32x4 *)(x), f64x4)
+
+__attribute__((target_clones("avx2", "default"))) static double dot_row(const double *w,
+                                                                        const float *x, size_t n)
+{
+    f64x4 acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        acc0 += *(const f64x4 *)(w + j) * load_widened(x + j);
+        acc1 += *(const f64x4 *)(w + j + 4) * load_widened(x + j + 4);
+        acc2 += *(const f64x4 *)(w + j + 8) * load_widened(x + j + 8);
+        acc3 += *(const f64x4 *)(w + j + 12) * load_widened(x + j + 12);
+    }
+    f64x4 acc = (acc0 + acc1) + (acc2 + acc3);
+    double s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (; j < n; j++)
+        s += w[j] * (double)x[j];
+    return s;
+}
+
+__attribute__((target_clones("avx2", "default"))) static void add_scaled_row(double a,
+                                                                             const float *x,
+                                                                             double *w, size_t n)
+{
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        *(f64x4 *)(w + j) += a * load_widened(x + j);
+        *(f64x4 *)(w + j + 4) += a * load_widened(x + j + 4);
+    }
+    for (; j < n; j++)
+        w[j] += a * (double)x[j];
+}
+
+/* ‖x‖² in double: finite exactly when every feature is finite (a float squared cannot
+ * overflow a double), so this is also the check for NaN and infinite features. */
+static double squared_norm(const float *x, size_t n)
+{
+    double s0 = 0, s1 = 0;
+    size_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        s0 += (double)x[j] * x[j];
+        s1 += (double)x[j + 1] * x[j + 1];
+    }
+    if (j < n)
+        s0 += (double)x[j] * x[j];
+    return s0 + s1;
+}
+
+/* ---- the dense dual coordinate descent ------------------------------------------------- */
+
+typedef struct {
+    const svm_problem *prob;
+    size_t dim, n;
+    double bias;      /* the intercept feature's value, 0 without one */
+    double *w;        /* dim + 1 */
+    double *alpha;    /* n, the caller's */
+    double *qd;       /* n: ‖x̃_i‖² + D_i, the coordinate's curvature */
+    double *diag;     /* n: D_i */
+    double *upper;    /* n: U_i */
+    int8_t *y;        /* n */
+    uint32_t *index;  /* n: the coordinate order; [0, active) is the active set */
+} dual_cd;
+
+static double margin_raw(const dual_cd *cd, const float *x)
+{
+    return dot_row(cd->w, x, cd->dim) + cd->w[cd->dim] * cd->bias;
+}
+
+static void move_weights(dual_cd *cd, double a, const float *x)
+{
+    add_scaled_row(a, x, cd->w, cd->dim);
+    cd->w[cd->dim] += a * cd->bias;
+}
+
+/* Per-row constants, the warm start clipped into the box, and w = Σ y_i α_i x̃_i.
+ * Returns -1 on a non-finite feature. */
+static int dual_cd_setup(dual_cd *cd, const svm_params *p, char **err)
+{
+    const svm_problem *prob = cd->prob;
+    memset(cd->w, 0, (cd->dim + 1) * sizeof *cd->w);
+    for (size_t i = 0; i < cd->n; i++) {
+        const float *x = row_features(prob, i);
+        double norm = squared_norm(x, cd->dim);
+        if (!isfinite(norm))
+            return report_failure(err, "svm: row %zu has a non-finite feature",
+                                  problem_row(prob, i));
+        int label = row_label(prob, i);
+        double c = cost_of(p, label);
+        cd->y[i] = (int8_t)label;
+        cd->diag[i] = p->loss == SVM_SQUARED_HINGE ? 0.5 / c : 0.0;
+        cd->upper[i] = p->loss == SVM_SQUARED_HINGE ? INFINITY : c;
+        cd->qd[i] = norm + cd->bias * cd->bias + cd->diag[i];
+        cd->index[i] = (uint32_t)i;
+        double a = cd->alpha[i];
+        cd->alpha[i] = a > 0 ? fmin(a, cd->upper[i]) : 0.0; /* NaN and negatives → 0 */
+        if (cd->alpha[i] != 0)
+            move_weights(cd, label * cd->alpha[i], x);
+    }
+    return 0;
+}
+
+/* liblinear's shuffle of the active set: a uniform swap partner for each position. */
+static void shuffle_active(uint32_t *index, size_t active, rng_stream *rng)
+{
+    for (size_t i = 0; i + 1 < active; i++) {
+        size_t j = i + (size_t)rng_randint(rng, 0, (int64_t)(active - i));
+        uint32_t t = index[i];
+        index[i] = index[j];
+        index[j] = t;
+    }
+}
+
+/* The new α_i after the exact line minimisation along coordinate i, clipped to [0, U_i].
+ * A zero curvature (hinge, no intercept, an all-zero row) makes the dual linear in α_i:
+ * it goes to whichever bound the gradient points at. */
+static double coordinate_step(const dual_cd *cd, size_t i, double g)
+{
+    double a = cd->alpha[i];
+    if (cd->qd[i] > 0)
+        return fmin(fmax(a - g / cd->qd[i], 0.0), cd->upper[i]);
+    return g < 0 ? cd->upper[i] : 0.0;
+}
+
+/* The projected gradient of coordinate i, or false when the coordinate should be shrunk:
+ * it sits at a bound, its gradient pushes it further out, and by more than last
+ * iteration's extremes (pg_max_old, pg_min_old), so it will most likely stay there. */
+static bool projected_gradient(const dual_cd *cd, size_t i, double g, double pg_max_old,
+                               double pg_min_old, double *pg)
+{
+    *pg = 0.0;
+    if (cd->alpha[i] == 0) {
+        if (g > pg_max_old)
+            return false;
+        if (g < 0)
+            *pg = g;
+    } else if (cd->alpha[i] == cd->upper[i]) {
+        if (g < pg_min_old)
+            return false;
+        if (g > 0)
+            *pg = g;
+    } else {
+        *pg = g;
+    }
+    return true;
+}
+
+/* Algorithm 1 with shrinking; returns the outer iterations used. */
+static int dual_cd_run(dual_cd *cd, const svm_params *p)
+{
+    rng_stream rng;
+    rng_stream_init(&rng, (rng_key){.seed = p->seed, .purpose = RNG_PURPOSE_BENCHMARK});
+    size_t active = cd->n;
+    /* the previous iteration's extremes of PG; ±∞ turns shrinking off */
+    double pg_max_old = INFINITY, pg_min_old = -INFINITY;
+    int iter = 0;
+    while (iter < p->max_iter) {
+        double pg_max = -INFINITY, pg_min = INFINITY;
+        shuffle_active(cd->index, active, &rng);
+        for (size_t s = 0; s < active;) {
+            size_t i = cd->index[s];
+            const float *x = row_features(cd->prob, i);
+            double g = cd->y[i] * margin_raw(cd, x) - 1.0 + cd->alpha[i] * cd->diag[i];
+            double pg;
+            if (!projected_gradient(cd, i, g, pg_max_old, pg_min_old, &pg)) {
+                /* swap it behind the active set; position s now holds an unvisited one */
+                active--;
+                cd->index[s] = cd->index[active];
+                cd->index[active] = (uint32_t)i;
+                continue;
+            }
+            pg_max = fmax(pg_max, pg);
+            pg_min = fmin(pg_min, pg);
+            if (fabs(pg) > 1.0e-12) {
+                double old = cd->alpha[i];
+                cd->alpha[i] = coordinate_step(cd, i, g);
+                move_weights(cd, (cd->alpha[i] - old) * cd->y[i], x);
+            }
+            s++;
+        }
+        iter++;
+        if (pg_max - pg_min <= p->eps) {
+            if (active == cd->n)
+                break;
+            /* converged on the active set: check once more on everything, no shrinking */
+            active = cd->n;
+            pg_max_old = INFINITY;
+            pg_min_old = -INFINITY;
+            continue;
+        }
+        pg_max_old = pg_max > 0 ? pg_max : INFINITY;
+        pg_min_old = pg_min < 0 ? pg_min : -INFINITY;
+    }
+    return iter;
+}
+
+static int fit_dense(const svm_problem *prob, const svm_params *p, double *alpha, svm_model *out,
+                     char **err)
+{
+    if (prob->n > UINT32_MAX)
+        return report_failure(err, "svm: %zu rows are more than the dense solver indexes",
+                              prob->n);
+    size_t n = prob->n;
+    dual_cd cd = {
+        .prob = prob,
+        .dim = prob->dim,
+        .n = n,
+        .bias = p->bias > 0 ? p->bias : 0.0,
+        .w = xcalloc(prob->dim + 1, sizeof(double)),
+        .alpha = alpha ? alpha : xcalloc(n, sizeof(double)),
+        .qd = xmalloc(n * sizeof(double)),
+        .diag = xmalloc(n * sizeof(double)),
+        .upper = xmalloc(n * sizeof(double)),
+        .y = xmalloc(n),
+        .index = xmalloc(n * sizeof(uint32_t)),
+    };
+    int rc = dual_cd_setup(&cd, p, err);
+    if (rc == 0) {
+        out->iterations = dual_cd_run(&cd, p);
+        out->w = cd.w;
+        cd.w = NULL;
+    }
+    free(cd.w);
+    if (!alpha)
+        free(cd.alpha);
+    free(cd.qd);
+    free(cd.diag);
+    free(cd.upper);
+    free(cd.y);
+    free(cd.index);
+    return rc;
+}
+
+/* ---- liblinear ------------------------------------------------------------------------- */
+
+static void print_nothing(const char *s)
+{
+    (void)s;
+}
+
+static pthread_once_t liblinear_quiet_once = PTHREAD_ONCE_INIT;
+
+static void silence_liblinear(void)
+{
+    set_print_string_function(print_nothing);
+}
+
+static int liblinear_solver_type(const svm_params *p)
+{
+    if (p->penalty == SVM_PENALTY_L1)
+        return L1R_L2LOSS_SVC;
+    if (!p->dual)
+        return L2R_L2LOSS_SVC;
+    return p->loss == SVM_HINGE ? L2R_L1LOSS_SVC_DUAL : L2R_L2LOSS_SVC_DUAL;
+}
+
+/* The rows as liblinear's sparse double rows: the nonzero features (1-based), the intercept
+ * node (index dim + 1) when there is one, then the -1 terminator. One block for all rows. */
+typedef struct {
+    struct problem prob;
+    struct feature_node *nodes;
+} liblinear_rows;
+
+static int liblinear_rows_build(liblinear_rows *lr, const svm_problem *prob, double bias,
+                                char **err)
+{
+    size_t n = prob->n, dim = prob->dim, nonzeros = 0;
+    for (size_t r = 0; r < n; r++) {
+        const float *x = row_features(prob, r);
+        for (size_t j = 0; j < dim; j++) {
+            if (!isfinite(x[j]))
+                return report_failure(err, "svm: row %zu has a non-finite feature",
+                                      problem_row(prob, r));
+            nonzeros += x[j] != 0;
+        }
+    }
+    bool with_bias = bias > 0;
+    lr->nodes = xmalloc((nonzeros + n * (with_bias ? 2 : 1)) * sizeof *lr->nodes);
+    lr->prob = (struct problem){
+        .l = (int)n,
+        .n = (int)dim + (with_bias ? 1 : 0),
+        .y = xmalloc(n * sizeof(double)),
+        .x = xmalloc(n * sizeof(struct feature_node *)),
+        .bias = with_bias ? bias : -1.0,
+    };
+    struct feature_node *node = lr->nodes;
+    for (size_t r = 0; r < n; r++) {
+        const float *x = row_features(prob, r);
+        lr->prob.x[r] = node;
+        lr->prob.y[r] = row_label(prob, r);
+        for (size_t j = 0; j < dim; j++)
+            if (x[j] != 0)
+                *node++ = (struct feature_node){.index = (int)j + 1, .value = x[j]};
+        if (with_bias)
+            *node++ = (struct feature_node){.index = (int)dim + 1, .value = bias};
+        *node++ = (struct feature_node){.index = -1, .value = 0};
+    }
+    return 0;
+}
+
+static void liblinear_rows_free(liblinear_rows *lr)
+{
+    free(lr->nodes);
+    free(lr->prob.y);
+    free(lr->prob.x);
+}
+
+static int fit_liblinear(const svm_problem *prob, const svm_params *p, svm_model *out, char **err)
+{
+    if (prob->n > INT_MAX || prob->dim >= INT_MAX)
+        return report_failure(err, "svm: %zu rows of %zu features are too many for liblinear",
+                              prob->n, prob->dim);
+    pthread_once(&liblinear_quiet_once, silence_liblinear);
+    liblinear_rows lr = {0};
+    if (liblinear_rows_build(&lr, prob, p->bias, err) != 0)
+        return -1;
+    int weight_label[2] = {+1, -1};
+    double weight[2] = {p->weight_pos, p->weight_neg};
+    struct parameter param = {
+        .solver_type = liblinear_solver_type(p),
+        .eps = p->eps,
+        .C = p->C,
+        .nr_weight = 2,
+        .weight_label = weight_label,
+        .weight = weight,
+    };
+    const char *refusal = check_parameter(&lr.prob, &param);
+    if (refusal) {
+        liblinear_rows_free(&lr);
+        return report_failure(err, "svm: liblinear refuses the parameters: %s", refusal);
+    }
+    /* liblinear orders the coordinates with the C library's rand() */
+    srand((unsigned)p->seed);
+    struct model *model = train(&lr.prob, &param);
+    liblinear_rows_free(&lr);
+    /* liblinear's binary decision value is for its label[0], the first label it met */
+    double sign = model->label[0] == -1 ? -1.0 : 1.0;
+    out->w = xcalloc(prob->dim + 1, sizeof(double));
+    size_t weights = prob->dim + (p->bias > 0 ? 1 : 0);
+    for (size_t j = 0; j < weights; j++)
+        out->w[j] = sign * model->w[j];
+    out->iterations = -1; /* liblinear does not report them */
+    free_and_destroy_model(&model);
+    return 0;
+}
+
+/* ---- the API --------------------------------------------------------------------------- */
+
+int svm_fit(const svm_problem *prob, const svm_params *p, double *alpha, svm_model *out, char **err)
+{
+    *out = (svm_model){0};
+    if (check_params(p, err) != 0 || check_problem(prob, err) != 0)
+        return -1;
+    out->dim = prob->dim;
+    out->bias = p->bias > 0 ? p->bias : 0.0;
+    /* the dense solver runs the dual of the l2 problems; the rest is liblinear's */
+    bool dense = p->solver == SVM_SOLVER_DENSE && p->dual && p->penalty == SVM_PENALTY_L2;
+    int rc = dense ? fit_dense(prob, p, alpha, out, err) : fit_liblinear(prob, p, out, err);
+    if (rc != 0)
+        *out = (svm_model){0};
+    return rc;
+}
+
+void svm_model_free(svm_model *m)
+{
+    free(m->w);
+    m->w = NULL;
+}
+
+double svm_decision(const svm_model *m, const float *x)
+{
+    return dot_row(m->w, x, m->dim) + m->w[m->dim] * m->bias;
+}
