@@ -15,6 +15,10 @@
  *                        rows, with a warm start: `alpha` in is the previous cost's dual
  *                        solution (any alpha ≥ 0 is feasible for the squared hinge; for the
  *                        hinge it is clipped to the new box [0, C_i]).
+ *                        With eps >= 1e-5 (VISSL's 1e-4) the gradients read float weights
+ *                        (compensated updates), about 3x less work per row; below, double
+ *                        weights. Either way the w handed back is Σ y_i α_i x̃_i recomputed
+ *                        in double from the dual solution.
  *                        It solves the dual of the l2 problems (dual = True); it hands the
  *                        others (dual = False, penalty l1) to liblinear.
  *   SVM_SOLVER_LIBLINEAR Debian's liblinear itself (solver 1 / 3 for the dual, 2 for the

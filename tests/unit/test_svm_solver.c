@@ -242,6 +242,24 @@ Test(svm_solver, liblinear_primal_and_l1_match_sklearn)
     check_setting("overlap", "l1", SVM_SOLVER_LIBLINEAR);
 }
 
+/* Below eps 1e-5 the dense solver computes its gradients with double weights instead of
+ * float ones (solver.c): that path reaches the same optimum. */
+Test(svm_solver, dense_double_precision_path_matches_sklearn)
+{
+    fixture_problem f = load_problem("overlap");
+    fixture_fits ref = load_fits("overlap", "sqhinge");
+    for (int k = 0; k < N_COSTS; k++) {
+        svm_params p = vissl_params(fixture_cost(k), "sqhinge", SVM_SOLVER_DENSE);
+        p.eps = 5e-6;
+        svm_model m = fit_ok(&f.prob, &p, NULL);
+        check_fit(&m, &f, &ref, k, &p, "double precision");
+        cr_assert(m.iterations < p.max_iter, "%d iterations", m.iterations);
+        svm_model_free(&m);
+    }
+    free_fits(&ref);
+    free_problem(&f);
+}
+
 /* The dense solver hands what it does not solve (primal, l1) to liblinear. */
 Test(svm_solver, dense_passes_primal_and_l1_to_liblinear)
 {
