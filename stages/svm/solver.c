@@ -20,6 +20,11 @@
  * The appended intercept feature x̃_i[dim] = bias is never stored: it is the last weight of
  * w and the constant added to every dot product and norm.
  *
+ * Speed: a coordinate step is one pass over the row for the gradient and, when α_i moves,
+ * one more to move w; the gradients use float weights when eps allows (see the kernels),
+ * and a warm start from the previous cost's α skips most of the early iterations. One fit
+ * runs on one thread; the caller runs classes, costs and folds side by side.
+ *
  * The liblinear path copies the rows into liblinear's sparse double format and calls
  * train(); it serves the problems the dense solver does not (primal, penalty l1) and acts as
  * the reference.
