@@ -27,7 +27,7 @@ import numpy as np
 
 def gen(a):
     rng = np.random.default_rng(a.seed)
-    centres = np.abs(rng.normal(size=(a.classes, a.dim))) * (rng.random((a.classes, a.dim)) < 0.15) * 3.0
+    centres = np.abs(rng.normal(size=(a.classes, a.dim))) * (rng.random((a.classes, a.dim)) < 0.15) * 0.6
 
     def split(n):
         t = np.zeros((n, a.classes), dtype=np.int64)

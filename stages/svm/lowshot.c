@@ -168,15 +168,11 @@ typedef struct {
     const char *outdir;
 } ls_ctx;
 
-static char *ls_model_path(const ls_ctx *v, const ls_task *t, size_t c)
+static char *ls_model_name(const ls_ctx *v, const ls_task *t, size_t c)
 {
     char cost[40];
     svm_cost_name(v->o->costs[c], cost, sizeof cost);
-    char *name = xasprintf("cls%zu_cost%s_sample%d_k%d.npy", t->cls, cost, v->o->sample_inds[t->si],
-                           v->o->k_values[t->ki]);
-    char *path = path_join(v->outdir, name);
-    free(name);
-    return path;
+    return xasprintf("cls%zu_cost%s_sample%d_k%d.npy", t->cls, cost, v->o->sample_inds[t->si], v->o->k_values[t->ki]);
 }
 
 /* The model of one cost from its file, when reuse is allowed and it fits. */
@@ -184,7 +180,7 @@ static bool ls_load(const ls_ctx *v, const ls_task *t, size_t c, double *w)
 {
     if (v->o->force_retrain)
         return false;
-    char *path = ls_model_path(v, t, c);
+    char *name = ls_model_name(v, t, c), *path = path_join(v->outdir, name);
     npy_array a = {0};
     bool ok = path_exists(path) && npy_read(path, &a, NULL) == 0 && a.dtype == NPY_F8 &&
               a.count == v->train->dim + 1;
@@ -192,6 +188,7 @@ static bool ls_load(const ls_ctx *v, const ls_task *t, size_t c, double *w)
         memcpy(w, a.data, a.nbytes);
     npy_close(&a);
     free(path);
+    free(name);
     return ok;
 }
 
@@ -228,10 +225,10 @@ static void ls_run(const ls_ctx *v, ls_task *t)
             memcpy(w, m.w, (dim + 1) * sizeof *w);
             w[dim] *= m.bias;
             svm_model_free(&m);
-            char *path = ls_model_path(v, t, c);
+            char *name = ls_model_name(v, t, c);
             size_t len = dim + 1;
-            npy_write(path, NPY_F8, 1, &len, w, &t->err);
-            free(path);
+            svm_save_f64(v->outdir, name, 1, &len, w, &t->err);
+            free(name);
         }
         for (size_t i = 0; i < te->n; i++)
             scores[i] = (float)svm_decide(w, te->x + i * dim, dim);

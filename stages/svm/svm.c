@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- options -------------------------------------------------------------------------------- */
 
@@ -473,10 +474,28 @@ double svm_decide(const double *w, const float *x, size_t dim)
     return d;
 }
 
+/* A small result file: written under a temporary name and renamed, so a reader never sees
+ * half of one, but not fsynced: a run writes hundreds of them (two per class and cost), and
+ * an fsync each costs more than the fits on a busy disk. A crash loses them, which only
+ * means retraining. */
 int svm_save_f64(const char *dir, const char *name, int ndim, const size_t *shape, const double *v, char **err)
 {
-    char *path = path_join(dir, name);
-    int rc = npy_write(path, NPY_F8, ndim, shape, v, err);
+    size_t hlen, count = 1;
+    char *header = npy_header(NPY_F8, ndim, shape, &hlen, err);
+    if (!header)
+        return -1;
+    for (int i = 0; i < ndim; i++)
+        count *= shape[i];
+    char *path = path_join(dir, name), *tmp = xasprintf("%s.tmp%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(header, 1, hlen, f) == hlen && (count == 0 || fwrite(v, sizeof *v, count, f) == count);
+    ok = (f && fclose(f) == 0) && ok;
+    ok = ok && rename(tmp, path) == 0;
+    int rc = ok ? 0 : report_failure(err, "%s: cannot write: %s", path, strerror(errno));
+    if (!ok)
+        unlink(tmp);
+    free(header);
     free(path);
+    free(tmp);
     return rc;
 }
