@@ -10,6 +10,12 @@
 int cmd_config(int argc, char **argv);
 /* selfsup run CONFIG [overrides...]: start and supervise a whole pipeline. */
 int cmd_run(int argc, char **argv);
+/* The same with engine_name forced (NULL: the config's). */
+int cmd_run_engine(int argc, char **argv, const char *engine);
+/* selfsup svm|knn CONFIG [overrides...] [--run-dir DIR] [--no-extract]: extract the features
+ * (engine extract_features), then run selfsup-svm or selfsup-knn on them, as VISSL's
+ * tools/train_svm.py and tools/nearest_neighbor_test.py do. argv[0] is "svm" or "knn". */
+int cmd_eval(int argc, char **argv);
 /* selfsup inspect [--values N] [--count] FILE|-: print records. */
 int cmd_inspect(int argc, char **argv);
 /* selfsup keygen [--force] FILE: a CURVE keypair for the control plane. */

@@ -345,7 +345,7 @@ static bool resume_point(const cfg_node *config, const char *engine, topo_option
     return true;
 }
 
-static int start(cfg_t *cfg, const run_args *a, const char *file)
+static int start(cfg_t *cfg, const run_args *a, const char *file, const char *forced_engine)
 {
     const cfg_node *config = cfg_map_get(cfg->root, "config");
     char *bin_dir = exe_dir();
@@ -355,7 +355,7 @@ static int start(cfg_t *cfg, const run_args *a, const char *file)
     topology t;
     cfg_err err;
     int status = EXIT_USAGE; /* a stage that cannot be started is a config error: nothing starts */
-    const char *engine_name = engine && engine->kind == CFG_STR ? engine->s : "train";
+    const char *engine_name = forced_engine ? forced_engine : engine && engine->kind == CFG_STR ? engine->s : "train";
     if (!check_data_stages(config, engine_name) || !resume_point(config, engine_name, &topt, &status)) {
         free(bin_dir);
         return status;
@@ -370,7 +370,9 @@ static int start(cfg_t *cfg, const run_args *a, const char *file)
     return status;
 }
 
-int cmd_run(int argc, char **argv)
+int cmd_run(int argc, char **argv) { return cmd_run_engine(argc, argv, NULL); }
+
+int cmd_run_engine(int argc, char **argv, const char *engine)
 {
     log_init("selfsup");
     run_args a = {0};
@@ -383,7 +385,7 @@ int cmd_run(int argc, char **argv)
     char *file = NULL;
     status = EXIT_USAGE;
     if (compose(&cfg, &a, &file)) {
-        status = start(&cfg, &a, file);
+        status = start(&cfg, &a, file, engine);
         cfg_destroy(&cfg);
     }
     free(file);

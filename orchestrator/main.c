@@ -5,6 +5,8 @@
  *   selfsup config validate CONFIG [overrides...]  check it (exit 2 on any error)
  *   selfsup config lr CONFIG [overrides...]        print the LR schedule, epoch by epoch
  *   selfsup run CONFIG [overrides...]              run the pipeline: every stage, supervised
+ *   selfsup svm CONFIG [overrides...]              extract features, then VISSL's SVM benchmark
+ *   selfsup knn CONFIG [overrides...]              extract features, then VISSL's kNN benchmark
  *   selfsup inspect FILE|-                          print records (a record file or a stream)
  *   selfsup keygen FILE                             a CURVE keypair for the control plane
  *   selfsup dataset fashion-mnist DIR               Fashion-MNIST in VISSL's layouts
@@ -33,6 +35,8 @@ static void usage(FILE *out)
           "  config validate CONFIG [overrides...]  check a config; exit 2 if it is wrong\n"
           "  config lr CONFIG [overrides...]        print the learning-rate schedule\n"
           "  run CONFIG [overrides...]              run the pipeline (see selfsup run --help)\n"
+          "  svm CONFIG [overrides...]              extract features, then train and test SVMs\n"
+          "  knn CONFIG [overrides...]              extract features, then the kNN benchmark\n"
           "  inspect FILE|-                         print the records of a file or stream\n"
           "  keygen FILE                            make a CURVE key file for the control plane\n"
           "  dataset fashion-mnist DIR              write Fashion-MNIST in VISSL's layouts\n"
@@ -81,6 +85,8 @@ int main(int argc, char **argv)
         return cmd_config(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run"))
         return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "svm") || !strcmp(argv[1], "knn"))
+        return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "inspect"))
         return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "keygen"))
