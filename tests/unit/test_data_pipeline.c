@@ -566,3 +566,74 @@ Test(data_pipeline, test_phases_run_on_their_own_chain_under_the_orchestrator, .
     free(meter);
     free(text), free(lt), free(log), free(final), free(first), free(metrics), free(selfsup), free(cfg), free(dir);
 }
+
+/* ---- feature extraction and the evaluators -------------------------------------------------- */
+
+/* `selfsup svm CONFIG` on an extract_features config (TEST_MODEL: both splits) under the
+ * orchestrator: the features of both splits land in CHECKPOINT.DIR as VISSL's files, one row per
+ * image, sorted by index, with the folders' labels as targets; then selfsup-svm trains on them
+ * and writes its results. */
+Test(data_pipeline, extract_features_then_svm_under_the_orchestrator, .timeout = 300)
+{
+    char *dir = xasprintf("%s/feat", g_dir), *cfg = xasprintf("%s/extract.yaml", g_dir);
+    FILE *f = fopen(cfg, "w");
+    cr_assert(f);
+    const char *tf = "TRANSFORMS: [{name: Resize, size: 24}, {name: ToTensor}, "
+                     "{name: Normalize, mean: [0.286, 0.286, 0.286], std: [0.353, 0.353, 0.353]}]";
+    fprintf(f,
+            "# @package _global_\n"
+            "engine_name: extract_features\n"
+            "config:\n"
+            "  TEST_MODEL: True\n"
+            "  DISTRIBUTED: {NUM_NODES: 1, NUM_PROC_PER_NODE: 1}\n  MACHINE: {DEVICE: cpu}\n"
+            "  SELFSUP: {RUN_DIR: \"%s/runs_extract\"}\n"
+            "  DATA:\n    NUM_DATALOADER_WORKERS: 2\n"
+            "    TRAIN: {DATA_SOURCES: [disk_folder], LABEL_SOURCES: [disk_folder], DATASET_NAMES: [fm],\n"
+            "      DATA_PATHS: [\"%s/disk_folder/train\"], LABEL_PATHS: [\"%s/disk_folder/train\"],\n"
+            "      BATCHSIZE_PER_REPLICA: %d, %s}\n"
+            "    TEST: {DATA_SOURCES: [disk_folder], LABEL_SOURCES: [disk_folder], DATASET_NAMES: [fm],\n"
+            "      DATA_PATHS: [\"%s/disk_folder/val\"], LABEL_PATHS: [\"%s/disk_folder/val\"],\n"
+            "      BATCHSIZE_PER_REPLICA: %d, %s}\n"
+            "  MODEL:\n"
+            "    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"
+            "    FEATURE_EVAL_SETTINGS: {EVAL_MODE_ON: True, FREEZE_TRUNK_ONLY: True, EXTRACT_TRUNK_FEATURES_ONLY: True,\n"
+            "      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [[res5avg, [Identity, []]]]}\n"
+            "  SVM: {costs: {costs_list: [0.1, 1.0]}, cross_val_folds: 2}\n"
+            "  CHECKPOINT: {DIR: \"%s\"}\n",
+            g_dir, g_data, g_data, BATCH, tf, g_data, g_data, BATCH, tf, dir);
+    fclose(f);
+    char *selfsup = build_bin("selfsup");
+    char *cmd = xasprintf("%s svm %s --threads 1", selfsup, cfg);
+    run_ok(cmd);
+    int64_t labels[LIMIT];
+    int n = folder_labels(labels, LIMIT);
+    cr_assert_eq(n, LIMIT);
+    const char *splits[] = {"train", "test"};
+    for (int s = 0; s < 2; s++) {
+        char *base = xasprintf("%s/rank0_%s_res5avg", dir, splits[s]);
+        char *fp = xasprintf("%s_features.npy", base), *tp = xasprintf("%s_targets.npy", base),
+             *ip = xasprintf("%s_inds.npy", base), *err = NULL;
+        npy_array fa, ta, ia;
+        cr_assert_eq(npy_read(fp, &fa, &err), 0, "%s", err);
+        cr_assert_eq(npy_read(tp, &ta, &err), 0, "%s", err);
+        cr_assert_eq(npy_read(ip, &ia, &err), 0, "%s", err);
+        cr_expect_eq(fa.dtype, NPY_F4);
+        cr_expect(fa.ndim == 2 && fa.shape[1] == 512, "%s: 512 features per row", fp);
+        cr_assert(ta.dtype == NPY_I8 && ta.ndim == 2 && ta.shape[1] == 1, "%s: int64 N x 1", tp);
+        cr_assert_eq(ia.shape[0], fa.shape[0]);
+        cr_assert_eq(ta.shape[0], fa.shape[0]);
+        const int64_t *ind = ia.data, *tg = ta.data;
+        for (size_t i = 0; i < ia.shape[0]; i++) {
+            cr_expect_eq(ind[i], (int64_t)i, "%s: every image once, sorted by index", ip);
+            if (s == 0)
+                cr_expect_eq(tg[i], labels[i], "train row %zu's target is its folder's class", i);
+        }
+        cr_expect_eq(fa.shape[0], (size_t)(s == 0 ? LIMIT : fa.shape[0]));
+        npy_close(&fa), npy_close(&ta), npy_close(&ia);
+        free(base), free(fp), free(tp), free(ip);
+    }
+    char *res = xasprintf("%s/res5avg/test_ap.npy", dir), *json = xasprintf("%s/svm_results.json", dir);
+    cr_expect(path_exists(res), "%s", res);
+    cr_expect(path_exists(json), "%s", json);
+    free(res), free(json), free(cmd), free(selfsup), free(cfg), free(dir);
+}
