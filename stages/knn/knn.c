@@ -30,8 +30,9 @@
 enum {
     DEFAULT_BLOCK_TEST = 256,   /* rows of a test block: one task's heaps and sgemm's M */
     DEFAULT_BLOCK_TRAIN = 1024, /* train rows per sgemm: the tile is 256 × 1024 floats (1 MiB) */
-    TASKS_PER_THREAD = 4,       /* test blocks per wave and thread: bounds the heaps' memory */
+    TASKS_PER_THREAD = 4,       /* test blocks per wave and thread, at most */
 };
+#define HEAP_BUDGET ((size_t)1 << 30) /* bytes of top-k heaps per wave, where k allows */
 
 /* ---- 1. checks and normalisation ---------------------------------------------------------- */
 
@@ -381,6 +382,39 @@ static void run_wave(const scoring *sc, size_t b0, size_t nb, int nshards, neigh
     free(heaps);
 }
 
+/* How the work is cut: rows per test block and train rows per sgemm, train shards per test
+ * block (when there are fewer test blocks than threads), test blocks per wave. A wave's heaps
+ * (blocks × shards × rows × k neighbours) stay within HEAP_BUDGET where they can: a large k
+ * gets fewer rows per block, then fewer blocks per wave. */
+typedef struct {
+    size_t block_test, block_train, wave;
+    int nshards;
+} work_plan;
+
+static size_t ceil_div(size_t a, size_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static work_plan make_plan(const knn_options *opt, size_t n_test, size_t n_train, int64_t k, int threads)
+{
+    size_t row_bytes = (size_t)k * sizeof(neighbour);
+    work_plan p = {opt->block_test, opt->block_train ? opt->block_train : DEFAULT_BLOCK_TRAIN, 0, 1};
+    if (!p.block_test) {
+        size_t fit = HEAP_BUDGET / ((size_t)threads * row_bytes);
+        p.block_test = fit >= DEFAULT_BLOCK_TEST ? DEFAULT_BLOCK_TEST : fit ? fit : 1;
+    }
+    size_t nblocks = ceil_div(n_test, p.block_test), ntrain_blocks = ceil_div(n_train, p.block_train);
+    size_t shards = nblocks < (size_t)threads ? ceil_div((size_t)threads, nblocks) : 1;
+    p.nshards = (int)(shards < ntrain_blocks ? shards : ntrain_blocks);
+    size_t fit_blocks = HEAP_BUDGET / (p.block_test * (size_t)p.nshards * row_bytes);
+    size_t most = (size_t)threads * TASKS_PER_THREAD;
+    p.wave = fit_blocks < 1 ? 1 : fit_blocks < most ? fit_blocks : most;
+    if (p.wave > nblocks)
+        p.wave = nblocks;
+    return p;
+}
+
 static int64_t max_label(const feat_set *f)
 {
     int64_t m = 0;
@@ -429,20 +463,14 @@ int knn_run(feat_set *train, feat_set *test, const knn_options *opt, knn_result 
     for (size_t i = 0; i < test->n * KNN_TOP5; i++)
         out->predictions[i] = -1;
 
-    search s = {train, test, out->k, opt->block_test ? opt->block_test : DEFAULT_BLOCK_TEST,
-                opt->block_train ? opt->block_train : DEFAULT_BLOCK_TRAIN};
-    scoring sc = {&s, opt, out};
     int threads = omp_get_max_threads();
-    size_t nblocks = (test->n + s.block_test - 1) / s.block_test;
-    size_t wave = (size_t)threads * TASKS_PER_THREAD;
-    /* Too few test blocks to keep every thread busy: split the train rows as well. */
-    size_t ntrain_blocks = (train->n + s.block_train - 1) / s.block_train;
-    size_t want = nblocks < (size_t)threads ? ((size_t)threads + nblocks - 1) / nblocks : 1;
-    int nshards = (int)(want < ntrain_blocks ? want : ntrain_blocks);
-    size_t per_wave = nblocks < wave ? nblocks : wave;
-    neighbour *heap_mem = xmalloc_large(per_wave * (size_t)nshards * s.block_test * (size_t)out->k * sizeof *heap_mem);
-    for (size_t b0 = 0; b0 < nblocks; b0 += wave)
-        run_wave(&sc, b0, nblocks - b0 < wave ? nblocks - b0 : wave, nshards, heap_mem, &out->overflow_rows);
+    work_plan p = make_plan(opt, test->n, train->n, out->k, threads);
+    search s = {train, test, out->k, p.block_test, p.block_train};
+    scoring sc = {&s, opt, out};
+    size_t nblocks = (test->n + p.block_test - 1) / p.block_test;
+    neighbour *heap_mem = xmalloc_large(p.wave * (size_t)p.nshards * p.block_test * (size_t)out->k * sizeof *heap_mem);
+    for (size_t b0 = 0; b0 < nblocks; b0 += p.wave)
+        run_wave(&sc, b0, nblocks - b0 < p.wave ? nblocks - b0 : p.wave, p.nshards, heap_mem, &out->overflow_rows);
     free(heap_mem);
 
     count_hits(out, test);
