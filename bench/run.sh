@@ -6,11 +6,13 @@
 #   bench/ring.sh BUILD_DIR           shm/ring against one core's memcpy and a pipe
 #   bench/resnet.sh BUILD_DIR         the model engine against PyTorch
 #   bench/data.sh BUILD_DIR           decode + augment + collate against PIL + torchvision
+#   bench/knn.sh BUILD_DIR            selfsup-knn against VISSL's kNN in torch
+#   bench/svm.sh BUILD_DIR            selfsup-svm against VISSL's SVMTrainer on sklearn
 # Exits non-zero when any of them fails. See bench/README.md.
 set -euo pipefail
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 build=${1:-build}
@@ -24,3 +26,7 @@ echo
 ./bench/resnet.sh "$build"
 echo
 ./bench/data.sh "$build"
+echo
+./bench/knn.sh "$build"
+echo
+./bench/svm.sh "$build"

@@ -250,7 +250,7 @@ static int write_json(const char *outdir, json_t *json)
 {
     char *path = path_join(outdir, "svm_results.json");
     char *err = NULL;
-    int rc = make_dirs(outdir, 0777, &err) == 0 && json_dump_file(json, path, JSON_INDENT(2)) == 0 ? 0 : EXIT_RUNTIME;
+    int rc = make_dirs(outdir, 0777, &err) == 0 && json_dump_file(json, path, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) == 0 ? 0 : EXIT_RUNTIME;
     if (rc)
         log_error("cannot write %s%s%s", path, err ? ": " : "", err ? err : "");
     free(err);

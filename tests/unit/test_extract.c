@@ -146,6 +146,17 @@ static void check_layer(const char *dir, const char *layer, size_t dim)
     npy_close(&want);
 }
 
+/* DIR/extract.yaml holding `yaml` (malloc'd path). */
+static char *write_yaml(const char *dir, const char *yaml)
+{
+    char *cfg = xasprintf("%s/extract.yaml", dir);
+    FILE *fp = fopen(cfg, "w");
+    cr_assert(fp);
+    fputs(yaml, fp);
+    fclose(fp);
+    return cfg;
+}
+
 Test(extract, torchvision_checkpoint_gives_torchvision_features, .timeout = 60)
 {
     char *dir = test_make_tmpdir();
@@ -158,10 +169,7 @@ Test(extract, torchvision_checkpoint_gives_torchvision_features, .timeout = 60)
                            "  MACHINE: {DEVICE: cpu}\n"
                            "  CHECKPOINT: {DIR: %s/out}\n",
                            MODEL_YAML, pth, dir);
-    char *cfg = xasprintf("%s/extract.yaml", dir), *out = NULL;
-    FILE *fp = fopen(cfg, "w");
-    fputs(yaml, fp);
-    fclose(fp);
+    char *cfg = write_yaml(dir, yaml), *out = NULL;
     char *bin = test_build_path("selfsup-extract");
     char *cmd = xasprintf("%s -c %s --in file:%s --threads 1", bin, cfg, recs);
     int rc = test_run(cmd, &out);
@@ -186,10 +194,7 @@ Test(extract, bad_weights_file_is_refused_before_any_batch, .timeout = 30)
     char *yaml = xasprintf("%s    WEIGHTS_INIT: {PARAMS_FILE: %s/missing.pth}\n  MACHINE: {DEVICE: cpu}\n"
                            "  CHECKPOINT: {DIR: %s/out}\n",
                            MODEL_YAML, dir, dir);
-    char *cfg = xasprintf("%s/extract.yaml", dir), *out = NULL;
-    FILE *fp = fopen(cfg, "w");
-    fputs(yaml, fp);
-    fclose(fp);
+    char *cfg = write_yaml(dir, yaml), *out = NULL;
     char *bin = test_build_path("selfsup-extract");
     char *cmd = xasprintf("%s -c %s --in file:/dev/null", bin, cfg);
     int rc = test_run(cmd, &out);
