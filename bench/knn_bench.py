@@ -5,7 +5,7 @@
       writes D/{train,test}_{features,targets}.npy: Gaussian clusters, one per class, float32
       features and int64 N×1 targets (the same files both sides read)
   knn_bench.py run --dir D [--sigma 0.1] [--topk 200] [--l2-norm] [--threads T[,T...]]
-      runs tools/nearest_neighbor_test.py's computation (VISSL 0.1.5, restated below; on the
+      runs tools/nearest_neighbor_test.py's computation (VISSL 0.1.5, restated in tests/golden/make_knn_fixtures.py; on the
       CPU instead of CUDA) on those files once per thread count (default: every core, then 1,
       because on a loaded machine torch's every-core run can be the slower one), writes the
       first five predictions of every test row to D/torch_predictions.npy and prints
@@ -14,11 +14,16 @@
 """
 import argparse
 import os
+import sys
 import time
 
 import numpy as np
 import torch
-from torch import nn
+
+# VISSL's nearest_neighbor_test restated once, in the fixture generator the tests read (its
+# three guards change nothing at the bench's sizes: 100+ test rows, k < N, 5+ classes).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
+from make_knn_fixtures import vissl_knn  # noqa: E402
 
 
 def generate(args):
@@ -33,50 +38,6 @@ def generate(args):
         np.save(os.path.join(args.dir, f"{split}_targets.npy"), labels.astype(np.int64).reshape(n, 1))
 
 
-def vissl_knn(train_f, train_l, test_f, test_l, sigma, topk, l2_norm):
-    """VISSL 0.1.5's nearest_neighbor_test after merge_features, with .cuda() left out."""
-    train_features = torch.from_numpy(train_f).float().t()
-    train_labels = torch.LongTensor(train_l)
-    num_classes = train_labels.max() + 1
-    if l2_norm:
-        train_features = nn.functional.normalize(train_features, dim=0, p=2)
-    top1, top5, total = 0.0, 0.0, 0
-    num_test_images, num_chunks = test_l.shape[0], 100
-    imgs_per_chunk = num_test_images // num_chunks
-    all_predictions = []
-    with torch.no_grad():
-        retrieval_one_hot = torch.zeros(topk, num_classes)
-        for idx in range(0, num_test_images, imgs_per_chunk):
-            features = test_f[idx : min((idx + imgs_per_chunk), num_test_images), :]
-            targets = test_l[idx : min((idx + imgs_per_chunk), num_test_images), :]
-            batch_size = targets.shape[0]
-            features = torch.from_numpy(features).float()
-            targets = torch.LongTensor(targets)
-            if l2_norm:
-                features = nn.functional.normalize(features, dim=1, p=2)
-            similarity = torch.mm(features, train_features)
-            distances, indices = similarity.topk(topk, largest=True, sorted=True)
-            candidates = train_labels.view(1, -1).expand(batch_size, -1)
-            retrieved_neighbors = torch.gather(candidates, 1, indices)
-            retrieval_one_hot.resize_(batch_size * topk, num_classes).zero_()
-            retrieval_one_hot.scatter_(1, retrieved_neighbors.view(-1, 1), 1)
-            distances_transform = distances.clone().div_(sigma).exp_()
-            probs = torch.sum(
-                torch.mul(
-                    retrieval_one_hot.view(batch_size, -1, num_classes),
-                    distances_transform.view(batch_size, -1, 1),
-                ),
-                1,
-            )
-            _, predictions = probs.sort(1, True)
-            correct = predictions.eq(targets.data.view(-1, 1))
-            top1 = top1 + correct.narrow(1, 0, 1).sum().item()
-            top5 = top5 + correct.narrow(1, 0, 5).sum().item()
-            total += targets.size(0)
-            all_predictions.append(predictions[:, :5].numpy())
-    return top1 * 100.0 / total, top5 * 100.0 / total, np.concatenate(all_predictions)
-
-
 def run(args):
     load = lambda name: np.load(os.path.join(args.dir, name))
     train_f, train_l = load("train_features.npy"), load("train_targets.npy")
@@ -86,7 +47,7 @@ def run(args):
     for threads in counts:
         torch.set_num_threads(threads)
         start = time.perf_counter()
-        top1, top5, pred = vissl_knn(train_f, train_l, test_f, test_l, args.sigma, args.topk, args.l2_norm)
+        top1, top5, pred = vissl_knn(train_f, train_l, test_f, test_l, args.sigma, args.topk, args.l2_norm, check_ties=False)
         seconds = time.perf_counter() - start
         print(f"# torch on {threads} threads: {seconds:.4f} s", flush=True)
         if best is None or seconds < best[0]:

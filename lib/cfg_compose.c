@@ -674,3 +674,18 @@ void cfg_destroy(cfg_t *cfg)
     free(cfg->warnings);
     memset(cfg, 0, sizeof *cfg);
 }
+
+bool cfg_compose_arg(cfg_t *cfg, bool check_paths, const char *arg, int n_overrides, char *const *overrides,
+                     cfg_err *err)
+{
+    cfg_options opt = {.check_paths = check_paths};
+    char *dir = cfg_find_configs_dir();
+    opt.configs_dir = dir;
+    char *file = arg && dir ? cfg_resolve_config_file(dir, arg) : NULL;
+    if (arg && !file)
+        file = xstrdup(arg);
+    bool ok = cfg_compose(cfg, &opt, file, n_overrides, overrides, err);
+    free(file);
+    free(dir);
+    return ok;
+}

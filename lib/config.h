@@ -124,6 +124,11 @@ char *cfg_resolve_config_file(const char *configs_dir, const char *arg);
  * or chosen by a `config=NAME` override). Returns false with err filled on any error. */
 bool cfg_compose(cfg_t *cfg, const cfg_options *opt, const char *file, int n_overrides,
                  char *const *overrides, cfg_err *err);
+/* cfg_compose of the config a command line names (`arg`: a file, or a VISSL name resolved by
+ * cfg_resolve_config_file; NULL: none) over the configs directory cfg_find_configs_dir finds.
+ * What every stage and evaluator does with its -c argument. */
+bool cfg_compose_arg(cfg_t *cfg, bool check_paths, const char *arg, int n_overrides, char *const *overrides,
+                     cfg_err *err);
 void cfg_destroy(cfg_t *cfg);
 
 /* Steps of cfg_compose, exposed for tests. */

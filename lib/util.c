@@ -302,3 +302,19 @@ int make_dirs(const char *path, unsigned mode, char **err)
     free(p);
     return rc;
 }
+
+char **str_split(const char *text, char sep, int *n)
+{
+    char **out = NULL;
+    *n = 0;
+    for (const char *p = text; *p;) {
+        const char *end = strchr(p, sep);
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len) {
+            out = xrealloc(out, (size_t)(*n + 1) * sizeof *out);
+            out[(*n)++] = xstrndup(p, len);
+        }
+        p += len + (end != NULL);
+    }
+    return out;
+}

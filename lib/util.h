@@ -21,6 +21,9 @@ void *xmalloc_large(size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The non-empty pieces of `text` between `sep` ("a,,b" → a, b): a malloc'd array of malloc'd
+ * strings, *n of them (the shape feat_layers returns, so lists from either free alike). */
+char **str_split(const char *text, char sep, int *n);
 
 /* A growable NUL-terminated string. Zero-initialise, append, take `s`, free with sb_free. */
 typedef struct {

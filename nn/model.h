@@ -142,6 +142,11 @@ model *model_new(eng_backend *be, const model_options *o, uint64_t seed, char **
 void model_free(eng_backend *be, model *m);
 const model_options *model_opts(const model *m);
 
+/* The cpu backend (`threads`, 0: every core) and the model of the composed `config` on it:
+ * PyTorch's default init from SEED_VALUE, then MODEL.WEIGHTS_INIT — what the trainer and the
+ * extractor both start from. False with err at config.MODEL, and nothing left open. */
+bool model_build_from_config(const cfg_node *config, int threads, eng_backend **be, model **m, cfg_err *err);
+
 /* Load w's PARAMS_FILE into the model (weights.h: the whole file is checked first, so a
  * refused file changes nothing). An empty PARAMS_FILE keeps the initialisation and returns 0.
  * Returns -1 with *err naming the file and the keys. */

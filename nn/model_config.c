@@ -13,6 +13,7 @@
 #include "util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -417,4 +418,33 @@ bool model_weights_init_from_config(const cfg_node *model_cfg, const model_optio
     out->opt.feature_extractor = model_is_feature_extractor(o);
     out->opt.load_heads = !o->eval_mode_on || o->eval_trunk_and_head;
     return !r.failed;
+}
+
+bool model_build_from_config(const cfg_node *config, int threads, eng_backend **be, model **m, cfg_err *err)
+{
+    model_options mo;
+    model_weights_init wi;
+    const cfg_node *mc = cfg_get(config, "MODEL");
+    *be = NULL;
+    *m = NULL;
+    if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err))
+        return false;
+    uint64_t seed = (uint64_t)cfg_int(config, "SEED_VALUE");
+    eng_backend_options bo = {.threads = threads, .seed = seed};
+    char *why = NULL;
+    *be = eng_backend_open("cpu", &bo, &why);
+    if (*be)
+        *m = model_new(*be, &mo, seed, &why);
+    if (*m && model_load_weights(*be, *m, &wi, &why) != 0) {
+        model_free(*be, *m);
+        *m = NULL;
+    }
+    if (*m)
+        return true;
+    cfg_fail(err, mc, "config.MODEL", "%s", why ? why : "cannot build the model");
+    free(why);
+    if (*be)
+        eng_backend_close(*be);
+    *be = NULL;
+    return false;
 }

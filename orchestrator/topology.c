@@ -296,11 +296,10 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     /* TEST_MODEL: a second chain makes the DATA.TEST batches of the test phases still to come
      * (phases.h), and our trainer reads them from --test-in; the extractor reads the test
      * split there after the train split. */
-    long tests = ok && training && !plan.test_only ? (long)phase_plan_tests_from(&plan, opt->resume_tests_from) : 0;
-    if (ok && !training && extract_train && extract_test)
-        tests = 1;
+    long tests = training && !plan.test_only ? (long)phase_plan_tests_from(&plan, opt->resume_tests_from) : 0;
+    bool test_chain_wanted = training ? tests > 0 : extract_train && extract_test;
     const char *consumer = training ? "selfsup-train" : "selfsup-extract";
-    if (ok && tests > 0 && runs(t, first_trainer, consumer)) {
+    if (ok && test_chain_wanted && runs(t, first_trainer, consumer)) {
         chain test_chain = {.split = "test", .prefix = "test_", .index = 1, .workers = workers,
                             .epochs = training ? tests : -1};
         ok = add_chain(t, config, &test_chain, opt, &test_batches, err);

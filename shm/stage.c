@@ -229,18 +229,8 @@ static int parse_args(stage *s, int argc, char **argv, void *state)
 
 static int compose_config(stage *s)
 {
-    cfg_options opt = {.check_paths = true};
     cfg_err err;
-    char *dir = cfg_find_configs_dir();
-    opt.configs_dir = dir;
-    char *file = NULL;
-    if (s->config_file && dir)
-        file = cfg_resolve_config_file(dir, s->config_file);
-    if (s->config_file && !file)
-        file = xstrdup(s->config_file);
-    bool ok = cfg_compose(&s->cfg, &opt, file, s->n_overrides, s->overrides, &err);
-    free(file);
-    free(dir);
+    bool ok = cfg_compose_arg(&s->cfg, true, s->config_file, s->n_overrides, s->overrides, &err);
     s->have_cfg = true; /* a failed composition still holds memory to free */
     if (!ok) {
         log_error("%s", err.msg);

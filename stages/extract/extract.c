@@ -44,34 +44,17 @@ static void name_layers(extractor *x, const cfg_node *config, const model_option
 
 extractor *extractor_new(const cfg_node *config, int threads, cfg_err *err)
 {
-    model_options mo;
-    model_weights_init wi;
-    const cfg_node *mc = cfg_get(config, "MODEL");
-    if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err))
-        return NULL;
     if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu") != 0) {
         cfg_fail(err, cfg_get(config, "MACHINE.DEVICE"), "config.MACHINE.DEVICE",
                  "'%s': this build extracts on the cpu backend; set MACHINE.DEVICE=cpu", cfg_str(config, "MACHINE.DEVICE"));
         return NULL;
     }
     extractor *x = xcalloc(1, sizeof *x);
-    uint64_t seed = (uint64_t)cfg_int(config, "SEED_VALUE");
-    eng_backend_options bo = {.threads = threads, .seed = seed};
-    char *why = NULL;
-    x->be = eng_backend_open("cpu", &bo, &why);
-    if (x->be)
-        x->m = model_new(x->be, &mo, seed, &why);
-    if (x->m && model_load_weights(x->be, x->m, &wi, &why) != 0) {
-        model_free(x->be, x->m);
-        x->m = NULL;
-    }
-    if (!x->m) {
-        cfg_fail(err, mc, "config.MODEL", "%s", why ? why : "cannot build the model");
-        free(why);
+    if (!model_build_from_config(config, threads, &x->be, &x->m, err)) {
         extractor_free(x);
         return NULL;
     }
-    name_layers(x, config, &mo);
+    name_layers(x, config, model_opts(x->m));
     return x;
 }
 

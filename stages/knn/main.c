@@ -223,17 +223,9 @@ typedef struct {
 
 static int compose(const knn_args *a, config_mode *m)
 {
-    cfg_options opt = {.check_paths = false};
-    char *configs = cfg_find_configs_dir();
-    opt.configs_dir = configs;
-    char *file = configs ? cfg_resolve_config_file(configs, a->config) : NULL;
-    if (!file)
-        file = xstrdup(a->config);
     cfg_err err;
-    bool ok = cfg_compose(&m->cfg, &opt, file, a->n_overrides, a->overrides, &err);
+    bool ok = cfg_compose_arg(&m->cfg, false, a->config, a->n_overrides, a->overrides, &err);
     m->have_cfg = true;
-    free(file);
-    free(configs);
     if (!ok) {
         log_error("%s", err.msg);
         return EXIT_USAGE;
@@ -262,21 +254,6 @@ static int read_nearest_neighbor(const cfg_node *c, knn_options *o)
     return 0;
 }
 
-static char **split_commas(const char *text, int *n)
-{
-    char **out = NULL;
-    *n = 0;
-    for (const char *p = text; *p;) {
-        size_t len = strcspn(p, ",");
-        if (len) {
-            out = xrealloc(out, (size_t)(*n + 1) * sizeof *out);
-            out[(*n)++] = xstrndup(p, len);
-        }
-        p += len + (p[len] == ',');
-    }
-    return out;
-}
-
 static int prepare_config_mode(knn_args *a, config_mode *m)
 {
     int rc = compose(a, m);
@@ -290,7 +267,7 @@ static int prepare_config_mode(knn_args *a, config_mode *m)
     m->json_out = a->output ? xstrdup(a->output) : path_join(ckpt, "nearest_neighbor.json");
     free(ckpt);
     if (a->layers) {
-        m->layers = split_commas(a->layers, &m->n_layers);
+        m->layers = str_split(a->layers, ',', &m->n_layers);
         if (!m->n_layers) {
             log_error("--layers '%s' names no layer", a->layers);
             return EXIT_USAGE;

@@ -284,15 +284,8 @@ static int run_standalone(args *a)
 
 static int compose(args *a, cfg_t *cfg)
 {
-    cfg_options opt = {.check_paths = false};
     cfg_err err;
-    char *dir = cfg_find_configs_dir();
-    char *file = dir ? cfg_resolve_config_file(dir, a->config) : NULL;
-    opt.configs_dir = dir;
-    bool ok = cfg_compose(cfg, &opt, file ? file : a->config, a->n_overrides, a->overrides, &err);
-    free(file);
-    free(dir);
-    if (!ok) {
+    if (!cfg_compose_arg(cfg, false, a->config, a->n_overrides, a->overrides, &err)) {
         log_error("%s", err.msg);
         return EXIT_USAGE;
     }
@@ -313,21 +306,10 @@ static int compose(args *a, cfg_t *cfg)
     return 0;
 }
 
-static char **split_layers(const char *list, int *n)
-{
-    char **v = xcalloc(strlen(list) + 2, sizeof *v);
-    char *copy = xstrdup(list), *save = NULL;
-    *n = 0;
-    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
-        v[(*n)++] = xstrdup(t);
-    free(copy);
-    return v;
-}
-
 static int run_layers(args *a, const char *features, const char *output)
 {
     int n = 0, rc = 0;
-    char **layers = a->layers ? split_layers(a->layers, &n) : feat_layers(features, "train", &n);
+    char **layers = a->layers ? str_split(a->layers, ',', &n) : feat_layers(features, "train", &n);
     if (n == 0) {
         log_error("no train feature files (rank0_train_LAYER_features.npy) in %s; run selfsup-extract first or "
                   "give --features DIR", features);

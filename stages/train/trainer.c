@@ -117,26 +117,7 @@ static bool prepare_dir(trainer *t, cfg_err *err)
 
 static bool build_model(trainer *t, const trainer_options *o, cfg_err *err)
 {
-    model_options mo;
-    model_weights_init wi;
-    const cfg_node *mc = cfg_get(t->config, "MODEL");
-    if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err))
-        return false;
-    char *why = NULL;
-    eng_backend_options bo = {.threads = o->threads, .seed = (uint64_t)cfg_int(t->config, "SEED_VALUE")};
-    t->be = eng_backend_open("cpu", &bo, &why);
-    if (t->be)
-        t->m = model_new(t->be, &mo, (uint64_t)cfg_int(t->config, "SEED_VALUE"), &why);
-    if (t->m && model_load_weights(t->be, t->m, &wi, &why) != 0) {
-        model_free(t->be, t->m);
-        t->m = NULL;
-    }
-    if (!t->m) {
-        cfg_fail(err, mc, "config.MODEL", "%s", why ? why : "cannot build the model");
-        free(why);
-        return false;
-    }
-    return true;
+    return model_build_from_config(t->config, o->threads, &t->be, &t->m, err);
 }
 
 /* The optimizer over every entry that is not frozen (FEATURE_EVAL_SETTINGS). */

@@ -31,11 +31,12 @@ import torch
 from torch import nn
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "knn")
-torch.set_num_threads(1)
 
 
-def vissl_knn(train_f, train_l, test_f, test_l, sigma, topk, l2_norm):
-    """VISSL's nearest_neighbor_test on arrays; returns (top1, top5, predictions)."""
+def vissl_knn(train_f, train_l, test_f, test_l, sigma, topk, l2_norm, check_ties=True):
+    """VISSL's nearest_neighbor_test on arrays; returns (top1, top5, predictions).
+    check_ties: raise NearTie where float32 rounding could decide (fixtures only; the bench,
+    which times VISSL's computation, leaves it off)."""
     train_features = torch.from_numpy(train_f).float().t()
     train_labels = torch.LongTensor(train_l)
     num_classes = int(train_labels.max()) + 1
@@ -77,7 +78,8 @@ def vissl_knn(train_f, train_l, test_f, test_l, sigma, topk, l2_norm):
             top5 = top5 + correct.narrow(1, 0, npred).sum().item()
             total += targets.size(0)
             all_predictions.append(predictions[:, :npred].numpy())
-            check_margins(similarity, k, probs, npred)
+            if check_ties:
+                check_margins(similarity, k, probs, npred)
     return top1 * 100.0 / total, top5 * 100.0 / total, np.concatenate(all_predictions)
 
 
@@ -143,6 +145,7 @@ def save(case, what, arr):
 
 
 def main():
+    torch.set_num_threads(1)
     os.makedirs(OUT, exist_ok=True)
     # Fewer than 100 test rows (VISSL itself crashes there), L2-normalised, VISSL's σ.
     make_case("l2_small", 1, 300, 60, 16, 10, 0.1, 20, True)

@@ -58,7 +58,11 @@ def make_voc_case(rng, n_train=150, n_test=80, dim=32, ncls=4):
     return split(n_train), split(n_test)
 
 
-def vissl_train_test(xtr, ttr, xte, tte, costs, folds=3):
+def vissl_train_test(xtr, ttr, xte, tte, costs, folds=3, threaded=False):
+    """VISSL's SVMTrainer.train + test; threaded: one thread per class, as VISSL trains them
+    (bench/svm_bench.py times it so; the results are the same)."""
+    import threading
+
     def normalize(x):
         x = x.astype(np.float64)
         return x / (np.linalg.norm(x, axis=1) + 1e-5)[:, np.newaxis]
@@ -67,7 +71,8 @@ def vissl_train_test(xtr, ttr, xte, tte, costs, folds=3):
     ncls = ttr.shape[1]
     crossval = np.zeros((ncls, len(costs)))
     models = {}
-    for c in range(ncls):
+
+    def train_cls(c):
         y = ttr[:, c].astype(np.int32, copy=True)
         y[y == 0] = -1
         for k, cost in enumerate(costs):
@@ -76,6 +81,16 @@ def vissl_train_test(xtr, ttr, xte, tte, costs, folds=3):
             crossval[c, k] = cross_val_score(clf, xtr, y, cv=folds, scoring="average_precision").mean()
             clf.fit(xtr, y)
             models[c, k] = clf
+
+    if threaded:
+        threads = [threading.Thread(target=train_cls, args=(c,)) for c in range(ncls)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        for c in range(ncls):
+            train_cls(c)
     chosen = np.argmax(crossval, axis=1)
     test_ap = np.zeros((ncls, 1))
     for c in range(ncls):
