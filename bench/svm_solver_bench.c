@@ -18,6 +18,10 @@
  *   fit1      one fit at C = 1: dense, then liblinear
  *   sweep     VOC07's costs 0.01 … 1000 one after another: dense cold (every fit from α = 0),
  *             dense warm (each cost starts from the previous cost's α), liblinear
+ *   classes   every class against the rest at C = 1 (what the VOC07 benchmark fits for each
+ *             cost and fold): one svm_fit after another, then all as tasks of one
+ *             svm_fit_tasks call, which sweeps the rows once for all of them (the models must
+ *             come out the same to the bit)
  * Each fit's primal objective is printed as a '#' line, so the solvers can be seen to reach
  * the same optimum. --save PREFIX writes PREFIX_x.npy and PREFIX_y.npy (±1) for timing sklearn
  * on the very same problem.
@@ -156,6 +160,41 @@ static double sweep(const svm_problem *prob, svm_solver solver, bool warm, const
     return total;
 }
 
+/* Every class against the rest at C = 1: one fit after another (together = false) or all as
+ * tasks of one call. The models go to w (classes × (dim + 1)). */
+static double fit_classes(const options *o, const svm_problem *prob, bool together, double *w)
+{
+    int8_t *labels = xmalloc(o->classes * o->n);
+    svm_task *tasks = xcalloc(o->classes, sizeof *tasks);
+    for (size_t k = 0; k < o->classes; k++) {
+        for (size_t i = 0; i < o->n; i++)
+            labels[k * o->n + i] = i % o->classes == k ? 1 : -1;
+        tasks[k].y = labels + k * o->n;
+    }
+    svm_params p = vissl_params(1.0, SVM_SOLVER_DENSE);
+    char *err = NULL;
+    double c0 = thread_seconds();
+    int rc = 0;
+    if (together)
+        rc = svm_fit_tasks(prob, &p, tasks, o->classes, &err);
+    else
+        for (size_t k = 0; k < o->classes && rc == 0; k++)
+            rc = svm_fit_tasks(prob, &p, &tasks[k], 1, &err);
+    double dt = thread_seconds() - c0;
+    if (rc != 0) {
+        fprintf(stderr, "svm_solver_bench: %s\n", err);
+        exit(1);
+    }
+    for (size_t k = 0; k < o->classes; k++) {
+        memcpy(w + k * (o->dim + 1), tasks[k].model.w, (o->dim + 1) * sizeof(double));
+        svm_model_free(&tasks[k].model);
+    }
+    printf("# classes %-10s cpu %.3f s\n", together ? "tasks" : "one_by_one", dt);
+    free(tasks);
+    free(labels);
+    return dt;
+}
+
 static int by_value(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -234,6 +273,17 @@ int main(int argc, char **argv)
     for (int r = 0; r < o.reps; r++)
         t[r] = sweep(&prob, SVM_SOLVER_DENSE, true, "dense_warm");
     sweep_warm = median(t, o.reps);
+    double *w_alone = xmalloc(o.classes * (o.dim + 1) * sizeof(double));
+    double *w_tasks = xmalloc(o.classes * (o.dim + 1) * sizeof(double));
+    for (int r = 0; r < o.reps; r++)
+        t[r] = fit_classes(&o, &prob, false, w_alone);
+    double classes_alone = median(t, o.reps);
+    for (int r = 0; r < o.reps; r++)
+        t[r] = fit_classes(&o, &prob, true, w_tasks);
+    double classes_tasks = median(t, o.reps);
+    bool same = memcmp(w_alone, w_tasks, o.classes * (o.dim + 1) * sizeof(double)) == 0;
+    free(w_alone);
+    free(w_tasks);
     if (o.liblinear) {
         /* one sweep: liblinear's is the slow one, and its times vary little */
         sweep_lib = sweep(&prob, SVM_SOLVER_LIBLINEAR, false, "liblinear");
@@ -242,6 +292,10 @@ int main(int argc, char **argv)
     printf("svm_solver_bench fit1 dense %.4f\n", fit_dense);
     printf("svm_solver_bench sweep dense %.4f\n", sweep_cold);
     printf("svm_solver_bench sweep dense_warm %.4f\n", sweep_warm);
+    printf("svm_solver_bench classes one_by_one %.4f\n", classes_alone);
+    printf("svm_solver_bench classes tasks %.4f\n", classes_tasks);
+    printf("svm_solver_bench ratio classes_as_tasks %.2f (models %s)\n", classes_alone / classes_tasks,
+           same ? "identical" : "DIFFERENT");
     if (o.liblinear) {
         printf("svm_solver_bench fit1 liblinear %.4f\n", fit_lib);
         printf("svm_solver_bench sweep liblinear %.4f\n", sweep_lib);
@@ -251,5 +305,5 @@ int main(int argc, char **argv)
     }
     free(x);
     free(y);
-    return 0;
+    return same ? 0 : 1;
 }

@@ -22,8 +22,10 @@
  *
  * Speed: a coordinate step is one pass over the row for the gradient and, when α_i moves,
  * one more to move w; the gradients use float weights when eps allows (see the kernels),
- * and a warm start from the previous cost's α skips most of the early iterations. One fit
- * runs on one thread; the caller runs classes, costs and folds side by side.
+ * and a warm start from the previous cost's α skips most of the early iterations. Several
+ * problems on the same rows (the classes and folds of a benchmark) are solved as tasks of
+ * one call that share each sweep over the rows, so a row is fetched from memory once for
+ * all of them. A call runs on one thread; the caller runs groups of tasks side by side.
  *
  * The liblinear path copies the rows into liblinear's sparse double format and calls
  * train(); it serves the problems the dense solver does not (primal, penalty l1) and acts as
@@ -54,9 +56,14 @@ static const float *row_features(const svm_problem *prob, size_t r)
     return prob->x + problem_row(prob, r) * prob->stride;
 }
 
-static int row_label(const svm_problem *prob, size_t r)
+static int row_label_of(const svm_problem *prob, const int8_t *y, size_t r)
 {
-    return prob->y[problem_row(prob, r)];
+    return y[problem_row(prob, r)];
+}
+
+static bool task_has_row(const svm_problem *prob, const svm_task *task, size_t r)
+{
+    return !task->in || task->in[problem_row(prob, r)];
 }
 
 /* C_i for each class: sklearn's class_weight multiplies C per class. */
@@ -93,7 +100,7 @@ static int check_params(const svm_params *p, char **err)
     return 0;
 }
 
-static int check_problem(const svm_problem *prob, char **err)
+static int check_rows(const svm_problem *prob, char **err)
 {
     if (prob->n == 0)
         return report_failure(err, "svm: no training rows");
@@ -102,17 +109,30 @@ static int check_problem(const svm_problem *prob, char **err)
     if (prob->stride < prob->dim)
         return report_failure(err, "svm: row stride %zu is shorter than a row (%zu features)",
                               prob->stride, prob->dim);
-    if (!prob->x || !prob->y)
-        return report_failure(err, "svm: no features or no labels");
-    size_t positives = 0;
+    if (!prob->x)
+        return report_failure(err, "svm: no features");
+    return 0;
+}
+
+/* A task's labels: ±1 on its rows, and both present. */
+static int check_task(const svm_problem *prob, const svm_task *task, char **err)
+{
+    if (!task->y)
+        return report_failure(err, "svm: no labels");
+    size_t positives = 0, members = 0;
     for (size_t r = 0; r < prob->n; r++) {
-        int label = row_label(prob, r);
+        if (!task_has_row(prob, task, r))
+            continue;
+        int label = row_label_of(prob, task->y, r);
         if (label != 1 && label != -1)
             return report_failure(err, "svm: row %zu has label %d; labels must be +1 or -1",
                                   problem_row(prob, r), label);
         positives += label == 1;
+        members++;
     }
-    if (positives == 0 || positives == prob->n)
+    if (members == 0)
+        return report_failure(err, "svm: no training rows");
+    if (positives == 0 || positives == members)
         return report_failure(err, "svm: the rows are all of class %+d; a fit needs samples of "
                                    "at least 2 classes",
                               positives ? 1 : -1);
@@ -234,128 +254,187 @@ __attribute__((target_clones("avx2", "default"))) static double squared_norm(con
     return s;
 }
 
-/* ---- the dense dual coordinate descent ------------------------------------------------- */
+/* ---- the dense dual coordinate descent, many tasks side by side ------------------------
+ * A task is one binary problem on the call's rows (all of them, or those its `in` marks).
+ * The tasks of a call share one sweep: each outer iteration visits the rows in one random
+ * order, and a row, once loaded, serves every task that still has it in its active set. On
+ * rows too many for the caches a coordinate step is bound by memory, not arithmetic (a
+ * 2048-float row is 8 KB; 5000 of them overflow a 32 MB L3), so the second and later
+ * tasks get the row almost for free from L1.
+ *
+ * Each task still follows liblinear's Algorithm 1 exactly: its coordinates come in the
+ * shared order restricted to its active rows (a uniformly random order of them, as
+ * liblinear's per-iteration shuffle gives), with its own shrinking, stopping rule and
+ * iteration count. The shared order depends only on the seed and the number of rows, so a
+ * task's fit is the same, to the bit, whatever other tasks share its call. */
 
 /* Below this tolerance the gradients are computed with double weights: the float dot
  * product's own error (~1e-7 of |w|·|x|) must stay well under what the stopping rule
  * compares. VISSL's 1e-4 runs in single precision. */
 #define SINGLE_PRECISION_MIN_EPS 1e-5
 
+/* One task's solver state. */
+typedef struct {
+    svm_task *out;
+    const int8_t *y;    /* labels, indexed like svm_problem.y */
+    double *alpha;      /* n, the caller's */
+    uint8_t *active;    /* n: row r is in the active set */
+    size_t members;     /* rows in the task */
+    size_t nactive;     /* of them, active now */
+    double diag[2];     /* D_i for y = −1 ([0]) and y = +1 ([1]) */
+    double upper[2];    /* U_i, likewise */
+    double *w;          /* dim + 1; in single precision only w[dim] (the intercept) is live
+                           until the fit ends */
+    float *w_f, *comp;  /* dim each, single precision: the weights and their compensation */
+    double pg_max_old, pg_min_old; /* last iteration's extremes of PG; ±∞: no shrinking */
+    double pg_max, pg_min;         /* this iteration's */
+    int iter;
+    bool done;
+} cd_task;
+
 typedef struct {
     const svm_problem *prob;
     size_t dim, n;
-    double bias;      /* the intercept feature's value, 0 without one */
-    bool single;      /* float weights for the gradients (w_f, comp) rather than w */
-    double *w;        /* dim + 1; in single precision only w[dim] (the intercept) is live
-                         until dual_cd_finish */
-    float *w_f, *comp; /* dim each, single precision: the weights and their compensation */
-    double *alpha;    /* n, the caller's */
-    double *qd;       /* n: ‖x̃_i‖² + D_i, the coordinate's curvature */
-    double *diag;     /* n: D_i */
-    double *upper;    /* n: U_i */
-    int8_t *y;        /* n */
-    uint32_t *index;  /* n: the coordinate order; [0, active) is the active set */
+    double bias;     /* the intercept feature's value, 0 without one */
+    bool single;     /* float weights for the gradients (w_f, comp) rather than w */
+    double *norm;    /* n: ‖x̃_r‖² */
+    uint32_t *order; /* n: the visiting order */
+    cd_task *tasks;
+    size_t ntasks;
 } dual_cd;
 
-static double margin_raw(const dual_cd *cd, const float *x)
+static int label_slot(int label)
 {
-    double dot = cd->single ? dot_row_single(cd->w_f, x, cd->dim) : dot_row(cd->w, x, cd->dim);
-    return dot + cd->w[cd->dim] * cd->bias;
+    return label > 0;
 }
 
-static void move_weights(dual_cd *cd, double a, const float *x)
+static double task_margin(const dual_cd *cd, const cd_task *t, const float *x)
+{
+    double dot = cd->single ? dot_row_single(t->w_f, x, cd->dim) : dot_row(t->w, x, cd->dim);
+    return dot + t->w[cd->dim] * cd->bias;
+}
+
+static void task_move(const dual_cd *cd, cd_task *t, double a, const float *x)
 {
     if (cd->single)
-        add_scaled_row_compensated((float)a, x, cd->w_f, cd->comp, cd->dim);
+        add_scaled_row_compensated((float)a, x, t->w_f, t->comp, cd->dim);
     else
-        add_scaled_row(a, x, cd->w, cd->dim);
-    cd->w[cd->dim] += a * cd->bias;
+        add_scaled_row(a, x, t->w, cd->dim);
+    t->w[cd->dim] += a * cd->bias;
 }
 
-/* w = Σ y_i α_i x̃_i, in double, from α itself. */
-static void weights_from_alpha(dual_cd *cd)
+/* w = Σ y_i α_i x̃_i, in double, from α itself, for every task: rows in the outer loop, so
+ * each is read once for all the tasks (each task's sum still runs over the rows in order). */
+static void weights_from_alpha(const dual_cd *cd)
 {
-    memset(cd->w, 0, (cd->dim + 1) * sizeof *cd->w);
-    for (size_t i = 0; i < cd->n; i++) {
-        if (cd->alpha[i] == 0)
-            continue;
-        double a = cd->y[i] * cd->alpha[i];
-        add_scaled_row(a, row_features(cd->prob, i), cd->w, cd->dim);
-        cd->w[cd->dim] += a * cd->bias;
+    for (size_t k = 0; k < cd->ntasks; k++)
+        memset(cd->tasks[k].w, 0, (cd->dim + 1) * sizeof(double));
+    for (size_t r = 0; r < cd->n; r++) {
+        const float *x = row_features(cd->prob, r);
+        for (size_t k = 0; k < cd->ntasks; k++) {
+            cd_task *t = &cd->tasks[k];
+            if (t->alpha[r] == 0)
+                continue;
+            double a = row_label_of(cd->prob, t->y, r) * t->alpha[r];
+            add_scaled_row(a, x, t->w, cd->dim);
+            t->w[cd->dim] += a * cd->bias;
+        }
     }
 }
 
 /* The weights the gradients read, from the double ones. */
-static void load_single_weights(dual_cd *cd)
+static void task_load_single_weights(const dual_cd *cd, cd_task *t)
 {
     for (size_t j = 0; j < cd->dim; j++) {
-        cd->w_f[j] = (float)cd->w[j];
-        cd->comp[j] = 0;
+        t->w_f[j] = (float)t->w[j];
+        t->comp[j] = 0;
     }
 }
 
-/* Per-row constants, the warm start clipped into the box, and w from it.
- * Returns -1 on a non-finite feature. */
-static int dual_cd_setup(dual_cd *cd, const svm_params *p, char **err)
+/* ‖x̃_r‖² of every row; -1 on a non-finite feature. */
+static int dual_cd_norms(dual_cd *cd, char **err)
 {
-    const svm_problem *prob = cd->prob;
-    for (size_t i = 0; i < cd->n; i++) {
-        double norm = squared_norm(row_features(prob, i), cd->dim);
+    for (size_t r = 0; r < cd->n; r++) {
+        double norm = squared_norm(row_features(cd->prob, r), cd->dim);
         if (!isfinite(norm))
             return report_failure(err, "svm: row %zu has a non-finite feature",
-                                  problem_row(prob, i));
-        int label = row_label(prob, i);
-        double c = cost_of(p, label);
-        cd->y[i] = (int8_t)label;
-        cd->diag[i] = p->loss == SVM_SQUARED_HINGE ? 0.5 / c : 0.0;
-        cd->upper[i] = p->loss == SVM_SQUARED_HINGE ? INFINITY : c;
-        cd->qd[i] = norm + cd->bias * cd->bias + cd->diag[i];
-        cd->index[i] = (uint32_t)i;
-        double a = cd->alpha[i];
-        cd->alpha[i] = a > 0 ? fmin(a, cd->upper[i]) : 0.0; /* NaN and negatives → 0 */
+                                  problem_row(cd->prob, r));
+        cd->norm[r] = norm + cd->bias * cd->bias;
+        cd->order[r] = (uint32_t)r;
     }
-    weights_from_alpha(cd);
-    if (cd->single)
-        load_single_weights(cd);
     return 0;
 }
 
-/* liblinear's shuffle of the active set: a uniform swap partner for each position. */
-static void shuffle_active(uint32_t *index, size_t active, rng_stream *rng)
+/* A task's constants, its active set (its rows) and the warm start clipped into the box. */
+static void task_setup(const dual_cd *cd, cd_task *t, svm_task *in, const svm_params *p)
 {
-    for (size_t i = 0; i + 1 < active; i++) {
-        size_t j = i + (size_t)rng_randint(rng, 0, (int64_t)(active - i));
-        uint32_t t = index[i];
-        index[i] = index[j];
-        index[j] = t;
+    *t = (cd_task){
+        .out = in,
+        .y = in->y,
+        .alpha = in->alpha,
+        .active = xmalloc(cd->n),
+        .w = xcalloc(cd->dim + 1, sizeof(double)),
+        .w_f = cd->single ? xcalloc(cd->dim, sizeof(float)) : NULL,
+        .comp = cd->single ? xcalloc(cd->dim, sizeof(float)) : NULL,
+        .pg_max_old = INFINITY,
+        .pg_min_old = -INFINITY,
+    };
+    for (int s = 0; s < 2; s++) {
+        double c = cost_of(p, s ? 1 : -1);
+        t->diag[s] = p->loss == SVM_SQUARED_HINGE ? 0.5 / c : 0.0;
+        t->upper[s] = p->loss == SVM_SQUARED_HINGE ? INFINITY : c;
+    }
+    for (size_t r = 0; r < cd->n; r++) {
+        t->active[r] = task_has_row(cd->prob, in, r);
+        t->members += t->active[r];
+        double a = t->active[r] ? t->alpha[r] : 0.0;
+        double upper = t->upper[label_slot(row_label_of(cd->prob, t->y, r))];
+        t->alpha[r] = a > 0 ? fmin(a, upper) : 0.0; /* NaN and negatives → 0 */
+    }
+    t->nactive = t->members;
+}
+
+/* liblinear's shuffle: a uniform swap partner for each position. */
+static void shuffle_order(uint32_t *order, size_t n, rng_stream *rng)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        size_t j = i + (size_t)rng_randint(rng, 0, (int64_t)(n - i));
+        uint32_t tmp = order[i];
+        order[i] = order[j];
+        order[j] = tmp;
     }
 }
 
-/* The new α_i after the exact line minimisation along coordinate i, clipped to [0, U_i].
- * A zero curvature (hinge, no intercept, an all-zero row) makes the dual linear in α_i:
- * it goes to whichever bound the gradient points at. */
-static double coordinate_step(const dual_cd *cd, size_t i, double g)
+/* v clipped to [0, upper]; v is finite (a gradient over a positive curvature). */
+static double clamp_to(double v, double upper)
 {
-    double a = cd->alpha[i];
-    if (cd->qd[i] > 0)
-        return fmin(fmax(a - g / cd->qd[i], 0.0), cd->upper[i]);
-    return g < 0 ? cd->upper[i] : 0.0;
+    return v < 0 ? 0.0 : v > upper ? upper : v;
 }
 
-/* The projected gradient of coordinate i, or false when the coordinate should be shrunk:
- * it sits at a bound, its gradient pushes it further out, and by more than last
- * iteration's extremes (pg_max_old, pg_min_old), so it will most likely stay there. */
-static bool projected_gradient(const dual_cd *cd, size_t i, double g, double pg_max_old,
-                               double pg_min_old, double *pg)
+/* The new α_r after the exact line minimisation along coordinate r, clipped to [0, U_r].
+ * A zero curvature (hinge, no intercept, an all-zero row) makes the dual linear in α_r:
+ * it goes to whichever bound the gradient points at. */
+static double coordinate_step(double alpha, double qd, double upper, double g)
+{
+    if (qd > 0)
+        return clamp_to(alpha - g / qd, upper);
+    return g < 0 ? upper : 0.0;
+}
+
+/* The projected gradient of a coordinate, or false when it should be shrunk: it sits at a
+ * bound, its gradient pushes it further out, and by more than last iteration's extremes,
+ * so it will most likely stay there. */
+static bool projected_gradient(const cd_task *t, double alpha, double upper, double g,
+                               double *pg)
 {
     *pg = 0.0;
-    if (cd->alpha[i] == 0) {
-        if (g > pg_max_old)
+    if (alpha == 0) {
+        if (g > t->pg_max_old)
             return false;
         if (g < 0)
             *pg = g;
-    } else if (cd->alpha[i] == cd->upper[i]) {
-        if (g < pg_min_old)
+    } else if (alpha == upper) {
+        if (g < t->pg_min_old)
             return false;
         if (g > 0)
             *pg = g;
@@ -365,97 +444,139 @@ static bool projected_gradient(const dual_cd *cd, size_t i, double g, double pg_
     return true;
 }
 
-/* Algorithm 1 with shrinking; returns the outer iterations used. */
-static int dual_cd_run(dual_cd *cd, const svm_params *p)
+/* One coordinate step of task t on row r (in its active set). */
+static void task_visit(const dual_cd *cd, cd_task *t, size_t r, const float *x)
+{
+    int y = row_label_of(cd->prob, t->y, r), s = label_slot(y);
+    double g = y * task_margin(cd, t, x) - 1.0 + t->alpha[r] * t->diag[s];
+    double pg;
+    if (!projected_gradient(t, t->alpha[r], t->upper[s], g, &pg)) {
+        t->active[r] = 0;
+        t->nactive--;
+        return;
+    }
+    if (pg > t->pg_max) /* not fmax: libm's call costs more than the step itself on short rows */
+        t->pg_max = pg;
+    if (pg < t->pg_min)
+        t->pg_min = pg;
+    if (fabs(pg) > 1.0e-12) {
+        double old = t->alpha[r];
+        t->alpha[r] = coordinate_step(old, cd->norm[r] + t->diag[s], t->upper[s], g);
+        task_move(cd, t, (t->alpha[r] - old) * y, x);
+    }
+}
+
+/* liblinear's end of an outer iteration: stop, restore the active set, or tighten the
+ * shrinking thresholds. */
+static void task_end_iteration(const dual_cd *cd, cd_task *t, const svm_params *p)
+{
+    t->iter++;
+    if (t->pg_max - t->pg_min <= p->eps) {
+        if (t->nactive == t->members) {
+            t->done = true;
+            return;
+        }
+        /* converged on the active set: check once more on everything, no shrinking */
+        for (size_t r = 0; r < cd->n; r++)
+            t->active[r] = task_has_row(cd->prob, t->out, r);
+        t->nactive = t->members;
+        t->pg_max_old = INFINITY;
+        t->pg_min_old = -INFINITY;
+    } else {
+        t->pg_max_old = t->pg_max > 0 ? t->pg_max : INFINITY;
+        t->pg_min_old = t->pg_min < 0 ? t->pg_min : -INFINITY;
+    }
+    t->done = t->iter >= p->max_iter;
+}
+
+/* Algorithm 1 with shrinking for every task, one shared sweep per outer iteration. */
+static void dual_cd_run(dual_cd *cd, const svm_params *p)
 {
     rng_stream rng;
     rng_stream_init(&rng, (rng_key){.seed = p->seed, .purpose = RNG_PURPOSE_BENCHMARK});
-    size_t active = cd->n;
-    /* the previous iteration's extremes of PG; ±∞ turns shrinking off */
-    double pg_max_old = INFINITY, pg_min_old = -INFINITY;
-    int iter = 0;
-    while (iter < p->max_iter) {
-        double pg_max = -INFINITY, pg_min = INFINITY;
-        shuffle_active(cd->index, active, &rng);
-        for (size_t s = 0; s < active;) {
-            size_t i = cd->index[s];
-            const float *x = row_features(cd->prob, i);
-            double g = cd->y[i] * margin_raw(cd, x) - 1.0 + cd->alpha[i] * cd->diag[i];
-            double pg;
-            if (!projected_gradient(cd, i, g, pg_max_old, pg_min_old, &pg)) {
-                /* swap it behind the active set; position s now holds an unvisited one */
-                active--;
-                cd->index[s] = cd->index[active];
-                cd->index[active] = (uint32_t)i;
-                continue;
-            }
-            pg_max = fmax(pg_max, pg);
-            pg_min = fmin(pg_min, pg);
-            if (fabs(pg) > 1.0e-12) {
-                double old = cd->alpha[i];
-                cd->alpha[i] = coordinate_step(cd, i, g);
-                move_weights(cd, (cd->alpha[i] - old) * cd->y[i], x);
-            }
-            s++;
+    size_t *running = xmalloc(cd->ntasks * sizeof *running), nrunning = 0;
+    for (size_t k = 0; k < cd->ntasks; k++)
+        if (!cd->tasks[k].done)
+            running[nrunning++] = k;
+    while (nrunning > 0) {
+        shuffle_order(cd->order, cd->n, &rng);
+        for (size_t k = 0; k < nrunning; k++) {
+            cd->tasks[running[k]].pg_max = -INFINITY;
+            cd->tasks[running[k]].pg_min = INFINITY;
         }
-        iter++;
-        if (pg_max - pg_min <= p->eps) {
-            if (active == cd->n)
-                break;
-            /* converged on the active set: check once more on everything, no shrinking */
-            active = cd->n;
-            pg_max_old = INFINITY;
-            pg_min_old = -INFINITY;
-            continue;
+        for (size_t s = 0; s < cd->n; s++) {
+            size_t r = cd->order[s];
+            const float *x = row_features(cd->prob, r);
+            for (size_t k = 0; k < nrunning; k++) {
+                cd_task *t = &cd->tasks[running[k]];
+                if (t->active[r])
+                    task_visit(cd, t, r, x);
+            }
         }
-        pg_max_old = pg_max > 0 ? pg_max : INFINITY;
-        pg_min_old = pg_min < 0 ? pg_min : -INFINITY;
+        size_t still = 0;
+        for (size_t k = 0; k < nrunning; k++) {
+            task_end_iteration(cd, &cd->tasks[running[k]], p);
+            if (!cd->tasks[running[k]].done)
+                running[still++] = running[k];
+        }
+        nrunning = still;
     }
-    return iter;
+    free(running);
 }
 
-static int fit_dense(const svm_problem *prob, const svm_params *p, double *alpha, svm_model *out,
+/* The model of each task: the primal point of its dual solution, exactly. */
+static void tasks_finish(dual_cd *cd)
+{
+    if (cd->single)
+        weights_from_alpha(cd);
+    for (size_t k = 0; k < cd->ntasks; k++) {
+        cd_task *t = &cd->tasks[k];
+        t->out->model.w = t->w;
+        t->out->model.iterations = t->iter;
+        t->w = NULL;
+    }
+}
+
+static void task_free(cd_task *t)
+{
+    free(t->active);
+    free(t->w);
+    free(t->w_f);
+    free(t->comp);
+}
+
+static int fit_dense(const svm_problem *prob, const svm_params *p, svm_task *tasks, size_t ntasks,
                      char **err)
 {
     if (prob->n > UINT32_MAX)
         return report_failure(err, "svm: %zu rows are more than the dense solver indexes",
                               prob->n);
-    size_t n = prob->n;
     dual_cd cd = {
         .prob = prob,
         .dim = prob->dim,
-        .n = n,
+        .n = prob->n,
         .bias = p->bias > 0 ? p->bias : 0.0,
         .single = p->eps >= SINGLE_PRECISION_MIN_EPS,
-        .w = xcalloc(prob->dim + 1, sizeof(double)),
-        .w_f = xcalloc(prob->dim, sizeof(float)),
-        .comp = xcalloc(prob->dim, sizeof(float)),
-        .alpha = alpha ? alpha : xcalloc(n, sizeof(double)),
-        .qd = xmalloc(n * sizeof(double)),
-        .diag = xmalloc(n * sizeof(double)),
-        .upper = xmalloc(n * sizeof(double)),
-        .y = xmalloc(n),
-        .index = xmalloc(n * sizeof(uint32_t)),
+        .norm = xmalloc(prob->n * sizeof(double)),
+        .order = xmalloc(prob->n * sizeof(uint32_t)),
+        .tasks = xcalloc(ntasks, sizeof(cd_task)),
+        .ntasks = ntasks,
     };
-    int rc = dual_cd_setup(&cd, p, err);
+    int rc = dual_cd_norms(&cd, err);
     if (rc == 0) {
-        out->iterations = dual_cd_run(&cd, p);
-        /* the model is the primal point of the dual solution, exactly */
-        if (cd.single)
-            weights_from_alpha(&cd);
-        out->w = cd.w;
-        cd.w = NULL;
+        for (size_t k = 0; k < ntasks; k++)
+            task_setup(&cd, &cd.tasks[k], &tasks[k], p);
+        weights_from_alpha(&cd);
+        for (size_t k = 0; cd.single && k < ntasks; k++)
+            task_load_single_weights(&cd, &cd.tasks[k]);
+        dual_cd_run(&cd, p);
+        tasks_finish(&cd);
     }
-    free(cd.w);
-    free(cd.w_f);
-    free(cd.comp);
-    if (!alpha)
-        free(cd.alpha);
-    free(cd.qd);
-    free(cd.diag);
-    free(cd.upper);
-    free(cd.y);
-    free(cd.index);
+    for (size_t k = 0; k < ntasks; k++)
+        task_free(&cd.tasks[k]);
+    free(cd.tasks);
+    free(cd.norm);
+    free(cd.order);
     return rc;
 }
 
@@ -515,7 +636,7 @@ static int liblinear_rows_build(liblinear_rows *lr, const svm_problem *prob, dou
     for (size_t r = 0; r < n; r++) {
         const float *x = row_features(prob, r);
         lr->prob.x[r] = node;
-        lr->prob.y[r] = row_label(prob, r);
+        lr->prob.y[r] = row_label_of(prob, prob->y, r);
         for (size_t j = 0; j < dim; j++)
             if (x[j] != 0)
                 *node++ = (struct feature_node){.index = (int)j + 1, .value = x[j]};
@@ -574,18 +695,67 @@ static int fit_liblinear(const svm_problem *prob, const svm_params *p, svm_model
 
 /* ---- the API --------------------------------------------------------------------------- */
 
-int svm_fit(const svm_problem *prob, const svm_params *p, double *alpha, svm_model *out, char **err)
+/* liblinear fits one problem at a time: each task on the rows it has, as a row view. */
+static int fit_liblinear_tasks(const svm_problem *prob, const svm_params *p, svm_task *tasks,
+                               size_t ntasks, char **err)
 {
-    *out = (svm_model){0};
-    if (check_params(p, err) != 0 || check_problem(prob, err) != 0)
+    uint32_t *rows = xmalloc(prob->n * sizeof *rows);
+    int rc = 0;
+    for (size_t k = 0; k < ntasks && rc == 0; k++) {
+        svm_problem view = *prob;
+        view.y = tasks[k].y;
+        view.rows = rows;
+        view.n = 0;
+        for (size_t r = 0; r < prob->n; r++)
+            if (task_has_row(prob, &tasks[k], r))
+                rows[view.n++] = (uint32_t)problem_row(prob, r);
+        rc = fit_liblinear(&view, p, &tasks[k].model, err);
+    }
+    free(rows);
+    return rc;
+}
+
+int svm_fit_tasks(const svm_problem *prob, const svm_params *p, svm_task *tasks, size_t ntasks,
+                  char **err)
+{
+    for (size_t k = 0; k < ntasks; k++)
+        tasks[k].model = (svm_model){.dim = prob->dim, .bias = p->bias > 0 ? p->bias : 0.0};
+    if (check_params(p, err) != 0 || check_rows(prob, err) != 0)
         return -1;
-    out->dim = prob->dim;
-    out->bias = p->bias > 0 ? p->bias : 0.0;
+    for (size_t k = 0; k < ntasks; k++) {
+        char *why = NULL;
+        if (check_task(prob, &tasks[k], &why) != 0) {
+            int rc = ntasks == 1 ? report_failure(err, "%s", why)
+                                 : report_failure(err, "task %zu: %s", k, why);
+            free(why);
+            return rc;
+        }
+    }
     /* the dense solver runs the dual of the l2 problems; the rest is liblinear's */
     bool dense = p->solver == SVM_SOLVER_DENSE && p->dual && p->penalty == SVM_PENALTY_L2;
-    int rc = dense ? fit_dense(prob, p, alpha, out, err) : fit_liblinear(prob, p, out, err);
-    if (rc != 0)
-        *out = (svm_model){0};
+    double **scratch = xcalloc(ntasks + 1, sizeof *scratch);
+    for (size_t k = 0; k < ntasks; k++)
+        if (dense && !tasks[k].alpha)
+            tasks[k].alpha = scratch[k] = xcalloc(prob->n, sizeof(double));
+    int rc = dense ? fit_dense(prob, p, tasks, ntasks, err)
+                   : fit_liblinear_tasks(prob, p, tasks, ntasks, err);
+    for (size_t k = 0; k < ntasks; k++) {
+        if (scratch[k]) {
+            tasks[k].alpha = NULL;
+            free(scratch[k]);
+        }
+        if (rc != 0)
+            svm_model_free(&tasks[k].model);
+    }
+    free(scratch);
+    return rc;
+}
+
+int svm_fit(const svm_problem *prob, const svm_params *p, double *alpha, svm_model *out, char **err)
+{
+    svm_task task = {.y = prob->y, .alpha = alpha};
+    int rc = svm_fit_tasks(prob, p, &task, 1, err);
+    *out = rc == 0 ? task.model : (svm_model){0};
     return rc;
 }
 

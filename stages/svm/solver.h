@@ -76,12 +76,33 @@ typedef struct {
                        -1 from liblinear (it does not say) */
 } svm_model;
 
-/* Fit; `alpha` (n doubles, or NULL) is the warm start in and the dual solution out (dense
+/* Fit one problem; `alpha` (n doubles, or NULL) is the warm start in and the dual solution out (dense
  * solver; untouched otherwise). 0, or -1 with *err and *out zeroed: C, a class weight, eps or
  * max_iter not positive, no rows, no features, a label other than ±1, only one class, a
  * non-finite feature, a combination sklearn refuses, liblinear's refusal. The fit runs on
  * the calling thread only (run several at once for parallelism). */
 int svm_fit(const svm_problem *prob, const svm_params *p, double *alpha, svm_model *out, char **err);
+
+/* One of several problems fitted together on the same rows (svm_fit_tasks). */
+typedef struct {
+    const int8_t *y;   /* labels (±1 on the task's rows), indexed like svm_problem.y */
+    const uint8_t *in; /* NULL: every row of the problem; else the rows whose in[...] (indexed
+                          like y) is non-zero, e.g. a cross-validation fold's training rows */
+    double *alpha;     /* n (problem rows) or NULL: the warm start in and the dual solution out,
+                          as svm_fit's; 0 outside the task */
+    svm_model model;   /* out: free with svm_model_free */
+} svm_task;
+
+/* Fit several problems that share the rows of `prob` (whose y is not read: each task brings
+ * its own labels and subset), all with the parameters p. The dense solver serves them all
+ * from one sweep over the rows, so a row is fetched from memory once per outer iteration
+ * for every task instead of once per task: on rows that do not fit in the caches, K tasks
+ * take far less than K times one task's time. Each task's fit is exactly the fit it would
+ * get alone in a call on the same rows (the coordinate order depends only on the seed and
+ * prob->n), so how tasks are grouped changes no result. 0, or -1 with *err ("task K: ..."
+ * when there are several) and every model freed; the refusals are svm_fit's, per task. */
+int svm_fit_tasks(const svm_problem *prob, const svm_params *p, svm_task *tasks, size_t ntasks,
+                  char **err);
 void svm_model_free(svm_model *m);
 
 /* w·x + w[dim]·bias for one row (float32 in, double accumulation). */

@@ -125,19 +125,27 @@ static double augmented_dot(const double *w, const float *x, size_t dim, double 
     return s;
 }
 
-static double primal_objective(const double *w, const fixture_problem *f, const svm_params *p)
+/* The primal objective on the rows `in` marks (NULL: all), with labels y. */
+static double primal_objective_on(const double *w, const fixture_problem *f, const svm_params *p,
+                                  const int8_t *y, const uint8_t *in)
 {
     double reg = 0, loss = 0;
     for (size_t j = 0; j <= f->dim; j++)
         reg += p->penalty == SVM_PENALTY_L1 ? fabs(w[j]) : 0.5 * w[j] * w[j];
     const float *x = f->x.data;
-    const int8_t *y = f->y.data;
     for (size_t i = 0; i < f->n; i++) {
+        if (in && !in[i])
+            continue;
         double slack = fmax(0.0, 1.0 - y[i] * augmented_dot(w, x + i * f->dim, f->dim, p->bias));
         double c = p->C * (y[i] > 0 ? p->weight_pos : p->weight_neg);
         loss += c * (p->loss == SVM_HINGE ? slack : slack * slack);
     }
     return reg + loss;
+}
+
+static double primal_objective(const double *w, const fixture_problem *f, const svm_params *p)
+{
+    return primal_objective_on(w, f, p, f->y.data, NULL);
 }
 
 /* P(w) − P*, with the reference optimum's own inaccuracy (~1e-9) as slack. */
@@ -406,6 +414,155 @@ Test(svm_solver, liblinear_sign_does_not_depend_on_the_first_label)
         free(rows);
     }
     free_fits(&ref);
+    free_problem(&f);
+}
+
+/* ---- several tasks in one call --------------------------------------------------------- */
+
+/* Three problems on the overlap rows: the fixture's labels on all rows, the same labels on a
+ * cross-validation fold's training rows (every row but i % 3 == 0), and the labels flipped
+ * on another fold's. */
+typedef struct {
+    int8_t *flipped;
+    uint8_t *fold_a, *fold_b;
+} task_masks;
+
+static task_masks make_masks(const fixture_problem *f)
+{
+    task_masks m = {xmalloc(f->n), xmalloc(f->n), xmalloc(f->n)};
+    const int8_t *y = f->y.data;
+    for (size_t i = 0; i < f->n; i++) {
+        m.flipped[i] = (int8_t)-y[i];
+        m.fold_a[i] = i % 3 != 0;
+        m.fold_b[i] = i % 3 != 1;
+    }
+    return m;
+}
+
+static void free_masks(task_masks *m)
+{
+    free(m->flipped);
+    free(m->fold_a);
+    free(m->fold_b);
+}
+
+static void fit_tasks_ok(const svm_problem *prob, const svm_params *p, svm_task *tasks, size_t n)
+{
+    char *err = NULL;
+    cr_assert_eq(svm_fit_tasks(prob, p, tasks, n, &err), 0, "svm_fit_tasks: %s", err ? err : "?");
+}
+
+/* A task's fit does not depend on the tasks beside it: each of the three, fitted together
+ * (in either order, warm-started from the same α), is to the bit the fit it gets alone. */
+static void check_tasks_alone(const char *setting, double C)
+{
+    fixture_problem f = load_problem("overlap");
+    task_masks m = make_masks(&f);
+    svm_params p = vissl_params(C, setting, SVM_SOLVER_DENSE);
+    const int8_t *y = f.y.data;
+    svm_task together[3] = {{.y = y}, {.y = y, .in = m.fold_a}, {.y = m.flipped, .in = m.fold_b}};
+    svm_task reversed[3] = {together[2], together[1], together[0]};
+    svm_task alone[3] = {together[0], together[1], together[2]};
+    double *alpha = xcalloc(9 * f.n, sizeof(double));
+    for (int k = 0; k < 3; k++) {
+        together[k].alpha = alpha + k * f.n;
+        reversed[2 - k].alpha = alpha + (3 + k) * f.n;
+        alone[k].alpha = alpha + (6 + k) * f.n;
+    }
+    fit_tasks_ok(&f.prob, &p, together, 3);
+    fit_tasks_ok(&f.prob, &p, reversed, 3);
+    for (int k = 0; k < 3; k++)
+        fit_tasks_ok(&f.prob, &p, &alone[k], 1);
+    for (int k = 0; k < 3; k++) {
+        const svm_task *a = &alone[k], *t = &together[k], *r = &reversed[2 - k];
+        cr_assert_eq(t->model.iterations, a->model.iterations, "task %d: %d iterations together, %d alone",
+                     k, t->model.iterations, a->model.iterations);
+        cr_assert_eq(r->model.iterations, a->model.iterations);
+        cr_assert(memcmp(t->model.w, a->model.w, (f.dim + 1) * sizeof(double)) == 0, "task %d: w differs", k);
+        cr_assert(memcmp(r->model.w, a->model.w, (f.dim + 1) * sizeof(double)) == 0, "task %d: w differs", k);
+        cr_assert(memcmp(t->alpha, a->alpha, f.n * sizeof(double)) == 0, "task %d: α differs", k);
+        for (size_t i = 0; i < f.n; i++)
+            cr_assert(!a->in || a->in[i] || a->alpha[i] == 0, "task %d: row %zu is not its own, α %g", k, i,
+                      a->alpha[i]);
+    }
+    for (int k = 0; k < 3; k++) {
+        svm_model_free(&together[k].model);
+        svm_model_free(&reversed[k].model);
+        svm_model_free(&alone[k].model);
+    }
+    free(alpha);
+    free_masks(&m);
+    free_problem(&f);
+}
+
+Test(svm_solver, tasks_side_by_side_fit_as_each_alone)
+{
+    check_tasks_alone("sqhinge", 1.0);
+    check_tasks_alone("hinge", 10.0);
+}
+
+/* A task on a fold's rows solves that fold's problem: its objective on those rows matches
+ * liblinear's fit of the same rows given as a row view (an independent solver and an
+ * independent way of naming the subset), within sklearn's own 1e-3 band. The flipped-label
+ * fold is checked as well. The other path (no dense solver) fits each task with liblinear. */
+Test(svm_solver, a_task_on_a_fold_solves_that_fold)
+{
+    fixture_problem f = load_problem("overlap");
+    task_masks m = make_masks(&f);
+    const int8_t *labels[2] = {f.y.data, m.flipped};
+    const uint8_t *folds[2] = {m.fold_a, m.fold_b};
+    uint32_t *rows = xmalloc(f.n * sizeof(uint32_t));
+    for (int k = 0; k < N_COSTS; k++) {
+        svm_params p = vissl_params(fixture_cost(k), "sqhinge", SVM_SOLVER_DENSE);
+        svm_params lp = p;
+        lp.solver = SVM_SOLVER_LIBLINEAR;
+        svm_task tasks[2] = {{.y = labels[0], .in = folds[0]}, {.y = labels[1], .in = folds[1]}};
+        svm_task vialiblinear[2] = {tasks[0], tasks[1]};
+        fit_tasks_ok(&f.prob, &p, tasks, 2);
+        fit_tasks_ok(&f.prob, &lp, vialiblinear, 2);
+        for (int t = 0; t < 2; t++) {
+            svm_problem view = f.prob;
+            view.y = labels[t];
+            view.rows = rows;
+            view.n = 0;
+            for (size_t i = 0; i < f.n; i++)
+                if (folds[t][i])
+                    rows[view.n++] = (uint32_t)i;
+            svm_model ref = fit_ok(&view, &lp, NULL);
+            double want = primal_objective_on(ref.w, &f, &p, labels[t], folds[t]);
+            double got = primal_objective_on(tasks[t].model.w, &f, &p, labels[t], folds[t]);
+            double same = primal_objective_on(vialiblinear[t].model.w, &f, &p, labels[t], folds[t]);
+            cr_assert(fabs(got - want) <= 1e-3 * want, "C=%g task %d: objective %.9g, liblinear %.9g", p.C, t,
+                      got, want);
+            cr_assert(fabs(same - want) <= 1e-9 * want, "C=%g task %d: liblinear through the task %.12g, "
+                      "through the view %.12g", p.C, t, same, want);
+            svm_model_free(&ref);
+            svm_model_free(&tasks[t].model);
+            svm_model_free(&vialiblinear[t].model);
+        }
+    }
+    free(rows);
+    free_masks(&m);
+    free_problem(&f);
+}
+
+/* A task whose rows hold one label is refused by its number, and no model is left. */
+Test(svm_solver, a_task_with_one_label_is_refused_by_number)
+{
+    fixture_problem f = load_problem("overlap");
+    const int8_t *y = f.y.data;
+    uint8_t *positives = xmalloc(f.n);
+    for (size_t i = 0; i < f.n; i++)
+        positives[i] = y[i] == 1;
+    svm_params p = vissl_params(1.0, "sqhinge", SVM_SOLVER_DENSE);
+    svm_task tasks[2] = {{.y = y}, {.y = y, .in = positives}};
+    char *err = NULL;
+    cr_assert_eq(svm_fit_tasks(&f.prob, &p, tasks, 2, &err), -1);
+    cr_assert(err && strstr(err, "task 1") && strstr(err, "all of class +1"), "error: %s", err ? err : "(none)");
+    cr_assert_null(tasks[0].model.w);
+    cr_assert_null(tasks[1].model.w);
+    free(err);
+    free(positives);
     free_problem(&f);
 }
 
