@@ -290,6 +290,23 @@ static proc *find_proc(run *r, const char *id)
     return NULL;
 }
 
+/* A heartbeat's or final report's counters: records so far, the rate since the last one,
+ * and the records the stage expects in all (for the ETA). */
+static void note_counters(proc *p, json_t *m)
+{
+    p->records_out = (uint64_t)json_integer_value(json_object_get(m, "records_out"));
+    uint64_t in = (uint64_t)json_integer_value(json_object_get(m, "records_in"));
+    uint64_t records = in ? in : p->records_out;
+    double t = now_seconds();
+    if (p->records_at > 0 && t > p->records_at && records >= p->records)
+        p->rate = (double)(records - p->records) / (t - p->records_at);
+    p->records = records;
+    p->records_at = t;
+    json_t *expected = json_object_get(json_object_get(m, "counters"), "expected");
+    if (json_is_integer(expected))
+        p->expected = json_integer_value(expected);
+}
+
 static void on_message(run *r, json_t *m, const char *peer)
 {
     proc *p = find_proc(r, peer);
@@ -307,6 +324,7 @@ static void on_message(run *r, json_t *m, const char *peer)
     }
     if (strcmp(type, "heartbeat") != 0 && strcmp(type, "final") != 0)
         return;
+    note_counters(p, m);
     const char *status = json_string_value(json_object_get(m, "status"));
     if (strcmp(type, "final") != 0 || !status || !strcmp(status, "ok") || r->phase == PHASE_STOPPING)
         return;
@@ -324,17 +342,6 @@ static void on_message(run *r, json_t *m, const char *peer)
         read_output(p);
     report_failure_of(r, p, "failed");
     shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
-    p->records_out = (uint64_t)json_integer_value(json_object_get(m, "records_out"));
-    uint64_t in = (uint64_t)json_integer_value(json_object_get(m, "records_in"));
-    uint64_t records = in ? in : p->records_out;
-    double t = now_seconds();
-    if (p->records_at > 0 && t > p->records_at && records >= p->records)
-        p->rate = (double)(records - p->records) / (t - p->records_at);
-    p->records = records;
-    p->records_at = t;
-    json_t *expected = json_object_get(json_object_get(m, "counters"), "expected");
-    if (json_is_integer(expected))
-        p->expected = json_integer_value(expected);
 }
 
 static void drain_control(run *r)
