@@ -8,6 +8,7 @@
  */
 #include "features.h"
 
+#include "atomic_file.h"
 #include "npy.h"
 #include "util.h"
 
@@ -41,28 +42,67 @@ static int fail(char **err, char *msg)
 
 /* ---- writing --------------------------------------------------------------------------- */
 
+/* Rows at a time through one buffer, so a write costs a system call per megabyte, not per row. */
+#define WRITE_CHUNK (1u << 20)
+
+/* The features file, rows order[0..m) (or 0..m) of f, streamed: nothing but one chunk is
+ * copied, so the rows may be a memory-mapped spill file bigger than memory. */
+static int write_feature_rows(const char *path, const feat_set *f, const size_t *order, size_t m, char **err)
+{
+    size_t shape[2] = {m, f->dim}, hlen, row = f->dim * sizeof(float);
+    char *header = npy_header(NPY_F4, 2, shape, &hlen, err);
+    if (!header)
+        return -1;
+    atomic_file af;
+    if (atomic_file_open(&af, path, err) != 0) {
+        free(header);
+        return -1;
+    }
+    atomic_file_reserve(&af, hlen + m * row);
+    int rc = atomic_file_write(&af, header, hlen, err);
+    free(header);
+    size_t per_chunk = row && row < WRITE_CHUNK ? WRITE_CHUNK / row : 1;
+    char *chunk = xmalloc(per_chunk * row + 1);
+    for (size_t i = 0; i < m && rc == 0; i += per_chunk) {
+        size_t k = m - i < per_chunk ? m - i : per_chunk;
+        for (size_t j = 0; j < k; j++)
+            memcpy(chunk + j * row, f->features + (order ? order[i + j] : i + j) * f->dim, row);
+        rc = atomic_file_write(&af, chunk, k * row, err);
+    }
+    free(chunk);
+    if (rc == 0)
+        return atomic_file_commit(&af, err);
+    atomic_file_abort(&af);
+    return -1;
+}
+
+int feat_write_rows(const char *dir, int rank, const char *split, const char *layer, const feat_set *f,
+                    const size_t *order, size_t m, char **err)
+{
+    int64_t *tgt = xmalloc(m * f->ntargets * sizeof *tgt + 1), *inds = xmalloc(m * sizeof *inds + 1);
+    for (size_t i = 0; i < m; i++) {
+        size_t r = order ? order[i] : i;
+        memcpy(tgt + i * f->ntargets, f->targets + r * f->ntargets, f->ntargets * sizeof *tgt);
+        inds[i] = f->inds[r];
+    }
+    size_t tshape[2] = {m, f->ntargets}, ishape[1] = {m};
+    char *paths[3] = {feat_path(dir, rank, split, layer, "features"), feat_path(dir, rank, split, layer, "targets"),
+                      feat_path(dir, rank, split, layer, "inds")};
+    int rc = write_feature_rows(paths[0], f, order, m, err);
+    if (rc == 0)
+        rc = npy_write(paths[1], NPY_I8, 2, tshape, tgt, err);
+    if (rc == 0)
+        rc = npy_write(paths[2], NPY_I8, 1, ishape, inds, err);
+    for (int i = 0; i < 3; i++)
+        free(paths[i]);
+    free(tgt);
+    free(inds);
+    return rc;
+}
+
 int feat_write(const char *dir, int rank, const char *split, const char *layer, const feat_set *f, char **err)
 {
-    size_t fshape[2] = {f->n, f->dim}, tshape[2] = {f->n, f->ntargets}, ishape[1] = {f->n};
-    struct {
-        const char *what;
-        npy_dtype dtype;
-        int ndim;
-        const size_t *shape;
-        const void *data;
-    } files[3] = {
-        {"features", NPY_F4, 2, fshape, f->features},
-        {"targets", NPY_I8, 2, tshape, f->targets},
-        {"inds", NPY_I8, 1, ishape, f->inds},
-    };
-    for (int i = 0; i < 3; i++) {
-        char *path = feat_path(dir, rank, split, layer, files[i].what);
-        int rc = npy_write(path, files[i].dtype, files[i].ndim, files[i].shape, files[i].data, err);
-        free(path);
-        if (rc != 0)
-            return -1;
-    }
-    return 0;
+    return feat_write_rows(dir, rank, split, layer, f, NULL, f->n, err);
 }
 
 /* ---- de-duplication -------------------------------------------------------------------- */
@@ -80,27 +120,36 @@ static int by_index_then_row(const void *a, const void *b)
     return x->row < y->row ? -1 : x->row > y->row;
 }
 
+size_t feat_dedup_order(const int64_t *inds, size_t n, size_t *order)
+{
+    row_key *keys = xmalloc(n * sizeof *keys + 1);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = (row_key){inds[i], i};
+    /* Sorting by (index, row) puts the first occurrence of an index first: VISSL's rule. */
+    qsort(keys, n, sizeof *keys, by_index_then_row);
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++)
+        if (k == 0 || keys[k].ind != keys[k - 1].ind)
+            order[m++] = keys[k].row;
+    free(keys);
+    return m;
+}
+
 void feat_dedup_sort(feat_set *f)
 {
     if (f->n == 0)
         return;
-    row_key *keys = xmalloc(f->n * sizeof *keys);
-    for (size_t i = 0; i < f->n; i++)
-        keys[i] = (row_key){f->inds[i], i};
-    /* Sorting by (index, row) keeps the first occurrence of an index first: VISSL's rule. */
-    qsort(keys, f->n, sizeof *keys, by_index_then_row);
-    float *feat = xmalloc_large(f->n * f->dim * sizeof *feat + 1);
-    int64_t *tgt = xmalloc(f->n * f->ntargets * sizeof *tgt + 1), *inds = xmalloc(f->n * sizeof *inds);
-    size_t m = 0;
-    for (size_t k = 0; k < f->n; k++) {
-        if (m > 0 && inds[m - 1] == keys[k].ind)
-            continue;
-        size_t r = keys[k].row;
-        memcpy(feat + m * f->dim, f->features + r * f->dim, f->dim * sizeof *feat);
-        memcpy(tgt + m * f->ntargets, f->targets + r * f->ntargets, f->ntargets * sizeof *tgt);
-        inds[m++] = keys[k].ind;
+    size_t *order = xmalloc(f->n * sizeof *order);
+    size_t m = feat_dedup_order(f->inds, f->n, order);
+    float *feat = xmalloc_large(m * f->dim * sizeof *feat + 1);
+    int64_t *tgt = xmalloc(m * f->ntargets * sizeof *tgt + 1), *inds = xmalloc(m * sizeof *inds);
+    for (size_t k = 0; k < m; k++) {
+        size_t r = order[k];
+        memcpy(feat + k * f->dim, f->features + r * f->dim, f->dim * sizeof *feat);
+        memcpy(tgt + k * f->ntargets, f->targets + r * f->ntargets, f->ntargets * sizeof *tgt);
+        inds[k] = f->inds[r];
     }
-    free(keys);
+    free(order);
     free(f->features);
     free(f->targets);
     free(f->inds);

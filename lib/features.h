@@ -40,6 +40,16 @@ char *feat_path(const char *dir, int rank, const char *split, const char *layer,
  * sorts: feat_dedup_sort). 0, or -1 with *err. */
 int feat_write(const char *dir, int rank, const char *split, const char *layer, const feat_set *f, char **err);
 
+/* Write rows order[0..m) of f (order NULL: rows 0..m), in that order; the features are
+ * streamed from f->features, never copied whole, so they may be a memory-mapped file larger
+ * than memory. 0, or -1 with *err. */
+int feat_write_rows(const char *dir, int rank, const char *split, const char *layer, const feat_set *f,
+                    const size_t *order, size_t m, char **err);
+
+/* The rows to keep, in the order to write them, for rows unique by index (the first
+ * occurrence of each) and sorted by it: order gets m <= n row numbers; returns m. */
+size_t feat_dedup_order(const int64_t *inds, size_t n, size_t *order);
+
 /* Keep the first row of every index and sort the rows by index (stable), in place. */
 void feat_dedup_sort(feat_set *f);
 

@@ -1,8 +1,12 @@
 /*
  * extract.c — VISSL's extract_features engine (extract.h).
  *
- * One growing feat_set per layer holds the split's rows as they arrive; nothing is
- * de-duplicated until the split ends, so a batch costs one forward and one download per layer.
+ * Each layer's features go to a spill file as they arrive (an unlinked temp file in the
+ * output folder: a layer of ImageNet's train split is 10 GB, more than a node may have to
+ * spare, and a crash leaves nothing behind); only the targets and indices stay in memory.
+ * Nothing is de-duplicated until the split ends, so a batch costs one forward, one download
+ * and one write per layer. At the split's end the spill is memory-mapped and its rows are
+ * streamed into the .npy file in index order, first occurrence of each index kept.
  */
 #include "extract/extract.h"
 
@@ -12,8 +16,11 @@
 #include "train/inputs.h"
 #include "util.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define MAX_LAYERS MODEL_MAX_FEATURES
 
@@ -23,8 +30,9 @@ struct extractor {
     batch_host host;
     int nlayers;
     const char *layers[MAX_LAYERS]; /* point into the config */
-    feat_set rows[MAX_LAYERS];      /* the split's rows so far */
-    size_t cap[MAX_LAYERS];         /* rows allocated in each feat_set */
+    feat_set rows[MAX_LAYERS];      /* the split's rows so far: targets and inds (features NULL) */
+    size_t cap[MAX_LAYERS];         /* rows allocated for them */
+    int spill[MAX_LAYERS];          /* each layer's features, n × dim float32, in arrival order */
     float *out;                     /* one output downloaded */
     size_t out_floats;
 };
@@ -42,7 +50,26 @@ static void name_layers(extractor *x, const cfg_node *config, const model_option
         x->layers[x->nlayers++] = map->items[i]->items[0]->s; /* model_options_from_config checked the shape */
 }
 
-extractor *extractor_new(const cfg_node *config, int threads, cfg_err *err)
+/* An unlinked temp file in dir for a layer's features. */
+static int open_spill(const char *dir, char **err)
+{
+    char *why = NULL;
+    if (make_dirs(dir, 0777, &why) != 0) {
+        report_failure(err, "%s", why);
+        free(why);
+        return -1;
+    }
+    char *path = xasprintf("%s/.selfsup-extract-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0)
+        report_failure(err, "%s: cannot create the features' spill file: %s", path, strerror(errno));
+    else
+        unlink(path);
+    free(path);
+    return fd;
+}
+
+extractor *extractor_new(const cfg_node *config, int threads, const char *dir, cfg_err *err)
 {
     if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu") != 0) {
         cfg_fail(err, cfg_get(config, "MACHINE.DEVICE"), "config.MACHINE.DEVICE",
@@ -50,11 +77,22 @@ extractor *extractor_new(const cfg_node *config, int threads, cfg_err *err)
         return NULL;
     }
     extractor *x = xcalloc(1, sizeof *x);
+    for (int k = 0; k < MAX_LAYERS; k++)
+        x->spill[k] = -1;
     if (!model_build_from_config(config, threads, &x->be, &x->m, err)) {
         extractor_free(x);
         return NULL;
     }
     name_layers(x, config, model_opts(x->m));
+    for (int k = 0; k < x->nlayers; k++) {
+        char *why = NULL;
+        if ((x->spill[k] = open_spill(dir, &why)) < 0) {
+            snprintf(err->msg, sizeof err->msg, "%s", why);
+            free(why);
+            extractor_free(x);
+            return NULL;
+        }
+    }
     return x;
 }
 
@@ -62,8 +100,11 @@ void extractor_free(extractor *x)
 {
     if (!x)
         return;
-    for (int i = 0; i < x->nlayers; i++)
+    for (int i = 0; i < x->nlayers; i++) {
         feat_free(&x->rows[i]);
+        if (x->spill[i] >= 0)
+            close(x->spill[i]);
+    }
     batch_host_free(&x->host);
     free(x->out);
     if (x->m)
@@ -77,7 +118,7 @@ int extractor_layer_count(const extractor *x) { return x->nlayers; }
 const char *extractor_layer(const extractor *x, int i) { return x->layers[i]; }
 size_t extractor_rows(const extractor *x) { return x->rows[0].n; }
 
-/* Room for n more rows in a layer's set (doubling, so a split costs O(log N) copies). */
+/* Room for n more rows' targets and indices (doubling, so a split costs O(log N) copies). */
 static void reserve(extractor *x, int layer, size_t n)
 {
     feat_set *f = &x->rows[layer];
@@ -87,7 +128,6 @@ static void reserve(extractor *x, int layer, size_t n)
     cap = cap ? cap : 1024;
     while (cap < f->n + n)
         cap *= 2;
-    f->features = xrealloc(f->features, cap * f->dim * sizeof *f->features + 1);
     f->targets = xrealloc(f->targets, cap * f->ntargets * sizeof *f->targets + 1);
     f->inds = xrealloc(f->inds, cap * sizeof *f->inds);
     x->cap[layer] = cap;
@@ -117,6 +157,21 @@ static int batch_meta(const rec_view *v, int64_t n, const int64_t **label, size_
     return 0;
 }
 
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
 /* Download model output `k` (N × …) and append it, with the batch's targets and indices, to
  * layer k's rows. */
 static int keep_layer(extractor *x, int k, int64_t n, const int64_t *label, size_t cols, const int64_t *inds,
@@ -137,8 +192,10 @@ static int keep_layer(extractor *x, int k, int64_t n, const int64_t *label, size
         x->out_floats = floats;
     }
     eng_download(x->be, o, x->out);
+    if (write_all(x->spill[k], x->out, floats * sizeof *x->out) != 0)
+        return report_failure(err, "layer %s: cannot write the features' spill file: %s", x->layers[k],
+                              strerror(errno));
     reserve(x, k, (size_t)n);
-    memcpy(f->features + f->n * dim, x->out, floats * sizeof *x->out);
     memcpy(f->targets + f->n * cols, label, (size_t)n * cols * sizeof *label);
     memcpy(f->inds + f->n, inds, (size_t)n * sizeof *inds);
     f->n += (size_t)n;
@@ -170,6 +227,35 @@ int extractor_batch(extractor *x, const rec_view *v, char **err)
     return 0;
 }
 
+/* Layer k's files from its spill, then an empty spill for the next split. */
+static int write_layer(extractor *x, int k, const char *dir, int rank, const char *split, char **err)
+{
+    feat_set *f = &x->rows[k];
+    size_t bytes = f->n * f->dim * sizeof(float);
+    void *map = bytes ? mmap(NULL, bytes, PROT_READ, MAP_SHARED, x->spill[k], 0) : NULL;
+    if (map == MAP_FAILED)
+        return report_failure(err, "layer %s: cannot map the features' spill file: %s", x->layers[k],
+                              strerror(errno));
+    if (map)
+        madvise(map, bytes, MADV_SEQUENTIAL);
+    f->features = map;
+    size_t *order = xmalloc(f->n * sizeof *order + 1);
+    size_t m = feat_dedup_order(f->inds, f->n, order);
+    int rc = feat_write_rows(dir, rank, split, x->layers[k], f, order, m, err);
+    if (rc == 0)
+        log_info("%s %s: %zu rows of %zu features (%zu repeated indices dropped) -> %s/rank%d_%s_%s_*.npy", split,
+                 x->layers[k], m, f->dim, f->n - m, dir, rank, split, x->layers[k]);
+    free(order);
+    if (map)
+        munmap(map, bytes);
+    f->features = NULL;
+    if (rc == 0 && (ftruncate(x->spill[k], 0) != 0 || lseek(x->spill[k], 0, SEEK_SET) != 0))
+        rc = report_failure(err, "layer %s: cannot empty the features' spill file: %s", x->layers[k], strerror(errno));
+    feat_free(f);
+    x->cap[k] = 0;
+    return rc;
+}
+
 int extractor_write_split(extractor *x, const char *dir, int rank, const char *split, char **err)
 {
     char *why = NULL;
@@ -178,16 +264,8 @@ int extractor_write_split(extractor *x, const char *dir, int rank, const char *s
         free(why);
         return -1;
     }
-    for (int k = 0; k < x->nlayers; k++) {
-        feat_set *f = &x->rows[k];
-        size_t before = f->n;
-        feat_dedup_sort(f);
-        if (feat_write(dir, rank, split, x->layers[k], f, err) != 0)
+    for (int k = 0; k < x->nlayers; k++)
+        if (write_layer(x, k, dir, rank, split, err) != 0)
             return -1;
-        log_info("%s %s: %zu rows of %zu features (%zu repeated indices dropped) -> %s/rank%d_%s_%s_*.npy", split,
-                 x->layers[k], f->n, f->dim, before - f->n, dir, rank, split, x->layers[k]);
-        feat_free(f);
-        x->cap[k] = 0;
-    }
     return 0;
 }

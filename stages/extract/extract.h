@@ -12,7 +12,9 @@
  *
  * extractor_batch runs one batch record (data.0 images, label.0 targets, data_idx.0 dataset
  * indices, as the collate stage writes them) and keeps each row's features flattened to
- * N × D, its targets and its index; extractor_write_split de-duplicates the rows by index
+ * N × D, its targets and its index. The features wait in a spill file in the output folder
+ * (unlinked, so it never outlives the process), not in memory: a split's memory is its
+ * targets and indices, 16 bytes a row for one label. extractor_write_split de-duplicates the rows by index
  * (the first kept, which removes a distributed sampler's padding) and sorts them, writes
  * rank{R}_{split}_{layer}_{features,targets,inds}.npy for every layer, and starts over for
  * the next split.
@@ -28,8 +30,9 @@
 typedef struct extractor extractor;
 
 /* NULL with err ("file:line: key: why") for a model or weights file that cannot be built or
- * loaded; the exit status is then 2. threads 0: every core. */
-extractor *extractor_new(const cfg_node *config, int threads, cfg_err *err);
+ * loaded, or an output folder `dir` (where the spill files go) that cannot be created or
+ * written; the exit status is then 2. threads 0: every core. */
+extractor *extractor_new(const cfg_node *config, int threads, const char *dir, cfg_err *err);
 void extractor_free(extractor *x);
 
 int extractor_layer_count(const extractor *x);

@@ -75,12 +75,12 @@ static int prepare(stage *s, void *state)
 {
     extract_stage *es = state;
     cfg_err err;
-    if (!(es->x = extractor_new(stage_config(s), es->threads, &err))) {
+    if (!es->output)
+        es->output = cfg_str(stage_config(s), "CHECKPOINT.DIR");
+    if (!(es->x = extractor_new(stage_config(s), es->threads, es->output, &err))) {
         log_error("%s", err.msg);
         return EXIT_USAGE;
     }
-    if (!es->output)
-        es->output = cfg_str(stage_config(s), "CHECKPOINT.DIR");
     return 0;
 }
 

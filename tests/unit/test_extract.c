@@ -18,6 +18,9 @@
 #include "util.h"
 
 #include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -157,6 +160,18 @@ static char *write_yaml(const char *dir, const char *yaml)
     return cfg;
 }
 
+/* Entries of a folder, hidden ones included. */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert(d, "%s: %s", dir, strerror(errno));
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
 Test(extract, torchvision_checkpoint_gives_torchvision_features, .timeout = 60)
 {
     char *dir = test_make_tmpdir();
@@ -177,6 +192,8 @@ Test(extract, torchvision_checkpoint_gives_torchvision_features, .timeout = 60)
     char *outdir = xasprintf("%s/out", dir);
     check_layer(outdir, "res4", 1024);
     check_layer(outdir, "res5avg", 512);
+    /* the features waited in spill files there; none outlives the run */
+    cr_expect_eq(count_entries(outdir), 6, "the output folder holds more than the 6 .npy files");
     free(out);
     free(cmd);
     free(bin);
@@ -185,6 +202,31 @@ Test(extract, torchvision_checkpoint_gives_torchvision_features, .timeout = 60)
     free(outdir);
     free(pth);
     free(recs);
+    test_rm_dir(dir);
+}
+
+/* The output folder is where the features wait: one that cannot be made is refused at the
+ * start (exit 2), naming it, not after a split's forward passes. */
+Test(extract, unwritable_output_folder_is_refused_before_any_batch, .timeout = 30)
+{
+    char *dir = test_make_tmpdir();
+    char *file = xasprintf("%s/a-file", dir);
+    FILE *f = fopen(file, "w");
+    cr_assert(f);
+    fclose(f);
+    char *yaml = xasprintf("%s  MACHINE: {DEVICE: cpu}\n  CHECKPOINT: {DIR: %s/out}\n", MODEL_YAML, dir);
+    char *cfg = write_yaml(dir, yaml), *out = NULL;
+    char *bin = test_build_path("selfsup-extract");
+    char *cmd = xasprintf("%s -c %s --in file:/dev/null --output %s/sub", bin, cfg, file);
+    int rc = test_run(cmd, &out);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "a-file") != NULL, "%s", out);
+    free(out);
+    free(cmd);
+    free(bin);
+    free(cfg);
+    free(yaml);
+    free(file);
     test_rm_dir(dir);
 }
 
