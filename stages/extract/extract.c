@@ -157,21 +157,6 @@ static int batch_meta(const rec_view *v, int64_t n, const int64_t **label, size_
     return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Download model output `k` (N × …) and append it, with the batch's targets and indices, to
  * layer k's rows. */
 static int keep_layer(extractor *x, int k, int64_t n, const int64_t *label, size_t cols, const int64_t *inds,
@@ -192,9 +177,12 @@ static int keep_layer(extractor *x, int k, int64_t n, const int64_t *label, size
         x->out_floats = floats;
     }
     eng_download(x->be, o, x->out);
-    if (write_all(x->spill[k], x->out, floats * sizeof *x->out) != 0)
-        return report_failure(err, "layer %s: cannot write the features' spill file: %s", x->layers[k],
-                              strerror(errno));
+    char *why = NULL;
+    if (rec_fd_write(x->spill[k], x->out, floats * sizeof *x->out, &why) != 0) {
+        report_failure(err, "layer %s: the features' spill file: %s", x->layers[k], why);
+        free(why);
+        return -1;
+    }
     reserve(x, k, (size_t)n);
     memcpy(f->targets + f->n * cols, label, (size_t)n * cols * sizeof *label);
     memcpy(f->inds + f->n, inds, (size_t)n * sizeof *inds);
