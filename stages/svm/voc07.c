@@ -7,11 +7,12 @@
  * tasks of one call (svm_fit_tasks), which fetches each row once per sweep for all of them
  * rather than once per task: on benchmark-sized features that fetch, not the arithmetic, is
  * what a lone fit waits on (5000 x 2048 features, 20 classes, one thread: 25 s fit by fit,
- * 16 s as tasks). The tasks are dealt into one group per thread, of about equal work, and
- * each group fits every cost in ascending order, each task warm-started from its own dual
- * solution at the previous cost. A task's fit does not depend on its group (see
- * svm_fit_tasks), so neither the grouping nor the thread count changes any result; each
- * group writes only its own slots of the result arrays.
+ * 16 s as tasks). The tasks are dealt into one group per thread, of about equal work (more
+ * groups when their solver state would pass GROUP_STATE_BYTES), and each group fits every
+ * cost in ascending order, each task warm-started from its own dual solution at the previous
+ * cost. A task's fit does not depend on its group (see svm_fit_tasks), so neither the
+ * grouping nor the thread count changes any result; each group writes only its own slots of
+ * the result arrays.
  */
 #include "ap.h"
 #include "log.h"
@@ -249,6 +250,23 @@ static void plan_classes(const svm_opts *o, const svm_data *d, const char *outdi
     }
 }
 
+/* A group's tasks hold their solver state at once (α, the active set, the weights): at most
+ * this much of it, so that a benchmark with many classes on many rows (1000 classes of
+ * ImageNet: 4000 tasks of 1.28 M rows) runs in bounded memory. */
+#define GROUP_STATE_BYTES (256u << 20)
+
+/* One group per thread, more when the groups' solver state would outgrow the budget. */
+static size_t group_count(size_t ntasks, size_t n, size_t dim, int threads)
+{
+    size_t per_task = n * (sizeof(double) + 1) + dim * (sizeof(double) + 2 * sizeof(float));
+    size_t fit = GROUP_STATE_BYTES / per_task, groups = (size_t)threads;
+    if (fit == 0)
+        fit = 1;
+    if ((ntasks + fit - 1) / fit > groups)
+        groups = (ntasks + fit - 1) / fit;
+    return ntasks < groups ? (ntasks ? ntasks : 1) : groups;
+}
+
 /* Deal the tasks into groups of about equal work: a fold's fit has (folds − 1) / folds of
  * the rows, an all-rows fit all of them; each task goes to the group with the least work so
  * far (all-rows fits first). */
@@ -282,7 +300,7 @@ static int train_all(const svm_opts *o, const svm_data *d, const char *outdir, s
     size_t ntasks;
     fit_task *tasks = plan_tasks(&v, &ntasks);
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
-    size_t groups = ntasks < (size_t)threads ? (ntasks ? ntasks : 1) : (size_t)threads;
+    size_t groups = group_count(ntasks, d->n, d->dim, threads);
     char **errs = xcalloc(groups, sizeof *errs);
     fit_task **members = xcalloc(groups, sizeof *members);
     size_t *sizes = xcalloc(groups, sizeof *sizes);
