@@ -50,16 +50,10 @@ static void name_layers(extractor *x, const cfg_node *config, const model_option
         x->layers[x->nlayers++] = map->items[i]->items[0]->s; /* model_options_from_config checked the shape */
 }
 
-/* An unlinked temp file in dir for a layer's features. */
+/* An unlinked temp file in dir (which exists) for a layer's features. */
 static int open_spill(const char *dir, char **err)
 {
-    char *why = NULL;
-    if (make_dirs(dir, 0777, &why) != 0) {
-        report_failure(err, "%s", why);
-        free(why);
-        return -1;
-    }
-    char *path = xasprintf("%s/.selfsup-extract-XXXXXX", dir);
+    char *path = xasprintf("%s/.selfsup-extract-XXXXXX", dir); /* mkstemp's name template */
     int fd = mkstemp(path);
     if (fd < 0)
         report_failure(err, "%s: cannot create the features' spill file: %s", path, strerror(errno));
@@ -84,14 +78,15 @@ extractor *extractor_new(const cfg_node *config, int threads, const char *dir, c
         return NULL;
     }
     name_layers(x, config, model_opts(x->m));
-    for (int k = 0; k < x->nlayers; k++) {
-        char *why = NULL;
-        if ((x->spill[k] = open_spill(dir, &why)) < 0) {
-            snprintf(err->msg, sizeof err->msg, "%s", why);
-            free(why);
-            extractor_free(x);
-            return NULL;
-        }
+    char *why = NULL;
+    int rc = make_dirs(dir, 0777, &why);
+    for (int k = 0; k < x->nlayers && rc == 0; k++)
+        rc = (x->spill[k] = open_spill(dir, &why)) < 0 ? -1 : 0;
+    if (rc != 0) {
+        snprintf(err->msg, sizeof err->msg, "%s", why);
+        free(why);
+        extractor_free(x);
+        return NULL;
     }
     return x;
 }

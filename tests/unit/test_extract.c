@@ -205,27 +205,35 @@ Test(extract, torchvision_checkpoint_gives_torchvision_features, .timeout = 60)
     test_rm_dir(dir);
 }
 
-/* The output folder is where the features wait: one that cannot be made is refused at the
- * start (exit 2), naming it, not after a split's forward passes. */
-Test(extract, unwritable_output_folder_is_refused_before_any_batch, .timeout = 30)
+/* selfsup-extract on an empty input with this model config (MODEL_YAML + `more`) and
+ * arguments must stop at the start with exit 2 and an error naming `needle`. */
+static void expect_refused_at_start(const char *dir, const char *more, const char *args, const char *needle)
 {
-    char *dir = test_make_tmpdir();
-    char *file = xasprintf("%s/a-file", dir);
-    FILE *f = fopen(file, "w");
-    cr_assert(f);
-    fclose(f);
-    char *yaml = xasprintf("%s  MACHINE: {DEVICE: cpu}\n  CHECKPOINT: {DIR: %s/out}\n", MODEL_YAML, dir);
+    char *yaml = xasprintf("%s%s  MACHINE: {DEVICE: cpu}\n  CHECKPOINT: {DIR: %s/out}\n", MODEL_YAML, more, dir);
     char *cfg = write_yaml(dir, yaml), *out = NULL;
     char *bin = test_build_path("selfsup-extract");
-    char *cmd = xasprintf("%s -c %s --in file:/dev/null --output %s/sub", bin, cfg, file);
+    char *cmd = xasprintf("%s -c %s --in file:/dev/null %s", bin, cfg, args);
     int rc = test_run(cmd, &out);
     cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "a-file") != NULL, "%s", out);
+    cr_expect(strstr(out, needle) != NULL, "%s", out);
     free(out);
     free(cmd);
     free(bin);
     free(cfg);
     free(yaml);
+}
+
+/* The output folder is where the features wait: one that cannot be made is refused at the
+ * start (exit 2), naming it, not after a split's forward passes. */
+Test(extract, unwritable_output_folder_is_refused_before_any_batch, .timeout = 30)
+{
+    char *dir = test_make_tmpdir();
+    char *file = xasprintf("%s/a-file", dir), *args = xasprintf("--output %s/sub", file);
+    FILE *f = fopen(file, "w");
+    cr_assert(f);
+    fclose(f);
+    expect_refused_at_start(dir, "", args, "a-file");
+    free(args);
     free(file);
     test_rm_dir(dir);
 }
@@ -233,19 +241,8 @@ Test(extract, unwritable_output_folder_is_refused_before_any_batch, .timeout = 3
 Test(extract, bad_weights_file_is_refused_before_any_batch, .timeout = 30)
 {
     char *dir = test_make_tmpdir();
-    char *yaml = xasprintf("%s    WEIGHTS_INIT: {PARAMS_FILE: %s/missing.pth}\n  MACHINE: {DEVICE: cpu}\n"
-                           "  CHECKPOINT: {DIR: %s/out}\n",
-                           MODEL_YAML, dir, dir);
-    char *cfg = write_yaml(dir, yaml), *out = NULL;
-    char *bin = test_build_path("selfsup-extract");
-    char *cmd = xasprintf("%s -c %s --in file:/dev/null", bin, cfg);
-    int rc = test_run(cmd, &out);
-    cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "missing.pth") != NULL, "%s", out);
-    free(out);
-    free(cmd);
-    free(bin);
-    free(cfg);
-    free(yaml);
+    char *more = xasprintf("    WEIGHTS_INIT: {PARAMS_FILE: %s/missing.pth}\n", dir);
+    expect_refused_at_start(dir, more, "", "missing.pth");
+    free(more);
     test_rm_dir(dir);
 }
