@@ -4,8 +4,10 @@
  * Composition already checked keys and types against defaults.yaml. This pass checks what
  * a schema of defaults cannot express: names (transforms, losses, collators, schedulers,
  * trunks, heads...) with a "did you mean", enumerations, lists whose lengths must agree,
- * transform parameters, LR schedules (through lib/sched's own checks), value ranges, and
- * the data and weights files the run will read.
+ * transform parameters (crop sizes within MAX_CROP_SIDE), LR schedules (through lib/sched's
+ * own checks), value ranges (selfsup's own SELFSUP.* keys and the augment worker count
+ * included: what a run would otherwise find late), and the data and weights files the run
+ * will read.
  *
  * Paths are resolved as VISSL resolves them: DATA_PATHS when given, otherwise the dataset
  * catalog (configs/dataset_catalog.json; the TEST split reads the "val" entry). A missing
@@ -14,9 +16,12 @@
  */
 #include "cfg_internal.h"
 
+#include "ring.h"
 #include "util.h"
 
+#include <float.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +121,21 @@ static bool check_min(checker *ck, const char *path, double min)
     return false;
 }
 
+/* A number within [lo, hi], finite; `rule` says so in the message ("must be ..."). */
+static bool check_range(checker *ck, const char *path, double lo, double hi, const char *rule)
+{
+    cfg_node *n = C(ck, path);
+    if (!cfg_is_number(n))
+        return true; /* composition checked the type */
+    double v = cfg_number(n);
+    if (isfinite(v) && v >= lo && v <= hi)
+        return true;
+    char *full = xasprintf("config.%s", path);
+    cfg_fail(ck->err, n, full, "%s, not %.15g", rule, v);
+    free(full);
+    return false;
+}
+
 /* ---- transforms -------------------------------------------------------------------------- */
 
 static size_t list_len(const cfg_node *n)
@@ -161,6 +181,35 @@ static bool check_pair(checker *ck, const cfg_node *t, const char *key, const ch
     return false;
 }
 
+/* The largest side, in pixels, a transform may crop or resize to: far above any SSL recipe
+ * (224, 160, 96, Jigsaw's 255) and a photo's size, and a bound on what one sample costs (a
+ * 8192² RGB crop is 192 MiB of a ring slot). selfsup-augment applies the same bound
+ * (stages/augment/transforms.c), so validation refuses what a run would. */
+#define MAX_CROP_SIDE 8192
+
+/* One size parameter: whole numbers of pixels, alone or in a list ([h, w], size_crops). */
+static bool check_side(checker *ck, const cfg_node *v, const char *path, const char *tname, const char *key)
+{
+    bool ok = v->kind == CFG_INT || v->kind == CFG_NULL || (v->kind == CFG_LIST && v->len > 0);
+    for (size_t k = 0; ok && v->kind == CFG_LIST && k < v->len; k++)
+        ok = v->items[k]->kind == CFG_INT && v->items[k]->i >= 1 && v->items[k]->i <= MAX_CROP_SIDE;
+    ok = ok && (v->kind != CFG_INT || (v->i >= 1 && v->i <= MAX_CROP_SIDE));
+    if (!ok)
+        cfg_fail(ck->err, v, path, "%s: '%s' must be whole numbers of pixels from 1 to %d", tname, key, MAX_CROP_SIDE);
+    return ok;
+}
+
+static bool check_crop_sides(checker *ck, const cfg_node *t, const char *path, const char *tname)
+{
+    static const char *const keys[] = {"size", "size_crops", "crop_size_image", "crop_size_patches", "max_size"};
+    for (size_t k = 0; k < ARRAY_LEN(keys); k++) {
+        const cfg_node *v = cfg_map_get(t, keys[k]);
+        if (v && !check_side(ck, v, path, tname, keys[k]))
+            return false;
+    }
+    return true;
+}
+
 static bool check_transform(checker *ck, const cfg_node *t, const char *path)
 {
     if (!t || t->kind != CFG_MAP || !cfg_map_get(t, "name")) {
@@ -187,6 +236,8 @@ static bool check_transform(checker *ck, const cfg_node *t, const char *path)
                  near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
         return false;
     }
+    if (!check_crop_sides(ck, t, path, name->s))
+        return false;
     if (!strcmp(name->s, "ImgPilToMultiCrop"))
         return check_multicrop(ck, t, path);
     if (!strcmp(name->s, "Normalize")) {
@@ -377,10 +428,20 @@ static bool check_split(checker *ck, const char *split)
     return ok;
 }
 
+/* Augment workers are processes that each attach to two rings ("decoded", "augmented"), and
+ * a ring holds RING_MAX_PROCS processes: the workers, the decoder or the collator, and the
+ * orchestrator watching it. More would fork them all and then fail one by one. */
+#define MAX_WORKERS (RING_MAX_PROCS - 2)
+
 /* Splits the run reads: TRAIN unless TEST_ONLY, TEST when TEST_MODEL (VISSL's rule). */
 static bool check_data(checker *ck)
 {
-    if (!check_min(ck, "DATA.NUM_DATALOADER_WORKERS", 0))
+    char *rule = xasprintf("must be from 0 to %d: each augment worker is a process on two rings of %d processes, "
+                           "the decoder or collator and the orchestrator included",
+                           MAX_WORKERS, RING_MAX_PROCS);
+    bool ok = check_range(ck, "DATA.NUM_DATALOADER_WORKERS", 0, MAX_WORKERS, rule);
+    free(rule);
+    if (!ok)
         return false;
     if (!C_bool(ck, "TEST_ONLY") && !check_split(ck, "DATA.TRAIN"))
         return false;
@@ -503,6 +564,37 @@ static bool check_runtime(checker *ck)
            ENUM(ck, "MODEL.SYNC_BN_CONFIG.SYNC_BN_TYPE", "apex", "pytorch");
 }
 
+/* The largest ring depth a ring takes (shm/ring.c's MAX_SLOTS); it needs two slots. */
+#define MAX_RING_DEPTH (1 << 20)
+
+/* selfsup's own keys (SELFSUP.*), which a run reads long after validation: a heartbeat
+ * timeout of 0 would turn hang detection off, a ring depth of 0 fail at ring creation. */
+static bool check_selfsup(checker *ck)
+{
+    return check_range(ck, "SELFSUP.CONTROL.HEARTBEAT_TIMEOUT_S", DBL_TRUE_MIN, DBL_MAX,
+                        "must be a number of seconds > 0 (stages send a heartbeat each second; 0 or less would "
+                        "turn hang detection off)") &&
+           check_range(ck, "SELFSUP.RING.DEPTH", 2, MAX_RING_DEPTH, "must be from 2 to 1048576 slots") &&
+           check_range(ck, "SELFSUP.RING.SLOT_BYTES", 0, DBL_MAX, "must be 0 (sized from the batch) or a number of "
+                                                                  "bytes") &&
+           check_range(ck, "SELFSUP.MAX_INVALID_IMAGES_SHARE", 0, 1,
+                       "must be a share from 0 to 1 (1: invalid images are only reported)");
+}
+
+/* The control endpoint: "" (ipc in the private run directory), ipc://PATH or tcp://HOST:PORT
+ * (always CURVE); other transports, and abstract ipc names, would let other users in. Key
+ * files are checked where they are loaded, on the node that uses them. */
+static bool check_selfsup_endpoint(checker *ck)
+{
+    cfg_node *ep = C(ck, "SELFSUP.CONTROL.ENDPOINT");
+    if (!ep || ep->kind != CFG_STR || !*ep->s || (!strncmp(ep->s, "ipc://", 6) && ep->s[6] != '@') ||
+        !strncmp(ep->s, "tcp://", 6))
+        return true;
+    cfg_fail(ck->err, ep, "config.SELFSUP.CONTROL.ENDPOINT",
+             "'%s': expected \"\" (ipc in the run directory), ipc://PATH or tcp://HOST:PORT", ep->s);
+    return false;
+}
+
 /* Several nodes meet over tcp at RUN_ID, which must then be "HOST:PORT" (VISSL's recipes
  * ship a placeholder there). Like a missing file: an error for validate, a warning for show. */
 static bool check_rendezvous(checker *ck)
@@ -535,7 +627,8 @@ bool cfg_check(cfg_t *cfg, const cfg_options *opt, cfg_err *err)
 {
     checker ck = {cfg, opt, err, NULL};
     bool ok = check_runtime(&ck) && check_model(&ck) && check_loss_and_meters(&ck) && check_optimizer(&ck) &&
-              check_data(&ck) && check_weights(&ck) && check_rendezvous(&ck);
+              check_data(&ck) && check_weights(&ck) && check_rendezvous(&ck) && check_selfsup(&ck) &&
+              check_selfsup_endpoint(&ck);
     json_decref(ck.catalog);
     return ok;
 }

@@ -10,7 +10,9 @@
  * is given. Values that need the dataset's size (memory banks) are inferred by
  * cfg_infer_dataset_size() once a data stage knows it.
  *
- * Every value written here is marked "<inferred>" so `config show` users can tell.
+ * Every value written here is marked "<inferred>" so `config show` users can tell. The
+ * optimizer's numbers are checked to be finite first: inference would scale an inf into
+ * values of its own, and the error must name what the user wrote.
  */
 #include "config.h"
 
@@ -220,6 +222,25 @@ static bool infer_losses(cfg_t *cfg, cfg_err *err)
 }
 
 /* ---- learning rates ---------------------------------------------------------------------- */
+
+/* Every float at or under node n (whose key is `path`) finite. An LR of inf or NaN (an
+ * override "...lr.base_value=inf", or 1e999 in a file) makes every weight NaN at the first
+ * step; it is refused before the inference below scales and copies it, so that the message
+ * points at the value the user wrote, not at an inferred one. */
+static bool all_finite(const cfg_node *n, const char *path, cfg_err *err)
+{
+    if (n->kind == CFG_FLOAT && !isfinite(n->f)) {
+        cfg_fail(err, n, path, "must be a finite number, not %s", isnan(n->f) ? "nan" : n->f > 0 ? "inf" : "-inf");
+        return false;
+    }
+    bool ok = true;
+    for (size_t k = 0; ok && (n->kind == CFG_MAP || n->kind == CFG_LIST) && k < n->len; k++) {
+        char *child = n->kind == CFG_MAP ? xasprintf("%s.%s", path, n->keys[k]) : xasprintf("%s.%zu", path, k);
+        ok = all_finite(n->items[k], child, err);
+        free(child);
+    }
+    return ok;
+}
 
 static double num_or(const cfg_node *map, const char *key, double fallback)
 {
@@ -516,6 +537,9 @@ static void infer_moved_keys(cfg_t *cfg)
 bool cfg_infer(cfg_t *cfg, cfg_err *err)
 {
     infer_moved_keys(cfg);
+    cfg_node *optimizer = C(cfg, "OPTIMIZER");
+    if (optimizer && !all_finite(optimizer, "config.OPTIMIZER", err))
+        return false;
     if (!infer_losses(cfg, err) || !infer_learning_rate(cfg, err))
         return false;
     infer_meters(cfg);

@@ -1,14 +1,17 @@
 /*
  * cfg_yaml.c — YAML text to config tree and back, through libyaml.
  *
- * Loading uses libyaml's document API, then converts its node graph into our tree, keeping
- * each node's line. Plain scalars are resolved the way VISSL's stack (PyYAML + OmegaConf)
- * resolves them: YAML 1.1 null/bool/int, and OmegaConf's float rule, under which `1e-5` is
- * a float (plain YAML 1.1 would make it a string). Quoted scalars are always strings.
+ * Every node keeps its line. Plain scalars are resolved the way VISSL's stack (PyYAML +
+ * OmegaConf) resolves them: YAML 1.1 null/bool/int, and OmegaConf's float rule, under which
+ * `1e-5` is a float (plain YAML 1.1 would make it a string). Quoted scalars, and scalars
+ * tagged !!str, are always strings.
  *
- * Untrusted input is bounded: nesting deeper than MAX_DEPTH and alias expansion beyond
- * MAX_NODES are errors, so neither a recursive alias nor a "billion laughs" file can
- * exhaust memory.
+ * Loading reads libyaml's events and builds the tree as they come, so that every limit on
+ * untrusted input (cfg_internal.h) is checked while libyaml parses: a config file must be a
+ * regular file of at most CFG_MAX_FILE_BYTES (a FIFO or /dev/zero is refused before it is
+ * read), nesting deeper than CFG_MAX_DEPTH, more than CFG_MAX_MAP_KEYS keys in one map and
+ * alias expansion beyond CFG_MAX_NODES are errors, so neither a recursive alias, a "billion
+ * laughs" file nor a deep or wide one can exhaust memory or time.
  *
  * Printing goes through libyaml's emitter, which takes care of escaping; we only choose
  * styles: maps in block style, lists of scalars in flow style, and quotes on any string
@@ -24,8 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
-
-enum { MAX_DEPTH = 64, MAX_NODES = 1000000 };
 
 /* ---- scalar resolution ------------------------------------------------------------------- */
 
@@ -172,74 +173,196 @@ static cfg_node *resolve_plain(const char *text, const char *file, int line)
     return cfg_new_str(text, file, line);
 }
 
-/* ---- libyaml document -> tree ------------------------------------------------------------ */
+/* ---- libyaml events -> tree -------------------------------------------------------------- */
 
 typedef struct {
-    yaml_document_t *doc;
-    const char *file;
-    size_t budget; /* nodes left before we call it an alias bomb */
+    yaml_parser_t parser;
+    const char *file;   /* interned */
+    size_t budget;      /* nodes left before we call it an alias bomb */
+    cfg_node *anchors;  /* anchor name -> a copy of its node, once that node is complete */
+    const char *open_anchors[CFG_MAX_DEPTH + 1]; /* of the collections being read: an alias */
+    int n_open;                                  /* to one of them is a recursive alias */
     cfg_err *err;
 } loader;
 
-static cfg_node *convert(loader *ld, yaml_node_t *yn, int depth);
+static cfg_node *parse_node(loader *ld, yaml_event_t *ev, int depth);
 
-static bool tag_is(const yaml_node_t *yn, const char *suffix)
+/* The next event, or false with the parser's complaint in ld->err. */
+static bool next_event(loader *ld, yaml_event_t *ev)
 {
-    static const char prefix[] = "tag:yaml.org,2002:";
-    const char *tag = (const char *)yn->tag;
-    return tag && !strncmp(tag, prefix, sizeof prefix - 1) && !strcmp(tag + sizeof prefix - 1, suffix);
+    if (yaml_parser_parse(&ld->parser, ev))
+        return true;
+    yaml_parser_t *p = &ld->parser;
+    cfg_fail(ld->err, NULL, NULL, "%s:%zu:%zu: invalid YAML: %s%s%s", ld->file, p->problem_mark.line + 1,
+             p->problem_mark.column + 1, p->problem ? p->problem : "syntax error", p->context ? " " : "",
+             p->context ? p->context : "");
+    return false;
 }
 
-static cfg_node *convert_scalar(loader *ld, yaml_node_t *yn, int line)
+/* An explicit tag; "!" alone is none (libyaml's loader gives such a node its default tag). */
+static bool tagged(const yaml_char_t *tag)
 {
-    const char *text = (const char *)yn->data.scalar.value;
-    if (strlen(text) != yn->data.scalar.length) {
-        cfg_fail(ld->err, NULL, NULL, "%s:%d: NUL byte inside a scalar", ld->file, line);
-        return NULL;
-    }
-    bool plain = yn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-    if (tag_is(yn, "str"))
-        return plain ? resolve_plain(text, ld->file, line) : cfg_new_str(text, ld->file, line);
-    cfg_node *n = resolve_plain(text, ld->file, line);
-    /* An explicit core tag on a scalar: the resolved kind must agree with it. */
+    return tag && strcmp((const char *)tag, "!");
+}
+
+/* Whether `tag` is the core tag !!suffix. */
+static bool tag_is(const yaml_char_t *tag, const char *suffix)
+{
+    static const char prefix[] = "tag:yaml.org,2002:";
+    const char *t = (const char *)tag;
+    return t && !strncmp(t, prefix, sizeof prefix - 1) && !strcmp(t + sizeof prefix - 1, suffix);
+}
+
+static cfg_node *unsupported_tag(loader *ld, const yaml_char_t *tag, int line)
+{
+    cfg_fail(ld->err, NULL, NULL, "%s:%d: unsupported YAML tag '%s' (only plain YAML values are allowed)",
+             ld->file, line, (const char *)tag);
+    return NULL;
+}
+
+/* An explicit core tag on a scalar: the resolved kind must agree with it. */
+static cfg_node *check_scalar_tag(loader *ld, cfg_node *n, const yaml_event_t *ev, int line)
+{
     static const struct { const char *tag; cfg_kind kind; } tags[] = {
         {"int", CFG_INT}, {"float", CFG_FLOAT}, {"bool", CFG_BOOL}, {"null", CFG_NULL}};
+    const yaml_char_t *tag = ev->data.scalar.tag;
     for (size_t k = 0; k < ARRAY_LEN(tags); k++) {
-        if (!tag_is(yn, tags[k].tag))
+        if (!tag_is(tag, tags[k].tag))
             continue;
         if (n->kind == CFG_INT && tags[k].kind == CFG_FLOAT) {
             n->kind = CFG_FLOAT;
             n->f = (double)n->i;
         }
-        if (n->kind != tags[k].kind) {
-            cfg_fail(ld->err, NULL, NULL, "%s:%d: '%s' is not a valid !!%s", ld->file, line,
-                     text, tags[k].tag);
-            cfg_free(n);
+        if (n->kind == tags[k].kind)
+            return n;
+        cfg_fail(ld->err, NULL, NULL, "%s:%d: '%s' is not a valid !!%s", ld->file, line,
+                 (const char *)ev->data.scalar.value, tags[k].tag);
+        cfg_free(n);
+        return NULL;
+    }
+    cfg_free(n);
+    return unsupported_tag(ld, tag, line);
+}
+
+static cfg_node *convert_scalar(loader *ld, const yaml_event_t *ev, int line)
+{
+    const char *text = (const char *)ev->data.scalar.value;
+    if (strlen(text) != ev->data.scalar.length) {
+        cfg_fail(ld->err, NULL, NULL, "%s:%d: NUL byte inside a scalar", ld->file, line);
+        return NULL;
+    }
+    bool plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    if (!tagged(ev->data.scalar.tag))
+        return plain ? resolve_plain(text, ld->file, line) : cfg_new_str(text, ld->file, line);
+    if (tag_is(ev->data.scalar.tag, "str"))
+        return cfg_new_str(text, ld->file, line);
+    return check_scalar_tag(ld, resolve_plain(text, ld->file, line), ev, line);
+}
+
+/* Nodes in n's tree, counting on only while they fit in `limit`; its height in *height. */
+static size_t tree_size(const cfg_node *n, size_t limit, int *height)
+{
+    size_t total = 1;
+    *height = 0;
+    for (size_t k = 0; k < n->len && total <= limit; k++) {
+        int h;
+        total += tree_size(n->items[k], limit - total, &h);
+        *height = h + 1 > *height ? h + 1 : *height;
+    }
+    return total;
+}
+
+/* Spend the nodes a copy of `n` at `depth` costs: false (ld->err set) past a limit. */
+static bool afford(loader *ld, const cfg_node *n, int depth, int line)
+{
+    int height;
+    size_t size = tree_size(n, ld->budget, &height);
+    if (depth + height > CFG_MAX_DEPTH) {
+        cfg_fail(ld->err, NULL, NULL, "%s:%d: nesting deeper than %d levels", ld->file, line, CFG_MAX_DEPTH);
+        return false;
+    }
+    if (size > ld->budget) {
+        cfg_fail(ld->err, NULL, NULL, "%s:%d: the document expands to more than %d nodes (alias bomb?)",
+                 ld->file, line, CFG_MAX_NODES);
+        return false;
+    }
+    ld->budget -= size;
+    return true;
+}
+
+static cfg_node *resolve_alias(loader *ld, const char *name, int depth, int line)
+{
+    for (int k = 0; k < ld->n_open; k++)
+        if (ld->open_anchors[k] && !strcmp(ld->open_anchors[k], name)) {
+            cfg_fail(ld->err, NULL, NULL, "%s:%d: alias *%s inside the node it names (a recursive alias)",
+                     ld->file, line, name);
             return NULL;
         }
-        return n;
+    const cfg_node *target = cfg_map_get(ld->anchors, name);
+    if (!target) {
+        cfg_fail(ld->err, NULL, NULL, "%s:%d: alias *%s names no anchor &%s before it", ld->file, line, name, name);
+        return NULL;
     }
-    cfg_fail(ld->err, NULL, NULL, "%s:%d: unsupported YAML tag '%s' (only plain YAML values are allowed)",
-             ld->file, line, yn->tag ? (const char *)yn->tag : "?");
-    cfg_free(n);
+    return afford(ld, target, depth, line) ? cfg_copy(target) : NULL;
+}
+
+/* Keep a copy of an anchored node for the aliases to come; the copy counts as nodes too, so
+ * that nested anchors cannot multiply memory behind the budget's back. */
+static cfg_node *remember_anchor(loader *ld, const char *anchor, cfg_node *n, int line)
+{
+    if (!afford(ld, n, 0, line)) {
+        cfg_free(n);
+        return NULL;
+    }
+    cfg_map_set(ld->anchors, anchor, cfg_copy(n));
+    return n;
+}
+
+/* One more value at `depth`: false (ld->err set) past the depth or node limits. */
+static bool enter(loader *ld, int depth, int line)
+{
+    if (depth > CFG_MAX_DEPTH) {
+        cfg_fail(ld->err, NULL, NULL, "%s:%d: nesting deeper than %d levels", ld->file, line, CFG_MAX_DEPTH);
+        return false;
+    }
+    if (ld->budget == 0) {
+        cfg_fail(ld->err, NULL, NULL, "%s:%d: the document expands to more than %d nodes (alias bomb?)",
+                 ld->file, line, CFG_MAX_NODES);
+        return false;
+    }
+    ld->budget--;
+    return true;
+}
+
+static cfg_node *parse_list(loader *ld, int line, int depth)
+{
+    cfg_node *list = cfg_new(CFG_LIST, ld->file, line);
+    yaml_event_t ev;
+    while (next_event(ld, &ev)) {
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ev);
+            return list;
+        }
+        cfg_node *item = parse_node(ld, &ev, depth + 1);
+        if (!item)
+            break;
+        cfg_list_push(list, item);
+    }
+    cfg_free(list);
     return NULL;
 }
 
-static cfg_node *convert_list(loader *ld, yaml_node_t *yn, int line, int depth)
+static bool too_many_keys(loader *ld, const cfg_node *map, int line)
 {
-    cfg_node *list = cfg_new(CFG_LIST, ld->file, line);
-    for (yaml_node_item_t *it = yn->data.sequence.items.start; it < yn->data.sequence.items.top; it++) {
-        cfg_node *item = convert(ld, yaml_document_get_node(ld->doc, *it), depth + 1);
-        if (!item) {
-            cfg_free(list);
-            return NULL;
-        }
-        cfg_list_push(list, item);
-    }
-    return list;
+    if (map->len <= CFG_MAX_MAP_KEYS)
+        return false;
+    cfg_fail(ld->err, NULL, NULL, "%s:%d: more than %d keys in the map that starts at line %d", ld->file, line,
+             CFG_MAX_MAP_KEYS, map->line);
+    return true;
 }
 
-/* `<<: *anchor` (or a list of anchors) adds the keys the map does not set itself. */
+/* `<<: *anchor` (or a list of anchors) adds the keys the map does not set itself. The merged
+ * values move over: `merge` belongs to this map alone (an alias's copy, or written inline). */
 static bool apply_merge_key(loader *ld, cfg_node *map, cfg_node *merge, int line)
 {
     cfg_node *one[1] = {merge};
@@ -252,145 +375,175 @@ static bool apply_merge_key(loader *ld, cfg_node *map, cfg_node *merge, int line
             return false;
         }
         for (size_t j = 0; j < srcs[k]->len; j++)
-            if (!cfg_map_get(map, srcs[k]->keys[j]))
-                cfg_map_set(map, srcs[k]->keys[j], cfg_copy(srcs[k]->items[j]));
+            if (!cfg_map_get(map, srcs[k]->keys[j])) {
+                cfg_map_set(map, srcs[k]->keys[j], srcs[k]->items[j]);
+                srcs[k]->items[j] = NULL; /* cfg_free skips it */
+            }
     }
-    return true;
+    return !too_many_keys(ld, map, line);
 }
 
-static cfg_node *convert_map(loader *ld, yaml_node_t *yn, int line, int depth)
+/* The text of a key event, or NULL (ld->err set) when the key is not a plain name. */
+static char *key_text(loader *ld, const yaml_event_t *kev, int line)
 {
-    cfg_node *map = cfg_new(CFG_MAP, ld->file, line);
-    cfg_node *merge = NULL;
-    for (yaml_node_pair_t *p = yn->data.mapping.pairs.start; p < yn->data.mapping.pairs.top; p++) {
-        yaml_node_t *kn = yaml_document_get_node(ld->doc, p->key);
-        int kline = (int)kn->start_mark.line + 1;
-        if (kn->type != YAML_SCALAR_NODE) {
-            cfg_fail(ld->err, NULL, NULL, "%s:%d: map keys must be plain names", ld->file, kline);
-            goto fail;
-        }
-        const char *key = (const char *)kn->data.scalar.value;
-        cfg_node *value = convert(ld, yaml_document_get_node(ld->doc, p->value), depth + 1);
-        if (!value)
-            goto fail;
-        if (!strcmp(key, "<<") && kn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
-            cfg_free(merge);
-            merge = value;
-            continue;
-        }
-        if (cfg_map_get(map, key)) {
-            cfg_fail(ld->err, NULL, NULL, "%s:%d: key '%s' appears twice in the same map",
-                     ld->file, kline, key);
-            cfg_free(value);
-            goto fail;
-        }
-        value->line = value->line ? value->line : kline;
+    if (kev->type == YAML_SCALAR_EVENT &&
+        strlen((const char *)kev->data.scalar.value) == kev->data.scalar.length)
+        return xstrdup((const char *)kev->data.scalar.value);
+    cfg_fail(ld->err, NULL, NULL, "%s:%d: map keys must be plain names", ld->file, line);
+    return NULL;
+}
+
+/* The key event `kev` (consumed) of `map` and the value that follows it. */
+static bool parse_pair(loader *ld, cfg_node *map, yaml_event_t *kev, cfg_node **merge, int depth)
+{
+    int line = (int)kev->start_mark.line + 1;
+    char *key = key_text(ld, kev, line);
+    bool is_merge = key && !strcmp(key, "<<") && kev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    yaml_event_delete(kev);
+    if (key && !is_merge && cfg_map_get(map, key)) {
+        cfg_fail(ld->err, NULL, NULL, "%s:%d: key '%s' appears twice in the same map", ld->file, line, key);
+        free(key);
+        key = NULL;
+    }
+    yaml_event_t vev;
+    cfg_node *value = key && next_event(ld, &vev) ? parse_node(ld, &vev, depth + 1) : NULL;
+    if (value && is_merge) {
+        cfg_free(*merge);
+        *merge = value;
+    } else if (value) {
         cfg_map_set(map, key, value);
     }
-    if (merge && !apply_merge_key(ld, map, merge, line))
-        goto fail;
-    cfg_free(merge);
-    return map;
-fail:
+    free(key);
+    return value && !too_many_keys(ld, map, line);
+}
+
+static cfg_node *parse_map(loader *ld, int line, int depth)
+{
+    cfg_node *map = cfg_new(CFG_MAP, ld->file, line), *merge = NULL;
+    yaml_event_t ev;
+    while (next_event(ld, &ev)) {
+        if (ev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&ev);
+            bool ok = !merge || apply_merge_key(ld, map, merge, line);
+            cfg_free(merge);
+            if (ok)
+                return map;
+            cfg_free(map);
+            return NULL;
+        }
+        if (!parse_pair(ld, map, &ev, &merge, depth))
+            break;
+    }
     cfg_free(merge);
     cfg_free(map);
     return NULL;
 }
 
-static cfg_node *convert(loader *ld, yaml_node_t *yn, int depth)
+/* A sequence or mapping: its items are read while its anchor counts as open. */
+static cfg_node *parse_collection(loader *ld, yaml_event_t *ev, const char *anchor, int line, int depth)
 {
-    if (!yn) {
-        cfg_fail(ld->err, NULL, NULL, "%s: broken YAML node graph", ld->file);
-        return NULL;
-    }
-    int line = (int)yn->start_mark.line + 1;
-    if (depth > MAX_DEPTH) {
-        cfg_fail(ld->err, NULL, NULL, "%s:%d: nesting deeper than %d levels (a recursive alias?)",
-                 ld->file, line, MAX_DEPTH);
-        return NULL;
-    }
-    if (ld->budget-- == 0) {
-        cfg_fail(ld->err, NULL, NULL, "%s:%d: the document expands to more than %d nodes (alias bomb?)",
-                 ld->file, line, MAX_NODES);
-        return NULL;
-    }
-    if (yn->type == YAML_SEQUENCE_NODE && yn->tag && !tag_is(yn, "seq")) {
-        cfg_fail(ld->err, NULL, NULL, "%s:%d: unsupported YAML tag '%s' (only plain YAML values are allowed)",
-                 ld->file, line, (const char *)yn->tag);
-        return NULL;
-    }
-    if (yn->type == YAML_MAPPING_NODE && yn->tag && !tag_is(yn, "map")) {
-        cfg_fail(ld->err, NULL, NULL, "%s:%d: unsupported YAML tag '%s' (only plain YAML values are allowed)",
-                 ld->file, line, (const char *)yn->tag);
-        return NULL;
-    }
-    switch (yn->type) {
-    case YAML_SCALAR_NODE:
-        return convert_scalar(ld, yn, line);
-    case YAML_SEQUENCE_NODE:
-        return convert_list(ld, yn, line, depth);
-    case YAML_MAPPING_NODE:
-        return convert_map(ld, yn, line, depth);
-    default:
-        cfg_fail(ld->err, NULL, NULL, "%s:%d: empty YAML node", ld->file, line);
-        return NULL;
-    }
+    bool seq = ev->type == YAML_SEQUENCE_START_EVENT;
+    const yaml_char_t *tag = seq ? ev->data.sequence_start.tag : ev->data.mapping_start.tag;
+    if (tagged(tag) && !tag_is(tag, seq ? "seq" : "map"))
+        return unsupported_tag(ld, tag, line);
+    ld->open_anchors[ld->n_open++] = anchor;
+    cfg_node *n = seq ? parse_list(ld, line, depth) : parse_map(ld, line, depth);
+    ld->n_open--;
+    return n;
 }
 
+/* The value that starts with `ev` (consumed), read to its end. */
+static cfg_node *parse_node(loader *ld, yaml_event_t *ev, int depth)
+{
+    int line = (int)ev->start_mark.line + 1;
+    cfg_node *n = NULL;
+    const yaml_char_t *anchor = ev->type == YAML_SCALAR_EVENT           ? ev->data.scalar.anchor
+                                : ev->type == YAML_SEQUENCE_START_EVENT ? ev->data.sequence_start.anchor
+                                : ev->type == YAML_MAPPING_START_EVENT  ? ev->data.mapping_start.anchor
+                                                                        : NULL;
+    char *name = anchor ? xstrdup((const char *)anchor) : NULL;
+    if (ev->type == YAML_ALIAS_EVENT)
+        n = resolve_alias(ld, (const char *)ev->data.alias.anchor, depth, line);
+    else if (!enter(ld, depth, line))
+        n = NULL;
+    else if (ev->type == YAML_SCALAR_EVENT)
+        n = convert_scalar(ld, ev, line);
+    else if (ev->type == YAML_SEQUENCE_START_EVENT || ev->type == YAML_MAPPING_START_EVENT)
+        n = parse_collection(ld, ev, name, line, depth);
+    else
+        cfg_fail(ld->err, NULL, NULL, "%s:%d: empty YAML node", ld->file, line);
+    yaml_event_delete(ev);
+    if (n && name)
+        n = remember_anchor(ld, name, n, line);
+    free(name);
+    return n;
+}
+
+/* After the first document: the stream must end. */
+static bool stream_ends(loader *ld)
+{
+    yaml_event_t ev;
+    if (!next_event(ld, &ev)) /* the document's end */
+        return false;
+    yaml_event_delete(&ev);
+    if (!next_event(ld, &ev))
+        return false;
+    bool more = ev.type != YAML_STREAM_END_EVENT;
+    yaml_event_delete(&ev);
+    if (more)
+        cfg_fail(ld->err, NULL, NULL, "%s: more than one YAML document ('---'); a config is one document", ld->file);
+    return !more;
+}
+
+/* A second document would be silently ignored by a careless loader: refuse it. */
+static cfg_node *parse_stream(loader *ld)
+{
+    yaml_event_t ev;
+    if (!next_event(ld, &ev)) /* the stream's start */
+        return NULL;
+    yaml_event_delete(&ev);
+    if (!next_event(ld, &ev))
+        return NULL;
+    bool empty = ev.type == YAML_STREAM_END_EVENT;
+    yaml_event_delete(&ev);
+    if (empty)
+        return cfg_new(CFG_MAP, ld->file, 1); /* an empty file is an empty config */
+    if (!next_event(ld, &ev))
+        return NULL;
+    cfg_node *root = parse_node(ld, &ev, 0);
+    if (root && !stream_ends(ld)) {
+        cfg_free(root);
+        root = NULL;
+    }
+    return root;
+}
+
+/* Events, not libyaml's document API: that builds the whole node graph before we could look
+ * at it, so a file nested 200,000 deep took minutes before its depth error. Reading events,
+ * every limit is checked as the parser reaches it. */
 cfg_node *cfg_parse_yaml(const char *text, size_t len, const char *file, cfg_err *err)
 {
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser)) {
+    loader ld = {.file = cfg_intern(file), .budget = CFG_MAX_NODES, .err = err};
+    if (!yaml_parser_initialize(&ld.parser)) {
         cfg_fail(err, NULL, NULL, "%s: cannot initialise the YAML parser", file);
         return NULL;
     }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    cfg_node *root = NULL;
-    if (!yaml_parser_load(&parser, &doc)) {
-        cfg_fail(err, NULL, NULL, "%s:%zu:%zu: invalid YAML: %s%s%s", file,
-                 parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                 parser.problem ? parser.problem : "syntax error",
-                 parser.context ? " " : "", parser.context ? parser.context : "");
-        yaml_parser_delete(&parser);
-        return NULL;
-    }
-    yaml_node_t *top = yaml_document_get_root_node(&doc);
-    if (!top) {
-        root = cfg_new(CFG_MAP, file, 1); /* an empty file is an empty config */
-    } else {
-        loader ld = {&doc, cfg_intern(file), MAX_NODES, err};
-        root = convert(&ld, top, 0);
-    }
-    yaml_document_delete(&doc);
-    if (root) {
-        /* A second document would be silently ignored by a careless loader: refuse it. */
-        yaml_document_t next;
-        if (!yaml_parser_load(&parser, &next)) {
-            cfg_fail(err, NULL, NULL, "%s:%zu: invalid YAML after the first document: %s", file,
-                     parser.problem_mark.line + 1, parser.problem ? parser.problem : "syntax error");
-            cfg_free(root);
-            root = NULL;
-        } else {
-            bool more = yaml_document_get_root_node(&next) != NULL;
-            yaml_document_delete(&next);
-            if (more) {
-                cfg_fail(err, NULL, NULL, "%s: more than one YAML document ('---'); a config is one document", file);
-                cfg_free(root);
-                root = NULL;
-            }
-        }
-    }
-    yaml_parser_delete(&parser);
+    yaml_parser_set_input_string(&ld.parser, (const unsigned char *)text, len);
+    ld.anchors = cfg_new(CFG_MAP, NULL, 0);
+    cfg_node *root = parse_stream(&ld);
+    cfg_free(ld.anchors);
+    yaml_parser_delete(&ld.parser);
     return root;
 }
 
 cfg_node *cfg_load_yaml_file(const char *path, cfg_err *err)
 {
     size_t len;
-    char *text = read_whole_file(path, &len);
+    char *why = NULL;
+    char *text = read_regular_file(path, CFG_MAX_FILE_BYTES, &len, &why);
     if (!text) {
-        cfg_fail(err, NULL, NULL, "%s: cannot read: %s", path, strerror(errno));
+        cfg_fail(err, NULL, NULL, "%s", why);
+        free(why);
         return NULL;
     }
     cfg_node *root = cfg_parse_yaml(text, len, path, err);

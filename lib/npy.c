@@ -425,28 +425,14 @@ void npy_close(npy_array *arr)
 
 /* ---- reading files -------------------------------------------------------------------- */
 
-/* Open a regular file and get its size. */
+/* Open a regular file and get its size. A FIFO or a device is refused before it is opened:
+ * mapping or reading one would block, or never end. */
 static int open_sized(const char *path, int *fd_out, size_t *size_out, char **err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open_regular_file(path, SIZE_MAX, size_out, err);
     if (fd < 0)
-        return report_failure(err, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return report_failure(err, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return report_failure(err, "%s: not a regular file", path);
-    }
-    if ((uintmax_t)st.st_size > SIZE_MAX) {
-        close(fd);
-        return report_failure(err, "%s: file too large for this machine's address space", path);
-    }
+        return -1;
     *fd_out = fd;
-    *size_out = (size_t)st.st_size;
     return 0;
 }
 

@@ -361,9 +361,9 @@ int st_parse(const void *buf, size_t len, const char *name, st_file **out, char 
 int st_open(const char *path, st_file **out, char **err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open_regular_file(path, SIZE_MAX, NULL, err); /* never waits on a FIFO */
     if (fd < 0)
-        return report_failure(err, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;

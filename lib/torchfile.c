@@ -1254,9 +1254,11 @@ int torchfile_unpickle(const void *buf, size_t len, const char *name, torchfile 
 int torchfile_open(const char *path, torchfile **out, char **err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open_regular_file(path, SIZE_MAX, NULL, err); /* never waits on a FIFO */
+    if (fd < 0)
+        return -1;
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
+    if (fstat(fd, &sb) != 0) {
         int e = errno;
         if (fd >= 0)
             close(fd);

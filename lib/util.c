@@ -7,7 +7,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +179,98 @@ char *read_whole_file(const char *path, size_t *len_out)
     if (len_out)
         *len_out = sb.len;
     return sb.s ? sb.s : xstrdup("");
+}
+
+/* What a file that is not a regular one is, for a message a user can act on. */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "of an unknown file type";
+}
+
+static int check_regular(const char *path, const struct stat *st, size_t max_bytes, char **err)
+{
+    if (!S_ISREG(st->st_mode))
+        return report_failure(err, "%s: is %s, not a regular file", path, file_kind(st->st_mode));
+    if ((uintmax_t)st->st_size > max_bytes)
+        return report_failure(err, "%s: too big: %jd bytes, more than the %zu allowed", path,
+                              (intmax_t)st->st_size, max_bytes);
+    return 0;
+}
+
+int open_regular_file(const char *path, size_t max_bytes, size_t *size_out, char **err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return report_failure(err, "%s: cannot open: %s", path, strerror(errno));
+    if (check_regular(path, &st, max_bytes, err) != 0)
+        return -1;
+    /* O_NONBLOCK: should a FIFO have taken the file's place since the stat, the open must
+     * not wait for a writer; the fstat below then refuses it. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return report_failure(err, "%s: cannot open: %s", path, strerror(errno));
+    int rc = fstat(fd, &st) != 0 ? report_failure(err, "%s: cannot stat: %s", path, strerror(errno))
+                                 : check_regular(path, &st, max_bytes, err);
+    if (rc == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        rc = report_failure(err, "%s: cannot open: %s", path, strerror(errno));
+    if (rc != 0) {
+        close(fd);
+        return -1;
+    }
+    if (size_out)
+        *size_out = (size_t)st.st_size;
+    return fd;
+}
+
+int check_regular_file(const char *path, size_t max_bytes, char **err)
+{
+    int fd = open_regular_file(path, max_bytes, NULL, err);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+/* Read up to `size` bytes (fewer if the file shrank); returns how many, or -1. */
+static ssize_t read_upto(int fd, char *buf, size_t size)
+{
+    size_t done = 0;
+    while (done < size) {
+        ssize_t n = read(fd, buf + done, size - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? -1 : (ssize_t)done;
+        done += (size_t)n;
+    }
+    return (ssize_t)done;
+}
+
+char *read_regular_file(const char *path, size_t max_bytes, size_t *len_out, char **err)
+{
+    size_t size;
+    int fd = open_regular_file(path, max_bytes, &size, err);
+    if (fd < 0)
+        return NULL;
+    char *buf = xmalloc(size + 1);
+    /* The size it had when opened: a file that grows meanwhile cannot run past the limit. */
+    ssize_t got = read_upto(fd, buf, size);
+    if (got < 0)
+        report_failure(err, "%s: cannot read: %s", path, strerror(errno));
+    close(fd);
+    if (got < 0) {
+        free(buf);
+        return NULL;
+    }
+    buf[got] = '\0';
+    if (len_out)
+        *len_out = (size_t)got;
+    return buf;
 }
 
 bool path_exists(const char *path)

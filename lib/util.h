@@ -1,6 +1,7 @@
 /*
  * util.h — small helpers with no better home: checked allocation, a growable string
- * buffer, whole-file reads, path joins and edit distance (for "did you mean").
+ * buffer, whole-file reads (of regular files no bigger than a limit, where the path comes from a
+ * user), path joins and edit distance (for "did you mean").
  */
 #ifndef SELFSUP_UTIL_H
 #define SELFSUP_UTIL_H
@@ -45,6 +46,20 @@ int report_failure(char **err, const char *fmt, ...) __attribute__((format(print
 
 /* Read a whole file; returns NULL and sets errno on failure. */
 char *read_whole_file(const char *path, size_t *len_out);
+/* Open `path` for reading only if it is a regular file of at most max_bytes bytes (SIZE_MAX:
+ * any size). A FIFO would block the open, and then the read, until someone writes to it; a
+ * device such as /dev/zero never ends; neither is a file a user means to hand us. The type is
+ * checked before the open, so nothing else is ever opened, and again on the descriptor, so a
+ * path swapped in between changes nothing. Returns an O_CLOEXEC descriptor and the size in
+ * *size_out (may be NULL), or -1 with report_failure's contract: the message names the path
+ * and what it is ("is a FIFO (named pipe), not a regular file", "is a directory, ...", "too
+ * big: N bytes, more than the M allowed"); a path that cannot be opened says "cannot open". */
+int open_regular_file(const char *path, size_t max_bytes, size_t *size_out, char **err);
+/* open_regular_file's checks, for an argument to refuse before any work: 0, or -1 with *err. */
+int check_regular_file(const char *path, size_t max_bytes, char **err);
+/* open_regular_file, then read it whole: a malloc'd buffer of *len_out bytes plus a NUL, or
+ * NULL with *err as above. */
+char *read_regular_file(const char *path, size_t max_bytes, size_t *len_out, char **err);
 bool path_exists(const char *path);
 bool path_is_dir(const char *path);
 char *path_join(const char *dir, const char *name);

@@ -18,7 +18,7 @@ int cmd_run_engine(int argc, char **argv, const char *engine);
 int cmd_eval(int argc, char **argv);
 /* selfsup inspect [--values N] [--count] FILE|-: print records. */
 int cmd_inspect(int argc, char **argv);
-/* selfsup keygen [--force] FILE: a CURVE keypair for the control plane. */
+/* selfsup keygen [--force] DIR --clients NAME[:IDS]... | FILE: CURVE keys for tcp endpoints. */
 int cmd_keygen(int argc, char **argv);
 /* selfsup dataset fashion-mnist DIR [--limit N] [--force]: a Debian dataset in VISSL's layouts. */
 int cmd_dataset(int argc, char **argv);

@@ -6,9 +6,10 @@
  * at a time with rec_fd_read, so a stream of any length needs one record's memory, and each
  * is printed (rec_print) before the next is read: when a record is invalid, everything good
  * before it has been shown, then the error, with its byte offset in the stream, and exit 1.
- * --count prints one summary line instead. A stream that ends without an end-of-stream
- * record is reported as a warning (its producer may have died), not an error, since a cache
- * being written is legitimately unfinished.
+ * --count prints one summary line instead. The stream is held to what its end-of-stream
+ * record says (rec_stream_note), as a stage reading it would: a stream that ends without one,
+ * one whose writer was stopped, a count that differs from the records read, or records after
+ * the end make the exit status 1 — a cache that a stage would refuse is not called valid.
  */
 #include "cmd.h"
 
@@ -33,7 +34,7 @@ typedef struct {
 
 typedef struct {
     uint64_t records, data, eos, tensors, bytes;
-    bool ended; /* the last record read was an end-of-stream */
+    rec_stream stream; /* what the end-of-stream record is held against */
 } inspect_totals;
 
 static void inspect_usage(FILE *out)
@@ -47,8 +48,9 @@ static void inspect_usage(FILE *out)
           "  --values N   values to print per tensor (default 8; 0 none; -1 all)\n"
           "  --count      print only a summary: records, tensors, bytes\n"
           "\n"
-          "exit status: 0 all records valid, 1 an invalid or cut-short record (printed after\n"
-          "the good ones), 2 usage error\n", out);
+          "exit status: 0 a whole stream of valid records; 1 an invalid or cut-short record (printed\n"
+          "after the good ones), or a stream that is not whole: no end-of-stream record, a writer\n"
+          "that was stopped, a record count that differs from it, records after it; 2 usage error\n", out);
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -103,16 +105,16 @@ static void print_totals(const char *name, const inspect_totals *t)
            " bytes\n", name, t->records, t->records == 1 ? "" : "s", t->data, t->eos, t->tensors, t->bytes);
 }
 
-static void add_record(inspect_totals *t, const rec_view *v)
+static int add_record(inspect_totals *t, const rec_view *v, const char *name, char **err)
 {
     t->records++;
     t->bytes += v->hdr->size;
     t->tensors += v->hdr->n_tensors;
-    t->ended = v->hdr->kind == REC_EOS;
-    if (t->ended)
+    if (v->hdr->kind == REC_EOS)
         t->eos++;
     else
         t->data++;
+    return rec_stream_note(&t->stream, v, name, err);
 }
 
 int cmd_inspect(int argc, char **argv)
@@ -134,23 +136,30 @@ int cmd_inspect(int argc, char **argv)
     inspect_totals totals = {0};
     uint64_t offset = 0;
     char *err = NULL;
+    bool whole = true;
     while ((rc = rec_fd_read(fd, &buf, &view, &offset, &err)) == 1) {
-        add_record(&totals, &view);
         if (!a.count)
             rec_print(stdout, &view, a.values);
+        if (add_record(&totals, &view, name, &err) != 0 && whole) { /* the first fault; read on to count */
+            fprintf(stderr, "selfsup inspect: %s\n", err);
+            free(err);
+            err = NULL;
+            whole = false;
+        }
     }
     if (a.count)
         print_totals(name, &totals);
     fflush(stdout);
     if (rc < 0)
         fprintf(stderr, "selfsup inspect: %s: %s\n", name, err);
-    else if (!totals.ended)
-        fprintf(stderr, "selfsup inspect: %s: warning: the stream ends without an end-of-stream record "
-                        "(%" PRIu64 " record%s read; did the producer die?)\n", name, totals.records,
+    else if (!totals.stream.ended)
+        fprintf(stderr, "selfsup inspect: %s: the stream ends without an end-of-stream record after %" PRIu64
+                        " record%s: its writer died or it is still being written\n", name, totals.records,
                 totals.records == 1 ? "" : "s");
+    whole = whole && rc == 0 && totals.stream.ended;
     free(err);
     rec_buf_free(&buf);
     if (!is_stdin)
         close(fd);
-    return rc < 0 ? EXIT_RUNTIME : 0;
+    return whole ? 0 : EXIT_RUNTIME;
 }

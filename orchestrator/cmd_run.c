@@ -3,10 +3,11 @@
  * run directory, build the topology (topology.h), create its rings, bind the control
  * socket, start and supervise the stages (supervise.h), and clean up whatever way it ends.
  *
- * The run directory holds config.yaml (the composed config, as the stages see it) and
- * logs/ID.log for every stage. Nothing in /dev/shm survives the run: the rings are created
- * here and unlinked here, and segments left by an earlier orchestrator that was killed
- * outright are swept first.
+ * The run directory (mode 0700) holds config.yaml (the composed config, as the stages see
+ * it) and logs/ID.log for every stage; with a tcp control endpoint, keys/ID.key too while the
+ * run lasts: a CURVE key of its own for each stage, allowed its own id only (auth.h). Nothing
+ * in /dev/shm survives the run: the rings are created here and unlinked here, and segments
+ * left by an earlier orchestrator that was killed outright are swept first.
  */
 #include "cmd.h"
 
@@ -179,7 +180,9 @@ static int write_config(const cfg_t *cfg, const char *run_dir)
     return rc;
 }
 
-/* The control endpoint, and the socket file to remove at the end (NULL for tcp). */
+/* The control endpoint, and the socket file to remove at the end (NULL for tcp). A deep run
+ * directory gets its socket in a fresh private directory of /tmp: the path must stay short,
+ * and the directory ours alone (control.c refuses one that others can enter). */
 static char *control_endpoint(const cfg_node *config, const char *run_dir, char **socket_file)
 {
     const char *ep = cfg_str(config, "SELFSUP.CONTROL.ENDPOINT");
@@ -187,12 +190,126 @@ static char *control_endpoint(const cfg_node *config, const char *run_dir, char 
     if (ep[0])
         return xstrdup(ep);
     char *sock = path_join(run_dir, "control.sock");
-    if (strlen(sock) > IPC_PATH_MAX) { /* a deep run directory: keep the socket short */
+    if (strlen(sock) > IPC_PATH_MAX) {
         free(sock);
-        sock = xasprintf("/tmp/selfsup-%d-control.sock", (int)getpid());
+        char dir[] = "/tmp/selfsup-XXXXXX";
+        if (!mkdtemp(dir)) {
+            log_error("cannot make a directory for the control socket: mkdtemp %s: %s", dir, strerror(errno));
+            return NULL;
+        }
+        sock = path_join(dir, "control.sock");
     }
     *socket_file = sock;
     return xasprintf("ipc://%s", sock);
+}
+
+/* Remove the control socket, and the directory made for it in /tmp. */
+static void remove_socket(const char *socket_file, const char *run_dir)
+{
+    unlink(socket_file);
+    char *dir = path_dirname(socket_file);
+    if (strcmp(dir, run_dir) != 0)
+        rmdir(dir);
+    free(dir);
+}
+
+/* ---- keys for a tcp control endpoint ---------------------------------------------------------- */
+
+/* Tell a stage where its key is, as a config override, the last word (quoted: any path). */
+static void add_key_override(topo_stage *ts, const char *path)
+{
+    strbuf sb = {0};
+    sb_puts(&sb, "config.SELFSUP.CONTROL.CLIENT_KEY_FILE='");
+    for (const char *c = path; *c; c++) {
+        if (*c == '\'' || *c == '\\')
+            sb_putc(&sb, '\\');
+        sb_putc(&sb, *c);
+    }
+    sb_putc(&sb, '\'');
+    size_t n = 0;
+    while (ts->argv[n])
+        n++;
+    ts->argv = xrealloc(ts->argv, (n + 2) * sizeof *ts->argv);
+    ts->argv[n] = xstrdup(sb_str(&sb));
+    ts->argv[n + 1] = NULL;
+    sb_free(&sb);
+}
+
+/* The stages this orchestrator starts get keys of their own: a fresh keypair each in
+ * RUN_DIR/keys/ID.key (0600, in a 0700 directory), allowed their own id only. */
+static int give_stage_keys(topology *t, const char *run_dir, const auth_keys *server, auth_allow *allow, char **err)
+{
+    char *dir = path_join(run_dir, "keys");
+    int rc = make_dirs(dir, 0700, err);
+    for (int i = 0; rc == 0 && i < t->n_stages; i++) {
+        auth_keys k;
+        char *name = xasprintf("%s.key", t->stages[i].id), *path = path_join(dir, name);
+        rc = auth_new_keys(&k, server->public_key, err);
+        if (rc == 0)
+            rc = auth_write_keys(path, &k, err);
+        if (rc == 0)
+            rc = auth_allow_add(allow, k.public_key, t->stages[i].id, t->stages[i].id, err);
+        if (rc == 0)
+            add_key_override(&t->stages[i], path);
+        auth_wipe(&k);
+        free(name);
+        free(path);
+    }
+    free(dir);
+    return rc;
+}
+
+/* The stages' keys are of no use once the run is over: remove them. */
+static void remove_stage_keys(const topology *t, const char *run_dir)
+{
+    char *dir = path_join(run_dir, "keys");
+    for (int i = 0; i < t->n_stages; i++) {
+        char *name = xasprintf("%s.key", t->stages[i].id), *path = path_join(dir, name);
+        unlink(path);
+        free(name);
+        free(path);
+    }
+    rmdir(dir);
+    free(dir);
+}
+
+/* A tcp control endpoint: the configured key directory (for stages on other nodes) or a fresh
+ * keypair, and the keys of the stages started here on the allow-list. */
+static ctl_server *bind_tcp(const char *endpoint, const cfg_node *config, const char *run_dir, topology *t,
+                            char **err)
+{
+    const char *dir = cfg_str(config, "SELFSUP.CONTROL.SERVER_KEYS_DIR");
+    auth_keys server;
+    auth_allow allow = {0};
+    int rc = *dir ? auth_load_server_dir(dir, &server, &allow, err) : auth_new_keys(&server, NULL, err);
+    int others = allow.n;
+    if (rc == 0)
+        rc = give_stage_keys(t, run_dir, &server, &allow, err);
+    ctl_server *ctl = rc == 0 ? ctl_bind_keys(endpoint, &server, &allow, err) : NULL;
+    if (ctl)
+        log_info("control endpoint %s: CURVE; admits the %d stages started here%s", ctl_server_endpoint(ctl),
+                 t->n_stages, others ? " and the clients of SELFSUP.CONTROL.SERVER_KEYS_DIR" : " only");
+    auth_wipe(&server);
+    auth_allow_free(&allow);
+    return ctl;
+}
+
+/* A configured key directory is checked before anything starts: a bad one is a config error. */
+static bool check_control_keys(const cfg_node *config)
+{
+    const char *dir = cfg_str(config, "SELFSUP.CONTROL.SERVER_KEYS_DIR");
+    if (!*dir || strncmp(cfg_str(config, "SELFSUP.CONTROL.ENDPOINT"), "tcp://", 6))
+        return true;
+    auth_keys k;
+    auth_allow a = {0};
+    char *err = NULL;
+    int rc = auth_load_server_dir(dir, &k, &a, &err);
+    auth_wipe(&k);
+    auth_allow_free(&a);
+    if (rc < 0)
+        fprintf(stderr, "selfsup run: config.SELFSUP.CONTROL.SERVER_KEYS_DIR: %s\n", err);
+    free(err);
+    return rc == 0;
 }
 
 static ring **create_rings(const topology *t)
@@ -224,11 +341,14 @@ static void destroy_rings(const topology *t, ring **rings)
 
 /* Bind the control socket: the configured endpoint, else ipc in the run directory. The real
  * endpoint (a tcp port 0 becomes the port the kernel chose) goes to the stages. */
-static ctl_server *bind_control(const cfg_node *config, const char *run_dir, char **socket_file)
+static ctl_server *bind_control(const cfg_node *config, const char *run_dir, topology *t, char **socket_file)
 {
     char *endpoint = control_endpoint(config, run_dir, socket_file);
+    if (!endpoint)
+        return NULL;
     char *msg = NULL;
-    ctl_server *ctl = ctl_bind(endpoint, cfg_str(config, "SELFSUP.CONTROL.CURVE_KEY_FILE"), &msg);
+    ctl_server *ctl = strncmp(endpoint, "tcp://", 6) ? ctl_bind(endpoint, NULL, &msg)
+                                                      : bind_tcp(endpoint, config, run_dir, t, &msg);
     if (!ctl)
         log_error("cannot open the control endpoint %s: %s", endpoint, msg);
     free(msg);
@@ -246,7 +366,7 @@ static int launch(const cfg_t *cfg, topology *t, const run_args *a)
     ring **rings = NULL;
     int status = EXIT_RUNTIME;
     char *run_dir = make_run_dir(config, a);
-    if (run_dir && write_config(cfg, run_dir) == 0 && (ctl = bind_control(config, run_dir, &socket_file))) {
+    if (run_dir && write_config(cfg, run_dir) == 0 && (ctl = bind_control(config, run_dir, t, &socket_file))) {
         topology_set_control(t, ctl_server_endpoint(ctl));
         ring_sweep_stale();
         rings = create_rings(t);
@@ -263,7 +383,9 @@ static int launch(const cfg_t *cfg, topology *t, const run_args *a)
     }
     ctl_server_close(ctl);
     if (socket_file)
-        unlink(socket_file);
+        remove_socket(socket_file, run_dir);
+    if (run_dir)
+        remove_stage_keys(t, run_dir);
     free(socket_file);
     free(run_dir);
     return status;
@@ -356,7 +478,8 @@ static int start(cfg_t *cfg, const run_args *a, const char *file, const char *fo
     cfg_err err;
     int status = EXIT_USAGE; /* a stage that cannot be started is a config error: nothing starts */
     const char *engine_name = forced_engine ? forced_engine : engine && engine->kind == CFG_STR ? engine->s : "train";
-    if (!check_data_stages(config, engine_name) || !resume_point(config, engine_name, &topt, &status)) {
+    if (!check_data_stages(config, engine_name) || !check_control_keys(config) ||
+        !resume_point(config, engine_name, &topt, &status)) {
         free(bin_dir);
         return status;
     }

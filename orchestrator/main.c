@@ -8,7 +8,7 @@
  *   selfsup svm CONFIG [overrides...]              extract features, then VISSL's SVM benchmark
  *   selfsup knn CONFIG [overrides...]              extract features, then VISSL's kNN benchmark
  *   selfsup inspect FILE|-                          print records (a record file or a stream)
- *   selfsup keygen FILE                             a CURVE keypair for the control plane
+ *   selfsup keygen DIR --clients NAME[:IDS]...      CURVE keys for tcp endpoints (control, data)
  *   selfsup dataset fashion-mnist DIR               Fashion-MNIST in VISSL's layouts
  *   selfsup convert IN OUT [--to L] [--format F]    model weights between layouts and formats
  *   selfsup NAME [args...]                          run selfsup-NAME, as git does
@@ -38,7 +38,7 @@ static void usage(FILE *out)
           "  svm CONFIG [overrides...]              extract features, then train and test SVMs\n"
           "  knn CONFIG [overrides...]              extract features, then the kNN benchmark\n"
           "  inspect FILE|-                         print the records of a file or stream\n"
-          "  keygen FILE                            make a CURVE key file for the control plane\n"
+          "  keygen DIR --clients NAME[:IDS]...     make the CURVE keys a tcp endpoint needs\n"
           "  dataset fashion-mnist DIR              write Fashion-MNIST in VISSL's layouts\n"
           "  convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]\n"
           "                                         convert model weights (VISSL, torchvision)\n"

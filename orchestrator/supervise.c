@@ -311,8 +311,9 @@ static void on_message(run *r, json_t *m, const char *peer)
 {
     proc *p = find_proc(r, peer);
     const char *type = json_string_value(json_object_get(m, "type"));
-    if (!p) {
-        log_warn("control message '%s' from unknown peer '%s' ignored", type, peer);
+    if (!p) { /* a peer whose key allows the id, but no such stage: said once, at its hello */
+        if (!strcmp(type, "hello"))
+            log_warn("control: '%s' is no stage of this run; its messages are ignored", peer);
         return;
     }
     p->last_heartbeat = now_seconds();
@@ -340,7 +341,7 @@ static void on_message(run *r, json_t *m, const char *peer)
      * fail, so this is the cause. */
     if (p->out_fd >= 0)
         read_output(p);
-    report_failure_of(r, p, "failed");
+    report_failure_of(r, p, strcmp(status, "stopped") ? "failed" : "was stopped before its work was done");
     shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
 }
 

@@ -14,26 +14,30 @@
  *    one frame); bad ones are logged (the first few per socket) and dropped, and the wait goes
  *    on for a good one.
  *  - The server is a ROUTER with ROUTER_MANDATORY (sending to an unknown peer fails instead of
- *    vanishing) and ROUTER_HANDOVER (a restarted stage with the same id takes over its name).
- *  - CURVE: the key file holds the server keypair (see control.h). The server loads both keys;
- *    a client needs only the public line, and makes a fresh keypair of its own per connection.
- *    A file that holds a secret must be private to its owner, as ssh insists for its keys.
+ *    vanishing). Clients choose random routing ids, which nobody can guess and take first; the
+ *    server keeps a table from routing id to the name the connection's hello claimed. Names
+ *    come from hellos, never from routing ids, so that a name can be checked against the key
+ *    that claims it (the User-Id that the ZAP handler gives each message, auth.h) before the
+ *    name routes anything: a peer cannot receive what is meant for another.
+ *  - Endpoints: ipc:// in a private directory, or tcp:// with CURVE keys (auth.h); the server
+ *    refuses anything else, so that a run is never reachable by other users.
  *
  * A ctl_client or ctl_server is one ZeroMQ socket: use each from one thread at a time.
  */
 #include "control.h"
 
-#include "atomic_file.h"
 #include "log.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -48,7 +52,11 @@ enum {
     HWM = 1000,
     /* Bad messages are logged this many times per socket, then only counted. */
     MALFORMED_LOG_LIMIT = 5,
-    KEY_Z85_LEN = 40,
+    /* Refused peers are logged once each, this many per server, then only counted. */
+    REFUSED_LOG_LIMIT = 20,
+    /* Refused connections are remembered (so as to log each once) up to this many. */
+    PEERS_MAX = 4096,
+    ROUTING_ID_BYTES = 16,
     /* A message past CTL_MAX_MESSAGE_BYTES is dropped by us, with a log line; one past this
      * much larger bound makes libzmq drop the connection before buffering it at all. */
     WIRE_MAX_BYTES = 4 * CTL_MAX_MESSAGE_BYTES,
@@ -60,10 +68,21 @@ struct ctl_client {
     unsigned malformed;
 };
 
+/* A connection the server has heard from. */
+typedef struct {
+    uint8_t *rid;               /* its routing id */
+    size_t rid_len;
+    char *name;                 /* the id its hello claimed; NULL: refused, its messages dropped */
+    char key[AUTH_KEY_LEN + 1]; /* its CURVE key ("" over ipc) */
+} ctl_peer;
+
 struct ctl_server {
     void *sock;
     char *endpoint;
-    unsigned malformed;
+    unsigned malformed, refused;
+    auth_server *auth; /* tcp: the CURVE server's allow-list; NULL over ipc */
+    ctl_peer *peers;
+    int n_peers;
 };
 
 /* ---- the process's context ------------------------------------------------------------- */
@@ -100,12 +119,15 @@ static void *ctx_socket(int type, char **err)
     return sock;
 }
 
-/* Close a socket; the last one out terminates the context, which waits out the linger. */
-static void ctx_close_socket(void *sock)
+/* Close a socket and stop its authentication (whose ZAP handler is a socket of the context
+ * too, so it must go first); the last one out terminates the context, which waits out the
+ * linger. */
+static void ctx_close_socket(void *sock, auth_server *auth)
 {
     if (!sock)
         return;
     zmq_close(sock);
+    auth_server_stop(auth);
     ctx_lock();
     void *term = NULL;
     if (ctx && ctx_pid == getpid() && --ctx_sockets == 0) {
@@ -250,137 +272,72 @@ static bool ipc_in_use(const char *path)
     return used;
 }
 
+/* The socket's directory must be ours alone: whoever can reach the socket is trusted. */
+static int check_private_dir(const char *dir, char **err)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return report_failure(err, "control socket directory %s: %s", dir, strerror(errno));
+    if (st.st_uid != geteuid() || (st.st_mode & 077))
+        return report_failure(err,
+                              "control socket directory %s (mode %04o, owner uid %d) is open to other users, who "
+                              "could then reach the control socket; use a directory of your own with mode 0700 "
+                              "(chmod 700 %s), or a new run directory",
+                              dir, (unsigned)(st.st_mode & 07777), (int)st.st_uid, dir);
+    return 0;
+}
+
 /* Checks for an ipc:// endpoint before libzmq sees it, for errors people can act on: the
- * path must fit sun_path, and a server needs its directory and the name to itself. */
+ * path must fit sun_path, and a server needs a private directory and the name to itself. */
 static int check_ipc(const char *endpoint, bool server, char **err)
 {
-    if (strncmp(endpoint, "ipc://", 6))
-        return 0;
     const char *path = endpoint + 6;
     struct sockaddr_un sa;
     if (!*path)
         return report_failure(err, "control endpoint '%s' has no socket path", endpoint);
     if (!strcmp(path, "*"))
-        return 0; /* libzmq picks a temporary name */
+        return 0; /* libzmq picks a name in a fresh private directory */
     if (strlen(path) >= sizeof sa.sun_path)
         return report_failure(err,
                               "control socket path is %zu bytes, but Unix sockets allow at most %zu: %s "
                               "(use a run directory with a shorter path, or a tcp:// endpoint)",
                               strlen(path), sizeof sa.sun_path - 1, path);
-    if (!server || path[0] == '@') /* '@': Linux abstract namespace, no file */
+    if (!server)
         return 0;
+    if (path[0] == '@')
+        return report_failure(err, "control endpoint '%s': an abstract Unix socket is open to every user on the "
+                                   "machine; use a socket path in a private directory",
+                              endpoint);
     char *dir = path_dirname(path);
     int rc = *dir ? make_dirs(dir, 0700, err) : 0; /* run directories are private */
+    if (rc == 0)
+        rc = check_private_dir(*dir ? dir : ".", err);
     free(dir);
     if (rc == 0 && ipc_in_use(path))
         rc = report_failure(err, "control socket %s is in use by another process", path);
     return rc;
 }
 
-/* ---- CURVE keys ------------------------------------------------------------------------------ */
-
-typedef struct {
-    char public_key[KEY_Z85_LEN + 1];
-    char secret_key[KEY_Z85_LEN + 1];
-} curve_keys;
-
-static int need_curve(const char *path, char **err)
+/* ipc or tcp, the two endpoints whose peers can be limited to ours; refuses the others. */
+static int check_endpoint(const char *endpoint, bool server, bool *tcp, char **err)
 {
-    if (!zmq_has("curve"))
-        return report_failure(err,
-                              "%s: CURVE encryption was requested, but this libzmq was built without it "
-                              "(install a libzmq with libsodium, or leave CURVE_KEY_FILE empty)",
-                              path);
-    return 0;
+    *tcp = endpoint && !strncmp(endpoint, "tcp://", 6);
+    if (!endpoint || !*endpoint)
+        return report_failure(err, "no control endpoint given");
+    if (!strncmp(endpoint, "ipc://", 6))
+        return check_ipc(endpoint, server, err);
+    if (!*tcp)
+        return report_failure(err, "control endpoint '%s': expected ipc://PATH or tcp://HOST:PORT", endpoint);
+    return auth_need_curve(endpoint, err);
 }
 
-/* A 40-character Z85 key that decodes to 32 bytes. */
-static bool valid_z85_key(const char *s)
+/* The refusal of a tcp endpoint without keys: plain-text tcp would admit anyone. */
+static int keys_required(const char *endpoint, const char *what, char **err)
 {
-    uint8_t bin[32];
-    return strlen(s) == KEY_Z85_LEN && zmq_z85_decode(bin, s) != NULL;
-}
-
-/* Parse "public KEY" / "secret KEY" lines (blank lines and # comments allowed) into k;
- * missing keys stay "". */
-static int parse_keys(const char *path, char *text, curve_keys *k, char **err)
-{
-    int lineno = 0;
-    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        lineno++;
-        line[strcspn(line, "\r")] = '\0';
-        char name[16], key[64], extra[2];
-        int n = sscanf(line, " %15s %63s %1s", name, key, extra);
-        if (n <= 0 || name[0] == '#')
-            continue;
-        char *dst = !strcmp(name, "public") ? k->public_key : !strcmp(name, "secret") ? k->secret_key : NULL;
-        if (!dst || n != 2)
-            return report_failure(err, "%s:%d: expected 'public KEY' or 'secret KEY'", path, lineno);
-        if (!valid_z85_key(key))
-            return report_failure(err, "%s:%d: the %s key is not a 40-character Z85 key", path, lineno, name);
-        memcpy(dst, key, KEY_Z85_LEN + 1);
-    }
-    return 0;
-}
-
-/* Load a key file. The server needs the secret key; a file holding one must be readable by
- * its owner only. A file with just the public line (for client nodes) may be world-readable. */
-static int load_keys(const char *path, bool need_secret, curve_keys *k, char **err)
-{
-    memset(k, 0, sizeof *k);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return report_failure(err, "cannot open CURVE key file %s: %s", path, strerror(errno));
-    struct stat st;
-    char buf[4096];
-    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
-    close(fd);
-    if (n < 0 || n == (ssize_t)sizeof buf - 1)
-        return report_failure(err, "%s: not a readable CURVE key file (written by 'selfsup keygen')", path);
-    buf[n] = '\0';
-    int rc = parse_keys(path, buf, k, err);
-    explicit_bzero(buf, sizeof buf);
-    if (rc < 0)
-        return -1;
-    if (!k->public_key[0])
-        return report_failure(err, "%s: no 'public' key line", path);
-    if (need_secret && !k->secret_key[0])
-        return report_failure(err, "%s: no 'secret' key line (the server needs the full keypair)", path);
-    if (k->secret_key[0] && (st.st_mode & 077))
-        return report_failure(err,
-                              "%s: permissions %04o are too open; a file holding a secret key must not be "
-                              "accessible by group or others (chmod 600 %s)",
-                              path, (unsigned)(st.st_mode & 07777), path);
-    if (k->secret_key[0]) {
-        char derived[KEY_Z85_LEN + 1];
-        if (zmq_curve_public(derived, k->secret_key) < 0 || strcmp(derived, k->public_key))
-            return report_failure(err, "%s: the public and secret keys are not a pair", path);
-    }
-    return 0;
-}
-
-int ctl_keygen(const char *path, char **err)
-{
-    if (need_curve(path, err) < 0)
-        return -1;
-    curve_keys k;
-    if (zmq_curve_keypair(k.public_key, k.secret_key) < 0)
-        return report_failure(err, "cannot generate a CURVE keypair: %s", zmq_strerror(errno));
-    char *text = xasprintf("public %s\nsecret %s\n", k.public_key, k.secret_key);
-    explicit_bzero(&k, sizeof k);
-    atomic_file f;
-    int rc = atomic_file_open(&f, path, err);
-    /* The temp file starts 0666 & ~umask; narrow it before the secret goes in. */
-    if (rc == 0 && fchmod(f.fd, 0600) < 0)
-        rc = report_failure(err, "%s: cannot set mode 0600: %s", path, strerror(errno));
-    if (rc == 0)
-        rc = atomic_file_write(&f, text, strlen(text), err);
-    if (rc == 0)
-        rc = atomic_file_commit(&f, err);
-    atomic_file_abort(&f);
-    explicit_bzero(text, strlen(text));
-    free(text);
-    return rc;
+    return report_failure(err,
+                          "control endpoint %s is tcp, which needs CURVE keys (%s): make them with 'selfsup keygen "
+                          "DIR --clients NAME:IDS ...' (see 'selfsup keygen --help')",
+                          endpoint, what);
 }
 
 /* ---- sockets --------------------------------------------------------------------------------- */
@@ -400,41 +357,56 @@ static int set_common(void *sock)
     return 0;
 }
 
-ctl_client *ctl_connect(const char *endpoint, const char *id, const char *curve_key_file, char **err)
+/* A routing id nobody can predict, so that no other connection can take it first (a ROUTER
+ * ignores a connection whose routing id is in use). The first byte is never 0: libzmq
+ * reserves those ids for the ones it makes. */
+static int random_routing_id(uint8_t id[ROUTING_ID_BYTES], char **err)
+{
+    if (getrandom(id, ROUTING_ID_BYTES, 0) != ROUTING_ID_BYTES)
+        return report_failure(err, "cannot make a routing id: getrandom: %s", strerror(errno));
+    id[0] |= 1;
+    return 0;
+}
+
+/* Options of a stage's DEALER. IMMEDIATE off: a hello sent before the connection is up
+ * waits in the queue. Reconnects back off to 2 s so that a missing orchestrator is not
+ * hammered. */
+static int client_options(void *sock, const auth_keys *keys, char **err)
+{
+    uint8_t rid[ROUTING_ID_BYTES];
+    if (random_routing_id(rid, err) < 0)
+        return -1;
+    if (set_common(sock) | zmq_setsockopt(sock, ZMQ_ROUTING_ID, rid, sizeof rid) | set_int(sock, ZMQ_IMMEDIATE, 0) |
+        set_int(sock, ZMQ_RECONNECT_IVL, 100) | set_int(sock, ZMQ_RECONNECT_IVL_MAX, 2000))
+        return report_failure(err, "cannot set socket options: %s", zmq_strerror(errno));
+    return keys ? auth_client_setup(sock, keys, err) : 0;
+}
+
+ctl_client *ctl_connect(const char *endpoint, const char *id, const char *key_file, char **err)
 {
     size_t id_len = id ? strlen(id) : 0;
+    bool tcp;
     if (id_len == 0 || id_len > 255)
         return report_failure(err, "control peer id must be 1 to 255 characters"), NULL;
-    if (!endpoint || !*endpoint)
-        return report_failure(err, "no control endpoint given"), NULL;
-    if (check_ipc(endpoint, false, err) < 0)
+    if (check_endpoint(endpoint, false, &tcp, err) < 0)
         return NULL;
-    bool curve = curve_key_file && *curve_key_file;
-    curve_keys server_keys, mine;
-    if (curve && (need_curve(curve_key_file, err) < 0 || load_keys(curve_key_file, false, &server_keys, err) < 0))
+    if (tcp && (!key_file || !*key_file))
+        return keys_required(endpoint, "this stage's key file, SELFSUP.CONTROL.CLIENT_KEY_FILE", err), NULL;
+    auth_keys keys;
+    if (tcp && auth_load_keys(key_file, AUTH_CLIENT, &keys, err) < 0)
         return NULL;
     void *sock = ctx_socket(ZMQ_DEALER, err);
-    if (!sock)
-        return NULL;
-    const char *what = "set socket options";
-    /* IMMEDIATE off: a hello sent before the connection is up waits in the queue. Reconnects
-     * back off to 2 s so that a missing orchestrator is not hammered. */
-    int rc = set_common(sock) | zmq_setsockopt(sock, ZMQ_ROUTING_ID, id, id_len) | set_int(sock, ZMQ_IMMEDIATE, 0) |
-             set_int(sock, ZMQ_RECONNECT_IVL, 100) | set_int(sock, ZMQ_RECONNECT_IVL_MAX, 2000);
-    if (rc == 0 && curve) {
-        what = "set up CURVE";
-        rc = zmq_curve_keypair(mine.public_key, mine.secret_key);
-        rc = rc | zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server_keys.public_key, KEY_Z85_LEN + 1) |
-             zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, mine.public_key, KEY_Z85_LEN + 1) |
-             zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, mine.secret_key, KEY_Z85_LEN + 1);
-        explicit_bzero(&mine, sizeof mine);
-        explicit_bzero(&server_keys, sizeof server_keys);
-    }
-    if (rc == 0 && (what = "connect", zmq_connect(sock, endpoint) < 0))
-        rc = -1;
+    char *why = NULL;
+    int rc = sock ? client_options(sock, tcp ? &keys : NULL, &why) : -1;
+    if (tcp)
+        auth_wipe(&keys);
+    if (rc == 0 && zmq_connect(sock, endpoint) < 0)
+        rc = report_failure(&why, "cannot connect: %s", zmq_strerror(errno));
     if (rc != 0) {
-        report_failure(err, "control endpoint %s: cannot %s: %s", endpoint, what, zmq_strerror(errno));
-        ctx_close_socket(sock);
+        if (sock)
+            report_failure(err, "control endpoint %s: %s", endpoint, why);
+        free(why);
+        ctx_close_socket(sock, NULL);
         return NULL;
     }
     ctl_client *c = xcalloc(1, sizeof *c);
@@ -491,87 +463,228 @@ void ctl_close(ctl_client *c)
 {
     if (!c)
         return;
-    ctx_close_socket(c->sock);
+    ctx_close_socket(c->sock, NULL);
     free(c->id);
     free(c);
 }
 
 /* ---- server ---------------------------------------------------------------------------------- */
 
-ctl_server *ctl_bind(const char *endpoint, const char *curve_key_file, char **err)
+static void *ctx_current(void)
 {
-    if (!endpoint || !*endpoint)
-        return report_failure(err, "no control endpoint given"), NULL;
-    if (check_ipc(endpoint, true, err) < 0)
-        return NULL;
-    bool curve = curve_key_file && *curve_key_file;
-    curve_keys keys;
-    if (curve && (need_curve(curve_key_file, err) < 0 || load_keys(curve_key_file, true, &keys, err) < 0))
-        return NULL;
+    ctx_lock();
+    void *c = ctx;
+    ctx_unlock();
+    return c;
+}
+
+/* Bind a ROUTER at endpoint: a CURVE server admitting `allow` when keys are given. */
+static ctl_server *bind_server(const char *endpoint, const auth_keys *keys, const auth_allow *allow, char **err)
+{
     void *sock = ctx_socket(ZMQ_ROUTER, err);
     if (!sock)
         return NULL;
-    const char *what = "set socket options";
-    int rc = set_common(sock) | set_int(sock, ZMQ_ROUTER_MANDATORY, 1) | set_int(sock, ZMQ_ROUTER_HANDOVER, 1);
-    if (rc == 0 && curve) {
-        what = "set up CURVE";
-        rc = set_int(sock, ZMQ_CURVE_SERVER, 1) |
-             zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, keys.secret_key, KEY_Z85_LEN + 1);
-        explicit_bzero(&keys, sizeof keys);
-    }
-    if (rc == 0 && (what = "bind", zmq_bind(sock, endpoint) < 0))
-        rc = -1;
-    char bound[1024] = "";
-    size_t bound_len = sizeof bound;
-    if (rc == 0 && (what = "read the bound endpoint", zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, bound, &bound_len) < 0))
-        rc = -1;
-    if (rc != 0) {
-        report_failure(err, "control endpoint %s: cannot %s: %s", endpoint, what, zmq_strerror(errno));
-        ctx_close_socket(sock);
-        return NULL;
-    }
     ctl_server *s = xcalloc(1, sizeof *s);
     s->sock = sock;
+    char *why = NULL, *what = xasprintf("control endpoint %s", endpoint);
+    char bound[1024] = "";
+    size_t bound_len = sizeof bound;
+    int rc = set_common(sock) | set_int(sock, ZMQ_ROUTER_MANDATORY, 1);
+    if (rc != 0)
+        report_failure(&why, "cannot set socket options: %s", zmq_strerror(errno));
+    else if (keys && !(s->auth = auth_server_start(ctx_current(), sock, keys, allow, what, &why)))
+        rc = -1;
+    else if (zmq_bind(sock, endpoint) < 0 || zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, bound, &bound_len) < 0)
+        rc = report_failure(&why, "cannot bind: %s", zmq_strerror(errno));
+    free(what);
+    if (rc != 0) {
+        report_failure(err, "control endpoint %s: %s", endpoint, why);
+        free(why);
+        ctl_server_close(s);
+        return NULL;
+    }
     s->endpoint = xstrdup(bound);
     return s;
 }
 
-/* Peer ids are names such as "augment.2"; libzmq gives peers that set none a binary one. */
-static bool printable_id(const zmq_msg_t *id)
+ctl_server *ctl_bind(const char *endpoint, const char *keys_dir, char **err)
 {
-    const unsigned char *p = zmq_msg_data((zmq_msg_t *)id);
-    size_t n = zmq_msg_size((zmq_msg_t *)id);
-    for (size_t i = 0; i < n; i++)
-        if (p[i] < 0x20 || p[i] == 0x7f)
-            return false;
-    return n > 0;
+    bool tcp;
+    if (check_endpoint(endpoint, true, &tcp, err) < 0)
+        return NULL;
+    if (!tcp)
+        return bind_server(endpoint, NULL, NULL, err);
+    if (!keys_dir || !*keys_dir)
+        return keys_required(endpoint, "the server's key directory, SELFSUP.CONTROL.SERVER_KEYS_DIR", err), NULL;
+    auth_keys keys;
+    auth_allow allow = {0};
+    ctl_server *s = NULL;
+    if (auth_load_server_dir(keys_dir, &keys, &allow, err) == 0)
+        s = bind_server(endpoint, &keys, &allow, err);
+    auth_wipe(&keys);
+    auth_allow_free(&allow);
+    return s;
 }
 
-/* One message off the ROUTER, already known to be there: [peer id][JSON]. NULL if dropped.
- * A message is delivered whole or not at all, so a missing body frame cannot happen. */
-static json_t *server_recv_one(ctl_server *s, char **peer)
+ctl_server *ctl_bind_keys(const char *endpoint, const auth_keys *keys, const auth_allow *allow, char **err)
 {
-    zmq_msg_t id, body;
-    zmq_msg_init(&id);
+    bool tcp;
+    if (check_endpoint(endpoint, true, &tcp, err) < 0)
+        return NULL;
+    if (tcp && (!keys || !allow || allow->n == 0))
+        return keys_required(endpoint, "a keypair and an allow-list of clients", err), NULL;
+    return bind_server(endpoint, tcp ? keys : NULL, allow, err);
+}
+
+/* ---- the peers' names ------------------------------------------------------------------------ */
+
+static ctl_peer *peer_by_rid(ctl_server *s, zmq_msg_t *rid)
+{
+    for (int i = 0; i < s->n_peers; i++)
+        if (s->peers[i].rid_len == zmq_msg_size(rid) && !memcmp(s->peers[i].rid, zmq_msg_data(rid), s->peers[i].rid_len))
+            return &s->peers[i];
+    return NULL;
+}
+
+static ctl_peer *peer_by_name(ctl_server *s, const char *name)
+{
+    for (int i = 0; i < s->n_peers; i++)
+        if (s->peers[i].name && !strcmp(s->peers[i].name, name))
+            return &s->peers[i];
+    return NULL;
+}
+
+/* A new, unnamed entry for a connection. A full table forgets its oldest refused entry (that
+ * connection's messages would then be refused, and logged, once more). */
+static ctl_peer *add_peer(ctl_server *s, zmq_msg_t *rid)
+{
+    for (int i = 0; s->n_peers >= PEERS_MAX && i < s->n_peers; i++)
+        if (!s->peers[i].name) {
+            free(s->peers[i].rid);
+            memmove(&s->peers[i], &s->peers[i + 1], (size_t)(s->n_peers - i - 1) * sizeof *s->peers);
+            s->n_peers--;
+        }
+    s->peers = xrealloc(s->peers, (size_t)(s->n_peers + 1) * sizeof *s->peers);
+    ctl_peer *p = &s->peers[s->n_peers++];
+    *p = (ctl_peer){.rid = xmalloc(zmq_msg_size(rid) + 1), .rid_len = zmq_msg_size(rid)};
+    memcpy(p->rid, zmq_msg_data(rid), p->rid_len);
+    return p;
+}
+
+/* Refuse a connection: its messages are dropped from now on, and this is said once. */
+static ctl_peer *refuse(ctl_server *s, ctl_peer *p, const char *address, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static ctl_peer *refuse(ctl_server *s, ctl_peer *p, const char *address, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char why[512];
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (++s->refused <= REFUSED_LOG_LIMIT)
+        log_warn("control: refused a peer%s%s: %s%s", address && *address ? " at " : "", address ? address : "",
+                 why, s->refused == REFUSED_LOG_LIMIT ? " (further refusals are not logged)" : "");
+    else
+        log_debug("control: refused a peer: %s", why);
+    return p;
+}
+
+/* An id: 1 to 255 printable characters. */
+static bool valid_name(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+            return false;
+    return n > 0 && n <= 255;
+}
+
+/* The first message of a connection: a hello that names it, with an id its key may claim,
+ * and that no other key holds. Returns its entry, named unless refused. */
+static ctl_peer *greet(ctl_server *s, zmq_msg_t *rid, const json_t *msg, const char *user, const char *key,
+                   const char *address)
+{
+    ctl_peer *p = add_peer(s, rid);
+    const char *type = msg_type(msg), *name = json_string_value(json_object_get(msg, "id"));
+    if (strcmp(type, "hello"))
+        return refuse(s, p, address, "it sent '%s' before its hello", type);
+    if (!valid_name(name))
+        return refuse(s, p, address, "its hello has no \"id\" of 1 to 255 printable characters");
+    if (s->auth && !(user && auth_ids_match(user, name)))
+        return refuse(s, p, address, "its key %s may not claim the id '%s' (the allow-list gives it '%s')",
+                      key ? key : "?", name, user ? user : "");
+    ctl_peer *holder = peer_by_name(s, name);
+    if (holder && s->auth && strcmp(holder->key, key ? key : ""))
+        return refuse(s, p, address, "the id '%s' belongs to a connection with another key", name);
+    if (holder) { /* a restarted stage takes its name over; the old connection is ignored */
+        free(holder->name);
+        holder->name = NULL;
+    }
+    p->name = xstrdup(name);
+    snprintf(p->key, sizeof p->key, "%s", key ? key : "");
+    return p;
+}
+
+/* A later message of a named connection: its key still allows the name (the check is per
+ * message, whatever the handshake said), and a repeated hello repeats the name. */
+static bool check_message(ctl_server *s, const ctl_peer *p, const json_t *msg, const char *user)
+{
+    const char *hello_id = json_string_value(json_object_get(msg, "id"));
+    if (s->auth && !(user && auth_ids_match(user, p->name))) {
+        drop(&s->malformed, p->name, "its key may not use this id");
+        return false;
+    }
+    if (!strcmp(msg_type(msg), "hello") && (!hello_id || strcmp(hello_id, p->name))) {
+        drop(&s->malformed, p->name, "a second hello under another id");
+        return false;
+    }
+    return true;
+}
+
+/* A message's body, from the connection rid: the message if it is valid and its connection
+ * is named (*peer gets the name), else NULL (dropped). */
+static json_t *accept_message(ctl_server *s, zmq_msg_t *rid, zmq_msg_t *body, char **peer_out)
+{
+    ctl_peer *p = peer_by_rid(s, rid);
+    if (p && !p->name)
+        return NULL; /* refused before, and said so then */
+    json_t *msg = decode(zmq_msg_data(body), zmq_msg_size(body), p ? p->name : "a peer without a hello",
+                         &s->malformed);
+    if (!msg)
+        return NULL;
+    const char *user = zmq_msg_gets(body, "User-Id"), *key = zmq_msg_gets(body, AUTH_KEY_PROPERTY);
+    if (!p)
+        p = greet(s, rid, msg, user, key, zmq_msg_gets(body, "Peer-Address"));
+    else if (!check_message(s, p, msg, user))
+        p = NULL;
+    if (!p || !p->name) {
+        json_decref(msg);
+        return NULL;
+    }
+    if (peer_out)
+        *peer_out = xstrdup(p->name);
+    return msg;
+}
+
+/* One message off the ROUTER, already known to be there: [routing id][JSON]. NULL if
+ * dropped. A message is delivered whole or not at all, so a missing body cannot happen. */
+static json_t *server_recv_one(ctl_server *s, char **peer_out)
+{
+    zmq_msg_t rid, body;
+    zmq_msg_init(&rid);
     zmq_msg_init(&body);
     json_t *msg = NULL;
-    if (zmq_msg_recv(&id, s->sock, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&id) &&
+    if (zmq_msg_recv(&rid, s->sock, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&rid) &&
         zmq_msg_recv(&body, s->sock, ZMQ_DONTWAIT) >= 0) {
-        char *from = xstrndup(zmq_msg_data(&id), zmq_msg_size(&id));
         if (zmq_msg_more(&body)) {
+            const ctl_peer *p = peer_by_rid(s, &rid);
             drain(s->sock);
-            drop(&s->malformed, from, "more than one frame");
-        } else if (!printable_id(&id)) {
-            drop(&s->malformed, "a peer", "its id is not a printable name");
+            drop(&s->malformed, p && p->name ? p->name : "a peer", "more than one frame");
         } else {
-            msg = decode(zmq_msg_data(&body), zmq_msg_size(&body), from, &s->malformed);
+            msg = accept_message(s, &rid, &body, peer_out);
         }
-        if (msg && peer)
-            *peer = from;
-        else
-            free(from);
     }
-    zmq_msg_close(&id);
+    zmq_msg_close(&rid);
     zmq_msg_close(&body);
     return msg;
 }
@@ -589,19 +702,21 @@ json_t *ctl_server_recv(ctl_server *s, int timeout_ms, char **peer)
     return NULL;
 }
 
-int ctl_server_send(ctl_server *s, const char *peer, json_t *msg)
+int ctl_server_send(ctl_server *s, const char *name, json_t *msg)
 {
-    size_t len = 0, id_len = peer ? strlen(peer) : 0;
+    size_t len = 0;
     char *text = encode(msg, &len);
     if (!text)
         return -1;
+    const ctl_peer *p = name ? peer_by_name(s, name) : NULL;
     int rc = -1;
-    /* With ROUTER_MANDATORY the id frame fails (EHOSTUNREACH) for an unknown or departed peer,
-     * and (EAGAIN) for one whose queue is full; DONTWAIT keeps the orchestrator responsive. */
-    if (id_len > 0 && id_len <= 255 && zmq_send(s->sock, peer, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+    errno = EHOSTUNREACH;
+    /* With ROUTER_MANDATORY the id frame fails (EHOSTUNREACH) for a departed peer, and
+     * (EAGAIN) for one whose queue is full; DONTWAIT keeps the orchestrator responsive. */
+    if (p && zmq_send(s->sock, p->rid, p->rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
         rc = zmq_send(s->sock, text, len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
     if (rc < 0)
-        log_debug("control: cannot send to %s: %s", peer ? peer : "(null)", zmq_strerror(errno));
+        log_debug("control: cannot send to %s: %s", name ? name : "(null)", zmq_strerror(errno));
     free(text);
     return rc;
 }
@@ -620,7 +735,12 @@ void ctl_server_close(ctl_server *s)
 {
     if (!s)
         return;
-    ctx_close_socket(s->sock);
+    ctx_close_socket(s->sock, s->auth);
+    for (int i = 0; i < s->n_peers; i++) {
+        free(s->peers[i].rid);
+        free(s->peers[i].name);
+    }
+    free(s->peers);
     free(s->endpoint);
     free(s);
 }

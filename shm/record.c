@@ -252,12 +252,12 @@ rec_header *rec_writer_header(rec_writer *w)
     return whdr(w);
 }
 
-size_t rec_write_eos(void *buf, size_t cap, uint64_t seq)
+size_t rec_write_eos(void *buf, size_t cap, uint64_t records, bool stopped)
 {
     if (cap < REC_HEADER_BYTES)
         return 0;
     rec_header h = {.magic = REC_MAGIC, .version = REC_VERSION, .kind = REC_EOS, .size = REC_HEADER_BYTES,
-                    .seq = seq};
+                    .seq = records, .flags = stopped ? REC_EOS_STOPPED : REC_EOS_FINISHED};
     memcpy(buf, &h, sizeof h);
     return REC_HEADER_BYTES;
 }
@@ -308,6 +308,10 @@ size_t rec_peek_size(const void *header64, char **err)
     if (h.kind == REC_EOS && (h.n_tensors || h.size != REC_HEADER_BYTES))
         return report_failure(err, "record seq %" PRIu64 ": end-of-stream record has %u tensors and size %" PRIu64
                               " (it must have none and be 64 bytes)", seq, h.n_tensors, h.size), 0;
+    if (h.kind == REC_EOS && h.flags != REC_EOS_FINISHED && h.flags != REC_EOS_STOPPED)
+        return report_failure(err, "end-of-stream record with flags 0x%x: it must say whether its writer finished "
+                              "(0x1) or was stopped (0x2), and how many records it sent (an older selfsup's "
+                              "file? write it again)", h.flags), 0;
     return (size_t)h.size;
 }
 
@@ -497,7 +501,8 @@ void rec_print(FILE *out, const rec_view *view, int max_values)
 {
     const rec_header *h = view->hdr;
     if (h->kind == REC_EOS) {
-        fprintf(out, "record seq %" PRIu64 ": end of stream\n", h->seq);
+        fprintf(out, "end of stream: %" PRIu64 " data records, %s\n", h->seq,
+                h->flags & REC_EOS_STOPPED ? "writer stopped" : "writer finished");
         return;
     }
     fprintf(out, "record seq %" PRIu64 " epoch %u: %u tensor%s, %" PRIu64 " bytes, flags 0x%x, source %u\n", h->seq,
@@ -512,6 +517,25 @@ void rec_print(FILE *out, const rec_view *view, int max_values)
 }
 
 /* ---- streams ------------------------------------------------------------------------------ */
+
+int rec_stream_note(rec_stream *s, const rec_view *view, const char *what, char **err)
+{
+    const rec_header *h = view->hdr;
+    if (s->ended)
+        return report_failure(err, "%s: a record follows the end-of-stream record (seq %" PRIu64 ")", what, h->seq);
+    if (h->kind != REC_EOS) {
+        s->data++;
+        return 0;
+    }
+    s->ended = true;
+    if (h->flags & REC_EOS_STOPPED)
+        return report_failure(err, "%s: the stage writing it was stopped after %" PRIu64 " records (a signal or a "
+                              "stop request); the stream is incomplete", what, h->seq);
+    if (h->seq != s->data)
+        return report_failure(err, "%s: the end-of-stream record says %" PRIu64 " records were sent, but %" PRIu64
+                              " arrived", what, h->seq, s->data);
+    return 0;
+}
 
 void rec_buf_free(rec_buf *b)
 {

@@ -22,6 +22,12 @@
  *
  * Kinds: REC_DATA is a sample or batch; REC_EOS ends a stream on the byte transports (pipe,
  * file, tcp), where "the producer closed cleanly" must be told apart from "the producer died".
+ *
+ * An end-of-stream record is the writer's account of its stream: its seq is the number of
+ * data records the writer sent, and its flags say how the stream ended — REC_EOS_FINISHED
+ * (the writer did all its work) or REC_EOS_STOPPED (a signal or a stop request cut it short).
+ * A reader holds it against what it received (rec_stream_note): a stopped stream, a count
+ * that differs or a record after the end is an error, never a short stream taken as whole.
  */
 #ifndef SELFSUP_RECORD_H
 #define SELFSUP_RECORD_H
@@ -43,6 +49,10 @@
 #define REC_MAX_BYTES (1ull << 30)
 
 typedef enum { REC_DATA = 1, REC_EOS = 2 } rec_kind;
+
+/* The flags of an end-of-stream record: exactly one of these. */
+#define REC_EOS_FINISHED 1u
+#define REC_EOS_STOPPED 2u
 
 /* Element types, numbered for the wire; never renumber. */
 typedef enum {
@@ -124,8 +134,10 @@ size_t rec_finish(rec_writer *w);
 /* The header being written (to set flags or source). */
 rec_header *rec_writer_header(rec_writer *w);
 
-/* An end-of-stream record: 64 bytes, kind REC_EOS, no tensors. Returns its size. */
-size_t rec_write_eos(void *buf, size_t cap, uint64_t seq);
+/* An end-of-stream record: 64 bytes, kind REC_EOS, no tensors, seq = `records` (the data
+ * records the writer sent), flags REC_EOS_STOPPED when `stopped`, else REC_EOS_FINISHED.
+ * Returns its size (0 when cap < 64). */
+size_t rec_write_eos(void *buf, size_t cap, uint64_t records, bool stopped);
 
 /* ---- reading, in place -------------------------------------------------------------------- */
 
@@ -144,6 +156,17 @@ int rec_parse(const void *buf, size_t len, rec_view *view, char **err);
 /* Check only the 64-byte header (magic, version, kind, size bounds), to learn how many more
  * bytes to read from a stream. Returns the record size or 0 with *err. */
 size_t rec_peek_size(const void *header64, char **err);
+
+/* What a reader of one writer's stream has seen, to hold the end-of-stream record against. */
+typedef struct {
+    uint64_t data;  /* data records so far */
+    bool ended;     /* the end-of-stream record came */
+} rec_stream;
+
+/* Account for one record read from a stream. 0, or -1 with *err saying what is wrong: a
+ * record after the end, an end that says it was stopped, or one whose count of records is not
+ * the number that arrived. `what` names the stream in the message. */
+int rec_stream_note(rec_stream *s, const rec_view *view, const char *what, char **err);
 
 /* Index of the tensor named `name`, or -1. */
 int rec_find(const rec_view *view, const char *name);

@@ -75,7 +75,7 @@
 #include <unistd.h>
 
 #define RING_MAGIC 0x474e495250555353ull /* "SSUPRING" in memory */
-#define RING_VERSION 1u
+#define RING_VERSION 2u
 #define PAGE_BYTES ((size_t)4096)
 #define META_BYTES 64
 #define ERROR_BYTES 512
@@ -122,6 +122,7 @@ typedef struct {
     _Atomic uint32_t consumers_attached; /* ever */
     _Atomic uint32_t consumers_closed;
     _Atomic uint32_t broken; /* NOT_BROKEN, BREAKING (reason being written), IS_BROKEN */
+    _Atomic uint32_t stopped; /* the break was a producer's stop, not a failure */
     char error[ERROR_BYTES];
     proc_entry procs[RING_MAX_PROCS];
 } ring_shared;
@@ -621,21 +622,41 @@ void ring_read_end(ring *r, ring_slot *slot)
 
 /* ---- breaking ----------------------------------------------------------------------------- */
 
-void ring_break(ring *r, const char *fmt, ...)
+/* Mark the ring broken with a reason; the first reason wins, later ones are consequences.
+ * `stop` records that the first one was a producer's stop. */
+static void break_ring(ring *r, bool stop, const char *fmt, va_list ap)
 {
     ring_shared *sh = r->sh;
     uint32_t expected = NOT_BROKEN;
     if (atomic_compare_exchange_strong(&sh->broken, &expected, BREAKING)) {
-        /* The first reason wins; later ones are consequences. */
+        atomic_store(&sh->stopped, stop);
         int n = snprintf(sh->error, ERROR_BYTES, "ring %s: ", r->name);
-        va_list ap;
-        va_start(ap, fmt);
         if (n >= 0 && n < ERROR_BYTES)
             vsnprintf(sh->error + n, ERROR_BYTES - (size_t)n, fmt, ap);
-        va_end(ap);
         atomic_store(&sh->broken, IS_BROKEN);
     }
     wake_everyone(r);
+}
+
+void ring_break(ring *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    break_ring(r, false, fmt, ap);
+    va_end(ap);
+}
+
+void ring_stop(ring *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    break_ring(r, true, fmt, ap);
+    va_end(ap);
+}
+
+bool ring_stopped(const ring *r)
+{
+    return atomic_load(&r->sh->stopped) != 0 && atomic_load(&r->sh->broken) != NOT_BROKEN;
 }
 
 const char *ring_error(const ring *r)

@@ -99,6 +99,12 @@ void ring_read_end(ring *r, ring_slot *slot);
 
 /* Mark the ring broken (every waiter returns RING_BROKEN) with a reason for the logs. */
 void ring_break(ring *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A producer was stopped before its stream was complete: break the ring with a reason, marked
+ * as a stop (readers then know the stream is short because its writer was stopped, not
+ * because something failed; ring_stopped says which, unless a failure broke it first). */
+void ring_stop(ring *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether the ring broke because a producer was stopped (ring_stop). */
+bool ring_stopped(const ring *r);
 /* The reason the ring is broken ("" if it is not). */
 const char *ring_error(const ring *r);
 

@@ -54,6 +54,7 @@ struct stage {
     uint32_t epoch;
     bool paused, failed, readers_gone;
     bool peer_failed;  /* the failure came through a transport from another stage */
+    bool peer_stopped; /* ... and that stage had been stopped (its stream is short) */
 
     uint64_t records_in, records_out, bytes_in, bytes_out;
     double blocked_in_s, blocked_out_s, last_heartbeat;
@@ -239,8 +240,44 @@ static int compose_config(stage *s)
     return 0;
 }
 
-/* Ring geometry from the config unless the command line gave it. */
-static void ring_options_from_config(stage *s)
+/* A tcp --in, --out or --control needs its CURVE keys (auth.h). Missing or unusable keys are
+ * a configuration error: found here, before anything is opened, the stage exits 2 (the setup
+ * has no later step that could still say so). */
+static int check_tcp_keys(const stage *s)
+{
+    static const struct {
+        const char *flag, *key;
+        bool server;
+    } need[] = {{"--in", "SELFSUP.TRANSPORT.SERVER_KEYS_DIR", true},
+                {"--out", "SELFSUP.TRANSPORT.CLIENT_KEY_FILE", false},
+                {"--control", "SELFSUP.CONTROL.CLIENT_KEY_FILE", false}};
+    const char *uris[] = {s->in_uri, s->out_uri, s->control};
+    for (size_t i = 0; i < ARRAY_LEN(need); i++) {
+        if (!uris[i] || strncmp(uris[i], "tcp://", 6))
+            continue;
+        const char *path = cfg_str(stage_config(s), need[i].key);
+        char *err = NULL;
+        auth_keys k;
+        memset(&k, 0, sizeof k);
+        auth_allow a = {0};
+        int rc = !*path        ? report_failure(&err, "config.%s is not set", need[i].key)
+                 : need[i].server ? auth_load_server_dir(path, &k, &a, &err)
+                                  : auth_load_keys(path, AUTH_CLIENT, &k, &err);
+        auth_wipe(&k);
+        auth_allow_free(&a);
+        if (rc != 0) {
+            log_error("%s %s: tcp needs CURVE keys, and %s; 'selfsup keygen DIR --clients NAME:IDS ...' makes them "
+                      "(see its --help)", need[i].flag, uris[i], err);
+            free(err);
+            return EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+/* Ring geometry from the config unless the command line gave it; the tcp keys (0, or
+ * EXIT_USAGE when a tcp endpoint lacks them). */
+static int ring_options_from_config(stage *s)
 {
     const cfg_node *c = stage_config(s);
     if (!s->tp.slot_bytes) {
@@ -250,6 +287,9 @@ static void ring_options_from_config(stage *s)
     if (!s->tp.depth)
         s->tp.depth = (uint32_t)cfg_int(c, "SELFSUP.RING.DEPTH");
     s->tp.attach_wait_ms = 10000;
+    s->tp.server_keys_dir = cfg_str(c, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR");
+    s->tp.client_key_file = cfg_str(c, "SELFSUP.TRANSPORT.CLIENT_KEY_FILE");
+    return check_tcp_keys(s);
 }
 
 static const char *default_uri(const char *given, int fd, const char *what)
@@ -355,7 +395,7 @@ static int connect_control(stage *s)
     if (!s->control)
         return 0;
     char *err = NULL;
-    const char *key = s->have_cfg ? cfg_str(stage_config(s), "SELFSUP.CONTROL.CURVE_KEY_FILE") : "";
+    const char *key = s->have_cfg ? cfg_str(stage_config(s), "SELFSUP.CONTROL.CLIENT_KEY_FILE") : "";
     s->ctl = ctl_connect(s->control, s->id, key, &err);
     if (!s->ctl || ctl_send(s->ctl, hello(s), 5000) != 0) {
         log_error("cannot reach the orchestrator at %s: %s", s->control, err ? err : "send failed");
@@ -385,7 +425,7 @@ static void send_final(stage *s, int status)
     if (!s->ctl)
         return;
     json_t *m = report(s, "final");
-    json_object_set_new(m, "status", json_string(status == 0 ? "ok" : "error"));
+    json_object_set_new(m, "status", json_string(status == 0 ? "ok" : status > 128 ? "stopped" : "error"));
     if (status != 0) /* lets the orchestrator blame the stage where it started */
         json_object_set_new(m, "cause", json_string(s->peer_failed ? "peer" : "self"));
     ctl_send(s->ctl, m, 1000);
@@ -404,8 +444,10 @@ static void fail(stage *s, const char *msg)
  * consequence, and must not make the stage report itself as the cause. */
 static void transport_failed(stage *s, const transport *t)
 {
-    if (!s->failed)
+    if (!s->failed) {
         s->peer_failed = tp_peer_failed(t);
+        s->peer_stopped = tp_peer_stopped(t);
+    }
     fail(s, tp_error(t));
 }
 
@@ -514,7 +556,12 @@ int stage_record_end(stage *s)
         fail(s, msg);
         return -1;
     }
-    tp_status st = tp_write_end(s->out, len);
+    tp_status st;
+    while ((st = tp_write_end(s->out, len)) == TP_TIMEOUT) { /* a tcp reader not taking it yet */
+        stage_poll(s);
+        if (stop_signal) /* the record is dropped: the stream ends as stopped */
+            return 0;
+    }
     if (st == TP_NO_READERS) {
         log_info("%s; stopping", tp_error(s->out));
         s->readers_gone = true;
@@ -562,6 +609,7 @@ void stage_count(stage *s, const char *name, int64_t delta)
 }
 
 bool stage_failed(const stage *s) { return s->failed; }
+bool stage_peer_stopped(const stage *s) { return s->failed && s->peer_stopped; }
 int stage_exit_status(const stage *s) { return s->failed ? EXIT_RUNTIME : 0; }
 const cfg_node *stage_config(const stage *s) { return cfg_map_get(s->cfg.root, "config"); }
 int stage_rank(const stage *s) { return s->rank; }
@@ -571,15 +619,30 @@ const char *stage_id(const stage *s) { return s->id; }
 
 /* ---- main ------------------------------------------------------------------------------------ */
 
-/* End the output: EOS after success, a broken stream after failure. */
+/* A run() that returned 0 because a signal or a stop request ended it, not because its work
+ * was done (readers that went away leave nothing to tell). */
+static bool stopped_early(const stage *s, int status)
+{
+    return status == 0 && stop_signal && !s->readers_gone;
+}
+
+/* End the output: EOS after success, a stopped stream after a stop, a broken stream after a
+ * failure. A stage stopped by a signal or a stop request exits 128 + the signal, as a shell
+ * expects of a process ended that way: it did not finish, and its readers are told so too. */
 static int close_transports(stage *s, int status)
 {
     if (s->writing)
         tp_write_abort(s->out);
-    if (status == 0 && s->out && tp_close(s->out) != TP_OK)
+    if (stopped_early(s, status)) {
+        tp_stop(s->out);
+        status = 128 + stop_signal;
+    } else if (status == 0 && s->out && tp_close(s->out) != TP_OK) {
         status = EXIT_RUNTIME;
-    else if (status != 0)
+    } else if (status != 0 && stage_peer_stopped(s)) {
+        tp_stop(s->out); /* a short input because a stage upstream was stopped: pass the stop on */
+    } else if (status != 0) {
         tp_abandon(s->out);
+    }
     if (s->in) {
         tp_read_done(s->in);
         tp_close(s->in);
@@ -606,13 +669,16 @@ static int run_stage(stage *s, void *state, int (*run)(stage *s, void *state))
         status = stop_signal ? 0 : run(s, state);
     if (status == 0 && s->failed)
         status = EXIT_RUNTIME;
-    /* A failure is reported before the outputs break, so that the orchestrator
+    bool stopped = stopped_early(s, status);
+    /* A failure or a stop is reported before the outputs break, so that the orchestrator
      * hears it from this stage first, not from the stages that see the break. */
-    if (status != 0)
-        send_final(s, status);
+    if (status != 0 || stopped)
+        send_final(s, stopped ? 128 + stop_signal : status);
     int closed = close_transports(s, status);
-    if (status == 0)
+    if (status == 0 && !stopped)
         send_final(s, closed);
+    if (stopped)
+        log_info("stopped (%s) before its work was done", strsignal(closed - 128));
     return closed;
 }
 
@@ -633,8 +699,7 @@ int stage_main(int argc, char **argv, const stage_info *info, void *state, int (
         log_init(s.id);
         install_signals();
         status = EXIT_USAGE;
-        if (compose_config(&s) == 0) {
-            ring_options_from_config(&s);
+        if (compose_config(&s) == 0 && ring_options_from_config(&s) == 0) {
             int prepared = info->prepare ? info->prepare(&s, state) : 0;
             status = prepared ? prepared : run_stage(&s, state, run);
         }

@@ -23,9 +23,11 @@
  *                          number of writers a tcp reader waits for (default: config)
  *   -h, --help, --version
  *
- * Exit status: 0 when the input ended (or a stop was asked for) and the output was closed
- * cleanly, 1 on a runtime failure, 2 on a usage or config error. A second SIGINT/SIGTERM
- * ends the process at once.
+ * Exit status: 0 when the input ended and the output was closed cleanly, 1 on a runtime
+ * failure (a short or stopped input included), 2 on a usage or config error, 128 + the signal
+ * when a signal or the orchestrator's STOP (counted as SIGTERM) ended the stage before its
+ * work was done: its output then ends as stopped (transport.h), so no reader takes it for a
+ * whole stream. A second SIGINT/SIGTERM ends the process at once.
  */
 #ifndef SELFSUP_STAGE_H
 #define SELFSUP_STAGE_H
@@ -93,6 +95,9 @@ void stage_poll(stage *s);
 bool stage_stopping(const stage *s);
 /* True once something failed (the exit status will be 1). */
 bool stage_failed(const stage *s);
+/* True when the failure was an input whose writer had been stopped: the input is short, but
+ * what came of it was whole (a trainer may keep its state to resume from). */
+bool stage_peer_stopped(const stage *s);
 /* What run() should return when stage_read / stage_record_begin said to end: 0 after a
  * clean end or stop, 1 after a failure. */
 int stage_exit_status(const stage *s);

@@ -7,14 +7,26 @@
  * scheme; there is no vtable because four small cases read more plainly than one.
  *
  * Byte streams carry records back to back, each self-delimiting (its header holds its size),
- * and end with a REC_EOS record. A reader that meets the end of the bytes before that record
- * reports the stream as broken: that is how a dead producer upstream of a pipe shows up.
+ * and end with a REC_EOS record that counts the data records before it and says whether the
+ * writer finished or was stopped (record.h). A reader that meets the end of the bytes before
+ * that record, an end marked stopped, a count that is not what arrived, or bytes after the end
+ * reports the stream as broken: a short stream never passes for a whole one. A ring has no
+ * EOS record (it delivers each record to one of several readers): a stopped writer marks the
+ * ring stopped instead (ring_stop), and a dead one is found by the ring's crash detection.
+ *
+ * ZeroMQ hides connections, so a tcp reader watches its socket's monitor: when every writer
+ * that joined has left and some end-of-stream records are still owed, the writers died (or
+ * lost the network) and, after TCP_GONE_GRACE_S for a reconnection, the read fails instead of
+ * waiting forever. A tcp writer waits in slices too (TP_TIMEOUT from tp_write_end), so a
+ * signal stops a writer whose reader is gone.
  */
 #include "transport.h"
 
 #include "atomic_file.h"
+#include "auth.h"
 #include "log.h"
 #include "ring.h"
+#include "timer.h"
 #include "util.h"
 
 #include <errno.h>
@@ -29,6 +41,8 @@
 #include <zmq.h>
 
 #define TCP_LINGER_MS 30000
+#define TCP_STOP_LINGER_MS 1000 /* a stopped writer tries this long to deliver its EOS */
+#define TCP_GONE_GRACE_S 2.0    /* how long every writer may be gone before that is an error */
 
 typedef enum { SCHEME_SHM, SCHEME_PIPE, SCHEME_FILE, SCHEME_TCP } scheme;
 
@@ -52,11 +66,21 @@ struct transport {
     atomic_file out_file; /* file: writer */
     bool out_file_open;
 
+    /* -, file:, tcp: what a writer has sent and a reader has received, for the EOS check */
+    uint64_t sent;        /* writer: data records */
+    rec_stream stream;    /* reader of -, file: */
+    bool peer_stopped;    /* the last error: the writer was stopped, not broken */
+
     /* tcp: */
     void *zsock;
+    auth_server *auth;    /* reader: the CURVE server's allow-list */
     uint32_t producers;   /* EOS records to wait for */
     uint32_t eos_seen;
-    uint64_t last_seq;    /* for the EOS record we send */
+    uint64_t eos_records; /* the records those EOS records say were sent */
+    uint64_t received;    /* data records received */
+    void *zmon;           /* reader: events of zsock (writers joining and leaving) */
+    int joined, left;     /* writers that completed the handshake; disconnections of those */
+    double all_gone_at;   /* when every writer was found gone with EOS owed (0: not so) */
 };
 
 /* One ZeroMQ context for this process's tcp transports, ended when the last of them closes:
@@ -240,6 +264,29 @@ static int open_fd(transport *t, const parsed_uri *p, char **err)
     return 0;
 }
 
+/* CURVE for a tcp socket, before it binds or connects: a reader is a server admitting the
+ * writers of its allow-list, a writer a client trusting the reader's key. No keys, no tcp. */
+static int setup_curve(transport *t, const tp_options *opt, char **err)
+{
+    bool reader = t->dir == TP_IN;
+    const char *path = reader ? opt->server_keys_dir : opt->client_key_file;
+    if (!path || !*path)
+        return report_failure(err, "%s: a tcp %s needs CURVE keys (%s), for plain tcp would take records from "
+                                   "anyone: make them with 'selfsup keygen DIR --clients NAME ...'",
+                              t->uri, reader ? "reader" : "writer",
+                              reader ? "SELFSUP.TRANSPORT.SERVER_KEYS_DIR" : "SELFSUP.TRANSPORT.CLIENT_KEY_FILE");
+    auth_keys keys;
+    auth_allow allow = {0};
+    int rc = reader ? auth_load_server_dir(path, &keys, &allow, err) : auth_load_keys(path, AUTH_CLIENT, &keys, err);
+    if (rc == 0 && reader && !(t->auth = auth_server_start(zmq_ctx, t->zsock, &keys, &allow, t->uri, err)))
+        rc = -1;
+    if (rc == 0 && !reader)
+        rc = auth_client_setup(t->zsock, &keys, err);
+    auth_wipe(&keys);
+    auth_allow_free(&allow);
+    return rc;
+}
+
 static int open_tcp(transport *t, const parsed_uri *p, const tp_options *opt, char **err)
 {
     t->zsock = zmq_socket_open(t->dir == TP_IN ? ZMQ_PULL : ZMQ_PUSH);
@@ -254,12 +301,74 @@ static int open_tcp(transport *t, const parsed_uri *p, const tp_options *opt, ch
     int64_t max_msg = (int64_t)(opt->slot_bytes ? opt->slot_bytes : REC_MAX_BYTES);
     if (t->dir == TP_IN)
         zmq_setsockopt(t->zsock, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
+    if (setup_curve(t, opt, err) != 0)
+        return -1;
     int rc = t->dir == TP_IN ? zmq_bind(t->zsock, p->target) : zmq_connect(t->zsock, p->target);
     if (rc != 0)
         return report_failure(err, "%s: cannot %s: %s", t->uri, t->dir == TP_IN ? "bind" : "connect",
                               zmq_strerror(zmq_errno()));
     t->producers = p->producers ? p->producers : (opt->producers ? opt->producers : 1);
     return 0;
+}
+
+/* A tcp reader's view of its writers: the socket monitor's handshake and disconnect events.
+ * A peer refused at the handshake (a stranger) shows up as a failed handshake followed by a
+ * disconnect, and does not count as a writer. */
+#define WATCHED_EVENTS                                                                                        \
+    (ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |           \
+     ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+
+static int watch_writers(transport *t, char **err)
+{
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "inproc://selfsup-tp-monitor-%p", (void *)t);
+    if (zmq_socket_monitor(t->zsock, endpoint, WATCHED_EVENTS) != 0 || !(t->zmon = zmq_socket_open(ZMQ_PAIR)) ||
+        zmq_connect(t->zmon, endpoint) != 0)
+        return report_failure(err, "%s: cannot watch the connections: %s", t->uri, zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+/* Take the monitor's pending events into joined / left. */
+static void drain_monitor(transport *t)
+{
+    int failed = 0;
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, t->zmon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&m) >= sizeof event)
+            memcpy(&event, zmq_msg_data(&m), sizeof event);
+        bool more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        if (more) { /* the second frame: the endpoint, not needed */
+            zmq_msg_init(&m);
+            zmq_msg_recv(&m, t->zmon, 0);
+            zmq_msg_close(&m);
+        }
+        t->joined += event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+        t->left += event == ZMQ_EVENT_DISCONNECTED;
+        failed += event != ZMQ_EVENT_HANDSHAKE_SUCCEEDED && event != ZMQ_EVENT_DISCONNECTED;
+    }
+    t->left -= failed; /* a failed handshake's disconnect was no writer's */
+}
+
+/* Every writer that joined has left, still owing end-of-stream records, for longer than a
+ * reconnection takes: they will not come. Called when nothing is left to read. */
+static bool writers_gone(transport *t)
+{
+    drain_monitor(t);
+    if (t->joined == 0 || t->joined > t->left) {
+        t->all_gone_at = 0;
+        return false;
+    }
+    double now = now_seconds();
+    if (t->all_gone_at == 0)
+        t->all_gone_at = now;
+    return now - t->all_gone_at >= TCP_GONE_GRACE_S;
 }
 
 transport *tp_open(const char *uri, tp_direction dir, const tp_options *opt, char **err)
@@ -275,7 +384,11 @@ transport *tp_open(const char *uri, tp_direction dir, const tp_options *opt, cha
     int rc;
     switch (p.kind) {
     case SCHEME_SHM: rc = open_shm(t, &p, opt, err); break;
-    case SCHEME_TCP: rc = open_tcp(t, &p, opt, err); break;
+    case SCHEME_TCP:
+        rc = open_tcp(t, &p, opt, err);
+        if (rc == 0 && dir == TP_IN)
+            rc = watch_writers(t, err);
+        break;
     default: rc = open_fd(t, &p, err); break;
     }
     if (rc == 0 && dir == TP_OUT && p.kind != SCHEME_SHM) {
@@ -306,11 +419,36 @@ static tp_status wait_readable(transport *t, int timeout_ms)
     return TP_OK;
 }
 
+/* A writer's stream is short or spoiled: the cause is the writer (or what stopped it). */
+static tp_status peer_error(transport *t, char *msg, bool stopped)
+{
+    t->peer_failed = true;
+    t->peer_stopped = stopped;
+    set_error(t, "%s", msg);
+    free(msg);
+    return TP_ERROR;
+}
+
+/* After the end-of-stream record of a file, the file must end too: records after it would be
+ * dropped unread. */
+static tp_status check_file_ends(transport *t)
+{
+    struct stat st;
+    if (t->kind != SCHEME_FILE || fstat(t->fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size == t->offset)
+        return TP_EOS;
+    return peer_error(t, xasprintf("%s: %llu bytes follow the end-of-stream record at byte %llu", t->uri,
+                                   (unsigned long long)((uint64_t)st.st_size - t->offset),
+                                   (unsigned long long)t->offset - REC_HEADER_BYTES), false);
+}
+
 static tp_status after_stream_record(transport *t, rec_view *view)
 {
+    char *msg = NULL;
+    if (rec_stream_note(&t->stream, view, t->kind == SCHEME_PIPE ? "stdin" : t->uri, &msg) != 0)
+        return peer_error(t, msg, view->hdr->kind == REC_EOS && (view->hdr->flags & REC_EOS_STOPPED));
     if (view->hdr->kind == REC_EOS) {
         t->ended = true;
-        return TP_EOS;
+        return check_file_ends(t);
     }
     return TP_OK;
 }
@@ -348,6 +486,7 @@ static tp_status read_shm(transport *t, rec_view *view, int timeout_ms)
         }
         if (st != RING_OK) {
             t->peer_failed = true;
+            t->peer_stopped = ring_stopped(t->ring);
             set_error(t, "%s: %s", t->uri, ring_error(t->ring));
             return TP_ERROR;
         }
@@ -363,6 +502,35 @@ static tp_status read_shm(transport *t, rec_view *view, int timeout_ms)
     }
 }
 
+/* An end-of-stream record from one of the tcp writers: the stream ends at the last one, when
+ * the records they say they sent must be the records that came. */
+static tp_status tcp_eos(transport *t, const rec_view *view)
+{
+    const rec_header *h = view->hdr;
+    if (h->flags & REC_EOS_STOPPED)
+        return peer_error(t, xasprintf("%s: a stage writing it was stopped after %llu records (a signal or a stop "
+                                       "request); the stream is incomplete", t->uri, (unsigned long long)h->seq), true);
+    t->eos_records += h->seq;
+    if (++t->eos_seen < t->producers)
+        return TP_TIMEOUT;
+    t->ended = true;
+    if (t->eos_records != t->received)
+        return peer_error(t, xasprintf("%s: the writers' end-of-stream records say %llu records were sent, but %llu "
+                                       "arrived", t->uri, (unsigned long long)t->eos_records,
+                                       (unsigned long long)t->received), false);
+    return TP_EOS;
+}
+
+/* Nothing to read: fine, unless the writers are gone without ending their streams. */
+static tp_status tcp_quiet(transport *t)
+{
+    if (!writers_gone(t))
+        return TP_TIMEOUT;
+    return peer_error(t, xasprintf("%s: every writer disconnected with %u of %u end-of-stream records sent and %llu "
+                                   "records received: a writer died or lost the network", t->uri, t->eos_seen,
+                                   t->producers, (unsigned long long)t->received), false);
+}
+
 /* One ZeroMQ message is one record. Payloads must be 64-byte aligned for the readers, and
  * ZeroMQ's buffers are not, so the message is copied into our aligned buffer. */
 static tp_status read_tcp(transport *t, rec_view *view, int timeout_ms)
@@ -370,7 +538,9 @@ static tp_status read_tcp(transport *t, rec_view *view, int timeout_ms)
     for (;;) {
         zmq_pollitem_t item = {.socket = t->zsock, .events = ZMQ_POLLIN};
         int n = zmq_poll(&item, 1, timeout_ms);
-        if (n == 0 || (n < 0 && zmq_errno() == EINTR))
+        if (n == 0)
+            return tcp_quiet(t);
+        if (n < 0 && zmq_errno() == EINTR)
             return TP_TIMEOUT;
         zmq_msg_t m;
         zmq_msg_init(&m);
@@ -394,12 +564,13 @@ static tp_status read_tcp(transport *t, rec_view *view, int timeout_ms)
         if (rec_parse(t->buf.data, len, view, &msg) != 0)
             return fail_with(t, msg);
         t->offset += len;
-        if (view->hdr->kind != REC_EOS)
+        if (view->hdr->kind != REC_EOS) {
+            t->received++;
             return TP_OK;
-        if (++t->eos_seen >= t->producers) {
-            t->ended = true;
-            return TP_EOS;
         }
+        tp_status st = tcp_eos(t, view);
+        if (st != TP_TIMEOUT)
+            return st;
     }
 }
 
@@ -449,22 +620,28 @@ tp_status tp_write_begin(transport *t, void **buf, size_t *cap, int timeout_ms)
     return TP_OK;
 }
 
-static tp_status send_tcp(transport *t, const void *data, size_t len)
+/* Send when the socket takes it within timeout_ms (no reader, or readers full: TP_TIMEOUT, so
+ * that the caller can heartbeat and notice a stop between tries). */
+static tp_status send_tcp(transport *t, const void *data, size_t len, int timeout_ms)
 {
-    for (;;) {
-        if (zmq_send(t->zsock, data, len, 0) >= 0)
-            return TP_OK;
-        if (zmq_errno() != EINTR) {
-            set_error(t, "%s: send: %s", t->uri, zmq_strerror(zmq_errno()));
-            return TP_ERROR;
-        }
-    }
+    zmq_pollitem_t item = {.socket = t->zsock, .events = ZMQ_POLLOUT};
+    int n = zmq_poll(&item, 1, timeout_ms);
+    if (n == 0 || (n < 0 && zmq_errno() == EINTR))
+        return TP_TIMEOUT;
+    if (n > 0 && zmq_send(t->zsock, data, len, ZMQ_DONTWAIT) >= 0)
+        return TP_OK;
+    if (n > 0 && (zmq_errno() == EAGAIN || zmq_errno() == EINTR))
+        return TP_TIMEOUT;
+    set_error(t, "%s: send: %s", t->uri, zmq_strerror(zmq_errno()));
+    return TP_ERROR;
 }
+
+#define SEND_SLICE_MS 100
 
 static tp_status send_bytes(transport *t, const void *data, size_t len)
 {
     if (t->kind == SCHEME_TCP)
-        return send_tcp(t, data, len);
+        return send_tcp(t, data, len, SEND_SLICE_MS);
     char *msg = NULL;
     if (rec_fd_write(t->fd, data, len, &msg) == 0)
         return TP_OK;
@@ -481,12 +658,14 @@ tp_status tp_write_end(transport *t, size_t len)
     if (t->kind == SCHEME_SHM) {
         ring_write_end(t->ring, &t->slot, len);
         t->claimed = false;
+        t->sent++;
         return TP_OK;
     }
     const rec_header *h = (const rec_header *)t->buf.data;
-    if (len >= sizeof *h)
-        t->last_seq = h->seq;
-    return send_bytes(t, t->buf.data, len);
+    tp_status st = send_bytes(t, t->buf.data, len);
+    if (st == TP_OK && len >= sizeof *h && h->kind == REC_DATA)
+        t->sent++;
+    return st;
 }
 
 void tp_write_abort(transport *t)
@@ -499,11 +678,18 @@ void tp_write_abort(transport *t)
 
 /* ---- closing ---------------------------------------------------------------------------- */
 
-static tp_status send_eos(transport *t)
+/* The end-of-stream record: how many data records went out, and whether the writer finished.
+ * Over tcp it waits up to `wait_ms` for a reader to take it. */
+static tp_status send_eos(transport *t, bool stopped, int wait_ms)
 {
     uint8_t eos[REC_HEADER_BYTES] __attribute__((aligned(64)));
-    size_t n = rec_write_eos(eos, sizeof eos, t->last_seq + 1);
-    return send_bytes(t, eos, n);
+    size_t n = rec_write_eos(eos, sizeof eos, t->sent, stopped);
+    if (t->kind != SCHEME_TCP)
+        return send_bytes(t, eos, n);
+    tp_status st = send_tcp(t, eos, n, wait_ms);
+    if (st == TP_TIMEOUT)
+        set_error(t, "%s: no reader took the end of the stream within %.0f s", t->uri, wait_ms / 1000.0);
+    return st == TP_OK ? TP_OK : TP_ERROR;
 }
 
 static void free_transport(transport *t)
@@ -512,6 +698,13 @@ static void free_transport(transport *t)
         close(t->fd);
     if (t->out_file_open)
         atomic_file_abort(&t->out_file);
+    if (t->zmon) {
+        zmq_socket_monitor(t->zsock, NULL, 0);
+        zmq_socket_close(t->zmon);
+    }
+    /* Before the socket closes, as the last close ends the context, where the ZAP handler
+     * lives; ZAP_ENFORCE_DOMAIN refuses any handshake in between. */
+    auth_server_stop(t->auth);
     if (t->zsock)
         zmq_socket_close(t->zsock);
     rec_buf_free(&t->buf);
@@ -525,7 +718,7 @@ tp_status tp_close(transport *t)
         return TP_OK;
     tp_status st = TP_OK;
     if (t->dir == TP_OUT && t->kind != SCHEME_SHM) {
-        st = send_eos(t);
+        st = send_eos(t, false, TCP_LINGER_MS);
         char *msg = NULL;
         if (st == TP_OK && t->out_file_open) {
             if (atomic_file_commit(&t->out_file, &msg) != 0)
@@ -540,6 +733,38 @@ tp_status tp_close(transport *t)
         tp_write_abort(t);
         tp_read_done(t);
         ring_close(t->ring); /* a producer's close counts towards the ring's end of stream */
+    }
+    free_transport(t);
+    return st;
+}
+
+tp_status tp_stop(transport *t)
+{
+    if (!t)
+        return TP_OK;
+    if (t->dir != TP_OUT) {
+        tp_close(t);
+        return TP_OK;
+    }
+    tp_write_abort(t);
+    char why[160];
+    snprintf(why, sizeof why, "the writer pid %d was stopped after %llu records; the stream is incomplete",
+             (int)getpid(), (unsigned long long)t->sent);
+    tp_status st = TP_OK;
+    if (t->kind == SCHEME_SHM) {
+        ring_stop(t->ring, "%s", why);
+        ring_close(t->ring);
+        t->ring = NULL;
+    } else if (t->out_file_open) { /* a cache of part of a stream never takes the real name */
+        log_warn("%s not written: %s", t->uri, why);
+    } else {
+        st = send_eos(t, true, TCP_STOP_LINGER_MS);
+        if (st != TP_OK)
+            log_warn("%s", t->error);
+    }
+    if (t->zsock) {
+        int linger = TCP_STOP_LINGER_MS;
+        zmq_setsockopt(t->zsock, ZMQ_LINGER, &linger, sizeof linger);
     }
     free_transport(t);
     return st;
@@ -565,5 +790,6 @@ void tp_abandon(transport *t)
 
 const char *tp_error(const transport *t) { return t->error; }
 bool tp_peer_failed(const transport *t) { return t->peer_failed; }
+bool tp_peer_stopped(const transport *t) { return t->peer_stopped; }
 const char *tp_uri(const transport *t) { return t->uri; }
 struct ring *tp_ring(const transport *t) { return t->ring; }

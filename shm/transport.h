@@ -8,12 +8,17 @@
  *   file:PATH       a file of records, to cache a stream and replay it
  *   tcp://HOST:PORT ZeroMQ PUSH/PULL between machines; the reading side binds, the writing
  *                   side connects (so many decode nodes can feed one trainer node); the
- *                   high-water marks are the ring depth, so a slow reader holds writers back
+ *                   high-water marks are the ring depth, so a slow reader holds writers back;
+ *                   always CURVE with keys (tp_options), so only listed writers get in
  *
  * The same record bytes travel on all four. The byte transports (-, file:, tcp://) end a
- * stream with an explicit REC_EOS record, so a reader can tell a producer that finished from
- * one that died (a pipe or file that ends without it is an error). A tcp reader counts one
- * EOS per producer (`?producers=N`, default 1) before it reports the end.
+ * stream with an explicit REC_EOS record that counts the records sent and says whether the
+ * writer finished or was stopped, so a reader can tell a producer that finished from one that
+ * died or was stopped: a pipe or file that ends without it, an end marked stopped, a count
+ * that is not what arrived, or records after it are errors (TP_ERROR), never a short stream.
+ * A tcp reader counts one EOS per producer (`?producers=N`, default 1) before it reports the
+ * end, and fails when every writer has disconnected without one. A stopped writer of a ring
+ * marks it stopped (ring_stop); a stopped writer of a file: leaves no file.
  *
  * Writing is two-step everywhere: tp_write_begin hands out a 64-byte-aligned buffer of
  * `slot_bytes` (the ring slot itself for shm:, a private buffer for the others) in which
@@ -21,7 +26,8 @@
  * validated rec_view that stays valid until tp_read_done.
  *
  * Every wait is bounded by timeout_ms so that a stage can send heartbeats and notice a stop
- * request while it waits; TP_TIMEOUT means "nothing yet, call again".
+ * request while it waits; TP_TIMEOUT means "nothing yet, call again". tp_write_end over tcp
+ * may return TP_TIMEOUT too (no reader took the record yet): call it again with the same len.
  */
 #ifndef SELFSUP_TRANSPORT_H
 #define SELFSUP_TRANSPORT_H
@@ -47,6 +53,12 @@ typedef struct {
     uint32_t depth;       /* ring slots / ZeroMQ high-water mark */
     uint32_t producers;   /* shm: producers a ring made by this side expects; tcp: EOS count */
     int attach_wait_ms;   /* shm reader: how long to wait for the ring to appear */
+    /* tcp: every connection is CURVE, authenticated both ways (auth.h); plain tcp is refused.
+     * A reader, which binds, needs server_keys_dir: its keypair and the allow-list of writers
+     * (`selfsup keygen DIR --clients ...`). A writer, which connects, needs client_key_file:
+     * its keypair and the reader's public key (DIR/NAME.key). */
+    const char *server_keys_dir;
+    const char *client_key_file;
 } tp_options;
 
 typedef struct transport transport;
@@ -65,9 +77,13 @@ tp_status tp_write_begin(transport *t, void **buf, size_t *cap, int timeout_ms);
 tp_status tp_write_end(transport *t, size_t len);
 void tp_write_abort(transport *t);
 
-/* Writer: end the stream (EOS record or producer close). Reader: detach. Then free. Returns
- * TP_OK or TP_ERROR (e.g. the EOS could not be written); frees in any case. */
+/* Writer: end the stream as finished (EOS record or producer close). Reader: detach. Then
+ * free. Returns TP_OK or TP_ERROR (e.g. the EOS could not be written); frees in any case. */
 tp_status tp_close(transport *t);
+/* Writer: end the stream as stopped before it was complete (a signal, a stop request): an
+ * EOS marked stopped, a ring marked stopped, a file: output not committed. Readers fail on
+ * it and know why (tp_peer_stopped). Then free. A reader just closes. */
+tp_status tp_stop(transport *t);
 /* Close after a failure: no EOS is sent, so readers learn that the stream broke. */
 void tp_abandon(transport *t);
 
@@ -75,6 +91,8 @@ const char *tp_error(const transport *t);
 /* Whether the last error came from the other side (a ring broken by a peer that failed or
  * died, a stream cut short): the cause of the failure is elsewhere. */
 bool tp_peer_failed(const transport *t);
+/* Whether that failure was a writer that was stopped (its stream is short, not spoiled). */
+bool tp_peer_stopped(const transport *t);
 const char *tp_uri(const transport *t);
 /* For shm: the ring (fill level, data area for cudaHostRegister); NULL for the others. */
 struct ring *tp_ring(const transport *t);

@@ -9,6 +9,10 @@ C code, so the two can check each other.
     header      <IHHIIQQII24x   magic "SSRC" (0x43525353), version 1, kind (1 data,
                                 2 end of stream), flags, n_tensors, size (whole record,
                                 multiple of 64), seq, epoch, source, 24 reserved zero bytes
+
+An end-of-stream record has no tensors; its seq is the number of data records before it and
+its flags say how the stream ended: 1 the writer finished, 2 it was stopped (the stream is
+incomplete). Readers refuse a stopped stream and one whose count is not what they read.
     descriptor  <32sHHIQQ8Q8x   name (NUL-terminated, NUL-padded, 1..31 printable chars),
                                 dtype code, ndim (<= 8), reserved zero, payload offset,
                                 nbytes (== prod(shape) * itemsize), shape[8] (unused = 0),
@@ -20,7 +24,7 @@ Library use:
         print(header["seq"], {k: v.shape for k, v in tensors.items()})
     with open("out.rec", "wb") as f:
         write_record(f, {"data.0": img, "label": np.array(3, np.int64)}, seq=0, epoch=0)
-        write_record(f, {}, seq=1, epoch=0, kind="eos")
+        write_eos(f, records=1)
 
 bfloat16 has no numpy dtype: it reads as float32 (exactly), and is written from a
 ("bfloat16", array) pair, where array is uint16 bit patterns or float32 values (rounded to
@@ -46,6 +50,8 @@ MAX_BYTES = 1 << 30
 
 KINDS = {1: "data", 2: "eos"}
 KIND_CODES = {"data": 1, "eos": 2}
+EOS_FINISHED = 1
+EOS_STOPPED = 2
 
 # wire code -> (name, numpy dtype or None for bfloat16, item size)
 DTYPES = {
@@ -293,6 +299,12 @@ def write_record(f, tensors, seq, epoch=0, kind="data", flags=0, source=0):
     return len(b)
 
 
+def write_eos(f, records, stopped=False):
+    """End a stream of `records` data records: the end-of-stream record a finished (or a
+    stopped) writer sends."""
+    return write_record(f, {}, seq=records, kind="eos", flags=EOS_STOPPED if stopped else EOS_FINISHED)
+
+
 # ---- command line -------------------------------------------------------------------------
 
 
@@ -304,7 +316,8 @@ def _values(a, n):
 
 def _print_text(header, tensors, n):
     if header["kind"] == "eos":
-        print("record seq %d: end of stream" % header["seq"])
+        print("end of stream: %d data records, %s" % (
+            header["seq"], "writer stopped" if header["flags"] & EOS_STOPPED else "writer finished"))
         return
     print("record seq %d epoch %d: %d tensor%s, %d bytes, flags 0x%x, source %d" % (
         header["seq"], header["epoch"], header["n_tensors"], "" if header["n_tensors"] == 1 else "s",

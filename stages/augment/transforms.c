@@ -98,6 +98,16 @@ static void p_numbers(params *pr, const char *name, int len, double *out)
     }
 }
 
+/* The largest crop or resize side: config validation's bound (MAX_CROP_SIDE in
+ * lib/cfg_check.c), kept here too for pipelines built from raw YAML (tests, benchmarks). */
+#define MAX_SIDE 8192
+#define MAX_SIDE_TEXT "8192" /* bad() takes one string argument */
+
+static bool side_ok(const cfg_node *n)
+{
+    return n->kind == CFG_INT && n->i >= 1 && n->i <= MAX_SIDE;
+}
+
 /* torchvision's `size`: an int (square, or the shorter side for Resize) or [h, w]. */
 static void p_size(params *pr, const char *name, int def, int size[2], bool *is_int)
 {
@@ -110,20 +120,20 @@ static void p_size(params *pr, const char *name, int def, int size[2], bool *is_
             bad(pr, NULL, "%s is required", name);
         return;
     }
-    if (n->kind == CFG_INT) {
-        size[0] = size[1] = (int)n->i;
-    } else if (n->kind == CFG_LIST && (n->len == 1 || n->len == 2) && n->items[0]->kind == CFG_INT &&
-               n->items[n->len - 1]->kind == CFG_INT) {
-        size[0] = (int)n->items[0]->i;
-        size[1] = (int)n->items[n->len - 1]->i;
-        if (is_int)
-            *is_int = n->len == 1;
-    } else {
+    bool is_list = n->kind == CFG_LIST && (n->len == 1 || n->len == 2);
+    if (n->kind != CFG_INT && !(is_list && n->items[0]->kind == CFG_INT && n->items[n->len - 1]->kind == CFG_INT)) {
         bad(pr, n, "%s must be an integer or a list [h, w]", name);
         return;
     }
-    if (size[0] <= 0 || size[1] <= 0 || size[0] > 65535 || size[1] > 65535)
-        bad(pr, n, "%s must be between 1 and 65535", name);
+    const cfg_node *h = is_list ? n->items[0] : n, *w = is_list ? n->items[n->len - 1] : n;
+    if (!side_ok(h) || !side_ok(w)) { /* checked before the cast: 2^32 + 224 is not 224 */
+        bad(pr, n, "%s must be between 1 and " MAX_SIDE_TEXT, name);
+        return;
+    }
+    size[0] = (int)h->i;
+    size[1] = (int)w->i;
+    if (is_int)
+        *is_int = !is_list || n->len == 1;
 }
 
 /* torchvision's interpolation: an InterpolationMode name or PIL's number. */
@@ -243,13 +253,14 @@ static void parse_multicrop(params *pr, aug_op *op)
             bad(pr, nc, "%s: num_crops and size_crops hold integers, crop_scales pairs", "ImgPilToMultiCrop");
             return;
         }
-        t->count = (int)nc->items[i]->i;
-        t->size = (int)sc->items[i]->i;
+        int64_t count = nc->items[i]->i;
+        t->count = count < 0 || count > INT32_MAX ? -1 : (int)count;
+        t->size = side_ok(sc->items[i]) ? (int)sc->items[i]->i : 0;
         t->scale[0] = cfg_number(sci->items[0]), t->scale[1] = cfg_number(sci->items[1]);
         if (!isfinite(t->scale[1]))
             t->scale[0] = NAN; /* refused just below */
-        if (t->count < 0 || t->size <= 0 || t->size > 65535)
-            bad(pr, nc, "%s: bad crop count or size", "ImgPilToMultiCrop");
+        if (t->count < 0 || t->size <= 0)
+            bad(pr, nc, "%s: bad crop count or size (sizes from 1 to " MAX_SIDE_TEXT ")", "ImgPilToMultiCrop");
         if (!(t->scale[0] >= 0 && t->scale[0] <= t->scale[1]))
             bad(pr, sci, "%s: a crop scale must be an increasing pair of non-negative numbers", "ImgPilToMultiCrop");
         sum += t->count;
@@ -506,8 +517,8 @@ static bool parse_op(const cfg_node *map, const char *key, cfg_err *err, aug_op 
         op->num_patches = p_int(&pr, "num_patches", 9);
         op->patch_jitter = 21;
         check_num_patches(&pr, op->num_patches);
-        if (op->size[0] <= 0 || op->size2 <= 0 || op->size[0] > 65535 || op->size2 > 65535)
-            bad(&pr, NULL, "%s: crop sizes must be between 1 and 65535", "ImgPilToPatchesAndImage");
+        if (op->size[0] <= 0 || op->size2 <= 0 || op->size[0] > MAX_SIDE || op->size2 > MAX_SIDE)
+            bad(&pr, NULL, "%s: crop sizes must be between 1 and " MAX_SIDE_TEXT, "ImgPilToPatchesAndImage");
     } else if (IS("ImgRotatePil")) {
         KEYS("num_angles", "num_rotations_per_img");
         op->kind = OP_ROTATE;

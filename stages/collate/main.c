@@ -6,7 +6,9 @@
  * header seq (their position in the sampler's order) — and then writes one batch record with
  * DATA.<split>.COLLATE_FUNCTION (collate.h). So batches never depend on how many workers ran
  * or how they were scheduled. The sample that carries SAMPLE_FLAG_EPOCH_LAST gives the
- * epoch's length, which closes its last, partial batch (dropped with DROP_LAST).
+ * epoch's length, which closes its last, partial batch (dropped with DROP_LAST). An input
+ * that ends inside an epoch, before that sample or with samples missing, is an error: the
+ * epoch was cut short upstream.
  *
  *   selfsup-collate -c CONFIG [--split train|test] [--in URI] [--out URI] [overrides]
  *
@@ -212,17 +214,22 @@ static bool all_held(collate *c, uint64_t from, uint64_t to)
     return true;
 }
 
-/* The length of the current epoch: known from its flagged last sample, or, once the input
- * has ended, the run of samples held from `from` on (a stream cut short on purpose) — which
- * must then be all there is of the epoch. -1: not known yet; -2: samples are missing. */
-static int64_t epoch_length(collate *c, uint64_t from, bool at_end)
+/* The length of the current epoch: known from its flagged last sample (the sampler's
+ * epoch length). -1: not known yet. Once the input has ended, an epoch whose last sample never
+ * came is a short stream (-2), unless nothing of it came at all (the input ended between
+ * epochs: 0). */
+static int64_t epoch_length(collate *c, bool at_end)
 {
     if (c->epoch_len >= 0 || !at_end)
         return c->epoch_len;
-    uint64_t end = from;
-    while (find_held(c, c->epoch, end))
-        end++;
-    return held_from(c, c->epoch, end) ? -2 : (int64_t)end;
+    return c->next_batch == 0 && !held_from(c, c->epoch, 0) ? 0 : -2;
+}
+
+static int input_short(const collate *c)
+{
+    log_error("the input ended in epoch %u after %llu batches without the epoch's last sample (%zu samples held): "
+              "the stream lost samples or was cut short", c->epoch, (unsigned long long)c->next_batch, c->n_pending);
+    return -1;
 }
 
 /* Write every batch that is complete. `at_end`: the input ended, so whatever is held is all
@@ -231,8 +238,10 @@ static int flush(stage *s, collate *c, bool at_end)
 {
     while (c->started) {
         uint64_t from = c->next_batch * (uint64_t)c->batch, to = from + (uint64_t)c->batch;
-        int64_t len = epoch_length(c, from, at_end);
-        if (len == -2 || (at_end && len >= 0 && (uint64_t)len > from && !find_held(c, c->epoch, from))) {
+        int64_t len = epoch_length(c, at_end);
+        if (len == -2)
+            return input_short(c);
+        if (at_end && len >= 0 && (uint64_t)len > from && !find_held(c, c->epoch, from)) {
             log_error("the input ended with samples of epoch %u missing", c->epoch);
             return -1;
         }

@@ -32,6 +32,7 @@ typedef struct {
     const char *catalog_path;
     json_t *catalog;           /* loaded on first use */
     decode_imagefolder *folders; /* per data source, for disk_folder labels to reuse */
+    const atomic_bool *cancel;   /* the folder walks give up once it turns true (may be NULL) */
 } loader;
 
 static const cfg_node *list_at(const loader *ld, const char *key, size_t *len)
@@ -66,7 +67,10 @@ static const char *catalog_entry(loader *ld, const char *name, int which, bool *
 {
     if (!ld->catalog) {
         json_error_t jerr;
-        ld->catalog = ld->catalog_path ? json_load_file(ld->catalog_path, 0, &jerr) : NULL;
+        char *why = NULL; /* a catalog that is not a regular file is no catalog (not a wait on a FIFO) */
+        bool readable = ld->catalog_path && check_regular_file(ld->catalog_path, (size_t)1 << 30, &why) == 0;
+        free(why);
+        ld->catalog = readable ? json_load_file(ld->catalog_path, 0, &jerr) : NULL;
         if (!ld->catalog)
             ld->catalog = json_object(); /* no catalog: every name is unknown */
     }
@@ -162,7 +166,7 @@ static int load_source(loader *ld, size_t i, decode_source *src, char **err)
     int rc = 0;
     if (kind && !strcmp(kind, "disk_folder")) {
         *src = (decode_source){.kind = DECODE_SOURCE_FOLDER, .data_path = xstrdup(path)};
-        rc = decode_imagefolder_scan(read_from, &ld->folders[i], err);
+        rc = decode_imagefolder_scan_cancellable(read_from, ld->cancel, &ld->folders[i], err);
         /* The source borrows the listing's paths; the listing keeps ownership. */
         src->paths = ld->folders[i].paths;
         src->count = ld->folders[i].count;
@@ -212,7 +216,7 @@ static int load_labels(loader *ld, decode_dataset *ds, size_t j, decode_label_so
     const decode_imagefolder *f = &scanned;
     if (j < ds->n_sources && ds->sources[j].kind == DECODE_SOURCE_FOLDER && !strcmp(ds->sources[j].data_path, path))
         f = &ld->folders[j]; /* the usual case: labels from the image folder itself */
-    else if (decode_imagefolder_scan(path, &scanned, err) != 0)
+    else if (decode_imagefolder_scan_cancellable(path, ld->cancel, &scanned, err) != 0)
         return -1;
     out->count = f->count;
     out->width = 1;
@@ -280,10 +284,16 @@ static int load_all(loader *ld, decode_dataset *ds, char **err)
 int decode_dataset_load(decode_dataset *ds, const cfg_node *config, const char *split, const char *catalog_path,
                         char **err)
 {
+    return decode_dataset_load_cancellable(ds, config, split, catalog_path, NULL, err);
+}
+
+int decode_dataset_load_cancellable(decode_dataset *ds, const cfg_node *config, const char *split,
+                                    const char *catalog_path, const atomic_bool *cancel, char **err)
+{
     *ds = (decode_dataset){.split = !strcmp(split, "TEST") ? "TEST" : "TRAIN"};
     bool test = !strcmp(ds->split, "TEST");
     loader ld = {.split_key = test ? "DATA.TEST" : "DATA.TRAIN", .catalog_split = test ? "val" : "train",
-                 .catalog_path = catalog_path};
+                 .catalog_path = catalog_path, .cancel = cancel};
     ld.split_cfg = cfg_path(config, ld.split_key);
     char *found_catalog = NULL;
     if (!catalog_path) {
@@ -311,7 +321,7 @@ int decode_dataset_load(decode_dataset *ds, const cfg_node *config, const char *
     free(found_catalog);
     if (rc != 0)
         decode_dataset_free(ds);
-    return rc;
+    return rc != 0 && cancel && atomic_load(cancel) ? DECODE_DATASET_CANCELLED : rc;
 }
 
 void decode_dataset_free(decode_dataset *ds)

@@ -7,6 +7,7 @@
 
 #include "config.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,6 +51,12 @@ typedef struct {
 #define DECODE_DATASET_RUNTIME_ERROR (-2)
 int decode_dataset_load(decode_dataset *ds, const cfg_node *config, const char *split, const char *catalog_path,
                         char **err);
+/* decode_dataset_load that gives up soon after *cancel turns true (the stage was asked to
+ * stop while it walked a huge disk_folder), returning DECODE_DATASET_CANCELLED with *err
+ * saying where it stopped. `cancel` may be NULL. */
+#define DECODE_DATASET_CANCELLED (-3)
+int decode_dataset_load_cancellable(decode_dataset *ds, const cfg_node *config, const char *split,
+                                    const char *catalog_path, const atomic_bool *cancel, char **err);
 void decode_dataset_free(decode_dataset *ds);
 
 /* Label sources per sample (the first dimension of the record's label tensor). */

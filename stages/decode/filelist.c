@@ -167,9 +167,13 @@ int decode_filelist_parse(const uint8_t *buf, size_t len, const char *name, char
 int decode_filelist_read(const char *path, char ***paths, size_t *count, char **err)
 {
     size_t len;
-    char *buf = read_whole_file(path, &len);
-    if (!buf)
-        return report_failure(err, "cannot read file list %s: %s", path, strerror(errno));
+    char *why = NULL;
+    char *buf = read_regular_file(path, (size_t)1 << 36, &len, &why); /* a FIFO or device is refused, not waited on */
+    if (!buf) {
+        report_failure(err, "cannot read file list %s", why);
+        free(why);
+        return -1;
+    }
     int rc = decode_filelist_parse((const uint8_t *)buf, len, path, paths, count, err);
     free(buf);
     return rc;

@@ -5,6 +5,7 @@
 #ifndef SELFSUP_DECODE_IMAGEFOLDER_H
 #define SELFSUP_DECODE_IMAGEFOLDER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,10 @@ typedef struct {
  * folder cannot be read, has no class folder, or a class has no image (torchvision raises
  * FileNotFoundError in those cases). */
 int decode_imagefolder_scan(const char *root, decode_imagefolder *out, char **err);
+/* The same, but it gives up soon after *cancel turns true (a stage asked to stop while it
+ * walks a huge tree), returning -1 with *err saying so. `cancel` may be NULL. */
+int decode_imagefolder_scan_cancellable(const char *root, const atomic_bool *cancel, decode_imagefolder *out,
+                                        char **err);
 void decode_imagefolder_free(decode_imagefolder *f);
 
 /* torchvision's IMG_EXTENSIONS test, case-insensitive. */

@@ -22,7 +22,10 @@
  * Broken images never stop a run: an unreadable, truncated, corrupt, unsupported or too
  * large image becomes VISSL's gray image (DEFAULT_GRAY_IMG_SIZE², value 128) with
  * data_valid = -1, or with ENABLE_QUEUE_DATASET an earlier valid image with data_valid = 1.
- * Each such path is logged once and counted ("invalid_images").
+ * Each such path is logged once and counted ("invalid_images"), each image once; at an
+ * epoch's end a warning says how many of its images were invalid ("split train: N of M
+ * images invalid (x%)"), and the stage fails (exit 1) when that share is more than
+ * SELFSUP.MAX_INVALID_IMAGES_SHARE (default 1: report only).
  *
  * Files are read ahead of the decoder with io_uring (--io-depth reads in flight), or with
  * pread where io_uring is not available (--no-io-uring forces that), and decoded on
@@ -34,7 +37,7 @@
  * of their size in the DCT domain while both sides stay at least M (PIL's Image.draft);
  * off by default, because those are not the pixels VISSL sees. Exit status 2 on a config
  * error, found before anything is written; 1 when the machine fails (a COPY_TO_LOCAL_DISK
- * that cannot copy).
+ * that cannot copy) or an epoch's invalid images pass SELFSUP.MAX_INVALID_IMAGES_SHARE.
  */
 #include "augment/transforms.h"
 #include "decode/dataset.h"
@@ -82,7 +85,8 @@ typedef struct {
     decode_queue *queues;   /* one per source with ENABLE_QUEUE_DATASET, else NULL */
     uint8_t **logged;       /* per source, per sample: invalid image already logged */
     uint8_t *gray;          /* VISSL's mean image */
-    int64_t invalid, decoded;
+    int64_t invalid, decoded; /* images of the whole run, each counted once */
+    int64_t epoch_invalid, epoch_decoded; /* the same, of the epoch being written */
     aug_pipeline *crops;    /* --crop: the transforms whose crop boxes bound each decode */
     uint64_t seed;          /* SEED_VALUE, which keys those boxes */
 } decode_run;
@@ -96,6 +100,7 @@ typedef struct {
     int x0, y0, full_w, full_h;
     int64_t valid;
     uint8_t *owned; /* a queued replacement, freed after the record */
+    bool decoded;   /* a decoded file image, counted as decoded once it fits the record */
 } source_image;
 
 /* A whole, packed image. */
@@ -220,11 +225,17 @@ static void teardown(decode_run *r)
 
 /* ---- one sample ----------------------------------------------------------------------------- */
 
+static void count_invalid(decode_run *r)
+{
+    r->invalid++;
+    r->epoch_invalid++;
+    stage_count(r->s, "invalid_images", 1);
+}
+
 /* An image that could not be used: log it (once per path), count it, and substitute. */
 static source_image invalid_image(decode_run *r, size_t src, size_t idx, const char *path, const char *why)
 {
-    r->invalid++;
-    stage_count(r->s, "invalid_images", 1);
+    count_invalid(r);
     if (!r->logged[src][idx]) {
         r->logged[src][idx] = 1;
         log_warn("invalid image %s: %s", path, why);
@@ -239,12 +250,11 @@ static source_image image_of_job(decode_run *r, size_t src, size_t idx, const de
 {
     if (job->rc != 0)
         return invalid_image(r, src, idx, job->file.path, job->why);
-    r->decoded++;
     const decode_rgb *im = &job->im;
     if (r->queues) /* never with --crop, so the image is whole and packed */
         decode_queue_on_success(&r->queues[src], im->px, im->w, im->h);
     return (source_image){.px = im->px, .w = im->w, .h = im->h, .stride = im->stride, .x0 = im->x0, .y0 = im->y0,
-                          .full_w = im->full_w, .full_h = im->full_h, .valid = 1};
+                          .full_w = im->full_w, .full_h = im->full_h, .valid = 1, .decoded = true};
 }
 
 /* Source src's image of sample idx. The k-th file source of the sample is the pool's k-th
@@ -277,7 +287,9 @@ static size_t record_bytes(const decode_run *r, const source_image *imgs)
 }
 
 /* An image too big for the output slot is a bad input like any other, not a reason to stop
- * the run: the largest image of the sample becomes the gray one until the record fits. */
+ * the run: the largest image of the sample becomes the gray one until the record fits. It
+ * counts as invalid, and so only once: a decoded image is counted as decoded only after this,
+ * and a queued replacement stands for an image already counted invalid. */
 static void fit_to_slot(decode_run *r, size_t idx, source_image *imgs, size_t cap)
 {
     while (record_bytes(r, imgs) > cap) {
@@ -287,8 +299,8 @@ static void fit_to_slot(decode_run *r, size_t idx, source_image *imgs, size_t ca
                 big = i;
         if (imgs[big].px == r->gray)
             return; /* even gray images do not fit: rec_finish will say so */
-        r->invalid++;
-        stage_count(r->s, "invalid_images", 1);
+        if (imgs[big].decoded)
+            count_invalid(r);
         if (!r->logged[big][idx])
             log_warn("invalid image %s: %dx%d pixels do not fit the output slot of %zu bytes "
                      "(raise SELFSUP.RING.SLOT_BYTES)",
@@ -312,6 +324,10 @@ static int write_sample(decode_run *r, uint64_t seq, uint32_t epoch, size_t idx,
     if (last)
         rec_writer_header(w)->flags |= SAMPLE_FLAG_EPOCH_LAST;
     fit_to_slot(r, idx, imgs, w->cap);
+    for (size_t i = 0; i < n; i++) {
+        r->decoded += imgs[i].decoded;
+        r->epoch_decoded += imgs[i].decoded;
+    }
     for (size_t i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "data.%zu", i);
@@ -407,6 +423,29 @@ static int run_epoch(decode_run *r, uint32_t epoch, size_t start, size_t *order,
     return rc;
 }
 
+/* At an epoch's end: how many of its images were invalid, when any was, and whether that is
+ * more than SELFSUP.MAX_INVALID_IMAGES_SHARE allows (a folder of broken files, a wrong
+ * path in a file list: a run on gray images is not worth finishing). 0, or -1 to fail. */
+static int epoch_summary(decode_run *r, uint32_t epoch)
+{
+    int64_t bad = r->epoch_invalid, total = r->epoch_invalid + r->epoch_decoded;
+    r->epoch_invalid = r->epoch_decoded = 0;
+    if (bad == 0)
+        return 0;
+    const cfg_node *limit = cfg_path(stage_config(r->s), "SELFSUP.MAX_INVALID_IMAGES_SHARE");
+    double share = (double)bad / (double)total, most = cfg_is_number(limit) ? cfg_number(limit) : 1.0;
+    const char *split = strcmp(r->ds.split, "TEST") ? "train" : "test";
+    if (share <= most) {
+        log_warn("split %s: %lld of %lld images invalid (%.1f%%), epoch %u", split, (long long)bad, (long long)total,
+                 100.0 * share, epoch);
+        return 0;
+    }
+    log_error("split %s: %lld of %lld images invalid (%.1f%%), epoch %u: more than "
+              "config.SELFSUP.MAX_INVALID_IMAGES_SHARE (%g) allows; stopping",
+              split, (long long)bad, (long long)total, 100.0 * share, epoch, most);
+    return -1;
+}
+
 /* Building the dataset can take long: scanning a million-file folder, or COPY_TO_LOCAL_DISK
  * copying ImageNet (VISSL: ~20 minutes). It runs on a helper thread while this one keeps the
  * heartbeats going, so the orchestrator does not take a busy stage for a hung one. */
@@ -417,12 +456,13 @@ typedef struct {
     char *err;
     int rc;
     atomic_bool done;
+    atomic_bool cancel; /* set here on SIGTERM / STOP: the folder walk gives up */
 } dataset_job;
 
 static void *dataset_thread(void *arg)
 {
     dataset_job *job = arg;
-    job->rc = decode_dataset_load(job->ds, job->config, job->split, NULL, &job->err);
+    job->rc = decode_dataset_load_cancellable(job->ds, job->config, job->split, NULL, &job->cancel, &job->err);
     atomic_store(&job->done, true);
     return NULL;
 }
@@ -436,9 +476,16 @@ static int load_dataset(decode_run *r, const cfg_node *config, const char *split
     } else {
         while (!atomic_load(&job.done)) {
             stage_poll(r->s);
+            if (stage_stopping(r->s))
+                atomic_store(&job.cancel, true);
             usleep(50 * 1000);
         }
         pthread_join(tid, NULL);
+    }
+    if (job.rc == DECODE_DATASET_CANCELLED) {
+        log_info("%s", job.err);
+        free(job.err);
+        return job.rc;
     }
     if (job.rc != 0) {
         log_error("%s", job.err);
@@ -516,7 +563,9 @@ static int run(stage *s, void *state)
     int loaded = load(&r, o);
     if (loaded != 0) {
         teardown(&r);
-        return loaded == DECODE_DATASET_RUNTIME_ERROR ? 1 : EXIT_USAGE;
+        return loaded == DECODE_DATASET_CANCELLED        ? stage_exit_status(s)
+               : loaded == DECODE_DATASET_RUNTIME_ERROR ? 1
+                                                        : EXIT_USAGE;
     }
     const cfg_node *config = stage_config(s);
     size_t per_rank = decode_sampler_len(&r.sampler);
@@ -526,8 +575,11 @@ static int run(stage *s, void *state)
     size_t *order = xmalloc((per_rank ? per_rank : 1) * sizeof *order);
     double t0 = now_seconds();
     int rc = 0;
-    for (long e = 0; rc == 0 && e < o->epochs; e++)
+    for (long e = 0; rc == 0 && e < o->epochs; e++) {
         rc = run_epoch(&r, first + (uint32_t)e, e == 0 ? (skip < per_rank ? skip : per_rank) : 0, order, per_rank);
+        if (rc == 0)
+            rc = epoch_summary(&r, first + (uint32_t)e);
+    }
     double took = now_seconds() - t0;
     log_info("%lld images decoded, %lld invalid, in %.2f s (%.0f images/s)", (long long)r.decoded, (long long)r.invalid,
              took, took > 0 ? (double)(r.decoded + r.invalid) / took : 0.0);

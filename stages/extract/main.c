@@ -31,6 +31,7 @@
 #include "log.h"
 #include "stage.h"
 #include "timer.h"
+#include "train/checkpoint.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -71,13 +72,30 @@ static int option(void *state, int argc, char **argv)
     return 2;
 }
 
+/* The output folder, made and tried before the model is even built, named by the option or
+ * the config line that chose it. How much the features will take is not known before the
+ * splits are read (rows × width), so only a folder that cannot be made or written to is
+ * refused here. */
+static bool check_output(const cfg_node *config, const char *dir, bool from_option, cfg_err *err)
+{
+    char *why = NULL;
+    bool ok = ckpt_check_output_dir(dir, 0, &why) == 0;
+    if (!ok)
+        cfg_fail(err, from_option ? NULL : cfg_get(config, "CHECKPOINT.DIR"),
+                 from_option ? "--output" : "config.CHECKPOINT.DIR", "%s", why);
+    free(why);
+    return ok;
+}
+
 static int prepare(stage *s, void *state)
 {
     extract_stage *es = state;
     cfg_err err;
+    bool from_option = es->output != NULL;
     if (!es->output)
         es->output = cfg_str(stage_config(s), "CHECKPOINT.DIR");
-    if (!(es->x = extractor_new(stage_config(s), es->threads, es->output, &err))) {
+    if (!check_output(stage_config(s), es->output, from_option, &err) ||
+        !(es->x = extractor_new(stage_config(s), es->threads, es->output, &err))) {
         log_error("%s", err.msg);
         return EXIT_USAGE;
     }

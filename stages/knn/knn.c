@@ -13,6 +13,10 @@
  * "Better" between two neighbours is (higher similarity, then lower train index): a total
  * order, so whichever tiles, shards and threads a row's candidates come through, it keeps the
  * same k.
+ *
+ * Nothing inside an OpenMP region may die (exit() from several threads at once is undefined
+ * and crashes): the workers allocate with malloc, note a failure, and knn_run reports it
+ * once the region is over.
  */
 #include "knn/knn.h"
 
@@ -38,6 +42,8 @@ enum {
 
 static const char *bad_label_hint = "labels must be class indices 0, 1, … (one integer per row)";
 
+/* Every label is a class index below KNN_MAX_CLASSES: the class count (max + 1) sizes
+ * buffers, so a huge label would overflow it or ask for terabytes. */
 static int check_labels(const feat_set *f, const char *split, char **err)
 {
     if (f->ntargets != 1)
@@ -45,10 +51,14 @@ static int check_labels(const feat_set *f, const char *split, char **err)
                               "%s targets have %zu columns; kNN needs one label per row (N or N × 1), "
                               "not multi-label targets",
                               split, f->ntargets);
-    for (size_t r = 0; r < f->n; r++)
+    for (size_t r = 0; r < f->n; r++) {
         if (f->targets[r] < 0)
             return report_failure(err, "%s targets: row %zu has label %lld; %s", split, r,
                                   (long long)f->targets[r], bad_label_hint);
+        if (f->targets[r] >= KNN_MAX_CLASSES)
+            return report_failure(err, "%s targets: row %zu has label %lld, past the %d classes kNN supports; %s",
+                                  split, r, (long long)f->targets[r], KNN_MAX_CLASSES, bad_label_hint);
+    }
     return 0;
 }
 
@@ -218,11 +228,14 @@ typedef struct {
     size_t block_test, block_train;
 } search;
 
-/* The k best of train rows [lo, hi) for test rows [row0, row0 + rows): heaps[r] per row. */
-static void search_shard(const search *s, size_t row0, size_t rows, size_t lo, size_t hi, topk_heap *heaps)
+/* The k best of train rows [lo, hi) for test rows [row0, row0 + rows): heaps[r] per row.
+ * Runs on a worker thread, so it allocates without dying: false when out of memory. */
+static bool search_shard(const search *s, size_t row0, size_t rows, size_t lo, size_t hi, topk_heap *heaps)
 {
     size_t dim = s->test->dim;
-    float *tile = xmalloc_large(s->block_test * s->block_train * sizeof *tile);
+    float *tile = malloc(s->block_test * s->block_train * sizeof *tile);
+    if (!tile)
+        return false;
     for (size_t c0 = lo; c0 < hi; c0 += s->block_train) {
         size_t cols = hi - c0 < s->block_train ? hi - c0 : s->block_train;
         sgemm_nt(s->test->features + row0 * dim, s->train->features + c0 * dim, rows, cols, dim, tile);
@@ -230,6 +243,7 @@ static void search_shard(const search *s, size_t row0, size_t rows, size_t lo, s
             offer_row(&heaps[r], tile + r * cols, cols, c0);
     }
     free(tile);
+    return true;
 }
 
 /* ---- 3 and 4. votes and ranking ----------------------------------------------------------- */
@@ -240,7 +254,9 @@ static int by_neighbour_rank(const void *a, const void *b)
     return better(x, y) ? -1 : better(y, x) ? 1 : 0;
 }
 
-void knn_rank_classes(const float *scores, int64_t num_classes, int npred, int64_t *out)
+/* knn_rank_classes with the sort's buffers (num_classes each) given: the worker threads
+ * allocate theirs up front, where a failure can be reported rather than exit. */
+static void rank_classes(const float *scores, int64_t num_classes, int npred, int64_t *out, float *all, int64_t *idx)
 {
     /* The (npred + 1) largest values, largest first. When they are all different, torch's
      * order of the first npred is forced whatever its tie rules: no need to sort them all. */
@@ -267,13 +283,18 @@ void knn_rank_classes(const float *scores, int64_t num_classes, int npred, int64
         return;
     }
     /* Ties decide the order: run torch's sort over every class. */
-    float *all = xmalloc((size_t)num_classes * sizeof *all);
-    int64_t *idx = xmalloc((size_t)num_classes * sizeof *idx);
     memcpy(all, scores, (size_t)num_classes * sizeof *all);
     for (int64_t c = 0; c < num_classes; c++)
         idx[c] = c;
     torch_sort_desc(all, idx, (size_t)num_classes);
     memcpy(out, idx, (size_t)npred * sizeof *out);
+}
+
+void knn_rank_classes(const float *scores, int64_t num_classes, int npred, int64_t *out)
+{
+    float *all = xmalloc((size_t)num_classes * sizeof *all);
+    int64_t *idx = xmalloc((size_t)num_classes * sizeof *idx);
+    rank_classes(scores, num_classes, npred, out, all, idx);
     free(all);
     free(idx);
 }
@@ -302,22 +323,54 @@ typedef struct {
     knn_result *out;
 } scoring;
 
-/* Merge a row's shard heaps, vote, rank, count. Returns whether the weights overflowed. */
-static bool finish_row(const scoring *sc, size_t row, topk_heap *shards, int nshards, neighbour *merged,
-                       double *acc, float *scores)
+/* One worker thread's buffers for finishing rows. They are allocated inside the parallel
+ * region, where dying would mean exit() from several threads at once: a failure leaves
+ * ok false, and the region's caller reports it. */
+typedef struct {
+    neighbour *merged;   /* k */
+    double *acc;         /* num_classes */
+    float *scores, *all; /* num_classes each; `all` and `idx` are the tie sort's */
+    int64_t *idx;
+    topk_heap *shards;   /* nshards */
+    bool ok;
+} row_work;
+
+static row_work row_work_new(int64_t k, int64_t num_classes, int nshards)
+{
+    size_t c = (size_t)num_classes;
+    row_work w = {malloc((size_t)k * sizeof *w.merged), malloc(c * sizeof *w.acc), malloc(c * sizeof *w.scores),
+                  malloc(c * sizeof *w.all), malloc(c * sizeof *w.idx), malloc((size_t)nshards * sizeof *w.shards),
+                  false};
+    w.ok = w.merged && w.acc && w.scores && w.all && w.idx && w.shards;
+    return w;
+}
+
+static void row_work_free(row_work *w)
+{
+    free(w->merged);
+    free(w->acc);
+    free(w->scores);
+    free(w->all);
+    free(w->idx);
+    free(w->shards);
+}
+
+/* Merge a row's shard heaps (w->shards), vote, rank, count. Returns whether the weights
+ * overflowed. */
+static bool finish_row(const scoring *sc, size_t row, int nshards, row_work *w)
 {
     int64_t k = sc->s->k;
-    topk_heap m = {merged, 0, k};
+    topk_heap m = {w->merged, 0, k};
     for (int sh = 0; sh < nshards; sh++)
-        for (int64_t j = 0; j < shards[sh].n; j++)
-            heap_offer(&m, shards[sh].h[j]);
-    qsort(merged, (size_t)m.n, sizeof *merged, by_neighbour_rank);
+        for (int64_t j = 0; j < w->shards[sh].n; j++)
+            heap_offer(&m, w->shards[sh].h[j]);
+    qsort(w->merged, (size_t)m.n, sizeof *w->merged, by_neighbour_rank);
 
     knn_result *r = sc->out;
-    bool overflow = class_scores(merged, m.n, sc->s->train->targets, (float)sc->opt->sigma, sc->opt->sigma, acc,
-                                 scores, r->num_classes);
+    bool overflow = class_scores(w->merged, m.n, sc->s->train->targets, (float)sc->opt->sigma, sc->opt->sigma, w->acc,
+                                 w->scores, r->num_classes);
     int64_t *pred = r->predictions + row * KNN_TOP5;
-    knn_rank_classes(scores, r->num_classes, r->npred, pred);
+    rank_classes(w->scores, r->num_classes, r->npred, pred, w->all, w->idx);
     return overflow;
 }
 
@@ -337,8 +390,10 @@ static void count_hits(knn_result *r, const feat_set *test)
     r->top5 = 100.0 * (double)r->top5_hits / (double)r->n_test;
 }
 
-/* Test blocks [b0, b0 + nb) of one wave, each split into nshards shards of the train rows. */
-static void run_wave(const scoring *sc, size_t b0, size_t nb, int nshards, neighbour *heap_mem, size_t *overflow)
+/* Test blocks [b0, b0 + nb) of one wave, each split into nshards shards of the train rows.
+ * 0, or -1 when a worker thread ran out of memory (the wave's results are then unusable);
+ * no worker exits the process. */
+static int run_wave(const scoring *sc, size_t b0, size_t nb, int nshards, neighbour *heap_mem, size_t *overflow)
 {
     const search *s = sc->s;
     size_t bt = s->block_test, n_test = s->test->n, n_train = s->train->n;
@@ -346,8 +401,9 @@ static void run_wave(const scoring *sc, size_t b0, size_t nb, int nshards, neigh
     int64_t k = s->k;
     size_t ntasks = nb * (size_t)nshards;
     topk_heap *heaps = xmalloc(ntasks * bt * sizeof *heaps);
+    bool oom = false;
 
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) reduction(|| : oom)
     for (size_t t = 0; t < ntasks; t++) {
         size_t b = b0 + t / (size_t)nshards, sh = t % (size_t)nshards;
         size_t row0 = b * bt, rows = n_test - row0 < bt ? n_test - row0 : bt;
@@ -355,31 +411,29 @@ static void run_wave(const scoring *sc, size_t b0, size_t nb, int nshards, neigh
         topk_heap *h = heaps + t * bt;
         for (size_t r = 0; r < rows; r++)
             h[r] = (topk_heap){heap_mem + (t * bt + r) * (size_t)k, 0, k};
-        if (lo < hi)
-            search_shard(s, row0, rows, lo, hi, h);
+        if (lo < hi && !search_shard(s, row0, rows, lo, hi, h))
+            oom = true;
     }
 
     size_t n_over = 0, row_end = (b0 + nb) * bt < n_test ? (b0 + nb) * bt : n_test;
-#pragma omp parallel reduction(+ : n_over)
+#pragma omp parallel reduction(+ : n_over) reduction(|| : oom)
     {
-        neighbour *merged = xmalloc((size_t)k * sizeof *merged);
-        double *acc = xmalloc((size_t)sc->out->num_classes * sizeof *acc);
-        float *scores = xmalloc((size_t)sc->out->num_classes * sizeof *scores);
-        topk_heap *shards = xmalloc((size_t)nshards * sizeof *shards);
+        row_work w = row_work_new(k, sc->out->num_classes, nshards);
+        oom = oom || !w.ok;
 #pragma omp for schedule(dynamic, 16)
         for (size_t i = b0 * bt; i < row_end; i++) {
+            if (!w.ok)
+                continue; /* every thread must still pass through the loop */
             size_t b = i / bt, r = i % bt;
             for (int sh = 0; sh < nshards; sh++)
-                shards[sh] = heaps[((b - b0) * (size_t)nshards + (size_t)sh) * bt + r];
-            n_over += finish_row(sc, i, shards, nshards, merged, acc, scores);
+                w.shards[sh] = heaps[((b - b0) * (size_t)nshards + (size_t)sh) * bt + r];
+            n_over += finish_row(sc, i, nshards, &w);
         }
-        free(merged);
-        free(acc);
-        free(scores);
-        free(shards);
+        row_work_free(&w);
     }
     *overflow += n_over;
     free(heaps);
+    return oom ? -1 : 0;
 }
 
 /* How the work is cut: rows per test block and train rows per sgemm, train shards per test
@@ -469,9 +523,17 @@ int knn_run(feat_set *train, feat_set *test, const knn_options *opt, knn_result 
     scoring sc = {&s, opt, out};
     size_t nblocks = (test->n + p.block_test - 1) / p.block_test;
     neighbour *heap_mem = xmalloc_large(p.wave * (size_t)p.nshards * p.block_test * (size_t)out->k * sizeof *heap_mem);
-    for (size_t b0 = 0; b0 < nblocks; b0 += p.wave)
-        run_wave(&sc, b0, nblocks - b0 < p.wave ? nblocks - b0 : p.wave, p.nshards, heap_mem, &out->overflow_rows);
+    int rc = 0;
+    for (size_t b0 = 0; b0 < nblocks && rc == 0; b0 += p.wave)
+        rc = run_wave(&sc, b0, nblocks - b0 < p.wave ? nblocks - b0 : p.wave, p.nshards, heap_mem, &out->overflow_rows);
     free(heap_mem);
+    if (rc) {
+        knn_result_free(out);
+        return report_failure(err,
+                              "out of memory in the neighbour search (k = %lld, %lld classes, %d threads); "
+                              "fewer --threads or a smaller TOPK need less",
+                              (long long)out->k, (long long)out->num_classes, threads);
+    }
 
     count_hits(out, test);
     out->seconds = now_seconds() - start;

@@ -39,6 +39,10 @@
 #include <stdint.h>
 
 #define KNN_TOP5 5
+/* Labels are class indices below this. The class count (max train label + 1) sizes each
+ * thread's score buffers, so a corrupt label (2^40, INT64_MAX) would ask for terabytes or
+ * overflow; ImageNet-21k's 21,841 classes are far below it. */
+#define KNN_MAX_CLASSES (1 << 20)
 
 typedef struct {
     double sigma;       /* NEAREST_NEIGHBOR.SIGMA: weights exp(sim / sigma) */
@@ -62,14 +66,16 @@ typedef struct {
 } knn_result;
 
 /* Check that train and test can be compared: non-empty, the same width, one target column,
- * labels >= 0, norms within float32. 0, or -1 with *err (malloc'd) saying what and where. */
+ * labels in [0, KNN_MAX_CLASSES), norms within float32. 0, or -1 with *err (malloc'd) saying
+ * what and where (the split and the row). */
 int knn_check(const feat_set *train, const feat_set *test, char **err);
 
 /* torch.nn.functional.normalize(x, dim=1, p=2, eps=1e-12) on n rows of width dim, in place. */
 void knn_l2_normalize(float *x, size_t n, size_t dim);
 
 /* The benchmark. Normalises the features in place when opt->l2_norm. 0, or -1 with *err
- * (bad input, as knn_check, or bad options). Free the result with knn_result_free. */
+ * (bad input, as knn_check, bad options, or memory running out on a worker thread). Free
+ * the result with knn_result_free. */
 int knn_run(feat_set *train, feat_set *test, const knn_options *opt, knn_result *out, char **err);
 
 void knn_result_free(knn_result *r);

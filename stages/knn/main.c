@@ -19,7 +19,8 @@
  * five classes).
  *
  * Exit status: 0 done, 1 the features could not be read or are unusable (the message names
- * the file and row), 2 a bad argument or config (before any work).
+ * the file and row), 2 a bad argument or config, or an output folder that cannot be made or
+ * written (before any work).
  */
 #include "config.h"
 #include "features.h"
@@ -27,10 +28,12 @@
 #include "knn/report.h"
 #include "log.h"
 #include "npy.h"
+#include "train/checkpoint.h"
 #include "util.h"
 #include "version.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +209,12 @@ static int check_mode(const knn_args *a)
             log_error("%s %s: no such file", names[i], files[i]);
             return EXIT_USAGE;
         }
+        char *why = NULL; /* a FIFO or a device would block or never end the read */
+        if (check_regular_file(files[i], SIZE_MAX, &why) != 0) {
+            log_error("%s %s", names[i], why);
+            free(why);
+            return EXIT_USAGE;
+        }
     }
     return 0;
 }
@@ -254,6 +263,26 @@ static int read_nearest_neighbor(const cfg_node *c, knn_options *o)
     return 0;
 }
 
+/* The results file takes a few hundred bytes a layer: this much free space is plenty. */
+#define RESULTS_BYTES ((uint64_t)64 << 10)
+
+/* The folder of an output file, made and tried before any work, so that a results file
+ * that cannot be written is found now and not after every layer's search. `what` names
+ * the option or key that chose the file, `where` its node in the config (may be NULL). */
+static int check_output(const char *file, const char *what, const cfg_node *where, uint64_t need)
+{
+    char *dir = path_dirname(file), *why = NULL;
+    int rc = ckpt_check_output_dir(dir, need, &why);
+    if (rc) {
+        cfg_err e;
+        cfg_fail(&e, where, what, "%s", why);
+        log_error("%s", e.msg);
+    }
+    free(why);
+    free(dir);
+    return rc ? EXIT_USAGE : 0;
+}
+
 static int prepare_config_mode(knn_args *a, config_mode *m)
 {
     int rc = compose(a, m);
@@ -266,6 +295,9 @@ static int prepare_config_mode(knn_args *a, config_mode *m)
     m->dir = xstrdup(a->features_dir ? a->features_dir : ckpt);
     m->json_out = a->output ? xstrdup(a->output) : path_join(ckpt, "nearest_neighbor.json");
     free(ckpt);
+    if ((rc = check_output(m->json_out, a->output ? "--output" : "config.CHECKPOINT.DIR",
+                           a->output ? NULL : cfg_path(c, "CHECKPOINT.DIR"), RESULTS_BYTES)))
+        return rc;
     if (a->layers) {
         m->layers = str_split(a->layers, ',', &m->n_layers);
         if (!m->n_layers) {
@@ -386,6 +418,10 @@ int main(int argc, char **argv)
     rc = check_mode(&a);
     if (rc == 0 && a.config)
         rc = prepare_config_mode(&a, &m);
+    if (rc == 0 && !a.config && a.output)
+        rc = check_output(a.output, "--output", NULL, RESULTS_BYTES);
+    if (rc == 0 && a.predictions) /* a few bytes a test row: the folder only */
+        rc = check_output(a.predictions, "--predictions", NULL, 0);
     if (rc) {
         free_config_mode(&m);
         free(a.overrides);

@@ -66,14 +66,16 @@ static int run(stage *s, void *state)
             break;
     }
     double dt = now_seconds() - t0;
-    if (st == STAGE_FAILED || !ok) {
+    if (st == STAGE_FAILED || !ok || stage_stopping(s)) { /* part of a stream is no cache */
         if (k->save)
             atomic_file_abort(&af);
-        return 1;
+        if (k->save && stage_stopping(s))
+            log_warn("%s not written: stopped after %ld records", k->save, records);
+        return st == STAGE_FAILED || !ok ? 1 : stage_exit_status(s);
     }
     /* End the stream the way the file: transport does, so --in file:PATH replays it. */
     uint8_t eos[REC_HEADER_BYTES] __attribute__((aligned(64)));
-    size_t eos_len = rec_write_eos(eos, sizeof eos, (uint64_t)records);
+    size_t eos_len = rec_write_eos(eos, sizeof eos, (uint64_t)records, false);
     if (k->save && (atomic_file_write(&af, eos, eos_len, &err) != 0 || atomic_file_commit(&af, &err) != 0)) {
         log_error("could not finish %s: %s", k->save, err);
         free(err);

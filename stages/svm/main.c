@@ -22,18 +22,22 @@
  * test), or one column of class indices (selfsup's extension: one-vs-rest over max + 1
  * classes). Output files: see svm.h; svm_results.json (report.h) and a table on stdout.
  *
- * Exit status: 0 done, 1 bad data or a failed fit (the message names the file and row),
- * 2 a bad argument or config (before any work).
+ * Exit status: 0 done, 1 bad data or a failed fit (the message names the file and row; a
+ * class index past SVM_MAX_CLASSES, or targets that leave no class to give an AP, are bad
+ * data, found before any fit), 2 a bad argument or config, or an output folder that cannot be
+ * made, written or hold the results (found before any fit).
  */
 #include "config.h"
 #include "features.h"
 #include "log.h"
 #include "svm/report.h"
 #include "svm/svm.h"
+#include "train/checkpoint.h"
 #include "util.h"
 #include "version.h"
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +208,16 @@ static int parse_args(args *a, int argc, char **argv)
         log_error("'%s': config overrides need -c CONFIG", a->overrides[0]);
         return EXIT_USAGE;
     }
+    const char *files[] = {a->train_x, a->train_t, a->test_x, a->test_t};
+    const char *names[] = {"--train-features", "--train-targets", "--test-features", "--test-targets"};
+    for (size_t i = 0; standalone && i < ARRAY_LEN(files); i++) {
+        char *why = NULL; /* a FIFO or a device would block or never end the read */
+        if (path_exists(files[i]) && check_regular_file(files[i], SIZE_MAX, &why) != 0) {
+            log_error("%s %s", names[i], why);
+            free(why);
+            return EXIT_USAGE;
+        }
+    }
     return -1;
 }
 
@@ -214,36 +228,91 @@ typedef struct {
     const char *layer;
     const char *outdir;     /* the layer's result folder */
     const char *sample_dir; /* where {layer}_sample{s}_k{k}.npy live */
+    const char *what[2];    /* the train and test targets, for messages: "train targets (FILE)" */
     json_t *json;           /* layer name → results */
 } layer_run;
 
-static int evaluate(const layer_run *l, feat_set *train, feat_set *test)
+/* An output folder made, tried and measured (`need` bytes free) before the work it is for,
+ * so that it is not found unusable after the fits. `what` names the option or key that chose
+ * it, `where` its config node (may be NULL). */
+static int check_output(const char *dir, const char *what, const cfg_node *where, uint64_t need)
+{
+    char *why = NULL;
+    int rc = ckpt_check_output_dir(dir, need, &why);
+    if (rc) {
+        cfg_err e;
+        cfg_fail(&e, where, what, "%s", why);
+        log_error("%s", e.msg);
+    }
+    free(why);
+    return rc ? EXIT_USAGE : 0;
+}
+
+#define NPY_FILE_OVERHEAD 128 /* an .npy header, at most */
+
+/* Bytes a layer's results take, about: a float64 model (dim + 1 values) and an AP file per
+ * class and cost (per sample and k too in low-shot, with the samples' n × C targets). */
+static uint64_t layer_output_bytes(const svm_opts *o, const svm_data *tr, bool low_shot)
+{
+    uint64_t per_fit = (uint64_t)(tr->dim + 1) * sizeof(double) + 2 * NPY_FILE_OVERHEAD;
+    size_t ncls = o->ncls_list ? o->ncls_list : tr->C;
+    if (!low_shot)
+        return (uint64_t)ncls * o->ncosts * per_fit + 3 * ((uint64_t)ncls * o->ncosts * 8 + NPY_FILE_OVERHEAD);
+    uint64_t per_sample = (uint64_t)tr->C * o->ncosts * per_fit + (uint64_t)tr->n * tr->C * sizeof(int32_t);
+    return (uint64_t)o->nk * o->nsamples * per_sample;
+}
+
+/* The checks that need the data but come before any fit: room for the results, and (VOC07)
+ * a class that can give an AP. */
+static int check_before_fits(const layer_run *l, const svm_data *tr, const svm_data *te, char **err)
 {
     const svm_opts *o = &l->a->opts;
-    svm_data tr, te;
-    char *err = NULL;
-    int rc = svm_data_from_features(train, test, o->normalize, &tr, &te, &err);
-    if (rc == 0 && !l->a->low_shot) {
+    char *what = xasprintf("layer %s: the results' folder", l->layer);
+    int rc = check_output(l->outdir, what, NULL, layer_output_bytes(o, tr, l->a->low_shot));
+    free(what);
+    if (rc == 0 && !l->a->low_shot && svm_check_positives(o, tr, te, l->what, err) != 0)
+        rc = EXIT_RUNTIME;
+    return rc;
+}
+
+/* The protocol on one layer's data: 0, or EXIT_RUNTIME with *err. */
+static int run_protocol(const layer_run *l, const svm_data *tr, const svm_data *te, char **err)
+{
+    const svm_opts *o = &l->a->opts;
+    int rc;
+    if (!l->a->low_shot) {
         svm_result r;
-        if ((rc = svm_voc07(o, &tr, &te, l->outdir, &r, &err)) == 0) {
+        if ((rc = svm_voc07(o, tr, te, l->outdir, &r, err)) == 0) {
             svm_print_result(stdout, l->layer, &r);
             json_object_set_new(l->json, l->layer, svm_result_json(o, &r));
         }
         svm_result_free(&r);
-    } else if (rc == 0) {
+    } else {
         svm_lowshot_result r;
-        if ((rc = svm_lowshot(o, &tr, &te, l->sample_dir, l->layer, l->outdir, &r, &err)) == 0) {
+        if ((rc = svm_lowshot(o, tr, te, l->sample_dir, l->layer, l->outdir, &r, err)) == 0) {
             svm_print_lowshot(stdout, l->layer, o, &r);
             json_object_set_new(l->json, l->layer, svm_lowshot_json(o, &r));
         }
         svm_lowshot_result_free(&r);
     }
-    if (rc)
+    return rc ? EXIT_RUNTIME : 0;
+}
+
+static int evaluate(const layer_run *l, feat_set *train, feat_set *test)
+{
+    svm_data tr, te;
+    char *err = NULL;
+    int rc = svm_data_from_features(train, test, l->a->opts.normalize, l->what, &tr, &te, &err) ? EXIT_RUNTIME : 0;
+    if (rc == 0)
+        rc = check_before_fits(l, &tr, &te, &err);
+    if (rc == 0)
+        rc = run_protocol(l, &tr, &te, &err);
+    if (rc && err)
         log_error("layer %s: %s", l->layer, err);
     free(err);
     svm_data_free(&tr);
     svm_data_free(&te);
-    return rc ? EXIT_RUNTIME : 0;
+    return rc;
 }
 
 static int write_json(const char *outdir, json_t *json)
@@ -262,14 +331,20 @@ static int run_standalone(args *a)
 {
     feat_set train = {0}, test = {0};
     char *err = NULL;
+    if (check_output(a->output, "--output", NULL, 0))
+        return EXIT_USAGE;
     json_t *json = json_object();
     int rc = 0;
     if (feat_load(a->train_x, a->train_t, NULL, &train, &err) || feat_load(a->test_x, a->test_t, NULL, &test, &err)) {
         log_error("%s", err);
         rc = EXIT_RUNTIME;
     } else {
-        layer_run l = {.a = a, .layer = "features", .outdir = a->output, .sample_dir = a->output, .json = json};
+        char *tr = xasprintf("train targets (%s)", a->train_t), *te = xasprintf("test targets (%s)", a->test_t);
+        layer_run l = {.a = a, .layer = "features", .outdir = a->output, .sample_dir = a->output, .what = {tr, te},
+                       .json = json};
         rc = evaluate(&l, &train, &test);
+        free(tr);
+        free(te);
     }
     if (rc == 0)
         rc = write_json(a->output, json);
@@ -325,9 +400,14 @@ static int run_layers(args *a, const char *features, const char *output)
             rc = EXIT_RUNTIME;
         } else {
             char *outdir = path_join(output, layers[i]);
-            layer_run l = {.a = a, .layer = layers[i], .outdir = outdir, .sample_dir = output, .json = json};
+            char *tr = xasprintf("train targets (%s/rank*_train_%s_targets.npy)", features, layers[i]),
+                 *te = xasprintf("test targets (%s/rank*_test_%s_targets.npy)", features, layers[i]);
+            layer_run l = {.a = a, .layer = layers[i], .outdir = outdir, .sample_dir = output, .what = {tr, te},
+                           .json = json};
             rc = evaluate(&l, &train, &test);
             free(outdir);
+            free(tr);
+            free(te);
         }
         free(err);
         feat_free(&train);
@@ -351,7 +431,10 @@ static int run_config(args *a)
         char *ckpt = cfg_checkpoint_folder(&cfg);
         const char *feat_path = cfg_str(c, "SVM_FEATURES_PATH");
         const char *features = a->features_dir ? a->features_dir : *feat_path ? feat_path : ckpt;
-        rc = run_layers(a, features, a->output ? a->output : ckpt);
+        rc = check_output(a->output ? a->output : ckpt, a->output ? "--output" : "config.CHECKPOINT.DIR",
+                          a->output ? NULL : cfg_path(c, "CHECKPOINT.DIR"), 0);
+        if (rc == 0)
+            rc = run_layers(a, features, a->output ? a->output : ckpt);
         free(ckpt);
     }
     cfg_destroy(&cfg);

@@ -13,8 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-int svm_data_from_features(feat_set *train, feat_set *test, bool normalize, svm_data *tr, svm_data *te,
-                           char **err)
+/* Single-label targets: every class index below SVM_MAX_CLASSES (negative ones mean "no
+ * label" and are kept, see svm_targets_convert). */
+static int check_class_indices(const feat_set *f, const char *what, char **err)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (f->targets[i] >= SVM_MAX_CLASSES)
+            return report_failure(err, "%s: row %zu: class index %lld, past the %d classes selfsup-svm supports", what,
+                                  i, (long long)f->targets[i], SVM_MAX_CLASSES);
+    return 0;
+}
+
+int svm_data_from_features(feat_set *train, feat_set *test, bool normalize, const char *const what[2], svm_data *tr,
+                           svm_data *te, char **err)
 {
     memset(tr, 0, sizeof *tr);
     memset(te, 0, sizeof *te);
@@ -30,12 +41,13 @@ int svm_data_from_features(feat_set *train, feat_set *test, bool normalize, svm_
     bool idx_te = svm_targets_are_indices(test->targets, test->n, test->ntargets, &max_te);
     size_t nclasses = 0; /* VOC style unless either side holds class indices */
     if ((idx_tr || idx_te) && train->ntargets == 1 && test->ntargets == 1) {
+        if (check_class_indices(train, what[0], err) || check_class_indices(test, what[1], err))
+            return -1;
         nclasses = (size_t)(max_tr > max_te ? max_tr : max_te) + 1;
         log_info("targets are single class indices: %zu classes, trained one-vs-rest", nclasses);
     }
-    if (svm_targets_convert(train->targets, train->n, train->ntargets, nclasses, "train targets", &tr->t, &tr->C,
-                            err) ||
-        svm_targets_convert(test->targets, test->n, test->ntargets, nclasses, "test targets", &te->t, &te->C, err))
+    if (svm_targets_convert(train->targets, train->n, train->ntargets, nclasses, what[0], &tr->t, &tr->C, err) ||
+        svm_targets_convert(test->targets, test->n, test->ntargets, nclasses, what[1], &te->t, &te->C, err))
         return -1;
     if (tr->C != te->C)
         return report_failure(err, "train targets have %zu classes, test targets %zu", tr->C, te->C);
@@ -47,6 +59,40 @@ int svm_data_from_features(feat_set *train, feat_set *test, bool normalize, svm_
         svm_normalize_rows(te->x, te->n, te->dim);
     }
     return 0;
+}
+
+/* Rows of column c holding 1. */
+static size_t positives(const svm_data *d, size_t c)
+{
+    size_t pos = 0;
+    for (size_t i = 0; i < d->n; i++)
+        pos += d->t[i * d->C + c] == 1;
+    return pos;
+}
+
+int svm_check_positives(const svm_opts *o, const svm_data *tr, const svm_data *te, const char *const what[2],
+                        char **err)
+{
+    size_t ncls = o->ncls_list ? o->ncls_list : tr->C, trainable = 0;
+    for (size_t j = 0; j < ncls; j++) {
+        size_t c = o->ncls_list ? (size_t)o->cls_list[j] : j;
+        if (c >= tr->C || c >= te->C)
+            return 0; /* a bad cls_list entry: svm_voc07 names it */
+        size_t pos = positives(tr, c);
+        if (pos == 0 || pos == tr->n)
+            continue;
+        trainable++;
+        if (positives(te, c) > 0)
+            return 0;
+    }
+    if (!trainable)
+        return report_failure(err,
+                              "%s: no class has both positive (1) and negative rows, so no SVM can be trained and "
+                              "there is no AP to report",
+                              what[0]);
+    return report_failure(err, "%s: none of the %zu trainable classes has a positive (1) row, so there is no AP to "
+                               "report",
+                          what[1], trainable);
 }
 
 void svm_data_free(svm_data *d)

@@ -45,6 +45,12 @@ struct cfg_node;
 
 typedef enum { LOWSHOT_VOC, LOWSHOT_PLACES } svm_lowshot_style;
 
+/* Class indices (single-label targets) are below this: the class count (max index + 1)
+ * sizes an n × classes target matrix and a fit per class, cost and fold, so an index of
+ * 2^40 or INT64_MAX is a corrupt targets file (and would overflow that size), not a dataset.
+ * ImageNet-21k has 21,841 classes. */
+#define SVM_MAX_CLASSES (1 << 16)
+
 /* The SVM config (config.SVM), resolved. */
 typedef struct {
     double *costs;          /* costs_list + base**p, in that order (file and array order) */

@@ -5,6 +5,8 @@
  * train state as metadata, then an atomic re-point of the checkpoint.torch link. Loading maps
  * the linked file and copies each entry's tensor by exact name: a checkpoint is only resumed
  * by the model that wrote it, so anything missing or reshaped is an error, not a skip.
+ * Before any of that, ckpt_check_output_dir makes sure the folder can take a checkpoint at
+ * all (it serves the evaluators' and the extractor's output folders too).
  */
 #include "train/checkpoint.h"
 
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define LINK "checkpoint.torch"
@@ -160,4 +163,58 @@ int ckpt_remove_stale(const char *dir)
     }
     closedir(d);
     return removed;
+}
+
+/* Per entry, the header's JSON ("name":{"dtype":"F32","shape":[…],"data_offsets":[…,…]})
+ * is the name and at most this much; the metadata (the train state) fits the slack. */
+#define HEADER_BYTES_PER_ENTRY 128
+#define HEADER_SLACK 4096
+
+uint64_t ckpt_size_estimate(const eng_entry *entries, int n)
+{
+    uint64_t bytes = HEADER_SLACK;
+    for (int i = 0; i < n; i++)
+        bytes += (uint64_t)eng_numel(&entries[i].value.shape) * sizeof(float) + strlen(entries[i].name) +
+                 HEADER_BYTES_PER_ENTRY;
+    return bytes;
+}
+
+/* Whether a file can be made in dir. Trying is the only test that holds: root passes every
+ * permission check, but not a read-only mount. */
+static int check_writable(const char *dir, char **err)
+{
+    char *probe = xasprintf("%s/.selfsup-write-test-XXXXXX", dir);
+    int fd = mkstemp(probe), rc = 0;
+    if (fd < 0)
+        rc = report_failure(err, "%s: cannot create a file in this folder: %s", dir, strerror(errno));
+    else {
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    return rc;
+}
+
+static double mib(uint64_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
+}
+
+int ckpt_check_output_dir(const char *dir, uint64_t need, char **err)
+{
+    char *why = NULL;
+    if (make_dirs(dir, 0777, &why) != 0) {
+        report_failure(err, "cannot make the folder %s (%s)", dir, why);
+        free(why);
+        return -1;
+    }
+    if (check_writable(dir, err) != 0)
+        return -1;
+    struct statvfs vfs;
+    if (need == 0 || statvfs(dir, &vfs) != 0)
+        return 0; /* a file system that cannot say: the write itself will tell */
+    uint64_t avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+    if (avail >= need)
+        return 0;
+    return report_failure(err, "%s: %.1f MiB free, but the output needs about %.1f MiB", dir, mib(avail), mib(need));
 }

@@ -45,4 +45,15 @@ int ckpt_remove_stale(const char *dir);
 /* Only where training stands, for the orchestrator to start the data there: 0 none, 1 found. */
 int ckpt_resume_point(const char *dir, ckpt_state *s, char **err);
 
+/* Bytes a checkpoint of these entries takes: their float32 values and the safetensors
+ * header (names, shapes, offsets, the train state), rounded up, never under. */
+uint64_t ckpt_size_estimate(const eng_entry *entries, int n);
+
+/* An output folder checked before any work, so that a run does not find out at its first
+ * save: made (mkdir -p), a file can be created in it, and `need` bytes are free there.
+ * Every stage that writes results checks its folders so (the trainer with
+ * ckpt_size_estimate, the evaluators and the extractor with their own estimates). 0, or -1
+ * with *err (malloc'd) naming the folder and what is wrong. */
+int ckpt_check_output_dir(const char *dir, uint64_t need, char **err);
+
 #endif

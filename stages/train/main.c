@@ -10,7 +10,10 @@
  * line every LOG_FREQUENCY iterations. At every epoch's end it appends to metrics.json and
  * checkpoints per CHECKPOINT_FREQUENCY into CHECKPOINT.DIR (the last epoch writes
  * model_final_checkpoint_phase{N}.torch; checkpoint.torch links the latest). A stop (Ctrl-C,
- * SIGTERM or the orchestrator's STOP) ends the run cleanly with model_iteration{N}.torch.
+ * SIGTERM or the orchestrator's STOP) ends the run with model_iteration{N}.torch and exit
+ * status 128 + the signal. The input must carry every batch of every planned epoch: a stream
+ * that ends early, or whose writer was stopped, is an error (exit 1) after the same iteration
+ * checkpoint, never a finished run.
  * With CHECKPOINT.AUTO_RESUME and a checkpoint there, training goes on exactly where it stopped
  * (batches it had already trained are skipped if they come again).
  *
@@ -127,6 +130,10 @@ static int run(stage *s, void *state)
             free(err);
             return EXIT_RUNTIME;
         }
+    }
+    if (st == STAGE_FAILED && stage_peer_stopped(s) && trainer_finish(ts->t, true, &err) != 0) {
+        log_error("%s", err); /* the input was stopped upstream: keep what was trained to resume */
+        free(err);
     }
     if (st == STAGE_FAILED)
         return EXIT_RUNTIME;

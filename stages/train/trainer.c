@@ -74,16 +74,32 @@ static bool check_supported(const cfg_node *config, cfg_err *err)
     return true;
 }
 
-/* CHECKPOINT.DIR: made. A checkpoint already there is resumed under AUTO_RESUME (VISSL's
- * choice: the file checkpoint.torch links, i.e. the latest); otherwise it is refused unless
- * OVERWRITE_EXISTING. Called once the model and the optimizer exist. */
+/* CHECKPOINT.DIR: made, writable and with room for one checkpoint, or refused now rather
+ * than at the first save, an epoch later. A checkpoint already there is resumed under
+ * AUTO_RESUME (VISSL's choice: the file checkpoint.torch links, i.e. the latest); otherwise
+ * it is refused unless OVERWRITE_EXISTING. Called once the model and the optimizer exist. */
 static int load_state(trainer *t, ckpt_state *st, char **err);
+static eng_entry *checkpoint_entries(const trainer *t, int *n, eng_entry **opt_entries, int *nopt);
+
+/* Bytes of one checkpoint: the model's, the optimizer's and the loss's state. TEST_ONLY
+ * trains nothing and saves none. */
+static uint64_t checkpoint_bytes(const trainer *t)
+{
+    if (t->plan.test_only)
+        return 0;
+    int n, nopt;
+    eng_entry *opt_entries, *all = checkpoint_entries(t, &n, &opt_entries, &nopt);
+    uint64_t bytes = ckpt_size_estimate(all, n);
+    free(all);
+    optim_state_entries_free(opt_entries, nopt);
+    return bytes;
+}
 
 static bool prepare_dir(trainer *t, cfg_err *err)
 {
     const char *dir = cfg_str(t->config, "CHECKPOINT.DIR");
     char *why = NULL;
-    if (make_dirs(dir, 0777, &why) != 0) {
+    if (ckpt_check_output_dir(dir, checkpoint_bytes(t), &why) != 0) {
         cfg_fail(err, cfg_get(t->config, "CHECKPOINT.DIR"), "config.CHECKPOINT.DIR", "%s", why);
         free(why);
         return false;
@@ -547,6 +563,33 @@ int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     return rc;
 }
 
+/* An epoch ends when the next one starts: it must have had all its batches, and the next must
+ * be the one after it. Anything else is a stream that lost batches on the way. */
+static int check_epoch_whole(const trainer *t, uint32_t next_epoch, char **err)
+{
+    if (t->phase_batches != t->steps_per_epoch)
+        return report_failure(err, "epoch %lld ended after %lld of its %lld batches (the next batch is of epoch %u): "
+                              "batches were lost upstream", (long long)t->phase, (long long)t->phase_batches,
+                              (long long)t->steps_per_epoch, next_epoch);
+    if ((int64_t)next_epoch != t->phase + 1)
+        return report_failure(err, "epoch %u follows epoch %lld: the epochs between were lost upstream", next_epoch,
+                              (long long)t->phase);
+    return 0;
+}
+
+/* When the input ends, every batch the run was planned for must have been trained: a stream
+ * that ended early must not end the run as if it were complete. */
+static int check_input_whole(const trainer *t, char **err)
+{
+    int64_t planned = t->num_epochs * t->steps_per_epoch;
+    if (t->batches_done == planned)
+        return 0;
+    return report_failure(err, "the input ended after %lld of the %lld batches this run was planned for (epoch %lld, "
+                          "%lld of its %lld batches): the stream was short, so the run is not complete and no final "
+                          "checkpoint is written", (long long)t->batches_done, (long long)planned, (long long)t->phase,
+                          (long long)t->phase_batches, (long long)t->steps_per_epoch);
+}
+
 static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 {
     if (t->plan.test_only)
@@ -563,7 +606,7 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
         t->skip_logged = true;
         return 0;
     }
-    if (t->in_phase && (int64_t)epoch != t->phase && phase_end(t, err) != 0)
+    if (t->in_phase && (int64_t)epoch != t->phase && (check_epoch_whole(t, epoch, err) != 0 || phase_end(t, err) != 0))
         return -1;
     if (t->test_interrupted)
         return 0;
@@ -639,6 +682,16 @@ int trainer_finish(trainer *t, bool stopped, char **err)
         return -1;
     char file[96];
     snprintf(file, sizeof file, "model_iteration%lld.torch", (long long)t->iteration);
+    if (!stopped && !t->test_interrupted && check_input_whole(t, err) != 0) {
+        /* What was trained is sound: keep it to resume from, as after a stop. */
+        char *ckpt_err = NULL;
+        if (t->in_phase && t->batches_done > t->checkpointed_batches &&
+            save_checkpoint(t, file, "iteration", t->phase, t->phase_batches, &ckpt_err) != 0) {
+            log_error("%s", ckpt_err);
+            free(ckpt_err);
+        }
+        return -1;
+    }
     if (!t->in_phase) {
         /* Stopped between epochs (in a test phase): keep the epoch's training if its phase
          * checkpoint was not due; a resume reruns that test phase, as VISSL's would. */

@@ -73,7 +73,9 @@ void trainer_free(trainer *t);
  * first (trainer_phase_end). */
 int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err);
 /* The end of the input: closes the last epoch and writes the final checkpoint; when the run
- * was stopped before its last epoch ended (`stopped`), an iteration checkpoint instead. */
+ * was stopped before its last epoch ended (`stopped`), an iteration checkpoint instead. An
+ * input that ended before every planned batch came is an error (-1, *err says how many came),
+ * after an iteration checkpoint of what was trained: a short stream never ends a run. */
 int trainer_finish(trainer *t, bool stopped, char **err);
 
 int64_t trainer_iteration(const trainer *t);

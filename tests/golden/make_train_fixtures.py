@@ -244,7 +244,7 @@ def swav_case(norm):
             crops = [big[:B], big[B:], small[:B], small[B:]]  # the multicrop collator: data.0.K is crop K
             records.write_record(f, {**{f"data.0.{i}": c.numpy() for i, c in enumerate(crops)}, "normalize": norm},
                                  seq=k)
-        records.write_record(f, {}, seq=STEPS, kind="eos")
+        records.write_eos(f, len(data))
     print(f"swav_queue: losses {losses.round(5)}; torch float32 vs float64: loss "
           f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
           f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
@@ -269,7 +269,7 @@ def main():
                 records.write_record(f, {"data.0": u8.numpy(), "label.0": np.array(LABELS, dtype=np.int64),
                                          "normalize": norm}, seq=0 if c["epochs"] else k,
                                      epoch=k if c["epochs"] else 0)
-            records.write_record(f, {}, seq=STEPS, kind="eos")
+            records.write_eos(f, len(data))
         if tests is not None:
             out("test", phases)
             with open(os.path.join(OUT, f"{name}_test_batches.rec"), "wb") as f:
@@ -277,7 +277,7 @@ def main():
                     for k, (u8, labels) in enumerate(zip(tests, TEST_LABELS)):
                         records.write_record(f, {"data.0": u8.numpy(), "label.0": np.array(labels, dtype=np.int64),
                                                  "normalize": norm}, seq=k, epoch=e)
-                records.write_record(f, {}, seq=len(tests), kind="eos")
+                records.write_eos(f, len(TEST_AFTER) * len(tests))
             print(f"{name} test phases (loss, top-1, top-5): {phases.round(4).tolist()}")
         print(f"{name}: losses {losses.round(5)}; torch float32 vs float64: loss "
               f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "

@@ -537,12 +537,60 @@ Test(collate, the_last_sample_of_an_epoch_closes_its_partial_batch_at_once)
         put_sample(in[1], 1, order1[i], false);
     uint8_t eos[64] __attribute__((aligned(64)));
     char *err = NULL;
-    cr_assert_eq(rec_fd_write(in[1], eos, rec_write_eos(eos, sizeof eos, 13), &err), 0);
+    cr_assert_eq(rec_fd_write(in[1], eos, rec_write_eos(eos, sizeof eos, 13, false), &err), 0);
     close(in[1]);
     int st;
     waitpid(pid, &st, 0);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "collate should fail on the missing sample (status %d)", st);
     cr_assert(!read_batch(out[0], &b, &v, &off), "a batch with a missing sample was written");
+    rec_buf_free(&b);
+    close(out[0]);
+    free(col), free(cfg);
+    char *rm = xasprintf("rm -rf '%s'", dir);
+    cr_assert_eq(system(rm), 0);
+    free(rm), free(dir);
+}
+
+Test(collate, an_input_that_ends_inside_an_epoch_is_short)
+{
+    /* Eight samples of epoch 0, batch 4, and a clean end of stream — but no sample flagged as
+     * the epoch's last: the sampler's epoch goes on, so the stream was cut short upstream. The
+     * two full batches go out as they complete; the end of the input is then an error, not
+     * the end of the epoch. */
+    char *dir = test_make_tmpdir();
+    char *cfg = xasprintf("%s/c.yaml", dir);
+    FILE *f = fopen(cfg, "w");
+    fputs("config:\n  DATA:\n    TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: default_collate}\n", f);
+    fclose(f);
+    int in[2], out[2];
+    cr_assert_eq(pipe(in), 0);
+    cr_assert_eq(pipe(out), 0);
+    char *col = test_build_path("selfsup-collate");
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0), dup2(out[1], 1);
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+        execl(col, col, "-c", cfg, "--in", "-", "--out", "-", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]), close(out[1]);
+    for (uint64_t s = 0; s < 8; s++)
+        put_sample(in[1], 0, s, false);
+    uint8_t eos[64] __attribute__((aligned(64)));
+    char *err = NULL;
+    cr_assert_eq(rec_fd_write(in[1], eos, rec_write_eos(eos, sizeof eos, 8, false), &err), 0);
+    close(in[1]);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "collate must fail on an epoch without its end (status %d)", st);
+    rec_buf b = {0};
+    rec_view v;
+    uint64_t off = 0;
+    int batches = 0;
+    while (read_batch(out[0], &b, &v, &off) && v.hdr->kind == REC_DATA)
+        batches++;
+    cr_expect_eq(batches, 2);
+    cr_expect_eq(v.hdr->kind, REC_DATA, "no end-of-stream record may follow: the output is broken, not ended");
     rec_buf_free(&b);
     close(out[0]);
     free(col), free(cfg);

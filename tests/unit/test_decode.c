@@ -9,7 +9,9 @@
  *   - the stage: a small disk_folder tree with broken files, two ranks writing to files,
  *     read back: every sample exactly once per epoch across the ranks, labels, data_valid,
  *     order; io_uring and pread, 1 and 3 decoding threads giving the same bytes; the
- *     queue dataset; images too big for the output slot; config errors exit 2.
+ *     queue dataset; images too big for the output slot (counted once, as invalid); the
+ *     end-of-epoch summary of invalid images and SELFSUP.MAX_INVALID_IMAGES_SHARE stopping a
+ *     run of broken files; config errors exit 2.
  */
 #include "decode/dataset.h"
 #include "decode/decoder.h"
@@ -973,5 +975,94 @@ Test(decode, stage_copy_to_local_disk, .timeout = 60)
     cr_assert(strstr(output, "COPY_TO_LOCAL_DISK"), "%s", output);
     free(output), free(args), free(blocker), free(config);
     rm_tree(dest);
+    rm_tree(root);
+}
+
+/* run_decode at info level, where the end-of-run counts are logged. */
+static int run_decode_info(const char *config, const char *args, char **output)
+{
+    char *bin = test_build_path("selfsup-decode");
+    char *cmd = xasprintf("SELFSUP_LOG=info %s -c %s %s", bin, config, args);
+    int rc = test_run(cmd, output);
+    free(cmd);
+    free(bin);
+    return rc;
+}
+
+/* An image decoded but too big for the slot becomes the gray one: one invalid image, not a
+ * decoded one as well. Of the tree's 10 images only valid_1x1.jpg fits 8 KiB. */
+Test(decode, stage_image_larger_than_slot_counts_once_as_invalid, .timeout = 60)
+{
+    char *root = make_tree();
+    char *config = write_config(root, "      USE_DEBUGGING_SAMPLER: True\n");
+    char *output, *args = xasprintf("--slot-bytes 8192 --out file:%s/s.rec", root);
+    cr_assert_eq(run_decode_info(config, args, &output), 0, "%s", output);
+    cr_expect(strstr(output, "1 images decoded, 9 invalid"), "%s", output);
+    cr_expect(strstr(output, "split train: 9 of 10 images invalid (90.0%), epoch 0"), "%s", output);
+    free(output), free(args), free(config);
+    rm_tree(root);
+}
+
+/* A tree whose every image is broken: the three bad files of make_tree only. */
+static char *make_broken_tree(void)
+{
+    char *root = test_make_tmpdir();
+    make_subdirs(root, "bad");
+    for (size_t i = 0; i < ARRAY_LEN(tree_bad); i++) {
+        char *from = corpus(tree_bad[i]), *to = xasprintf("%s/bad/%zu.jpg", root, i);
+        copy_file(from, to);
+        free(from);
+        free(to);
+    }
+    return root;
+}
+
+/* Every epoch with an invalid image ends with a summary; the default share (1) only warns,
+ * even when every image was invalid; a lower SELFSUP.MAX_INVALID_IMAGES_SHARE stops the stage
+ * (exit 1) after the epoch that passes it, naming the split and the key. */
+Test(decode, stage_invalid_images_are_summed_up_and_can_stop_the_run, .timeout = 60)
+{
+    char *root = make_broken_tree(), *config = write_config(root, ""), *output;
+    char *args = xasprintf("--epochs 2 --out file:%s/a.rec", root);
+    cr_assert_eq(run_decode(config, args, &output), 0, "%s", output);
+    cr_expect(strstr(output, "split train: 3 of 3 images invalid (100.0%), epoch 0"), "%s", output);
+    cr_expect(strstr(output, "split train: 3 of 3 images invalid (100.0%), epoch 1"), "%s", output);
+    free(output), free(args);
+    args = xasprintf("--epochs 2 --out file:%s/b.rec config.SELFSUP.MAX_INVALID_IMAGES_SHARE=0.99", root);
+    cr_assert_eq(run_decode(config, args, &output), 1, "%s", output);
+    cr_expect(strstr(output, "split train: 3 of 3 images invalid (100.0%), epoch 0") &&
+                  strstr(output, "config.SELFSUP.MAX_INVALID_IMAGES_SHARE"),
+              "%s", output);
+    cr_expect(!strstr(output, "epoch 1"), "the stage went on after the epoch that failed: %s", output);
+    free(output), free(args), free(config);
+    rm_tree(root);
+
+    /* 3 of 10: a share of 0.3 is allowed, 0.29 is not */
+    root = make_tree();
+    config = write_config(root, "");
+    args = xasprintf("--out file:%s/c.rec config.SELFSUP.MAX_INVALID_IMAGES_SHARE=0.3", root);
+    cr_assert_eq(run_decode(config, args, &output), 0, "%s", output);
+    cr_expect(strstr(output, "split train: 3 of 10 images invalid (30.0%)"), "%s", output);
+    free(output), free(args);
+    args = xasprintf("--out file:%s/d.rec config.SELFSUP.MAX_INVALID_IMAGES_SHARE=0.29", root);
+    cr_assert_eq(run_decode(config, args, &output), 1, "%s", output);
+    cr_expect(strstr(output, "MAX_INVALID_IMAGES_SHARE"), "%s", output);
+    free(output), free(args), free(config);
+    rm_tree(root);
+}
+
+/* Without an invalid image there is nothing to sum up. */
+Test(decode, stage_without_invalid_images_says_nothing_of_them, .timeout = 60)
+{
+    char *root = test_make_tmpdir();
+    make_subdirs(root, "good");
+    char *from = corpus("valid_420.jpg"), *to = xasprintf("%s/good/a.jpg", root);
+    copy_file(from, to);
+    free(from), free(to);
+    char *config = write_config(root, ""), *output;
+    char *args = xasprintf("--out file:%s/a.rec config.SELFSUP.MAX_INVALID_IMAGES_SHARE=0", root);
+    cr_assert_eq(run_decode(config, args, &output), 0, "%s", output);
+    cr_expect(!strstr(output, "images invalid"), "%s", output);
+    free(output), free(args), free(config);
     rm_tree(root);
 }

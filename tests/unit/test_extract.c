@@ -103,7 +103,7 @@ static void write_records(const char *path)
     write_batch(fd, x.data, (int[]){4, 2, 0}, (int64_t[]){14, 12, 10}, 3, 0);
     write_batch(fd, x.data, (int[]){1, 0, 3}, (int64_t[]){11, 12, 13}, 3, 1);
     _Alignas(64) char eos[128];
-    size_t len = rec_write_eos(eos, sizeof eos, 2);
+    size_t len = rec_write_eos(eos, sizeof eos, 2, false);
     char *err = NULL;
     cr_assert_eq(rec_fd_write(fd, eos, len, &err), 0, "%s", err);
     close(fd);

@@ -4,8 +4,9 @@
  * same top-1/top-5, with and without L2 normalisation, below 100 test rows, with fewer than 5
  * classes and with k = 1 (where torch's sort order of zero scores decides top-5). Then the
  * invariances (block sizes and threads change nothing), hand-derived cases (overflowing
- * weights, normalisation), and bad input through the library and through the binary: a clear
- * message and exit code, never a crash.
+ * weights, normalisation), and bad input through the library and through the binary (labels
+ * past the class limit, output folders that cannot be written): a clear message and exit
+ * code before any work, never a crash.
  */
 #include "features.h"
 #include "knn/knn.h"
@@ -467,4 +468,82 @@ Test(knn, equal_similarities_keep_the_lower_train_index)
         feat_free(&train);
         feat_free(&test);
     }
+}
+
+/* A label of 2^40 or INT64_MAX makes max label + 1 classes: once a 0-byte buffer (the + 1
+ * overflows) written past, once terabytes asked for on every thread. Both are refused before
+ * any work, naming the split and the row, through the library and the binary. */
+Test(knn, labels_past_the_class_limit_are_refused_naming_the_row)
+{
+    const float f4[] = {1, 0, 0, 1, 1, 1, 2, 0};
+    const int64_t huge[] = {INT64_MAX, (int64_t)1 << 40, KNN_MAX_CLASSES};
+    const char *shown[] = {"9223372036854775807", "1099511627776", "1048576"};
+    for (size_t i = 0; i < ARRAY_LEN(huge); i++) {
+        const int64_t labels[] = {0, 1, huge[i], 1}, fine[] = {0, 1, 0, 1};
+        feat_set train = make_set(4, 2, f4, labels), test = make_set(4, 2, f4, fine);
+        char *needle = xasprintf("train targets: row 2 has label %s", shown[i]);
+        expect_refused(&train, &test, needle);
+        free(needle);
+        feat_set train2 = make_set(4, 2, f4, fine), test2 = make_set(4, 2, f4, labels);
+        needle = xasprintf("test targets: row 2 has label %s", shown[i]);
+        expect_refused(&train2, &test2, needle);
+        free(needle);
+        feat_free(&train), feat_free(&test), feat_free(&train2), feat_free(&test2);
+    }
+    /* the largest label allowed still runs */
+    const int64_t top[] = {0, 1, KNN_MAX_CLASSES - 1, 1};
+    feat_set train = make_set(4, 2, f4, top), test = make_set(4, 2, f4, top);
+    knn_options o = {.sigma = 0.1, .topk = 2, .threads = 2};
+    knn_result r;
+    char *err = NULL;
+    cr_assert_eq(knn_run(&train, &test, &o, &r, &err), 0, "%s", err ? err : "");
+    cr_expect_eq(r.num_classes, KNN_MAX_CLASSES);
+    knn_result_free(&r);
+    feat_free(&train), feat_free(&test);
+
+    char *dir = test_make_tmpdir();
+    const size_t s42[] = {4, 2}, s4[] = {4};
+    const int64_t fine[] = {0, 1, 0, 1};
+    write_npy(dir, "a.npy", NPY_F4, 2, s42, f4);
+    write_npy(dir, "c.npy", NPY_F4, 2, s42, f4);
+    write_npy(dir, "d.npy", NPY_I8, 1, s4, fine);
+    for (size_t i = 0; i < 2; i++) {
+        const int64_t labels[] = {0, 1, huge[i], 1};
+        write_npy(dir, "b.npy", NPY_I8, 1, s4, labels);
+        char *needle = xasprintf("row 2 has label %s", shown[i]);
+        expect_binary_refuses(dir, "--threads 4", 1, needle);
+        free(needle);
+    }
+    test_rm_dir(dir);
+}
+
+/* A results folder that cannot be made (it would sit under a regular file) is refused with
+ * exit 2 before any layer is searched: no row of the table is printed. */
+Test(knn, unusable_output_folders_are_refused_before_any_layer_runs)
+{
+    char *dir = test_make_tmpdir(), *out = NULL;
+    char *cfg = write_config_case(dir, "l2_small", "res5avg");
+    char *file = xasprintf("%s/a-file", dir);
+    FILE *f = fopen(file, "w");
+    cr_assert(f);
+    fclose(f);
+    char *args = xasprintf("-c %s --threads 2 --output %s/sub/r.json", cfg, file);
+    cr_expect_eq(run_knn(args, &out), 2, "%s", out);
+    cr_expect(strstr(out, "--output") && strstr(out, "a-file/sub"), "%s", out);
+    cr_expect(!strstr(out, "res5avg"), "a layer ran before the output was checked: %s", out);
+    free(out), free(args);
+    /* the default results folder, CHECKPOINT.DIR, is named with the config line it comes from */
+    args = xasprintf("-c %s --features %s config.CHECKPOINT.DIR=%s/sub", cfg, dir, file);
+    cr_expect_eq(run_knn(args, &out), 2, "%s", out);
+    cr_expect(strstr(out, "config.CHECKPOINT.DIR") && strstr(out, "a-file/sub"), "%s", out);
+    cr_expect(!strstr(out, "res5avg"), "%s", out);
+    free(out), free(args);
+    char *files = standalone_args("l2_small");
+    args = xasprintf("%s --predictions %s/p/p.npy", files, file);
+    cr_expect_eq(run_knn(args, &out), 2, "%s", out);
+    cr_expect(strstr(out, "--predictions") && strstr(out, "a-file/p"), "%s", out);
+    cr_expect(!strstr(out, "l2_small_train_features"), "%s", out);
+    free(out), free(args), free(files);
+    free(cfg), free(file);
+    test_rm_dir(dir);
 }

@@ -178,16 +178,41 @@ static char *read_text(const char *path)
 
 static const char *COMMON = "--slot-bytes 65536 --depth 4";
 
+/* tcp:// links are CURVE (shm/auth.h): `selfsup keygen DIR/keys --clients w`, in a fresh
+ * *dir, makes the reader's key directory and a writer key, passed to every stage as overrides
+ * (each stage uses the one its tcp side needs, and none for the other transports). */
+static char *tcp_keys(char **dir)
+{
+    *dir = test_make_tmpdir();
+    char *selfsup = test_build_path("selfsup"), *out;
+    char *cmd = xasprintf("%s keygen %s/keys --clients w", selfsup, *dir);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s\n%s", cmd, out);
+    free(out);
+    free(cmd);
+    free(selfsup);
+    return xasprintf("config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=%s/keys config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s/keys/w.key",
+                     *dir, *dir);
+}
+
+static void drop_tcp_keys(char *dir)
+{
+    char *cmd = xasprintf("rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+    free(cmd);
+    free(dir);
+}
+
 /* produce → passthru → passthru → file, with `a` and `b` the two links between them; `sep`
- * is "|" for stages that run at once, "&&" for files (written, then replayed). */
+ * is "|" for stages that run at once, "&&" for files (written, then replayed); `keys` are
+ * tcp_keys' overrides (or ""). */
 static void relay(const char *dir, const char *a_out, const char *a_in, const char *b_out, const char *b_in,
-                  const char *sep, const char *result)
+                  const char *sep, const char *result, const char *keys)
 {
     char *produce = bin("produce"), *pass = bin("passthru");
-    char *cmd = xasprintf("cd %s && %s %s --count %d --size 3000 --out '%s' %s "
-                          "%s %s --in '%s' --out '%s' %s %s %s --in '%s' --out file:%s",
-                          dir, produce, COMMON, RECORDS, a_out, sep, pass, COMMON, a_in, b_out, sep, pass, COMMON,
-                          b_in, result);
+    char *cmd = xasprintf("cd %s && %s %s %s --count %d --size 3000 --out '%s' %s "
+                          "%s %s %s --in '%s' --out '%s' %s %s %s %s --in '%s' --out file:%s",
+                          dir, produce, COMMON, keys, RECORDS, a_out, sep, pass, COMMON, keys, a_in, b_out, sep, pass,
+                          COMMON, keys, b_in, result);
     char *out;
     int st = test_run(cmd, &out);
     cr_assert_eq(st, 0, "%s\n%s", cmd, out);
@@ -211,12 +236,14 @@ Test(pipeline, transports_carry_identical_bytes, .timeout = 120)
     char ring1[64], ring2[64];
     snprintf(ring1, sizeof ring1, "shm:selfsup-test-%d-a", (int)getpid());
     snprintf(ring2, sizeof ring2, "shm:selfsup-test-%d-b", (int)getpid());
-    relay(dir, "-", "-", "-", "-", "|", "pipe.rec");
-    relay(dir, ring1, ring1, ring2, ring2, "|", "shm.rec");
-    relay(dir, "file:f1.rec", "file:f1.rec", "file:f2.rec", "file:f2.rec", "&&", "file.rec");
-    char tcp[64];
+    relay(dir, "-", "-", "-", "-", "|", "pipe.rec", "");
+    relay(dir, ring1, ring1, ring2, ring2, "|", "shm.rec", "");
+    relay(dir, "file:f1.rec", "file:f1.rec", "file:f2.rec", "file:f2.rec", "&&", "file.rec", "");
+    char tcp[64], *keys_dir, *keys = tcp_keys(&keys_dir);
     snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", free_port());
-    relay(dir, tcp, tcp, "-", "-", "|", "tcp.rec");
+    relay(dir, tcp, tcp, "-", "-", "|", "tcp.rec", keys);
+    free(keys);
+    drop_tcp_keys(keys_dir);
 
     char *direct = path_join(dir, "direct.rec");
     const char *names[] = {"pipe.rec", "shm.rec", "file.rec", "tcp.rec"};
@@ -566,15 +593,16 @@ Test(pipeline, stage_obeys_control_commands, .timeout = 120)
     cr_expect_gt(field(a, "records_out"), paused_at, "RESUME did not resume");
     json_decref(a);
 
-    /* STOP: a clean end, a FINAL with status ok, and the consumer sees the end of stream. */
+    /* STOP: the stage ends at once with a FINAL that says it was stopped, and the consumer
+     * learns that its stream is short (it fails instead of counting it as whole). */
     cr_assert_eq(ctl_server_send(srv, "decode.0", ctl_msg("stop")), 0);
     json_t *fin = expect_msg(srv, "final", 10);
     cr_assert(fin, "no FINAL after STOP");
-    cr_expect_str_eq(json_string_value(json_object_get(fin, "status")), "ok");
+    cr_expect_str_eq(json_string_value(json_object_get(fin, "status")), "stopped");
     json_decref(fin);
     cr_expect_eq(wait_for(pid, 20, NULL), 0);
     char *text = read_text(log);
-    cr_expect(strstr(text, "check: "), "%s", text);
+    cr_expect(strstr(text, "was stopped after"), "the consumer must learn that its stream is short:\n%s", text);
     char *seg = xasprintf("/dev/shm/%s", ring);
     cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
     free(seg);
@@ -688,18 +716,13 @@ Test(pipeline, silent_stage_counts_as_hung, .timeout = 120)
     free_run(&e);
 }
 
-/* The multi-node setting: control over tcp (the port the kernel picks), encrypted with CURVE. */
+/* The multi-node setting: control over tcp (the port the kernel picks), always CURVE; the
+ * orchestrator makes keys for the stages it starts (shm/auth.h, test_auth.c). */
 Test(pipeline, run_with_tcp_control_and_curve, .timeout = 120)
 {
     run_env e = make_run("", "", "", 500);
-    char *selfsup = test_build_path("selfsup");
-    char *keys = path_join(e.dir, "control.key");
-    char *cmd = xasprintf("%s keygen %s", selfsup, keys), *out;
-    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
-    free(out);
-    free(cmd);
     FILE *f = fopen(e.config, "a");
-    fprintf(f, "    CONTROL: {ENDPOINT: \"tcp://127.0.0.1:0\", CURVE_KEY_FILE: \"%s\"}\n", keys);
+    fprintf(f, "    CONTROL: {ENDPOINT: \"tcp://127.0.0.1:0\"}\n");
     fclose(f);
     pid_t pid = start_run(&e);
     int st = wait_for(pid, 60, NULL);
@@ -712,8 +735,6 @@ Test(pipeline, run_with_tcp_control_and_curve, .timeout = 120)
     free(consumer);
     free(consumer_log_path);
     free(log);
-    free(keys);
-    free(selfsup);
     free_run(&e);
 }
 
@@ -748,18 +769,19 @@ Test(pipeline, an_early_creator_leaves_the_ring_for_late_writers, .timeout = 120
 Test(pipeline, several_producers_end_together, .timeout = 120)
 {
     char *produce = bin("produce"), *check = bin("check");
-    char shm[64], tcp[64];
+    char shm[64], tcp[64], *keys_dir, *keys = tcp_keys(&keys_dir);
     snprintf(shm, sizeof shm, "shm:selfsup-test-%d-many?producers=3", (int)getpid());
     snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d?producers=3", free_port());
     const char *uris[] = {shm, tcp};
     for (int k = 0; k < 2; k++) {
         /* Uneven: 3000 records split 0,3,6… / 1,4,7… / 2,5,8…, the last writer slow. */
-        char *cmd = xasprintf("%s --slot-bytes 65536 --in '%s' --expect 3000 & "
-                              "%s --slot-bytes 65536 --count 1000 --index 0 --stride 3 --out '%s' & "
-                              "%s --slot-bytes 65536 --count 1000 --index 1 --stride 3 --out '%s' & "
-                              "%s --slot-bytes 65536 --count 1000 --index 2 --stride 3 --sleep-us 300 --out '%s' & "
+        char *cmd = xasprintf("%s --slot-bytes 65536 --in '%s' --expect 3000 %s & "
+                              "%s --slot-bytes 65536 --count 1000 --index 0 --stride 3 --out '%s' %s & "
+                              "%s --slot-bytes 65536 --count 1000 --index 1 --stride 3 --out '%s' %s & "
+                              "%s --slot-bytes 65536 --count 1000 --index 2 --stride 3 --sleep-us 300 --out '%s' %s & "
                               "wait %%1",
-                              check, uris[k], produce, uris[k], produce, uris[k], produce, uris[k]);
+                              check, uris[k], keys, produce, uris[k], keys, produce, uris[k], keys, produce, uris[k],
+                              keys);
         char *out;
         cr_expect_eq(test_run(cmd, &out), 0, "%s\n%s", cmd, out);
         cr_expect(strstr(out, "check: 3000 records"), "%s: %s", uris[k], out);
@@ -769,6 +791,8 @@ Test(pipeline, several_producers_end_together, .timeout = 120)
     char *seg = xasprintf("/dev/shm/selfsup-test-%d-many", (int)getpid());
     cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
     free(seg);
+    free(keys);
+    drop_tcp_keys(keys_dir);
     free(produce);
     free(check);
 }

@@ -189,11 +189,12 @@ Test(record, exact_bytes_of_eos)
     memcpy(want, "SSRC", 4);
     put_le(want, 4, 1, 2);
     put_le(want, 6, 2, 2);
+    put_le(want, 8, 1, 4); /* flags: the writer finished */
     put_le(want, 16, 64, 8);
-    put_le(want, 24, 77, 8);
+    put_le(want, 24, 77, 8); /* seq: the data records sent */
     uint8_t *buf = abuf(64);
-    cr_assert_eq(rec_write_eos(buf, 63, 77), 0, "63 bytes are too few");
-    cr_assert_eq(rec_write_eos(buf, 64, 77), 64);
+    cr_assert_eq(rec_write_eos(buf, 63, 77, false), 0, "63 bytes are too few");
+    cr_assert_eq(rec_write_eos(buf, 64, 77, false), 64);
     cr_assert(memcmp(buf, want, 64) == 0);
     rec_view v;
     char *err = NULL;
@@ -540,12 +541,12 @@ Test(record, print)
     /* 64 + 6*128 = 832, then 6 payloads of one 64-byte block each, the last empty: 832 + 5*64 */
     cr_assert_eq(n, 1152);
     uint8_t *eos = abuf(64);
-    rec_write_eos(eos, 64, 3);
+    rec_write_eos(eos, 64, 3, false);
     cr_assert_eq(rec_parse(eos, 64, &v, &err), 0);
     f = open_memstream(&text, &len);
     rec_print(f, &v, 4);
     fclose(f);
-    cr_assert_str_eq(text, "record seq 3: end of stream\n");
+    cr_assert_str_eq(text, "end of stream: 3 data records, writer finished\n");
     free(text);
     free(eos);
     free(buf);
@@ -580,7 +581,7 @@ static pid_t spawn_writer(int fd, int count, size_t chunk, int pause_us, size_t 
     uint8_t *buf = abuf(cap);
     unsigned seed = 1;
     for (int r = 0; r <= count; r++) {
-        size_t n = r < count ? stream_record(buf, cap, (uint64_t)r) : rec_write_eos(buf, cap, (uint64_t)r);
+        size_t n = r < count ? stream_record(buf, cap, (uint64_t)r) : rec_write_eos(buf, cap, (uint64_t)r, false);
         for (size_t off = 0; off < n;) {
             size_t k = 1 + (size_t)rand_r(&seed) % chunk;
             k = k > n - off ? n - off : k;
@@ -832,7 +833,7 @@ static uint8_t *write_cross_records(size_t *len)
         cr_assert_gt(n, 0, "%s", w.error);
         used += n;
     }
-    used += rec_write_eos(buf + used, cap - used, ARRAY_LEN(XSHAPES));
+    used += rec_write_eos(buf + used, cap - used, ARRAY_LEN(XSHAPES), false);
     *len = used;
     return buf;
 }
@@ -941,7 +942,7 @@ static const char *PY_WRITER =
     "                a = (s * 0.25).astype(name)\n"
     "            t[name] = a.reshape(shape)\n"
     "        sr.write_record(f, t, seq=r, epoch=7)\n"
-    "    sr.write_record(f, {}, seq=len(shapes), kind='eos')\n";
+    "    sr.write_eos(f, len(shapes))\n";
 
 Test(record, python_writes_c_reads)
 {

@@ -3,10 +3,12 @@
  * by tests/golden/make_svm_fixtures.py (VISSL's SVMTrainer restated with LinearSVC +
  * cross_val_score, StratifiedKFold, average_precision_score, aggregate_stats), hand-derived
  * values (Python's float repr), invariants (thread count, reuse), and selfsup-svm's handling
- * of bad input through the binary.
+ * of bad input through the binary: class indices past SVM_MAX_CLASSES, targets that leave no
+ * AP to report, output folders that cannot be written — each refused before any fit.
  */
 #include "features.h"
 #include "npy.h"
+#include "svm/report.h"
 #include "svm/svm.h"
 #include "test_util.h"
 #include "util.h"
@@ -567,5 +569,112 @@ Test(svm, binary_config_mode_reads_extracted_features)
     free(out);
     free(cmd);
     free(bin);
+    rm_tree(dir);
+}
+
+/* Single-label targets whose largest index is 2^40 or INT64_MAX would make max + 1 classes of
+ * one-vs-rest: an n × classes matrix whose size overflows (INT64_MAX + 1) or is terabytes.
+ * Refused, naming the file and the row, before anything is allocated or fitted. */
+Test(svm, class_indices_past_the_limit_are_refused_naming_the_row)
+{
+    const int64_t huge[] = {INT64_MAX, (int64_t)1 << 40, SVM_MAX_CLASSES};
+    const char *shown[] = {"9223372036854775807", "1099511627776", "65536"};
+    for (size_t k = 0; k < ARRAY_LEN(huge); k++) {
+        char *dir = test_make_tmpdir(), *out = NULL;
+        write_problem(dir, 30);
+        int64_t lab[30];
+        for (int i = 0; i < 30; i++)
+            lab[i] = i == 5 ? huge[k] : i % 3;
+        size_t n[1] = {30};
+        write_npy(dir, "trt.npy", NPY_I8, 1, n, lab);
+        for (int i = 0; i < 30; i++)
+            lab[i] = i % 3;
+        write_npy(dir, "tet.npy", NPY_I8, 1, n, lab);
+        cr_expect_eq(run_svm(dir, "--costs 1", &out), 1, "%s", out);
+        char *needle = xasprintf("row 5: class index %s", shown[k]);
+        cr_expect(strstr(out, needle) && strstr(out, "trt.npy"), "expected '%s' and the file in: %s", needle, out);
+        cr_expect(!strstr(out, "Sanitizer") && !strstr(out, "runtime error"), "%s", out);
+        free(needle);
+        free(out);
+        rm_tree(dir);
+    }
+    /* the library says the same about the test split */
+    float x[4] = {1, 0, 0, 1};
+    int64_t t_ok[2] = {0, 1}, t_bad[2] = {1, INT64_MAX};
+    feat_set train = {.n = 2, .dim = 2, .ntargets = 1, .features = xmalloc(sizeof x), .targets = t_ok};
+    feat_set test = {.n = 2, .dim = 2, .ntargets = 1, .features = xmalloc(sizeof x), .targets = t_bad};
+    memcpy(train.features, x, sizeof x);
+    memcpy(test.features, x, sizeof x);
+    const char *const what[2] = {"train targets (a.npy)", "test targets (b.npy)"};
+    svm_data tr, te;
+    char *err = NULL;
+    cr_expect_eq(svm_data_from_features(&train, &test, true, what, &tr, &te, &err), -1);
+    cr_expect(err && strstr(err, "test targets (b.npy): row 1: class index 9223372036854775807"), "%s", err);
+    free(err);
+    free(train.features);
+    free(test.features);
+}
+
+/* A mean AP needs a class with positive and negative training rows and a positive test row:
+ * without one the run used to report mAP -1 and exit 0. Now it is bad data, exit 1, naming
+ * the targets file that lacks the positives, found before any fit (no model file written). */
+Test(svm, targets_without_any_usable_positive_are_an_error_naming_the_file)
+{
+    char *dir = test_make_tmpdir(), *out = NULL;
+    write_problem(dir, 30);
+    int64_t zeros[30 * 3] = {0};
+    size_t t30[2] = {30, 3};
+    write_npy(dir, "trt.npy", NPY_I8, 2, t30, zeros);
+    cr_expect_eq(run_svm(dir, "--costs 1", &out), 1, "%s", out);
+    cr_expect(strstr(out, "trt.npy") && strstr(out, "no class has both positive"), "%s", out);
+    cr_expect(!strstr(out, "mAP"), "%s", out);
+    free(out);
+    char *model = xasprintf("%s/out/cls0_cost1.0.npy", dir);
+    cr_expect(!path_exists(model), "a model was fitted: %s", model);
+    free(model);
+    rm_tree(dir);
+
+    dir = test_make_tmpdir();
+    write_problem(dir, 30);
+    write_npy(dir, "tet.npy", NPY_I8, 2, t30, zeros);
+    cr_expect_eq(run_svm(dir, "--costs 1", &out), 1, "%s", out);
+    cr_expect(strstr(out, "tet.npy") && strstr(out, "none of the 3 trainable classes has a positive"), "%s", out);
+    free(out);
+    /* one class with a positive test row is enough for a mean */
+    for (size_t i = 0; i < 30; i++)
+        zeros[i * 3 + 2] = i % 3 == 2;
+    write_npy(dir, "tet.npy", NPY_I8, 2, t30, zeros);
+    cr_expect_eq(run_svm(dir, "--costs 1", &out), 0, "%s", out);
+    cr_expect(strstr(out, "mAP 100.000"), "%s", out);
+    free(out);
+    rm_tree(dir);
+}
+
+/* An output folder that cannot be made (it would sit under a regular file) is refused with
+ * exit 2 before the features are even read, naming the option or the config key. */
+Test(svm, unusable_output_folders_are_refused_before_any_fit)
+{
+    char *dir = test_make_tmpdir(), *out = NULL;
+    write_problem(dir, 30);
+    char *file = xasprintf("%s/a-file", dir);
+    FILE *f = fopen(file, "w");
+    cr_assert(f);
+    fclose(f);
+    char *bin = test_build_path("selfsup-svm");
+    char *cmd = xasprintf("%s --train-features %s/trx.npy --train-targets %s/trt.npy --test-features %s/tex.npy "
+                          "--test-targets %s/tet.npy --output %s/sub --costs 1",
+                          bin, dir, dir, dir, dir, file);
+    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    cr_expect(strstr(out, "--output") && strstr(out, "a-file/sub"), "%s", out);
+    cr_expect(!strstr(out, "mAP"), "%s", out);
+    free(out);
+    free(cmd);
+    cmd = xasprintf("%s -c quickstart/eval_svm --features %s config.CHECKPOINT.DIR=%s/sub", bin, dir, file);
+    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    cr_expect(strstr(out, "config.CHECKPOINT.DIR") && strstr(out, "a-file/sub"), "%s", out);
+    free(out);
+    free(cmd);
+    free(bin);
+    free(file);
     rm_tree(dir);
 }

@@ -155,12 +155,16 @@ static void check_training(const char *kase, const double losses[STEPS], const f
                       losses[k], w);
     }
     cr_assert_eq(n, delta.count, "%s: trained values", kase);
-    double worst = 0.0, top = 0.0;
+    double worst = 0.0, top = 0.0, err2 = 0.0, ref2 = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = (double)w1[i] - (double)w0[i], r = ((const double *)delta.data)[i];
         worst = fmax(worst, fabs(d - r));
         top = fmax(top, fabs(r));
+        err2 += (d - r) * (d - r), ref2 += r * r;
     }
+    size_t strays = 0;
+    for (size_t i = 0; i < n; i++)
+        strays += fabs((double)w1[i] - (double)w0[i] - ((const double *)delta.data)[i]) > update_tol * top;
     if (getenv("TRAINER_VERBOSE")) {
         double lw = 0.0;
         for (int k = 0; k < STEPS; k++)
@@ -169,7 +173,18 @@ static void check_training(const char *kase, const double losses[STEPS], const f
                 worst / top, fl[0], fl[1]);
     }
     cr_expect_gt(top, 0.0);
-    cr_expect_leq(worst, update_tol * top, "%s: update error %g of %g (tolerance %g)", kase, worst, top, update_tol);
+    if (strncmp(kase, "adam", 4) != 0) {
+        cr_expect_leq(worst, update_tol * top, "%s: update error %g of %g (tolerance %g)", kase, worst, top, update_tol);
+    } else {
+        /* Adam divides each gradient by its own running RMS, so an element whose gradient is
+         * near eps turns a rounding difference in the convolutions (which differ between
+         * CPUs) into a visible one: the update is held to its norm, and at most one element
+         * in 10,000 may stray past the element bound. */
+        cr_expect_leq(sqrt(err2), update_tol * sqrt(ref2), "%s: update error %g in norm of %g (tolerance %g)", kase,
+                      sqrt(err2), sqrt(ref2), update_tol);
+        cr_expect_leq(strays * 10000, n, "%s: %zu of %zu elements off by more than %g (worst %g)", kase, strays, n,
+                      update_tol * top, worst);
+    }
     npy_close(&want_loss), npy_close(&delta), npy_close(&floor);
 }
 
