@@ -78,13 +78,8 @@ static int option(void *state, int argc, char **argv)
  * refused here. */
 static bool check_output(const cfg_node *config, const char *dir, bool from_option, cfg_err *err)
 {
-    char *why = NULL;
-    bool ok = ckpt_check_output_dir(dir, 0, &why) == 0;
-    if (!ok)
-        cfg_fail(err, from_option ? NULL : cfg_get(config, "CHECKPOINT.DIR"),
-                 from_option ? "--output" : "config.CHECKPOINT.DIR", "%s", why);
-    free(why);
-    return ok;
+    return ckpt_output_dir_usable(dir, 0, from_option ? "--output" : "config.CHECKPOINT.DIR",
+                                  from_option ? NULL : cfg_get(config, "CHECKPOINT.DIR"), err);
 }
 
 static int prepare(stage *s, void *state)

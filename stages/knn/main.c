@@ -271,16 +271,13 @@ static int read_nearest_neighbor(const cfg_node *c, knn_options *o)
  * the option or key that chose the file, `where` its node in the config (may be NULL). */
 static int check_output(const char *file, const char *what, const cfg_node *where, uint64_t need)
 {
-    char *dir = path_dirname(file), *why = NULL;
-    int rc = ckpt_check_output_dir(dir, need, &why);
-    if (rc) {
-        cfg_err e;
-        cfg_fail(&e, where, what, "%s", why);
+    char *dir = path_dirname(file);
+    cfg_err e;
+    bool ok = ckpt_output_dir_usable(dir, need, what, where, &e);
+    if (!ok)
         log_error("%s", e.msg);
-    }
-    free(why);
     free(dir);
-    return rc ? EXIT_USAGE : 0;
+    return ok ? 0 : EXIT_USAGE;
 }
 
 static int prepare_config_mode(knn_args *a, config_mode *m)

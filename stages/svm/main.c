@@ -237,15 +237,11 @@ typedef struct {
  * it, `where` its config node (may be NULL). */
 static int check_output(const char *dir, const char *what, const cfg_node *where, uint64_t need)
 {
-    char *why = NULL;
-    int rc = ckpt_check_output_dir(dir, need, &why);
-    if (rc) {
-        cfg_err e;
-        cfg_fail(&e, where, what, "%s", why);
+    cfg_err e;
+    bool ok = ckpt_output_dir_usable(dir, need, what, where, &e);
+    if (!ok)
         log_error("%s", e.msg);
-    }
-    free(why);
-    return rc ? EXIT_USAGE : 0;
+    return ok ? 0 : EXIT_USAGE;
 }
 
 #define NPY_FILE_OVERHEAD 128 /* an .npy header, at most */

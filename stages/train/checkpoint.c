@@ -218,3 +218,13 @@ int ckpt_check_output_dir(const char *dir, uint64_t need, char **err)
         return 0;
     return report_failure(err, "%s: %.1f MiB free, but the output needs about %.1f MiB", dir, mib(avail), mib(need));
 }
+
+bool ckpt_output_dir_usable(const char *dir, uint64_t need, const char *what, const cfg_node *where, cfg_err *err)
+{
+    char *why = NULL;
+    bool ok = ckpt_check_output_dir(dir, need, &why) == 0;
+    if (!ok)
+        cfg_fail(err, where, what, "%s", why);
+    free(why);
+    return ok;
+}

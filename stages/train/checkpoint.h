@@ -13,6 +13,7 @@
 #ifndef SELFSUP_TRAIN_CHECKPOINT_H
 #define SELFSUP_TRAIN_CHECKPOINT_H
 
+#include "config.h"
 #include "nn.h"
 #include "params.h"
 
@@ -55,5 +56,8 @@ uint64_t ckpt_size_estimate(const eng_entry *entries, int n);
  * ckpt_size_estimate, the evaluators and the extractor with their own estimates). 0, or -1
  * with *err (malloc'd) naming the folder and what is wrong. */
 int ckpt_check_output_dir(const char *dir, uint64_t need, char **err);
+/* The same for a folder that a config key or an option chose: false with *err naming it as
+ * cfg_fail does (`where`: the key's node, NULL for an option; `what`: the key or option). */
+bool ckpt_output_dir_usable(const char *dir, uint64_t need, const char *what, const cfg_node *where, cfg_err *err);
 
 #endif

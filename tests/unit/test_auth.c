@@ -25,6 +25,7 @@
 #include "util.h"
 
 #include "../stages/test_stage.h"
+#include "test_ctl_util.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -68,12 +69,6 @@ static long now_ms(void)
     return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
-static void rm_rf(const char *dir)
-{
-    char *cmd = xasprintf("rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-    free(cmd);
-}
 
 /* `selfsup keygen DIR/keys --clients CLIENTS`, the tool a user runs: the key directory. */
 static char *make_keys(const char *dir, const char *clients)
@@ -115,26 +110,8 @@ static int count_of(const char *text, const char *what)
     return n;
 }
 
-static ctl_server *bind_ok(const char *endpoint, const char *keys)
-{
-    char *err = NULL;
-    ctl_server *s = ctl_bind(endpoint, keys, &err);
-    cr_assert(s, "ctl_bind(%s): %s", endpoint, err ? err : "?");
-    return s;
-}
 
-static ctl_client *connect_ok(const char *endpoint, const char *id, const char *key_file_path)
-{
-    char *err = NULL;
-    ctl_client *c = ctl_connect(endpoint, id, key_file_path, &err);
-    cr_assert(c, "ctl_connect(%s): %s", endpoint, err ? err : "?");
-    return c;
-}
 
-static const char *type_of(const json_t *m)
-{
-    return json_string_value(json_object_get(m, "type"));
-}
 
 static json_t *hello(const char *id)
 {
@@ -153,7 +130,7 @@ static void greet_ok(ctl_server *s, ctl_client *c, const char *id)
     char *peer = NULL;
     json_t *m = ctl_server_recv(s, WAIT_MS, &peer);
     cr_assert(m, "no hello from %s", id);
-    cr_assert_str_eq(type_of(m), "hello");
+    cr_assert_str_eq(ctlt_type_of(m), "hello");
     cr_assert_str_eq(peer, id);
     json_decref(m);
     free(peer);
@@ -163,7 +140,7 @@ static void expect_server_nothing(ctl_server *s)
 {
     char *peer = NULL;
     json_t *m = ctl_server_recv(s, NOTHING_MS, &peer);
-    cr_assert_null(m, "the server got '%s' from %s", m ? type_of(m) : "", peer ? peer : "?");
+    cr_assert_null(m, "the server got '%s' from %s", m ? ctlt_type_of(m) : "", peer ? peer : "?");
 }
 
 /* While an attack goes on: the legitimate train.0 keeps sending heartbeats (records_in 7)
@@ -178,9 +155,9 @@ static void serve_during_attack(ctl_server *s, ctl_client *legit, int ms)
         json_t *m;
         while ((m = ctl_server_recv(s, 50, &peer))) {
             cr_assert_str_eq(peer, "train.0");
-            cr_assert_str_neq(type_of(m), "final", "a forged final reached the server");
+            cr_assert_str_neq(ctlt_type_of(m), "final", "a forged final reached the server");
             cr_assert_eq(json_integer_value(json_object_get(m, "records_in")), 7, "a forged %s reached the server",
-                         type_of(m));
+                         ctlt_type_of(m));
             json_decref(m);
             free(peer);
             peer = NULL;
@@ -286,19 +263,6 @@ static void tell_child(child *c, const char *msg)
 }
 
 /* A child's exit status (or 128+signal), killing it after timeout_ms. */
-static int wait_child(pid_t pid, int timeout_ms)
-{
-    int status = 0;
-    for (int waited = 0; waitpid(pid, &status, WNOHANG) == 0; waited += 10) {
-        if (waited >= timeout_ms) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            break;
-        }
-        usleep(10000);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
 
 static const char *attacker_said(int status)
 {
@@ -382,14 +346,14 @@ Test(auth, control_tcp_refuses_a_peer_without_a_listed_key)
     attack a = {.steal = train_key};
     child c = fork_child(control_attacker, &a);
 
-    ctl_server *s = bind_ok("tcp://127.0.0.1:0", keys);
-    ctl_client *legit = connect_ok(ctl_server_endpoint(s), "train.0", train_key);
+    ctl_server *s = ctlt_bind("tcp://127.0.0.1:0", keys);
+    ctl_client *legit = ctlt_connect(ctl_server_endpoint(s), "train.0", train_key);
     greet_ok(s, legit, "train.0");
     captured log = capture_stderr(dir);
     char *msg = xasprintf("%s %s", ctl_server_endpoint(s), server_pub);
     tell_child(&c, msg);
     serve_during_attack(s, legit, ATTACK_MS + 500);
-    int st = wait_child(c.pid, WAIT_MS);
+    int st = test_wait_child(c.pid, WAIT_MS);
     expect_server_nothing(s);
     char *text = release_stderr(&log);
     cr_assert_eq(st, 0, "the attacker (exit %d): %s", st, attacker_said(st));
@@ -402,7 +366,7 @@ Test(auth, control_tcp_refuses_a_peer_without_a_listed_key)
     free(server_pub);
     free(train_key);
     free(keys);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -413,13 +377,13 @@ Test(auth, control_tcp_listed_key_cannot_claim_another_id)
     char *dir = test_make_tmpdir();
     char *keys = make_keys(dir, "train:train.0 node2:decode.*");
     char *train_key = key_file(keys, "train"), *node2_key = key_file(keys, "node2");
-    ctl_server *s = bind_ok("tcp://127.0.0.1:0", keys);
+    ctl_server *s = ctlt_bind("tcp://127.0.0.1:0", keys);
     const char *ep = ctl_server_endpoint(s);
-    ctl_client *legit = connect_ok(ep, "train.0", train_key);
+    ctl_client *legit = ctlt_connect(ep, "train.0", train_key);
     greet_ok(s, legit, "train.0");
 
     captured log = capture_stderr(dir);
-    ctl_client *rogue = connect_ok(ep, "train.0", node2_key);
+    ctl_client *rogue = ctlt_connect(ep, "train.0", node2_key);
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(ctl_send(rogue, hello("train.0"), WAIT_MS), 0);
         cr_assert_eq(ctl_send(rogue, heartbeat(666), WAIT_MS), 0);
@@ -430,11 +394,11 @@ Test(auth, control_tcp_listed_key_cannot_claim_another_id)
     char *text = release_stderr(&log);
     cr_assert_eq(count_of(text, "may not claim the id 'train.0'"), 1, "log:\n%s", text);
 
-    ctl_client *decode = connect_ok(ep, "decode.3", node2_key);
+    ctl_client *decode = ctlt_connect(ep, "decode.3", node2_key);
     greet_ok(s, decode, "decode.3");
     cr_assert_eq(ctl_server_send(s, "decode.3", json_pack("{s:s}", "type", "start")), 0);
     json_t *m = ctl_recv(decode, WAIT_MS);
-    cr_assert(m && !strcmp(type_of(m), "start"));
+    cr_assert(m && !strcmp(ctlt_type_of(m), "start"));
     json_decref(m);
 
     ctl_close(decode);
@@ -445,7 +409,7 @@ Test(auth, control_tcp_listed_key_cannot_claim_another_id)
     free(train_key);
     free(node2_key);
     free(keys);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -455,24 +419,24 @@ Test(auth, control_tcp_name_changes_hands_only_with_its_key)
     char *dir = test_make_tmpdir();
     char *keys = make_keys(dir, "a:train.* b:train.*");
     char *a_key = key_file(keys, "a"), *b_key = key_file(keys, "b");
-    ctl_server *s = bind_ok("tcp://127.0.0.1:0", keys);
+    ctl_server *s = ctlt_bind("tcp://127.0.0.1:0", keys);
     const char *ep = ctl_server_endpoint(s);
-    ctl_client *first = connect_ok(ep, "train.0", a_key);
+    ctl_client *first = ctlt_connect(ep, "train.0", a_key);
     greet_ok(s, first, "train.0");
 
     captured log = capture_stderr(dir);
-    ctl_client *other = connect_ok(ep, "train.0", b_key);
+    ctl_client *other = ctlt_connect(ep, "train.0", b_key);
     cr_assert_eq(ctl_send(other, hello("train.0"), WAIT_MS), 0);
     serve_during_attack(s, first, 800);
     cr_assert_null(ctl_recv(other, 0), "another key took train.0 over");
     char *text = release_stderr(&log);
     cr_assert_eq(count_of(text, "belongs to a connection with another key"), 1, "log:\n%s", text);
 
-    ctl_client *restarted = connect_ok(ep, "train.0", a_key);
+    ctl_client *restarted = ctlt_connect(ep, "train.0", a_key);
     greet_ok(s, restarted, "train.0");
     cr_assert_eq(ctl_server_send(s, "train.0", json_pack("{s:s}", "type", "stop")), 0);
     json_t *m = ctl_recv(restarted, WAIT_MS);
-    cr_assert(m && !strcmp(type_of(m), "stop"), "the restarted stage did not get its message");
+    cr_assert(m && !strcmp(ctlt_type_of(m), "stop"), "the restarted stage did not get its message");
     json_decref(m);
     cr_assert_null(ctl_recv(first, NOTHING_MS));
     cr_assert_null(ctl_recv(other, 0));
@@ -485,7 +449,7 @@ Test(auth, control_tcp_name_changes_hands_only_with_its_key)
     free(a_key);
     free(b_key);
     free(keys);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -548,15 +512,15 @@ Test(auth, control_ipc_other_users_cannot_connect)
     char *dir = test_make_tmpdir();
     char *run = path_join(dir, "run"), *ep = xasprintf("ipc://%s/control.sock", run);
     child c = fork_child(ipc_attacker, NULL);
-    ctl_server *s = bind_ok(ep, NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
     struct stat st;
     cr_assert_eq(stat(run, &st), 0);
     cr_assert_eq(st.st_mode & 077, 0, "the socket's directory is open to others: %04o", st.st_mode & 07777);
-    ctl_client *legit = connect_ok(ep, "train.0", NULL);
+    ctl_client *legit = ctlt_connect(ep, "train.0", NULL);
     greet_ok(s, legit, "train.0");
     tell_child(&c, ep);
     serve_during_attack(s, legit, ATTACK_MS / 2 + 300);
-    int status = wait_child(c.pid, WAIT_MS);
+    int status = test_wait_child(c.pid, WAIT_MS);
     cr_assert_eq(status, 0, "the attacker (exit %d): %s", status, attacker_said(status));
     if (geteuid() != 0)
         fprintf(stderr, "note: not root, so the ipc attack could not come from another user\n");
@@ -564,7 +528,7 @@ Test(auth, control_ipc_other_users_cannot_connect)
     ctl_server_close(s);
     free(ep);
     free(run);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -592,22 +556,12 @@ Test(auth, control_ipc_directory_must_be_private)
     free(err);
     free(ep);
     free(open_dir);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 /* ---- data over tcp --------------------------------------------------------------------------- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
 
 /* A record the test consumer would take for a real one: seq's pattern and its checksum. */
 static size_t forge_record(uint8_t *buf, size_t cap, uint64_t seq)
@@ -686,7 +640,7 @@ Test(auth, data_tcp_reader_refuses_forged_records)
     char *dir = test_make_tmpdir();
     char *keys = make_keys(dir, "writer");
     char *writer_key = key_file(keys, "writer"), *reader_pub = key_line(writer_key, "server");
-    char *ep = xasprintf("tcp://127.0.0.1:%d", free_port());
+    char *ep = xasprintf("tcp://127.0.0.1:%d", test_free_port());
     attack a = {.steal = writer_key};
     child c = fork_child(data_attacker, &a);
 
@@ -702,7 +656,7 @@ Test(auth, data_tcp_reader_refuses_forged_records)
     char *msg = xasprintf("%s %s", ep, reader_pub), *out = NULL;
     tell_child(&c, msg);
     int st = test_run(cmd, &out);
-    int attacker = wait_child(c.pid, 3 * ATTACK_MS);
+    int attacker = test_wait_child(c.pid, 3 * ATTACK_MS);
     cr_assert_eq(st, 0, "the reader or the writer failed (exit %d):\n%s", st, out);
     cr_assert(strstr(out, "check: 100 records"), "the reader did not get exactly the writer's records:\n%s", out);
     cr_assert_eq(attacker, 0, "the attacker (exit %d): %s", attacker, attacker_said(attacker));
@@ -719,7 +673,7 @@ Test(auth, data_tcp_reader_refuses_forged_records)
     free(reader_pub);
     free(writer_key);
     free(keys);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -729,7 +683,7 @@ Test(auth, data_tcp_without_keys_is_a_usage_error)
 {
     char *dir = test_make_tmpdir();
     char *keys = make_keys(dir, "writer");
-    char *ep = xasprintf("tcp://127.0.0.1:%d", free_port());
+    char *ep = xasprintf("tcp://127.0.0.1:%d", test_free_port());
     struct {
         const char *stage;
         char *args;
@@ -755,7 +709,7 @@ Test(auth, data_tcp_without_keys_is_a_usage_error)
     }
     free(ep);
     free(keys);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -820,7 +774,7 @@ Test(auth, run_tcp_control_gives_its_stages_their_own_keys)
     free(train_log_path);
     free(selfsup);
     free(config);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 

@@ -497,20 +497,14 @@ static void check_batch(const rec_view *v, uint32_t epoch, uint64_t seq, const i
         cr_assert_eq(lab[i], labels[i], "epoch %u batch %llu sample %d", epoch, (unsigned long long)seq, i);
 }
 
-Test(collate, the_last_sample_of_an_epoch_closes_its_partial_batch_at_once)
+/* selfsup-collate with batch 4 and default_collate, reading in[1]'s writes and writing to
+ * out[0] (pipes this makes; the stage's ends are closed here). */
+static pid_t start_collate(const char *dir, int in[2], int out[2])
 {
-    /* Epoch 0's 6 samples (batch 4: a full batch and one of 2) arrive out of order, the last
-     * one flagged SAMPLE_FLAG_EPOCH_LAST. Both batches must come out while the input is still
-     * open — the flag, not the end of the stream, closes the epoch — and in sampler order.
-     * Then epoch 1 stops short (its sample 2 never comes): at the end of input the stage
-     * fails, and writes no batch of epoch 1 (its first batch lacks sample 2, and batches go
-     * out in order). */
-    char *dir = test_make_tmpdir();
     char *cfg = xasprintf("%s/c.yaml", dir);
     FILE *f = fopen(cfg, "w");
     fputs("config:\n  DATA:\n    TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: default_collate}\n", f);
     fclose(f);
-    int in[2], out[2];
     cr_assert_eq(pipe(in), 0);
     cr_assert_eq(pipe(out), 0);
     char *col = test_build_path("selfsup-collate");
@@ -522,6 +516,21 @@ Test(collate, the_last_sample_of_an_epoch_closes_its_partial_batch_at_once)
         _exit(127);
     }
     close(in[0]), close(out[1]);
+    free(col), free(cfg);
+    return pid;
+}
+
+Test(collate, the_last_sample_of_an_epoch_closes_its_partial_batch_at_once)
+{
+    /* Epoch 0's 6 samples (batch 4: a full batch and one of 2) arrive out of order, the last
+     * one flagged SAMPLE_FLAG_EPOCH_LAST. Both batches must come out while the input is still
+     * open — the flag, not the end of the stream, closes the epoch — and in sampler order.
+     * Then epoch 1 stops short (its sample 2 never comes): at the end of input the stage
+     * fails, and writes no batch of epoch 1 (its first batch lacks sample 2, and batches go
+     * out in order). */
+    char *dir = test_make_tmpdir();
+    int in[2], out[2];
+    pid_t pid = start_collate(dir, in, out);
     const uint64_t order0[] = {1, 0, 3, 5, 2, 4};
     for (int i = 0; i < 6; i++)
         put_sample(in[1], 0, order0[i], order0[i] == 5);
@@ -545,10 +554,8 @@ Test(collate, the_last_sample_of_an_epoch_closes_its_partial_batch_at_once)
     cr_assert(!read_batch(out[0], &b, &v, &off), "a batch with a missing sample was written");
     rec_buf_free(&b);
     close(out[0]);
-    free(col), free(cfg);
-    char *rm = xasprintf("rm -rf '%s'", dir);
-    cr_assert_eq(system(rm), 0);
-    free(rm), free(dir);
+    test_rm_rf(dir);
+    free(dir);
 }
 
 Test(collate, an_input_that_ends_inside_an_epoch_is_short)
@@ -558,22 +565,8 @@ Test(collate, an_input_that_ends_inside_an_epoch_is_short)
      * two full batches go out as they complete; the end of the input is then an error, not
      * the end of the epoch. */
     char *dir = test_make_tmpdir();
-    char *cfg = xasprintf("%s/c.yaml", dir);
-    FILE *f = fopen(cfg, "w");
-    fputs("config:\n  DATA:\n    TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: default_collate}\n", f);
-    fclose(f);
     int in[2], out[2];
-    cr_assert_eq(pipe(in), 0);
-    cr_assert_eq(pipe(out), 0);
-    char *col = test_build_path("selfsup-collate");
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(in[0], 0), dup2(out[1], 1);
-        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
-        execl(col, col, "-c", cfg, "--in", "-", "--out", "-", (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]), close(out[1]);
+    pid_t pid = start_collate(dir, in, out);
     for (uint64_t s = 0; s < 8; s++)
         put_sample(in[1], 0, s, false);
     uint8_t eos[64] __attribute__((aligned(64)));
@@ -593,8 +586,6 @@ Test(collate, an_input_that_ends_inside_an_epoch_is_short)
     cr_expect_eq(v.hdr->kind, REC_DATA, "no end-of-stream record may follow: the output is broken, not ended");
     rec_buf_free(&b);
     close(out[0]);
-    free(col), free(cfg);
-    char *rm = xasprintf("rm -rf '%s'", dir);
-    cr_assert_eq(system(rm), 0);
-    free(rm), free(dir);
+    test_rm_rf(dir);
+    free(dir);
 }

@@ -22,6 +22,7 @@
 #include "control.h"
 #include "util.h"
 
+#include "test_ctl_util.h"
 #include "test_util.h"
 
 /* cmd_keygen lives in the selfsup binary, not in libselfsup.a; compile it in here to test
@@ -48,28 +49,8 @@ enum {
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static void rm_rf(const char *dir)
-{
-    char *cmd = xasprintf("rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-    free(cmd);
-}
 
-static ctl_server *bind_ok(const char *endpoint, const char *key_file)
-{
-    char *err = NULL;
-    ctl_server *s = ctl_bind(endpoint, key_file, &err);
-    cr_assert(s, "ctl_bind(%s): %s", endpoint, err ? err : "?");
-    return s;
-}
 
-static ctl_client *connect_ok(const char *endpoint, const char *id, const char *key_file)
-{
-    char *err = NULL;
-    ctl_client *c = ctl_connect(endpoint, id, key_file, &err);
-    cr_assert(c, "ctl_connect(%s): %s", endpoint, err ? err : "?");
-    return c;
-}
 
 static json_t *hello(const char *id)
 {
@@ -85,10 +66,6 @@ static json_t *heartbeat(long records)
                      "invalid_images", 3);
 }
 
-static const char *type_of(const json_t *m)
-{
-    return json_string_value(json_object_get(m, "type"));
-}
 
 /* The server's next message, which must be `type` from `from`. */
 static json_t *expect_server(ctl_server *s, const char *type, const char *from)
@@ -96,7 +73,7 @@ static json_t *expect_server(ctl_server *s, const char *type, const char *from)
     char *peer = NULL;
     json_t *m = ctl_server_recv(s, WAIT_MS, &peer);
     cr_assert(m, "server: no '%s' message within %d ms", type, WAIT_MS);
-    cr_assert_str_eq(type_of(m), type);
+    cr_assert_str_eq(ctlt_type_of(m), type);
     cr_assert(peer);
     if (from)
         cr_assert_str_eq(peer, from);
@@ -108,7 +85,7 @@ static json_t *expect_client(ctl_client *c, const char *type)
 {
     json_t *m = ctl_recv(c, WAIT_MS);
     cr_assert(m, "client: no '%s' message within %d ms", type, WAIT_MS);
-    cr_assert_str_eq(type_of(m), type);
+    cr_assert_str_eq(ctlt_type_of(m), type);
     return m;
 }
 
@@ -116,7 +93,7 @@ static void expect_server_nothing(ctl_server *s)
 {
     char *peer = NULL;
     json_t *m = ctl_server_recv(s, NOTHING_MS, &peer);
-    cr_assert_null(m, "server got an unexpected '%s' from %s", m ? type_of(m) : "", peer ? peer : "?");
+    cr_assert_null(m, "server got an unexpected '%s' from %s", m ? ctlt_type_of(m) : "", peer ? peer : "?");
     cr_assert_null(peer);
 }
 
@@ -155,13 +132,13 @@ static int child_stage(const char *endpoint, const char *id, const char *key_fil
     if (ctl_send(c, hello(id), WAIT_MS) < 0)
         return 11;
     json_t *m = ctl_recv(c, WAIT_MS);
-    if (!m || strcmp(type_of(m), "start"))
+    if (!m || strcmp(ctlt_type_of(m), "start"))
         return 12;
     json_decref(m);
     if (ctl_send(c, heartbeat(5), WAIT_MS) < 0)
         return 13;
     m = ctl_recv(c, WAIT_MS);
-    if (!m || strcmp(type_of(m), "stop"))
+    if (!m || strcmp(ctlt_type_of(m), "stop"))
         return 14;
     json_decref(m);
     json_t *final = heartbeat(9);
@@ -204,19 +181,6 @@ static void send_endpoint(int to_child, const char *endpoint)
 }
 
 /* Wait for a child, killing it after timeout_ms; returns its exit status (or 128+signal). */
-static int wait_child(pid_t pid, int timeout_ms)
-{
-    int status = 0;
-    for (int waited = 0; waitpid(pid, &status, WNOHANG) == 0; waited += 10) {
-        if (waited >= timeout_ms) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            break;
-        }
-        usleep(10000);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
 
 /* The orchestrator's side, with the stage in another process. The fork normally comes
  * before the server exists: a child forked while libzmq's threads run can deadlock under
@@ -226,7 +190,7 @@ static void converse_forked(const char *endpoint, const char *keys_dir, const ch
 {
     int to_child = -1;
     pid_t pid = fork_after_bind ? 0 : fork_stage(&to_child, "collate.0", key_file);
-    ctl_server *s = bind_ok(endpoint, keys_dir);
+    ctl_server *s = ctlt_bind(endpoint, keys_dir);
     if (fork_after_bind)
         pid = fork_stage(&to_child, "collate.0", key_file);
     send_endpoint(to_child, ctl_server_endpoint(s));
@@ -234,8 +198,8 @@ static void converse_forked(const char *endpoint, const char *keys_dir, const ch
     char *peer = NULL;
     json_t *m = ctl_server_recv(s, WAIT_MS, &peer);
     if (!m) /* say what became of the child */
-        cr_assert_fail("no hello from the stage process (it ended with status %d)", wait_child(pid, 0));
-    cr_assert_str_eq(type_of(m), "hello");
+        cr_assert_fail("no hello from the stage process (it ended with status %d)", test_wait_child(pid, 0));
+    cr_assert_str_eq(ctlt_type_of(m), "hello");
     cr_assert_str_eq(peer, "collate.0");
     free(peer);
     cr_assert_eq(json_integer_value(json_object_get(m, "pid")), pid);
@@ -248,7 +212,7 @@ static void converse_forked(const char *endpoint, const char *keys_dir, const ch
     m = expect_server(s, "final", "collate.0");
     cr_assert_str_eq(json_string_value(json_object_get(m, "status")), "ok");
     json_decref(m);
-    cr_assert_eq(wait_child(pid, WAIT_MS), 0, "the stage process failed");
+    cr_assert_eq(test_wait_child(pid, WAIT_MS), 0, "the stage process failed");
     ctl_server_close(s);
 }
 
@@ -372,7 +336,7 @@ static keyed keyed_dir(void)
 
 static void keyed_free(keyed *k)
 {
-    rm_rf(k->dir);
+    test_rm_rf(k->dir);
     free(k->dir);
     free(k->keys);
 }
@@ -382,12 +346,12 @@ static void converse_tcp(const char *bind_at, const char *client, const char *id
 {
     keyed k = keyed_dir();
     char *key = client_key(k.keys, client);
-    ctl_server *s = bind_ok(bind_at, k.keys);
+    ctl_server *s = ctlt_bind(bind_at, k.keys);
     const char *ep = ctl_server_endpoint(s);
     int port = 0;
     cr_assert_eq(sscanf(ep, "tcp://127.0.0.1:%d", &port), 1, "endpoint %s", ep);
     cr_assert_gt(port, 0);
-    ctl_client *c = connect_ok(ep, id, key);
+    ctl_client *c = ctlt_connect(ep, id, key);
     converse(s, c, id);
     ctl_close(c);
     ctl_server_close(s);
@@ -401,14 +365,14 @@ Test(control, roundtrip_ipc_one_process)
 {
     char *dir = test_make_tmpdir();
     char *ep = ipc_endpoint(dir);
-    ctl_server *s = bind_ok(ep, NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
     cr_assert_str_eq(ctl_server_endpoint(s), ep);
-    ctl_client *c = connect_ok(ep, "augment.2", NULL);
+    ctl_client *c = ctlt_connect(ep, "augment.2", NULL);
     converse(s, c, "augment.2");
     ctl_close(c);
     ctl_server_close(s);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -428,7 +392,7 @@ Test(control, roundtrip_ipc_two_processes)
     char *ep = ipc_endpoint(dir);
     converse_forked(ep, NULL, NULL, false);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -456,14 +420,14 @@ Test(control, hello_sent_before_server_binds_is_delivered)
 {
     char *dir = test_make_tmpdir();
     char *ep = ipc_endpoint(dir);
-    ctl_client *c = connect_ok(ep, "augment.0", NULL);
+    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
     cr_assert_eq(ctl_send(c, hello("augment.0"), 1000), 0, "a send must queue while disconnected");
-    ctl_server *s = bind_ok(ep, NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
     json_decref(expect_server(s, "hello", "augment.0"));
     ctl_close(c);
     ctl_server_close(s);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -471,18 +435,18 @@ Test(control, ipc_directory_is_created_private)
 {
     char *dir = test_make_tmpdir();
     char *ep = xasprintf("ipc://%s/run/a/control.sock", dir);
-    ctl_server *s = bind_ok(ep, NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
     char *sub = xasprintf("%s/run/a", dir);
     struct stat st;
     cr_assert_eq(stat(sub, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0700);
-    ctl_client *c = connect_ok(ep, "augment.0", NULL);
+    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
     converse(s, c, "augment.0");
     ctl_close(c);
     ctl_server_close(s);
     free(sub);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -490,18 +454,18 @@ Test(control, ipc_socket_in_use_is_refused)
 {
     char *dir = test_make_tmpdir();
     char *ep = ipc_endpoint(dir);
-    ctl_server *s = bind_ok(ep, NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
     char *err = NULL;
     cr_assert_null(ctl_bind(ep, NULL, &err));
     cr_assert(err && strstr(err, "in use"), "error: %s", err ? err : "(none)");
     free(err);
     /* the first server still works */
-    ctl_client *c = connect_ok(ep, "augment.0", NULL);
+    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
     converse(s, c, "augment.0");
     ctl_close(c);
     ctl_server_close(s);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -522,7 +486,7 @@ Test(control, ipc_path_too_long)
     free(err);
     cr_assert_eq(test_count_files(dir), 0, "nothing must be created for a refused path");
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -550,9 +514,9 @@ Test(control, server_addresses_peers_by_id)
 {
     char *dir = test_make_tmpdir();
     char *ep = ipc_endpoint(dir);
-    ctl_server *s = bind_ok(ep, NULL);
-    ctl_client *a = connect_ok(ep, "augment.0", NULL);
-    ctl_client *b = connect_ok(ep, "augment.1", NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
+    ctl_client *a = ctlt_connect(ep, "augment.0", NULL);
+    ctl_client *b = ctlt_connect(ep, "augment.1", NULL);
     cr_assert_eq(ctl_send(a, hello("augment.0"), WAIT_MS), 0);
     json_decref(expect_server(s, "hello", "augment.0"));
     cr_assert_eq(ctl_send(b, hello("augment.1"), WAIT_MS), 0);
@@ -572,7 +536,7 @@ Test(control, server_addresses_peers_by_id)
     ctl_close(b);
     ctl_server_close(s);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -580,19 +544,19 @@ Test(control, send_to_unknown_peer_fails)
 {
     char *dir = test_make_tmpdir();
     char *ep = ipc_endpoint(dir);
-    ctl_server *s = bind_ok(ep, NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
     cr_assert_eq(ctl_server_send(s, "nobody.0", ctl_msg("start")), -1);
     cr_assert_eq(ctl_server_send(s, "", ctl_msg("start")), -1);
     cr_assert_eq(ctl_server_send(s, NULL, ctl_msg("start")), -1);
     /* a connected peer is unknown by name until its hello */
-    ctl_client *c = connect_ok(ep, "augment.0", NULL);
+    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
     cr_assert_eq(ctl_send(c, heartbeat(1), WAIT_MS), 0);
     expect_server_nothing(s);
     cr_assert_eq(ctl_server_send(s, "augment.0", ctl_msg("start")), -1);
     ctl_close(c);
     ctl_server_close(s);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -600,8 +564,8 @@ Test(control, send_to_departed_peer_fails)
 {
     char *dir = test_make_tmpdir();
     char *ep = ipc_endpoint(dir);
-    ctl_server *s = bind_ok(ep, NULL);
-    ctl_client *c = connect_ok(ep, "augment.0", NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
+    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
     converse(s, c, "augment.0");
     ctl_close(c);
     /* the disconnect reaches the server's I/O thread soon, not at once */
@@ -614,7 +578,7 @@ Test(control, send_to_departed_peer_fails)
     cr_assert_eq(rc, -1, "sending to a departed peer still succeeds after 3 s");
     ctl_server_close(s);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -624,11 +588,11 @@ Test(control, restarted_stage_takes_over_its_id)
 {
     char *dir = test_make_tmpdir();
     char *ep = ipc_endpoint(dir);
-    ctl_server *s = bind_ok(ep, NULL);
-    ctl_client *old = connect_ok(ep, "augment.3", NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
+    ctl_client *old = ctlt_connect(ep, "augment.3", NULL);
     cr_assert_eq(ctl_send(old, hello("augment.3"), WAIT_MS), 0);
     json_decref(expect_server(s, "hello", "augment.3"));
-    ctl_client *fresh = connect_ok(ep, "augment.3", NULL);
+    ctl_client *fresh = ctlt_connect(ep, "augment.3", NULL);
     cr_assert_eq(ctl_send(fresh, hello("augment.3"), WAIT_MS), 0);
     json_decref(expect_server(s, "hello", "augment.3"));
     cr_assert_eq(ctl_server_send(s, "augment.3", ctl_msg("start")), 0);
@@ -641,7 +605,7 @@ Test(control, restarted_stage_takes_over_its_id)
     ctl_close(fresh);
     ctl_server_close(s);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -649,8 +613,8 @@ Test(control, refuses_to_send_non_messages)
 {
     char *dir = test_make_tmpdir();
     char *ep = ipc_endpoint(dir);
-    ctl_server *s = bind_ok(ep, NULL);
-    ctl_client *c = connect_ok(ep, "augment.0", NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
+    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
     cr_assert_eq(ctl_send(c, json_pack("[i]", 1), 100), -1);
     cr_assert_eq(ctl_send(c, json_pack("{s:i}", "type", 1), 100), -1);
     cr_assert_eq(ctl_send(c, NULL, 100), -1);
@@ -660,7 +624,7 @@ Test(control, refuses_to_send_non_messages)
     ctl_close(c);
     ctl_server_close(s);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -670,7 +634,7 @@ Test(control, server_drops_malformed_messages)
 {
     char *dir = test_make_tmpdir();
     char *ep = ipc_endpoint(dir);
-    ctl_server *s = bind_ok(ep, NULL);
+    ctl_server *s = ctlt_bind(ep, NULL);
     raw_peer r = raw_open(ZMQ_DEALER, "rogue.0");
     cr_assert_eq(zmq_connect(r.sock, ctl_server_endpoint(s)), 0);
     raw_send_str(r.sock, "{\"type\":\"hello\",\"id\":\"rogue.0\"}", 0);
@@ -714,7 +678,7 @@ Test(control, server_drops_malformed_messages)
     raw_close(&r);
     ctl_server_close(s);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -724,7 +688,7 @@ Test(control, client_drops_malformed_messages)
     char *ep = ipc_endpoint(dir);
     raw_peer r = raw_open(ZMQ_ROUTER, NULL);
     cr_assert_eq(zmq_bind(r.sock, ep), 0);
-    ctl_client *c = connect_ok(ep, "augment.0", NULL);
+    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
     cr_assert_eq(ctl_send(c, hello("augment.0"), WAIT_MS), 0);
 
     /* the raw server learns the client's routing id from the hello: random, 16 bytes */
@@ -760,7 +724,7 @@ Test(control, client_drops_malformed_messages)
     ctl_close(c);
     raw_close(&r);
     free(ep);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -796,10 +760,10 @@ Test(control, curve_wrong_keys_get_nothing_through)
     keyed k = keyed_dir();
     char *other = keys_ok(k.dir, "other"); /* another server's keys */
     char *wrong = client_key(other, "augment"), *good_key = client_key(k.keys, "augment");
-    ctl_server *s = bind_ok("tcp://127.0.0.1:0", k.keys);
+    ctl_server *s = ctlt_bind("tcp://127.0.0.1:0", k.keys);
     const char *ep = ctl_server_endpoint(s);
 
-    ctl_client *wrong_server = connect_ok(ep, "augment.0", wrong); /* trusts another server */
+    ctl_client *wrong_server = ctlt_connect(ep, "augment.0", wrong); /* trusts another server */
     cr_assert_eq(ctl_send(wrong_server, hello("augment.0"), 1000), 0, "the send only queues");
     raw_peer plain = raw_open(ZMQ_DEALER, "augment.0");            /* no CURVE at all */
     cr_assert_eq(zmq_connect(plain.sock, ep), 0);
@@ -809,7 +773,7 @@ Test(control, curve_wrong_keys_get_nothing_through)
     cr_assert_null(ctl_recv(wrong_server, NOTHING_MS));
 
     /* ... while a rightful client on the same server is served */
-    ctl_client *good = connect_ok(ep, "augment.0", good_key);
+    ctl_client *good = ctlt_connect(ep, "augment.0", good_key);
     converse(s, good, "augment.0");
     expect_server_nothing(s);
 
@@ -952,7 +916,7 @@ Test(control, keygen_file_format_and_pair)
     free(text);
     free(text2);
     free(key);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -1032,7 +996,7 @@ Test(control, keygen_directory_layout)
     free(node2);
     free(trainer);
     free(keys);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -1065,7 +1029,7 @@ Test(control, keygen_command_function)
     free(same);
     free(second);
     free(key);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -1119,6 +1083,6 @@ Test(control, keygen_command_binary)
     free(b);
     free(key);
     free(bin);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }

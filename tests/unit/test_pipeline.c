@@ -52,15 +52,6 @@ static double now(void)
 }
 
 /* A TCP port that was free a moment ago (bind to port 0, read it back, let it go). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 static bool files_equal(const char *a, const char *b)
 {
@@ -240,7 +231,7 @@ Test(pipeline, transports_carry_identical_bytes, .timeout = 120)
     relay(dir, ring1, ring1, ring2, ring2, "|", "shm.rec", "");
     relay(dir, "file:f1.rec", "file:f1.rec", "file:f2.rec", "file:f2.rec", "&&", "file.rec", "");
     char tcp[64], *keys_dir, *keys = tcp_keys(&keys_dir);
-    snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", free_port());
+    snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", test_free_port());
     relay(dir, tcp, tcp, "-", "-", "|", "tcp.rec", keys);
     free(keys);
     drop_tcp_keys(keys_dir);
@@ -771,7 +762,7 @@ Test(pipeline, several_producers_end_together, .timeout = 120)
     char *produce = bin("produce"), *check = bin("check");
     char shm[64], tcp[64], *keys_dir, *keys = tcp_keys(&keys_dir);
     snprintf(shm, sizeof shm, "shm:selfsup-test-%d-many?producers=3", (int)getpid());
-    snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d?producers=3", free_port());
+    snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d?producers=3", test_free_port());
     const char *uris[] = {shm, tcp};
     for (int k = 0; k < 2; k++) {
         /* Uneven: 3000 records split 0,3,6… / 1,4,7… / 2,5,8…, the last writer slow. */

@@ -331,15 +331,6 @@ Test(streams, the_trainer_keeps_what_it_trained_when_its_input_was_stopped, .tim
 /* ---- tcp ---------------------------------------------------------------------------------------- */
 
 /* A TCP port that was free a moment ago. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 /* Keys for one tcp reader and its writer (selfsup keygen, as a user makes them), and the
  * overrides each side passes. */
@@ -363,7 +354,7 @@ Test(streams, a_tcp_reader_fails_when_its_writer_dies_without_its_end, .timeout 
 {
     char *dir = test_make_tmpdir(), *produce = bin("produce"), *check = bin("check");
     tcp_keys k = make_keys(dir);
-    int port = free_port();
+    int port = test_free_port();
     /* The writer dies (SIGKILL, so no end-of-stream record) after 300 records. */
     char *cmd = xasprintf("%s --in tcp://127.0.0.1:%d %s & sleep 0.3; %s --count 1000 --size 100 --crash-after 300 "
                           "--out tcp://127.0.0.1:%d %s; wait $!; echo \"check status $?\" >&2",
@@ -390,7 +381,7 @@ Test(streams, a_tcp_writer_without_a_reader_obeys_sigterm, .timeout = 60)
     tcp_keys k = make_keys(dir);
     /* Nobody reads: the writer waits to send. One SIGTERM must end it (the test's timeout is the
      * bound: before, the writer retried its send on EINTR and outlived ten minutes). */
-    char *pcmd = xasprintf("%s --count 1000 --size 100 --out tcp://127.0.0.1:%d %s", produce, free_port(),
+    char *pcmd = xasprintf("%s --count 1000 --size 100 --out tcp://127.0.0.1:%d %s", produce, test_free_port(),
                            k.writer_keys);
     char *v = victim(dir, "produce", pcmd), *kill = terminator(dir, "produce", 0.5);
     char *cmd = xasprintf("%s %s", kill, v), *out = NULL;

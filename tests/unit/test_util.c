@@ -5,8 +5,12 @@
 
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
@@ -154,4 +158,36 @@ npy_array test_fixture_npy(const char *kind, const char *kase, const char *what)
     free(path);
     free(file);
     return a;
+}
+
+void test_rm_rf(const char *dir)
+{
+    char *cmd = xasprintf("rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+}
+
+int test_wait_child(int pid, int timeout_ms)
+{
+    int status = 0;
+    for (int waited = 0; waitpid(pid, &status, WNOHANG) == 0; waited += 10) {
+        if (waited >= timeout_ms) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            break;
+        }
+        usleep(10000);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+int test_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
 }

@@ -37,6 +37,13 @@ bool test_compose(cfg_t *cfg, cfg_err *err, const char *yaml, const char *file_r
 /* Run a command, capture stdout+stderr into *output (malloc'd); returns the exit status
  * (or 128+signal). */
 int test_run(const char *cmd, char **output);
+/* rm -rf DIR (a tree; test_rm_dir is for a flat one and frees its path). */
+void test_rm_rf(const char *dir);
+/* Wait up to timeout_ms for a child; kill it (SIGKILL) past that. Its exit status, or
+ * 128 + the signal that ended it. */
+int test_wait_child(int pid, int timeout_ms);
+/* A TCP port on the loopback that was free a moment ago (bound to port 0, read back, let go). */
+int test_free_port(void);
 /* test_run's limit on one command (then it fails with 124 and whatever it printed). */
 #define TEST_RUN_TIMEOUT_S 300
 
