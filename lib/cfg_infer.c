@@ -1,7 +1,7 @@
 /*
  * cfg_infer.c — the values VISSL infers from other values, computed in this one place.
  *
- * Mirrors VISSL's infer_and_assert_hydra_config (spec part 1 §4–5, part 2 §7, §13), in
+ * Mirrors VISSL's infer_and_assert_hydra_config (vissl/utils/hydra_config.py), in
  * VISSL's order: losses (world size, effective batch sizes, crop counts, SwAV queue sizes,
  * forced collators), learning rates (auto-scaling for every scheduler kind, the linear
  * warm-up resolution that drops the warm-up on one node, lr_head and the head weight

@@ -1,6 +1,7 @@
 /*
- * features.h — VISSL's extracted-feature files (spec part 2 §9), what selfsup-extract writes
- * and what selfsup-svm and selfsup-knn read.
+ * features.h — VISSL's extracted-feature files (vissl/engines/extract_features.py, and
+ * merge_features in vissl/utils/misc.py): what selfsup-extract writes and what selfsup-svm and
+ * selfsup-knn read.
  *
  * Per rank, split ("train", "test") and layer ("res5avg", "heads", …), three .npy files in one
  * folder:

@@ -1,5 +1,5 @@
 /*
- * heads.h — VISSL's model heads (spec part 2 §4 "Heads") on the model engine.
+ * heads.h — VISSL's model heads (VISSL 0.1.5's vissl/models/heads/) on the model engine.
  *
  * One `head` type covers VISSL's registry names mlp, eval_mlp, siamese_concat_view and
  * swav_head. Internally every head is a short list of layers (Linear, BatchNorm, ReLU, Dropout,
@@ -67,7 +67,7 @@ typedef eng_entry_kind head_kind;
 typedef struct head head;
 
 /* Build a head and initialise it (head_init). NULL with *err for impossible options.
- * mlp is VISSL's fixed MLP (spec part 2 §4): every Linear reads the previous one's width,
+ * mlp is VISSL's fixed MLP (vissl/models/heads/mlp.py): every Linear reads the previous one's width,
  * ReLU or not (0.1.5 moved last_dim on only with use_relu, which broke any >2-element dims
  * without ReLU), and skip_last_layer_relu_bn leaves the BN/ReLU/Dropout off after the last
  * Linear. Its default here is false, where later VISSL's is true: the 0.1.5 configs this

@@ -166,7 +166,7 @@ static void add_part(eng_backend *be, eng_params *into, const eng_params *part, 
     }
 }
 
-/* One allocation per kind for the whole model (DESIGN.md): declare every entry in state-dict
+/* One allocation per kind for the whole model (docs/ARCHITECTURE.md): declare every entry in state-dict
  * order under its full name, allocate, then move each part's tensors in. */
 static void rehome(eng_backend *be, model *m)
 {

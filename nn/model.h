@@ -1,5 +1,5 @@
 /*
- * model.h — VISSL's whole model (BaseSSLMultiInputOutputModel, spec part 2 §4) on the model
+ * model.h — VISSL's whole model (BaseSSLMultiInputOutputModel, vissl/models/base_ssl_model.py) on the model
  * engine: a trunk, its heads, and how a step's inputs flow through them, built from
  * config.MODEL.
  *
@@ -32,7 +32,7 @@
  * extractor's trunk in eval mode too, but leaves the BN of a trunk frozen without pool ops in
  * train mode; selfsup does not update the running statistics of weights it was told to keep.
  *
- * Memory (DESIGN.md): every parameter of the trunk and the heads lives in ONE backend
+ * Memory (docs/ARCHITECTURE.md): every parameter of the trunk and the heads lives in ONE backend
  * allocation, every gradient in another, every buffer (BN running statistics) in a third,
  * in VISSL's state-dict order (trunk, then heads), so one all-reduce, one optimizer pass and
  * one checkpoint write cover the model. model_entry_at gives them with full VISSL names
@@ -113,7 +113,7 @@ model_options model_defaults(void);
  * not the number of heads. */
 bool model_options_from_config(const cfg_node *model_cfg, model_options *out, cfg_err *err);
 
-/* config.MODEL.WEIGHTS_INIT, with the model facts VISSL adds when it loads (spec part 1 §11):
+/* config.MODEL.WEIGHTS_INIT, with the model facts VISSL adds when it loads (vissl/utils/checkpoint.py):
  * a feature extractor's trunk is named "trunk.base_model.…", and in eval mode
  * (FEATURE_EVAL_SETTINGS.EVAL_MODE_ON) the heads are loaded only with EVAL_TRUNK_AND_HEAD.
  * The strings point into the config, which must outlive it. */

@@ -20,7 +20,7 @@
  * Shapes are logical and PyTorch-ordered: activations N×C×H×W or N×F, linear weights O×I,
  * convolution weights O×(I/groups)×KH×KW. A tensor is a view into a backend allocation (a
  * base pointer and a byte offset), so all parameters can live in one buffer and all their
- * gradients in another, as DESIGN.md asks (one all-reduce, one optimizer pass, one write).
+ * gradients in another, as docs/ARCHITECTURE.md explains (one all-reduce, one optimizer pass, one write).
  *
  * Names start with eng_ (the model engine), not nn_: libnanomsg, which Criterion links,
  * exports hundreds of nn_* symbols (nn_free among them).

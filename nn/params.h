@@ -4,7 +4,7 @@
  *
  * A model (resnet.c, heads.c) declares its tensors in state-dict order with eng_params_add,
  * which only reserves a byte range; eng_params_alloc then makes the three allocations and
- * points every entry at its range. One allocation per kind is what DESIGN.md asks for: one
+ * points every entry at its range. One allocation per kind is the engine's rule (docs/ARCHITECTURE.md): one
  * all-reduce over the gradients, one optimizer pass over the parameters, one checkpoint write.
  * The names are VISSL's, so checkpoint import and export map entries 1:1.
  */

@@ -1,5 +1,5 @@
 /*
- * resnet.h — VISSL's ResNet / ResNeXt trunk (spec part 2 §4, `resnet`) on the model engine.
+ * resnet.h — VISSL's ResNet / ResNeXt trunk (vissl/models/trunks/resnext.py, `resnet`) on the model engine.
  *
  * The layout is torchvision's (ResNet v1.5: the stride sits on the 3×3 conv): stem conv1 7×7/2
  * + bn1 + ReLU + max pool 3/2/1, layer1..4 of Bottleneck blocks (depth 50/101/152/200) or
@@ -7,7 +7,7 @@
  * average pool and flatten. `small_stem` is this project's extension for 28–64 px data: a 3×3
  * stride-1 conv1 and no max pool (res1 is then the stem's ReLU output).
  *
- * Memory, as DESIGN.md asks: all parameters live in one backend allocation, all their
+ * Memory, as docs/ARCHITECTURE.md explains: all parameters live in one backend allocation, all their
  * gradients in another with the same layout, the BN running statistics in a third; every
  * tensor is a view at an offset and carries its VISSL name (`_feature_blocks.layer1.0.conv1.weight`),
  * in torchvision's state-dict order, so checkpoint code maps names 1:1 (num_batches_tracked is
@@ -41,7 +41,7 @@ typedef struct {
     int width_multiplier;    /* ≥ 1: planes 64w, 128w, 256w, 512w */
     int groups;              /* ResNeXt cardinality (Bottleneck only), 1 = ResNet */
     int width_per_group;     /* 64 = ResNet */
-    bool zero_init_residual; /* torchvision's meaning; VISSL 0.1.5's key has no effect (spec §4) */
+    bool zero_init_residual; /* torchvision's meaning; VISSL 0.1.5's key has no effect */
     int layer4_stride;       /* 2 (default) or 1 */
     bool small_stem;         /* 3×3 stride-1 conv1, no max pool (extension) */
     int in_channels;         /* 3 (rgb/bgr), 1 (lab) */

@@ -9,8 +9,8 @@
  * Files are recognised by their content, not their name: torch.save zip archives and legacy
  * files (torchfile.h, a restricted unpickler) and safetensors files (safetensors.h).
  *
- * weights_load follows VISSL and is stricter where VISSL only logs (spec part 2 §8, part 1
- * §11): the whole file is checked before the first tensor is copied, so a refused file leaves
+ * weights_load follows VISSL and is stricter where VISSL only logs (vissl/utils/checkpoint.py's
+ * init_model_from_consolidated_weights): the whole file is checked before the first tensor is copied, so a refused file leaves
  * the model as it was.
  *   1. STATE_DICT_KEY_NAME: descend into that top-level key (an error names the keys there);
  *      "classy_state_dict" takes base_model.model.trunk / .heads as "trunk." / "heads." keys

@@ -4,7 +4,7 @@
  * A collator reads the samples' tensors (data.K, label, data_valid, data_idx; sample.h) and
  * writes VISSL's batch dict with the naming rule of sample.h (list entry i of key K is "K.i").
  * The tensor order is VISSL's exactly: crop-major for simclr_collator and multicrop_collator,
- * image-major towers for siamese_collator, and so on (spec part 2 §3.3).
+ * image-major towers for siamese_collator, and so on (vissl/data/collators/).
  */
 #ifndef SELFSUP_COLLATE_H
 #define SELFSUP_COLLATE_H

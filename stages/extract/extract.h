@@ -1,6 +1,6 @@
 /*
  * extract.h — VISSL's extract_features engine on the model engine: batch records in, VISSL's
- * feature files out (features.h, spec part 2 §9).
+ * feature files out (features.h; vissl/engines/extract_features.py).
  *
  * extractor_new builds the model of config.MODEL (PyTorch's default init from SEED_VALUE,
  * then MODEL.WEIGHTS_INIT: a selfsup checkpoint, a VISSL or torchvision .torch/.pth file) and

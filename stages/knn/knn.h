@@ -1,6 +1,6 @@
 /*
- * knn.h — VISSL's weighted k-nearest-neighbour benchmark (tools/nearest_neighbor_test.py,
- * spec part 2 §11) on train and test features held in memory.
+ * knn.h — VISSL's weighted k-nearest-neighbour benchmark (VISSL 0.1.5's
+ * tools/nearest_neighbor_test.py) on train and test features held in memory.
  *
  * For every test row: similarity to every train row by dot product (after L2-normalising both
  * sides with torch's normalize, eps 1e-12, when l2_norm is set); the k most similar train rows;

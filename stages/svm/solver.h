@@ -1,5 +1,5 @@
 /*
- * solver.h — one binary linear SVM, as sklearn's LinearSVC fits it (spec part 2 §10).
+ * solver.h — one binary linear SVM, as sklearn's LinearSVC fits it for VISSL's svm_trainer.py.
  *
  * The problem: minimise ½‖w‖² + Σ_i C_i · loss(y_i (w·x̃_i)), y_i ∈ {−1, +1}, where x̃_i is
  * the row x_i with the constant `bias` appended when bias > 0 (liblinear's intercept, which is

@@ -1,5 +1,5 @@
 /*
- * svm.h — VISSL's SVM benchmarks (spec part 2 §10): the VOC07 protocol (SVMTrainer) and the
+ * svm.h — VISSL's SVM benchmarks (tools/train_svm.py, vissl/utils/svm_utils/): the VOC07 protocol (SVMTrainer) and the
  * low-shot protocol (SVMLowShotTrainer), on features held once in memory as float32.
  *
  * VOC07 protocol, per class c of the targets (or of SVM.cls_list):

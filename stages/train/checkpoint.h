@@ -1,6 +1,6 @@
 /*
  * checkpoint.h — the trainer's checkpoints: one safetensors file holding everything exact
- * resume needs (DESIGN.md "Files a user sees").
+ * resume needs (docs/ARCHITECTURE.md, "The trainer's step").
  *
  * Tensors: the model's entries under VISSL's names (trunk.…, heads.…: parameters and BN
  * running statistics), then the optimizer's state (optimizer.momentum_buffer.<name>, or

@@ -1,6 +1,6 @@
 /*
  * loss.h — VISSL's losses for the trainer: value and the gradient of every model output, on
- * the model engine (spec part 1 §5, part 2 §1).
+ * the model engine (vissl/losses/).
  *
  * Losses now: CrossEntropyLoss (ClassyVision's, ignore_index −1), cross_entropy_multiple_
  * output_single_target, bce_logits_multiple_output_single_target, simclr_info_nce_loss,
@@ -42,7 +42,7 @@ typedef enum {
 #define LOSS_MAX_CROPS 32
 #define LOSS_MAX_PROTOTYPES 16 /* heads.h's HEAD_MAX_PROTOTYPES */
 
-/* LOSS.swav_loss (spec part 2 §1.3), after VISSL's inference (num_crops, num_prototypes,
+/* LOSS.swav_loss (vissl/losses/swav_loss.py), after VISSL's inference (num_crops, num_prototypes,
  * embedding_dim, local_queue_length). use_double_precision is read and needs nothing: the
  * codes are always computed in double, with the max subtracted. */
 typedef struct {

@@ -1,5 +1,5 @@
 /*
- * loss_swav.c — VISSL's swav_loss (SwAVLoss / SwAVCriterion, spec part 2 §1.3) with its queue
+ * loss_swav.c — VISSL's swav_loss (SwAVLoss / SwAVCriterion, vissl/losses/swav_loss.py) with its queue
  * and its two hooks.
  *
  * The model gives [emb (C·B × D), scores_h (C·B × K_h) for each prototype head h], crop-major:

@@ -1,5 +1,5 @@
 /*
- * meter.h — VISSL's meters for the trainer (spec part 1 §6, part 2 §2), accumulated over a
+ * meter.h — VISSL's meters for the trainer (vissl/meters/), accumulated over a
  * phase, one per model output against the single target:
  *
  * accuracy_list_meter: top-k accuracy. A sample counts as correct at k when fewer than k

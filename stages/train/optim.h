@@ -1,6 +1,6 @@
 /*
  * optim.h — VISSL's optimizer over a model's parameters: its parameter groups, SGD / Adam /
- * AdamW, LARC, and the state a checkpoint keeps (spec part 1 §3, part 2 §7).
+ * AdamW, LARC, and the state a checkpoint keeps (vissl/optimizers/, vissl/utils/optimizer_utils.py).
  *
  * Groups (VISSL 0.1.5's get_optimizer_param_groups), from the entries' names:
  *   trunk regularised    lr,      OPTIMIZER.weight_decay

@@ -240,7 +240,7 @@ def main_extra():
         save(name, targets_one_hot_default_collator(one_hot_samples(lists), num_classes))
     t20 = ONE_HOT_CASES["targets_one_hot_t20"]
     got = targets_one_hot_default_collator(one_hot_samples(t20[1]), t20[0])["label"][0][0].tolist()
-    assert got == [-1, 1, -1, 1, 0, -1, 1, -1, -1, 0, -1, -1], got  # the spec's T20
+    assert got == [-1, 1, -1, 1, 0, -1, 1, -1, -1, 0, -1, -1], got  # worked by hand
     batch = default_collate(label_row_samples(2))
     save("default_collate_label_rows", {k: list(v) for k, v in batch.items()})
 

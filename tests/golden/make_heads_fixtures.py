@@ -2,7 +2,7 @@
 """make_heads_fixtures.py — PyTorch's answers for VISSL's heads (tests/unit/test_heads.c).
 
 VISSL's head modules (MLP, LinearEvalMLP, SwAVPrototypesHead) are rebuilt here in plain PyTorch
-from the spec (part 2 §4 "Heads"), with the same module attribute names, so state-dict names
+from VISSL 0.1.5's vissl/models/heads/, with the same module attribute names, so state-dict names
 match nn/heads.c. No weights are stored: every parameter and running statistic is set by the
 formula head_init_formula uses (u(i,k) = frac(i·ALPHA + k·BETA) in float64; Linear weight
 sqrt(3/in)·(2u−1), 1-D weight 1+0.25(2u−1), bias 0.1(2u−1), running_mean 0.1(2u−1),

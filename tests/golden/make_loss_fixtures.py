@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """make_loss_fixtures.py — VISSL 0.1.5's losses in PyTorch float64 (tests/unit/test_loss.c).
 
-Each loss is VISSL's forward written from the spec (part 2 §1: SimclrInfoNCECriterion with its
+Each loss is VISSL's forward rewritten from VISSL 0.1.5's vissl/losses/ (SimclrInfoNCECriterion with its
 precomputed masks, the multi-crop criterion's local-only negatives, cross_entropy_multiple_
 output_single_target, bce_logits_multiple_output_single_target, swav_loss's SwAVCriterion with
 its Sinkhorn-Knopp codes; ClassyVision's CrossEntropyLoss), on random outputs in float64;
@@ -82,7 +82,7 @@ def bce_multi(outs, label):
 
 def swav_codes(scores, eps, iters, hard):
     """SwAVCriterion's codes, float path: exp(s/ε − max)ᵀ, then distributed_sinkhornknopp at
-    world size 1 (spec part 2 §1.3), with its guards; hard: temp_hard_assignment_iters."""
+    world size 1 (vissl/losses/swav_loss.py), with its guards; hard: temp_hard_assignment_iters."""
     with torch.no_grad():
         a = scores / eps
         Q = torch.exp(a - a.max()).t()

@@ -5,8 +5,8 @@ A small model with VISSL's module names is built from real torch modules: a trun
 trunk BatchNorm, a trunk Linear with a bias (VISSL 0.1.5 regularises trunk biases always), a
 trunk GroupNorm(1, C) (VISSL's LayerNorm2d, which its rules leave in the "remaining" group), a
 head Linear, a head BatchNorm and a bias-free prototypes Linear. The parameter groups are made
-by VISSL 0.1.5's get_optimizer_param_groups, rewritten here from the spec (part 1 §3, part 2
-§7) over named_modules() and the module TYPES; LARC is NVIDIA Apex's LARC.step, from the spec's
+by VISSL 0.1.5's get_optimizer_param_groups, rewritten here from vissl/utils/optimizer_utils.py
+over named_modules() and the module TYPES; LARC is NVIDIA Apex's LARC.step, from Apex's
 formula. Then STEPS updates from fixed gradients with per-step learning rates (lr, lr_head).
 
 Per case (tests/golden/fixtures/optim/CASE_*.npy, float32 unless noted):

@@ -630,7 +630,7 @@ Test(augment, lab_tensor_is_vissls_float_arithmetic)
     aug_sample_clear(&s);
     npy_close(&in), npy_close(&want);
     free(pin), free(pwant);
-    /* the spec's T26: white is (50, 0, 0) after OpenCV's (255, 128, 128) */
+    /* worked by hand: white is (50, 0, 0) after OpenCV's (255, 128, 128) */
     aug_pipeline *p = build_ok("t:\n  - {name: ImgPil2LabTensor}\n");
     one_sample(&s, 2, 2, 0, 0);
     memset(s.items[0].im.px, 255, s.items[0].im.stride * 2);

