@@ -27,26 +27,28 @@ static const char INFERRED[] = "<inferred>";
 
 /* ---- small tree helpers ------------------------------------------------------------------ */
 
-static cfg_node *C(const cfg_t *cfg, const char *path)
+/* The node at `path` under the composed tree's `config` map, or NULL; the typed readers give
+ * `fallback` (or "", false) for a missing node or one of another kind. */
+static cfg_node *config_at(const cfg_t *cfg, const char *path)
 {
     return cfg_path(cfg_map_get(cfg->root, "config"), path);
 }
 
-static int64_t C_int(const cfg_t *cfg, const char *path, int64_t fallback)
+static int64_t config_int(const cfg_t *cfg, const char *path, int64_t fallback)
 {
-    cfg_node *n = C(cfg, path);
+    cfg_node *n = config_at(cfg, path);
     return n && n->kind == CFG_INT ? n->i : fallback;
 }
 
-static const char *C_str(const cfg_t *cfg, const char *path)
+static const char *config_str(const cfg_t *cfg, const char *path)
 {
-    cfg_node *n = C(cfg, path);
+    cfg_node *n = config_at(cfg, path);
     return n && n->kind == CFG_STR ? n->s : "";
 }
 
-static bool C_bool(const cfg_t *cfg, const char *path)
+static bool config_bool(const cfg_t *cfg, const char *path)
 {
-    cfg_node *n = C(cfg, path);
+    cfg_node *n = config_at(cfg, path);
     return n && n->kind == CFG_BOOL && n->b;
 }
 
@@ -71,7 +73,7 @@ static cfg_node *inferred_float(double v)
 
 static int64_t world_size(const cfg_t *cfg)
 {
-    return C_int(cfg, "DISTRIBUTED.NUM_NODES", 1) * C_int(cfg, "DISTRIBUTED.NUM_PROC_PER_NODE", 1);
+    return config_int(cfg, "DISTRIBUTED.NUM_NODES", 1) * config_int(cfg, "DISTRIBUTED.NUM_PROC_PER_NODE", 1);
 }
 
 /* Python's round(x, ndigits): exact decimal rounding of the binary value, ties to even,
@@ -86,9 +88,9 @@ static double py_round(double x, int ndigits)
 /* The checkpoint folder VISSL derives (CHECKPOINT.DIR, plus RUN_ID on several nodes). */
 char *cfg_checkpoint_folder(const cfg_t *cfg)
 {
-    const char *dir = C_str(cfg, "CHECKPOINT.DIR");
-    if (C_int(cfg, "DISTRIBUTED.NUM_NODES", 1) > 1 && C_bool(cfg, "CHECKPOINT.APPEND_DISTR_RUN_ID"))
-        return path_join(dir, C_str(cfg, "DISTRIBUTED.RUN_ID"));
+    const char *dir = config_str(cfg, "CHECKPOINT.DIR");
+    if (config_int(cfg, "DISTRIBUTED.NUM_NODES", 1) > 1 && config_bool(cfg, "CHECKPOINT.APPEND_DISTR_RUN_ID"))
+        return path_join(dir, config_str(cfg, "DISTRIBUTED.RUN_ID"));
     return xstrdup(dir);
 }
 
@@ -97,7 +99,7 @@ char *cfg_checkpoint_folder(const cfg_t *cfg)
 /* total_num_crops of the last transform that declares it (ImgPilToMultiCrop), or 0. */
 static int64_t total_num_crops(const cfg_t *cfg)
 {
-    cfg_node *transforms = C(cfg, "DATA.TRAIN.TRANSFORMS");
+    cfg_node *transforms = config_at(cfg, "DATA.TRAIN.TRANSFORMS");
     int64_t total = 0;
     for (size_t k = 0; transforms && transforms->kind == CFG_LIST && k < transforms->len; k++) {
         cfg_node *n = cfg_map_get(transforms->items[k], "total_num_crops");
@@ -109,7 +111,7 @@ static int64_t total_num_crops(const cfg_t *cfg)
 
 static void set_collator(cfg_t *cfg, const char *name)
 {
-    put(C(cfg, "DATA.TRAIN"), "COLLATE_FUNCTION", cfg_new_str(name, INFERRED, 0));
+    put(config_at(cfg, "DATA.TRAIN"), "COLLATE_FUNCTION", cfg_new_str(name, INFERRED, 0));
 }
 
 static void infer_num_crops(cfg_t *cfg, cfg_node *loss)
@@ -126,7 +128,7 @@ static void infer_queue(cfg_t *cfg, cfg_node *loss)
     if (!len || len->kind != CFG_INT)
         return;
     int64_t w = world_size(cfg);
-    int64_t global_batch = C_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1) * w;
+    int64_t global_batch = config_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1) * w;
     int64_t q = global_batch > 0 ? len->i - len->i % global_batch : len->i;
     put(queue, "queue_length", inferred_int(q));
     put(queue, "local_queue_length", inferred_int(w > 0 ? q / w : q));
@@ -135,7 +137,7 @@ static void infer_queue(cfg_t *cfg, cfg_node *loss)
 /* swav_loss / swav_momentum_loss: one swav_head gives the prototypes and embedding size. */
 static bool infer_swav_head(cfg_t *cfg, cfg_node *loss, const char *loss_name, cfg_err *err)
 {
-    cfg_node *params = C(cfg, "MODEL.HEAD.PARAMS");
+    cfg_node *params = config_at(cfg, "MODEL.HEAD.PARAMS");
     cfg_node *head = params && params->kind == CFG_LIST && params->len == 1 ? params->items[0] : NULL;
     cfg_node *name = head && head->kind == CFG_LIST && head->len == 2 ? head->items[0] : NULL;
     if (!name || name->kind != CFG_STR || (strcmp(name->s, "swav_head") && strcmp(name->s, "swav_head_fsdp"))) {
@@ -166,10 +168,10 @@ static bool infer_swav_head(cfg_t *cfg, cfg_node *loss, const char *loss_name, c
 
 static bool infer_losses(cfg_t *cfg, cfg_err *err)
 {
-    const char *name = C_str(cfg, "LOSS.name");
-    cfg_node *loss = C(cfg, "LOSS") ? cfg_map_get(C(cfg, "LOSS"), name) : NULL;
+    const char *name = config_str(cfg, "LOSS.name");
+    cfg_node *loss = config_at(cfg, "LOSS") ? cfg_map_get(config_at(cfg, "LOSS"), name) : NULL;
     int64_t w = world_size(cfg);
-    int64_t batch = C_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1);
+    int64_t batch = config_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1);
 
     /* VISSL tests a substring here, so multicrop_simclr_info_nce_loss passes through too. */
     if (strstr(name, "simclr_info_nce_loss") && loss) {
@@ -185,7 +187,7 @@ static bool infer_losses(cfg_t *cfg, cfg_err *err)
         set_collator(cfg, "multicrop_collator");
     }
     if (!strcmp(name, "deepclusterv2_loss") && loss) {
-        put(loss, "DROP_LAST", cfg_copy(C(cfg, "DATA.TRAIN.DROP_LAST")));
+        put(loss, "DROP_LAST", cfg_copy(config_at(cfg, "DATA.TRAIN.DROP_LAST")));
         put(loss, "BATCHSIZE_PER_REPLICA", inferred_int(batch));
         infer_num_crops(cfg, loss);
         set_collator(cfg, "multicrop_collator");
@@ -193,10 +195,10 @@ static bool infer_losses(cfg_t *cfg, cfg_err *err)
     if (!strcmp(name, "swav_loss") && loss) {
         if (!infer_swav_head(cfg, loss, name, err))
             return false;
-        const char *collator = C_str(cfg, "DATA.TRAIN.COLLATE_FUNCTION");
+        const char *collator = config_str(cfg, "DATA.TRAIN.COLLATE_FUNCTION");
         if (strcmp(collator, "multicrop_collator") && strcmp(collator, "multicrop_mixup_collator") &&
             strcmp(collator, "cutmixup_collator")) {
-            cfg_fail(err, C(cfg, "DATA.TRAIN.COLLATE_FUNCTION"), "config.DATA.TRAIN.COLLATE_FUNCTION",
+            cfg_fail(err, config_at(cfg, "DATA.TRAIN.COLLATE_FUNCTION"), "config.DATA.TRAIN.COLLATE_FUNCTION",
                      "swav_loss needs multicrop_collator or multicrop_mixup_collator, not '%s'", collator);
             return false;
         }
@@ -212,7 +214,7 @@ static bool infer_losses(cfg_t *cfg, cfg_err *err)
         infer_queue(cfg, loss);
     }
     if (!strcmp(name, "dino_loss") && loss) { /* newer than 0.1.5, kept for published configs */
-        cfg_node *clusters = C(cfg, "MODEL.HEAD.PARAMS.0.1.num_clusters.0");
+        cfg_node *clusters = config_at(cfg, "MODEL.HEAD.PARAMS.0.1.num_clusters.0");
         if (clusters)
             put(loss, "output_dim", cfg_copy(clusters));
         infer_num_crops(cfg, loss);
@@ -260,8 +262,8 @@ static void resolve_linear_warmup(cfg_t *cfg, cfg_node *sched)
 {
     cfg_node *children = cfg_map_get(sched, "schedulers");
     cfg_node *auto_scaling = cfg_map_get(sched, "auto_lr_scaling");
-    double per_node_batch = (double)(C_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1) *
-                                     C_int(cfg, "DISTRIBUTED.NUM_PROC_PER_NODE", 1));
+    double per_node_batch = (double)(config_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1) *
+                                     config_int(cfg, "DISTRIBUTED.NUM_PROC_PER_NODE", 1));
     double start = num_or(auto_scaling, "base_value", 0.1) * (per_node_batch / num_or(auto_scaling, "base_lr_batch_size", 256));
     long remove = -1;
     for (size_t k = 0; children && k < children->len; k++) {
@@ -269,7 +271,7 @@ static void resolve_linear_warmup(cfg_t *cfg, cfg_node *sched)
         if (strcmp(name_of(child), "linear"))
             continue;
         put(child, "start_value", inferred_float(start));
-        if (C_int(cfg, "DISTRIBUTED.NUM_NODES", 1) == 1 && start <= num_or(child, "end_value", 0.0))
+        if (config_int(cfg, "DISTRIBUTED.NUM_NODES", 1) == 1 && start <= num_or(child, "end_value", 0.0))
             remove = (long)k;
     }
     if (remove >= 0)
@@ -338,12 +340,12 @@ static bool scale_scheduler(cfg_t *cfg, cfg_node *sched, double lr, const char *
 static bool auto_scale(cfg_t *cfg, const char *which, cfg_err *err)
 {
     char *path = xasprintf("OPTIMIZER.param_schedulers.%s", which);
-    cfg_node *sched = C(cfg, path);
+    cfg_node *sched = config_at(cfg, path);
     cfg_node *scaling = cfg_map_get(sched, "auto_lr_scaling");
     bool ok = true;
     cfg_node *on = cfg_map_get(scaling, "auto_scale");
     if (on && on->kind == CFG_BOOL && on->b) {
-        double batch = (double)(C_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1) * world_size(cfg));
+        double batch = (double)(config_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1) * world_size(cfg));
         double factor = batch / num_or(scaling, "base_lr_batch_size", 256);
         cfg_node *type = cfg_map_get(scaling, "scaling_type"); /* newer than 0.1.5 */
         if (type && type->kind == CFG_STR && !strcmp(type->s, "sqrt"))
@@ -366,15 +368,15 @@ static bool infer_learning_rate(cfg_t *cfg, cfg_err *err)
 {
     if (!auto_scale(cfg, "lr", err))
         return false;
-    cfg_node *schedulers = C(cfg, "OPTIMIZER.param_schedulers");
-    if (!C_bool(cfg, "OPTIMIZER.head_optimizer_params.use_different_lr")) {
+    cfg_node *schedulers = config_at(cfg, "OPTIMIZER.param_schedulers");
+    if (!config_bool(cfg, "OPTIMIZER.head_optimizer_params.use_different_lr")) {
         put(schedulers, "lr_head", cfg_copy(cfg_map_get(schedulers, "lr")));
     } else if (!auto_scale(cfg, "lr_head", err)) {
         return false;
     }
-    cfg_node *head = C(cfg, "OPTIMIZER.head_optimizer_params");
-    if (!C_bool(cfg, "OPTIMIZER.head_optimizer_params.use_different_wd")) {
-        put(head, "weight_decay", cfg_copy(C(cfg, "OPTIMIZER.weight_decay")));
+    cfg_node *head = config_at(cfg, "OPTIMIZER.head_optimizer_params");
+    if (!config_bool(cfg, "OPTIMIZER.head_optimizer_params.use_different_wd")) {
+        put(head, "weight_decay", cfg_copy(config_at(cfg, "OPTIMIZER.weight_decay")));
     } else if (num_or(head, "weight_decay", 0.0) < 0.0) {
         cfg_fail(err, cfg_map_get(head, "weight_decay"), "config.OPTIMIZER.head_optimizer_params.weight_decay",
                  "the head weight decay must be >= 0");
@@ -387,9 +389,9 @@ static bool infer_learning_rate(cfg_t *cfg, cfg_err *err)
 
 bool cfg_is_feature_extractor_model(const cfg_t *cfg)
 {
-    cfg_node *map = C(cfg, "MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP");
-    return C_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.EVAL_MODE_ON") &&
-           C_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.FREEZE_TRUNK_ONLY") && map && map->kind == CFG_LIST && map->len > 0;
+    cfg_node *map = config_at(cfg, "MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP");
+    return config_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.EVAL_MODE_ON") &&
+           config_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.FREEZE_TRUNK_ONLY") && map && map->kind == CFG_LIST && map->len > 0;
 }
 
 static void infer_meter(cfg_t *cfg, const char *meter)
@@ -399,10 +401,10 @@ static void infer_meter(cfg_t *cfg, const char *meter)
     bool is_list_meter = false;
     for (size_t k = 0; k < ARRAY_LEN(list_meters); k++)
         is_list_meter |= !strcmp(meter, list_meters[k]);
-    cfg_node *settings = cfg_map_get(C(cfg, "METERS"), meter);
+    cfg_node *settings = cfg_map_get(config_at(cfg, "METERS"), meter);
     if (!is_list_meter || !settings || !cfg_is_feature_extractor_model(cfg))
         return;
-    cfg_node *map = C(cfg, "MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP");
+    cfg_node *map = config_at(cfg, "MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP");
     cfg_node *names = cfg_new(CFG_LIST, INFERRED, 0);
     for (size_t k = 0; k < map->len; k++) {
         cfg_node *entry = map->items[k];
@@ -415,8 +417,8 @@ static void infer_meter(cfg_t *cfg, const char *meter)
 
 static void infer_meters(cfg_t *cfg)
 {
-    const char *name = C_str(cfg, "METERS.name");
-    cfg_node *names = C(cfg, "METERS.names"); /* newer VISSL: a list of meters */
+    const char *name = config_str(cfg, "METERS.name");
+    cfg_node *names = config_at(cfg, "METERS.names"); /* newer VISSL: a list of meters */
     if (*name && names && names->kind == CFG_LIST) {
         bool present = false;
         for (size_t k = 0; k < names->len; k++)
@@ -435,10 +437,10 @@ static void infer_meters(cfg_t *cfg)
  * processes, with no head gets VISSL's dummy mlp head. */
 static void infer_dummy_head(cfg_t *cfg)
 {
-    cfg_node *params = C(cfg, "MODEL.HEAD.PARAMS");
-    if (!C_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.EVAL_MODE_ON") ||
-        !C_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.FREEZE_TRUNK_ONLY") ||
-        !C_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.EXTRACT_TRUNK_FEATURES_ONLY") || world_size(cfg) <= 1 ||
+    cfg_node *params = config_at(cfg, "MODEL.HEAD.PARAMS");
+    if (!config_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.EVAL_MODE_ON") ||
+        !config_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.FREEZE_TRUNK_ONLY") ||
+        !config_bool(cfg, "MODEL.FEATURE_EVAL_SETTINGS.EXTRACT_TRUNK_FEATURES_ONLY") || world_size(cfg) <= 1 ||
         !params || params->kind != CFG_LIST || params->len > 0)
         return;
     cfg_err err;
@@ -453,10 +455,10 @@ static void infer_label_type(cfg_t *cfg)
     for (size_t k = 0; k < ARRAY_LEN(splits); k++) {
         char *sources_path = xasprintf("%s.LABEL_SOURCES", splits[k]);
         char *type_path = xasprintf("%s.LABEL_TYPE", splits[k]);
-        cfg_node *sources = C(cfg, sources_path);
+        cfg_node *sources = config_at(cfg, sources_path);
         bool none = !sources || (sources->kind == CFG_LIST && sources->len == 0);
-        if (none && strcmp(C_str(cfg, type_path), "zero"))
-            put(C(cfg, splits[k]), "LABEL_TYPE", cfg_new_str("sample_index", INFERRED, 0));
+        if (none && strcmp(config_str(cfg, type_path), "zero"))
+            put(config_at(cfg, splits[k]), "LABEL_TYPE", cfg_new_str("sample_index", INFERRED, 0));
         free(sources_path);
         free(type_path);
     }
@@ -537,7 +539,7 @@ static void infer_moved_keys(cfg_t *cfg)
 bool cfg_infer(cfg_t *cfg, cfg_err *err)
 {
     infer_moved_keys(cfg);
-    cfg_node *optimizer = C(cfg, "OPTIMIZER");
+    cfg_node *optimizer = config_at(cfg, "OPTIMIZER");
     if (optimizer && !all_finite(optimizer, "config.OPTIMIZER", err))
         return false;
     if (!infer_losses(cfg, err) || !infer_learning_rate(cfg, err))
@@ -553,18 +555,18 @@ bool cfg_infer(cfg_t *cfg, cfg_err *err)
  * when DROP_LAST). Returns DeepClusterV2's per-process size, or 0 when not applicable. */
 int64_t cfg_infer_dataset_size(cfg_t *cfg, int64_t num_train_samples)
 {
-    cfg_node *nce = C(cfg, "LOSS.nce_loss_with_memory");
+    cfg_node *nce = config_at(cfg, "LOSS.nce_loss_with_memory");
     if (nce) {
         put(nce, "num_train_samples", inferred_int(num_train_samples));
         put(cfg_map_get(nce, "memory_params"), "memory_size", inferred_int(num_train_samples));
     }
-    cfg_node *dc = C(cfg, "LOSS.deepclusterv2_loss");
+    cfg_node *dc = config_at(cfg, "LOSS.deepclusterv2_loss");
     if (!dc)
         return 0;
     put(dc, "num_train_samples", inferred_int(num_train_samples));
-    int64_t w = world_size(cfg), b = C_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1);
+    int64_t w = world_size(cfg), b = config_int(cfg, "DATA.TRAIN.BATCHSIZE_PER_REPLICA", 1);
     int64_t rows = (num_train_samples + w - 1) / w;
-    if (C_bool(cfg, "DATA.TRAIN.DROP_LAST") && b > 0)
+    if (config_bool(cfg, "DATA.TRAIN.DROP_LAST") && b > 0)
         rows -= rows % b;
     return rows;
 }
