@@ -8,7 +8,8 @@
  * float64: the state-dict names, kinds and shapes; the outputs (relative error ≤ 1e-4 of the
  * largest reference value); per parameter gradient sums of L = Σ_k Σ out_k·r_k (the error of
  * Σg relative to ‖g‖ and of Σg² relative, within 3 × max(1e-3, PyTorch's own fp32 error on
- * that parameter): see FLOOR_FACTOR; exactly zero where torch's is, i.e. frozen parts); and
+ * that parameter) plus what ReLU flips within fp32 noise can move it by: see FLOOR_FACTOR;
+ * exactly zero where torch's is, i.e. frozen parts); and
  * per-BN running statistics. The trunk's own gradients are held to 1e-3 in test_resnet.c on
  * inputs chosen for it; here the point is the composition (groups, slices, streams, heads).
  * Cases: SwAV's multi-resolution crops (two trunk passes, one head pass), PIRL's
@@ -37,8 +38,15 @@
 #define GRAD_TOL 1e-3
 /* The references are float64. Where train-mode BN over few values lifts fp32 noise at ReLU
  * inputs to ~1e-4, some ReLUs flip in any fp32 engine: torch's own fp32 gradients then miss
- * the float64 ones by more than 1e-3 (grad_floor, per parameter). selfsup must be within
- * FLOOR_FACTOR × max(1e-3, torch's fp32 error) of the exact answer. */
+ * the float64 ones by more than 1e-3 (grad_floor, per parameter). Which ReLUs flip depends on
+ * the engine's rounding, and the fixture's input phase was picked for few flips of torch's on
+ * the machine that made it, so grad_floor alone does not bound another engine, nor torch on
+ * another CPU: on this project's AMD EPYC (AVX2) selfsup and torch float32 alike flip two ReLUs
+ * of pirl_mapping whose float64 inputs are 3.3e-7 and 4.0e-7 (1/20 of the noise there) and miss
+ * layer1.1.conv1's gradient by 6.6e-3, where grad_floor says 1.3e-5. flip_floor (per parameter)
+ * is the sum of what flipping each ReLU whose float64 input lies within the fp32 noise at that
+ * ReLU moves the gradient by (make_model_fixtures.py). selfsup must be within
+ * FLOOR_FACTOR × max(1e-3, torch's fp32 error) + flip_floor of the exact answer. */
 #define FLOOR_FACTOR 3.0
 #define X_ALPHA 0.6180339887498949
 #define R_ALPHA 0.3247179572447460
@@ -183,8 +191,9 @@ static void backward_formula(eng_backend *be, model *m)
 static void expect_grads(eng_backend *be, const model *m, const char *kase)
 {
     char *name = xasprintf("model_%s", kase);
-    nnt_fixture f = nnt_load(be, name, "grads"), fl = nnt_load(be, name, "grad_floor");
-    const float *ref = f.a.data, *floor_err = fl.a.data;
+    nnt_fixture f = nnt_load(be, name, "grads"), fl = nnt_load(be, name, "grad_floor"),
+                ff = nnt_load(be, name, "flip_floor");
+    const float *ref = f.a.data, *floor_err = fl.a.data, *flip = ff.a.data;
     float *host = NULL;
     int p = 0;
     double worst = 0, worst_ratio = 0;
@@ -193,6 +202,7 @@ static void expect_grads(eng_backend *be, const model *m, const char *kase)
         if (e->kind != ENG_PARAM)
             continue;
         cr_assert_lt(p, (int)fl.a.count, "%s: more parameters here than in torch", kase);
+        cr_assert_lt(p, (int)ff.a.count, "%s: more parameters here than in flip_floor", kase);
         int64_t n = eng_numel(&e->grad.shape);
         host = xrealloc(host, (size_t)n * sizeof *host);
         eng_download(be, &e->grad, host);
@@ -204,11 +214,11 @@ static void expect_grads(eng_backend *be, const model *m, const char *kase)
             cr_expect_eq(s2, 0.0, "%s: %s has a gradient where torch has none", kase, e->name);
         } else {
             double e1 = fabs(s - rs) / sqrt(rs2), e2 = fabs(s2 - rs2) / rs2;
-            double tol = FLOOR_FACTOR * fmax(GRAD_TOL, floor_err[p]);
+            double tol = FLOOR_FACTOR * fmax(GRAD_TOL, floor_err[p]) + flip[p];
             worst = fmax(worst, fmax(e1, e2));
-            worst_ratio = fmax(worst_ratio, fmax(e1, e2) / fmax(GRAD_TOL, floor_err[p]));
-            cr_expect_leq(fmax(e1, e2), tol, "%s: %s gradient off by %g / %g (torch fp32: %g)", kase, e->name, e1, e2,
-                          floor_err[p]);
+            worst_ratio = fmax(worst_ratio, fmax(e1, e2) / tol);
+            cr_expect_leq(fmax(e1, e2), tol, "%s: %s gradient off by %g / %g (torch fp32: %g, ReLU flips: %g)", kase,
+                          e->name, e1, e2, floor_err[p], flip[p]);
         }
         p++;
     }
@@ -216,11 +226,12 @@ static void expect_grads(eng_backend *be, const model *m, const char *kase)
     char what[96];
     snprintf(what, sizeof what, "%s gradients (vs fp64)", kase);
     report(what, worst, INFINITY);
-    snprintf(what, sizeof what, "%s gradient error / max(1e-3, torch fp32's)", kase);
-    report(what, worst_ratio, FLOOR_FACTOR);
+    snprintf(what, sizeof what, "%s gradient error / its bound", kase);
+    report(what, worst_ratio, 1.0);
     free(host);
     nnt_unload(be, &f);
     nnt_unload(be, &fl);
+    nnt_unload(be, &ff);
     free(name);
 }
 

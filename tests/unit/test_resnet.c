@@ -8,12 +8,29 @@
  * of the state dict; pooled features and res4's per-channel means (eval and train, relative
  * error ≤ 1e-4 of the largest reference value); running statistics after one train forward
  * (per BN layer sums); parameter gradients of L = Σ feat·r at 64 px (per parameter Σg relative
- * to √Σg² and Σg² relative, ≤ 1e-3; the full conv1 gradient); accumulation; zero_init_residual
- * and the default init; and that a planned forward/backward allocates nothing (counted through
- * a wrapped backend table). ResNet-50 runs one eval forward only (it is ~8 GFLOPs).
- * The gradient case uses the fixture script's GRAD_PHASE input, on which no ReLU input lies within
- * 2.2e-5 of zero: with train-mode BN on 2 images, fp32 noise flips ReLUs nearer than that, and one
- * flip alone moves conv1's gradient by 2.5e-3 (a fixture property, not an engine error).
+ * to √Σg² and Σg² relative; the full conv1 gradient); accumulation; zero_init_residual and the
+ * default init; and that a planned forward/backward allocates nothing (counted through a wrapped
+ * backend table). ResNet-50 runs one eval forward only (it is ~8 GFLOPs).
+ *
+ * The gradient case (r18_64_f64) is checked against float64, the exact answer to its float32
+ * inputs and weights, on the fixture script's GRAD_PHASE input. Two float32 effects bound how
+ * close any engine can get, both measured on this project's AMD EPYC (AVX2, oneDNN's jit:avx2
+ * kernels), with torch 1.13 float32 on the same oneDNN 2.6:
+ *  - ReLU flips. Train-mode BN over 2 images lifts float32 noise at layer3/4's ReLU inputs to
+ *    ~1e-4; a ReLU input nearer zero than that is decided by accumulation order, and one flip
+ *    moves gradients by 5e-3 to 0.4 on this measure. The previous input (phase 12) had one at
+ *    −1.8e-5 in layer3.1: selfsup flipped it (gradient error 6.0e-3, against 4.7e-4 for torch,
+ *    which did not; with that ReLU flipped in float64 selfsup's error is 7.8e-4); on phases 0..9
+ *    selfsup misses by 0.06 to 0.8 on three (2, 8, 9), torch by 0.03 to 0.09 on three (1, 4, 9).
+ *    selfsup's convolutions are torch's bit for bit (forward, backward-data, backward-weights,
+ *    every layer shape of this net), and accumulating a gradient into ours adds one rounding.
+ *    GRAD_PHASE keeps every ReLU input at least its noise band from zero, under oneDNN's SSE4.1,
+ *    AVX and AVX2 kernels alike, so no engine near torch's accuracy flips one.
+ *  - Rounding. Without flips, Σg of a large convolution weight still moves by up to ~1e-3 of
+ *    √Σg² (correlated rounding over 10^5..10^6 terms): on this input selfsup's worst is 2.2e-4
+ *    (1.3e-3 with ONEDNN_MAX_CPU_ISA=AVX or SSE41), torch's 6.3e-4; torch reaches 1.2e-3 on
+ *    another clean input (848). So each parameter is held to FLOOR_FACTOR × max(1e-3, torch
+ *    float32's own error on it under any of those kernels: grad_floor).
  * NORM LayerNorm (tests/golden/make_resnet_ln_fixtures.py, torchvision's resnet18 with
  * norm_layer = GroupNorm(1, C)): names (weight and bias only), forward at 64 px (train = eval) and
  * the same gradient summaries, on an input phase with no ReLU input within 1.5e-5 of zero.
@@ -35,10 +52,12 @@
 
 #define FWD_TOL 1e-4
 #define GRAD_TOL 1e-3
+/* The float64 gradient case: per parameter, FLOOR_FACTOR × max(GRAD_TOL, torch float32's error). */
+#define FLOOR_FACTOR 2.0
+#define GRAD_CASE "r18_64_f64"
 #define X_ALPHA 0.6180339887498949
 #define R_ALPHA 0.3247179572447460
 #define PHASE_BETA 0.5698402909980532
-#define GRAD_PHASE 12 /* make_resnet_fixtures.py's: no ReLU input within 2.2e-5 of zero */
 
 static void report(const char *what, double e, double tol)
 {
@@ -309,10 +328,14 @@ Test(resnet, feature_names_map_to_vissl_order)
 
 /* ---- backward parity, accumulation, no allocation ---------------------------------------------- */
 
-/* Per parameter: Σg relative to √Σg² (its natural scale), Σg² relative to itself. */
-static void check_grads_of(eng_backend *be, resnet *net, double factor, const char *kase)
+/* Per parameter: Σg relative to √Σg² (its natural scale), Σg² relative to itself, each within
+ * GRAD_TOL; or, where the case has a grad_floor (the float64 case), within FLOOR_FACTOR ×
+ * max(GRAD_TOL, torch float32's error on that parameter). Reported as the worst error / bound. */
+static void check_grads_of(eng_backend *be, resnet *net, double factor, const char *kase, bool floored)
 {
-    npy_array want = load_npy(kase, "grads");
+    npy_array want = load_npy(kase, "grads"), floor = {0};
+    if (floored)
+        floor = load_npy(kase, "grad_floor");
     double worst_sum = 0.0, worst_sq = 0.0;
     int p = 0;
     for (int i = 0; i < resnet_entry_count(net); i++) {
@@ -325,21 +348,25 @@ static void check_grads_of(eng_backend *be, resnet *net, double factor, const ch
             s += g[j], ss += (double)g[j] * g[j];
         free(g);
         cr_assert_lt((size_t)(2 * p + 1), want.count);
+        cr_assert(!floored || (size_t)p < floor.count);
+        double bound = floored ? FLOOR_FACTOR * fmax(GRAD_TOL, ((const float *)floor.data)[p]) : GRAD_TOL;
         const float *w = (const float *)want.data + 2 * p++;
         double ws = factor * w[0], wss = factor * factor * w[1];
         double es = fabs(s - ws) / fmax(sqrt(wss), 1e-30), eq = fabs(ss - wss) / fmax(wss, 1e-30);
         if (getenv("RESNET_VERBOSE") && getenv("RESNET_VERBOSE")[0] == '2')
-            fprintf(stderr, "resnet: %-48s sum %.3g sumsq %.3g\n", e->name, es, eq);
-        worst_sum = fmax(worst_sum, es);
-        worst_sq = fmax(worst_sq, eq);
+            fprintf(stderr, "resnet: %-48s sum %.3g sumsq %.3g (bound %.3g)\n", e->name, es, eq, bound);
+        worst_sum = fmax(worst_sum, es / bound);
+        worst_sq = fmax(worst_sq, eq / bound);
     }
     cr_expect_eq((size_t)(2 * p), want.count, "gradient count");
     npy_close(&want);
+    if (floored)
+        npy_close(&floor);
     char what[96];
-    snprintf(what, sizeof what, "%s %sgrad sums", kase, factor == 1 ? "" : "2× ");
-    report(what, worst_sum, GRAD_TOL);
-    snprintf(what, sizeof what, "%s %sgrad sums of squares", kase, factor == 1 ? "" : "2× ");
-    report(what, worst_sq, GRAD_TOL);
+    snprintf(what, sizeof what, "%s %sgrad sums / bound", kase, factor == 1 ? "" : "2× ");
+    report(what, worst_sum, 1.0);
+    snprintf(what, sizeof what, "%s %sgrad sums of squares / bound", kase, factor == 1 ? "" : "2× ");
+    report(what, worst_sq, 1.0);
     npy_array c1 = load_npy(kase, "conv1_grad");
     float *g = nnt_download(be, &resnet_entry_at(net, 0)->grad);
     for (size_t j = 0; j < c1.count; j++)
@@ -350,24 +377,36 @@ static void check_grads_of(eng_backend *be, resnet *net, double factor, const ch
     npy_close(&c1);
 }
 
-static void check_grads(eng_backend *be, resnet *net, double factor) { check_grads_of(be, net, factor, "r18_64"); }
+static void check_grads(eng_backend *be, resnet *net, double factor)
+{
+    check_grads_of(be, net, factor, GRAD_CASE, true);
+}
+
+/* A fixture's input phase (its phase.npy). */
+static int fixture_phase(const char *kase)
+{
+    npy_array ph = load_npy(kase, "phase");
+    int phase = (int)((const float *)ph.data)[0];
+    npy_close(&ph);
+    return phase;
+}
 
 Test(resnet, r18_64_backward_matches_torchvision_accumulates_and_allocates_nothing)
 {
     eng_backend *be = open_counting();
     resnet *net = make(be, 18, false);
-    eng_tensor x = make_input(be, 64, GRAD_PHASE);
+    eng_tensor x = make_input(be, 64, fixture_phase(GRAD_CASE));
     resnet_plan(be, net, &x.shape);
-    check_forward(be, net, &x, false, "r18_64");
+    check_forward(be, net, &x, false, GRAD_CASE);
     const eng_tensor *feat = resnet_forward(be, net, &x, true);
     eng_tensor r = eng_tensor_new(be, feat->shape);
     float *rh = formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
     eng_upload(be, &r, rh);
     free(rh);
     float *f = nnt_download(be, feat);
-    expect_array(f, "r18_64", "feat_train", FWD_TOL);
+    expect_array(f, GRAD_CASE, "feat_train", FWD_TOL);
     free(f);
-    check_stats(be, net, "r18_64");
+    check_stats(be, net, GRAD_CASE);
 
     resnet_zero_grad(be, net);
     resnet_backward(be, net, &r);
@@ -488,10 +527,7 @@ Test(resnet, layernorm_r18_64_forward_backward_match_torchvision)
 {
     eng_backend *be = open_counting();
     resnet *net = make_norm(be, 18, false, RESNET_NORM_LAYER);
-    npy_array ph = load_npy("r18ln_64", "phase");
-    int phase = (int)((const float *)ph.data)[0];
-    npy_close(&ph);
-    eng_tensor x = make_input(be, 64, phase);
+    eng_tensor x = make_input(be, 64, fixture_phase("r18ln_64"));
     resnet_plan(be, net, &x.shape);
     for (int train = 0; train < 2; train++) {
         const eng_tensor *feat = resnet_forward(be, net, &x, train);
@@ -508,12 +544,12 @@ Test(resnet, layernorm_r18_64_forward_backward_match_torchvision)
     free(rh);
     resnet_zero_grad(be, net);
     resnet_backward(be, net, &r);
-    check_grads_of(be, net, 1.0, "r18ln_64");
+    check_grads_of(be, net, 1.0, "r18ln_64", false);
     int before = allocations;
     resnet_forward(be, net, &x, true);
     resnet_backward(be, net, &r);
     cr_expect_eq(allocations, before, "a planned step allocated %d times", allocations - before);
-    check_grads_of(be, net, 2.0, "r18ln_64");
+    check_grads_of(be, net, 2.0, "r18ln_64", false);
     eng_tensor_free(be, &r);
     eng_tensor_free(be, &x);
     resnet_free(be, net);
