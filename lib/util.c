@@ -236,12 +236,11 @@ int check_regular_file(const char *path, size_t max_bytes, char **err)
     return 0;
 }
 
-/* Read up to `size` bytes (fewer if the file shrank); returns how many, or -1. */
-static ssize_t read_upto(int fd, char *buf, size_t size)
+ssize_t read_upto(int fd, void *buf, size_t size)
 {
     size_t done = 0;
     while (done < size) {
-        ssize_t n = read(fd, buf + done, size - done);
+        ssize_t n = read(fd, (char *)buf + done, size - done);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)

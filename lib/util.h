@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -46,6 +47,9 @@ int report_failure(char **err, const char *fmt, ...) __attribute__((format(print
 
 /* Read a whole file; returns NULL and sets errno on failure. */
 char *read_whole_file(const char *path, size_t *len_out);
+/* Read `size` bytes from fd, retrying short reads and EINTR; fewer only at end of file.
+ * Returns how many, or -1 with errno. */
+ssize_t read_upto(int fd, void *buf, size_t size);
 /* Open `path` for reading only if it is a regular file of at most max_bytes bytes (SIZE_MAX:
  * any size). A FIFO would block the open, and then the read, until someone writes to it; a
  * device such as /dev/zero never ends; neither is a file a user means to hand us. The type is

@@ -563,23 +563,6 @@ static int buf_reserve(rec_buf *b, size_t need, size_t keep, char **err)
     return 0;
 }
 
-/* Read up to n bytes; fewer only at end of file. Returns the count, or -1 with errno. */
-static ssize_t read_full(int fd, uint8_t *p, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, p + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
-}
-
 /* Prefix an error with the stream offset, when the caller tracks one. */
 static int stream_fail(char **err, const uint64_t *offset, const char *msg)
 {
@@ -612,7 +595,7 @@ static ssize_t read_body(int fd, rec_buf *b, size_t size, char **err)
         size_t target = size - got < step ? size : got + step;
         if (buf_reserve(b, target, got, err))
             return -1;
-        ssize_t r = read_full(fd, b->data + got, target - got);
+        ssize_t r = read_upto(fd, b->data + got, target - got);
         if (r < 0)
             return report_failure(err, "read: %s", strerror(errno));
         got += (size_t)r;
@@ -626,7 +609,7 @@ int rec_fd_read(int fd, rec_buf *b, rec_view *view, uint64_t *offset, char **err
 {
     if (buf_reserve(b, REC_HEADER_BYTES, 0, err))
         return -1;
-    ssize_t got = read_full(fd, b->data, REC_HEADER_BYTES);
+    ssize_t got = read_upto(fd, b->data, REC_HEADER_BYTES);
     if (got < 0)
         return stream_failf(err, offset, "read: %s", strerror(errno));
     if (got == 0)

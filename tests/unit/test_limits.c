@@ -71,23 +71,9 @@ static void rm_tree(char *dir)
     free(dir);
 }
 
-/* Run `cmd` for at most 15 s (a command that blocks fails with 124 instead of lingering after
- * the test); stdout+stderr into *output. Returns the exit status, or 128+signal. */
-static int run_briefly(const char *cmd, char **output)
-{
-    char *full = xasprintf("timeout -k 2 15 %s 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    free(full);
-    cr_assert(p, "popen failed");
-    strbuf sb = {0};
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-        sb_putn(&sb, buf, n);
-    int status = pclose(p);
-    *output = sb.s ? sb.s : xstrdup("");
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
+/* Run `cmd` for at most 15 s: a command that blocks fails with 124 instead of lingering after
+ * the test. */
+static int run_briefly(const char *cmd, char **output) { return test_run_within(cmd, 15, output); }
 
 /* Expect `cmd` to exit 2 and to say `expect`. */
 static void expect_refused(const char *cmd, const char *expect)

@@ -94,7 +94,9 @@ char *test_write_temp(const char *name, const char *text)
     return path;
 }
 
-int test_run(const char *cmd, char **output)
+int test_run(const char *cmd, char **output) { return test_run_within(cmd, TEST_RUN_TIMEOUT_S, output); }
+
+int test_run_within(const char *cmd, int seconds, char **output)
 {
     /* Under timeout(1): a stage that hangs fails its test (exit 124, with its output)
      * instead of holding the whole suite; Criterion's own timeout kills the test but not
@@ -105,7 +107,7 @@ int test_run(const char *cmd, char **output)
             sb_puts(&quoted, "'\\''");
         else
             sb_putc(&quoted, *c);
-    char *full = xasprintf("timeout -k 10 %d sh -c '%s' 2>&1", TEST_RUN_TIMEOUT_S, sb_str(&quoted));
+    char *full = xasprintf("timeout -k 10 %d sh -c '%s' 2>&1", seconds, sb_str(&quoted));
     sb_free(&quoted);
     FILE *p = popen(full, "r");
     free(full);

@@ -37,6 +37,8 @@ bool test_compose(cfg_t *cfg, cfg_err *err, const char *yaml, const char *file_r
 /* Run a command, capture stdout+stderr into *output (malloc'd); returns the exit status
  * (or 128+signal). */
 int test_run(const char *cmd, char **output);
+/* test_run with a limit of `seconds` instead of TEST_RUN_TIMEOUT_S. */
+int test_run_within(const char *cmd, int seconds, char **output);
 /* rm -rf DIR (a tree; test_rm_dir is for a flat one and frees its path). */
 void test_rm_rf(const char *dir);
 /* Wait up to timeout_ms for a child; kill it (SIGKILL) past that. Its exit status, or
