@@ -38,12 +38,21 @@ CFLAGS     += -ffp-contract=off -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstri
 LDFLAGS    += $(SANFLAGS)
 LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -ljpeg -lpng16 -luring -lz) -ldnnl -llinear -lgomp -lm
 
-# ---- CUDA hook: the GPU backend (nn/cuda/*.cu) is compiled only where nvcc exists. ----------
+# ---- CUDA: the GPU backend (nn/cuda/) is compiled wherever nvcc exists -------------------------
+# Kernels (.cu) go through nvcc, for Hopper (sm_90a machine code) plus compute_90 PTX that
+# other cards compile when they load it; the cuDNN/cuBLAS calls (.c) through cc. cudart is
+# linked statically, so a binary needs only cuDNN and cuBLAS from the machine it runs on.
+# Without nvcc the build is the cpu-only one, and MACHINE.DEVICE=gpu is refused as a config error.
 NVCC       := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_SRC   := $(wildcard nn/cuda/*.cu)
 ifneq ($(NVCC),)
   HAVE_CUDA := 1
+  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
   CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+  CPPFLAGS  += -DHAVE_CUDA=1
+  NVCCFLAGS := -O3 -std=c++17 -g -lineinfo -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
+               -Xcompiler -Wall,-Wextra -Werror all-warnings -MMD -MP
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,--as-needed -lcudnn -lcublas -lcudart_static -lstdc++ -ldl -lrt -Wl,--no-as-needed
 endif
 
 # ---- sources ------------------------------------------------------------------------------
@@ -55,7 +64,7 @@ LIB_SRC    := $(wildcard lib/*.c shm/*.c)
 STAGE_LIB_SRC := $(filter-out %/main.c,$(wildcard stages/*/*.c))
 LIB_SRC    += $(STAGE_LIB_SRC)
 # nn/ is the model engine: the backend-neutral front (nn/*.c) and the cpu backend (oneDNN).
-NN_SRC     := $(wildcard nn/*.c nn/cpu/*.c)
+NN_SRC     := $(wildcard nn/*.c nn/cpu/*.c) $(if $(HAVE_CUDA),$(wildcard nn/cuda/*.c))
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(NN_SRC:%.c=$(BUILD)/obj/%.o)
 # The cpu backend spreads its own loops (batch norm, elementwise) over OpenMP's threads, the
 # same runtime oneDNN uses here (libgomp), so the two share one pool and one --threads.
@@ -83,6 +92,10 @@ BINS       := $(BUILD)/selfsup $(STAGE_BINS)
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
+# The backend conformance test (tests/gpu/): every operation on the cuda backend against the
+# cpu one. Built everywhere; without a GPU it says so in one line and passes.
+GPU_TEST_BIN := $(BUILD)/tests/backend-ops
+
 UNIT_SRC   := $(wildcard tests/unit/*.c)
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(BUILD)/tests/unit
@@ -95,7 +108,7 @@ FUZZ_CC    := clang
 FUZZ_FLAGS := -std=gnu17 -O1 -g -ffp-contract=off -iquote lib -iquote shm -iquote stages -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=undefined $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
-.PHONY: all test unit fuzz deps demo bench install clean check-deps
+.PHONY: all test unit fuzz deps demo bench install clean check-deps gpu-bundle
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -106,7 +119,10 @@ $(BUILD)/obj/%.o: %.c
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) -O2 -Ilib -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# The backend's plain-C parts include the CUDA headers.
+$(BUILD)/obj/nn/cuda/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
 
 $(LIBSELFSUP): $(LIB_OBJ) $(CUDA_OBJ)
 	@mkdir -p $(@D)
@@ -123,6 +139,10 @@ $(BUILD)/tests/selfsup-test-%: $(BUILD)/obj/tests/stages/%.o $(LIBSELFSUP)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBSELFSUP)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(GPU_TEST_BIN): $(BUILD)/obj/tests/gpu/backend_ops.o $(LIBSELFSUP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -166,7 +186,8 @@ deps:
 
 # ---- tests --------------------------------------------------------------------------------
 # The Criterion run comes last so that its "Synthesis" line ends the output.
-unit: $(UNIT_BIN) $(BINS) $(TSTAGE_BINS)
+unit: $(UNIT_BIN) $(BINS) $(TSTAGE_BINS) $(GPU_TEST_BIN)
+	$(GPU_TEST_BIN)
 	SELFSUP_BUILD=$(abspath $(BUILD)) SELFSUP_CONFIGS=$(abspath configs) LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
 	  $(UNIT_BIN) --jobs 2 $(UNIT_ARGS)
 
@@ -193,6 +214,12 @@ demo: deps
 bench: deps
 	$(MAKE) all $(BENCH_BINS)
 	./bench/run.sh $(BUILD)
+
+# The GPU runbook's bundle (tests/gpu/bundle.sh): binaries, their Debian libraries and the
+# end-to-end records in one file; tests/gpu/run.sh runs it on a GPU machine.
+gpu-bundle: deps
+	$(MAKE) all $(GPU_TEST_BIN)
+	./tests/gpu/bundle.sh $(BUILD)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/selfsup

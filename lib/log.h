@@ -12,6 +12,10 @@
 #include <stdarg.h>
 #include <stdnoreturn.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 typedef enum { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
@@ -28,6 +32,10 @@ void log_vmsg(log_level level, const char *fmt, va_list ap);
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 
 /* Log at ERROR level and exit with `code`. */
-noreturn void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+__attribute__((__noreturn__)) void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

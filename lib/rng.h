@@ -23,6 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The raw bijection: out = Philox4x32-10(ctr, key). */
 void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
@@ -94,5 +98,9 @@ bool rng_bernoulli(rng_stream *s, double p);
 void rng_shuffle(rng_stream *s, size_t *a, size_t n);
 /* perm := a uniformly random permutation of 0..n-1. */
 void rng_permutation(rng_stream *s, size_t n, size_t *perm);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

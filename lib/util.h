@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 void *xmalloc(size_t n);
@@ -79,5 +83,9 @@ size_t edit_distance(const char *a, const char *b, size_t limit);
 
 /* Shortest decimal text that reads back as the same double (like Python's repr). */
 void format_double(char *out, size_t size, double v);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,6 +10,10 @@
 
 #include "nn.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef const eng_tensor T; /* short for the many signatures below */
 
 typedef struct {
@@ -24,6 +28,8 @@ typedef struct {
     void (*upload)(eng_backend *be, T *dst, const float *src);
     void (*download)(eng_backend *be, T *src, float *dst);
     void (*copy)(eng_backend *be, T *src, T *dst);
+    /* x[n, c, h, w] = lut[c·256 + src[((n·H + h)·W + w)·src_c + map[c]]]: nn.c works the table */
+    void (*upload_images)(eng_backend *be, T *x, const uint8_t *src, int src_c, const int *map, const float *lut);
 
     void (*relu_forward)(eng_backend *be, T *x, T *y);
     void (*relu_backward)(eng_backend *be, T *y, T *dy, T *dx);
@@ -40,6 +46,7 @@ typedef struct {
     void (*sgd_step_many)(eng_backend *be, const eng_sgd_item *items, int n);
     void (*adam_step_many)(eng_backend *be, const eng_adam_item *items, int n);
     double (*sum_squares)(eng_backend *be, T *x);
+    void (*sum_squares_many)(eng_backend *be, T *const *xs, int n, double *out);
     double (*info_nce)(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
     double (*cross_entropy)(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
                             int64_t ignore_index, T *dx);
@@ -85,5 +92,12 @@ struct eng_backend {
 };
 
 extern const eng_ops eng_cpu_ops;
+#ifdef HAVE_CUDA
+extern const eng_ops eng_cuda_ops;
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

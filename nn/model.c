@@ -612,6 +612,13 @@ void model_upload_input(eng_backend *be, model *m, int i, const float *rgb)
     eng_upload(be, &dst, out);
 }
 
+void model_upload_images(eng_backend *be, model *m, int i, const uint8_t *rgb, const float norm[9])
+{
+    static const int RGB[3] = {0, 1, 2}, BGR[3] = {2, 1, 0};
+    eng_tensor dst = model_input(m, i); /* lab: torch.split(x, [1, 2], dim=1)[0], the first channel */
+    eng_upload_images(be, &dst, rgb, 3, m->opt.input_type == MODEL_INPUT_BGR ? BGR : RGB, norm);
+}
+
 /* ---- forward and backward ------------------------------------------------------------------ */
 
 static void pool_forward(eng_backend *be, const model_pool_op *op, const eng_tensor *x, const eng_tensor *y)

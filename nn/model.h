@@ -142,10 +142,19 @@ model *model_new(eng_backend *be, const model_options *o, uint64_t seed, char **
 void model_free(eng_backend *be, model *m);
 const model_options *model_opts(const model *m);
 
-/* The cpu backend (`threads`, 0: every core) and the model of the composed `config` on it:
+/* MACHINE.DEVICE's backend: "cpu" → "cpu", "gpu" → "cuda"; NULL for anything else. */
+const char *model_backend_for_device(const char *device);
+/* The backend MACHINE.DEVICE names (`threads` cpu threads, 0: every core; on a GPU, GPU
+ * `local_rank`), seeded with SEED_VALUE. False with err at config.MACHINE.DEVICE saying why:
+ * a build without CUDA, no GPU, a local rank past the machine's GPUs. */
+bool model_backend_open(const cfg_node *config, int threads, int local_rank, eng_backend **be, cfg_err *err);
+
+/* The backend (model_backend_open) and the model of the composed `config` on it:
  * PyTorch's default init from SEED_VALUE, then MODEL.WEIGHTS_INIT — what the trainer and the
- * extractor both start from. False with err at config.MODEL, and nothing left open. */
-bool model_build_from_config(const cfg_node *config, int threads, eng_backend **be, model **m, cfg_err *err);
+ * extractor both start from. False with err at config.MODEL or config.MACHINE.DEVICE, and
+ * nothing left open. */
+bool model_build_from_config(const cfg_node *config, int threads, int local_rank, eng_backend **be, model **m,
+                             cfg_err *err);
 
 /* Load w's PARAMS_FILE into the model (weights.h: the whole file is checked first, so a
  * refused file changes nothing). An empty PARAMS_FILE keeps the initialisation and returns 0.
@@ -179,6 +188,10 @@ eng_tensor model_input(const model *m, int i);
 /* Upload host fp32 RGB data (N_i × 3 × H_i × W_i, C-contiguous) into input i, applying
  * INPUT_TYPE. */
 void model_upload_input(eng_backend *be, model *m, int i, const float *rgb);
+/* The same from uint8 RGB images (N_i × H_i × W_i × 3, as batch records hold them) and their
+ * record's `normalize` rows: the backend normalises (eng_upload_images), so only the bytes
+ * travel to a GPU. */
+void model_upload_images(eng_backend *be, model *m, int i, const uint8_t *rgb, const float norm[9]);
 
 /* Forward over the inputs written since model_plan. train: batch statistics, running-stat
  * updates and dropout for the parts that are not frozen. */

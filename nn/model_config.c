@@ -420,7 +420,36 @@ bool model_weights_init_from_config(const cfg_node *model_cfg, const model_optio
     return !r.failed;
 }
 
-bool model_build_from_config(const cfg_node *config, int threads, eng_backend **be, model **m, cfg_err *err)
+const char *model_backend_for_device(const char *device)
+{
+    return strcmp(device, "cpu") == 0 ? "cpu" : strcmp(device, "gpu") == 0 ? "cuda" : NULL;
+}
+
+bool model_backend_open(const cfg_node *config, int threads, int local_rank, eng_backend **be, cfg_err *err)
+{
+    const char *device = cfg_str(config, "MACHINE.DEVICE"), *name = model_backend_for_device(device);
+    eng_backend_options bo = {.threads = threads, .seed = (uint64_t)cfg_int(config, "SEED_VALUE"),
+                              .device = local_rank, .deterministic = true};
+    char *why = NULL;
+    *be = name ? eng_backend_open(name, &bo, &why) : NULL;
+    if (*be)
+        return true;
+    const cfg_node *at = cfg_get(config, "MACHINE.DEVICE");
+    if (!name)
+        cfg_fail(err, at, "config.MACHINE.DEVICE", "'%s': the devices are cpu and gpu", device);
+    else if (strcmp(name, "cuda") == 0 && why && strstr(why, "unknown backend"))
+        cfg_fail(err, at, "config.MACHINE.DEVICE",
+                 "gpu: this build has no GPU backend (it was built where nvcc was missing); set MACHINE.DEVICE=cpu "
+                 "or rebuild with CUDA");
+    else
+        cfg_fail(err, at, "config.MACHINE.DEVICE", "%s: %s; set MACHINE.DEVICE=cpu to run on the cpu", device,
+                 why ? why : "cannot open the backend");
+    free(why);
+    return false;
+}
+
+bool model_build_from_config(const cfg_node *config, int threads, int local_rank, eng_backend **be, model **m,
+                             cfg_err *err)
 {
     model_options mo;
     model_weights_init wi;
@@ -430,11 +459,10 @@ bool model_build_from_config(const cfg_node *config, int threads, eng_backend **
     if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err))
         return false;
     uint64_t seed = (uint64_t)cfg_int(config, "SEED_VALUE");
-    eng_backend_options bo = {.threads = threads, .seed = seed};
+    if (!model_backend_open(config, threads, local_rank, be, err))
+        return false;
     char *why = NULL;
-    *be = eng_backend_open("cpu", &bo, &why);
-    if (*be)
-        *m = model_new(*be, &mo, seed, &why);
+    *m = model_new(*be, &mo, seed, &why);
     if (*m && model_load_weights(*be, *m, &wi, &why) != 0) {
         model_free(*be, *m);
         *m = NULL;

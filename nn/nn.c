@@ -14,7 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef HAVE_CUDA
+static const eng_ops *const BACKENDS[] = {&eng_cpu_ops, &eng_cuda_ops};
+#define BACKEND_NAMES "cpu, cuda"
+#else
 static const eng_ops *const BACKENDS[] = {&eng_cpu_ops};
+#define BACKEND_NAMES "cpu"
+#endif
 
 eng_backend *eng_backend_open(const char *name, const eng_backend_options *opt, char **err)
 {
@@ -30,7 +36,7 @@ eng_backend *eng_backend_open(const char *name, const eng_backend_options *opt, 
         }
         return be;
     }
-    report_failure(err, "unknown backend '%s' (this build has: cpu)", name);
+    report_failure(err, "unknown backend '%s' (this build has: " BACKEND_NAMES ")", name);
     return NULL;
 }
 
@@ -112,6 +118,25 @@ static void expect_logical(const char *layer, const eng_tensor *const *ts, size_
                    sizeof((const eng_tensor *const[]){__VA_ARGS__}) / sizeof(const eng_tensor *))
 
 /* ---- memory ------------------------------------------------------------------------------ */
+
+void eng_upload_images(eng_backend *be, const eng_tensor *x, const uint8_t *src, int src_c, const int *map,
+                       const float norm[9])
+{
+    int64_t c = x->shape.dim[1];
+    if (x->shape.ndim != 4 || c < 1 || c > 3)
+        die(EXIT_RUNTIME, "upload images: x must be N×C×H×W with 1 to 3 channels");
+    LOGICAL("upload images", x);
+    /* every channel's 256 possible values, worked once in torch's order of float steps */
+    float lut[3 * 256];
+    for (int64_t k = 0; k < c; k++) {
+        int s = map[k];
+        if (s < 0 || s >= src_c)
+            die(EXIT_RUNTIME, "upload images: channel %lld reads source channel %d of %d", (long long)k, s, src_c);
+        for (int v = 0; v < 256; v++)
+            lut[k * 256 + v] = ((float)v / norm[s] - norm[3 + s]) / norm[6 + s];
+    }
+    be->ops->upload_images(be, x, src, src_c, map, lut);
+}
 
 size_t eng_bytes(eng_backend *be, const eng_shape *s) { return be->ops->bytes(be, s); }
 void *eng_alloc(eng_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
@@ -415,6 +440,14 @@ double eng_sum_squares(eng_backend *be, const eng_tensor *x)
 {
     LOGICAL("sum of squares", x);
     return be->ops->sum_squares(be, x);
+}
+
+void eng_sum_squares_many(eng_backend *be, const eng_tensor *const *xs, int n, double *out)
+{
+    for (int i = 0; i < n; i++)
+        LOGICAL("sum of squares", xs[i]);
+    if (n > 0)
+        be->ops->sum_squares_many(be, xs, n, out);
 }
 
 /* ---- convolution, batch norm, pooling -------------------------------------------------------- */

@@ -32,6 +32,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define NN_MAX_DIMS 4
 
 typedef struct {
@@ -62,11 +66,14 @@ typedef struct {
 /* ---- backends ------------------------------------------------------------------------------- */
 
 typedef struct {
-    int threads;       /* 0 = every core */
-    uint64_t seed;     /* for dropout masks (counter-based, see rng.h) */
+    int threads;        /* 0 = every core */
+    uint64_t seed;      /* for dropout masks (counter-based, see rng.h) */
+    int device;         /* cuda: the GPU, the process's local rank (0 on one GPU) */
+    bool deterministic; /* cuda: only algorithms whose results do not vary run to run */
 } eng_backend_options;
 
-/* Open a backend by name ("cpu"). NULL with *err when it is unknown or unavailable. */
+/* Open a backend by name ("cpu", "cuda"). NULL with *err when it is unknown or unavailable
+ * (a build without CUDA, a machine without the GPU asked for). */
 eng_backend *eng_backend_open(const char *name, const eng_backend_options *opt, char **err);
 void eng_backend_close(eng_backend *be);
 const char *eng_backend_name(const eng_backend *be);
@@ -98,6 +105,15 @@ void eng_upload(eng_backend *be, const eng_tensor *dst, const float *src);
 void eng_download(eng_backend *be, const eng_tensor *src, float *dst);
 /* dst = src, device to device (same element count; e.g. a feature into a batch slice). */
 void eng_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst);
+
+/* A batch of uint8 images into x (N × C × H × W, C ≤ 3), as torchvision's ToTensor then
+ * Normalize: src is N × H × W × src_c bytes (channels last, as the collate stage writes them);
+ * channel c of x is source channel map[c], each value (float(px) / norm[k] − norm[3 + k]) /
+ * norm[6 + k] with k = map[c], rounded to float32 after every step. norm is a batch record's
+ * `normalize` rows (divisor, mean, std); map takes channels in another order (BGR) or fewer
+ * of them (LAB's L). The bytes travel, a quarter of the floats, and the device normalises. */
+void eng_upload_images(eng_backend *be, const eng_tensor *x, const uint8_t *src, int src_c, const int *map,
+                       const float norm[9]);
 
 /* ---- layers ---------------------------------------------------------------------------------- */
 
@@ -216,6 +232,9 @@ void eng_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
 
 /* Σ x², summed in double, to the host (LARC's norms). */
 double eng_sum_squares(eng_backend *be, const eng_tensor *x);
+/* out[i] = eng_sum_squares(xs[i]) for n tensors, in one call: a GPU waits once for all of them
+ * instead of once per tensor (LARC needs two norms per parameter tensor every step). */
+void eng_sum_squares_many(eng_backend *be, const eng_tensor *const *xs, int n, double *out);
 
 /* ---- convolution ------------------------------------------------------------------------------ */
 
@@ -341,5 +360,9 @@ void eng_adaptive_avgpool_backward(eng_backend *be, const eng_tensor *dy, const 
 void eng_adaptive_maxpool_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y);
 void eng_adaptive_maxpool_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *dy,
                                    const eng_tensor *dx);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

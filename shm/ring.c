@@ -332,6 +332,17 @@ static void deregister_process(ring *r)
     atomic_store(&e->word, (w & ~(uint32_t)PROC_STATE_MASK) | PROC_FREE);
 }
 
+/* Entry i still registers (pid, start): a process found gone a moment after its entry was
+ * read may have closed the ring (and freed the entry) in between, then exited: only one whose
+ * entry outlives it died without closing. */
+static bool still_registered(const ring *r, int i, pid_t pid, uint64_t start)
+{
+    pid_t now_pid;
+    uint64_t now_start;
+    ring_role role;
+    return read_entry(r, i, &now_pid, &now_start, &role) && now_pid == pid && now_start == start;
+}
+
 /* Readers depend on producers (who else would end their wait?), writers on consumers. */
 static ring_status check_peers(ring *r)
 {
@@ -349,7 +360,7 @@ static ring_status check_peers(ring *r)
         if (role != wanted)
             continue;
         const char *why = process_gone(pid, start);
-        if (why) {
+        if (why && still_registered(r, i, pid, start)) {
             ring_break(r, "%s pid %d %s without closing the ring", role_name(role), (int)pid,
                        why);
             return RING_BROKEN;

@@ -143,6 +143,22 @@ static void cpu_download(eng_backend *be, const eng_tensor *src, float *dst)
     transfer(cpu_ptr(src), cpu_blocking(src), dst, 0, &src->shape);
 }
 
+/* One thread per (image, channel) plane: each output element is a table lookup. */
+static void cpu_upload_images(eng_backend *be, const eng_tensor *x, const uint8_t *src, int src_c, const int *map,
+                              const float *lut)
+{
+    (void)be;
+    int64_t n = x->shape.dim[0], c = x->shape.dim[1], hw = x->shape.dim[2] * x->shape.dim[3];
+    float *out = cpu_ptr(x);
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < n * c; p++) {
+        const uint8_t *in = src + (p / c) * hw * src_c + map[p % c];
+        const float *t = lut + (p % c) * 256;
+        for (int64_t i = 0; i < hw; i++)
+            out[p * hw + i] = t[in[i * src_c]];
+    }
+}
+
 const eng_ops eng_cpu_ops = {
     .name = "cpu",
     .open = cpu_open,
@@ -154,6 +170,7 @@ const eng_ops eng_cpu_ops = {
     .upload = cpu_upload,
     .copy = cpu_copy,
     .download = cpu_download,
+    .upload_images = cpu_upload_images,
     .relu_forward = cpu_relu_forward,
     .relu_backward = cpu_relu_backward,
     .linear_forward = cpu_linear_forward,
@@ -167,6 +184,7 @@ const eng_ops eng_cpu_ops = {
     .sgd_step_many = cpu_sgd_step_many,
     .adam_step_many = cpu_adam_step_many,
     .sum_squares = cpu_sum_squares,
+    .sum_squares_many = cpu_sum_squares_many,
     .info_nce = cpu_info_nce,
     .cross_entropy = cpu_cross_entropy,
     .bce_logits = cpu_bce_logits,

@@ -50,6 +50,7 @@ void cpu_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx)
 void cpu_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n);
 void cpu_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
 double cpu_sum_squares(eng_backend *be, T *x);
+void cpu_sum_squares_many(eng_backend *be, T *const *xs, int n, double *out);
 double cpu_info_nce(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
 double cpu_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
                          int64_t ignore_index, T *dx);

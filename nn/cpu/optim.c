@@ -157,3 +157,9 @@ double cpu_sum_squares(eng_backend *be, T *x)
     (void)be;
     return sum_squares(cpu_ptr(x), eng_numel(&x->shape));
 }
+
+void cpu_sum_squares_many(eng_backend *be, T *const *xs, int n, double *out)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = cpu_sum_squares(be, xs[i]);
+}

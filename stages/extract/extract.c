@@ -65,15 +65,10 @@ static int open_spill(const char *dir, char **err)
 
 extractor *extractor_new(const cfg_node *config, int threads, const char *dir, cfg_err *err)
 {
-    if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu") != 0) {
-        cfg_fail(err, cfg_get(config, "MACHINE.DEVICE"), "config.MACHINE.DEVICE",
-                 "'%s': this build extracts on the cpu backend; set MACHINE.DEVICE=cpu", cfg_str(config, "MACHINE.DEVICE"));
-        return NULL;
-    }
     extractor *x = xcalloc(1, sizeof *x);
     for (int k = 0; k < MAX_LAYERS; k++)
         x->spill[k] = -1;
-    if (!model_build_from_config(config, threads, &x->be, &x->m, err)) {
+    if (!model_build_from_config(config, threads, 0, &x->be, &x->m, err)) {
         extractor_free(x);
         return NULL;
     }
@@ -199,7 +194,7 @@ int extractor_batch(extractor *x, const rec_view *v, char **err)
     const int64_t *label = NULL, *inds = NULL;
     size_t cols = 1;
     if (batch_meta(v, rows, &label, &cols, &inds, err) != 0 || model_plan(x->be, x->m, shapes, 1, err) != 0 ||
-        batch_upload(x->be, x->m, &x->host, v, idx, shapes, 1, err) != 0)
+        batch_upload(x->be, x->m, &x->host, v, idx, 1, err) != 0)
         return -1;
     if (model_output_count(x->m) < x->nlayers)
         return report_failure(err, "the model gives %d outputs for %d layers", model_output_count(x->m), x->nlayers);

@@ -3,7 +3,6 @@
  */
 #include "train/inputs.h"
 
-#include "augment/img.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -38,43 +37,35 @@ int batch_input_shapes(const rec_view *v, int idx[MODEL_MAX_INPUTS], eng_shape s
     return n;
 }
 
-/* Input tensor i as float32 RGB N × 3 × H × W in h->host: uint8 crops normalised as the
- * augment stage's `normalize` rows say (torchvision's ToTensor / Normalize arithmetic), or a
- * copy. */
-static int to_float(batch_host *h, const rec_view *v, int i, const eng_shape *s, char **err)
+/* Input k from tensor i: float32 N × 3 × H × W images as they are, or uint8 crops (N × H × W
+ * × 3) that the backend normalises as the augment stage's `normalize` rows say (torchvision's
+ * ToTensor / Normalize arithmetic), so only the bytes travel to a GPU. */
+static int upload_one(eng_backend *be, model *m, batch_host *h, const rec_view *v, int i, int k, char **err)
 {
-    size_t floats = (size_t)eng_numel(s);
-    if (floats > h->floats) {
-        free(h->host);
-        h->host = xmalloc_large(floats * sizeof(float));
-        h->floats = floats;
-    }
     if (v->tensors[i].dtype == REC_F32) {
+        size_t floats = rec_numel(v, i);
+        if (floats > h->floats) { /* the record's memory may not be aligned for floats */
+            free(h->host);
+            h->host = xmalloc_large(floats * sizeof(float));
+            h->floats = floats;
+        }
         memcpy(h->host, rec_data(v, i), floats * sizeof(float));
+        model_upload_input(be, m, k, h->host);
         return 0;
     }
     int ni = rec_find(v, "normalize");
     if (ni < 0 || v->tensors[ni].dtype != REC_F32 || rec_numel(v, ni) != 9)
         return report_failure(err, "%s holds uint8 images but the batch has no normalize rows: end "
                                    "the DATA split's TRANSFORMS with ToTensor (and Normalize)", v->tensors[i].name);
-    const float *norm = rec_data(v, ni);
-    int64_t n = s->dim[0], hh = s->dim[2], w = s->dim[3];
-    const uint8_t *px = rec_data(v, i);
-    for (int64_t j = 0; j < n; j++) {
-        img_u8 im = {.px = (uint8_t *)px + j * hh * w * 3, .w = (int)w, .h = (int)hh, .c = 3, .stride = (size_t)w * 3};
-        img_normalize_chw(&im, norm[0], norm + 3, norm + 6, h->host + j * 3 * hh * w);
-    }
+    model_upload_images(be, m, k, rec_data(v, i), rec_data(v, ni));
     return 0;
 }
 
-int batch_upload(eng_backend *be, model *m, batch_host *h, const rec_view *v, const int *idx, const eng_shape *shapes,
-                 int n, char **err)
+int batch_upload(eng_backend *be, model *m, batch_host *h, const rec_view *v, const int *idx, int n, char **err)
 {
-    for (int k = 0; k < n; k++) {
-        if (to_float(h, v, idx[k], &shapes[k], err) != 0)
+    for (int k = 0; k < n; k++)
+        if (upload_one(be, m, h, v, idx[k], k, err) != 0)
             return -1;
-        model_upload_input(be, m, k, h->host);
-    }
     return 0;
 }
 

@@ -26,10 +26,9 @@ typedef struct {
  * with *err (no data.0, a tensor that is not an image batch). */
 int batch_input_shapes(const rec_view *v, int idx[MODEL_MAX_INPUTS], eng_shape shapes[MODEL_MAX_INPUTS], char **err);
 
-/* Write the n inputs into model_input(m, k) (the model planned for `shapes`). 0, or -1 with
+/* Write the n inputs into model_input(m, k) (the model planned for their shapes). 0, or -1 with
  * *err (uint8 images without normalize rows). */
-int batch_upload(eng_backend *be, model *m, batch_host *h, const rec_view *v, const int *idx, const eng_shape *shapes,
-                 int n, char **err);
+int batch_upload(eng_backend *be, model *m, batch_host *h, const rec_view *v, const int *idx, int n, char **err);
 
 void batch_host_free(batch_host *h);
 

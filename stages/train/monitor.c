@@ -170,16 +170,16 @@ static void log_perf(trainer *t)
 }
 
 /* HOOKS.MEMORY_SUMMARY, once: what the training holds, by kind (VISSL prints CUDA's allocator
- * summary; on the cpu the model's allocations and the process's peak resident size). */
+ * summary; here the model's allocations on its backend and the process's peak resident size). */
 static void memory_summary(trainer *t)
 {
     if (t->rank != 0 || t->memory_summary_at < 0 || t->iteration != (t->memory_summary_at > 1 ? t->memory_summary_at : 1))
         return;
     eng_tensor p = model_params(t->m), g = model_grads(t->m), b = model_buffers(t->m);
     const double mib = 1024.0 * 1024.0;
-    log_info("Memory summary (rank %d, cpu): parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
-             "buffers %.2f MiB, peak resident %.0f MiB",
-             t->rank, p.base ? (double)eng_bytes(t->be, &p.shape) / mib : 0.0,
+    log_info("Memory summary (rank %d, %s): parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
+             "buffers %.2f MiB, peak resident %.0f MiB (host)",
+             t->rank, eng_backend_name(t->be), p.base ? (double)eng_bytes(t->be, &p.shape) / mib : 0.0,
              g.base ? (double)eng_bytes(t->be, &g.shape) / mib : 0.0, (double)optim_state_bytes(t->opt) / mib,
              b.base ? (double)eng_bytes(t->be, &b.shape) / mib : 0.0, peak_mem_mb());
 }

@@ -27,6 +27,10 @@ struct optim {
     eng_tensor *view[2]; /* entry i's part of each state buffer (made at the first step) */
     eng_sgd_item *sgd;   /* a step's updates, handed to the backend in one call */
     eng_adam_item *adam;
+    const eng_tensor **norm_of; /* LARC: the tensors whose norms a step needs (value, grad per entry), */
+    int *norm_at;               /* where each one's goes in sq, */
+    double *norm_got;           /* what the backend returned, */
+    double *sq;                 /* and the sums of squares by entry: 2i (value) and 2i + 1 (grad) */
     size_t state_bytes;
     int64_t steps;
 };
@@ -236,6 +240,7 @@ void optim_free(eng_backend *be, optim *opt)
     free(opt->skip);
     free(opt->view[0]), free(opt->view[1]);
     free(opt->sgd), free(opt->adam);
+    free(opt->norm_of), free(opt->norm_at), free(opt->norm_got), free(opt->sq);
     free(opt);
 }
 
@@ -291,10 +296,11 @@ void optim_state_entries_free(eng_entry *entries, int n)
     free(entries);
 }
 
-/* Apex LARC: the gradient scale and the decay it applies itself (0 and 1: leave it alone). */
-static void larc(eng_backend *be, const optim_options *o, const eng_entry *e, double lr, float *wd, float *scale)
+/* Apex LARC: the gradient scale and the decay it applies itself (0 and 1: leave it alone),
+ * from the entry's Σp² and Σg² (sq). */
+static void larc(const optim_options *o, const double sq[2], double lr, float *wd, float *scale)
 {
-    float pn = (float)sqrt(eng_sum_squares(be, &e->value)), gn = (float)sqrt(eng_sum_squares(be, &e->grad));
+    float pn = (float)sqrt(sq[0]), gn = (float)sqrt(sq[1]);
     if (pn == 0.0f || gn == 0.0f) {
         *wd = 0.0f, *scale = 1.0f;
         return;
@@ -305,14 +311,14 @@ static void larc(eng_backend *be, const optim_options *o, const eng_entry *e, do
     *scale = a;
 }
 
-static eng_sgd_item sgd_item(eng_backend *be, const optim *opt, int i, double lr)
+static eng_sgd_item sgd_item(const optim *opt, int i, double lr)
 {
     const optim_options *o = &opt->o;
     const eng_entry *e = &opt->entries[i];
     eng_sgd_args a = {.lr = (float)lr, .weight_decay = (float)group_wd(o, opt->group[i]), .momentum = (float)o->momentum,
                       .grad_scale = 1.0f, .nesterov = o->nesterov, .first = opt->steps == opt->skip[i]};
     if (o->use_larc)
-        larc(be, o, e, lr, &a.weight_decay, &a.grad_scale);
+        larc(o, &opt->sq[2 * i], lr, &a.weight_decay, &a.grad_scale);
     return (eng_sgd_item){.a = a, .p = &e->value, .g = &e->grad, .buf = opt->state[0] ? &opt->view[0][i] : NULL};
 }
 
@@ -338,19 +344,45 @@ static void prepare_items(optim *opt)
         }
     opt->sgd = xcalloc((size_t)opt->n + 1, sizeof *opt->sgd);
     opt->adam = xcalloc((size_t)opt->n + 1, sizeof *opt->adam);
+    opt->norm_of = xcalloc(2 * (size_t)opt->n + 1, sizeof *opt->norm_of);
+    opt->norm_at = xcalloc(2 * (size_t)opt->n + 1, sizeof *opt->norm_at);
+    opt->norm_got = xcalloc(2 * (size_t)opt->n + 1, sizeof *opt->norm_got);
+    opt->sq = xcalloc(2 * (size_t)opt->n + 1, sizeof *opt->sq);
+}
+
+static bool updated_now(const optim *opt, int i)
+{
+    return opt->group[i] != OPTIM_NOT_UPDATED && opt->steps >= opt->skip[i]; /* iteration ≥ until */
+}
+
+/* LARC's norms of every tensor this step updates (and of its gradient), in one backend call:
+ * on a GPU one wait per step, not two per tensor. sq[2i], sq[2i + 1] for entry i. */
+static void larc_norms(eng_backend *be, optim *opt)
+{
+    int m = 0;
+    for (int i = 0; i < opt->n; i++)
+        if (updated_now(opt, i)) {
+            opt->norm_at[m] = 2 * i, opt->norm_of[m++] = &opt->entries[i].value;
+            opt->norm_at[m] = 2 * i + 1, opt->norm_of[m++] = &opt->entries[i].grad;
+        }
+    eng_sum_squares_many(be, opt->norm_of, m, opt->norm_got);
+    for (int k = 0; k < m; k++)
+        opt->sq[opt->norm_at[k]] = opt->norm_got[k];
 }
 
 void optim_step(eng_backend *be, optim *opt, double lr, double lr_head)
 {
     if (!opt->sgd)
         prepare_items(opt);
+    if (opt->o.use_larc)
+        larc_norms(be, opt);
     int m = 0;
     for (int i = 0; i < opt->n; i++) {
-        if (opt->group[i] == OPTIM_NOT_UPDATED || opt->steps < opt->skip[i]) /* iteration < until */
+        if (!updated_now(opt, i))
             continue;
         double r = group_lr(opt->group[i], lr, lr_head);
         if (opt->o.name == OPTIM_SGD)
-            opt->sgd[m++] = sgd_item(be, opt, i, r);
+            opt->sgd[m++] = sgd_item(opt, i, r);
         else
             opt->adam[m++] = adam_item(opt, i, r);
     }

@@ -56,16 +56,11 @@ static bool count_steps(const cfg_node *config, const char *split, const trainer
     return *out >= 1;
 }
 
-/* What this trainer refuses before anything runs: a device it has no backend for, inputs
- * other than VISSL's default "data" key, and a checkpoint it cannot resume exactly. */
+/* What this trainer refuses before anything runs: inputs other than VISSL's default "data"
+ * key, and a checkpoint it cannot resume exactly. (A device it has no backend for is refused
+ * when the backend opens: model_backend_open.) */
 static bool check_supported(const cfg_node *config, cfg_err *err)
 {
-    const char *device = cfg_str(config, "MACHINE.DEVICE");
-    if (strcmp(device, "cpu") != 0) {
-        cfg_fail(err, cfg_get(config, "MACHINE.DEVICE"), "config.MACHINE.DEVICE",
-                 "'%s': this build trains on the cpu backend; set MACHINE.DEVICE=cpu", device);
-        return false;
-    }
     const cfg_node *keys = cfg_get(config, "DATA.TRAIN.INPUT_KEY_NAMES");
     if (keys->kind != CFG_LIST || keys->len != 1 || keys->items[0]->kind != CFG_STR || strcmp(keys->items[0]->s, "data")) {
         cfg_fail(err, keys, "config.DATA.TRAIN.INPUT_KEY_NAMES", "this trainer reads the input key [data] only (yet)");
@@ -131,9 +126,16 @@ static bool prepare_dir(trainer *t, cfg_err *err)
     return true;
 }
 
+/* The GPU this process uses: its rank among the processes on its node. */
+static int local_rank(const cfg_node *config, int rank)
+{
+    int64_t per_node = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    return per_node > 0 ? (int)(rank % per_node) : 0;
+}
+
 static bool build_model(trainer *t, const trainer_options *o, cfg_err *err)
 {
-    return model_build_from_config(t->config, o->threads, &t->be, &t->m, err);
+    return model_build_from_config(t->config, o->threads, local_rank(t->config, o->rank), &t->be, &t->m, err);
 }
 
 /* The optimizer over every entry that is not frozen (FEATURE_EVAL_SETTINGS). */
@@ -281,7 +283,7 @@ static int load_inputs(trainer *t, const rec_view *v, loss_slot *slot, char **er
     int n = batch_input_shapes(v, idx, shapes, err);
     if (n < 0 || plan(t, shapes, n, slot, err) != 0)
         return -1;
-    return batch_upload(t->be, t->m, &t->host, v, idx, shapes, n, err);
+    return batch_upload(t->be, t->m, &t->host, v, idx, n, err);
 }
 
 /* label.0 as the loss reads it (absent: no labels, as SimCLR needs none), and data_idx.0, the

@@ -1,0 +1,171 @@
+/*
+ * cuda.h — the cuda backend's parts, gathered into eng_cuda_ops by cuda.c.
+ *
+ * Tensors are fp32 in PyTorch's logical layout (C-contiguous NCHW / N×F) in device memory;
+ * a NATIVE tensor is laid out the same way on this backend (nn.h allows that), so upload,
+ * download and copy are plain copies. Everything runs in order on one stream per backend
+ * (cuda_impl.stream): kernels, cuDNN and cuBLAS calls are queued there and the host waits
+ * only where a value must come back (a loss, a norm) or memory comes back to it.
+ *
+ * The kernels live in .cu files (nvcc) and are reached through the extern "C" functions
+ * below; the cuDNN and cuBLAS calls are plain C (dnn.c). A failed CUDA, cuDNN or cuBLAS call
+ * is a broken device or a programming error: it aborts with the call and the place.
+ *
+ * Reductions that return a value to the host sum in double, as the cpu backend does, and
+ * where the cpu backend sums in a fixed order the kernels also use a fixed order (one block
+ * per output, a tree inside it), so results do not depend on timing: a run is repeatable.
+ */
+#ifndef SELFSUP_NN_CUDA_H
+#define SELFSUP_NN_CUDA_H
+
+#include "../backend.h"
+#include "conv_key.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Device scratch slots: each op may use any of them for the length of its call. */
+enum { CUDA_SCRATCH_SLOTS = 4 };
+
+/* cuDNN's algorithms for one convolution key, chosen once (dnn.c). */
+typedef struct {
+    conv_key key;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t workspace; /* the most any of the three needs */
+} conv_algos;
+
+typedef struct {
+    int device;                 /* the GPU this backend runs on (the process's local rank) */
+    cudaStream_t stream;
+    cudnnHandle_t dnn;
+    cublasHandle_t blas;
+    void *workspace;            /* cuDNN's workspace, grown to the largest plan's need */
+    size_t workspace_bytes;
+    void *scratch[CUDA_SCRATCH_SLOTS]; /* grown on demand (cuda_scratch) */
+    size_t scratch_bytes[CUDA_SCRATCH_SLOTS];
+    double *host_result;        /* pinned host doubles for values read back (cuda_read_doubles) */
+    size_t host_result_len;
+    bool deterministic;         /* only deterministic cuDNN algorithms */
+    conv_algos *algos;          /* the algorithm cache: one entry per convolution key seen */
+    int nalgos, algos_cap;
+} cuda_impl;
+
+static inline cuda_impl *cuda_of(eng_backend *be) { return (cuda_impl *)be->impl; }
+static inline cudaStream_t cuda_stream(eng_backend *be) { return cuda_of(be)->stream; }
+/* The first element of a tensor (its allocation plus its offset). */
+static inline float *cuda_ptr(const eng_tensor *t) { return (float *)((char *)t->base + t->offset); }
+
+/* Abort with the failed call and where it was made. */
+void cuda_fail(const char *what, const char *detail, const char *file, int line);
+#define CUDA_CHECK(call) \
+    do { \
+        cudaError_t e_ = (call); \
+        if (e_ != cudaSuccess) \
+            cuda_fail(#call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+/* The same for a cuDNN or cuBLAS status, naming the call. */
+void cuda_dnn_check(cudnnStatus_t st, const char *what);
+void cuda_blas_check(cublasStatus_t st, const char *what);
+/* After a kernel launch: a bad launch configuration shows here, not at the next call. */
+#define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+
+/* Device memory of at least `bytes` in scratch slot `slot` (0..CUDA_SCRATCH_SLOTS-1), valid
+ * until the next call for the same slot. Growing waits for the stream first. */
+void *cuda_scratch(eng_backend *be, int slot, size_t bytes);
+/* `bytes` of host memory copied into scratch slot `slot`, in stream order (the host buffer
+ * may be reused as soon as this returns: the copy is made synchronous with the host). */
+void *cuda_scratch_from_host(eng_backend *be, int slot, const void *host, size_t bytes);
+/* Copy n doubles at device address `src` back to the host (waits for the stream). */
+void cuda_read_doubles(eng_backend *be, const double *src, double *dst, int n);
+/* Block until everything queued on the backend's stream has run. */
+void cuda_sync(eng_backend *be);
+
+/* Launch shape for n elements, `threads` per block, capped so a grid-stride loop covers the rest. */
+static inline unsigned cuda_blocks(int64_t n, unsigned threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535LL * 16 ? 65535LL * 16 : b);
+}
+
+/* ---- input (eltwise.cu) ------------------------------------------------------------------------- */
+/* The images' bytes to the device, then x = lut[channel][byte] (nn.c's eng_upload_images). */
+void cuda_upload_images(eng_backend *be, T *x, const uint8_t *src, int src_c, const int *map, const float *lut);
+
+/* ---- elementwise (eltwise.cu) ------------------------------------------------------------------ */
+void cuda_fill(eng_backend *be, float *p, int64_t n, float v);
+void cuda_relu_forward(eng_backend *be, T *x, T *y);
+void cuda_relu_backward(eng_backend *be, T *y, T *dy, T *dx);
+void cuda_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y);
+void cuda_add_backward(eng_backend *be, T *relu_y, T *dy, T *da, T *db);
+void cuda_l2norm_forward(eng_backend *be, T *x, T *y);
+void cuda_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx);
+void cuda_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y);
+void cuda_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx);
+/* db[o] += Σ_n dy[n, o] over rows (linear) or Σ over n and the plane (conv, s = H·W). */
+void cuda_bias_grad(eng_backend *be, const float *dy, int64_t n, int64_t c, int64_t s, float *db);
+/* y[n, c, s] += b[c] (a linear's or a convolution's bias after the product). */
+void cuda_bias_add(eng_backend *be, float *y, const float *b, int64_t n, int64_t c, int64_t s);
+
+/* ---- optimizer (optim.cu) ---------------------------------------------------------------------- */
+void cuda_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n);
+void cuda_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
+
+/* ---- losses and reductions (loss.cu) ---------------------------------------------------------- */
+double cuda_sum_squares(eng_backend *be, T *x);
+void cuda_sum_squares_many(eng_backend *be, T *const *xs, int n, double *out);
+double cuda_info_nce(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
+double cuda_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
+                          int64_t ignore_index, T *dx);
+double cuda_bce_logits(eng_backend *be, T *x, const int64_t *target, T *dx);
+void cuda_sinkhorn(eng_backend *be, T *x, T *queue, double epsilon, int iters, bool hard, T *q);
+double cuda_soft_cross_entropy(eng_backend *be, T *x, float scale, T *q, double g, T *dx);
+
+/* ---- matrix products and convolution (dnn.c: cuBLAS, cuDNN) -------------------------------------- */
+void cuda_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y);
+void cuda_linear_backward(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db);
+void cuda_plan_free(eng_backend *be, eng_plan *plan);
+eng_plan *cuda_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias);
+void cuda_conv_forward(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y);
+void cuda_conv_backward(eng_backend *be, eng_plan *plan, T *x, T *w, T *dy, T *dx, T *dw, T *db);
+void cuda_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, T *x, T *w, double eps, T *gamma, T *beta, T *mean,
+                               T *var, T *residual, bool relu, T *y);
+
+/* ---- batch norm and layer norm (norm.cu) ------------------------------------------------------- */
+void cuda_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T *x, T *gamma, T *beta,
+                                  T *running_mean, T *running_var, T *save_mean, T *save_invstd, bool relu, T *y);
+void cuda_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *running_mean,
+                                 T *running_var, bool relu, T *y);
+void cuda_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *relu_y, T *dy,
+                             T *dx, T *dgamma, T *dbeta);
+void cuda_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
+                                  T *dy, T *dx, T *dgamma, T *dbeta);
+/* y = [ReLU](BN_eval(y) [+ residual]) in place on a convolution's output (conv_bn_forward_eval). */
+void cuda_bn_eval_epilogue(eng_backend *be, double eps, T *gamma, T *beta, T *mean, T *var, T *residual, bool relu,
+                           T *y);
+void cuda_layernorm2d_forward(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *save_mean, T *save_invstd,
+                              T *y);
+void cuda_layernorm2d_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
+                               T *dgamma, T *dbeta);
+
+/* ---- pooling (pool.cu) ------------------------------------------------------------------------- */
+void cuda_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
+void cuda_maxpool_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx);
+void cuda_avgpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
+void cuda_avgpool_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx);
+void cuda_adaptive_avgpool_forward(eng_backend *be, T *x, T *y);
+void cuda_adaptive_avgpool_backward(eng_backend *be, T *dy, T *dx);
+void cuda_adaptive_maxpool_forward(eng_backend *be, T *x, T *y);
+void cuda_adaptive_maxpool_backward(eng_backend *be, T *x, T *dy, T *dx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

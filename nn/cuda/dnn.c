@@ -1,0 +1,240 @@
+/*
+ * dnn.c — the cuda backend's matrix products and convolutions, on cuBLAS and cuDNN.
+ *
+ * Linear layers are one cuBLAS sgemm each way. Our tensors are row-major and cuBLAS is
+ * column-major, so each product is written for the transposes: a row-major R×C matrix is a
+ * column-major C×R one with the same memory. The gradients are products with beta = 1, which
+ * is nn.h's accumulate-into-gradients convention, as on the cpu.
+ *
+ * A convolution plan holds cuDNN's descriptors for one layer at one input shape and the three
+ * algorithms (forward, backward data, backward filter), chosen from cuDNN's heuristics once per
+ * convolution key (conv_key.h) and kept in the backend's cache: the same choice every run on
+ * the same card and library, and with the backend's deterministic option only algorithms cuDNN
+ * calls deterministic. Math is plain FMA
+ * fp32 (no TF32), so results stay within fp32 rounding of the cpu's. The workspace is the
+ * backend's one, grown to the largest plan's need. Bias gradients are our own fixed-order sum
+ * (eltwise.cu) rather than cuDNN's, for the same repeatability.
+ */
+#include "cuda.h"
+
+#include "../../lib/log.h"
+#include "../../lib/util.h"
+
+#include <stdlib.h>
+
+static const float ONE = 1.0f, ZERO = 0.0f;
+
+/* ---- linear ------------------------------------------------------------------------------------- */
+
+/* Row-major C (m×n) = op(A)·op(B) + beta·C, as column-major Cᵀ = op(B)ᵀ·op(A)ᵀ. */
+static void gemm_rm(eng_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const float *b, int64_t ldb, const float *beta, float *c, int64_t ldc)
+{
+    cuda_blas_check(cublasSgemm(cuda_of(be)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                (int)n, (int)m, (int)k, &ONE, b, (int)ldb, a, (int)lda, beta, c, (int)ldc),
+                    "cublasSgemm");
+}
+
+void cuda_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y)
+{
+    int64_t n = x->shape.dim[0], in = x->shape.dim[1], out = w->shape.dim[0];
+    gemm_rm(be, false, true, n, out, in, cuda_ptr(x), in, cuda_ptr(w), in, &ZERO, cuda_ptr(y), out);
+    if (b)
+        cuda_bias_add(be, cuda_ptr(y), cuda_ptr(b), n, out, 1);
+}
+
+void cuda_linear_backward(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db)
+{
+    int64_t n = x->shape.dim[0], in = x->shape.dim[1], out = w->shape.dim[0];
+    const float *g = cuda_ptr(dy);
+    if (dx) /* dx (n×in) += dy (n×out) · W (out×in) */
+        gemm_rm(be, false, false, n, in, out, g, out, cuda_ptr(w), in, &ONE, cuda_ptr(dx), in);
+    if (dw) /* dW (out×in) += dyᵀ (out×n) · x (n×in) */
+        gemm_rm(be, true, false, out, in, n, g, out, cuda_ptr(x), in, &ONE, cuda_ptr(dw), in);
+    if (db)
+        cuda_bias_grad(be, g, n, out, 1, cuda_ptr(db));
+}
+
+/* ---- convolution plans ---------------------------------------------------------------------------- */
+
+struct eng_plan {
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    conv_algos a;
+    eng_shape yshape;
+    bool bias;
+};
+
+static void tensor_desc(cudnnTensorDescriptor_t *d, const eng_shape *s)
+{
+    cuda_dnn_check(cudnnCreateTensorDescriptor(d), "cudnnCreateTensorDescriptor");
+    cuda_dnn_check(cudnnSetTensor4dDescriptor(*d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)s->dim[0], (int)s->dim[1],
+                                              (int)s->dim[2], (int)s->dim[3]),
+                   "cudnnSetTensor4dDescriptor");
+}
+
+static void describe(eng_plan *p, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w)
+{
+    int64_t groups = d->groups ? d->groups : 1;
+    tensor_desc(&p->x, x);
+    tensor_desc(&p->y, &p->yshape);
+    cuda_dnn_check(cudnnCreateFilterDescriptor(&p->w), "cudnnCreateFilterDescriptor");
+    cuda_dnn_check(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)w->dim[0], (int)w->dim[1],
+                                              (int)w->dim[2], (int)w->dim[3]),
+                   "cudnnSetFilter4dDescriptor");
+    cuda_dnn_check(cudnnCreateConvolutionDescriptor(&p->conv), "cudnnCreateConvolutionDescriptor");
+#define ONE_IF_ZERO(v) ((int)((v) ? (v) : 1))
+    cuda_dnn_check(cudnnSetConvolution2dDescriptor(p->conv, (int)d->pad[0], (int)d->pad[1], ONE_IF_ZERO(d->stride[0]),
+                                                   ONE_IF_ZERO(d->stride[1]), ONE_IF_ZERO(d->dilation[0]),
+                                                   ONE_IF_ZERO(d->dilation[1]), CUDNN_CROSS_CORRELATION,
+                                                   CUDNN_DATA_FLOAT),
+                   "cudnnSetConvolution2dDescriptor");
+#undef ONE_IF_ZERO
+    cuda_dnn_check(cudnnSetConvolutionGroupCount(p->conv, (int)groups), "cudnnSetConvolutionGroupCount");
+    cuda_dnn_check(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+}
+
+/* Of cuDNN's ranked candidates, the first that works here with plain fp32 math (and, when
+ * asked, is deterministic) goes to out_algo and its workspace to out_bytes. A macro because
+ * the three kinds of result are three struct types with the same fields. */
+#define PICK(results, count, deterministic, out_algo, out_bytes)                                                       \
+    do {                                                                                                               \
+        for (int i_ = 0; i_ < (count); i_++) {                                                                         \
+            if ((results)[i_].status != CUDNN_STATUS_SUCCESS || (results)[i_].mathType == CUDNN_TENSOR_OP_MATH ||      \
+                (results)[i_].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||                                     \
+                ((deterministic) && (results)[i_].determinism != CUDNN_DETERMINISTIC))                                 \
+                continue;                                                                                              \
+            *(out_algo) = (results)[i_].algo;                                                                          \
+            *(out_bytes) = (results)[i_].memory;                                                                       \
+            break;                                                                                                     \
+        }                                                                                                              \
+    } while (0)
+
+enum { CANDIDATES = 16 };
+
+/* cuDNN's heuristic choice of the three algorithms for plan p's descriptors. */
+static conv_algos ask_cudnn(eng_backend *be, const eng_plan *p, const conv_key *key)
+{
+    cudnnHandle_t h = cuda_of(be)->dnn;
+    bool det = key->deterministic;
+    conv_algos a = {.key = *key};
+    int n;
+    size_t bytes[3] = {(size_t)-1, (size_t)-1, (size_t)-1};
+    cudnnConvolutionFwdAlgoPerf_t f[CANDIDATES];
+    cuda_dnn_check(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, CANDIDATES, &n, f),
+                   "forward algorithm");
+    PICK(f, n, det, &a.fwd, &bytes[0]);
+    cudnnConvolutionBwdDataAlgoPerf_t bd[CANDIDATES];
+    cuda_dnn_check(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x, CANDIDATES, &n, bd),
+                   "backward-data algorithm");
+    PICK(bd, n, det, &a.bwd_data, &bytes[1]);
+    cudnnConvolutionBwdFilterAlgoPerf_t bf[CANDIDATES];
+    cuda_dnn_check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->conv, p->w, CANDIDATES, &n, bf),
+                   "backward-filter algorithm");
+    PICK(bf, n, det, &a.bwd_filter, &bytes[2]);
+    for (int k = 0; k < 3; k++)
+        if (bytes[k] == (size_t)-1)
+            die(EXIT_RUNTIME, "cuda: cuDNN offers no %sfp32 algorithm for a convolution of this shape",
+                det ? "deterministic " : "");
+    a.workspace = bytes[0] > bytes[1] ? bytes[0] : bytes[1];
+    a.workspace = a.workspace > bytes[2] ? a.workspace : bytes[2];
+    return a;
+}
+
+/* The algorithms for this key: from the backend's cache, or asked for once and kept. */
+static conv_algos choose_algorithms(eng_backend *be, const eng_plan *p, const conv_key *key)
+{
+    cuda_impl *c = cuda_of(be);
+    for (int i = 0; i < c->nalgos; i++)
+        if (conv_key_equal(&c->algos[i].key, key))
+            return c->algos[i];
+    if (c->nalgos == c->algos_cap) {
+        c->algos_cap = c->algos_cap ? 2 * c->algos_cap : 32;
+        c->algos = xrealloc(c->algos, (size_t)c->algos_cap * sizeof *c->algos);
+    }
+    return c->algos[c->nalgos++] = ask_cudnn(be, p, key);
+}
+
+/* The backend's workspace, grown (once per new largest plan) to this plan's need. */
+static void reserve_workspace(eng_backend *be, size_t bytes)
+{
+    cuda_impl *c = cuda_of(be);
+    if (bytes <= c->workspace_bytes)
+        return;
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    CUDA_CHECK(cudaFree(c->workspace));
+    CUDA_CHECK(cudaMalloc(&c->workspace, bytes));
+    c->workspace_bytes = bytes;
+}
+
+eng_plan *cuda_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias)
+{
+    eng_plan *p = xcalloc(1, sizeof *p);
+    p->yshape = eng_conv_output_shape(x, w, d);
+    p->bias = bias;
+    describe(p, d, x, w);
+    conv_key key = conv_key_of(d, x, w, cuda_of(be)->deterministic);
+    p->a = choose_algorithms(be, p, &key);
+    reserve_workspace(be, p->a.workspace);
+    return p;
+}
+
+void cuda_plan_free(eng_backend *be, eng_plan *p)
+{
+    (void)be;
+    if (!p)
+        return;
+    cudnnDestroyTensorDescriptor(p->x);
+    cudnnDestroyTensorDescriptor(p->y);
+    cudnnDestroyFilterDescriptor(p->w);
+    cudnnDestroyConvolutionDescriptor(p->conv);
+    free(p);
+}
+
+/* ---- convolution ------------------------------------------------------------------------------------ */
+
+static void expect_bias(const eng_plan *p, bool has)
+{
+    if (p->bias != has)
+        die(EXIT_RUNTIME, "conv: the plan was made %s a bias", p->bias ? "with" : "without");
+}
+
+void cuda_conv_forward(eng_backend *be, eng_plan *p, T *x, T *w, T *b, T *y)
+{
+    cuda_impl *c = cuda_of(be);
+    expect_bias(p, b != NULL);
+    cuda_dnn_check(cudnnConvolutionForward(c->dnn, &ONE, p->x, cuda_ptr(x), p->w, cuda_ptr(w), p->conv, p->a.fwd,
+                                           c->workspace, c->workspace_bytes, &ZERO, p->y, cuda_ptr(y)),
+                   "cudnnConvolutionForward");
+    if (b)
+        cuda_bias_add(be, cuda_ptr(y), cuda_ptr(b), p->yshape.dim[0], p->yshape.dim[1],
+                      p->yshape.dim[2] * p->yshape.dim[3]);
+}
+
+void cuda_conv_backward(eng_backend *be, eng_plan *p, T *x, T *w, T *dy, T *dx, T *dw, T *db)
+{
+    cuda_impl *c = cuda_of(be);
+    if (db)
+        expect_bias(p, true);
+    if (dx) /* beta = 1: dx += ∂ */
+        cuda_dnn_check(cudnnConvolutionBackwardData(c->dnn, &ONE, p->w, cuda_ptr(w), p->y, cuda_ptr(dy), p->conv,
+                                                    p->a.bwd_data, c->workspace, c->workspace_bytes, &ONE, p->x,
+                                                    cuda_ptr(dx)),
+                       "cudnnConvolutionBackwardData");
+    if (dw)
+        cuda_dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &ONE, p->x, cuda_ptr(x), p->y, cuda_ptr(dy), p->conv,
+                                                      p->a.bwd_filter, c->workspace, c->workspace_bytes, &ONE, p->w,
+                                                      cuda_ptr(dw)),
+                       "cudnnConvolutionBackwardFilter");
+    if (db)
+        cuda_bias_grad(be, cuda_ptr(dy), p->yshape.dim[0], p->yshape.dim[1], p->yshape.dim[2] * p->yshape.dim[3],
+                       cuda_ptr(db));
+}
+
+void cuda_conv_bn_forward_eval(eng_backend *be, eng_plan *p, T *x, T *w, double eps, T *gamma, T *beta, T *mean, T *var,
+                               T *residual, bool relu, T *y)
+{
+    cuda_conv_forward(be, p, x, w, NULL, y);
+    cuda_bn_eval_epilogue(be, eps, gamma, beta, mean, var, residual, relu, y);
+}

@@ -1,0 +1,296 @@
+/*
+ * eltwise.cu — the cuda backend's elementwise layers: ReLU, the residual add (optionally
+ * fused with the ReLU ending a ResNet block), L2-normalise, dropout, and the bias helpers the
+ * matrix products use.
+ *
+ * Each element is one thread's (grid-stride loops), so results do not depend on the launch
+ * shape, and they equal the cpu backend's: the same float operations in the same order.
+ * ReLU is written x < 0 ? 0 : x so a NaN passes through, as in PyTorch and on the cpu.
+ * Row reductions (L2 norms, bias gradients) sum in double in a fixed order: one block per
+ * output, each thread striding over it, then a fixed tree in shared memory.
+ *
+ * Dropout's mask is the cpu's: Philox4x32-10 keyed by the backend's seed with the counter
+ * (i / 4, RNG_PURPOSE_TRAIN << 16, step), a 24-bit uniform against p. So a run keeps the same
+ * elements on either backend, and backward recomputes the mask instead of storing it.
+ */
+#include "cuda.h"
+#include "../../lib/rng.h"
+
+#include <string.h>
+
+enum { THREADS = 256, REDUCE_THREADS = 256 };
+
+#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+                               i += (int64_t)gridDim.x * blockDim.x)
+
+/* Sum of one value per thread of the block, in a fixed tree; the result in thread 0. */
+__device__ static double block_sum(double v, double *shared)
+{
+    shared[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half)
+            shared[threadIdx.x] += shared[threadIdx.x + half];
+        __syncthreads();
+    }
+    double total = shared[0];
+    __syncthreads(); /* the caller may reuse `shared` */
+    return total;
+}
+
+/* ---- fill, ReLU, add -------------------------------------------------------------------------- */
+
+__global__ static void fill_kernel(float *p, int64_t n, float v)
+{
+    GRID_STRIDE(i, n) p[i] = v;
+}
+
+__global__ static void relu_kernel(const float *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+
+/* dx += dy·[y > 0] */
+__global__ static void relu_grad_kernel(const float *y, const float *dy, float *dx, int64_t n)
+{
+    GRID_STRIDE(i, n) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ static void add_kernel(const float *a, const float *b, float *y, int64_t n, bool relu)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = __fadd_rn(a[i], b[i]);
+        y[i] = relu && v < 0.0f ? 0.0f : v;
+    }
+}
+
+/* da += g and db += g, g = dy or dy·[y > 0]; da or db may be NULL. */
+__global__ static void add_grad_kernel(const float *y, const float *dy, float *da, float *db, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float g = !y || y[i] > 0.0f ? dy[i] : 0.0f;
+        if (da)
+            da[i] += g;
+        if (db)
+            db[i] += g;
+    }
+}
+
+extern "C" void cuda_fill(eng_backend *be, float *p, int64_t n, float v)
+{
+    fill_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(p, n, v);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_relu_forward(eng_backend *be, T *x, T *y)
+{
+    int64_t n = eng_numel(&x->shape);
+    relu_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(y), n);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_relu_backward(eng_backend *be, T *y, T *dy, T *dx)
+{
+    int64_t n = eng_numel(&y->shape);
+    relu_grad_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(y), cuda_ptr(dy),
+                                                                                cuda_ptr(dx), n);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y)
+{
+    int64_t n = eng_numel(&a->shape);
+    add_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(a), cuda_ptr(b), cuda_ptr(y), n,
+                                                                          relu);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_add_backward(eng_backend *be, T *relu_y, T *dy, T *da, T *db)
+{
+    if (!da && !db)
+        return;
+    int64_t n = eng_numel(&dy->shape);
+    add_grad_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(
+        relu_y ? cuda_ptr(relu_y) : NULL, cuda_ptr(dy), da ? cuda_ptr(da) : NULL, db ? cuda_ptr(db) : NULL, n);
+    CUDA_LAUNCHED();
+}
+
+/* ---- L2-normalise rows (F.normalize(x, dim=1, eps=1e-12)) ----------------------------------------- */
+
+#define L2_EPS 1e-12
+
+/* One block per row: y = x / max(‖x‖, eps), the norm summed in double. */
+__global__ static void l2norm_kernel(const float *x, float *y, int64_t f)
+{
+    __shared__ double shared[REDUCE_THREADS];
+    const float *in = x + blockIdx.x * f;
+    float *out = y + blockIdx.x * f;
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < f; i += blockDim.x)
+        s += (double)in[i] * in[i];
+    double norm = sqrt(block_sum(s, shared)), denom = norm > L2_EPS ? norm : L2_EPS;
+    for (int64_t i = threadIdx.x; i < f; i += blockDim.x)
+        out[i] = (float)(in[i] / denom);
+}
+
+/* dx += (dy − y·(y·dy)) / ‖x‖, or dy / eps for a row whose norm is below eps (nn/cpu/l2norm.c). */
+__global__ static void l2norm_grad_kernel(const float *x, const float *dy, float *dx, int64_t f)
+{
+    __shared__ double shared[REDUCE_THREADS];
+    const float *in = x + blockIdx.x * f, *g = dy + blockIdx.x * f;
+    float *out = dx + blockIdx.x * f;
+    double s = 0.0, d = 0.0;
+    for (int64_t i = threadIdx.x; i < f; i += blockDim.x) {
+        s += (double)in[i] * in[i];
+        d += (double)in[i] * g[i];
+    }
+    double norm = sqrt(block_sum(s, shared)), dot = block_sum(d, shared) / norm;
+    for (int64_t i = threadIdx.x; i < f; i += blockDim.x)
+        out[i] += norm <= L2_EPS ? (float)(g[i] / L2_EPS) : (float)((g[i] - in[i] / norm * dot) / norm);
+}
+
+extern "C" void cuda_l2norm_forward(eng_backend *be, T *x, T *y)
+{
+    unsigned rows = (unsigned)x->shape.dim[0];
+    l2norm_kernel<<<rows, REDUCE_THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(y), x->shape.dim[1]);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx)
+{
+    unsigned rows = (unsigned)x->shape.dim[0];
+    l2norm_grad_kernel<<<rows, REDUCE_THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(dy), cuda_ptr(dx),
+                                                                      x->shape.dim[1]);
+    CUDA_LAUNCHED();
+}
+
+/* ---- dropout ----------------------------------------------------------------------------------------- */
+
+__device__ static void philox_device(uint32_t x[4], uint32_t k0, uint32_t k1)
+{
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint32_t lo0 = 0xD2511F53u * x[0], hi0 = __umulhi(0xD2511F53u, x[0]);
+        uint32_t lo1 = 0xCD9E8D57u * x[2], hi1 = __umulhi(0xCD9E8D57u, x[2]);
+        uint32_t y0 = hi1 ^ x[1] ^ k0, y2 = hi0 ^ x[3] ^ k1;
+        x[0] = y0;
+        x[1] = lo1;
+        x[2] = y2;
+        x[3] = lo0;
+    }
+}
+
+/* 1 when element i is kept at this step (nn/cpu/dropout.c's keep_block, one element of it). */
+__device__ static bool dropout_keeps(uint64_t seed, uint64_t step, int64_t i, float p)
+{
+    uint64_t block = (uint64_t)i / 4;
+    uint32_t x[4] = {(uint32_t)block, (uint32_t)(block >> 32) | (uint32_t)RNG_PURPOSE_TRAIN << 16, (uint32_t)step,
+                     (uint32_t)(step >> 32)};
+    philox_device(x, (uint32_t)seed, (uint32_t)(seed >> 32));
+    return (float)(x[i % 4] >> 8) * (1.0f / 16777216.0f) >= p;
+}
+
+/* out (+)= in·mask/(1−p); the same float products as the cpu: in·keep, then ·scale. */
+__global__ static void dropout_kernel(const float *in, float *out, int64_t n, float p, float scale, uint64_t seed,
+                                      uint64_t step, bool accumulate)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = p > 0.0f ? __fmul_rn(__fmul_rn(in[i], dropout_keeps(seed, step, i, p) ? 1.0f : 0.0f), scale)
+                           : in[i];
+        out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+    }
+}
+
+static void dropout(eng_backend *be, float p, uint64_t step, T *src, T *dst, bool accumulate)
+{
+    int64_t n = eng_numel(&src->shape);
+    float scale = 1.0f / (1.0f - p);
+    dropout_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(
+        cuda_ptr(src), cuda_ptr(dst), n, p, scale, be->opt.seed, step, accumulate);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y)
+{
+    dropout(be, p, step, x, y, false);
+}
+
+extern "C" void cuda_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx)
+{
+    dropout(be, p, step, dy, dx, true);
+}
+
+/* ---- images from the host ------------------------------------------------------------------------- */
+
+/* The per-channel tables and source channels travel as the kernel's argument (3 KB). */
+typedef struct {
+    float lut[3][256];
+    int map[3];
+} image_tables;
+
+__global__ static void images_kernel(const uint8_t *src, float *x, int64_t c, int64_t hw, int src_c, int64_t total,
+                                     image_tables t)
+{
+    GRID_STRIDE(i, total)
+    {
+        int64_t n = i / (c * hw), ch = (i / hw) % c, s = i % hw;
+        x[i] = t.lut[ch][src[(n * hw + s) * src_c + t.map[ch]]];
+    }
+}
+
+extern "C" void cuda_upload_images(eng_backend *be, T *x, const uint8_t *src, int src_c, const int *map,
+                                   const float *lut)
+{
+    int64_t n = x->shape.dim[0], c = x->shape.dim[1], hw = x->shape.dim[2] * x->shape.dim[3], total = n * c * hw;
+    size_t bytes = (size_t)(n * hw * src_c);
+    uint8_t *dev = (uint8_t *)cuda_scratch(be, 0, bytes);
+    /* from pageable memory the copy returns once `src` is staged: the caller may reuse it */
+    CUDA_CHECK(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
+    image_tables t = {};
+    for (int64_t k = 0; k < c; k++) {
+        memcpy(t.lut[k], lut + k * 256, sizeof t.lut[k]);
+        t.map[k] = map[k];
+    }
+    images_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream(be)>>>(dev, cuda_ptr(x), c, hw, src_c, total,
+                                                                                 t);
+    CUDA_LAUNCHED();
+}
+
+/* ---- bias ------------------------------------------------------------------------------------------- */
+
+/* One block per channel c: db[c] += Σ_{n,s} dy[n, c, s], in double, rounded once (as the cpu). */
+__global__ static void bias_grad_kernel(const float *dy, int64_t n, int64_t c, int64_t s, float *db)
+{
+    __shared__ double shared[REDUCE_THREADS];
+    int64_t ch = blockIdx.x, count = n * s;
+    double sum = 0.0;
+    for (int64_t k = threadIdx.x; k < count; k += blockDim.x)
+        sum += dy[((k / s) * c + ch) * s + k % s];
+    double total = block_sum(sum, shared);
+    if (threadIdx.x == 0)
+        db[ch] += (float)total;
+}
+
+__global__ static void bias_add_kernel(float *y, const float *b, int64_t total, int64_t c, int64_t s)
+{
+    GRID_STRIDE(i, total) y[i] = __fadd_rn(y[i], b[(i / s) % c]);
+}
+
+extern "C" void cuda_bias_grad(eng_backend *be, const float *dy, int64_t n, int64_t c, int64_t s, float *db)
+{
+    bias_grad_kernel<<<(unsigned)c, REDUCE_THREADS, 0, cuda_stream(be)>>>(dy, n, c, s, db);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_bias_add(eng_backend *be, float *y, const float *b, int64_t n, int64_t c, int64_t s)
+{
+    int64_t total = n * c * s;
+    bias_add_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream(be)>>>(y, b, total, c, s);
+    CUDA_LAUNCHED();
+}

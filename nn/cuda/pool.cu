@@ -1,0 +1,326 @@
+/*
+ * pool.cu — the cuda backend's pooling layers: MaxPool2d, AvgPool2d and the adaptive average
+ * and max pools, with the cpu backend's semantics (nn/cpu/pool.c, itself PyTorch's).
+ *
+ * Windows are the cpu's: window_at() gives an output element's input rows and columns (clipped
+ * to the input) and an average's divisor, either from the pool descriptor (kernel, stride,
+ * padding, ceil_mode, count_include_pad) or from the adaptive rule [floor(i·in/out),
+ * ceil((i+1)·in/out)). Forward passes are one thread per output element, scanning its window
+ * exactly as the cpu does: the maximum by strict > with a NaN always taking over, the average
+ * summed in double in row-major order.
+ *
+ * Backward passes gather instead of scatter: one thread per INPUT element visits every window
+ * that contains it, in the cpu's order (output rows, then columns), and adds that window's
+ * share into a register, then once into dx. No atomics, so results do not depend on timing,
+ * and the float additions are the cpu's, in its order: the sums come out the same bits. Max
+ * pool keeps no indices from the forward; its backward first finds every window's argmax
+ * again from x (one thread per window, the forward's scan), into scratch slot 0, and an input
+ * element then takes the gradient of the windows whose argmax it is.
+ *
+ * Indices within a plane (and window bounds) are int: the layers check that a plane and the
+ * adaptive rule's products fit. A grid-stride index is 32-bit whenever the tensor allows it,
+ * as the divisions that split it into (plane, row, column) are much cheaper so.
+ */
+#include "cuda.h"
+
+#include "../../lib/log.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+/* Everything but the extern "C" entry points stays inside this file. */
+namespace {
+
+enum { THREADS = 256 };
+
+/* One layer's geometry: ih × iw input planes, oh × ow output planes, and for a fixed (not
+ * adaptive) pool the window along each axis (0 = rows, 1 = columns). */
+typedef struct {
+    int in[2], out[2];
+    int kernel[2], stride[2], pad[2];
+    bool adaptive, include_pad;
+} pool_geom;
+
+/* An output element's input span along one axis, clipped, and its length counting padding. */
+typedef struct {
+    int lo, hi, padded;
+} span;
+
+typedef struct {
+    span h, w;
+    int divisor;
+} window;
+
+/* ---- windows (the cpu's fixed_span, adaptive_span and window_at) -------------------------------- */
+
+__device__ static span axis_span(const pool_geom &g, int axis, int o)
+{
+    int in = g.in[axis], out = g.out[axis];
+    span s;
+    if (g.adaptive) {
+        s.lo = o * in / out;
+        s.hi = ((o + 1) * in + out - 1) / out;
+        s.padded = s.hi - s.lo;
+        return s;
+    }
+    /* the window may run into the right padding but never past it (PyTorch's AvgPool2d) */
+    int pad = g.pad[axis], start = o * g.stride[axis] - pad;
+    int end = min(start + g.kernel[axis], in + pad);
+    s.padded = end - start;
+    s.lo = max(start, 0);
+    s.hi = min(end, in);
+    return s;
+}
+
+__device__ static window window_at(const pool_geom &g, int oh, int ow)
+{
+    window w = {axis_span(g, 0, oh), axis_span(g, 1, ow), 0};
+    int area = (w.h.hi - w.h.lo) * (w.w.hi - w.w.lo);
+    w.divisor = !g.adaptive && g.include_pad ? w.h.padded * w.w.padded : area;
+    return w;
+}
+
+static __device__ bool contains(const window &w, int h, int c)
+{
+    return w.h.lo <= h && h < w.h.hi && w.w.lo <= c && c < w.w.hi;
+}
+
+/* The outputs along one axis whose windows may contain input position i: [*first, *last].
+ * Exact for a fixed pool; for the adaptive one a superset (callers test the window). */
+__device__ static void axis_outputs(const pool_geom &g, int axis, int i, int *first, int *last)
+{
+    int in = g.in[axis], out = g.out[axis];
+    if (g.adaptive) {
+        *first = i * out / in;
+        *last = min((i + 1) * out / in, out - 1);
+        return;
+    }
+    /* window o covers [o·stride − pad, o·stride − pad + kernel) */
+    int k = g.kernel[axis], s = g.stride[axis], p = g.pad[axis];
+    *first = i + p < k ? 0 : (i + p - k) / s + 1;
+    *last = min((i + p) / s, out - 1);
+}
+
+/* The plane index of the window's maximum, scanning rows then columns: the first of equal
+ * maxima wins (strict >) and a NaN always takes over, as on the cpu; -1 for an empty window. */
+__device__ static int window_argmax(const float *plane, int iw, const window &w)
+{
+    if (w.h.lo >= w.h.hi || w.w.lo >= w.w.hi)
+        return -1;
+    int best = w.h.lo * iw + w.w.lo;
+    float top = -INFINITY;
+    for (int h = w.h.lo; h < w.h.hi; h++)
+        for (int c = w.w.lo; c < w.w.hi; c++) {
+            float v = plane[h * iw + c];
+            if (v > top || isnan(v)) {
+                top = v;
+                best = h * iw + c;
+            }
+        }
+    return best;
+}
+
+/* ---- the grid ----------------------------------------------------------------------------------- */
+
+/* f(i, plane, row, column) for each element i < n of planes of rows × cols, grid-stride. */
+template <typename Idx, class F> __device__ static void each_position_as(int64_t n, int rows, int cols, F f)
+{
+    Idx stride = (Idx)gridDim.x * blockDim.x;
+    for (Idx i = (Idx)blockIdx.x * blockDim.x + threadIdx.x; i < (Idx)n; i += stride) {
+        Idx q = i / (Idx)cols;
+        int c = (int)(i - q * (Idx)cols);
+        Idx plane = q / (Idx)rows;
+        int r = (int)(q - plane * (Idx)rows);
+        f((int64_t)i, (int64_t)plane, r, c);
+    }
+}
+
+/* 32-bit when i + stride cannot wrap (n ≤ 2³¹, stride < 2³¹). */
+template <class F> __device__ static void each_position(int64_t n, int rows, int cols, F f)
+{
+    if (n <= INT32_MAX)
+        each_position_as<uint32_t>(n, rows, cols, f);
+    else
+        each_position_as<uint64_t>(n, rows, cols, f);
+}
+
+/* ---- kernels ------------------------------------------------------------------------------------ */
+
+/* The window's maximum (window_argmax's rule; -inf for an empty window, as PyTorch). */
+__global__ static void max_forward_kernel(pool_geom g, int64_t n, const float *x, float *y)
+{
+    each_position(n, g.out[0], g.out[1], [&](int64_t i, int64_t plane, int oh, int ow) {
+        window w = window_at(g, oh, ow);
+        const float *in = x + plane * g.in[0] * g.in[1];
+        float top = -INFINITY;
+        for (int h = w.h.lo; h < w.h.hi; h++)
+            for (int c = w.w.lo; c < w.w.hi; c++) {
+                float v = in[h * g.in[1] + c];
+                top = v > top || isnan(v) ? v : top;
+            }
+        y[i] = top;
+    });
+}
+
+__global__ static void argmax_kernel(pool_geom g, int64_t n, const float *x, int *arg)
+{
+    each_position(n, g.out[0], g.out[1], [&](int64_t i, int64_t plane, int oh, int ow) {
+        arg[i] = window_argmax(x + plane * g.in[0] * g.in[1], g.in[1], window_at(g, oh, ow));
+    });
+}
+
+/* dx[h, c] += dy of each window whose argmax is (h, c), in the cpu's window order. */
+__global__ static void max_backward_kernel(pool_geom g, int64_t n, const int *arg, const float *dy, float *dx)
+{
+    each_position(n, g.in[0], g.in[1], [&](int64_t i, int64_t plane, int h, int c) {
+        int oh0, oh1, ow0, ow1, self = h * g.in[1] + c;
+        axis_outputs(g, 0, h, &oh0, &oh1);
+        axis_outputs(g, 1, c, &ow0, &ow1);
+        int64_t out0 = plane * g.out[0] * g.out[1];
+        float acc = dx[i];
+        for (int oh = oh0; oh <= oh1; oh++)
+            for (int ow = ow0; ow <= ow1; ow++) {
+                int64_t o = out0 + oh * g.out[1] + ow;
+                if (arg[o] == self)
+                    acc += dy[o];
+            }
+        dx[i] = acc;
+    });
+}
+
+__global__ static void avg_forward_kernel(pool_geom g, int64_t n, const float *x, float *y)
+{
+    each_position(n, g.out[0], g.out[1], [&](int64_t i, int64_t plane, int oh, int ow) {
+        window w = window_at(g, oh, ow);
+        const float *in = x + plane * g.in[0] * g.in[1];
+        double sum = 0.0; /* double: a large adaptive window sums many terms */
+        for (int h = w.h.lo; h < w.h.hi; h++)
+            for (int c = w.w.lo; c < w.w.hi; c++)
+                sum += in[h * g.in[1] + c];
+        y[i] = w.divisor > 0 ? (float)(sum / (double)w.divisor) : 0.0f;
+    });
+}
+
+/* dx[h, c] += dy / divisor of each window containing (h, c), in the cpu's window order. */
+__global__ static void avg_backward_kernel(pool_geom g, int64_t n, const float *dy, float *dx)
+{
+    each_position(n, g.in[0], g.in[1], [&](int64_t i, int64_t plane, int h, int c) {
+        int oh0, oh1, ow0, ow1;
+        axis_outputs(g, 0, h, &oh0, &oh1);
+        axis_outputs(g, 1, c, &ow0, &ow1);
+        int64_t out0 = plane * g.out[0] * g.out[1];
+        float acc = dx[i];
+        for (int oh = oh0; oh <= oh1; oh++)
+            for (int ow = ow0; ow <= ow1; ow++) {
+                window w = window_at(g, oh, ow);
+                if (w.divisor > 0 && contains(w, h, c))
+                    acc += dy[out0 + oh * g.out[1] + ow] / (float)w.divisor;
+            }
+        dx[i] = acc;
+    });
+}
+
+/* ---- host side ---------------------------------------------------------------------------------- */
+
+/* The geometry between input `in` and output `out` (both N×C×H×W); d NULL: adaptive. Aborts
+ * when a plane or the adaptive rule's products would overflow the kernels' int. */
+static pool_geom geom_of(const eng_pool_desc *d, T *in, T *out)
+{
+    pool_geom g = {};
+    g.adaptive = d == NULL;
+    g.include_pad = d && d->count_include_pad;
+    for (int a = 0; a < 2; a++) {
+        int64_t i = in->shape.dim[2 + a], o = out->shape.dim[2 + a];
+        int64_t k = d ? d->kernel[a] : 0, s = d ? (d->stride[a] ? d->stride[a] : d->kernel[a]) : 0;
+        int64_t reach = d ? o * s + k : (i + 1) * o; /* the largest product a window computes */
+        if (i + k > INT_MAX || reach > INT_MAX)
+            die(EXIT_RUNTIME, "pool: a %lld-wide input to a %lld-wide output is too large for this backend",
+                (long long)i, (long long)o);
+        g.in[a] = (int)i;
+        g.out[a] = (int)o;
+        g.kernel[a] = (int)k;
+        g.stride[a] = (int)s;
+        g.pad[a] = d ? (int)d->pad[a] : 0;
+    }
+    if ((int64_t)g.in[0] * g.in[1] > INT_MAX || (int64_t)g.out[0] * g.out[1] > INT_MAX)
+        die(EXIT_RUNTIME, "pool: a %dx%d input or %dx%d output plane is too large for this backend", g.in[0],
+            g.in[1], g.out[0], g.out[1]);
+    return g;
+}
+
+static int64_t numel(T *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->shape.ndim; i++)
+        n *= t->shape.dim[i];
+    return n;
+}
+
+static void max_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
+{
+    pool_geom g = geom_of(d, x, y);
+    int64_t n = numel(y);
+    max_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, cuda_ptr(x), cuda_ptr(y));
+    CUDA_LAUNCHED();
+}
+
+static void max_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx)
+{
+    if (!dx)
+        return;
+    pool_geom g = geom_of(d, x, dy);
+    int64_t n_out = numel(dy), n_in = numel(x);
+    int *arg = (int *)cuda_scratch(be, 0, (size_t)n_out * sizeof(int));
+    cudaStream_t st = cuda_stream(be);
+    argmax_kernel<<<cuda_blocks(n_out, THREADS), THREADS, 0, st>>>(g, n_out, cuda_ptr(x), arg);
+    CUDA_LAUNCHED();
+    max_backward_kernel<<<cuda_blocks(n_in, THREADS), THREADS, 0, st>>>(g, n_in, arg, cuda_ptr(dy), cuda_ptr(dx));
+    CUDA_LAUNCHED();
+}
+
+static void avg_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
+{
+    pool_geom g = geom_of(d, x, y);
+    int64_t n = numel(y);
+    avg_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, cuda_ptr(x), cuda_ptr(y));
+    CUDA_LAUNCHED();
+}
+
+static void avg_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx)
+{
+    if (!dx)
+        return;
+    pool_geom g = geom_of(d, dx, dy);
+    int64_t n = numel(dx);
+    avg_backward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, cuda_ptr(dy),
+                                                                                  cuda_ptr(dx));
+    CUDA_LAUNCHED();
+}
+
+} // namespace
+
+extern "C" void cuda_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y) { max_forward(be, d, x, y); }
+
+extern "C" void cuda_maxpool_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx)
+{
+    max_backward(be, d, x, dy, dx);
+}
+
+extern "C" void cuda_avgpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y) { avg_forward(be, d, x, y); }
+
+extern "C" void cuda_avgpool_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx)
+{
+    avg_backward(be, d, dy, dx);
+}
+
+extern "C" void cuda_adaptive_avgpool_forward(eng_backend *be, T *x, T *y) { avg_forward(be, NULL, x, y); }
+
+extern "C" void cuda_adaptive_avgpool_backward(eng_backend *be, T *dy, T *dx) { avg_backward(be, NULL, dy, dx); }
+
+extern "C" void cuda_adaptive_maxpool_forward(eng_backend *be, T *x, T *y) { max_forward(be, NULL, x, y); }
+
+extern "C" void cuda_adaptive_maxpool_backward(eng_backend *be, T *x, T *dy, T *dx)
+{
+    max_backward(be, NULL, x, dy, dx);
+}

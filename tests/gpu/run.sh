@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh [BUNDLE] — the GPU runbook: the one command a session with a GPU runs.
+#
+# From the bundle `make gpu-bundle` made (default build/selfsup-gpu.tar.xz), on the GPU machine:
+#   1. the machine: the card, the driver, which cuDNN/cuBLAS the binaries load;
+#   2. backend conformance: every engine operation on cuda against cpu (tests/gpu/backend_ops.c);
+#   3. end to end: the SimCLR and SwAV quickstarts, 2 epochs of 5 steps from the same init and
+#      the same records, on the GPU and on the CPU: losses per step, the weights after the
+#      first step and at the end, against the drift between two cpu instruction sets;
+#   4. selfsup-extract's features on both devices, from the same weights;
+#   5. checkpoints across devices: epoch 0 on one device, resumed for epoch 1 on the other, both
+#      ways, against the run that stayed on one; and on the GPU, stop-and-resume bitwise equal to
+#      the uninterrupted run (deterministic algorithms);
+#   6. the benchmark: the ResNet-50 SimCLR step of selfsup-train (bench/gpu_train.sh) and of
+#      PyTorch (bench/gpu_train_torch.py) on the same card.
+# Everything it prints goes to $OUT/runbook.log (or gpu-out/ without OUT), one line per check to
+# $OUT/summary.txt; the exit status is 1 if any check failed. BENCH_MODES picks the PyTorch
+# modes (default eager32,eager_bf16,compile_bf16; torch.compile takes minutes; none skips them);
+# PROFILE=1 adds where the GPU time of selfsup's step goes (bench/gpu_profile.sh, Nsight Compute).
+# On the device tool:
+#   run: make gpu-bundle here, then device `tests/gpu/run.sh` with carry [build/selfsup-gpu.tar.xz]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+bundle=$(realpath "${1:-build/selfsup-gpu.tar.xz}")
+out=${OUT:-$repo/gpu-out}
+mkdir -p "$out"
+log="$out/runbook.log" summary="$out/summary.txt"
+: > "$log"
+: > "$summary"
+work=$(mktemp -d /tmp/selfsup-gpu.XXXXXX)
+tar -C "$work" -xJf "$bundle" || { echo "cannot unpack $bundle" | tee "$summary"; exit 1; }
+# shellcheck source=tests/gpu/env.sh
+source tests/gpu/env.sh "$work/selfsup-gpu"
+export SELFSUP_CONFIGS=$repo/configs
+data="$work/selfsup-gpu/data"
+compare="python3 $repo/tests/gpu/compare.py"
+failed=0
+
+# check NAME COMMAND...: run it, its output into the log, a line into the summary.
+check() {
+    local name=$1 t0=$SECONDS rc
+    shift
+    printf '\n==== %s: %s\n' "$name" "$*" >> "$log"
+    "$@" >> "$log" 2>&1
+    rc=$?
+    local last
+    last=$(grep -v '^\s*$' "$log" | tail -1 | cut -c1-300)
+    if [ $rc -eq 0 ]; then echo "ok   $name ($((SECONDS - t0)) s): $last"; else echo "FAIL $name ($((SECONDS - t0)) s, exit $rc): $last"; failed=1; fi |
+        tee -a "$summary"
+    return $rc
+}
+
+# train DEVICE METHOD DIR RECORDS [overrides...]: the quickstart's 2 epochs of 5 steps (its
+# first 320 images), run where the bundle's data/ is.
+train() {
+    local device=$1 method=$2 dir=$3 records=$4
+    shift 4
+    (cd "$work/selfsup-gpu" && selfsup-train -c "quickstart/$method" --in "file:$records" --threads 16 \
+        config.MACHINE.DEVICE="$device" config.CHECKPOINT.DIR="$dir" config.LOG_FREQUENCY=1 \
+        config.DATA.TRAIN.DATA_LIMIT=320 config.OPTIMIZER.num_epochs=2 config.CHECKPOINT.OVERWRITE_EXISTING=True "$@")
+}
+
+final() { echo "$1/model_final_checkpoint_phase1.torch"; }
+
+machine() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+    ldd "$(command -v selfsup-train)" | grep -E 'cudnn|cublas|not found'
+}
+
+# parity METHOD: the same 10 steps on the GPU and on the cpu, from the same init and records.
+# The first step's loss must agree to fp32 rounding. After that, the two are compared against
+# how far two correct fp32 engines drift apart anyway: a third run on the cpu with oneDNN held
+# to SSE4.1 (other kernels, other summation orders) is the noise run (compare.py --noise): a
+# ReLU input within rounding of zero flips either way and training amplifies it step by step.
+parity() {
+    local m=$1 it=config.CHECKPOINT.CHECKPOINT_ITER_FREQUENCY=1
+    train gpu "$m" "$work/$m-gpu" "$data/$m.rec" $it && train cpu "$m" "$work/$m-cpu" "$data/$m.rec" $it &&
+        ONEDNN_MAX_CPU_ISA=SSE41 train cpu "$m" "$work/$m-sse" "$data/$m.rec" $it || return 1
+    local g="$work/$m-gpu" c="$work/$m-cpu" n="$work/$m-sse"
+    $compare losses "$g/stdout.json" "$c/stdout.json" --rtol 1e-5 --iters 1 &&
+        $compare weights "$g/model_iteration1.torch" "$c/model_iteration1.torch" --rtol 1e-4 --opt-rtol 1e-3 \
+            --noise "$n/model_iteration1.torch" --factor 3 &&
+        $compare losses "$g/stdout.json" "$c/stdout.json" --rtol 1e-4 --noise "$n/stdout.json" --factor 3 &&
+        $compare weights "$(final "$g")" "$(final "$c")" --rtol 1e-3 --noise "$(final "$n")" --factor 3
+}
+
+# cross FIRST SECOND: epoch 0 on FIRST (its input ends there: the trainer stops after an
+# iteration checkpoint), epoch 1 resumed from it on SECOND. The checkpoint is device-neutral
+# when the first step after the resume (iteration 6, on SECOND) has the loss the run that
+# stayed on FIRST had there: the same weights, one forward apart.
+cross() {
+    local first=$1 second=$2 dir="$work/simclr-$1-then-$2"
+    train "$first" simclr "$dir" "$data/simclr_e0.rec"
+    [ -e "$dir/checkpoint.torch" ] || { echo "no checkpoint from the $first run"; return 1; }
+    train "$second" simclr "$dir" "$data/simclr.rec" config.CHECKPOINT.OVERWRITE_EXISTING=False &&
+        $compare losses "$dir/stdout.json" "$work/simclr-$first/stdout.json" --rtol 1e-5 --iters 6
+}
+
+# resume_bitwise: GPU epoch 0, stop, resume: bitwise the uninterrupted GPU run (the backend
+# chooses only deterministic algorithms and sums in a fixed order).
+resume_bitwise() {
+    local dir="$work/simclr-gpu-resumed"
+    train gpu simclr "$dir" "$data/simclr_e0.rec"
+    train gpu simclr "$dir" "$data/simclr.rec" config.CHECKPOINT.OVERWRITE_EXISTING=False &&
+        $compare same "$(final "$dir")" "$(final "$work/simclr-gpu")"
+}
+
+# extract DEVICE DIR: the extraction quickstart (eval mode: the folded conv+BN path) with the
+# SimCLR GPU run's final weights, 320 images.
+extract() {
+    (cd "$work/selfsup-gpu" && selfsup-extract -c quickstart/extract_features --in "file:$data/extract.rec" \
+        --output "$2" --threads 16 config.MACHINE.DEVICE="$1" config.DATA.TRAIN.DATA_LIMIT=320 \
+        config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$(final "$work/simclr-gpu")")
+}
+
+# extract_parity: the same features on both devices, to fp32 rounding of a forward pass.
+extract_parity() {
+    extract gpu "$work/features-gpu" && extract cpu "$work/features-cpu" &&
+        $compare features "$work/features-gpu" "$work/features-cpu" --rtol 1e-4
+}
+
+bench_selfsup() { bench/gpu_train.sh "$out/bench_selfsup.json"; }
+
+bench_torch() {
+    [ "${BENCH_MODES:-}" = none ] && { echo "skipped (BENCH_MODES=none)"; return 0; }
+    timeout 420 python3 bench/gpu_train_torch.py --modes "${BENCH_MODES:-eager32,eager_bf16,compile_bf16}" \
+        --json "$out/bench_torch.json"
+}
+
+check machine machine
+check backend-ops backend-ops --summary "$out/backend_ops.txt"
+check simclr-parity parity simclr
+check swav-parity parity swav
+check extract-parity extract_parity
+check resume-gpu-to-cpu cross gpu cpu
+check resume-cpu-to-gpu cross cpu gpu
+check resume-gpu-bitwise resume_bitwise
+check bench-selfsup bench_selfsup
+check bench-torch bench_torch
+[ "${PROFILE:-0}" = 1 ] && check profile bench/gpu_profile.sh "$out/profile.txt"
+rm -rf "$work"
+echo "runbook: $(grep -c '^ok' "$summary") passed, $(grep -c '^FAIL' "$summary") failed" | tee -a "$summary"
+exit $failed

@@ -1,0 +1,103 @@
+/*
+ * test_backend_choice.c — MACHINE.DEVICE to a backend, and the refusals a GPU run can meet
+ * before anything starts, checked on any machine (with or without CUDA, with or without a GPU).
+ *
+ * The GPU itself is tested by tests/gpu/ (backend-ops and the runbook); what is here is the
+ * host-side logic: the mapping, that an unavailable GPU is a config error (exit 2) naming the
+ * key and the reason, and that a local rank past the machine's GPUs is refused.
+ */
+#include "model.h"
+#include "nn.h"
+#ifdef HAVE_CUDA
+#include "cuda/conv_key.h"
+#endif
+#include "test_util.h"
+#include "util.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+Test(backend_choice, devices_map_to_backends)
+{
+    cr_expect_str_eq(model_backend_for_device("cpu"), "cpu");
+    cr_expect_str_eq(model_backend_for_device("gpu"), "cuda");
+    cr_expect_null(model_backend_for_device("tpu"));
+    cr_expect_null(model_backend_for_device("GPU"));
+}
+
+/* Either this build has no cuda backend, or the machine has no GPU, or it has one: each
+ * answer is right in its place, and the first two must say which. */
+Test(backend_choice, the_cuda_backend_opens_or_says_why)
+{
+    char *err = NULL;
+    eng_backend *be = eng_backend_open("cuda", NULL, &err);
+#ifdef HAVE_CUDA
+    if (be) {
+        cr_expect_str_eq(eng_backend_name(be), "cuda");
+        eng_backend_close(be);
+        return;
+    }
+    cr_expect(err && strstr(err, "GPU"), "%s", err ? err : "(none)");
+#else
+    cr_expect_null(be);
+    cr_expect(err && strstr(err, "unknown backend 'cuda' (this build has: cpu)"), "%s", err ? err : "(none)");
+#endif
+    free(err);
+}
+
+Test(backend_choice, a_local_rank_past_the_gpus_is_refused)
+{
+    char *err = NULL;
+    eng_backend_options o = {.device = 4096};
+    cr_expect_null(eng_backend_open("cuda", &o, &err));
+    cr_expect(err && (strstr(err, "GPU 4096 was asked for") || strstr(err, "no usable GPU") ||
+                      strstr(err, "unknown backend")),
+              "%s", err ? err : "(none)");
+    free(err);
+}
+
+/* Where no GPU can run (this machine, CI), selfsup-train refuses MACHINE.DEVICE=gpu as a config
+ * error: exit 2, the key named, the way back to the cpu given. */
+Test(backend_choice, gpu_without_a_gpu_is_a_config_error, .timeout = 120)
+{
+    char *probe = NULL;
+    eng_backend *be = eng_backend_open("cuda", NULL, &probe);
+    free(probe);
+    if (be) { /* a GPU machine: the refusal cannot happen here */
+        eng_backend_close(be);
+        return;
+    }
+    char *dir = test_make_tmpdir(), *train = test_build_path("selfsup-train"), *out = NULL;
+    char *cmd = xasprintf("%s -c quickstart/simclr --in file:/dev/null --steps-per-epoch 1 config.MACHINE.DEVICE=gpu "
+                          "config.CHECKPOINT.DIR=%s",
+                          train, dir);
+    int status = test_run(cmd, &out);
+    cr_expect_eq(status, 2, "%s\n%s", cmd, out);
+    cr_expect(strstr(out, "MACHINE.DEVICE") && strstr(out, "set MACHINE.DEVICE=cpu"), "%s", out);
+    free(out), free(cmd), free(train);
+    test_rm_rf(dir);
+    free(dir);
+}
+
+#ifdef HAVE_CUDA
+/* The cuda backend's algorithm cache: one entry per convolution, whatever way it is written. */
+Test(backend_choice, conv_keys_name_the_convolution_not_its_spelling)
+{
+    eng_shape x = eng_shape4(8, 64, 56, 56), w = eng_shape4(64, 64, 3, 3);
+    eng_conv_desc plain = {.pad = {1, 1}}, spelled = {.stride = {1, 1}, .pad = {1, 1}, .dilation = {1, 1}, .groups = 1};
+    conv_key a = conv_key_of(&plain, &x, &w, true), b = conv_key_of(&spelled, &x, &w, true);
+    cr_expect(conv_key_equal(&a, &b), "PyTorch's defaults written out are the same convolution");
+    conv_key nondet = conv_key_of(&plain, &x, &w, false);
+    cr_expect(!conv_key_equal(&a, &nondet), "a deterministic choice is not a free one");
+    eng_shape x2 = eng_shape4(16, 64, 56, 56), w2 = eng_shape4(64, 32, 3, 3);
+    conv_key batch = conv_key_of(&plain, &x2, &w, true);
+    cr_expect(!conv_key_equal(&a, &batch), "another batch size is another convolution");
+    eng_conv_desc grouped = {.pad = {1, 1}, .groups = 2}, strided = {.stride = {2, 1}, .pad = {1, 1}};
+    conv_key g = conv_key_of(&grouped, &x, &w2, true), s = conv_key_of(&strided, &x, &w, true);
+    cr_expect(!conv_key_equal(&a, &g) && !conv_key_equal(&a, &s) && !conv_key_equal(&g, &s));
+    eng_conv_desc padded = {.pad = {1, 0}}, dilated = {.pad = {1, 1}, .dilation = {2, 2}};
+    conv_key pw = conv_key_of(&padded, &x, &w, true), dl = conv_key_of(&dilated, &x, &w, true);
+    cr_expect(!conv_key_equal(&a, &pw) && !conv_key_equal(&a, &dl));
+}
+#endif
