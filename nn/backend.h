@@ -27,6 +27,7 @@ typedef struct {
     void (*zero)(eng_backend *be, T *t);
     void (*upload)(eng_backend *be, T *dst, const float *src);
     void (*download)(eng_backend *be, T *src, float *dst);
+    void (*sync)(eng_backend *be);
     void (*copy)(eng_backend *be, T *src, T *dst);
     /* x[n, c, h, w] = lut[c·256 + src[((n·H + h)·W + w)·src_c + map[c]]]: nn.c works the table */
     void (*upload_images)(eng_backend *be, T *x, const uint8_t *src, int src_c, const int *map, const float *lut);
@@ -90,6 +91,10 @@ struct eng_backend {
     eng_backend_options opt;
     void *impl;
 };
+
+/* The name of the first operation `ops` leaves NULL, or NULL when it has them all: a backend
+ * must implement every one (eng_backend_open refuses one that does not, naming the gap). */
+const char *eng_ops_missing(const eng_ops *ops);
 
 extern const eng_ops eng_cpu_ops;
 #ifdef HAVE_CUDA

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "util.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +23,44 @@ static const eng_ops *const BACKENDS[] = {&eng_cpu_ops};
 #define BACKEND_NAMES "cpu"
 #endif
 
+/* Every operation of eng_ops by name, for eng_ops_missing. */
+#define OP(name) {#name, offsetof(eng_ops, name)}
+static const struct {
+    const char *name;
+    size_t at;
+} OPS[] = {
+    OP(open), OP(close), OP(bytes), OP(alloc), OP(free), OP(zero), OP(upload), OP(download), OP(sync), OP(copy),
+    OP(upload_images), OP(relu_forward), OP(relu_backward), OP(linear_forward), OP(linear_backward), OP(add_forward),
+    OP(add_backward), OP(l2norm_forward), OP(l2norm_backward), OP(dropout_forward), OP(dropout_backward),
+    OP(sgd_step_many), OP(adam_step_many), OP(sum_squares), OP(sum_squares_many), OP(info_nce), OP(cross_entropy),
+    OP(bce_logits), OP(sinkhorn), OP(soft_cross_entropy), OP(plan_free), OP(conv_plan), OP(conv_forward),
+    OP(conv_backward), OP(conv_bn_forward_eval), OP(batchnorm_forward_train), OP(batchnorm_forward_eval),
+    OP(batchnorm_backward), OP(batchnorm_backward_eval), OP(layernorm2d_forward), OP(layernorm2d_backward),
+    OP(maxpool_forward), OP(maxpool_backward), OP(avgpool_forward), OP(avgpool_backward),
+    OP(adaptive_avgpool_forward), OP(adaptive_avgpool_backward), OP(adaptive_maxpool_forward),
+    OP(adaptive_maxpool_backward),
+};
+#undef OP
+
+const char *eng_ops_missing(const eng_ops *ops)
+{
+    static const char nothing[sizeof(void (*)(void))];
+    for (size_t i = 0; i < ARRAY_LEN(OPS); i++)
+        if (memcmp((const char *)ops + OPS[i].at, nothing, sizeof nothing) == 0)
+            return OPS[i].name;
+    return NULL;
+}
+
 eng_backend *eng_backend_open(const char *name, const eng_backend_options *opt, char **err)
 {
     for (size_t i = 0; i < ARRAY_LEN(BACKENDS); i++) {
         if (strcmp(BACKENDS[i]->name, name) != 0)
             continue;
+        const char *missing = eng_ops_missing(BACKENDS[i]);
+        if (missing) {
+            report_failure(err, "backend '%s' lacks the operation '%s'", name, missing);
+            return NULL;
+        }
         eng_backend *be = xcalloc(1, sizeof *be);
         be->ops = BACKENDS[i];
         be->opt = opt ? *opt : (eng_backend_options){0};
@@ -49,6 +83,8 @@ void eng_backend_close(eng_backend *be)
 }
 
 const char *eng_backend_name(const eng_backend *be) { return be->ops->name; }
+
+void eng_sync(eng_backend *be) { be->ops->sync(be); }
 
 /* ---- shapes ------------------------------------------------------------------------------- */
 

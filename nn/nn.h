@@ -77,6 +77,10 @@ typedef struct {
 eng_backend *eng_backend_open(const char *name, const eng_backend_options *opt, char **err);
 void eng_backend_close(eng_backend *be);
 const char *eng_backend_name(const eng_backend *be);
+/* Block until every operation queued on the backend has run. A GPU backend runs them
+ * asynchronously (the host only waits where a value comes back), so a timer around part of a
+ * step must sync first to time the work rather than its queueing; the cpu runs them in place. */
+void eng_sync(eng_backend *be);
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 

@@ -98,6 +98,8 @@ static int cpu_open(eng_backend *be, const eng_backend_options *opt, char **err)
 
 static void cpu_close(eng_backend *be) { (void)be; }
 
+static void cpu_sync(eng_backend *be) { (void)be; } /* every operation has run when it returns */
+
 static size_t cpu_bytes(eng_backend *be, const eng_shape *s)
 {
     (void)be;
@@ -170,6 +172,7 @@ const eng_ops eng_cpu_ops = {
     .upload = cpu_upload,
     .copy = cpu_copy,
     .download = cpu_download,
+    .sync = cpu_sync,
     .upload_images = cpu_upload_images,
     .relu_forward = cpu_relu_forward,
     .relu_backward = cpu_relu_backward,

@@ -200,6 +200,7 @@ const eng_ops eng_cuda_ops = {
     .zero = cuda_zero,
     .upload = cuda_upload,
     .download = cuda_download,
+    .sync = cuda_sync,
     .copy = cuda_copy,
     .upload_images = cuda_upload_images,
     .relu_forward = cuda_relu_forward,

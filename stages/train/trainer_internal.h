@@ -99,9 +99,13 @@ struct trainer {
     int rank;
 };
 
-/* The time since `since` into timer k; returns now. */
+/* The time since `since` into timer k; returns now. With MONITOR_PERF_STATS the backend's
+ * queue is drained first, so on a GPU the timer holds the part's work, not its queueing (a
+ * step without them waits only where the loss comes back). */
 static inline double lap(trainer *t, int k, double since)
 {
+    if (t->perf_on)
+        eng_sync(t->be);
     double now = now_seconds();
     t->perf[k] += now - since;
     return now;

@@ -6,6 +6,7 @@
  * host-side logic: the mapping, that an unavailable GPU is a config error (exit 2) naming the
  * key and the reason, and that a local rank past the machine's GPUs is refused.
  */
+#include "backend.h"
 #include "model.h"
 #include "nn.h"
 #ifdef HAVE_CUDA
@@ -44,6 +45,23 @@ Test(backend_choice, the_cuda_backend_opens_or_says_why)
     cr_expect(err && strstr(err, "unknown backend 'cuda' (this build has: cpu)"), "%s", err ? err : "(none)");
 #endif
     free(err);
+}
+
+/* A backend's table must be whole: the first gap is named (and eng_backend_open refuses it). */
+Test(backend_choice, a_backend_that_lacks_an_operation_is_named)
+{
+    cr_expect_null(eng_ops_missing(&eng_cpu_ops));
+#ifdef HAVE_CUDA
+    cr_expect_null(eng_ops_missing(&eng_cuda_ops));
+#endif
+    eng_ops partial = eng_cpu_ops;
+    partial.sinkhorn = NULL;
+    cr_expect_str_eq(eng_ops_missing(&partial), "sinkhorn");
+    partial.open = NULL;
+    cr_expect_str_eq(eng_ops_missing(&partial), "open", "the first gap in the table's order");
+    partial = eng_cpu_ops;
+    partial.adaptive_maxpool_backward = NULL;
+    cr_expect_str_eq(eng_ops_missing(&partial), "adaptive_maxpool_backward", "the last one too");
 }
 
 Test(backend_choice, a_local_rank_past_the_gpus_is_refused)
