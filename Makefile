@@ -3,6 +3,7 @@
 #   make                 build every binary into build/
 #   make test            install deps, build, run the fuzz smoke runs, then the test suite
 #   make SANITIZE=1 test the same under AddressSanitizer + UndefinedBehaviorSanitizer (build/san/)
+#   make SANITIZE=thread unit  the threaded and shared-memory suites under ThreadSanitizer (build/tsan/)
 #   make deps            install the Debian packages the project needs (no-op when present)
 #   make demo            the main job on its own data
 #   make bench           speed measurements against the PyTorch/VISSL way
@@ -27,6 +28,52 @@ FUZZ_SECONDS ?= 20
 ifeq ($(SANITIZE),1)
   override BUILD := $(BUILD)/san
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else ifeq ($(SANITIZE),thread)
+  # ThreadSanitizer (build/tsan/): the stage binaries the tests spawn are TSan builds too.
+  # `unit` runs only the suites whose code shares memory between threads or processes: the
+  # ring (and its futexes), the transports end to end (pipeline, streams), the ZeroMQ control
+  # plane and its ZAP handler thread (control, auth), collate, records, and our other threads:
+  # the data chain under the orchestrator (data_pipeline: `selfsup dataset`'s PNG workers,
+  # decode's dataset thread), decode's worker pool (decode) and the local copy (localcopy).
+  # TSan checks the threads of one process: what two processes do to a ring is out of its
+  # sight (a ring shared by threads of one process is in it). tests/tsan.supp says what is
+  # suppressed and why (libzmq, libsodium, oneDNN: not instrumented; nothing of ours).
+  # Left out, and run in the other builds:
+  #  - the six tests whose forked child starts threads (ZeroMQ's). Criterion's test process
+  #    already has a thread of Criterion's own when a test forks, and TSan cannot follow a
+  #    child of a multi-threaded process that starts threads: by default it kills the child
+  #    ("starting new threads after multi-threaded fork is not supported"); with
+  #    die_after_fork=0 it dies on the new thread ("dup thread with used id").
+  #  - the tests whose verdict is a wall-clock deadline that TSan's slowdown breaks: two signal
+  #    a run 300 ms after its last stage appears, assuming the stages run by then (under TSan
+  #    they are often still starting), and the kill rounds want each run to end within 2 s of
+  #    a kill (2.3 s seen). Their concurrency is between processes, out of TSan's sight.
+  override BUILD := $(BUILD)/tsan
+  SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+  TSAN_FORKS_THREADS := roundtrip_ipc_two_processes|roundtrip_tcp_two_processes|child_forked_after_the_context_exists|control_tcp_refuses_a_peer_without_a_listed_key|control_ipc_other_users_cannot_connect|data_tcp_reader_refuses_forged_records
+  TSAN_TOO_SLOW := sigint_stops_cleanly|silent_stage_counts_as_hung|kill_producer|kill_worker|kill_consumer
+  UNIT_ARGS ?= --filter '@(ring|pipeline|streams|control|auth|collate|record|data_pipeline|decode|localcopy)/!($(TSAN_FORKS_THREADS)|$(TSAN_TOO_SLOW))'
+  # The loader runs the ifunc resolver of a target_clones function (the SIMD kernels) while
+  # relocating the program, before TSan is initialised, and GCC instruments that resolver
+  # with TSan's function-entry hook, which then writes through a null shadow stack: every
+  # binary dies at load. The files that use target_clones go without the entry/exit hook;
+  # their memory accesses are still checked, only their frames are missing from stacks.
+  # (The OpenMP objects below, which have some too, are not instrumented at all.)
+  TSAN_OMP_SRC := nn/cpu/% stages/svm/% stages/knn/%
+  TSAN_CLONES_SRC := $(filter-out $(TSAN_OMP_SRC),$(shell grep -lE 'target_clones|CPU_HOT|SIMD_CLONES' lib/*.c shm/*.c nn/*.c stages/*/*.c 2>/dev/null))
+  $(TSAN_CLONES_SRC:%.c=$(BUILD)/obj/%.o): CFLAGS += --param=tsan-instrument-func-entry-exit=0
+  # OpenMP's runtime (libgomp, which oneDNN runs on too) is not instrumented, so TSan cannot see
+  # how a parallel region hands its data to the team and takes it back, and reports every
+  # region as racing (the workers' reads of what the caller wrote before the region). The
+  # objects built with -fopenmp (nn/cpu, stages/svm, stages/knn: the compute kernels, which
+  # share nothing with the rings, the transports or the control plane) are therefore built
+  # without TSan, instead of suppressing reports in our code by name. Limiting OpenMP to one
+  # thread (OMP_THREAD_LIMIT=1) is no way out: oneDNN sizes its kernels for the threads it
+  # asked for and its backward convolution then waits forever for the missing one.
+  $(TSAN_OMP_SRC:%=$(BUILD)/obj/%.o): SANFLAGS :=
+  # Criterion's sandboxes cannot find room for their shared arena beside TSan's shadow
+  # without this (tests/tsan_boxfort.c says why); no other build links it.
+  UNIT_EXTRA_OBJ := $(BUILD)/obj/tests/tsan_boxfort.o
 endif
 
 PKGS       := yaml-0.1 jansson libzmq libzip libjpeg libpng liburing zlib
@@ -146,7 +193,7 @@ $(GPU_TEST_BIN): $(BUILD)/obj/tests/gpu/backend_ops.o $(LIBSELFSUP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(UNIT_BIN): $(UNIT_OBJ) $(LIBSELFSUP)
+$(UNIT_BIN): $(UNIT_OBJ) $(UNIT_EXTRA_OBJ) $(LIBSELFSUP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
@@ -186,10 +233,16 @@ deps:
 
 # ---- tests --------------------------------------------------------------------------------
 # The Criterion run comes last so that its "Synthesis" line ends the output.
+# Under TSan every process (the test binary and each stage it spawns, which inherit the
+# environment) stops at its first report with exit code 66, so a race fails its test; the
+# caller's TSAN_OPTIONS come last and win.
+ifeq ($(SANITIZE),thread)
+  UNIT_ENV := TSAN_OPTIONS="suppressions=$(abspath tests/tsan.supp) halt_on_error=1 exitcode=66 second_deadlock_stack=1 $$TSAN_OPTIONS"
+endif
 unit: $(UNIT_BIN) $(BINS) $(TSTAGE_BINS) $(GPU_TEST_BIN)
 	$(GPU_TEST_BIN)
 	SELFSUP_BUILD=$(abspath $(BUILD)) SELFSUP_CONFIGS=$(abspath configs) LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
-	  $(UNIT_BIN) --jobs 2 $(UNIT_ARGS)
+	  $(UNIT_ENV) $(UNIT_BIN) --jobs 2 $(UNIT_ARGS)
 
 fuzz: $(FUZZ_BINS)
 	@for f in $(FUZZ_BINS); do \

@@ -3,6 +3,8 @@
  */
 #include "log.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,22 +12,27 @@
 #include <time.h>
 
 static const char *g_stage = "selfsup";
-static log_level g_level = LOG_INFO;
-static int g_level_from_env;
+/* Threads log too (the ZAP handler of shm/auth.c, a stage's workers): the level is an atomic
+ * and SELFSUP_LOG is read once, by whichever thread logs first (ThreadSanitizer found the
+ * unsynchronised lazy read). */
+static atomic_int g_level = LOG_INFO;
+static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
 
 static const char *const LEVEL_NAMES[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 
-static void level_from_env(void)
+static void read_env_level(void)
 {
-    if (g_level_from_env)
-        return;
-    g_level_from_env = 1;
     const char *env = getenv("SELFSUP_LOG");
     if (!env)
         return;
     for (int i = LOG_DEBUG; i <= LOG_ERROR; i++)
         if (strcasecmp(env, LEVEL_NAMES[i]) == 0 || (i == LOG_WARN && !strcasecmp(env, "warning")))
-            g_level = (log_level)i;
+            atomic_store_explicit(&g_level, i, memory_order_relaxed);
+}
+
+static void level_from_env(void)
+{
+    pthread_once(&g_env_once, read_env_level);
 }
 
 void log_init(const char *stage_name)
@@ -37,20 +44,19 @@ void log_init(const char *stage_name)
 
 void log_set_level(log_level level)
 {
-    g_level_from_env = 1;
-    g_level = level;
+    level_from_env(); /* so that SELFSUP_LOG, read later, cannot override this */
+    atomic_store_explicit(&g_level, (int)level, memory_order_relaxed);
 }
 
 log_level log_get_level(void)
 {
     level_from_env();
-    return g_level;
+    return (log_level)atomic_load_explicit(&g_level, memory_order_relaxed);
 }
 
 void log_vmsg(log_level level, const char *fmt, va_list ap)
 {
-    level_from_env();
-    if (level < g_level)
+    if (level < log_get_level())
         return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

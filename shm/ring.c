@@ -367,11 +367,16 @@ static ring_status check_peers(ring *r)
         }
     }
     /* Spinning only pays while every busy process of the ring can have a core to itself;
-     * beyond that a spinner steals the time of the peer it waits for. */
-    static long cores;
-    if (!cores)
-        cores = sysconf(_SC_NPROCESSORS_ONLN);
-    r->crowded = busy > cores;
+     * beyond that a spinner steals the time of the peer it waits for. The core count is read
+     * once, into an atomic: the threads of one process may check the peers of their handles at
+     * the same time, and ThreadSanitizer caught the plain lazily set static racing. */
+    static _Atomic long cores;
+    long n_cores = atomic_load_explicit(&cores, memory_order_relaxed);
+    if (!n_cores) {
+        n_cores = sysconf(_SC_NPROCESSORS_ONLN);
+        atomic_store_explicit(&cores, n_cores, memory_order_relaxed);
+    }
+    r->crowded = busy > n_cores;
     return atomic_load(&r->sh->broken) != NOT_BROKEN ? RING_BROKEN : RING_OK;
 }
 

@@ -16,9 +16,11 @@
 #include "util.h"
 #include "version.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +66,12 @@ struct stage {
 
 /* ---- signals ------------------------------------------------------------------------------- */
 
-static volatile sig_atomic_t stop_signal;
+/* An atomic, not a volatile sig_atomic_t: the kernel runs the handler on any thread that does
+ * not block the signal (a ZeroMQ thread before it masks signals, a worker thread of a stage),
+ * and volatile only covers a handler on the thread that reads the flag. Lock-free atomics are
+ * async-signal-safe (C11 7.14.1.1), and plain reads and writes of them stay as they were. */
+static_assert(ATOMIC_INT_LOCK_FREE == 2, "the stop flag is written in a signal handler");
+static atomic_int stop_signal;
 
 static void on_stop_signal(int sig)
 {
