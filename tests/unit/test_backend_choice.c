@@ -86,14 +86,18 @@ Test(backend_choice, gpu_without_a_gpu_is_a_config_error, .timeout = 120)
         eng_backend_close(be);
         return;
     }
+    /* a config that reads no dataset, so nothing but the device can be refused */
+    char *yaml = test_write_temp("gpu.yaml", "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n"
+                                             "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4}}\n"
+                                             "  MODEL: {TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18}}}}\n");
     char *dir = test_make_tmpdir(), *train = test_build_path("selfsup-train"), *out = NULL;
-    char *cmd = xasprintf("%s -c quickstart/simclr --in file:/dev/null --steps-per-epoch 1 config.MACHINE.DEVICE=gpu "
+    char *cmd = xasprintf("%s -c %s --in file:/dev/null --steps-per-epoch 1 config.MACHINE.DEVICE=gpu "
                           "config.CHECKPOINT.DIR=%s",
-                          train, dir);
+                          train, yaml, dir);
     int status = test_run(cmd, &out);
     cr_expect_eq(status, 2, "%s\n%s", cmd, out);
     cr_expect(strstr(out, "MACHINE.DEVICE") && strstr(out, "set MACHINE.DEVICE=cpu"), "%s", out);
-    free(out), free(cmd), free(train);
+    free(out), free(cmd), free(train), free(yaml);
     test_rm_rf(dir);
     free(dir);
 }
