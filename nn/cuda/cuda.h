@@ -99,7 +99,6 @@ static inline unsigned cuda_blocks(int64_t n, unsigned threads)
 void cuda_upload_images(eng_backend *be, T *x, const uint8_t *src, int src_c, const int *map, const float *lut);
 
 /* ---- elementwise (eltwise.cu) ------------------------------------------------------------------ */
-void cuda_fill(eng_backend *be, float *p, int64_t n, float v);
 void cuda_relu_forward(eng_backend *be, T *x, T *y);
 void cuda_relu_backward(eng_backend *be, T *y, T *dy, T *dx);
 void cuda_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y);

@@ -38,12 +38,7 @@ __device__ static double block_sum(double v, double *shared)
     return total;
 }
 
-/* ---- fill, ReLU, add -------------------------------------------------------------------------- */
-
-__global__ static void fill_kernel(float *p, int64_t n, float v)
-{
-    GRID_STRIDE(i, n) p[i] = v;
-}
+/* ---- ReLU, add -------------------------------------------------------------------------------- */
 
 __global__ static void relu_kernel(const float *x, float *y, int64_t n)
 {
@@ -76,12 +71,6 @@ __global__ static void add_grad_kernel(const float *y, const float *dy, float *d
         if (db)
             db[i] += g;
     }
-}
-
-extern "C" void cuda_fill(eng_backend *be, float *p, int64_t n, float v)
-{
-    fill_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(p, n, v);
-    CUDA_LAUNCHED();
 }
 
 extern "C" void cuda_relu_forward(eng_backend *be, T *x, T *y)
