@@ -85,21 +85,28 @@ CFLAGS     += -ffp-contract=off -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstri
 LDFLAGS    += $(SANFLAGS)
 LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -ljpeg -lpng16 -luring -lz) -ldnnl -llinear -lgomp -lm
 
-# ---- CUDA: the GPU backend (nn/cuda/) is compiled wherever nvcc exists -------------------------
+# ---- CUDA: the GPU backend (nn/cuda/) is compiled wherever a CUDA toolkit is found ----------
 # Kernels (.cu) go through nvcc, for Hopper (sm_90a machine code) plus compute_90 PTX that
 # other cards compile when they load it; the cuDNN/cuBLAS calls (.c) through cc. cudart is
 # linked statically, so a binary needs only cuDNN and cuBLAS from the machine it runs on.
-# Without nvcc the build is the cpu-only one, and MACHINE.DEVICE=gpu is refused as a config error.
-NVCC       := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+# The toolkit is the first of $(CUDA_HOME), /usr/local/cuda and the one nvcc on PATH lives in
+# that has nvcc, cudnn.h and cublas_v2.h together: an nvcc on PATH may be a wrapper script in
+# /usr/local/bin whose headers are elsewhere. Without one the build is the cpu-only one, and
+# MACHINE.DEVICE=gpu is refused as a config error. The RUNPATH lets a build find cuDNN where it
+# was built; LD_LIBRARY_PATH (the GPU bundle's env.sh) still comes first.
+cuda_toolkit = $(and $(wildcard $(1)/bin/nvcc),$(wildcard $(1)/include/cudnn.h),$(wildcard $(1)/include/cublas_v2.h),$(1))
+CUDA_PLACES := $(CUDA_HOME) /usr/local/cuda $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v nvcc 2>/dev/null)))
+CUDA_HOME  := $(firstword $(foreach d,$(CUDA_PLACES),$(call cuda_toolkit,$(d))))
 CUDA_SRC   := $(wildcard nn/cuda/*.cu)
-ifneq ($(NVCC),)
+ifneq ($(CUDA_HOME),)
   HAVE_CUDA := 1
-  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+  NVCC      := $(CUDA_HOME)/bin/nvcc
   CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
   CPPFLAGS  += -DHAVE_CUDA=1
   NVCCFLAGS := -O3 -std=c++17 -g -lineinfo -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
                -Xcompiler -Wall,-Wextra -Werror all-warnings -MMD -MP
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,--as-needed -lcudnn -lcublas -lcudart_static -lstdc++ -ldl -lrt -Wl,--no-as-needed
+  LDFLAGS   += -L$(CUDA_HOME)/lib64 -Wl,--enable-new-dtags,-rpath,$(CUDA_HOME)/lib64
+  LDLIBS    += -Wl,--as-needed -lcudnn -lcublas -lcudart_static -lstdc++ -ldl -lrt -Wl,--no-as-needed
 endif
 
 # ---- sources ------------------------------------------------------------------------------
