@@ -105,8 +105,7 @@ ifneq ($(CUDA_HOME),)
   CPPFLAGS  += -DHAVE_CUDA=1
   NVCCFLAGS := -O3 -std=c++17 -g -lineinfo -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
                -Xcompiler -Wall,-Wextra -Werror all-warnings -MMD -MP
-  LDFLAGS   += -L$(CUDA_HOME)/lib64 -Wl,--enable-new-dtags,-rpath,$(CUDA_HOME)/lib64
-  LDLIBS    += -Wl,--as-needed -lcudnn -lcublas -lcudart_static -lstdc++ -ldl -lrt -Wl,--no-as-needed
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,--enable-new-dtags,-rpath,$(CUDA_HOME)/lib64 -Wl,--as-needed -lcudnn -lcublas -lcudart_static -lstdc++ -ldl -lrt -Wl,--no-as-needed
 endif
 
 # ---- sources ------------------------------------------------------------------------------
