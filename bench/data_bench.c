@@ -113,7 +113,7 @@ static uint8_t *read_file(const char *path, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        die(1, "%s: %s", path, strerror(errno));
+        die(EXIT_RUNTIME, "%s: %s", path, strerror(errno));
     struct stat st;
     fstat(fd, &st);
     uint8_t *buf = xmalloc((size_t)st.st_size + 1);
@@ -121,7 +121,7 @@ static uint8_t *read_file(const char *path, size_t *len)
     while (got < (size_t)st.st_size) {
         ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
         if (r <= 0)
-            die(1, "%s: short read", path);
+            die(EXIT_RUNTIME, "%s: short read", path);
         got += (size_t)r;
     }
     close(fd);
@@ -160,12 +160,12 @@ static void write_sample(bench *b, aug_sample *s, int slot, uint64_t seq)
 {
     rec_writer w;
     if (rec_writer_init(&w, b->slots[slot], b->slot_bytes, REC_DATA, seq, 0, aug_sample_tensors(s)) != 0)
-        die(1, "slot: %s", w.error);
+        die(EXIT_RUNTIME, "slot: %s", w.error);
     aug_sample_write(s, &b->norm, b->to_float, &w);
     size_t len = rec_finish(&w);
     char *err = NULL;
     if (!len || rec_parse(b->slots[slot], len, &b->views[slot], &err) != 0)
-        die(1, "sample record: %s", len ? err : w.error);
+        die(EXIT_RUNTIME, "sample record: %s", len ? err : w.error);
 }
 
 static void flush_batch(bench *b, int n)
@@ -174,7 +174,7 @@ static void flush_batch(bench *b, int n)
     char why[256];
     if (rec_writer_init(&w, b->batch_buf, b->batch_bytes, REC_DATA, 0, 0, collate_max_tensors(b->collator, &b->views[0])) != 0 ||
         collate_batch(b->collator, b->views, n, &(collate_options){0}, &w, why, sizeof why) != 0 || !rec_finish(&w))
-        die(1, "collate: %s %s", why, w.error);
+        die(EXIT_RUNTIME, "collate: %s %s", why, w.error);
     if (b->hash)
         b->checksum = fnv1a(b->checksum ? b->checksum : 0xcbf29ce484222325ull, b->batch_buf, w.used);
     else
@@ -205,7 +205,7 @@ static void run_images(bench *b, const file_list *fl, size_t first, size_t count
         char why[256];
         crop_key key = {.aug = b->aug, .index = i};
         if (decode_image_roi(b->dec, buf, len, b->aug && b->crop ? crop_box : NULL, &key, &rgb, why, sizeof why) != 0)
-            die(1, "%s: %s", fl->paths[i % fl->n], why);
+            die(EXIT_RUNTIME, "%s: %s", fl->paths[i % fl->n], why);
         free(buf);
         if (!b->aug) {
             b->checksum += rgb.px[0];
@@ -218,7 +218,7 @@ static void run_images(bench *b, const file_list *fl, size_t first, size_t count
         if (rgb.w != rgb.full_w || rgb.h != rgb.full_h)
             aug_sample_set_window(&s, 0, rgb.x0, rgb.y0, rgb.full_w, rgb.full_h);
         if (aug_apply(b->aug, &s, 0, 0, (uint64_t)i, why, sizeof why) != 0)
-            die(1, "augment: %s", why);
+            die(EXIT_RUNTIME, "augment: %s", why);
         write_sample(b, &s, in_batch, i);
         aug_sample_release(&s);
         if (++in_batch == b->batch) {
@@ -258,12 +258,12 @@ static void setup(bench *b, int p, bool to_float, int batch)
     cfg_err err;
     cfg_node *root = cfg_parse_yaml(pipelines[p].yaml, strlen(pipelines[p].yaml), pipelines[p].name, &err);
     if (!root || !(b->aug = aug_pipeline_build(cfg_map_get(root, "t"), "t", &err)))
-        die(1, "%s: %s", pipelines[p].name, err.msg);
+        die(EXIT_RUNTIME, "%s: %s", pipelines[p].name, err.msg);
     cfg_free(root);
     b->norm = aug_pipeline_normalize(b->aug);
     char why[160];
     if (collate_from_name(pipelines[p].collator, &b->collator, why, sizeof why) != 0)
-        die(1, "%s", why);
+        die(EXIT_RUNTIME, "%s", why);
     b->slot_bytes = 8u << 20;
     b->batch_bytes = (size_t)batch * b->slot_bytes;
     b->slots = xcalloc((size_t)batch, sizeof *b->slots);
@@ -324,7 +324,7 @@ int main(int argc, char **argv)
     walk(stat(train, &st) == 0 ? train : dir, &fl);
     free(train);
     if (!fl.n)
-        die(2, "data_bench: no .jpg/.jpeg/.png under %s", dir);
+        die(EXIT_USAGE, "data_bench: no .jpg/.jpeg/.png under %s", dir);
     qsort(fl.paths, fl.n, sizeof *fl.paths, cmp_str);
     printf("# data_bench: %zu images (corpus %zu files), batch %d, %d reps, cpu %d, one thread\n", n, fl.n, batch,
            reps, cpu);

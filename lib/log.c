@@ -87,3 +87,14 @@ void die(int code, const char *fmt, ...)
     va_end(ap);
     exit(code);
 }
+
+void invariant_abort(const char *file, int line, const char *fmt, ...)
+{
+    char what[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    log_msg(LOG_ERROR, "bug at %s:%d: %s", file, line, what);
+    abort();
+}

@@ -5,6 +5,18 @@
  * interleave readably. The level comes from SELFSUP_LOG (debug|info|warn|error).
  * Exit codes are the project's contract with scripts: 0 success, 1 runtime failure,
  * 2 usage or configuration error.
+ *
+ * The rule for errors, everywhere:
+ *   - A mistake of the user's or of the data's (a bad option or config, an unreadable or broken
+ *     file, a full disk, a dead peer) is reported, never asserted: functions return it as an
+ *     error string (or a status with one) up to main, which logs it and exits with
+ *     EXIT_USAGE (usage or configuration) or EXIT_RUNTIME (anything that went wrong while
+ *     running), by name, never as a literal. die() is main's way out, and that of deep code
+ *     that cannot go on and has no caller to tell (out of memory, a library that failed).
+ *   - A broken invariant is a programming error, not a failure: shapes the caller promised
+ *     and did not keep, an operation before its plan, an index past what a function was given.
+ *     invariant_failed() logs it with its file and line and aborts, so that a core dump and a
+ *     backtrace exist, and a script can tell a bug (SIGABRT) from a failed run (exit 1).
  */
 #ifndef SELFSUP_LOG_H
 #define SELFSUP_LOG_H
@@ -31,8 +43,13 @@ void log_vmsg(log_level level, const char *fmt, va_list ap);
 #define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 
-/* Log at ERROR level and exit with `code`. */
+/* Log at ERROR level and exit with `code` (EXIT_RUNTIME or EXIT_USAGE). */
 __attribute__((__noreturn__)) void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A broken invariant (see the rule above): log "bug at FILE:LINE: message" and abort(). */
+#define invariant_failed(...) invariant_abort(__FILE__, __LINE__, __VA_ARGS__)
+__attribute__((__noreturn__)) void invariant_abort(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #ifdef __cplusplus
 }

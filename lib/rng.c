@@ -155,7 +155,7 @@ double rng_gamma(rng_stream *s, double shape)
     /* Marsaglia & Tsang (2000), "A simple method for generating gamma variables"; for
        shape < 1, Gamma(a) = Gamma(a + 1) * U^(1/a) with U in (0,1]. */
     if (!(shape > 0))
-        die(1, "rng_gamma: shape %g must be positive", shape);
+        die(EXIT_RUNTIME, "rng_gamma: shape %g must be positive", shape);
     if (shape < 1) {
         double g = rng_gamma(s, shape + 1.0);
         return g * pow(1.0 - rng_uniform(s), 1.0 / shape);

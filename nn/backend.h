@@ -14,7 +14,8 @@
 extern "C" {
 #endif
 
-typedef const eng_tensor T; /* short for the many signatures below */
+/* An operation's tensor: its shape and memory; outputs are written through it. */
+typedef const eng_tensor tensor_ref;
 
 typedef struct {
     const char *name;
@@ -24,66 +25,81 @@ typedef struct {
     size_t (*bytes)(eng_backend *be, const eng_shape *s);
     void *(*alloc)(eng_backend *be, size_t bytes);
     void (*free)(eng_backend *be, void *base);
-    void (*zero)(eng_backend *be, T *t);
-    void (*upload)(eng_backend *be, T *dst, const float *src);
-    void (*download)(eng_backend *be, T *src, float *dst);
+    void (*zero)(eng_backend *be, tensor_ref *t);
+    void (*upload)(eng_backend *be, tensor_ref *dst, const float *src);
+    void (*download)(eng_backend *be, tensor_ref *src, float *dst);
     void (*sync)(eng_backend *be);
-    void (*copy)(eng_backend *be, T *src, T *dst);
+    void (*copy)(eng_backend *be, tensor_ref *src, tensor_ref *dst);
     /* x[n, c, h, w] = lut[c·256 + src[((n·H + h)·W + w)·src_c + map[c]]]: nn.c works the table */
-    void (*upload_images)(eng_backend *be, T *x, const uint8_t *src, int src_c, const int *map, const float *lut);
+    void (*upload_images)(eng_backend *be, tensor_ref *x, const uint8_t *src, int src_c, const int *map,
+                          const float *lut);
 
-    void (*relu_forward)(eng_backend *be, T *x, T *y);
-    void (*relu_backward)(eng_backend *be, T *y, T *dy, T *dx);
-    void (*linear_forward)(eng_backend *be, T *x, T *w, T *b, T *y);
-    void (*linear_backward)(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db);
+    void (*relu_forward)(eng_backend *be, tensor_ref *x, tensor_ref *y);
+    void (*relu_backward)(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
+    void (*linear_forward)(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *b, tensor_ref *y);
+    void (*linear_backward)(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *dy, tensor_ref *dx,
+                            tensor_ref *dw, tensor_ref *db);
     /* relu / relu_y: the add is followed by a ReLU, fused (y is its output) */
-    void (*add_forward)(eng_backend *be, T *a, T *b, bool relu, T *y);
-    void (*add_backward)(eng_backend *be, T *relu_y, T *dy, T *da, T *db);
-    void (*l2norm_forward)(eng_backend *be, T *x, T *y);
-    void (*l2norm_backward)(eng_backend *be, T *x, T *dy, T *dx);
-    void (*dropout_forward)(eng_backend *be, float p, uint64_t step, T *x, T *y);
-    void (*dropout_backward)(eng_backend *be, float p, uint64_t step, T *dy, T *dx);
+    void (*add_forward)(eng_backend *be, tensor_ref *a, tensor_ref *b, bool relu, tensor_ref *y);
+    void (*add_backward)(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *da, tensor_ref *db);
+    void (*l2norm_forward)(eng_backend *be, tensor_ref *x, tensor_ref *y);
+    void (*l2norm_backward)(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
+    void (*dropout_forward)(eng_backend *be, float p, uint64_t step, tensor_ref *x, tensor_ref *y);
+    void (*dropout_backward)(eng_backend *be, float p, uint64_t step, tensor_ref *dy, tensor_ref *dx);
     /* checked items: same shapes, logical layout, buf set exactly when momentum != 0 */
     void (*sgd_step_many)(eng_backend *be, const eng_sgd_item *items, int n);
     void (*adam_step_many)(eng_backend *be, const eng_adam_item *items, int n);
-    double (*sum_squares)(eng_backend *be, T *x);
-    void (*sum_squares_many)(eng_backend *be, T *const *xs, int n, double *out);
-    double (*info_nce)(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
-    double (*cross_entropy)(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
-                            int64_t ignore_index, T *dx);
-    double (*bce_logits)(eng_backend *be, T *x, const int64_t *target, T *dx);
-    void (*sinkhorn)(eng_backend *be, T *x, T *queue, double epsilon, int iters, bool hard, T *q);
-    double (*soft_cross_entropy)(eng_backend *be, T *x, float scale, T *q, double g, T *dx);
+    double (*sum_squares)(eng_backend *be, tensor_ref *x);
+    void (*sum_squares_many)(eng_backend *be, tensor_ref *const *xs, int n, double *out);
+    double (*info_nce)(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,
+                       tensor_ref *dlogits);
+    double (*cross_entropy)(eng_backend *be, tensor_ref *x, float scale, const int64_t *target,
+                            const float *weight, int64_t ignore_index, tensor_ref *dx);
+    double (*bce_logits)(eng_backend *be, tensor_ref *x, const int64_t *target, tensor_ref *dx);
+    void (*sinkhorn)(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
+                     tensor_ref *q);
+    double (*soft_cross_entropy)(eng_backend *be, tensor_ref *x, float scale, tensor_ref *q, double g,
+                                 tensor_ref *dx);
 
     void (*plan_free)(eng_backend *be, eng_plan *plan);
     eng_plan *(*conv_plan)(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w,
                            bool bias);
-    void (*conv_forward)(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y);
-    void (*conv_backward)(eng_backend *be, eng_plan *plan, T *x, T *w, T *dy, T *dx, T *dw, T *db);
-    void (*conv_bn_forward_eval)(eng_backend *be, eng_plan *plan, T *x, T *w, double eps, T *gamma, T *beta,
-                                 T *mean, T *var, T *residual, bool relu, T *y);
-    void (*batchnorm_forward_train)(eng_backend *be, double momentum, double eps, T *x, T *gamma, T *beta,
-                                    T *running_mean, T *running_var, T *save_mean, T *save_invstd, bool relu,
-                                    T *y);
-    void (*batchnorm_forward_eval)(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *running_mean,
-                                   T *running_var, bool relu, T *y);
-    void (*batchnorm_backward)(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *relu_y, T *dy,
-                               T *dx, T *dgamma, T *dbeta);
-    void (*batchnorm_backward_eval)(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
-                                    T *dy, T *dx, T *dgamma, T *dbeta);
-    void (*layernorm2d_forward)(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *save_mean,
-                                T *save_invstd, T *y);
-    void (*layernorm2d_backward)(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
-                                 T *dgamma, T *dbeta);
+    void (*conv_forward)(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *b,
+                         tensor_ref *y);
+    void (*conv_backward)(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *dy,
+                          tensor_ref *dx, tensor_ref *dw, tensor_ref *db);
+    void (*conv_bn_forward_eval)(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
+                                 tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
+                                 tensor_ref *residual, bool relu, tensor_ref *y);
+    void (*batchnorm_forward_train)(eng_backend *be, double momentum, double eps, tensor_ref *x,
+                                    tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
+                                    tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,
+                                    bool relu, tensor_ref *y);
+    void (*batchnorm_forward_eval)(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                   tensor_ref *beta, tensor_ref *running_mean, tensor_ref *running_var,
+                                   bool relu, tensor_ref *y);
+    void (*batchnorm_backward)(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
+                               tensor_ref *save_invstd, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *dx,
+                               tensor_ref *dgamma, tensor_ref *dbeta);
+    void (*batchnorm_backward_eval)(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                    tensor_ref *running_mean, tensor_ref *running_var, tensor_ref *dy,
+                                    tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta);
+    void (*layernorm2d_forward)(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                tensor_ref *beta, tensor_ref *save_mean, tensor_ref *save_invstd,
+                                tensor_ref *y);
+    void (*layernorm2d_backward)(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
+                                 tensor_ref *save_invstd, tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma,
+                                 tensor_ref *dbeta);
 
-    void (*maxpool_forward)(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
-    void (*maxpool_backward)(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx);
-    void (*avgpool_forward)(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
-    void (*avgpool_backward)(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx);
-    void (*adaptive_avgpool_forward)(eng_backend *be, T *x, T *y);
-    void (*adaptive_avgpool_backward)(eng_backend *be, T *dy, T *dx);
-    void (*adaptive_maxpool_forward)(eng_backend *be, T *x, T *y);
-    void (*adaptive_maxpool_backward)(eng_backend *be, T *x, T *dy, T *dx);
+    void (*maxpool_forward)(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y);
+    void (*maxpool_backward)(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy,
+                             tensor_ref *dx);
+    void (*avgpool_forward)(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y);
+    void (*avgpool_backward)(eng_backend *be, const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx);
+    void (*adaptive_avgpool_forward)(eng_backend *be, tensor_ref *x, tensor_ref *y);
+    void (*adaptive_avgpool_backward)(eng_backend *be, tensor_ref *dy, tensor_ref *dx);
+    void (*adaptive_maxpool_forward)(eng_backend *be, tensor_ref *x, tensor_ref *y);
+    void (*adaptive_maxpool_backward)(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
 } eng_ops;
 
 struct eng_backend {

@@ -387,7 +387,7 @@ void head_plan(eng_backend *be, head *h, const eng_shape *in)
 eng_shape head_output_shape(const head *h)
 {
     if (!h->planned)
-        die(EXIT_RUNTIME, "heads: head_output_shape before head_plan");
+        invariant_failed("heads: head_output_shape before head_plan");
     if (h->opt.type == HEAD_SIAMESE_CONCAT_VIEW)
         return eng_shape2(h->in_shape.dim[0] / h->opt.num_towers, h->in_shape.dim[1] * h->opt.num_towers);
     return h->layers[h->outputs[0]].out.shape;
@@ -434,7 +434,7 @@ static void layer_forward(eng_backend *be, head *h, layer *L, bool train)
 const eng_tensor *head_forward(eng_backend *be, head *h, const eng_tensor *x, bool train)
 {
     if (!h->planned || !eng_shape_equal(&x->shape, &h->in_shape))
-        die(EXIT_RUNTIME, "heads: forward on a shape that head_plan did not plan");
+        invariant_failed("heads: forward on a shape that head_plan did not plan");
     if (train)
         h->step++;
     h->last_x = eng_reshape(x, h->x_shape);
@@ -452,7 +452,7 @@ const eng_tensor *head_forward(eng_backend *be, head *h, const eng_tensor *x, bo
 const eng_tensor *head_output(const head *h, int i)
 {
     if (i < 0 || i >= h->noutputs)
-        die(EXIT_RUNTIME, "heads: no output %d (the head has %d)", i, h->noutputs);
+        invariant_failed("heads: no output %d (the head has %d)", i, h->noutputs);
     if (h->opt.type == HEAD_SIAMESE_CONCAT_VIEW)
         return &h->siamese_out;
     return &h->layers[h->outputs[i]].out;
@@ -488,7 +488,7 @@ static void layer_backward(eng_backend *be, head *h, layer *L, const eng_tensor 
 void head_backward(eng_backend *be, head *h, const eng_tensor *const *dout, const eng_tensor *dx)
 {
     if (!h->planned || !h->last_train)
-        die(EXIT_RUNTIME, "heads: backward needs a training-mode forward first");
+        invariant_failed("heads: backward needs a training-mode forward first");
     if (h->opt.type == HEAD_SIAMESE_CONCAT_VIEW) {
         if (dout && dout[0] && dx) {
             eng_tensor d = eng_reshape(dout[0], h->in_shape);
@@ -589,7 +589,7 @@ const eng_tensor *head_list_output(const head_list *l, int i) { return head_outp
 void head_list_backward(eng_backend *be, head_list *l, const eng_tensor *const *dout, const eng_tensor *dx)
 {
     if (!l->planned)
-        die(EXIT_RUNTIME, "heads: head_list_backward before head_list_plan");
+        invariant_failed("heads: head_list_backward before head_list_plan");
     for (int i = 0; i + 1 < l->n; i++)
         eng_zero(be, &l->grads[i]);
     for (int i = l->n - 1; i >= 0; i--) {

@@ -20,6 +20,7 @@
  * feature (dfeat), whose batch slices go back through the group's trunk views.
  */
 #include "model.h"
+#include "test_hooks.h"
 
 #include "log.h"
 #include "util.h"
@@ -587,7 +588,7 @@ fail:
 eng_tensor model_input(const model *m, int i)
 {
     if (!m->planned || i < 0 || i >= m->ninputs)
-        die(EXIT_RUNTIME, "model: input %d of a model planned for %d", i, m->planned ? m->ninputs : 0);
+        invariant_failed("model: input %d of a model planned for %d", i, m->planned ? m->ninputs : 0);
     return m->input_view[i];
 }
 
@@ -658,7 +659,7 @@ static void stream_forward(eng_backend *be, model *m, stream *st, bool train)
 void model_forward(eng_backend *be, model *m, bool train)
 {
     if (!m->planned)
-        die(EXIT_RUNTIME, "model: forward before model_plan");
+        invariant_failed("model: forward before model_plan");
     for (int s = 0; s < m->nstreams; s++)
         stream_forward(be, m, &m->streams[s], train);
 }
@@ -693,13 +694,13 @@ static void stream_backward(eng_backend *be, model *m, stream *st, const eng_ten
 void model_backward(eng_backend *be, model *m, const eng_tensor *const *dout)
 {
     if (!m->planned)
-        die(EXIT_RUNTIME, "model: backward before model_plan");
+        invariant_failed("model: backward before model_plan");
     if (model_heads_frozen(&m->opt))
         return; /* FREEZE_TRUNK_AND_HEAD: nothing learns */
     int k = 0;
     for (int s = 0; s < m->nstreams; s++) {
         if (!m->streams[s].nbranches)
-            die(EXIT_RUNTIME, "model: backward through a model without heads");
+            invariant_failed("model: backward through a model without heads");
         stream_backward(be, m, &m->streams[s], dout, &k);
     }
 }

@@ -170,9 +170,6 @@ eng_tensor model_grads(const model *m);
 eng_tensor model_buffers(const model *m);
 int64_t model_param_count(const model *m);
 void model_zero_grad(eng_backend *be, model *m);
-/* Test hook: every tensor set by the closed formulas of resnet_init_formula and
- * head_init_formula (tests/golden/make_model_fixtures.py reproduces them in PyTorch). */
-void model_init_formula(eng_backend *be, model *m);
 /* The parts, for tests and for tools that need one of them. */
 resnet *model_trunk(const model *m);
 int model_head_entry_count(const model *m);

@@ -131,7 +131,7 @@ static void expect_shape(const char *layer, const char *what, const eng_tensor *
     char a[96], b[96];
     shape_text(&got->shape, a, sizeof a);
     shape_text(want, b, sizeof b);
-    die(EXIT_RUNTIME, "%s: %s has shape %s, expected %s", layer, what, a, b);
+    invariant_failed("%s: %s has shape %s, expected %s", layer, what, a, b);
 }
 
 static void expect_same(const char *layer, const char *what, const eng_tensor *got, const eng_tensor *like)
@@ -146,7 +146,7 @@ static void expect_logical(const char *layer, const eng_tensor *const *ts, size_
 {
     for (size_t i = 0; i < n; i++)
         if (ts[i] && ts[i]->layout != ENG_LAYOUT_LOGICAL)
-            die(EXIT_RUNTIME, "%s: tensor %zu is in the backend's native layout; this layer takes logical ones",
+            invariant_failed("%s: tensor %zu is in the backend's native layout; this layer takes logical ones",
                 layer, i + 1);
 }
 #define LOGICAL(layer, ...) \
@@ -160,14 +160,14 @@ void eng_upload_images(eng_backend *be, const eng_tensor *x, const uint8_t *src,
 {
     int64_t c = x->shape.dim[1];
     if (x->shape.ndim != 4 || c < 1 || c > 3)
-        die(EXIT_RUNTIME, "upload images: x must be N×C×H×W with 1 to 3 channels");
+        invariant_failed("upload images: x must be N×C×H×W with 1 to 3 channels");
     LOGICAL("upload images", x);
     /* every channel's 256 possible values, worked once in torch's order of float steps */
     float lut[3 * 256];
     for (int64_t k = 0; k < c; k++) {
         int s = map[k];
         if (s < 0 || s >= src_c)
-            die(EXIT_RUNTIME, "upload images: channel %lld reads source channel %d of %d", (long long)k, s, src_c);
+            invariant_failed("upload images: channel %lld reads source channel %d of %d", (long long)k, s, src_c);
         for (int v = 0; v < 256; v++)
             lut[k * 256 + v] = ((float)v / norm[s] - norm[3 + s]) / norm[6 + s];
     }
@@ -192,10 +192,10 @@ void eng_tensor_free(eng_backend *be, eng_tensor *t)
 eng_tensor eng_reshape(const eng_tensor *t, eng_shape shape)
 {
     if (eng_numel(&shape) != eng_numel(&t->shape))
-        die(EXIT_RUNTIME, "reshape: %lld elements cannot become %lld", (long long)eng_numel(&t->shape),
+        invariant_failed("reshape: %lld elements cannot become %lld", (long long)eng_numel(&t->shape),
             (long long)eng_numel(&shape));
     if (t->layout != ENG_LAYOUT_LOGICAL && !eng_shape_equal(&shape, &t->shape))
-        die(EXIT_RUNTIME, "reshape: a tensor in the backend's native layout keeps its shape");
+        invariant_failed("reshape: a tensor in the backend's native layout keeps its shape");
     eng_tensor v = *t;
     v.shape = shape;
     return v;
@@ -204,10 +204,10 @@ eng_tensor eng_reshape(const eng_tensor *t, eng_shape shape)
 eng_tensor eng_rows(eng_backend *be, const eng_tensor *t, int64_t first, int64_t count)
 {
     if (t->shape.ndim < 1 || first < 0 || count < 0 || first + count > t->shape.dim[0])
-        die(EXIT_RUNTIME, "rows: [%lld, %lld) of a tensor of %lld rows", (long long)first, (long long)(first + count),
+        invariant_failed("rows: [%lld, %lld) of a tensor of %lld rows", (long long)first, (long long)(first + count),
             (long long)(t->shape.ndim ? t->shape.dim[0] : 0));
     if (t->layout != ENG_LAYOUT_LOGICAL)
-        die(EXIT_RUNTIME, "rows: a tensor in the backend's native layout has no row views");
+        invariant_failed("rows: a tensor in the backend's native layout has no row views");
     eng_shape row = t->shape, head = t->shape;
     row.dim[0] = count;
     head.dim[0] = first;
@@ -224,7 +224,7 @@ void eng_download(eng_backend *be, const eng_tensor *src, float *dst) { be->ops-
 void eng_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst)
 {
     if (eng_numel(&src->shape) != eng_numel(&dst->shape))
-        die(EXIT_RUNTIME, "copy: %lld elements into %lld", (long long)eng_numel(&src->shape),
+        invariant_failed("copy: %lld elements into %lld", (long long)eng_numel(&src->shape),
             (long long)eng_numel(&dst->shape));
     be->ops->copy(be, src, dst);
 }
@@ -251,7 +251,7 @@ static void check_linear(const char *layer, const eng_tensor *x, const eng_tenso
                          const eng_tensor *y)
 {
     if (x->shape.ndim != 2 || w->shape.ndim != 2)
-        die(EXIT_RUNTIME, "%s: input and weight must be 2-D (flatten first)", layer);
+        invariant_failed("%s: input and weight must be 2-D (flatten first)", layer);
     eng_shape ws = eng_shape2(w->shape.dim[0], x->shape.dim[1]);
     expect_shape(layer, "weight", w, &ws);
     eng_shape bs = {.ndim = 1, .dim = {w->shape.dim[0]}};
@@ -316,14 +316,14 @@ void eng_add_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tenso
                            const eng_tensor *db)
 {
     if (!y)
-        die(EXIT_RUNTIME, "add+relu backward: the forward's output is required");
+        invariant_failed("add+relu backward: the forward's output is required");
     add_backward(be, y, dy, da, db);
 }
 
 void eng_l2norm_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
 {
     if (x->shape.ndim != 2)
-        die(EXIT_RUNTIME, "l2norm: input must be N×F");
+        invariant_failed("l2norm: input must be N×F");
     expect_same("l2norm", "output", y, x);
     LOGICAL("l2norm", x, y);
     be->ops->l2norm_forward(be, x, y);
@@ -366,7 +366,7 @@ void eng_dropout_backward(eng_backend *be, float p, uint64_t step, const eng_ten
 static void expect_matrix(const char *layer, const eng_tensor *x)
 {
     if (x->shape.ndim != 2)
-        die(EXIT_RUNTIME, "%s: input must be N × C", layer);
+        invariant_failed("%s: input must be N × C", layer);
 }
 
 double eng_info_nce(eng_backend *be, const eng_tensor *logits, float scale, const eng_tensor *pos,
@@ -407,7 +407,7 @@ void eng_sinkhorn(eng_backend *be, const eng_tensor *x, const eng_tensor *queue,
     expect_matrix("sinkhorn", x);
     expect_same("sinkhorn", "codes", q, x);
     if (queue && (queue->shape.ndim != 2 || queue->shape.dim[1] != x->shape.dim[1]))
-        die(EXIT_RUNTIME, "sinkhorn: the queue's scores must have the batch's %lld columns",
+        invariant_failed("sinkhorn: the queue's scores must have the batch's %lld columns",
             (long long)x->shape.dim[1]);
     LOGICAL("sinkhorn", x, q);
     if (queue)
@@ -437,7 +437,7 @@ void eng_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n)
         expect_same("sgd", "gradient", it->g, it->p);
         expect_same("sgd", "momentum buffer", it->buf, it->p);
         if (it->a.momentum != 0.0f && !it->buf)
-            die(EXIT_RUNTIME, "sgd: momentum %g needs a momentum buffer", (double)it->a.momentum);
+            invariant_failed("sgd: momentum %g needs a momentum buffer", (double)it->a.momentum);
         LOGICAL("sgd", it->p, it->g, it->buf);
         checked[i] = *it;
         checked[i].buf = it->a.momentum != 0.0f ? it->buf : NULL;
@@ -460,7 +460,7 @@ void eng_adam_step_many(eng_backend *be, const eng_adam_item *items, int n)
         expect_same("adam", "first moment", it->m, it->p);
         expect_same("adam", "second moment", it->v, it->p);
         if (it->a.step < 1)
-            die(EXIT_RUNTIME, "adam: step %lld (the first update is step 1)", (long long)it->a.step);
+            invariant_failed("adam: step %lld (the first update is step 1)", (long long)it->a.step);
         LOGICAL("adam", it->p, it->g, it->m, it->v);
     }
     be->ops->adam_step_many(be, items, n);
@@ -492,7 +492,7 @@ void eng_sum_squares_many(eng_backend *be, const eng_tensor *const *xs, int n, d
 #define NEED(be, op) \
     do { \
         if (!(be)->ops->op) \
-            die(EXIT_RUNTIME, "the %s backend has no " #op, (be)->ops->name); \
+            invariant_failed("the %s backend has no " #op, (be)->ops->name); \
     } while (0)
 
 static int64_t or_one(int64_t v) { return v ? v : 1; }
@@ -519,7 +519,7 @@ void eng_plan_free(eng_backend *be, eng_plan *plan)
 eng_shape eng_conv_output_shape(const eng_shape *x, const eng_shape *w, const eng_conv_desc *d)
 {
     if (x->ndim != 4 || w->ndim != 4)
-        die(EXIT_RUNTIME, "conv: input and weight must be 4-D (N×C×H×W, O×I×KH×KW)");
+        invariant_failed("conv: input and weight must be 4-D (N×C×H×W, O×I×KH×KW)");
     int64_t groups = or_one(d->groups);
     if (x->dim[1] != w->dim[1] * groups || w->dim[0] % groups)
         die(EXIT_RUNTIME, "conv: %lld input channels do not fit a weight of %lld×%lld with %lld groups",
@@ -563,7 +563,7 @@ void eng_conv_backward(eng_backend *be, eng_plan *plan, const eng_tensor *x, con
 static void check_channels(const char *layer, const eng_tensor *x, const eng_tensor *const *per_channel, size_t n)
 {
     if (x->shape.ndim != 2 && x->shape.ndim != 4)
-        die(EXIT_RUNTIME, "%s: input must be N×C or N×C×H×W", layer);
+        invariant_failed("%s: input must be N×C or N×C×H×W", layer);
     eng_shape c = {.ndim = 1, .dim = {x->shape.dim[1]}};
     for (size_t i = 0; i < n; i++)
         if (per_channel[i])
@@ -578,7 +578,7 @@ void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor 
     const eng_tensor *pc[] = {gamma, beta, mean, var};
     check_channels("conv + batch norm (eval)", y, pc, ARRAY_LEN(pc));
     if (!mean || !var)
-        die(EXIT_RUNTIME, "conv + batch norm (eval): the running statistics are required");
+        invariant_failed("conv + batch norm (eval): the running statistics are required");
     expect_same("conv + batch norm (eval)", "residual", residual, y);
     LOGICAL("conv + batch norm (eval)", w, gamma, beta, mean, var);
     be->ops->conv_bn_forward_eval(be, plan, x, w, eps, gamma, beta, mean, var, residual, relu, y);
@@ -668,7 +668,7 @@ void eng_batchnorm_relu_backward(eng_backend *be, const eng_tensor *x, const eng
                                  const eng_tensor *dbeta)
 {
     if (!y)
-        die(EXIT_RUNTIME, "batchnorm+relu backward: the forward's output is required");
+        invariant_failed("batchnorm+relu backward: the forward's output is required");
     bn_backward(be, x, gamma, save_mean, save_invstd, y, dy, dx, dgamma, dbeta);
 }
 
@@ -681,7 +681,7 @@ void eng_batchnorm_backward_eval(eng_backend *be, double eps, const eng_tensor *
     const eng_tensor *pc[] = {gamma, running_mean, running_var, dgamma, dbeta};
     check_channels("batchnorm backward (eval)", x, pc, ARRAY_LEN(pc));
     if (!running_mean || !running_var)
-        die(EXIT_RUNTIME, "batchnorm backward (eval): the running statistics are required");
+        invariant_failed("batchnorm backward (eval): the running statistics are required");
     expect_same("batchnorm backward (eval)", "dy", dy, x);
     expect_same("batchnorm backward (eval)", "dx", dx, x);
     LOGICAL("batchnorm backward (eval)", x, dy, dx);
@@ -720,7 +720,7 @@ void eng_layernorm2d_backward(eng_backend *be, const eng_tensor *x, const eng_te
     const eng_tensor *pc[] = {gamma, dgamma, dbeta};
     check_layernorm("layernorm backward", x, pc, ARRAY_LEN(pc), save_mean, save_invstd);
     if (!save_mean || !save_invstd)
-        die(EXIT_RUNTIME, "layernorm backward: needs the forward's save_mean and save_invstd");
+        invariant_failed("layernorm backward: needs the forward's save_mean and save_invstd");
     expect_same("layernorm backward", "dy", dy, x);
     expect_same("layernorm backward", "dx", dx, x);
     LOGICAL("layernorm backward", x, dy, dx);
@@ -730,7 +730,7 @@ void eng_layernorm2d_backward(eng_backend *be, const eng_tensor *x, const eng_te
 eng_shape eng_pool_output_shape(const eng_shape *x, const eng_pool_desc *d)
 {
     if (x->ndim != 4)
-        die(EXIT_RUNTIME, "pool: input must be N×C×H×W");
+        invariant_failed("pool: input must be N×C×H×W");
     eng_shape y = *x;
     for (int i = 0; i < 2; i++) {
         if (d->kernel[i] < 1 || d->pad[i] < 0 || 2 * d->pad[i] > d->kernel[i])
@@ -756,7 +756,7 @@ void eng_maxpool_forward(eng_backend *be, const eng_pool_desc *d, const eng_tens
     NEED(be, maxpool_forward);
     check_pool("maxpool", d, x, y);
     if (x->layout != y->layout)
-        die(EXIT_RUNTIME, "maxpool: the input and the output must share a layout");
+        invariant_failed("maxpool: the input and the output must share a layout");
     be->ops->maxpool_forward(be, d, x, y);
 }
 
@@ -792,7 +792,7 @@ static void check_adaptive(const char *layer, const eng_tensor *x, const eng_ten
 {
     if (x->shape.ndim != 4 || y->shape.ndim != 4 || x->shape.dim[0] != y->shape.dim[0] ||
         x->shape.dim[1] != y->shape.dim[1] || y->shape.dim[2] < 1 || y->shape.dim[3] < 1)
-        die(EXIT_RUNTIME, "%s: input and output must be N×C×H×W with the same N and C", layer);
+        invariant_failed("%s: input and output must be N×C×H×W with the same N and C", layer);
 }
 
 void eng_adaptive_avgpool_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
@@ -800,7 +800,7 @@ void eng_adaptive_avgpool_forward(eng_backend *be, const eng_tensor *x, const en
     NEED(be, adaptive_avgpool_forward);
     check_adaptive("adaptive avgpool", x, y);
     if (y->layout != ENG_LAYOUT_LOGICAL && x->layout == ENG_LAYOUT_LOGICAL)
-        die(EXIT_RUNTIME, "adaptive avgpool: a native output needs a native input");
+        invariant_failed("adaptive avgpool: a native output needs a native input");
     be->ops->adaptive_avgpool_forward(be, x, y);
 }
 

@@ -69,13 +69,13 @@ static void free_allocations(eng_backend *be, eng_params *p)
 static void check_same(const eng_entry *a, const eng_entry *b, const char *what)
 {
     if (a->kind != b->kind || !eng_shape_equal(&a->value.shape, &b->value.shape))
-        die(EXIT_RUNTIME, "%s: %s and %s differ in kind or shape", what, a->name, b->name);
+        invariant_failed("%s: %s and %s differ in kind or shape", what, a->name, b->name);
 }
 
 int eng_params_rehome(eng_backend *be, eng_params *part, const eng_params *into, int first)
 {
     if (first < 0 || first + part->nentries > into->nentries)
-        die(EXIT_RUNTIME, "eng_params_rehome: entries %d.. are not declared", first);
+        invariant_failed("eng_params_rehome: entries %d.. are not declared", first);
     float *host = eng_params_host_scratch(part);
     for (int i = 0; i < part->nentries; i++) {
         eng_entry *e = &part->entries[i];
@@ -94,7 +94,7 @@ int eng_params_rehome(eng_backend *be, eng_params *part, const eng_params *into,
 void eng_params_share(eng_backend *be, eng_params *view, const eng_params *master)
 {
     if (view->nentries != master->nentries)
-        die(EXIT_RUNTIME, "eng_params_share: %d entries against %d", view->nentries, master->nentries);
+        invariant_failed("eng_params_share: %d entries against %d", view->nentries, master->nentries);
     for (int i = 0; i < view->nentries; i++) {
         check_same(&view->entries[i], &master->entries[i], "eng_params_share");
         view->entries[i].value = master->entries[i].value;

@@ -19,6 +19,7 @@
  * training and evaluation, per-sample statistics in mean/invstd) and it has no running stats.
  */
 #include "resnet.h"
+#include "test_hooks.h"
 
 #include "log.h"
 #include "rng.h"

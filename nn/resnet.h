@@ -85,9 +85,6 @@ void resnet_free(eng_backend *be, resnet *net);
  * BN weight 1, bias 0, running mean 0, var 1), drawn from rng (RNG_PURPOSE_MODEL_INIT, `seed`,
  * sample index = parameter number). zero_init_residual zeroes each block's last BN weight. */
 void resnet_init(eng_backend *be, resnet *net, uint64_t seed);
-/* Test hook: every parameter and running statistic set by the closed formula documented in
- * tests/golden/make_resnet_fixtures.py, so Python reproduces the weights without storing them. */
-void resnet_init_formula(eng_backend *be, resnet *net);
 
 /* All named tensors in state-dict order (parameters and buffers interleaved). */
 int resnet_entry_count(const resnet *net);

@@ -49,6 +49,7 @@
  *    in every process returns RING_BROKEN from then on.
  */
 #include "ring.h"
+#include "ring_test_hooks.h"
 
 #include "log.h"
 #include "timer.h"

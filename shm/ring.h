@@ -116,8 +116,4 @@ const char *ring_get_name(const ring *r);
 /* The slot data area (for cudaHostRegister) and its size. */
 void *ring_data_area(const ring *r, size_t *bytes);
 
-/* For tests only: pretend this process registered with another start time, as if it had
- * died and its pid now belonged to a newer process (peers must then count it as dead). */
-void ring_forge_start_time_for_test(ring *r, uint64_t start_time);
-
 #endif

@@ -138,7 +138,8 @@ static void channel_affine(const float *x, float *y, const cpu_ncs *d, int64_t c
 /* Channel c's Σ g and Σ g·x̂ (g = masked dy, x̂ = (x − mean)·invstd), added into dβ and dγ where
  * given. Both backwards need them; the training one also for dx. */
 static void channel_sums(const cpu_ncs *d, int64_t c, const float *px, const float *pg, const float *py,
-                         double mean, double invstd, T *dgamma, T *dbeta, double *sum_g, double *sum_gxhat)
+                         double mean, double invstd, tensor_ref *dgamma, tensor_ref *dbeta, double *sum_g,
+                         double *sum_gxhat)
 {
     double sg = 0.0, sgx = 0.0;
     for (int64_t n = 0; n < d->n; n++) {
@@ -155,8 +156,10 @@ static void channel_sums(const cpu_ncs *d, int64_t c, const float *px, const flo
 
 /* ---- the layer ------------------------------------------------------------------------------ */
 
-void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T *x, T *gamma, T *beta,
-                                 T *running_mean, T *running_var, T *save_mean, T *save_invstd, bool relu, T *y)
+void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
+                                 tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
+                                 tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,
+                                 bool relu, tensor_ref *y)
 {
     (void)be;
     cpu_ncs d = cpu_ncs_of(x);
@@ -187,8 +190,9 @@ void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T
     }
 }
 
-void cpu_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *running_mean,
-                                T *running_var, bool relu, T *y)
+void cpu_batchnorm_forward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                tensor_ref *beta, tensor_ref *running_mean, tensor_ref *running_var,
+                                bool relu, tensor_ref *y)
 {
     (void)be;
     cpu_ncs d = cpu_ncs_of(x);
@@ -204,8 +208,9 @@ void cpu_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *
 
 /* With x̂ = (x − mean)·invstd, g the gradient reaching the norm and m values per channel:
  *   dβ = Σ g,  dγ = Σ g·x̂,  dx = γ·invstd/m · (m·g − dβ − x̂·dγ). */
-void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *relu_y, T *dy,
-                            T *dx, T *dgamma, T *dbeta)
+void cpu_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
+                            tensor_ref *save_invstd, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *dx,
+                            tensor_ref *dgamma, tensor_ref *dbeta)
 {
     (void)be;
     cpu_ncs d = cpu_ncs_of(x);
@@ -230,8 +235,9 @@ void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *sa
 
 /* The eval forward is affine per channel, y = x·k + const with k = γ/sqrt(running_var + eps),
  * so its backward needs no batch statistics: dx += dy·k, dγ += Σ dy·x̂, dβ += Σ dy. */
-void cpu_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
-                                 T *dy, T *dx, T *dgamma, T *dbeta)
+void cpu_batchnorm_backward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                 tensor_ref *running_mean, tensor_ref *running_var, tensor_ref *dy,
+                                 tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta)
 {
     (void)be;
     cpu_ncs d = cpu_ncs_of(x);

@@ -414,7 +414,7 @@ void cpu_plan_free(eng_backend *be, eng_plan *plan)
 static conv_plan *as_conv(eng_plan *plan)
 {
     if (!plan || plan->kind != CPU_PLAN_CONV)
-        die(EXIT_RUNTIME, "conv: the plan is not a convolution plan");
+        invariant_failed("conv: the plan is not a convolution plan");
     return (conv_plan *)plan;
 }
 
@@ -448,12 +448,13 @@ static void feed(conv_plan *p, int i, const eng_tensor *t)
     convert(p, i);
 }
 
-void cpu_conv_forward(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y)
+void cpu_conv_forward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *b,
+                      tensor_ref *y)
 {
     (void)be;
     conv_plan *p = as_conv(plan);
     if (p->bias != (b != NULL))
-        die(EXIT_RUNTIME, "conv forward: the plan was made %s a bias", p->bias ? "with" : "without");
+        invariant_failed("conv forward: the plan was made %s a bias", p->bias ? "with" : "without");
     feed(p, P_FWD_SRC, x);
     feed(p, P_FWD_WEI, w);
     check(dnnl_memory_set_data_handle(p->port[P_FWD_DST].user, cpu_ptr(y)), "memory handle");
@@ -490,7 +491,7 @@ static void accumulate(conv_plan *p, int i, const eng_tensor *d, const float *tm
 }
 
 /* dx += ∂L/∂x. */
-static void backward_data(conv_plan *p, T *w, T *dy, T *dx)
+static void backward_data(conv_plan *p, tensor_ref *w, tensor_ref *dy, tensor_ref *dx)
 {
     feed(p, P_BD_DDST, dy);
     feed(p, P_BD_WEI, w);
@@ -506,7 +507,8 @@ static void backward_data(conv_plan *p, T *w, T *dy, T *dx)
 
 /* dw += ∂L/∂w and db += ∂L/∂b. `dy_ready`: the blocked dy that
  * backward-data left in the y buffer is the one this primitive reads. */
-static void backward_weights(conv_plan *p, T *x, T *dy, T *dw, T *db, bool dy_ready)
+static void backward_weights(conv_plan *p, tensor_ref *x, tensor_ref *dy, tensor_ref *dw, tensor_ref *db,
+                             bool dy_ready)
 {
     feed(p, P_BW_SRC, x);
     if (dy_ready)
@@ -529,12 +531,13 @@ static void backward_weights(conv_plan *p, T *x, T *dy, T *dw, T *db, bool dy_re
         add_into(cpu_ptr(db), p->tmp_db, p->o_count);
 }
 
-void cpu_conv_backward(eng_backend *be, eng_plan *plan, T *x, T *w, T *dy, T *dx, T *dw, T *db)
+void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *dy,
+                       tensor_ref *dx, tensor_ref *dw, tensor_ref *db)
 {
     (void)be;
     conv_plan *p = as_conv(plan);
     if (db && !p->bias)
-        die(EXIT_RUNTIME, "conv backward: a bias gradient from a plan made without a bias");
+        invariant_failed("conv backward: a bias gradient from a plan made without a bias");
     if (dx)
         backward_data(p, w, dy, dx);
     if (dw || db)
@@ -641,7 +644,8 @@ CPU_HOT static void scale_row(const float *w, float *out, int64_t n, double scal
 }
 
 /* w' = w·s and b' = β − mean·s per output channel, s = γ/√(var + ε), in double. */
-static void fold_batchnorm(conv_plan *p, T *w, double eps, T *gamma, T *beta, T *mean, T *var)
+static void fold_batchnorm(conv_plan *p, tensor_ref *w, double eps, tensor_ref *gamma, tensor_ref *beta,
+                           tensor_ref *mean, tensor_ref *var)
 {
     int64_t outs = (int64_t)p->o_count, per = (int64_t)(p->w_count / p->o_count);
     const float *pw = cpu_ptr(w), *pg = gamma ? cpu_ptr(gamma) : NULL, *pb = beta ? cpu_ptr(beta) : NULL;
@@ -656,7 +660,7 @@ static void fold_batchnorm(conv_plan *p, T *w, double eps, T *gamma, T *beta, T 
 
 /* The sum post-op adds onto what the primitive's output holds: put the residual there, in the
  * output's layout (y itself, or the blocked buffer that is then converted into y). */
-static void place_residual(conv_plan *p, fused_eval *f, T *residual)
+static void place_residual(conv_plan *p, fused_eval *f, tensor_ref *residual)
 {
     void *out;
     check(dnnl_memory_get_data_handle(f->dst.inner, &out), "memory handle");
@@ -669,13 +673,14 @@ static void place_residual(conv_plan *p, fused_eval *f, T *residual)
     }
 }
 
-void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, T *x, T *w, double eps, T *gamma, T *beta, T *mean,
-                              T *var, T *residual, bool relu, T *y)
+void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
+                              tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
+                              tensor_ref *residual, bool relu, tensor_ref *y)
 {
     (void)be;
     conv_plan *p = as_conv(plan);
     if (p->bias)
-        die(EXIT_RUNTIME, "conv + batch norm (eval): the plan was made with a bias");
+        invariant_failed("conv + batch norm (eval): the plan was made with a bias");
     bool with_residual = residual != NULL;
     fused_key key = {.with_residual = with_residual, .relu = relu, .x_block = cpu_blocking(x),
                      .y_block = cpu_blocking(y), .residual_block = residual ? cpu_blocking(residual) : 0};

@@ -8,6 +8,7 @@
  * thread count is OpenMP's; results are deterministic for a fixed count.
  */
 #include "cpu.h"
+#include "test_hooks.h"
 
 #include "log.h"
 #include "util.h"
@@ -83,7 +84,7 @@ static void transfer(const float *src, int src_block, float *dst, int dst_block,
     else if (dst_block == 0)
         reorder_blocked(src, dst, sh, src_block, false);
     else
-        die(EXIT_RUNTIME, "cpu: a copy between two channel blockings (%d and %d)", src_block, dst_block);
+        invariant_failed("cpu: a copy between two channel blockings (%d and %d)", src_block, dst_block);
 }
 
 static int cpu_open(eng_backend *be, const eng_backend_options *opt, char **err)
@@ -129,7 +130,7 @@ static void cpu_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *d
     (void)be;
     int sb = cpu_blocking(src), db = cpu_blocking(dst);
     if (sb != db && !eng_shape_equal(&src->shape, &dst->shape))
-        die(EXIT_RUNTIME, "cpu: a copy that changes layout must keep the shape");
+        invariant_failed("cpu: a copy that changes layout must keep the shape");
     transfer(cpu_ptr(src), sb, cpu_ptr(dst), db, &dst->shape);
 }
 

@@ -16,8 +16,6 @@ float *cpu_ptr(const eng_tensor *t);
  * then B channels innermost. That is a NATIVE 4-D tensor's order when B divides C; B is the
  * block oneDNN's direct convolutions use on this CPU (16 with AVX-512, else 8). */
 int cpu_blocking(const eng_tensor *t);
-/* Test hook: use block b (8 or 16) from now on; 0 goes back to the CPU's own choice. */
-void cpu_force_block(int b);
 
 /* An N×C×H×W (or N×C) tensor as the norms walk it: N samples of C channel planes of S = H·W
  * values (S = 1 for 2-D); element (n, c, s) lives at (n·C + c)·S + s. */
@@ -37,26 +35,30 @@ double cpu_at_or(const eng_tensor *t, int64_t c, double fallback);
 #define CPU_HOT
 #endif
 
-void cpu_relu_forward(eng_backend *be, T *x, T *y);
-void cpu_relu_backward(eng_backend *be, T *y, T *dy, T *dx);
-void cpu_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y);
-void cpu_linear_backward(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db);
-void cpu_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y);
-void cpu_add_backward(eng_backend *be, T *relu_y, T *dy, T *da, T *db);
-void cpu_l2norm_forward(eng_backend *be, T *x, T *y);
-void cpu_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx);
-void cpu_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y);
-void cpu_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx);
+void cpu_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cpu_relu_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
+void cpu_linear_forward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *b, tensor_ref *y);
+void cpu_linear_backward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *dy, tensor_ref *dx,
+                         tensor_ref *dw, tensor_ref *db);
+void cpu_add_forward(eng_backend *be, tensor_ref *a, tensor_ref *b, bool relu, tensor_ref *y);
+void cpu_add_backward(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *da, tensor_ref *db);
+void cpu_l2norm_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cpu_l2norm_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
+void cpu_dropout_forward(eng_backend *be, float p, uint64_t step, tensor_ref *x, tensor_ref *y);
+void cpu_dropout_backward(eng_backend *be, float p, uint64_t step, tensor_ref *dy, tensor_ref *dx);
 void cpu_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n);
 void cpu_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
-double cpu_sum_squares(eng_backend *be, T *x);
-void cpu_sum_squares_many(eng_backend *be, T *const *xs, int n, double *out);
-double cpu_info_nce(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
-double cpu_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
-                         int64_t ignore_index, T *dx);
-double cpu_bce_logits(eng_backend *be, T *x, const int64_t *target, T *dx);
-void cpu_sinkhorn(eng_backend *be, T *x, T *queue, double epsilon, int iters, bool hard, T *q);
-double cpu_soft_cross_entropy(eng_backend *be, T *x, float scale, T *q, double g, T *dx);
+double cpu_sum_squares(eng_backend *be, tensor_ref *x);
+void cpu_sum_squares_many(eng_backend *be, tensor_ref *const *xs, int n, double *out);
+double cpu_info_nce(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,
+                    tensor_ref *dlogits);
+double cpu_cross_entropy(eng_backend *be, tensor_ref *x, float scale, const int64_t *target,
+                         const float *weight, int64_t ignore_index, tensor_ref *dx);
+double cpu_bce_logits(eng_backend *be, tensor_ref *x, const int64_t *target, tensor_ref *dx);
+void cpu_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
+                  tensor_ref *q);
+double cpu_soft_cross_entropy(eng_backend *be, tensor_ref *x, float scale, tensor_ref *q, double g,
+                              tensor_ref *dx);
 
 /* convolution and batch norm (conv.c, batchnorm.c) */
 
@@ -69,33 +71,43 @@ struct eng_plan {
 };
 void cpu_plan_free(eng_backend *be, eng_plan *plan);
 eng_plan *cpu_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias);
-void cpu_conv_forward(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y);
-void cpu_conv_backward(eng_backend *be, eng_plan *plan, T *x, T *w, T *dy, T *dx, T *dw, T *db);
-void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, T *x, T *w, double eps, T *gamma, T *beta, T *mean,
-                              T *var, T *residual, bool relu, T *y);
-void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T *x, T *gamma, T *beta,
-                                 T *running_mean, T *running_var, T *save_mean, T *save_invstd, bool relu, T *y);
-void cpu_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *running_mean,
-                                T *running_var, bool relu, T *y);
-void cpu_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *relu_y, T *dy,
-                            T *dx, T *dgamma, T *dbeta);
-void cpu_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
-                                 T *dy, T *dx, T *dgamma, T *dbeta);
+void cpu_conv_forward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *b,
+                      tensor_ref *y);
+void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *dy,
+                       tensor_ref *dx, tensor_ref *dw, tensor_ref *db);
+void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
+                              tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
+                              tensor_ref *residual, bool relu, tensor_ref *y);
+void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
+                                 tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
+                                 tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,
+                                 bool relu, tensor_ref *y);
+void cpu_batchnorm_forward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                tensor_ref *beta, tensor_ref *running_mean, tensor_ref *running_var,
+                                bool relu, tensor_ref *y);
+void cpu_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
+                            tensor_ref *save_invstd, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *dx,
+                            tensor_ref *dgamma, tensor_ref *dbeta);
+void cpu_batchnorm_backward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                 tensor_ref *running_mean, tensor_ref *running_var, tensor_ref *dy,
+                                 tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta);
 
 /* layer norm (layernorm.c) */
-void cpu_layernorm2d_forward(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *save_mean, T *save_invstd,
-                             T *y);
-void cpu_layernorm2d_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
-                              T *dgamma, T *dbeta);
+void cpu_layernorm2d_forward(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma, tensor_ref *beta,
+                             tensor_ref *save_mean, tensor_ref *save_invstd, tensor_ref *y);
+void cpu_layernorm2d_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
+                              tensor_ref *save_invstd, tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma,
+                              tensor_ref *dbeta);
 
 /* pooling (pool.c) */
-void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
-void cpu_maxpool_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx);
-void cpu_avgpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
-void cpu_avgpool_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx);
-void cpu_adaptive_avgpool_forward(eng_backend *be, T *x, T *y);
-void cpu_adaptive_avgpool_backward(eng_backend *be, T *dy, T *dx);
-void cpu_adaptive_maxpool_forward(eng_backend *be, T *x, T *y);
-void cpu_adaptive_maxpool_backward(eng_backend *be, T *x, T *dy, T *dx);
+void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y);
+void cpu_maxpool_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy,
+                          tensor_ref *dx);
+void cpu_avgpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y);
+void cpu_avgpool_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx);
+void cpu_adaptive_avgpool_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cpu_adaptive_avgpool_backward(eng_backend *be, tensor_ref *dy, tensor_ref *dx);
+void cpu_adaptive_maxpool_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cpu_adaptive_maxpool_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
 
 #endif

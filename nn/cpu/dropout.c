@@ -24,7 +24,7 @@ static void keep_block(uint64_t seed, uint64_t step, int64_t block, float p, flo
 }
 
 /* out[i] (+)= in[i] · mask[i] / (1-p); `accumulate` for the backward. */
-static void apply(eng_backend *be, float p, uint64_t step, T *src, T *dst, bool accumulate)
+static void apply(eng_backend *be, float p, uint64_t step, tensor_ref *src, tensor_ref *dst, bool accumulate)
 {
     const float *in = cpu_ptr(src);
     float *out = cpu_ptr(dst);
@@ -38,9 +38,12 @@ static void apply(eng_backend *be, float p, uint64_t step, T *src, T *dst, bool 
     }
 }
 
-void cpu_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y) { apply(be, p, step, x, y, false); }
+void cpu_dropout_forward(eng_backend *be, float p, uint64_t step, tensor_ref *x, tensor_ref *y)
+{
+    apply(be, p, step, x, y, false);
+}
 
-void cpu_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx)
+void cpu_dropout_backward(eng_backend *be, float p, uint64_t step, tensor_ref *dy, tensor_ref *dx)
 {
     apply(be, p, step, dy, dx, true);
 }

@@ -77,25 +77,25 @@ CPU_HOT static void add_grad_rows2(const float *y, const float *g, float *da, fl
     }
 }
 
-void cpu_relu_forward(eng_backend *be, T *x, T *y)
+void cpu_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
 {
     (void)be;
     relu_rows(cpu_ptr(x), cpu_ptr(y), eng_numel(&x->shape));
 }
 
-void cpu_relu_backward(eng_backend *be, T *y, T *dy, T *dx)
+void cpu_relu_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx)
 {
     (void)be;
     relu_grad_rows(cpu_ptr(y), cpu_ptr(dy), cpu_ptr(dx), eng_numel(&y->shape));
 }
 
-void cpu_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y)
+void cpu_add_forward(eng_backend *be, tensor_ref *a, tensor_ref *b, bool relu, tensor_ref *y)
 {
     (void)be;
     add_rows(cpu_ptr(a), cpu_ptr(b), cpu_ptr(y), eng_numel(&a->shape), relu);
 }
 
-void cpu_add_backward(eng_backend *be, T *relu_y, T *dy, T *da, T *db)
+void cpu_add_backward(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *da, tensor_ref *db)
 {
     (void)be;
     const float *y = relu_y ? cpu_ptr(relu_y) : NULL, *g = cpu_ptr(dy);

@@ -22,7 +22,7 @@ static double row_norm(const float *x, int64_t f)
     return sqrt(s);
 }
 
-void cpu_l2norm_forward(eng_backend *be, T *x, T *y)
+void cpu_l2norm_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
 {
     (void)be;
     int64_t n = x->shape.dim[0], f = x->shape.dim[1];
@@ -35,7 +35,7 @@ void cpu_l2norm_forward(eng_backend *be, T *x, T *y)
     }
 }
 
-void cpu_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx)
+void cpu_l2norm_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
 {
     (void)be;
     int64_t n = x->shape.dim[0], f = x->shape.dim[1];

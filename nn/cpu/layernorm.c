@@ -30,8 +30,8 @@ static void sample_stats(const float *p, int64_t m, double *mean, double *var)
     *var = sq / (double)m;
 }
 
-void cpu_layernorm2d_forward(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *save_mean, T *save_invstd,
-                             T *y)
+void cpu_layernorm2d_forward(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma, tensor_ref *beta,
+                             tensor_ref *save_mean, tensor_ref *save_invstd, tensor_ref *y)
 {
     (void)be;
     cpu_ncs d = cpu_ncs_of(x);
@@ -58,8 +58,9 @@ void cpu_layernorm2d_forward(eng_backend *be, double eps, T *x, T *gamma, T *bet
  *   dx = invstd/M · (M·g − Σ g − x̂·Σ g·x̂)
  * (the usual normalisation backward, taken over the sample's M values instead of a channel's).
  * dγ and dβ sum over samples and positions of each channel. */
-void cpu_layernorm2d_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
-                              T *dgamma, T *dbeta)
+void cpu_layernorm2d_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
+                              tensor_ref *save_invstd, tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma,
+                              tensor_ref *dbeta)
 {
     (void)be;
     cpu_ncs d = cpu_ncs_of(x);

@@ -19,7 +19,7 @@ static void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float 
             (long long)n, (long long)k);
 }
 
-void cpu_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y)
+void cpu_linear_forward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *b, tensor_ref *y)
 {
     (void)be;
     int64_t n = x->shape.dim[0], in = x->shape.dim[1], out = w->shape.dim[0];
@@ -33,7 +33,8 @@ void cpu_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y)
             py[r * out + o] += pb[o];
 }
 
-void cpu_linear_backward(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db)
+void cpu_linear_backward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *dy, tensor_ref *dx,
+                         tensor_ref *dw, tensor_ref *db)
 {
     (void)be;
     int64_t n = x->shape.dim[0], in = x->shape.dim[1], out = w->shape.dim[0];

@@ -38,7 +38,8 @@ static void info_nce_row(const float *x, double s, const float *pos, const float
             d[j] = (float)(exp(s * x[j]) * wsum * g);
 }
 
-double cpu_info_nce(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits)
+double cpu_info_nce(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,
+                    tensor_ref *dlogits)
 {
     (void)be;
     int64_t r = logits->shape.dim[0], c = logits->shape.dim[1];
@@ -64,8 +65,8 @@ static double log_sum_exp(const float *x, int64_t c, double s)
     return m + log(t);
 }
 
-double cpu_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
-                         int64_t ignore_index, T *dx)
+double cpu_cross_entropy(eng_backend *be, tensor_ref *x, float scale, const int64_t *target,
+                         const float *weight, int64_t ignore_index, tensor_ref *dx)
 {
     (void)be;
     int64_t n = x->shape.dim[0], c = x->shape.dim[1];
@@ -92,7 +93,7 @@ double cpu_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *targ
 /* BCE with logits of one element, stably: max(x, 0) − x·t + log(1 + e^{−|x|}). */
 static double bce(double x, double t) { return fmax(x, 0.0) - x * t + log1p(exp(-fabs(x))); }
 
-double cpu_bce_logits(eng_backend *be, T *x, const int64_t *target, T *dx)
+double cpu_bce_logits(eng_backend *be, tensor_ref *x, const int64_t *target, tensor_ref *dx)
 {
     (void)be;
     int64_t n = x->shape.dim[0], c = x->shape.dim[1];
@@ -163,7 +164,8 @@ static void sinkhorn_row(double *row, int64_t k, double to)
         row[c] *= to / s;
 }
 
-void cpu_sinkhorn(eng_backend *be, T *x, T *queue, double epsilon, int iters, bool hard, T *q)
+void cpu_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
+                  tensor_ref *q)
 {
     (void)be;
     int64_t nx = x->shape.dim[0], nq = queue ? queue->shape.dim[0] : 0, n = nx + nq, k = x->shape.dim[1];
@@ -198,7 +200,8 @@ void cpu_sinkhorn(eng_backend *be, T *x, T *queue, double epsilon, int iters, bo
     free(u);
 }
 
-double cpu_soft_cross_entropy(eng_backend *be, T *x, float scale, T *q, double g, T *dx)
+double cpu_soft_cross_entropy(eng_backend *be, tensor_ref *x, float scale, tensor_ref *q, double g,
+                              tensor_ref *dx)
 {
     (void)be;
     int64_t n = x->shape.dim[0], c = x->shape.dim[1];

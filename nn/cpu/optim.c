@@ -152,13 +152,13 @@ CPU_HOT static double sum_squares(const float *x, int64_t n)
     return s;
 }
 
-double cpu_sum_squares(eng_backend *be, T *x)
+double cpu_sum_squares(eng_backend *be, tensor_ref *x)
 {
     (void)be;
     return sum_squares(cpu_ptr(x), eng_numel(&x->shape));
 }
 
-void cpu_sum_squares_many(eng_backend *be, T *const *xs, int n, double *out)
+void cpu_sum_squares_many(eng_backend *be, tensor_ref *const *xs, int n, double *out)
 {
     for (int i = 0; i < n; i++)
         out[i] = cpu_sum_squares(be, xs[i]);

@@ -35,7 +35,7 @@ typedef struct {
     int64_t divisor;
 } window;
 
-static geometry geometry_of(T *x, T *y)
+static geometry geometry_of(tensor_ref *x, tensor_ref *y)
 {
     int lanes = cpu_blocking(x) ? cpu_blocking(x) : 1;
     bool y_blocked = cpu_blocking(y) != 0;
@@ -175,7 +175,7 @@ static void avg_backward_plane(const eng_pool_desc *d, const geometry *g, const 
         }
 }
 
-static void max_forward(const eng_pool_desc *d, T *x, T *y)
+static void max_forward(const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
     geometry g = geometry_of(x, y);
     const float *in = cpu_ptr(x);
@@ -185,7 +185,7 @@ static void max_forward(const eng_pool_desc *d, T *x, T *y)
         max_forward_plane(d, &g, in + p * g.ih * g.iw * g.lanes, out + p * g.oh * g.ow * g.lanes);
 }
 
-static void max_backward(const eng_pool_desc *d, T *x, T *dy, T *dx)
+static void max_backward(const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
 {
     geometry g = geometry_of(x, dy);
     const float *in = cpu_ptr(x), *gy = cpu_ptr(dy);
@@ -195,7 +195,7 @@ static void max_backward(const eng_pool_desc *d, T *x, T *dy, T *dx)
         max_backward_plane(d, &g, in + p * g.ih * g.iw, gy + p * g.oh * g.ow, gx + p * g.ih * g.iw);
 }
 
-static void avg_forward(const eng_pool_desc *d, T *x, T *y)
+static void avg_forward(const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
     geometry g = geometry_of(x, y);
     const float *in = cpu_ptr(x);
@@ -205,7 +205,7 @@ static void avg_forward(const eng_pool_desc *d, T *x, T *y)
         avg_forward_plane(d, &g, in + p * g.ih * g.iw * g.lanes, out + p * g.oh * g.ow * g.lanes);
 }
 
-static void avg_backward(const eng_pool_desc *d, T *dy, T *dx)
+static void avg_backward(const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx)
 {
     geometry g = geometry_of(dx, dy);
     const float *gy = cpu_ptr(dy);
@@ -215,49 +215,50 @@ static void avg_backward(const eng_pool_desc *d, T *dy, T *dx)
         avg_backward_plane(d, &g, gy + p * g.oh * g.ow, gx + p * g.ih * g.iw);
 }
 
-void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
+void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
     (void)be;
     max_forward(d, x, y);
 }
 
-void cpu_maxpool_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx)
+void cpu_maxpool_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy,
+                          tensor_ref *dx)
 {
     (void)be;
     max_backward(d, x, dy, dx);
 }
 
-void cpu_avgpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
+void cpu_avgpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
     (void)be;
     avg_forward(d, x, y);
 }
 
-void cpu_avgpool_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx)
+void cpu_avgpool_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx)
 {
     (void)be;
     avg_backward(d, dy, dx);
 }
 
-void cpu_adaptive_avgpool_forward(eng_backend *be, T *x, T *y)
+void cpu_adaptive_avgpool_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
 {
     (void)be;
     avg_forward(NULL, x, y);
 }
 
-void cpu_adaptive_avgpool_backward(eng_backend *be, T *dy, T *dx)
+void cpu_adaptive_avgpool_backward(eng_backend *be, tensor_ref *dy, tensor_ref *dx)
 {
     (void)be;
     avg_backward(NULL, dy, dx);
 }
 
-void cpu_adaptive_maxpool_forward(eng_backend *be, T *x, T *y)
+void cpu_adaptive_maxpool_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
 {
     (void)be;
     max_forward(NULL, x, y);
 }
 
-void cpu_adaptive_maxpool_backward(eng_backend *be, T *x, T *dy, T *dx)
+void cpu_adaptive_maxpool_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
 {
     (void)be;
     max_backward(NULL, x, dy, dx);

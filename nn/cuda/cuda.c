@@ -158,7 +158,7 @@ void *cuda_scratch(eng_backend *be, int slot, size_t bytes)
 {
     cuda_impl *c = cuda_of(be);
     if (slot < 0 || slot >= CUDA_SCRATCH_SLOTS)
-        die(EXIT_RUNTIME, "cuda: scratch slot %d does not exist", slot);
+        invariant_failed("cuda: scratch slot %d does not exist", slot);
     if (c->scratch_bytes[slot] >= bytes)
         return c->scratch[slot];
     size_t grown = bytes > 2 * c->scratch_bytes[slot] ? bytes : 2 * c->scratch_bytes[slot];

@@ -96,17 +96,18 @@ static inline unsigned cuda_blocks(int64_t n, unsigned threads)
 
 /* ---- input (eltwise.cu) ------------------------------------------------------------------------- */
 /* The images' bytes to the device, then x = lut[channel][byte] (nn.c's eng_upload_images). */
-void cuda_upload_images(eng_backend *be, T *x, const uint8_t *src, int src_c, const int *map, const float *lut);
+void cuda_upload_images(eng_backend *be, tensor_ref *x, const uint8_t *src, int src_c, const int *map,
+                        const float *lut);
 
 /* ---- elementwise (eltwise.cu) ------------------------------------------------------------------ */
-void cuda_relu_forward(eng_backend *be, T *x, T *y);
-void cuda_relu_backward(eng_backend *be, T *y, T *dy, T *dx);
-void cuda_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y);
-void cuda_add_backward(eng_backend *be, T *relu_y, T *dy, T *da, T *db);
-void cuda_l2norm_forward(eng_backend *be, T *x, T *y);
-void cuda_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx);
-void cuda_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y);
-void cuda_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx);
+void cuda_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cuda_relu_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
+void cuda_add_forward(eng_backend *be, tensor_ref *a, tensor_ref *b, bool relu, tensor_ref *y);
+void cuda_add_backward(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *da, tensor_ref *db);
+void cuda_l2norm_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cuda_l2norm_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
+void cuda_dropout_forward(eng_backend *be, float p, uint64_t step, tensor_ref *x, tensor_ref *y);
+void cuda_dropout_backward(eng_backend *be, float p, uint64_t step, tensor_ref *dy, tensor_ref *dx);
 /* db[o] += Σ_n dy[n, o] over rows (linear) or Σ over n and the plane (conv, s = H·W). */
 void cuda_bias_grad(eng_backend *be, const float *dy, int64_t n, int64_t c, int64_t s, float *db);
 /* y[n, c, s] += b[c] (a linear's or a convolution's bias after the product). */
@@ -117,51 +118,65 @@ void cuda_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n);
 void cuda_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
 
 /* ---- losses and reductions (loss.cu) ---------------------------------------------------------- */
-double cuda_sum_squares(eng_backend *be, T *x);
-void cuda_sum_squares_many(eng_backend *be, T *const *xs, int n, double *out);
-double cuda_info_nce(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits);
-double cuda_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
-                          int64_t ignore_index, T *dx);
-double cuda_bce_logits(eng_backend *be, T *x, const int64_t *target, T *dx);
-void cuda_sinkhorn(eng_backend *be, T *x, T *queue, double epsilon, int iters, bool hard, T *q);
-double cuda_soft_cross_entropy(eng_backend *be, T *x, float scale, T *q, double g, T *dx);
+double cuda_sum_squares(eng_backend *be, tensor_ref *x);
+void cuda_sum_squares_many(eng_backend *be, tensor_ref *const *xs, int n, double *out);
+double cuda_info_nce(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,
+                     tensor_ref *dlogits);
+double cuda_cross_entropy(eng_backend *be, tensor_ref *x, float scale, const int64_t *target,
+                          const float *weight, int64_t ignore_index, tensor_ref *dx);
+double cuda_bce_logits(eng_backend *be, tensor_ref *x, const int64_t *target, tensor_ref *dx);
+void cuda_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
+                   tensor_ref *q);
+double cuda_soft_cross_entropy(eng_backend *be, tensor_ref *x, float scale, tensor_ref *q, double g,
+                               tensor_ref *dx);
 
 /* ---- matrix products and convolution (dnn.c: cuBLAS, cuDNN) -------------------------------------- */
-void cuda_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y);
-void cuda_linear_backward(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db);
+void cuda_linear_forward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *b, tensor_ref *y);
+void cuda_linear_backward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *dy, tensor_ref *dx,
+                          tensor_ref *dw, tensor_ref *db);
 void cuda_plan_free(eng_backend *be, eng_plan *plan);
 eng_plan *cuda_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias);
-void cuda_conv_forward(eng_backend *be, eng_plan *plan, T *x, T *w, T *b, T *y);
-void cuda_conv_backward(eng_backend *be, eng_plan *plan, T *x, T *w, T *dy, T *dx, T *dw, T *db);
-void cuda_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, T *x, T *w, double eps, T *gamma, T *beta, T *mean,
-                               T *var, T *residual, bool relu, T *y);
+void cuda_conv_forward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *b,
+                       tensor_ref *y);
+void cuda_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *dy,
+                        tensor_ref *dx, tensor_ref *dw, tensor_ref *db);
+void cuda_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
+                               tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
+                               tensor_ref *residual, bool relu, tensor_ref *y);
 
 /* ---- batch norm and layer norm (norm.cu) ------------------------------------------------------- */
-void cuda_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T *x, T *gamma, T *beta,
-                                  T *running_mean, T *running_var, T *save_mean, T *save_invstd, bool relu, T *y);
-void cuda_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *running_mean,
-                                 T *running_var, bool relu, T *y);
-void cuda_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *relu_y, T *dy,
-                             T *dx, T *dgamma, T *dbeta);
-void cuda_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T *running_mean, T *running_var,
-                                  T *dy, T *dx, T *dgamma, T *dbeta);
+void cuda_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
+                                  tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
+                                  tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,
+                                  bool relu, tensor_ref *y);
+void cuda_batchnorm_forward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                 tensor_ref *beta, tensor_ref *running_mean, tensor_ref *running_var,
+                                 bool relu, tensor_ref *y);
+void cuda_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
+                             tensor_ref *save_invstd, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *dx,
+                             tensor_ref *dgamma, tensor_ref *dbeta);
+void cuda_batchnorm_backward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                  tensor_ref *running_mean, tensor_ref *running_var, tensor_ref *dy,
+                                  tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta);
 /* y = [ReLU](BN_eval(y) [+ residual]) in place on a convolution's output (conv_bn_forward_eval). */
-void cuda_bn_eval_epilogue(eng_backend *be, double eps, T *gamma, T *beta, T *mean, T *var, T *residual, bool relu,
-                           T *y);
-void cuda_layernorm2d_forward(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *save_mean, T *save_invstd,
-                              T *y);
-void cuda_layernorm2d_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy, T *dx,
-                               T *dgamma, T *dbeta);
+void cuda_bn_eval_epilogue(eng_backend *be, double eps, tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean,
+                           tensor_ref *var, tensor_ref *residual, bool relu, tensor_ref *y);
+void cuda_layernorm2d_forward(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma, tensor_ref *beta,
+                              tensor_ref *save_mean, tensor_ref *save_invstd, tensor_ref *y);
+void cuda_layernorm2d_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
+                               tensor_ref *save_invstd, tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma,
+                               tensor_ref *dbeta);
 
 /* ---- pooling (pool.cu) ------------------------------------------------------------------------- */
-void cuda_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
-void cuda_maxpool_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx);
-void cuda_avgpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y);
-void cuda_avgpool_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx);
-void cuda_adaptive_avgpool_forward(eng_backend *be, T *x, T *y);
-void cuda_adaptive_avgpool_backward(eng_backend *be, T *dy, T *dx);
-void cuda_adaptive_maxpool_forward(eng_backend *be, T *x, T *y);
-void cuda_adaptive_maxpool_backward(eng_backend *be, T *x, T *dy, T *dx);
+void cuda_maxpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y);
+void cuda_maxpool_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy,
+                           tensor_ref *dx);
+void cuda_avgpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y);
+void cuda_avgpool_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx);
+void cuda_adaptive_avgpool_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cuda_adaptive_avgpool_backward(eng_backend *be, tensor_ref *dy, tensor_ref *dx);
+void cuda_adaptive_maxpool_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cuda_adaptive_maxpool_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
 
 #ifdef __cplusplus
 }

@@ -35,7 +35,7 @@ static void gemm_rm(eng_backend *be, bool ta, bool tb, int64_t m, int64_t n, int
                     "cublasSgemm");
 }
 
-void cuda_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y)
+void cuda_linear_forward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *b, tensor_ref *y)
 {
     int64_t n = x->shape.dim[0], in = x->shape.dim[1], out = w->shape.dim[0];
     gemm_rm(be, false, true, n, out, in, cuda_ptr(x), in, cuda_ptr(w), in, &ZERO, cuda_ptr(y), out);
@@ -43,7 +43,8 @@ void cuda_linear_forward(eng_backend *be, T *x, T *w, T *b, T *y)
         cuda_bias_add(be, cuda_ptr(y), cuda_ptr(b), n, out, 1);
 }
 
-void cuda_linear_backward(eng_backend *be, T *x, T *w, T *dy, T *dx, T *dw, T *db)
+void cuda_linear_backward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *dy, tensor_ref *dx,
+                          tensor_ref *dw, tensor_ref *db)
 {
     int64_t n = x->shape.dim[0], in = x->shape.dim[1], out = w->shape.dim[0];
     const float *g = cuda_ptr(dy);
@@ -197,10 +198,11 @@ void cuda_plan_free(eng_backend *be, eng_plan *p)
 static void expect_bias(const eng_plan *p, bool has)
 {
     if (p->bias != has)
-        die(EXIT_RUNTIME, "conv: the plan was made %s a bias", p->bias ? "with" : "without");
+        invariant_failed("conv: the plan was made %s a bias", p->bias ? "with" : "without");
 }
 
-void cuda_conv_forward(eng_backend *be, eng_plan *p, T *x, T *w, T *b, T *y)
+void cuda_conv_forward(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, tensor_ref *b,
+                       tensor_ref *y)
 {
     cuda_impl *c = cuda_of(be);
     expect_bias(p, b != NULL);
@@ -212,7 +214,8 @@ void cuda_conv_forward(eng_backend *be, eng_plan *p, T *x, T *w, T *b, T *y)
                       p->yshape.dim[2] * p->yshape.dim[3]);
 }
 
-void cuda_conv_backward(eng_backend *be, eng_plan *p, T *x, T *w, T *dy, T *dx, T *dw, T *db)
+void cuda_conv_backward(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, tensor_ref *dy,
+                        tensor_ref *dx, tensor_ref *dw, tensor_ref *db)
 {
     cuda_impl *c = cuda_of(be);
     if (db)
@@ -232,8 +235,9 @@ void cuda_conv_backward(eng_backend *be, eng_plan *p, T *x, T *w, T *dy, T *dx, 
                        cuda_ptr(db));
 }
 
-void cuda_conv_bn_forward_eval(eng_backend *be, eng_plan *p, T *x, T *w, double eps, T *gamma, T *beta, T *mean, T *var,
-                               T *residual, bool relu, T *y)
+void cuda_conv_bn_forward_eval(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, double eps,
+                               tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
+                               tensor_ref *residual, bool relu, tensor_ref *y)
 {
     cuda_conv_forward(be, p, x, w, NULL, y);
     cuda_bn_eval_epilogue(be, eps, gamma, beta, mean, var, residual, relu, y);

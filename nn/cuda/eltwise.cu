@@ -73,14 +73,14 @@ __global__ static void add_grad_kernel(const float *y, const float *dy, float *d
     }
 }
 
-extern "C" void cuda_relu_forward(eng_backend *be, T *x, T *y)
+extern "C" void cuda_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
 {
     int64_t n = eng_numel(&x->shape);
     relu_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(y), n);
     CUDA_LAUNCHED();
 }
 
-extern "C" void cuda_relu_backward(eng_backend *be, T *y, T *dy, T *dx)
+extern "C" void cuda_relu_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx)
 {
     int64_t n = eng_numel(&y->shape);
     relu_grad_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(y), cuda_ptr(dy),
@@ -88,7 +88,7 @@ extern "C" void cuda_relu_backward(eng_backend *be, T *y, T *dy, T *dx)
     CUDA_LAUNCHED();
 }
 
-extern "C" void cuda_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y)
+extern "C" void cuda_add_forward(eng_backend *be, tensor_ref *a, tensor_ref *b, bool relu, tensor_ref *y)
 {
     int64_t n = eng_numel(&a->shape);
     add_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(a), cuda_ptr(b), cuda_ptr(y), n,
@@ -96,7 +96,8 @@ extern "C" void cuda_add_forward(eng_backend *be, T *a, T *b, bool relu, T *y)
     CUDA_LAUNCHED();
 }
 
-extern "C" void cuda_add_backward(eng_backend *be, T *relu_y, T *dy, T *da, T *db)
+extern "C" void cuda_add_backward(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *da,
+                                  tensor_ref *db)
 {
     if (!da && !db)
         return;
@@ -140,14 +141,14 @@ __global__ static void l2norm_grad_kernel(const float *x, const float *dy, float
         out[i] += norm <= L2_EPS ? (float)(g[i] / L2_EPS) : (float)((g[i] - in[i] / norm * dot) / norm);
 }
 
-extern "C" void cuda_l2norm_forward(eng_backend *be, T *x, T *y)
+extern "C" void cuda_l2norm_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
 {
     unsigned rows = (unsigned)x->shape.dim[0];
     l2norm_kernel<<<rows, REDUCE_THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(y), x->shape.dim[1]);
     CUDA_LAUNCHED();
 }
 
-extern "C" void cuda_l2norm_backward(eng_backend *be, T *x, T *dy, T *dx)
+extern "C" void cuda_l2norm_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
 {
     unsigned rows = (unsigned)x->shape.dim[0];
     l2norm_grad_kernel<<<rows, REDUCE_THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(dy), cuda_ptr(dx),
@@ -196,7 +197,8 @@ __global__ static void dropout_kernel(const float *in, float *out, int64_t n, fl
     }
 }
 
-static void dropout(eng_backend *be, float p, uint64_t step, T *src, T *dst, bool accumulate)
+static void dropout(eng_backend *be, float p, uint64_t step, tensor_ref *src, tensor_ref *dst,
+                    bool accumulate)
 {
     int64_t n = eng_numel(&src->shape);
     float scale = 1.0f / (1.0f - p);
@@ -205,12 +207,12 @@ static void dropout(eng_backend *be, float p, uint64_t step, T *src, T *dst, boo
     CUDA_LAUNCHED();
 }
 
-extern "C" void cuda_dropout_forward(eng_backend *be, float p, uint64_t step, T *x, T *y)
+extern "C" void cuda_dropout_forward(eng_backend *be, float p, uint64_t step, tensor_ref *x, tensor_ref *y)
 {
     dropout(be, p, step, x, y, false);
 }
 
-extern "C" void cuda_dropout_backward(eng_backend *be, float p, uint64_t step, T *dy, T *dx)
+extern "C" void cuda_dropout_backward(eng_backend *be, float p, uint64_t step, tensor_ref *dy, tensor_ref *dx)
 {
     dropout(be, p, step, dy, dx, true);
 }
@@ -233,8 +235,8 @@ __global__ static void images_kernel(const uint8_t *src, float *x, int64_t c, in
     }
 }
 
-extern "C" void cuda_upload_images(eng_backend *be, T *x, const uint8_t *src, int src_c, const int *map,
-                                   const float *lut)
+extern "C" void cuda_upload_images(eng_backend *be, tensor_ref *x, const uint8_t *src, int src_c,
+                                   const int *map, const float *lut)
 {
     int64_t n = x->shape.dim[0], c = x->shape.dim[1], hw = x->shape.dim[2] * x->shape.dim[3], total = n * c * hw;
     size_t bytes = (size_t)(n * hw * src_c);

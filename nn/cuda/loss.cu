@@ -137,7 +137,7 @@ __global__ static void sum_squares_kernel(const float *x, int64_t n, double *par
 }
 
 /* Σ x² into *total on the device, through `partial` (SQUARES_BLOCKS doubles); nothing waits. */
-static void sum_squares_into(eng_backend *be, T *x, double *partial, double *total)
+static void sum_squares_into(eng_backend *be, tensor_ref *x, double *partial, double *total)
 {
     int64_t n = eng_numel(&x->shape);
     if (n == 0) {
@@ -151,7 +151,7 @@ static void sum_squares_into(eng_backend *be, T *x, double *partial, double *tot
     sum_doubles(be, partial, blocks, total);
 }
 
-extern "C" double cuda_sum_squares(eng_backend *be, T *x)
+extern "C" double cuda_sum_squares(eng_backend *be, tensor_ref *x)
 {
     double *partial = (double *)cuda_scratch(be, 0, (SQUARES_BLOCKS + 1) * sizeof(double));
     sum_squares_into(be, x, partial, partial + SQUARES_BLOCKS);
@@ -160,7 +160,7 @@ extern "C" double cuda_sum_squares(eng_backend *be, T *x)
 
 /* The same sums, one after another on the stream (the partials' buffer is reused in stream
  * order), and one wait for all of them. */
-extern "C" void cuda_sum_squares_many(eng_backend *be, T *const *xs, int n, double *out)
+extern "C" void cuda_sum_squares_many(eng_backend *be, tensor_ref *const *xs, int n, double *out)
 {
     double *partial = (double *)cuda_scratch(be, 0, SQUARES_BLOCKS * sizeof(double));
     double *totals = (double *)cuda_scratch(be, 1, (size_t)n * sizeof(double));
@@ -225,7 +225,8 @@ __global__ static void nce_grad_kernel(const float *x, const float *pos, const f
         loss[r] = l;
 }
 
-extern "C" double cuda_info_nce(eng_backend *be, T *logits, float scale, T *pos, T *neg, T *dlogits)
+extern "C" double cuda_info_nce(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos,
+                                tensor_ref *neg, tensor_ref *dlogits)
 {
     int64_t r = logits->shape.dim[0], c = logits->shape.dim[1];
     if (r == 0)
@@ -287,8 +288,8 @@ __global__ static void ce_kernel(const float *x, const ce_row *rows, int64_t c, 
         loss[r] = t.w * (lse - scaled(s, x[t.cls]));
 }
 
-extern "C" double cuda_cross_entropy(eng_backend *be, T *x, float scale, const int64_t *target, const float *weight,
-                                     int64_t ignore_index, T *dx)
+extern "C" double cuda_cross_entropy(eng_backend *be, tensor_ref *x, float scale, const int64_t *target,
+                                     const float *weight, int64_t ignore_index, tensor_ref *dx)
 {
     int64_t n = x->shape.dim[0], c = x->shape.dim[1];
     double wsum = 0.0, total = 0.0; /* Σw in the cpu's order, on the host where the weights are */
@@ -341,7 +342,7 @@ __global__ static void bce_kernel(const float *x, const int64_t *target, const d
         loss[r] = total;
 }
 
-extern "C" double cuda_bce_logits(eng_backend *be, T *x, const int64_t *target, T *dx)
+extern "C" double cuda_bce_logits(eng_backend *be, tensor_ref *x, const int64_t *target, tensor_ref *dx)
 {
     int64_t n = x->shape.dim[0], c = x->shape.dim[1];
     if (n == 0 || c == 0)
@@ -527,7 +528,8 @@ static void sinkhorn_iteration(eng_backend *be, double *a, int64_t n, int64_t k,
     CUDA_LAUNCHED();
 }
 
-extern "C" void cuda_sinkhorn(eng_backend *be, T *x, T *queue, double epsilon, int iters, bool hard, T *q)
+extern "C" void cuda_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters,
+                              bool hard, tensor_ref *q)
 {
     int64_t nx = x->shape.dim[0], nq = queue ? queue->shape.dim[0] : 0, n = nx + nq, k = x->shape.dim[1];
     if (nx == 0 || k == 0)
@@ -576,7 +578,8 @@ __global__ static void soft_ce_kernel(const float *x, const float *q, int64_t c,
         loss[r] = total;
 }
 
-extern "C" double cuda_soft_cross_entropy(eng_backend *be, T *x, float scale, T *q, double g, T *dx)
+extern "C" double cuda_soft_cross_entropy(eng_backend *be, tensor_ref *x, float scale, tensor_ref *q,
+                                          double g, tensor_ref *dx)
 {
     int64_t n = x->shape.dim[0], c = x->shape.dim[1];
     if (n == 0)

@@ -56,8 +56,8 @@ typedef struct {
     double sum_g, sum_gxhat; /* backward: Σ g and Σ g·x̂ */
 } seg_info;
 
-static const float *ptr_or_null(T *t) { return t ? cuda_ptr(t) : NULL; }
-static float *mut_or_null(T *t) { return t ? cuda_ptr(t) : NULL; }
+static const float *ptr_or_null(tensor_ref *t) { return t ? cuda_ptr(t) : NULL; }
+static float *mut_or_null(tensor_ref *t) { return t ? cuda_ptr(t) : NULL; }
 
 static int parts_for(int64_t count, int64_t segs)
 {
@@ -68,7 +68,7 @@ static int parts_for(int64_t count, int64_t segs)
 }
 
 /* N, C and S of a 2-D or 4-D tensor. */
-static void ncs_of(T *x, int64_t *n, int64_t *c, int64_t *s)
+static void ncs_of(tensor_ref *x, int64_t *n, int64_t *c, int64_t *s)
 {
     *n = x->shape.dim[0];
     *c = x->shape.dim[1];
@@ -76,7 +76,7 @@ static void ncs_of(T *x, int64_t *n, int64_t *c, int64_t *s)
 }
 
 /* Batch norm: one segment per channel, its runs the N samples' planes. */
-static walk channel_walk(T *x)
+static walk channel_walk(tensor_ref *x)
 {
     int64_t n, c, s;
     ncs_of(x, &n, &c, &s);
@@ -86,7 +86,7 @@ static walk channel_walk(T *x)
 }
 
 /* Layer norm: one segment per sample, its runs the C channels' planes. */
-static walk sample_walk(T *x)
+static walk sample_walk(tensor_ref *x)
 {
     int64_t n, c, s;
     ncs_of(x, &n, &c, &s);
@@ -447,7 +447,8 @@ static void segment_grads(eng_backend *be, const walk &w, Op op, const seg_info 
 static bool empty(const walk &w) { return w.segs == 0 || w.count == 0; }
 
 /* Running statistics (mean 0, var 1 where missing) make batch norm a per-channel affine map. */
-static seg_info *eval_info(eng_backend *be, const walk &w, double eps, T *gamma, T *beta, T *mean, T *var)
+static seg_info *eval_info(eng_backend *be, const walk &w, double eps, tensor_ref *gamma, tensor_ref *beta,
+                           tensor_ref *mean, tensor_ref *var)
 {
     seg_info *info = info_scratch(be, w.segs);
     eval_info_kernel<<<seg_blocks(w), THREADS, 0, cuda_stream(be)>>>(
@@ -458,9 +459,10 @@ static seg_info *eval_info(eng_backend *be, const walk &w, double eps, T *gamma,
 
 } // namespace
 
-extern "C" void cuda_batchnorm_forward_train(eng_backend *be, double momentum, double eps, T *x, T *gamma, T *beta,
-                                             T *running_mean, T *running_var, T *save_mean, T *save_invstd,
-                                             bool relu, T *y)
+extern "C" void cuda_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
+                                             tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
+                                             tensor_ref *running_var, tensor_ref *save_mean,
+                                             tensor_ref *save_invstd, bool relu, tensor_ref *y)
 {
     walk w = channel_walk(x);
     if (w.count < 2)
@@ -483,8 +485,9 @@ extern "C" void cuda_batchnorm_forward_train(eng_backend *be, double momentum, d
     launch_map(be, w, bn_affine_op{cuda_ptr(x), NULL, cuda_ptr(y), relu}, info);
 }
 
-extern "C" void cuda_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *running_mean,
-                                            T *running_var, bool relu, T *y)
+extern "C" void cuda_batchnorm_forward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                            tensor_ref *beta, tensor_ref *running_mean,
+                                            tensor_ref *running_var, bool relu, tensor_ref *y)
 {
     walk w = channel_walk(x);
     if (empty(w))
@@ -493,8 +496,9 @@ extern "C" void cuda_batchnorm_forward_eval(eng_backend *be, double eps, T *x, T
     launch_map(be, w, bn_affine_op{cuda_ptr(x), NULL, cuda_ptr(y), relu}, info);
 }
 
-extern "C" void cuda_bn_eval_epilogue(eng_backend *be, double eps, T *gamma, T *beta, T *mean, T *var, T *residual,
-                                      bool relu, T *y)
+extern "C" void cuda_bn_eval_epilogue(eng_backend *be, double eps, tensor_ref *gamma, tensor_ref *beta,
+                                      tensor_ref *mean, tensor_ref *var, tensor_ref *residual, bool relu,
+                                      tensor_ref *y)
 {
     walk w = channel_walk(y);
     if (empty(w))
@@ -506,8 +510,9 @@ extern "C" void cuda_bn_eval_epilogue(eng_backend *be, double eps, T *gamma, T *
 
 /* With x̂ = (x − mean)·invstd, g the gradient reaching the norm and m values per channel:
  *   dβ = Σ g,  dγ = Σ g·x̂,  dx = γ·invstd/m · (m·g − dβ − x̂·dγ). */
-extern "C" void cuda_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *relu_y,
-                                        T *dy, T *dx, T *dgamma, T *dbeta)
+extern "C" void cuda_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma,
+                                        tensor_ref *save_mean, tensor_ref *save_invstd, tensor_ref *relu_y,
+                                        tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta)
 {
     walk w = channel_walk(x);
     if (empty(w))
@@ -524,8 +529,10 @@ extern "C" void cuda_batchnorm_backward(eng_backend *be, T *x, T *gamma, T *save
 
 /* The eval forward is affine per channel, so: dx += dy·γ·invstd, dγ += Σ dy·x̂, dβ += Σ dy
  * with x̂ from the running statistics. */
-extern "C" void cuda_batchnorm_backward_eval(eng_backend *be, double eps, T *x, T *gamma, T *running_mean,
-                                             T *running_var, T *dy, T *dx, T *dgamma, T *dbeta)
+extern "C" void cuda_batchnorm_backward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                             tensor_ref *running_mean, tensor_ref *running_var,
+                                             tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma,
+                                             tensor_ref *dbeta)
 {
     walk w = channel_walk(x);
     if (empty(w))
@@ -538,8 +545,9 @@ extern "C" void cuda_batchnorm_backward_eval(eng_backend *be, double eps, T *x, 
         launch_map(be, w, bn_dx_eval_op{cuda_ptr(dy), cuda_ptr(dx)}, info);
 }
 
-extern "C" void cuda_layernorm2d_forward(eng_backend *be, double eps, T *x, T *gamma, T *beta, T *save_mean,
-                                         T *save_invstd, T *y)
+extern "C" void cuda_layernorm2d_forward(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
+                                         tensor_ref *beta, tensor_ref *save_mean, tensor_ref *save_invstd,
+                                         tensor_ref *y)
 {
     walk w = sample_walk(x);
     if (empty(w))
@@ -558,8 +566,9 @@ extern "C" void cuda_layernorm2d_forward(eng_backend *be, double eps, T *x, T *g
  *   dx += invstd/M · (M·g − Σ g − x̂·Σ g·x̂);
  * dγ and dβ sum over the samples and positions of each channel (a channel walk whose runs
  * are the samples, each with its own statistics). */
-extern "C" void cuda_layernorm2d_backward(eng_backend *be, T *x, T *gamma, T *save_mean, T *save_invstd, T *dy,
-                                          T *dx, T *dgamma, T *dbeta)
+extern "C" void cuda_layernorm2d_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma,
+                                          tensor_ref *save_mean, tensor_ref *save_invstd, tensor_ref *dy,
+                                          tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta)
 {
     walk ws = sample_walk(x), wc = channel_walk(x);
     if (empty(ws))

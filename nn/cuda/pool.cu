@@ -225,7 +225,7 @@ __global__ static void avg_backward_kernel(pool_geom g, int64_t n, const float *
 
 /* The geometry between input `in` and output `out` (both N×C×H×W); d NULL: adaptive. Aborts
  * when a plane or the adaptive rule's products would overflow the kernels' int. */
-static pool_geom geom_of(const eng_pool_desc *d, T *in, T *out)
+static pool_geom geom_of(const eng_pool_desc *d, tensor_ref *in, tensor_ref *out)
 {
     pool_geom g = {};
     g.adaptive = d == NULL;
@@ -249,7 +249,7 @@ static pool_geom geom_of(const eng_pool_desc *d, T *in, T *out)
     return g;
 }
 
-static int64_t numel(T *t)
+static int64_t numel(tensor_ref *t)
 {
     int64_t n = 1;
     for (int i = 0; i < t->shape.ndim; i++)
@@ -257,7 +257,7 @@ static int64_t numel(T *t)
     return n;
 }
 
-static void max_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
+static void max_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
     pool_geom g = geom_of(d, x, y);
     int64_t n = numel(y);
@@ -265,7 +265,8 @@ static void max_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
     CUDA_LAUNCHED();
 }
 
-static void max_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx)
+static void max_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy,
+                         tensor_ref *dx)
 {
     if (!dx)
         return;
@@ -279,7 +280,7 @@ static void max_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T
     CUDA_LAUNCHED();
 }
 
-static void avg_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
+static void avg_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
     pool_geom g = geom_of(d, x, y);
     int64_t n = numel(y);
@@ -287,7 +288,7 @@ static void avg_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y)
     CUDA_LAUNCHED();
 }
 
-static void avg_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx)
+static void avg_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx)
 {
     if (!dx)
         return;
@@ -300,27 +301,43 @@ static void avg_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx)
 
 } // namespace
 
-extern "C" void cuda_maxpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y) { max_forward(be, d, x, y); }
+extern "C" void cuda_maxpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
+{
+    max_forward(be, d, x, y);
+}
 
-extern "C" void cuda_maxpool_backward(eng_backend *be, const eng_pool_desc *d, T *x, T *dy, T *dx)
+extern "C" void cuda_maxpool_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy,
+                                      tensor_ref *dx)
 {
     max_backward(be, d, x, dy, dx);
 }
 
-extern "C" void cuda_avgpool_forward(eng_backend *be, const eng_pool_desc *d, T *x, T *y) { avg_forward(be, d, x, y); }
+extern "C" void cuda_avgpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
+{
+    avg_forward(be, d, x, y);
+}
 
-extern "C" void cuda_avgpool_backward(eng_backend *be, const eng_pool_desc *d, T *dy, T *dx)
+extern "C" void cuda_avgpool_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx)
 {
     avg_backward(be, d, dy, dx);
 }
 
-extern "C" void cuda_adaptive_avgpool_forward(eng_backend *be, T *x, T *y) { avg_forward(be, NULL, x, y); }
+extern "C" void cuda_adaptive_avgpool_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
+{
+    avg_forward(be, NULL, x, y);
+}
 
-extern "C" void cuda_adaptive_avgpool_backward(eng_backend *be, T *dy, T *dx) { avg_backward(be, NULL, dy, dx); }
+extern "C" void cuda_adaptive_avgpool_backward(eng_backend *be, tensor_ref *dy, tensor_ref *dx)
+{
+    avg_backward(be, NULL, dy, dx);
+}
 
-extern "C" void cuda_adaptive_maxpool_forward(eng_backend *be, T *x, T *y) { max_forward(be, NULL, x, y); }
+extern "C" void cuda_adaptive_maxpool_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
+{
+    max_forward(be, NULL, x, y);
+}
 
-extern "C" void cuda_adaptive_maxpool_backward(eng_backend *be, T *x, T *dy, T *dx)
+extern "C" void cuda_adaptive_maxpool_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
 {
     max_backward(be, NULL, x, dy, dx);
 }

@@ -479,9 +479,9 @@ static void blur_passes(img_u8 *im, const box_weights *bw, uint8_t *a, uint8_t *
 void img_gaussian_blur(img_u8 *im, double radius)
 {
     if (!im || !im->px || im->w <= 0 || im->h <= 0 || (im->c != 1 && im->c != 3))
-        die(1, "img_gaussian_blur: not an 8-bit L or RGB image");
+        invariant_failed("img_gaussian_blur: not an 8-bit L or RGB image");
     if (!(radius >= 0.0 && radius <= IMG_BLUR_RADIUS_MAX))
-        die(1, "img_gaussian_blur: radius %g must be in [0, %g]", radius, IMG_BLUR_RADIUS_MAX);
+        invariant_failed("img_gaussian_blur: radius %g must be in [0, %g]", radius, IMG_BLUR_RADIUS_MAX);
     /* PIL receives the radius as a C float. */
     const box_weights bw = box_weights_for(gaussian_box_radius((float)radius, 3));
     /* r = 0 with the whole weight inside is the identity (radius 0). */
@@ -493,7 +493,7 @@ void img_gaussian_blur(img_u8 *im, double radius)
     size_t bytes = longest * sizeof(uint32_t) + 2 * px + 32; /* + spare: transpose_from */
     uint8_t *mem = malloc(bytes);
     if (!mem)
-        die(1, "img_gaussian_blur: out of memory (%zu bytes)", bytes);
+        die(EXIT_RUNTIME, "img_gaussian_blur: out of memory (%zu bytes)", bytes);
     uint32_t *acc = (uint32_t *)(void *)mem; /* malloc'd memory is suitably aligned */
     uint8_t *a = mem + longest * sizeof(uint32_t);
     blur_passes(im, &bw, a, a + px, acc);
@@ -549,7 +549,7 @@ static void smooth_row(const uint8_t *up, const uint8_t *mid, const uint8_t *dow
 void img_smooth3x3(const img_u8 *src, img_u8 *dst)
 {
     if (src->w != dst->w || src->h != dst->h || src->c != dst->c)
-        die(1, "img_smooth3x3: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w,
+        invariant_failed("img_smooth3x3: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w,
             dst->h, dst->c);
     if (src->w < 3 || src->h < 3) {
         img_copy(src, dst);

@@ -401,7 +401,7 @@ static void blend_const(img_u8 *im, int deg, double factor)
 static void check_image(const img_u8 *im, const char *fn)
 {
     if (!im || !im->px || im->w <= 0 || im->h <= 0 || (im->c != 1 && im->c != 3))
-        die(1, "%s: not an 8-bit L or RGB image", fn);
+        invariant_failed("%s: not an 8-bit L or RGB image", fn);
 }
 
 /* ---- ImageEnhance ---------------------------------------------------------------------- */
@@ -499,7 +499,7 @@ void img_adjust_saturation(img_u8 *im, double factor)
     /* The gray row, one byte per sample, then a vector blend of the whole row. */
     uint8_t *gray = malloc(row);
     if (!gray)
-        die(1, "img_adjust_saturation: out of memory");
+        die(EXIT_RUNTIME, "img_adjust_saturation: out of memory");
     for (int y = 0; y < im->h; y++) {
         uint8_t *p = im->px + (size_t)y * im->stride;
         for (size_t i = 0; i < row; i += 3)
@@ -1071,7 +1071,7 @@ void img_adjust_hue(img_u8 *im, double hue_factor)
 {
     check_image(im, "img_adjust_hue");
     if (!(hue_factor >= -0.5 && hue_factor <= 0.5))
-        die(1, "img_adjust_hue: hue_factor %g is not in [-0.5, 0.5]", hue_factor);
+        invariant_failed("img_adjust_hue: hue_factor %g is not in [-0.5, 0.5]", hue_factor);
     /* torchvision returns L images untouched. */
     if (im->c != 3)
         return;
@@ -1089,7 +1089,7 @@ void img_adjust_hue(img_u8 *im, double hue_factor)
     /* one row of H, S, V and of RGB output (+1 byte of slack for its word stores) */
     uint8_t *buf = malloc(6 * w + 1);
     if (!buf)
-        die(1, "img_adjust_hue: out of memory");
+        die(EXIT_RUNTIME, "img_adjust_hue: out of memory");
     uint8_t *hb = buf, *sb = hb + w, *vb = sb + w, *out = vb + w;
     for (int y = 0; y < im->h; y++) {
         uint8_t *p = im->px + (size_t)y * im->stride;
@@ -1140,7 +1140,7 @@ void img_posterize(img_u8 *im, int bits)
 {
     check_image(im, "img_posterize");
     if (bits < 0 || bits > 8)
-        die(1, "img_posterize: bits %d is not in 0..8", bits);
+        invariant_failed("img_posterize: bits %d is not in 0..8", bits);
     /* PIL's table is i & ~(2**(8 - bits) - 1): a mask. */
     const uint8_t mask = (uint8_t)~((1 << (8 - bits)) - 1);
     const size_t row = (size_t)im->w * (size_t)im->c;

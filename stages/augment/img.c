@@ -13,13 +13,13 @@
 img_u8 img_alloc(int w, int h, int c)
 {
     if (w <= 0 || h <= 0 || (c != 1 && c != 3))
-        die(1, "img_alloc: bad image size %dx%dx%d", w, h, c);
+        die(EXIT_RUNTIME, "img_alloc: bad image size %dx%dx%d", w, h, c);
     size_t stride = (size_t)w * (size_t)c;
     size_t bytes = stride * (size_t)h;
     /* aligned_alloc wants a multiple of the alignment; round up (and never ask for 0). */
     void *px = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!px)
-        die(1, "img_alloc: out of memory for a %dx%dx%d image", w, h, c);
+        die(EXIT_RUNTIME, "img_alloc: out of memory for a %dx%dx%d image", w, h, c);
     return (img_u8){.px = px, .w = w, .h = h, .c = c, .stride = stride};
 }
 
@@ -32,7 +32,7 @@ void img_free(img_u8 *im)
 img_u8 img_view(const img_u8 *im, int x, int y, int w, int h)
 {
     if (x < 0 || y < 0 || w <= 0 || h <= 0 || x + w > im->w || y + h > im->h)
-        die(1, "img_view: (%d,%d %dx%d) is not inside a %dx%d image", x, y, w, h, im->w, im->h);
+        invariant_failed("img_view: (%d,%d %dx%d) is not inside a %dx%d image", x, y, w, h, im->w, im->h);
     return (img_u8){.px = im->px + (size_t)y * im->stride + (size_t)x * (size_t)im->c,
                     .w = w, .h = h, .c = im->c, .stride = im->stride};
 }
@@ -40,7 +40,7 @@ img_u8 img_view(const img_u8 *im, int x, int y, int w, int h)
 void img_copy(const img_u8 *src, img_u8 *dst)
 {
     if (src->w != dst->w || src->h != dst->h || src->c != dst->c)
-        die(1, "img_copy: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w, dst->h, dst->c);
+        invariant_failed("img_copy: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w, dst->h, dst->c);
     size_t row = (size_t)src->w * (size_t)src->c;
     for (int y = 0; y < src->h; y++)
         memcpy(dst->px + (size_t)y * dst->stride, src->px + (size_t)y * src->stride, row);
@@ -89,7 +89,7 @@ static int pad_index(int i, int n, img_pad_mode mode)
 img_u8 img_pad(const img_u8 *src, int l, int t, int r, int b, img_pad_mode mode, const uint8_t fill[3])
 {
     if (l < 0 || t < 0 || r < 0 || b < 0)
-        die(1, "img_pad: negative padding %d %d %d %d", l, t, r, b);
+        invariant_failed("img_pad: negative padding %d %d %d %d", l, t, r, b);
     img_u8 out = img_alloc(src->w + l + r, src->h + t + b, src->c);
     const size_t c = (size_t)src->c;
     for (int y = 0; y < out.h; y++) {

@@ -884,9 +884,9 @@ static void resize_nearest(const img_u8 *src, img_u8 *dst)
 void img_resize(const img_u8 *src, img_u8 *dst, img_filter filter)
 {
     if (src->c != dst->c)
-        die(1, "img_resize: %d channels into %d", src->c, dst->c);
+        invariant_failed("img_resize: %d channels into %d", src->c, dst->c);
     if (filter != IMG_NEAREST && filter != IMG_BILINEAR && filter != IMG_BICUBIC)
-        die(1, "img_resize: unsupported filter %d", (int)filter);
+        invariant_failed("img_resize: unsupported filter %d", (int)filter);
     if (src->w == dst->w && src->h == dst->h) { /* Image.resize returns a copy */
         img_copy(src, dst);
         return;
@@ -927,7 +927,7 @@ void img_resize(const img_u8 *src, img_u8 *dst, img_filter filter)
 void img_crop_padded(const img_u8 *src, int x0, int y0, img_u8 *dst)
 {
     if (src->c != dst->c)
-        die(1, "img_crop_padded: %d channels into %d", src->c, dst->c);
+        invariant_failed("img_crop_padded: %d channels into %d", src->c, dst->c);
     const int c = src->c;
     /* the part of the box inside src, in dst coordinates */
     int bx0 = x0 < 0 ? -x0 : 0, by0 = y0 < 0 ? -y0 : 0;
@@ -1173,12 +1173,12 @@ static double py_round15(double v)
 NO_FMA void img_rotate(const img_u8 *src, img_u8 *dst, double angle_deg)
 {
     if (src->c != dst->c || src->w != dst->w || src->h != dst->h)
-        die(1, "img_rotate: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w, dst->h,
+        invariant_failed("img_rotate: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w, dst->h,
             dst->c);
     if (!isfinite(angle_deg))
-        die(1, "img_rotate: angle %g is not finite", angle_deg);
+        invariant_failed("img_rotate: angle %g is not finite", angle_deg);
     if (src->px == dst->px)
-        die(1, "img_rotate: src and dst must be different images");
+        invariant_failed("img_rotate: src and dst must be different images");
     /* Image.rotate: angle % 360.0, then the transposes, compared exactly */
     double angle = py_mod(angle_deg, 360.0);
     if (angle == 0.0) {
@@ -1216,7 +1216,7 @@ NO_FMA void img_rotate(const img_u8 *src, img_u8 *dst, double angle_deg)
 NO_FMA double img_rotate_linspace_angle(int k, int num_angles)
 {
     if (num_angles < 1 || k < 0 || k > num_angles)
-        die(1, "img_rotate_linspace_angle: k %d of %d angles", k, num_angles);
+        invariant_failed("img_rotate_linspace_angle: k %d of %d angles", k, num_angles);
     const int64_t steps = (int64_t)num_angles + 1, half = steps / 2;
     const float start = 0.0f, end = 360.0f;
     const float step = (end - start) / (float)(steps - 1);
@@ -1289,7 +1289,7 @@ __attribute__((target("avx2"))) static int grayscale3_avx2(uint8_t *p, int w)
 void img_rgb_to_l(const img_u8 *src, img_u8 *dst)
 {
     if (src->w != dst->w || src->h != dst->h || dst->c != 1)
-        die(1, "img_rgb_to_l: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w, dst->h,
+        invariant_failed("img_rgb_to_l: %dx%dx%d into %dx%dx%d", src->w, src->h, src->c, dst->w, dst->h,
             dst->c);
     if (src->c == 1) { /* convert("L") of an L image is a copy */
         img_copy(src, dst);
@@ -1308,7 +1308,7 @@ void img_rgb_to_l(const img_u8 *src, img_u8 *dst)
 void img_grayscale3(img_u8 *im)
 {
     if (im->c != 3)
-        die(1, "img_grayscale3: needs an RGB image, got %d channels", im->c);
+        invariant_failed("img_grayscale3: needs an RGB image, got %d channels", im->c);
     bool simd = use_avx2();
     for (int y = 0; y < im->h; y++) {
         uint8_t *row = im->px + (size_t)y * im->stride;

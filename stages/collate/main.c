@@ -110,13 +110,13 @@ static void hold(collate *c, const rec_view *v)
     size_t len = v->hdr->size;
     void *copy = aligned_alloc(REC_ALIGN, len);
     if (!copy)
-        die(1, "out of memory holding a %zu-byte sample", len);
+        die(EXIT_RUNTIME, "out of memory holding a %zu-byte sample", len);
     memcpy(copy, v->base, len);
     held *h = &c->pending[c->n_pending++];
     *h = (held){.epoch = v->hdr->epoch, .seq = v->hdr->seq, .bytes = copy};
     char *err = NULL;
     if (rec_parse(copy, len, &h->view, &err) != 0) /* cannot fail: the transport validated it */
-        die(1, "held record: %s", err);
+        die(EXIT_RUNTIME, "held record: %s", err);
 }
 
 static held *find_held(collate *c, uint32_t epoch, uint64_t seq)

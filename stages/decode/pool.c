@@ -101,7 +101,7 @@ decode_pool *decode_pool_new(unsigned threads, unsigned slots, const decode_opti
     p->slots = xcalloc(p->n_slots, sizeof *p->slots);
     for (unsigned i = 0; i < p->n_slots; i++)
         if (!(p->slots[i].ctx = decode_ctx_new(opt)))
-            die(1, "out of memory for decoders");
+            die(EXIT_RUNTIME, "out of memory for decoders");
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->done, NULL);

@@ -23,7 +23,7 @@ static char *read_text(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        die(1, "cannot open %s", path);
+        die(EXIT_RUNTIME, "cannot open %s", path);
     strbuf sb = {0};
     char buf[4096];
     size_t n;
@@ -42,13 +42,13 @@ int main(int argc, char **argv)
     npy_array a = {0};
     char *why = NULL;
     if (npy_read(argv[1], &a, &why) != 0 || a.dtype != NPY_U1 || a.ndim != 3 || a.shape[2] != 3)
-        die(2, "%s: need a uint8 [H, W, 3] array (%s)", argv[1], why ? why : "wrong shape");
+        die(EXIT_USAGE, "%s: need a uint8 [H, W, 3] array (%s)", argv[1], why ? why : "wrong shape");
     char *yaml = read_text(argv[2]);
     cfg_err err;
     cfg_node *root = cfg_parse_yaml(yaml, strlen(yaml), argv[2], &err);
     aug_pipeline *p = root ? aug_pipeline_build(cfg_map_get(root, "t"), "t", &err) : NULL;
     if (!p)
-        die(2, "%s", err.msg);
+        die(EXIT_USAGE, "%s", err.msg);
     img_u8 im = img_alloc((int)a.shape[1], (int)a.shape[0], 3);
     memcpy(im.px, a.data, a.nbytes);
     int64_t label = 0, valid = 1, idx = strtoll(argv[5], NULL, 10);
@@ -58,11 +58,11 @@ int main(int argc, char **argv)
     char msg[256];
     if (aug_apply_traced(p, &s, strtoull(argv[3], NULL, 10), (uint32_t)strtoul(argv[4], NULL, 10), (uint64_t)idx,
                          &trace, msg, sizeof msg) != 0)
-        die(1, "aug_apply: %s", msg);
+        die(EXIT_RUNTIME, "aug_apply: %s", msg);
     char *path = xasprintf("%s/trace.txt", argv[6]);
     FILE *f = fopen(path, "w");
     if (!f || fputs(sb_str(&trace), f) < 0 || fclose(f) != 0)
-        die(1, "cannot write %s", path);
+        die(EXIT_RUNTIME, "cannot write %s", path);
     free(path);
     for (int k = 0; k < s.n; k++) {
         const aug_item *it = &s.items[k];
@@ -70,13 +70,13 @@ int main(int argc, char **argv)
         bool stack = it->towers > 1;
         path = xasprintf("%s/out.%d.npy", argv[6], k);
         if (npy_write(path, NPY_U1, stack ? 4 : 3, stack ? shape : shape + 1, it->im.px, &why) != 0)
-            die(1, "%s", why);
+            die(EXIT_RUNTIME, "%s", why);
         free(path);
     }
     path = xasprintf("%s/label.npy", argv[6]);
     size_t nl = (size_t)s.n_label;
     if (npy_write(path, NPY_I8, 1, &nl, s.label, &why) != 0)
-        die(1, "%s", why);
+        die(EXIT_RUNTIME, "%s", why);
     free(path);
     sb_free(&trace);
     aug_sample_clear(&s);

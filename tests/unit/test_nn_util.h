@@ -8,6 +8,7 @@
 #include "model.h"
 #include "nn.h"
 #include "npy.h"
+#include "test_hooks.h"
 
 /* The cpu backend on 2 threads with a fixed dropout seed. */
 eng_backend *nnt_open_cpu(void);

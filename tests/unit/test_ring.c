@@ -12,6 +12,7 @@
  * hear about a death within 2 s (it takes about RING_CHECK_MS).
  */
 #include "ring.h"
+#include "ring_test_hooks.h"
 #include "timer.h"
 #include "util.h"
 
