@@ -6,8 +6,9 @@
  * trunks, heads...) with a "did you mean", enumerations, lists whose lengths must agree,
  * transform parameters (crop sizes within MAX_CROP_SIDE), LR schedules (through lib/sched's
  * own checks), value ranges (selfsup's own SELFSUP.* keys and the augment worker count
- * included: what a run would otherwise find late), and the data and weights files the run
- * will read.
+ * included: what a run would otherwise find late), the data and weights files the run
+ * will read, and keys that ask for what nothing implements yet (AMP, activation checkpointing,
+ * another train step: refused; SyncBN: a warning that it changes nothing on one trainer).
  *
  * Paths are resolved as VISSL resolves them: DATA_PATHS when given, otherwise the dataset
  * catalog (configs/dataset_catalog.json; the TEST split reads the "val" entry). A missing
@@ -623,12 +624,53 @@ static bool check_weights(checker *ck)
     return report_unusable(ck, file, "config.MODEL.WEIGHTS_INIT.PARAMS_FILE", "weights file '%s' does not exist", file->s);
 }
 
+/* ---- features no stage implements yet ------------------------------------------------------ */
+
+/* Keys that ask for something no stage does yet. Left alone they would be silently ignored, and
+ * a run would not be the run its config describes, so they are refused where the config is to
+ * be run (validate, run and every stage: report_unusable's rule) and only warned about by
+ * `show`, which VISSL's own recipes (SwAV's and DeepClusterV2's set USE_AMP) must still pass. */
+static bool check_unimplemented(checker *ck)
+{
+    static const struct {
+        const char *path, *what;
+    } on[] = {
+        {"MODEL.AMP_PARAMS.USE_AMP", "mixed precision (AMP) is not implemented yet; set USE_AMP: False"},
+        {"MODEL.ACTIVATION_CHECKPOINTING.USE_ACTIVATION_CHECKPOINTING",
+         "activation checkpointing is not implemented yet; set USE_ACTIVATION_CHECKPOINTING: False"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(on); k++) {
+        char *full = xasprintf("config.%s", on[k].path);
+        bool ok = !C_bool(ck, on[k].path) || report_unusable(ck, C(ck, on[k].path), full, "%s", on[k].what);
+        free(full);
+        if (!ok)
+            return false;
+    }
+    /* VISSL's only train step; its name is what its registry looks up, ours is fixed. */
+    cfg_node *step = C(ck, "TRAINER.TRAIN_STEP_NAME");
+    if (step && step->kind == CFG_STR && strcmp(step->s, "standard_train_step"))
+        return report_unusable(ck, step, "config.TRAINER.TRAIN_STEP_NAME",
+                               "'%s': train steps other than standard_train_step are not implemented yet", step->s);
+    return true;
+}
+
+/* SyncBN only differs from BatchNorm across processes, and training runs one process: VISSL's
+ * recipes turn it on routinely, so it is accepted with a word that it changes nothing. */
+static void warn_sync_bn(checker *ck)
+{
+    if (C_bool(ck, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
+        cfg_warn(ck->cfg, "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN: has no effect: data-parallel training "
+                          "is not implemented yet, and on one trainer SyncBN is plain BatchNorm");
+}
+
 bool cfg_check(cfg_t *cfg, const cfg_options *opt, cfg_err *err)
 {
     checker ck = {cfg, opt, err, NULL};
     bool ok = check_runtime(&ck) && check_model(&ck) && check_loss_and_meters(&ck) && check_optimizer(&ck) &&
               check_data(&ck) && check_weights(&ck) && check_rendezvous(&ck) && check_selfsup(&ck) &&
-              check_selfsup_endpoint(&ck);
+              check_selfsup_endpoint(&ck) && check_unimplemented(&ck);
+    if (ok)
+        warn_sync_bn(&ck);
     json_decref(ck.catalog);
     return ok;
 }

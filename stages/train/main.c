@@ -2,6 +2,7 @@
  * selfsup-train — VISSL's training loop: batches in, a trained model out.
  *
  *   selfsup-train -c CONFIG [--threads N] [--steps-per-epoch N] [--in URI] [--test-in URI] [overrides]
+ *   selfsup-train -c CONFIG --check [overrides]
  *   selfsup-decode -c CONFIG --epochs E | selfsup-augment -c CONFIG | selfsup-collate -c CONFIG \
  *       | selfsup-train -c CONFIG
  *
@@ -26,6 +27,9 @@
  * The config is checked before the first batch is read: the model, the loss, the optimizer,
  * the schedules and the dataset's length (for the schedules' `where`) must all build, or the
  * stage exits 2 naming the key. A non-finite loss stops the run (exit 1) naming the iteration.
+ * --check is a dry start: the config is composed and put through the trainer's checks
+ * (trainer_check_config: what `selfsup config validate` runs), and the stage exits 0 or 2
+ * without opening its input, building the model or touching CHECKPOINT.DIR.
  *
  * Options:
  *   --threads N          compute threads (default: every core)
@@ -34,6 +38,7 @@
  *   --test-in URI        where the test phases' batches come from (shm:NAME, -, file:PATH,
  *                        tcp://…)
  *   --test-steps N       batches per test phase (default: counted from DATA.TEST)
+ *   --check              check the config as a start would, then exit (0: it would start)
  */
 #include "log.h"
 #include "stage.h"
@@ -51,6 +56,7 @@ typedef struct {
     stage *s;
     stage_input *test_in;
     trainer *t;
+    bool check; /* --check: a dry start */
 } train_stage;
 
 static int option(void *state, int argc, char **argv)
@@ -59,6 +65,10 @@ static int option(void *state, int argc, char **argv)
     if (!strcmp(argv[0], "--test-in") && argc > 1) {
         ts->test_uri = argv[1];
         return 2;
+    }
+    if (!strcmp(argv[0], "--check")) {
+        ts->check = true;
+        return 1;
     }
     bool threads = !strcmp(argv[0], "--threads"), steps = !strcmp(argv[0], "--steps-per-epoch"),
          test_steps = !strcmp(argv[0], "--test-steps");
@@ -95,6 +105,20 @@ static int read_test(void *ctx, rec_view *v)
 
 static void test_done(void *ctx) { stage_input_read_done(((train_stage *)ctx)->test_in); }
 
+/* --check: the config through trainer_check_config, then the end of the process. It exits
+ * here because the stage framework runs a stage whenever prepare returns 0, and a dry start
+ * must not open its input (stdin may be a terminal, a ring may not exist yet). */
+static int check(stage *s, train_stage *ts)
+{
+    cfg_err err;
+    if (!trainer_check_config(stage_config(s), &ts->opt, &err)) {
+        log_error("%s", err.msg);
+        return EXIT_USAGE;
+    }
+    log_info("the config passes the trainer's checks");
+    exit(0);
+}
+
 static int prepare(stage *s, void *state)
 {
     train_stage *ts = state;
@@ -104,6 +128,8 @@ static int prepare(stage *s, void *state)
         ts->test_cb = (trainer_test_input){.read = read_test, .done = test_done, .ctx = ts};
         ts->opt.test_input = &ts->test_cb;
     }
+    if (ts->check)
+        return check(s, ts);
     cfg_err err;
     if (!(ts->t = trainer_new(stage_config(s), &ts->opt, &err))) {
         log_error("%s", err.msg);
@@ -159,7 +185,8 @@ int main(int argc, char **argv)
         .options = "  --threads N          compute threads (default: every core)\n"
                    "  --steps-per-epoch N  batches per epoch (default: counted from DATA.TRAIN)\n"
                    "  --test-in URI        the test phases' batches (TEST_MODEL)\n"
-                   "  --test-steps N       batches per test phase (default: counted from DATA.TEST)\n",
+                   "  --test-steps N       batches per test phase (default: counted from DATA.TEST)\n"
+                   "  --check              check the config as a start would, then exit 0 or 2\n",
     };
     train_stage ts = {0};
     int status = stage_main(argc, argv, &info, &ts, run);

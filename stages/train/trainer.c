@@ -162,7 +162,9 @@ static bool build_optimizer(trainer *t, cfg_err *err)
 
 
 
-trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *err)
+/* A trainer with nothing built yet: the counters and the values read straight from the
+ * config, and schedules trainer_free can free. */
+static trainer *trainer_alloc(const cfg_node *config, const trainer_options *o)
 {
     trainer *t = xcalloc(1, sizeof *t);
     t->config = config;
@@ -177,6 +179,15 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     t->plan = phase_plan_from_config(config);
     sched_init(&t->lr, SCHED_CONSTANT);
     sched_init(&t->lr_head, SCHED_CONSTANT);
+    return t;
+}
+
+/* What the config alone decides, read into t: the supported inputs, the optimizer, the loss,
+ * the meter, both schedules and the batches per epoch (and per test phase, when test batches
+ * will come). trainer_new and trainer_check_config both start here, so a check validate
+ * makes cannot drift from the run's. */
+static bool read_config(trainer *t, const cfg_node *config, const trainer_options *o, cfg_err *err)
+{
     bool ok = check_supported(config, err) && optim_options_from_config(config, &t->oo, err) &&
               loss_options_from_config(config, &t->lo, err) && meter_from_config(config, &t->meter, &t->meter_on, err);
     ok = ok && cfg_build_scheduler(cfg_get(config, "OPTIMIZER.param_schedulers.lr"),
@@ -188,11 +199,43 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     if (t->plan.test_only) /* nothing trains: the schedules' `where` is never read */
         t->steps_per_epoch = t->steps_per_epoch > 0 ? t->steps_per_epoch : 1;
     ok = ok && (t->steps_per_epoch > 0 || count_steps(config, "TRAIN", o, &t->steps_per_epoch, err));
-    if (o->test_input)
-        t->test_in = *o->test_input; /* test_in.read: whether there is a test input */
-    if (t->plan.test_model && !t->plan.test_only && t->test_in.read)
+    if (t->plan.test_model && !t->plan.test_only && o->test_input)
         ok = ok && (o->test_steps > 0 ? (t->test_steps = o->test_steps) > 0
                                       : count_steps(config, "TEST", o, &t->test_steps, err));
+    return ok;
+}
+
+/* The part of model_build_from_config that reads the config, in its order: config.MODEL, then
+ * WEIGHTS_INIT, then the device. The backend is opened (one cpu thread is enough to open it)
+ * and closed at once: whether a GPU is there, and usable at this local rank, is known no other
+ * way, and model_backend_open words the refusal as the run will. */
+static bool check_model_and_device(const cfg_node *config, const trainer_options *o, cfg_err *err)
+{
+    const cfg_node *mc = cfg_get(config, "MODEL");
+    model_options mo;
+    model_weights_init wi;
+    eng_backend *be = NULL;
+    if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err) ||
+        !model_backend_open(config, 1, local_rank(config, o->rank), &be, err))
+        return false;
+    eng_backend_close(be);
+    return true;
+}
+
+bool trainer_check_config(const cfg_node *config, const trainer_options *o, cfg_err *err)
+{
+    trainer *t = trainer_alloc(config, o);
+    bool ok = read_config(t, config, o, err) && check_model_and_device(config, o, err);
+    trainer_free(t);
+    return ok;
+}
+
+trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *err)
+{
+    trainer *t = trainer_alloc(config, o);
+    bool ok = read_config(t, config, o, err);
+    if (o->test_input)
+        t->test_in = *o->test_input; /* test_in.read: whether there is a test input */
     ok = ok && build_model(t, o, err) && build_optimizer(t, err);
     if (ok) /* before prepare_dir: a resumed checkpoint restores it */
         t->loss_st = loss_state_new(t->be, &t->lo, (uint64_t)cfg_int(config, "SEED_VALUE"));

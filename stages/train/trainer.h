@@ -66,6 +66,16 @@ typedef struct trainer trainer;
 /* Build from the composed `config` map. NULL with err ("file:line: key: why") for a config
  * this trainer refuses; the exit status is then 2. */
 trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *err);
+/* Every check trainer_new makes of the config before it builds the model, run through the same
+ * code and in the same order, so the first refusal is the one a run would give: the input
+ * keys, the optimizer, the loss, the meter, both schedules, the batches per epoch (DATA.TRAIN
+ * read through the sampler unless o->steps_per_epoch; DATA.TEST when TEST_MODEL and
+ * o->test_input is set: only its presence matters here), config.MODEL and WEIGHTS_INIT as
+ * model_build_from_config reads them, and the device (its backend opened and closed again: the
+ * only way to know a GPU is there). Nothing is built or written: neither the model's tensors,
+ * nor the weights file's contents, nor CHECKPOINT.DIR are looked at. What `selfsup config
+ * validate` and `selfsup-train --check` run. False with err as trainer_new gives it. */
+bool trainer_check_config(const cfg_node *config, const trainer_options *o, cfg_err *err);
 void trainer_free(trainer *t);
 
 /* One training step on a batch record of epoch `epoch`. 0, or -1 with *err: a batch the model

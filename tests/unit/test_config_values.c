@@ -83,7 +83,9 @@ Test(config_values, the_limits_themselves_are_accepted)
 {
     char *bin = test_build_path("selfsup"), *configs = test_path("configs");
     char *base = test_path("tests/configs/bad/65_ring_depth_negative.yaml"); /* valid without its override */
-    char *cmd = xasprintf("'%s' config validate '%s' --configs '%s' config.DATA.NUM_DATALOADER_WORKERS=62 "
+    /* DEVICE=cpu: validate opens the trainer's device as the run would (defaults.yaml says gpu). */
+    char *cmd = xasprintf("'%s' config validate '%s' --configs '%s' config.MACHINE.DEVICE=cpu "
+                          "config.DATA.NUM_DATALOADER_WORKERS=62 "
                           "config.SELFSUP.RING.DEPTH=2 config.SELFSUP.RING.SLOT_BYTES=0 "
                           "config.SELFSUP.CONTROL.HEARTBEAT_TIMEOUT_S=1 config.SELFSUP.MAX_INVALID_IMAGES_SHARE=0 "
                           "'config.DATA.TRAIN.TRANSFORMS=[{name: RandomResizedCrop, size: 8192}, "
