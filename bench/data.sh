@@ -9,11 +9,13 @@
 # pipeline, alternating one pass each for DATA_ROUNDS rounds (default 3); medians. selfsup is timed three times: as it runs under `selfsup run`
 # (JPEGs decoded only as far as the crops need, uint8 crops; ToTensor / Normalize left to the
 # trainer's device), "+float" (float32 CHW made on the CPU, as VISSL hands it to its collator)
-# and with whole-image decoding (selfsup-decode without --crop). Prints a Markdown table with images/s and ratios (> 1: faster).
+# and with whole-image decoding (selfsup-decode without --crop). Prints a Markdown table with
+# images/s and ratios (> 1: faster), and the BLAS each side has loaded (neither calls one here).
 set -euo pipefail
 build=${1:-build}
 n=${2:-200}
 cd "$(dirname "$0")/.."
+source bench/peers.sh
 bench="$build/bench/data_bench"
 python=/usr/bin/python3
 [[ -x $bench ]] || { echo "bench/data.sh: $bench not found (make $bench)" >&2; exit 2; }
@@ -49,6 +51,8 @@ echo "## data: decode and augment, one core, selfsup vs PIL + torchvision (VISSL
 echo
 echo "Machine: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); CPU 0 only, one thread each;"
 echo "$n images of $corpus ($(find "$corpus" -name '*.JPEG' | wc -l) ImageNet-like JPEGs); $rounds alternating rounds, medians; $(date -u '+%Y-%m-%d %H:%M UTC')."
+selfsup_blas_line "none (libjpeg-turbo and selfsup's own augment loops)."
+echo "$(peers_blas_line numpy torch torchvision PIL) (loaded; not called by these pipelines)"
 echo
 echo "| pipeline | selfsup img/s | selfsup +float img/s | selfsup whole-image decode img/s | PIL+torchvision img/s | ratio | ratio +float | ratio whole-image decode | ratios, each round |"
 echo "|---|--:|--:|--:|--:|--:|--:|--:|---|"

@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# bench/knn.sh BUILD_DIR [TRAINxDIMxTEST...] — selfsup-knn beside VISSL's torch kNN, in one run.
+# bench/knn.sh BUILD_DIR [TRAINxDIMxTEST...] — selfsup-knn beside VISSL's torch kNN and FAISS, in
+# one run.
 #
 # For each size (default 50000x512x10000 20000x2048x5000; 100 classes of Gaussian clusters,
-# bench/knn_bench.py gen), both sides read the same .npy files and run VISSL's benchmark with
-# L2_NORM_FEATS, SIGMA 0.1, TOPK 200: build/selfsup-knn standalone, and tools/
-# nearest_neighbor_test.py's computation in torch on the CPU (bench/knn_bench.py run, Debian's
-# /usr/bin/python3) with every core and with 1 thread, the faster counting (on a loaded
-# machine every core can be the slower). Prints a Markdown table: both kNN times (from
-# features in memory to top-1/top-5), selfsup's whole process time (with reading the files),
-# ratio = torch seconds / selfsup seconds (> 1: selfsup is faster), both top-1/top-5 and the
-# test rows whose five predictions differ. Exits non-zero when the accuracies differ.
+# bench/knn_bench.py gen), every side reads the same .npy files and runs VISSL's benchmark with
+# L2_NORM_FEATS, SIGMA 0.1, TOPK 200: build/selfsup-knn standalone (oneDNN's sgemm), and in
+# bench/knn_bench.py run (Debian's /usr/bin/python3) tools/nearest_neighbor_test.py's
+# computation in torch on the CPU and the same benchmark with FAISS (IndexFlatIP exact search,
+# then VISSL's weighted vote), each with every core and with 1 thread, the faster counting (on a
+# loaded machine every core can be the slower). bench/peers.sh first installs OpenBLAS and
+# python3-faiss when missing, so torch and FAISS run on an optimised BLAS; the BLAS each side
+# used is printed. Prints a Markdown table: the kNN times (from features in memory to
+# top-1/top-5), selfsup's whole process time (with reading the files), ratio = peer seconds /
+# selfsup seconds for torch and for FAISS (> 1: selfsup is faster), every side's top-1/top-5
+# and the test rows whose five predictions differ from selfsup's. Exits non-zero when the
+# accuracies differ.
 set -euo pipefail
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 build=${1:-build}
@@ -21,6 +26,8 @@ shift || true
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(50000x512x10000 20000x2048x5000)
 cd "$(dirname "$0")/.."
+source bench/peers.sh
+peers_install
 
 knn="$build/selfsup-knn"
 python=/usr/bin/python3
@@ -39,12 +46,43 @@ for s in "${sizes[@]}"; do
     fi
 done
 
+# One Markdown row from a size's outputs: selfsup.json, peers.txt, the three predictions files.
+# Fails (after printing the row) when torch's or FAISS's top-1/top-5 differ from selfsup's.
+table_row() {
+    "$python" - "$@" <<'EOF'
+import json, sys
+import numpy as np
+d, size, t0, t1 = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+layer = next(iter(json.load(open(f"{d}/selfsup.json"))["layers"].values()))
+mine = np.load(f"{d}/selfsup_predictions.npy")
+peers = {}
+for line in open(f"{d}/peers.txt"):
+    tag, *f = line.split() or [""]
+    if tag in ("knn_bench", "faiss_bench"):
+        name = "torch" if tag == "knn_bench" else "faiss"
+        differ = int((mine != np.load(f"{d}/{name}_predictions.npy")).any(axis=1).sum())
+        peers[name] = (float(f[0]), float(f[1]), float(f[2]), int(f[3]), differ)
+order = ("torch", "faiss")
+secs = lambda p: f"{peers[p][0]:.3f} ({peers[p][3]})" if p in peers else "—"
+ratio = lambda p: f"{peers[p][0] / layer['seconds']:.2f}" if p in peers else "—"
+acc = lambda i, key: " / ".join([f"{layer[key]:.2f}"] + [f"{peers[p][i]:.2f}" if p in peers else "—" for p in order])
+differ = " / ".join(str(peers[p][4]) if p in peers else "—" for p in order)
+same = "torch" in peers and all(layer["top1"] == v[1] and layer["top5"] == v[2] for v in peers.values())
+print(f"| {size} | {layer['seconds']:.3f} | {t1 - t0:.3f} | {secs('torch')} | {secs('faiss')} | {ratio('torch')} "
+      f"| {ratio('faiss')} | {acc(1, 'top1')} | {acc(2, 'top5')} | {differ} | {'yes' if same else 'NO'} |")
+sys.exit(0 if same else 3)
+EOF
+}
+
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 work=$(mktemp -d "${TMPDIR:-/tmp}/selfsup-knn-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 params=(--sigma 0.1 --topk 200 --l2-norm)
 rows=()
+tries=()
 bad=0
+no_faiss=0
+peer_blas=
 start=$SECONDS
 for s in "${sizes[@]}"; do
     IFS=x read -r ntrain dim ntest <<<"$s"
@@ -64,48 +102,46 @@ for s in "${sizes[@]}"; do
     fi
     t1=$(date +%s.%N)
 
-    echo "knn: $s: torch (VISSL's code) ..." >&2
-    if ! "$python" bench/knn_bench.py run --dir "$dir" "${params[@]}" >"$dir/torch.txt" 2>&1; then
-        echo "bench/knn.sh: the torch side failed on $s:" >&2
-        cat "$dir/torch.txt" >&2
+    echo "knn: $s: torch (VISSL's code) and FAISS ..." >&2
+    if ! "$python" bench/knn_bench.py run --dir "$dir" "${params[@]}" >"$dir/peers.txt" 2>&1; then
+        echo "bench/knn.sh: the torch / FAISS side failed on $s:" >&2
+        cat "$dir/peers.txt" >&2
         exit 1
     fi
-
-    row=$("$python" - "$dir" "$s" "$t0" "$t1" <<'EOF'
-import json, sys
-import numpy as np
-d, size, t0, t1 = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-layer = next(iter(json.load(open(f"{d}/selfsup.json"))["layers"].values()))
-secs, top1, top5, threads = open(f"{d}/torch.txt").read().split("knn_bench ")[1].split()
-secs, top1, top5 = float(secs), float(top1), float(top5)
-mine, theirs = np.load(f"{d}/selfsup_predictions.npy"), np.load(f"{d}/torch_predictions.npy")
-differ = int((mine != theirs).any(axis=1).sum())
-same = layer["top1"] == top1 and layer["top5"] == top5
-print(f"| {size} | {layer['seconds']:.3f} | {t1 - t0:.3f} | {secs:.3f} ({threads}) | {secs / layer['seconds']:.2f} "
-      f"| {layer['top1']:.2f} / {top1:.2f} | {layer['top5']:.2f} / {top5:.2f} | {differ} | {'yes' if same else 'NO'} |")
-sys.exit(0 if same else 3)
-EOF
-    ) || bad=1
+    row=$(table_row "$dir" "$s" "$t0" "$t1") || bad=1
     rows+=("$row")
+    peer_blas=$(sed -n 's/^# BLAS /BLAS, reference side /p' "$dir/peers.txt")
+    if grep -q '^# faiss: not installed' "$dir/peers.txt"; then no_faiss=1; fi
+    # "# torch on 2 threads: 17.1 s" lines: every thread count's time, not only the faster.
+    tries+=("$s: $(awk '/^# (torch|faiss) on [0-9]+ threads:/ {printf "%s%s %s threads %s s", sep, $2, $4, $6; sep = ", "}' "$dir/peers.txt")")
 done
 elapsed=$((SECONDS - start))
 
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
 torch_version=$("$python" -c 'import torch; print(torch.__version__)')
-echo "## knn: selfsup-knn vs VISSL's kNN in torch $torch_version (CPU)"
+faiss_version=$("$python" -c 'import faiss; print(faiss.__version__)' 2>/dev/null || echo "(not installed)")
+echo "## knn: selfsup-knn vs VISSL's kNN in torch $torch_version and FAISS $faiss_version (CPU)"
 echo
 echo "Machine: $(nproc) cores, ${cpu:-unknown CPU}, $(uname -sr)."
-echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'). Both sides ran in this run (${elapsed}s), one run each."
+echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'). All sides ran in this run (${elapsed}s), one run each."
 echo "Features: 100 Gaussian classes; L2_NORM_FEATS, SIGMA 0.1, TOPK 200. selfsup on every core;"
-echo "torch on every core and on 1 thread, the faster shown. Load average before: $load."
+echo "torch and FAISS each on every core and on 1 thread, the faster shown. Load average before: $load."
+selfsup_blas_line "dnnl_sgemm on 256 x 1024 tiles, $(onednn_version) (its own JIT kernels, no system BLAS)."
+echo "${peer_blas:-BLAS, reference side: not reported}"
 echo
-echo "| train x dim x test | selfsup kNN s | selfsup process s | torch kNN s (threads) | ratio (torch/selfsup) | top-1 selfsup / torch | top-5 selfsup / torch | rows whose top-5 differ | same accuracy |"
-echo "|---|--:|--:|--:|--:|--:|--:|--:|:-:|"
+echo "| train x dim x test | selfsup kNN s | selfsup process s | torch kNN s (threads) | FAISS kNN s (threads) | ratio (torch/selfsup) | ratio (FAISS/selfsup) | top-1 selfsup / torch / FAISS | top-5 selfsup / torch / FAISS | rows whose top-5 differ from selfsup's (torch / FAISS) | same accuracy |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|"
 printf '%s\n' "${rows[@]}"
 echo
-echo "kNN s: from features in memory to top-1/top-5 (selfsup: knn_run; torch: VISSL's loop);"
-echo "process s: the whole selfsup-knn run, reading the .npy files included."
+echo "kNN s: from features in memory to top-1/top-5 (selfsup: knn_run; torch: VISSL's loop; FAISS:"
+echo "normalise, IndexFlatIP add + search, VISSL's vote); process s: the whole selfsup-knn run,"
+echo "reading the .npy files included. Each peer's runs:"
+printf -- '- %s\n' "${tries[@]}"
+if [[ $no_faiss -ne 0 ]]; then
+    echo "FAISS was NOT measured (python3-faiss is not installed): only the torch ratio is shown,"
+    echo "and selfsup's lead over FAISS on an optimised BLAS can be much smaller."
+fi
 if [[ $bad -ne 0 ]]; then
-    echo "bench/knn.sh: selfsup and torch disagree on the accuracies above" >&2
+    echo "bench/knn.sh: selfsup, torch and FAISS disagree on the accuracies above" >&2
     exit 1
 fi

@@ -5,17 +5,19 @@
 # /usr/bin/python3): write, streamed write, read + sum, mmap + sum, on the sizes given
 # (default 10000x2048:f4 50000x2048:f4 1000000x1:i8). Both sides write into the same temp
 # dir, their files must be byte-identical and their sums equal. Prints a Markdown table with
-# ratio = numpy seconds / selfsup seconds (> 1: selfsup is faster). Exits non-zero when
-# either side fails or the two disagree. See bench/README.md.
+# ratio = numpy seconds / selfsup seconds (> 1: selfsup is faster) and the BLAS each side has
+# loaded (neither calls one here). Exits non-zero when either side fails or the two disagree.
+# See bench/README.md.
 set -euo pipefail
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 build=${1:-build}
 shift || true
 cd "$(dirname "$0")/.."
+source bench/peers.sh
 
 npy_bench="$build/bench/npy_bench"
 python=/usr/bin/python3
@@ -76,6 +78,8 @@ echo "Machine: $(nproc) cores, ${cpu:-unknown CPU}, $(uname -sr), files on $fsty
 echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'). Both sides ran in this run (${elapsed}s)."
 echo "Median of 5 after 1 warm-up; read and mmap read files in the page cache (both sides)."
 echo "Files byte-identical: $identical/$identical; sums equal on both sides."
+selfsup_blas_line "none (lib/npy: syscalls and a summing loop)."
+echo "$(peers_blas_line numpy) (loaded; not called by these ops)"
 echo
 echo "| operation | size | selfsup s | numpy s | ratio (numpy/selfsup) | selfsup GB/s |"
 echo "|---|---|--:|--:|--:|--:|"

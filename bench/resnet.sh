@@ -4,10 +4,13 @@
 # in one run: ResNet-50 at 224 batch 16 and ResNet-18 small-stem at 32 px batch 128.
 # train = forward (train mode) + backward, no optimizer step on either side; infer = eval
 # forward. RESNET_ROUNDS rounds (default 3) alternate the two sides; prints a Markdown table
-# with the median images/s and the median ratio = selfsup / PyTorch (> 1: faster).
+# with the median images/s and the median ratio = selfsup / PyTorch (> 1: faster), and the
+# BLAS each side used (bench/peers.sh installs OpenBLAS for torch when missing).
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
+source bench/peers.sh
+peers_install
 bench="$build/bench/resnet_bench"
 python=/usr/bin/python3
 [[ -x $bench ]] || { echo "bench/resnet.sh: $bench not found (make $bench)" >&2; exit 2; }
@@ -18,6 +21,9 @@ rounds=${RESNET_ROUNDS:-3}
 echo "## resnet: model engine (cpu) vs PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
 echo
 echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $threads threads on both sides; $rounds alternating rounds (selfsup, then PyTorch, each the median of $reps after a warm-up), medians; $(date -u '+%Y-%m-%d %H:%M UTC')."
+selfsup_blas_line "$(onednn_version): its convolutions and dnnl_sgemm (own JIT kernels, no system BLAS)."
+peers_blas_line torch torchvision
+echo "(PyTorch: convolutions through oneDNN where its heuristics pick it, other convolutions' GEMMs and matrix products through that BLAS.)"
 echo
 echo "| model | mode | selfsup img/s | PyTorch img/s | ratio | ratios, each round |"
 echo "|---|---|--:|--:|--:|---|"

@@ -7,16 +7,19 @@
 # 0.01,0.1,1,10) and 3 folds: VISSL's SVMTrainer.train + test with sklearn (bench/svm_bench.py,
 # Debian's /usr/bin/python3) and BUILD_DIR/selfsup-svm standalone. Prints a Markdown table
 # with both times, ratio = sklearn seconds / selfsup seconds (> 1: selfsup is faster) and both
-# mAPs. Exits non-zero when a side fails or the mAPs differ by more than 0.1 point.
+# mAPs, then the BLAS each side used (bench/peers.sh installs OpenBLAS for numpy/scipy/sklearn
+# when missing). Exits non-zero when a side fails or the mAPs differ by more than 0.1 point.
 set -euo pipefail
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 build=${1:-build}
 shift || true
 cd "$(dirname "$0")/.."
+source bench/peers.sh
+peers_install
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(1000x1000x256x10 5000x5000x2048x20)
 costs=${SVM_BENCH_COSTS:-0.01,0.1,1,10}
@@ -78,4 +81,6 @@ printf '%s\n' "${rows[@]}"
 echo
 echo "($(nproc) cores; selfsup's time includes loading the .npy files and writing VISSL's output files;"
 echo " sklearn's excludes loading and pickling. See bench/svm.sh --help.)"
+selfsup_blas_line "none (its own dense dual coordinate descent, liblinear's algorithm in C; the linked liblinear serves only primal and L1 problems, not VISSL's)."
+peers_blas_line numpy scipy sklearn
 exit $status

@@ -7,11 +7,14 @@
 #
 # Reports images/s (batch / median step time, after the first 5 steps) and the share of the
 # step spent waiting for data. Both sides share this machine's cores between their data
-# workers and their compute, as they would on a training node.
+# workers and their compute, as they would on a training node. Prints the BLAS each side used
+# (bench/peers.sh installs OpenBLAS for torch when missing).
 set -euo pipefail
 build=${1:-build}
 n=${2:-2560}
 cd "$(dirname "$0")/.."
+source bench/peers.sh
+peers_install
 python=/usr/bin/python3
 list=data/fashion-mnist/disk_filelist/train_images.npy
 [[ -f $list ]] || "$build/selfsup" dataset fashion-mnist data/fashion-mnist >&2
@@ -44,6 +47,8 @@ read -r _ tw tf tl tb to <<<"$(grep '^torch_breakdown' <<<"$out")"
 echo "## train: SimCLR quickstart end to end on the CPU, selfsup vs PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
 echo
 echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $n images, $steps steps of 64; $(date -u '+%Y-%m-%d %H:%M UTC')."
+selfsup_blas_line "$(onednn_version): its convolutions and dnnl_sgemm (own JIT kernels, no system BLAS)."
+peers_blas_line torch torchvision
 echo
 echo "| side | images/s | data wait (share of the step) |"
 echo "|---|--:|--:|"
