@@ -42,12 +42,16 @@ typedef struct {
     char partial[1024];         /* the line being received */
     size_t partial_len;
     bool hello, exited;
+    bool final_seen;            /* its final report came */
+    bool waited_for_final;      /* its exit was judged once the final report had time to come */
+    double final_due_by;        /* it exited with an error before its final report came (0: not so) */
     double peer_failed_at;      /* it reported a failure caused by another stage (0: none) */
     int wstatus;
     double last_heartbeat;
     uint64_t records;           /* records handled: read (or written, for a source) */
     double records_at;          /* when that count came */
     uint64_t records_out;       /* for the ETA: a source's progress against "expected" */
+    int64_t invalid_images;     /* a decode stage's "invalid_images" counter: images it replaced */
     int64_t expected;           /* from a stage's "expected" counter, for the ETA */
     double rate;                /* records per second between its last two heartbeats */
 } proc;
@@ -219,13 +223,21 @@ static void report_failure_of(run *r, proc *p, const char *what)
 static void drain_control(run *r);
 
 /* Name a stage that failed on its own, unless the run is already stopping or it said that
- * another stage caused its failure (that one is named instead, or by advance()). */
+ * another stage caused its failure (that one is named instead, or by advance()). A stage sends
+ * its final report, which says that, before it exits, but the report can still be on its way
+ * when the exit is reaped: a stage that exited with an error gets PEER_GRACE_S for it first
+ * (advance() judges it again), or a stage that saw its ring stopped would be named instead of
+ * the stage that was stopped. */
 static void judge_exit(run *r, proc *p)
 {
     int wstatus = p->wstatus;
     bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
     if (ok || r->phase == PHASE_STOPPING || (p->peer_failed_at && WIFEXITED(wstatus)))
         return;
+    if (WIFEXITED(wstatus) && p->hello && !p->final_seen && !p->waited_for_final) {
+        p->final_due_by = now_seconds() + PEER_GRACE_S;
+        return;
+    }
     if (p->out_fd >= 0)
         read_output(p); /* its last words, before they are quoted */
     char what[128];
@@ -291,7 +303,7 @@ static proc *find_proc(run *r, const char *id)
 }
 
 /* A heartbeat's or final report's counters: records so far, the rate since the last one,
- * and the records the stage expects in all (for the ETA). */
+ * the records the stage expects in all (for the ETA), and a decode stage's invalid images. */
 static void note_counters(proc *p, json_t *m)
 {
     p->records_out = (uint64_t)json_integer_value(json_object_get(m, "records_out"));
@@ -305,6 +317,9 @@ static void note_counters(proc *p, json_t *m)
     json_t *expected = json_object_get(json_object_get(m, "counters"), "expected");
     if (json_is_integer(expected))
         p->expected = json_integer_value(expected);
+    json_t *invalid = json_object_get(json_object_get(m, "counters"), "invalid_images");
+    if (json_is_integer(invalid))
+        p->invalid_images = json_integer_value(invalid);
 }
 
 static void on_message(run *r, json_t *m, const char *peer)
@@ -325,6 +340,7 @@ static void on_message(run *r, json_t *m, const char *peer)
     }
     if (strcmp(type, "heartbeat") != 0 && strcmp(type, "final") != 0)
         return;
+    p->final_seen |= !strcmp(type, "final");
     note_counters(p, m);
     const char *status = json_string_value(json_object_get(m, "status"));
     if (strcmp(type, "final") != 0 || !status || !strcmp(status, "ok") || r->phase == PHASE_STOPPING)
@@ -411,13 +427,38 @@ static void show_progress(run *r, double now)
     sb_free(&sb);
 }
 
+/* ---- the end -------------------------------------------------------------------------------- */
+
+/* The invalid images of the whole run, per split. The decode stages warn at each epoch's end
+ * and name every file in their logs; this line sums them up where the run ends, where it is
+ * not lost among thousands of progress lines. Nothing when there were none. */
+static void invalid_images_summary(const run *r)
+{
+    static const char *const splits[] = {"train", "test"};
+    for (int k = 0; k < 2; k++) {
+        int64_t bad = 0;
+        uint64_t served = 0;
+        for (int i = 0; i < r->n; i++) {
+            const proc *p = &r->procs[i];
+            if (!strcmp(p->ts->name, "decode") && p->ts->split && !strcmp(p->ts->split, splits[k])) {
+                bad += p->invalid_images;
+                served += p->records_out; /* every decoder's images, not only those with bad ones */
+            }
+        }
+        if (bad > 0)
+            log_warn("split %s: %lld of the %llu images read in this run were invalid (%.1f%%; each file is named "
+                     "in %s/logs/decode.*.log)", splits[k], (long long)bad, (unsigned long long)served,
+                     served ? 100.0 * (double)bad / (double)served : 100.0, r->opt->run_dir);
+    }
+}
+
 /* ---- the loop ------------------------------------------------------------------------------- */
 
 static int live_count(const run *r)
 {
     int n = 0;
     for (int i = 0; i < r->n; i++)
-        n += !r->procs[i].exited || r->procs[i].out_fd >= 0;
+        n += !r->procs[i].exited || r->procs[i].out_fd >= 0 || r->procs[i].final_due_by > 0;
     return n;
 }
 
@@ -437,6 +478,14 @@ static void advance(run *r, double now)
                 if (!r->procs[i].hello && !r->procs[i].exited)
                     report_failure_of(r, &r->procs[i], "did not say hello to the orchestrator in time");
             shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+        }
+    }
+    for (int i = 0; i < r->n; i++) { /* in any phase: a pending judgment keeps the loop going */
+        proc *p = &r->procs[i];
+        if (p->final_due_by && (p->final_seen || now >= p->final_due_by || r->phase == PHASE_STOPPING)) {
+            p->final_due_by = 0;
+            p->waited_for_final = true;
+            judge_exit(r, p);
         }
     }
     for (int i = 0; r->phase != PHASE_STOPPING && i < r->n; i++) {
@@ -528,6 +577,7 @@ int supervise(const topology *t, ctl_server *ctl, const supervise_options *opt)
     }
     drain_control(&r);
     clear_progress(&r);
+    invalid_images_summary(&r);
     for (int i = 0; i < r.n; i++)
         if (r.procs[i].log)
             fclose(r.procs[i].log);

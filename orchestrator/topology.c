@@ -243,6 +243,8 @@ static bool add_chain(topology *t, const cfg_node *config, const chain *c, const
     int coll = t->n_stages;
     if (!add_stage(t, config, "collate", c->index, opt->node_rank, 1, augmented, *batches, opt, err))
         return false;
+    for (int k = dec; k <= coll; k++)
+        t->stages[k].split = c->split;
     if (strcmp(c->split, "train") != 0)
         for (int k = dec; k <= coll; k++)
             if (runs(t, k, "selfsup-decode") || runs(t, k, "selfsup-augment") || runs(t, k, "selfsup-collate"))

@@ -31,6 +31,7 @@ typedef struct {
     char *id;           /* control-plane id: "augment.2" */
     char **argv;        /* NULL-terminated, ready for execv */
     int in_ring, out_ring; /* indexes into topology.rings, -1 for none */
+    const char *split;  /* a data chain's stage: "train" or "test"; NULL for the trainers */
 } topo_stage;
 
 typedef struct {

@@ -10,7 +10,9 @@
  * and end with a REC_EOS record that counts the data records before it and says whether the
  * writer finished or was stopped (record.h). A reader that meets the end of the bytes before
  * that record, an end marked stopped, a count that is not what arrived, or bytes after the end
- * reports the stream as broken: a short stream never passes for a whole one. A ring has no
+ * reports the stream as broken: a short stream never passes for a whole one. After the end
+ * record a regular file must end at once; a pipe must be closed by its writer, which a stage
+ * does as it exits, so its reader waits for that (in slices, like for a record). A ring has no
  * EOS record (it delivers each record to one of several readers): a stopped writer marks the
  * ring stopped instead (ring_stop), and a dead one is found by the ring's crash detection.
  *
@@ -69,6 +71,7 @@ struct transport {
     /* -, file:, tcp: what a writer has sent and a reader has received, for the EOS check */
     uint64_t sent;        /* writer: data records */
     rec_stream stream;    /* reader of -, file: */
+    bool end_record;      /* reader of -, file: the end-of-stream record came; the bytes must end */
     bool peer_stopped;    /* the last error: the writer was stopped, not broken */
 
     /* tcp: */
@@ -429,16 +432,50 @@ static tp_status peer_error(transport *t, char *msg, bool stopped)
     return TP_ERROR;
 }
 
-/* After the end-of-stream record of a file, the file must end too: records after it would be
- * dropped unread. */
-static tp_status check_file_ends(transport *t)
+/* Bytes after the end-of-stream record: records that would be dropped unread (a second
+ * stream appended to the first, or a writer that went on after its end). `count` is 0 when
+ * the bytes are those of a pipe, whose remaining length is unknown. */
+static tp_status bytes_follow(transport *t, uint64_t count)
+{
+    const char *what = t->kind == SCHEME_PIPE ? "stdin" : t->uri;
+    unsigned long long at = (unsigned long long)(t->offset - REC_HEADER_BYTES);
+    if (count)
+        return peer_error(t, xasprintf("%s: %llu bytes follow the end-of-stream record at byte %llu; they would be "
+                                       "dropped unread", what, (unsigned long long)count, at), false);
+    return peer_error(t, xasprintf("%s: data follows the end-of-stream record at byte %llu; it would be dropped "
+                                   "unread", what, at), false);
+}
+
+/* After the end-of-stream record the bytes must end too. A regular file (file:, or stdin
+ * redirected from one) says where it ends; a pipe or fifo ends when its writer closes it,
+ * which a stage does as it exits, right after its end record: until then this waits for at
+ * most timeout_ms a call (TP_TIMEOUT), so that the stage keeps serving its control plane. */
+static tp_status check_bytes_end(transport *t, int timeout_ms)
 {
     struct stat st;
-    if (t->kind != SCHEME_FILE || fstat(t->fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size == t->offset)
+    if (fstat(t->fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        off_t at = lseek(t->fd, 0, SEEK_CUR);
+        if (at >= 0 && st.st_size > at)
+            return bytes_follow(t, (uint64_t)(st.st_size - at));
+        t->ended = true;
         return TP_EOS;
-    return peer_error(t, xasprintf("%s: %llu bytes follow the end-of-stream record at byte %llu", t->uri,
-                                   (unsigned long long)((uint64_t)st.st_size - t->offset),
-                                   (unsigned long long)t->offset - REC_HEADER_BYTES), false);
+    }
+    tp_status ready = wait_readable(t, timeout_ms);
+    if (ready != TP_OK)
+        return ready;
+    char byte;
+    ssize_t n = read(t->fd, &byte, 1);
+    if (n == 0) {
+        t->ended = true;
+        return TP_EOS;
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return TP_TIMEOUT;
+    if (n < 0) {
+        set_error(t, "%s: read: %s", t->kind == SCHEME_PIPE ? "stdin" : t->uri, strerror(errno));
+        return TP_ERROR;
+    }
+    return bytes_follow(t, 0);
 }
 
 static tp_status after_stream_record(transport *t, rec_view *view)
@@ -447,14 +484,16 @@ static tp_status after_stream_record(transport *t, rec_view *view)
     if (rec_stream_note(&t->stream, view, t->kind == SCHEME_PIPE ? "stdin" : t->uri, &msg) != 0)
         return peer_error(t, msg, view->hdr->kind == REC_EOS && (view->hdr->flags & REC_EOS_STOPPED));
     if (view->hdr->kind == REC_EOS) {
-        t->ended = true;
-        return check_file_ends(t);
+        t->end_record = true;
+        return check_bytes_end(t, 0);
     }
     return TP_OK;
 }
 
 static tp_status read_fd(transport *t, rec_view *view, int timeout_ms)
 {
+    if (t->end_record)
+        return check_bytes_end(t, timeout_ms);
     if (t->kind == SCHEME_PIPE) {
         tp_status st = wait_readable(t, timeout_ms);
         if (st != TP_OK)

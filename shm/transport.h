@@ -15,7 +15,8 @@
  * stream with an explicit REC_EOS record that counts the records sent and says whether the
  * writer finished or was stopped, so a reader can tell a producer that finished from one that
  * died or was stopped: a pipe or file that ends without it, an end marked stopped, a count
- * that is not what arrived, or records after it are errors (TP_ERROR), never a short stream.
+ * that is not what arrived, or records after it are errors (TP_ERROR), never a short stream;
+ * so a reader of a pipe reports the end (TP_EOS) only once its writer has closed the pipe.
  * A tcp reader counts one EOS per producer (`?producers=N`, default 1) before it reports the
  * end, and fails when every writer has disconnected without one. A stopped writer of a ring
  * marks it stopped (ring_stop); a stopped writer of a file: leaves no file.

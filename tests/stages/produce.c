@@ -2,6 +2,10 @@
  * selfsup-test-produce — a synthetic data source for the tests: writes --count records whose
  * sequence numbers are INDEX, INDEX+STRIDE, INDEX+2·STRIDE … (so several producers never
  * collide), each with a checkable "data" payload of --size bytes and its "sum".
+ *
+ * --eos-says N makes it a miscounting writer, for the readers' end-of-stream checks: after
+ * its records it sends an end-of-stream record of its own that says N records were sent,
+ * ahead of the transport's true one.
  */
 #include "stage.h"
 #include "test_stage.h"
@@ -11,6 +15,7 @@
 
 typedef struct {
     long count, size, index, stride;
+    long eos_says; /* -1: no end record of its own */
     test_misbehave bad;
 } produce_opts;
 
@@ -20,9 +25,20 @@ static int option(void *state, int argc, char **argv)
     int used = test_misbehave_option(&o->bad, argc, argv);
     if (used)
         return used;
-    static const char *const names[] = {"--count", "--size", "--index", "--stride"};
-    long *const targets[] = {&o->count, &o->size, &o->index, &o->stride};
-    return test_long_option(argc, argv, names, targets, 4);
+    static const char *const names[] = {"--count", "--size", "--index", "--stride", "--eos-says"};
+    long *const targets[] = {&o->count, &o->size, &o->index, &o->stride, &o->eos_says};
+    return test_long_option(argc, argv, names, targets, 5);
+}
+
+/* An end-of-stream record saying `says` records, sent as a record: the transport counts only
+ * data records, and still ends the stream with its own end record when the stage closes. */
+static int send_false_end(stage *s, long says)
+{
+    rec_writer *w = stage_record_begin(s, REC_EOS, (uint64_t)says, stage_epoch(s), 0);
+    if (!w)
+        return stage_exit_status(s);
+    rec_writer_header(w)->flags = REC_EOS_FINISHED;
+    return stage_record_end(s) != 0;
 }
 
 static int run(stage *s, void *state)
@@ -53,7 +69,7 @@ static int run(stage *s, void *state)
         if (o->bad.sleep_us)
             usleep((useconds_t)o->bad.sleep_us);
     }
-    return 0;
+    return o->eos_says >= 0 ? send_false_end(s, o->eos_says) : 0;
 }
 
 int main(int argc, char **argv)
@@ -65,8 +81,9 @@ int main(int argc, char **argv)
         .writes = true,
         .option = option,
         .options = "  --count N, --size BYTES, --index K, --stride S   records K, K+S, ...\n"
-                   "  --sleep-us N, --fail-after N, --crash-after N     misbehave on purpose\n",
+                   "  --sleep-us N, --fail-after N, --crash-after N     misbehave on purpose\n"
+                   "  --eos-says N   end with a false end-of-stream record saying N records\n",
     };
-    produce_opts o = {.count = 100, .size = 1000, .stride = 1};
+    produce_opts o = {.count = 100, .size = 1000, .stride = 1, .eos_says = -1};
     return stage_main(argc, argv, &info, &o, run);
 }

@@ -20,10 +20,12 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define LIMIT 60
@@ -478,6 +480,122 @@ Test(data_pipeline, training_interrupted_and_resumed_ends_bitwise_like_an_uninte
     char *ma = xasprintf("%s/metrics.json", a), *mb = xasprintf("%s/metrics.json", b);
     cr_expect(same_file(ma, mb), "metrics.json differs");
     free(fa), free(fb), free(ma), free(mb), free(a), free(b), free(cfg_a), free(cfg_b), free(selfsup);
+}
+
+/* ---- a stage stopped from outside --------------------------------------------------------- */
+
+/* The pid of stage `id` (decode.0, augment.0) of a run whose command lines mention `tag`, read
+ * from /proc; 0 while there is none. */
+static pid_t stage_pid(const char *id, const char *tag)
+{
+    char *want = xasprintf("--id %s ", id);
+    DIR *d = opendir("/proc");
+    cr_assert(d);
+    struct dirent *e;
+    pid_t found = 0;
+    while (!found && (e = readdir(d))) {
+        int pid = atoi(e->d_name);
+        char *path = xasprintf("/proc/%d/cmdline", pid);
+        size_t len = 0;
+        char *cmd = pid > 0 ? read_whole_file(path, &len) : NULL;
+        for (size_t i = 0; cmd && i + 1 < len; i++)
+            cmd[i] = cmd[i] ? cmd[i] : ' ';
+        if (cmd && len && strstr(cmd, want) && strstr(cmd, tag))
+            found = pid;
+        free(cmd), free(path);
+    }
+    closedir(d);
+    free(want);
+    return found;
+}
+
+/* Does `path` hold `text`? (A log still being written: read it whole each time.) */
+static bool file_says(const char *path, const char *text)
+{
+    size_t len;
+    char *s = read_whole_file(path, &len);
+    bool yes = s && strstr(s, text);
+    free(s);
+    return yes;
+}
+
+/* SIGTERM to one augment worker of a training run, from outside the run (a user, a job
+ * scheduler): the worker ends its stream as stopped and says so, and `selfsup run` must fail
+ * naming it, with no final checkpoint that would make the run look complete. */
+Test(data_pipeline, a_stage_stopped_by_a_signal_fails_the_run_naming_it, .timeout = 300)
+{
+    char *ckpt = xasprintf("%s/ckpt_stopped", g_dir), *cfg = write_train_config("stopped.yaml", ckpt);
+    char *selfsup = build_bin("selfsup"), *log = xasprintf("%s/stopped.log", g_dir);
+    char *train_log = xasprintf("%s/runs/logs/train.0.log", g_dir);
+    /* Ten epochs of 60 images: the worker is far from done when training starts, as the rings
+     * let it run only a few batches ahead. */
+    char *cmd = xasprintf("exec %s run %s config.OPTIMIZER.num_epochs=10 > %s 2>&1", selfsup, cfg, log);
+    pid_t run = fork();
+    cr_assert(run >= 0);
+    if (run == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    size_t len;
+    for (int i = 0; i < 1200 && !file_says(train_log, "Starting phase 0"); i++) {
+        int early;
+        if (waitpid(run, &early, WNOHANG) != 0) {
+            char *text = read_whole_file(log, &len);
+            cr_assert_fail("the run ended before training started:\n%s", text ? text : "");
+        }
+        usleep(100000);
+    }
+    pid_t worker = stage_pid("augment.0", g_dir);
+    cr_assert(worker > 0, "no augment.0 among the run's processes");
+    cr_assert_eq(kill(worker, SIGTERM), 0);
+    int status = test_wait_child(run, 120000);
+    char *out = read_whole_file(log, &len);
+    cr_assert(out, "%s", log);
+    cr_expect_eq(status, 1, "a run with a stopped stage must fail:\n%s", out);
+    char *named = xasprintf("stage augment.0 (pid %d) was stopped before its work was done", (int)worker);
+    cr_expect(strstr(out, named), "the run should say '%s':\n%s", named, out);
+    DIR *d = opendir(ckpt);
+    for (struct dirent *e; d && (e = readdir(d));)
+        cr_expect(strncmp(e->d_name, "model_final_checkpoint", 22), "%s/%s: a stopped run looks complete", ckpt,
+                  e->d_name);
+    if (d)
+        closedir(d);
+    free(named), free(out), free(cmd), free(train_log), free(log), free(selfsup), free(cfg), free(ckpt);
+}
+
+/* ---- invalid images ------------------------------------------------------------------------ */
+
+/* Broken images do not stop a run (MAX_INVALID_IMAGES_SHARE is 1 by default), and the decode
+ * stage warns at each epoch's end; `selfsup run` sums them up per split where it ends. */
+Test(data_pipeline, the_run_sums_up_its_invalid_images_per_split)
+{
+    char *cfg = write_config("invalid.yaml", simclr_transforms), *selfsup = build_bin("selfsup");
+    char *cmd = xasprintf("%s run %s config.OPTIMIZER.num_epochs=2 '+config.SELFSUP.STAGES.train=selfsup-sink'",
+                          selfsup, cfg), *out = NULL;
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    cr_expect(!strstr(out, "invalid"), "a run without invalid images says nothing of them:\n%s", out);
+    free(out);
+    /* Three of the 60 training images become garbage: 3 invalid of 60 in each of 2 epochs. */
+    const char *classes[] = {"0_tshirt_top", "1_trouser", "2_pullover"};
+    for (int i = 0; i < 3; i++) {
+        char *dir = xasprintf("%s/disk_folder/train/%s", g_data, classes[i]);
+        struct dirent **list;
+        int n = scandir_sorted(dir, &list), first = 0;
+        while (first < n && list[first]->d_name[0] == '.')
+            first++;
+        cr_assert(first < n, "no image in %s", dir);
+        char *path = xasprintf("%s/%s", dir, list[first]->d_name);
+        FILE *f = fopen(path, "w");
+        cr_assert(f, "%s", path);
+        fputs("not an image", f);
+        fclose(f);
+        for (int k = 0; k < n; k++)
+            free(list[k]);
+        free(list), free(path), free(dir);
+    }
+    cr_assert_eq(test_run(cmd, &out), 0, "invalid images must not stop the run:\n%s", out);
+    cr_expect(strstr(out, "split train: 6 of the 120 images read in this run were invalid (5.0%"), "%s", out);
+    free(out), free(cmd), free(selfsup), free(cfg);
 }
 
 /* ---- training with test phases ------------------------------------------------------------ */

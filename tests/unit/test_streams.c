@@ -184,6 +184,51 @@ Test(streams, a_file_is_read_only_when_its_end_says_it_is_whole, .timeout = 60)
     test_rm_dir(dir);
 }
 
+/* `selfsup-sink --in -` fed by the shell fragment `feed`; its exit status, output in *out. */
+static int sink_stdin(const char *feed, char **out)
+{
+    char *sink = test_build_path("selfsup-sink"), *cmd = xasprintf("%s %s --in -", feed, sink);
+    int st = test_run(cmd, out);
+    free(cmd), free(sink);
+    return st;
+}
+
+Test(streams, stdin_is_read_only_when_its_bytes_end_with_its_end_record, .timeout = 60)
+{
+    char *dir = test_make_tmpdir(), *whole = path_join(dir, "whole.rec"), *two = path_join(dir, "two.rec");
+    write_stream(whole, 4, 4, false, false);
+    write_stream(two, 4, 4, false, true); /* 4 records, end, 4 more, end: two streams in one */
+    /* Each record is 256 bytes (a header, one descriptor, 8 bytes of payload, aligned to 64),
+     * so the first end is at byte 1024 and 4 · 256 + 64 bytes follow it. */
+    struct {
+        const char *fmt, *why; /* the feed (%s: the second file, or the only one); what the sink says */
+    } bad[] = {
+        {"cat %s |", "data follows the end-of-stream record at byte 1024"},
+        {"< %s", "1088 bytes follow the end-of-stream record at byte 1024"},
+        /* The writer is quiet after its end, then goes on: what follows still counts. */
+        {"{ cat %1$s; sleep 0.5; cat %1$s; } |", "data follows the end-of-stream record at byte 1024"},
+    };
+    char *out = NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *feed = xasprintf(bad[i].fmt, i == 2 ? whole : two);
+        cr_expect_eq(sink_stdin(feed, &out), 1, "%s: the records after the first end were dropped:\n%s", feed, out);
+        cr_expect(strstr(out, bad[i].why), "%s: should say '%s':\n%s", feed, bad[i].why, out);
+        free(feed), free(out);
+    }
+    /* Whole streams pass, from a pipe, a redirected file, and a writer that holds its pipe open
+     * a moment after its end (the reader waits for the close, then finishes). */
+    const char *good[] = {"cat %s |", "< %s", "{ cat %s; sleep 0.5; } |"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        char *feed = xasprintf(good[i], whole);
+        cr_expect_eq(sink_stdin(feed, &out), 0, "%s:\n%s", feed, out);
+        cr_expect(strstr(out, "4 records"), "%s:\n%s", feed, out);
+        free(feed), free(out);
+    }
+    unlink(whole), unlink(two);
+    free(whole), free(two);
+    test_rm_dir(dir);
+}
+
 Test(streams, sigterm_to_a_producer_fails_its_pipe_reader, .timeout = 120)
 {
     char *dir = test_make_tmpdir(), *produce = bin("produce"), *check = bin("check");
@@ -365,6 +410,54 @@ Test(streams, a_tcp_reader_fails_when_its_writer_dies_without_its_end, .timeout 
     free(cmd), free(out);
     /* The control: the same writer, finishing, ends the reader cleanly. */
     cmd = xasprintf("%s --in tcp://127.0.0.1:%d --expect 1000 %s & sleep 0.3; %s --count 1000 --size 100 "
+                    "--out tcp://127.0.0.1:%d %s; wait $!; echo \"check status $?\" >&2",
+                    check, port, k.reader_keys, produce, port, k.writer_keys);
+    test_run(cmd, &out);
+    cr_expect_eq(status_in(out, "check"), 0, "%s", out);
+    free(cmd), free(out), free(k.reader_keys), free(k.writer_keys), free(produce), free(check);
+    char *rm = xasprintf("rm -rf %s", dir);
+    cr_assert_eq(system(rm), 0);
+    free(rm), free(dir);
+}
+
+Test(streams, a_tcp_reader_fails_when_its_writer_was_stopped, .timeout = 120)
+{
+    char *dir = test_make_tmpdir(), *produce = bin("produce"), *check = bin("check");
+    tcp_keys k = make_keys(dir);
+    int port = test_free_port();
+    /* SIGTERM mid-stream: the writer sends an end-of-stream record marked stopped. */
+    char *pcmd = xasprintf("%s --count 1000000 --size 100 --sleep-us 500 --out tcp://127.0.0.1:%d %s", produce, port,
+                           k.writer_keys);
+    char *v = victim(dir, "produce", pcmd), *kill = terminator(dir, "produce", 0.8);
+    char *cmd = xasprintf("%s --in tcp://127.0.0.1:%d %s & c=$!; sleep 0.3; %s %s; wait $c; "
+                          "echo \"check status $?\" >&2", check, port, k.reader_keys, kill, v), *out = NULL;
+    test_run(cmd, &out);
+    cr_expect_eq(status_in(out, "produce"), 128 + SIGTERM, "%s", out);
+    cr_expect_eq(status_in(out, "check"), 1, "a stopped writer's stream must fail its tcp reader:\n%s", out);
+    cr_expect(strstr(out, "a stage writing it was stopped after"), "%s", out);
+    free(cmd), free(out), free(kill), free(v), free(pcmd), free(k.reader_keys), free(k.writer_keys), free(produce),
+        free(check);
+    char *rm = xasprintf("rm -rf %s", dir);
+    cr_assert_eq(system(rm), 0);
+    free(rm), free(dir);
+}
+
+Test(streams, a_tcp_reader_holds_the_end_records_count_against_what_arrived, .timeout = 120)
+{
+    char *dir = test_make_tmpdir(), *produce = bin("produce"), *check = bin("check");
+    tcp_keys k = make_keys(dir);
+    int port = test_free_port();
+    /* 100 records, then an end-of-stream record that says 90 (the transport's true one, 100,
+     * comes after it, too late: a reader with one writer ends at its first). */
+    char *cmd = xasprintf("%s --in tcp://127.0.0.1:%d %s & sleep 0.3; %s --count 100 --size 100 --eos-says 90 "
+                          "--out tcp://127.0.0.1:%d %s; wait $!; echo \"check status $?\" >&2",
+                          check, port, k.reader_keys, produce, port, k.writer_keys), *out = NULL;
+    test_run(cmd, &out);
+    cr_expect_eq(status_in(out, "check"), 1, "a miscounted stream must fail its tcp reader:\n%s", out);
+    cr_expect(strstr(out, "the writers' end-of-stream records say 90 records were sent, but 100 arrived"), "%s", out);
+    free(cmd), free(out);
+    /* The control: a true count passes. */
+    cmd = xasprintf("%s --in tcp://127.0.0.1:%d --expect 100 %s & sleep 0.3; %s --count 100 --size 100 --eos-says 100 "
                     "--out tcp://127.0.0.1:%d %s; wait $!; echo \"check status $?\" >&2",
                     check, port, k.reader_keys, produce, port, k.writer_keys);
     test_run(cmd, &out);
