@@ -375,113 +375,104 @@ Test(streams, the_trainer_keeps_what_it_trained_when_its_input_was_stopped, .tim
 
 /* ---- tcp ---------------------------------------------------------------------------------------- */
 
-/* A TCP port that was free a moment ago. */
-
-/* Keys for one tcp reader and its writer (selfsup keygen, as a user makes them), and the
- * overrides each side passes. */
+/* One tcp reader (the test stage `check`) and its writer (`produce`) on a free port, with keys
+ * made by `selfsup keygen` as a user makes them, in a temporary folder. */
 typedef struct {
-    char *reader_keys, *writer_keys;
-} tcp_keys;
+    char *dir, *produce, *check, *reader_keys, *writer_keys;
+    int port;
+} tcp_case;
 
-static tcp_keys make_keys(const char *dir)
+static tcp_case tcp_case_new(void)
 {
+    tcp_case c = {.dir = test_make_tmpdir(), .produce = bin("produce"), .check = bin("check"),
+                  .port = test_free_port()};
     char *selfsup = test_build_path("selfsup"), *out = NULL;
-    char *cmd = xasprintf("%s keygen %s/keys --clients writer", selfsup, dir);
+    char *cmd = xasprintf("%s keygen %s/keys --clients writer", selfsup, c.dir);
     cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
     free(cmd), free(out), free(selfsup);
-    return (tcp_keys){
-        .reader_keys = xasprintf("config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=%s/keys", dir),
-        .writer_keys = xasprintf("config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s/keys/writer.key", dir),
-    };
+    c.reader_keys = xasprintf("config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=%s/keys", c.dir);
+    c.writer_keys = xasprintf("config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s/keys/writer.key", c.dir);
+    return c;
+}
+
+static void tcp_case_free(tcp_case *c)
+{
+    test_rm_rf(c->dir);
+    free(c->dir), free(c->produce), free(c->check), free(c->reader_keys), free(c->writer_keys);
+}
+
+/* `check --in tcp CHECK_ARGS` and, once it listens, `produce PRODUCE_ARGS --out tcp`: their
+ * output, ending with "check status N". */
+static char *tcp_run(const tcp_case *c, const char *check_args, const char *produce_args)
+{
+    char *cmd = xasprintf("%s --in tcp://127.0.0.1:%d %s %s & sleep 0.3; %s %s --out tcp://127.0.0.1:%d %s; "
+                          "wait $!; echo \"check status $?\" >&2",
+                          c->check, c->port, check_args, c->reader_keys, c->produce, produce_args, c->port,
+                          c->writer_keys), *out = NULL;
+    test_run(cmd, &out);
+    free(cmd);
+    return out;
 }
 
 Test(streams, a_tcp_reader_fails_when_its_writer_dies_without_its_end, .timeout = 120)
 {
-    char *dir = test_make_tmpdir(), *produce = bin("produce"), *check = bin("check");
-    tcp_keys k = make_keys(dir);
-    int port = test_free_port();
+    tcp_case c = tcp_case_new();
     /* The writer dies (SIGKILL, so no end-of-stream record) after 300 records. */
-    char *cmd = xasprintf("%s --in tcp://127.0.0.1:%d %s & sleep 0.3; %s --count 1000 --size 100 --crash-after 300 "
-                          "--out tcp://127.0.0.1:%d %s; wait $!; echo \"check status $?\" >&2",
-                          check, port, k.reader_keys, produce, port, k.writer_keys), *out = NULL;
-    test_run(cmd, &out);
+    char *out = tcp_run(&c, "", "--count 1000 --size 100 --crash-after 300");
     cr_expect_eq(status_in(out, "check"), 1, "the reader must fail, not wait forever:\n%s", out);
     cr_expect(strstr(out, "every writer disconnected with 0 of 1 end-of-stream records"), "%s", out);
-    free(cmd), free(out);
+    free(out);
     /* The control: the same writer, finishing, ends the reader cleanly. */
-    cmd = xasprintf("%s --in tcp://127.0.0.1:%d --expect 1000 %s & sleep 0.3; %s --count 1000 --size 100 "
-                    "--out tcp://127.0.0.1:%d %s; wait $!; echo \"check status $?\" >&2",
-                    check, port, k.reader_keys, produce, port, k.writer_keys);
-    test_run(cmd, &out);
+    out = tcp_run(&c, "--expect 1000", "--count 1000 --size 100");
     cr_expect_eq(status_in(out, "check"), 0, "%s", out);
-    free(cmd), free(out), free(k.reader_keys), free(k.writer_keys), free(produce), free(check);
-    char *rm = xasprintf("rm -rf %s", dir);
-    cr_assert_eq(system(rm), 0);
-    free(rm), free(dir);
+    free(out);
+    tcp_case_free(&c);
 }
 
 Test(streams, a_tcp_reader_fails_when_its_writer_was_stopped, .timeout = 120)
 {
-    char *dir = test_make_tmpdir(), *produce = bin("produce"), *check = bin("check");
-    tcp_keys k = make_keys(dir);
-    int port = test_free_port();
+    tcp_case c = tcp_case_new();
     /* SIGTERM mid-stream: the writer sends an end-of-stream record marked stopped. */
-    char *pcmd = xasprintf("%s --count 1000000 --size 100 --sleep-us 500 --out tcp://127.0.0.1:%d %s", produce, port,
-                           k.writer_keys);
-    char *v = victim(dir, "produce", pcmd), *kill = terminator(dir, "produce", 0.8);
+    char *pcmd = xasprintf("%s --count 1000000 --size 100 --sleep-us 500 --out tcp://127.0.0.1:%d %s", c.produce,
+                           c.port, c.writer_keys);
+    char *v = victim(c.dir, "produce", pcmd), *kill = terminator(c.dir, "produce", 0.8);
     char *cmd = xasprintf("%s --in tcp://127.0.0.1:%d %s & c=$!; sleep 0.3; %s %s; wait $c; "
-                          "echo \"check status $?\" >&2", check, port, k.reader_keys, kill, v), *out = NULL;
+                          "echo \"check status $?\" >&2", c.check, c.port, c.reader_keys, kill, v), *out = NULL;
     test_run(cmd, &out);
     cr_expect_eq(status_in(out, "produce"), 128 + SIGTERM, "%s", out);
     cr_expect_eq(status_in(out, "check"), 1, "a stopped writer's stream must fail its tcp reader:\n%s", out);
     cr_expect(strstr(out, "a stage writing it was stopped after"), "%s", out);
-    free(cmd), free(out), free(kill), free(v), free(pcmd), free(k.reader_keys), free(k.writer_keys), free(produce),
-        free(check);
-    char *rm = xasprintf("rm -rf %s", dir);
-    cr_assert_eq(system(rm), 0);
-    free(rm), free(dir);
+    free(cmd), free(out), free(kill), free(v), free(pcmd);
+    tcp_case_free(&c);
 }
 
 Test(streams, a_tcp_reader_holds_the_end_records_count_against_what_arrived, .timeout = 120)
 {
-    char *dir = test_make_tmpdir(), *produce = bin("produce"), *check = bin("check");
-    tcp_keys k = make_keys(dir);
-    int port = test_free_port();
+    tcp_case c = tcp_case_new();
     /* 100 records, then an end-of-stream record that says 90 (the transport's true one, 100,
      * comes after it, too late: a reader with one writer ends at its first). */
-    char *cmd = xasprintf("%s --in tcp://127.0.0.1:%d %s & sleep 0.3; %s --count 100 --size 100 --eos-says 90 "
-                          "--out tcp://127.0.0.1:%d %s; wait $!; echo \"check status $?\" >&2",
-                          check, port, k.reader_keys, produce, port, k.writer_keys), *out = NULL;
-    test_run(cmd, &out);
+    char *out = tcp_run(&c, "", "--count 100 --size 100 --eos-says 90");
     cr_expect_eq(status_in(out, "check"), 1, "a miscounted stream must fail its tcp reader:\n%s", out);
     cr_expect(strstr(out, "the writers' end-of-stream records say 90 records were sent, but 100 arrived"), "%s", out);
-    free(cmd), free(out);
+    free(out);
     /* The control: a true count passes. */
-    cmd = xasprintf("%s --in tcp://127.0.0.1:%d --expect 100 %s & sleep 0.3; %s --count 100 --size 100 --eos-says 100 "
-                    "--out tcp://127.0.0.1:%d %s; wait $!; echo \"check status $?\" >&2",
-                    check, port, k.reader_keys, produce, port, k.writer_keys);
-    test_run(cmd, &out);
+    out = tcp_run(&c, "--expect 100", "--count 100 --size 100 --eos-says 100");
     cr_expect_eq(status_in(out, "check"), 0, "%s", out);
-    free(cmd), free(out), free(k.reader_keys), free(k.writer_keys), free(produce), free(check);
-    char *rm = xasprintf("rm -rf %s", dir);
-    cr_assert_eq(system(rm), 0);
-    free(rm), free(dir);
+    free(out);
+    tcp_case_free(&c);
 }
 
 Test(streams, a_tcp_writer_without_a_reader_obeys_sigterm, .timeout = 60)
 {
-    char *dir = test_make_tmpdir(), *produce = bin("produce");
-    tcp_keys k = make_keys(dir);
+    tcp_case c = tcp_case_new();
     /* Nobody reads: the writer waits to send. One SIGTERM must end it (the test's timeout is the
      * bound: before, the writer retried its send on EINTR and outlived ten minutes). */
-    char *pcmd = xasprintf("%s --count 1000 --size 100 --out tcp://127.0.0.1:%d %s", produce, test_free_port(),
-                           k.writer_keys);
-    char *v = victim(dir, "produce", pcmd), *kill = terminator(dir, "produce", 0.5);
+    char *pcmd = xasprintf("%s --count 1000 --size 100 --out tcp://127.0.0.1:%d %s", c.produce, c.port,
+                           c.writer_keys);
+    char *v = victim(c.dir, "produce", pcmd), *kill = terminator(c.dir, "produce", 0.5);
     char *cmd = xasprintf("%s %s", kill, v), *out = NULL;
     test_run(cmd, &out);
     cr_expect_eq(status_in(out, "produce"), 128 + SIGTERM, "%s", out);
-    free(cmd), free(out), free(kill), free(v), free(pcmd), free(k.reader_keys), free(k.writer_keys), free(produce);
-    char *rm = xasprintf("rm -rf %s", dir);
-    cr_assert_eq(system(rm), 0);
-    free(rm), free(dir);
+    free(cmd), free(out), free(kill), free(v), free(pcmd);
+    tcp_case_free(&c);
 }
