@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 
 static const char *g_stage = "selfsup";
+static bool g_command_style; /* log_init_command: "COMMAND: level: message", no time */
 /* Threads log too (the ZAP handler of shm/auth.c, a stage's workers): the level is an atomic
  * and SELFSUP_LOG is read once, by whichever thread logs first (ThreadSanitizer found the
  * unsynchronised lazy read). */
@@ -42,6 +44,12 @@ void log_init(const char *stage_name)
     level_from_env();
 }
 
+void log_init_command(const char *command)
+{
+    log_init(command);
+    g_command_style = true;
+}
+
 void log_set_level(log_level level)
 {
     level_from_env(); /* so that SELFSUP_LOG, read later, cannot override this */
@@ -58,6 +66,13 @@ void log_vmsg(log_level level, const char *fmt, va_list ap)
 {
     if (level < log_get_level())
         return;
+    if (g_command_style) {
+        static const char *const WORDS[] = {"debug: ", "", "warning: ", "error: "};
+        char msg[4096];
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        fprintf(stderr, "%s: %s%s\n", g_stage, WORDS[level], msg);
+        return;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;

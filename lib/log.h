@@ -2,7 +2,10 @@
  * log.h — logging and the error conventions every selfsup binary shares.
  *
  * Lines go to stderr as "TIME STAGE LEVEL message", so the logs of several processes
- * interleave readably. The level comes from SELFSUP_LOG (debug|info|warn|error).
+ * interleave readably; a command that a user types and reads at once (selfsup config,
+ * keygen, inspect, dataset, convert) writes through the same calls as a command-line tool
+ * does, "selfsup config: error: message" (log_init_command). The level comes from SELFSUP_LOG
+ * (debug|info|warn|error).
  * Exit codes are the project's contract with scripts: 0 success, 1 runtime failure,
  * 2 usage or configuration error.
  *
@@ -33,6 +36,9 @@ enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 typedef enum { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
 
 void log_init(const char *stage_name);
+/* From now on, lines read "COMMAND: message", "COMMAND: warning: message", "COMMAND: error:
+ * message" (no time: the user is there), COMMAND being e.g. "selfsup config". */
+void log_init_command(const char *command);
 void log_set_level(log_level level);
 log_level log_get_level(void);
 void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -64,9 +64,9 @@ static int parse_args(int argc, char **argv, config_args *a)
             else if (!strcmp(arg, "--configs"))
                 a->configs_dir = v;
             else if ((a->steps_per_epoch = strtol(v, NULL, 10)) <= 0)
-                return fprintf(stderr, "selfsup config: --steps-per-epoch needs a positive number\n"), EXIT_USAGE;
+                return log_error("--steps-per-epoch needs a positive number"), EXIT_USAGE;
         } else if (!strncmp(arg, "--", 2)) {
-            fprintf(stderr, "selfsup config: unknown option '%s'\n", arg);
+            log_error("unknown option '%s'", arg);
             return EXIT_USAGE;
         } else if (!a->action) {
             a->action = arg;
@@ -86,14 +86,14 @@ static int parse_args(int argc, char **argv, config_args *a)
 static void print_warnings(const cfg_t *cfg)
 {
     for (size_t k = 0; k < cfg->n_warnings; k++)
-        fprintf(stderr, "selfsup config: warning: %s\n", cfg->warnings[k]);
+        log_warn("%s", cfg->warnings[k]);
 }
 
 static int show(const cfg_t *cfg, const char *key)
 {
     const cfg_node *node = key ? cfg_path(cfg->root, key) : cfg->root;
     if (!node) {
-        fprintf(stderr, "selfsup config: no key '%s' in the composed config\n", key);
+        log_error("no key '%s' in the composed config", key);
         return EXIT_USAGE;
     }
     char *yaml = cfg_to_yaml(node);
@@ -134,7 +134,7 @@ static int engine_checks(const cfg_t *cfg)
     cfg_err err;
     if (trainer_check_config(c, &o, &err))
         return 0;
-    fprintf(stderr, "selfsup config: error: %s\n", err.msg);
+    log_error("%s", err.msg);
     return EXIT_USAGE;
 }
 
@@ -160,7 +160,7 @@ static int lr_table(const cfg_t *cfg, long steps_per_epoch)
     ok = ok && cfg_build_scheduler(cfg_get(c, "OPTIMIZER.param_schedulers.lr_head"),
                                    "config.OPTIMIZER.param_schedulers.lr_head", epochs, &head, &err);
     if (!ok) {
-        fprintf(stderr, "selfsup config: error: %s\n", err.msg);
+        log_error("%s", err.msg);
         sched_free(&lr);
         sched_free(&head);
         return EXIT_USAGE;
@@ -195,8 +195,8 @@ int cmd_config(int argc, char **argv)
     char *configs_dir = a.configs_dir ? xstrdup(a.configs_dir) : cfg_find_configs_dir();
     char *file = NULL;
     if (a.config && !(file = cfg_resolve_config_file(configs_dir, a.config))) {
-        fprintf(stderr, "selfsup config: error: no config file '%s' (nor %s/%s.yaml)\n", a.config,
-                configs_dir ? configs_dir : "<configs>", a.config);
+        log_error("no config file '%s' (nor %s/%s.yaml)", a.config, configs_dir ? configs_dir : "<configs>",
+                  a.config);
         free(configs_dir);
         free(a.overrides);
         return EXIT_USAGE;
@@ -205,7 +205,7 @@ int cmd_config(int argc, char **argv)
     cfg_t cfg;
     cfg_err err;
     if (!cfg_compose(&cfg, &opt, file, a.n_overrides, a.overrides, &err)) {
-        fprintf(stderr, "selfsup config: error: %s\n", err.msg);
+        log_error("%s", err.msg);
         rc = EXIT_USAGE;
     } else {
         print_warnings(&cfg);

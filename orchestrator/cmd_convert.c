@@ -73,10 +73,9 @@ static int usage_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("selfsup convert: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    log_vmsg(LOG_ERROR, fmt, ap);
     va_end(ap);
-    fputs("\n\n", stderr);
+    fputc('\n', stderr);
     convert_usage(stderr);
     return EXIT_USAGE;
 }
@@ -181,8 +180,8 @@ static int map_all(const weights_file *f, convert_layout to, out_tensor *out, si
             continue;
         }
         if (!why) {
-            fprintf(stderr, "selfsup convert: '%s' is a VISSL trunk tensor outside _feature_blocks; torchvision "
-                    "has no name for it\n", t->name);
+            log_error("'%s' is a VISSL trunk tensor outside _feature_blocks; torchvision has no name for it",
+                      t->name);
             sb_free(&names);
             for (size_t j = 0; j < n; j++)
                 free(out[j].name);
@@ -193,8 +192,8 @@ static int map_all(const weights_file *f, convert_layout to, out_tensor *out, si
         reason = why;
     }
     if (dropped)
-        fprintf(stderr, "selfsup convert: dropped %zu tensor%s (%s%s): %s\n", dropped, dropped == 1 ? "" : "s",
-                sb_str(&names), dropped > 8 ? ", …" : "", reason);
+        log_warn("dropped %zu tensor%s (%s%s): %s", dropped, dropped == 1 ? "" : "s", sb_str(&names),
+                 dropped > 8 ? ", …" : "", reason);
     sb_free(&names);
     *n_out = n;
     return 0;
@@ -250,7 +249,7 @@ int cmd_convert(int argc, char **argv)
     weights_file *f;
     char *err = NULL;
     if (weights_read(a.in, NULL, &f, &err) != 0) {
-        fprintf(stderr, "selfsup convert: %s\n", err);
+        log_error("%s", err);
         free(err);
         return EXIT_RUNTIME;
     }
@@ -261,13 +260,13 @@ int cmd_convert(int argc, char **argv)
         int w = a.format == FORMAT_SAFETENSORS ? write_safetensors(a.out, t, n, &err)
                                                : write_torch(a.out, t, n, a.to, &err);
         if (w != 0) {
-            fprintf(stderr, "selfsup convert: %s\n", err);
+            log_error("%s", err);
             free(err);
             rc = EXIT_RUNTIME;
         } else {
-            fprintf(stderr, "selfsup convert: wrote %zu tensors to %s (%s names, %s)\n", n, a.out,
-                    a.to == TO_VISSL ? "VISSL" : "torchvision",
-                    a.format == FORMAT_SAFETENSORS ? "safetensors" : "torch.save zip");
+            log_info("wrote %zu tensors to %s (%s names, %s)", n, a.out,
+                     a.to == TO_VISSL ? "VISSL" : "torchvision",
+                     a.format == FORMAT_SAFETENSORS ? "safetensors" : "torch.save zip");
         }
     }
     for (size_t i = 0; i < n; i++)

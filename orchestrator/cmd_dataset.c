@@ -533,14 +533,15 @@ static int convert_fashion_mnist(const char *dir_arg, const char *src, size_t li
         if (same) {
             size_t ntrain = 0, nval = 0;
             sscanf(have + strlen(want), "train %zu val %zu", &ntrain, &nval);
-            fprintf(stderr, "selfsup dataset: %s: already converted (train %zu, val %zu images); "
-                            "--force converts again\n", dir_arg, ntrain, nval);
+            log_info("%s: already converted (train %zu, val %zu images); "
+                     "--force converts again",
+                     dir_arg, ntrain, nval);
             free(have);
             rc = 0;
             goto out;
         }
         free(have);
-        fprintf(stderr, "selfsup dataset: %s holds a different conversion; converting again\n", dir_arg);
+        log_info("%s holds a different conversion; converting again", dir_arg);
     }
     free(marker);
     marker = NULL;
@@ -660,13 +661,12 @@ static int convert_fashion_mnist(const char *dir_arg, const char *src, size_t li
     }
     if (write_text_atomic(marker, marker_text.s, &err) < 0)
         goto fail;
-    fprintf(stderr, "selfsup dataset: wrote Fashion-MNIST to %s: train %zu, val %zu images\n", dir, count[0],
-            count[1]);
-    fprintf(stderr, "selfsup dataset: catalog %s (fashion_mnist_folder, fashion_mnist_filelist)\n", catalog);
+    log_info("wrote Fashion-MNIST to %s: train %zu, val %zu images", dir, count[0], count[1]);
+    log_info("catalog %s (fashion_mnist_folder, fashion_mnist_filelist)", catalog);
     rc = 0;
     goto out;
 fail:
-    fprintf(stderr, "selfsup dataset: %s\n", err ? err : "failed");
+    log_error("%s", err ? err : "failed");
     free(err);
     rc = EXIT_RUNTIME;
 out:
@@ -707,28 +707,28 @@ int cmd_dataset(int argc, char **argv)
             errno = 0;
             unsigned long long n = v ? strtoull(v, &end, 10) : 0;
             if (!v || !*v || *end || errno || n == 0 || v[0] == '-') {
-                fprintf(stderr, "selfsup dataset: --limit needs a positive number of images%s%s%s\n",
-                        v ? " ('" : "", v ? v : "", v ? "' is not one)" : "");
+                log_error("--limit needs a positive number of images%s%s%s", v ? " ('" : "", v ? v : "",
+                          v ? "' is not one)" : "");
                 return EXIT_USAGE;
             }
             limit = (size_t)n;
         } else if (!options_done && (!strcmp(arg, "--from") || !strncmp(arg, "--from=", 7))) {
             src = arg[6] == '=' ? arg + 7 : k + 1 < argc ? argv[++k] : NULL;
             if (!src || !*src) {
-                fprintf(stderr, "selfsup dataset: --from needs a directory\n");
+                log_error("--from needs a directory");
                 return EXIT_USAGE;
             }
         } else if (!options_done && !strcmp(arg, "--")) {
             options_done = true;
         } else if (!options_done && arg[0] == '-' && arg[1]) {
-            fprintf(stderr, "selfsup dataset: unknown option '%s'; see 'selfsup dataset --help'\n", arg);
+            log_error("unknown option '%s'; see 'selfsup dataset --help'", arg);
             return EXIT_USAGE;
         } else if (!name) {
             name = arg;
         } else if (!dir) {
             dir = arg;
         } else {
-            fprintf(stderr, "selfsup dataset: one NAME and one DIR only ('%s' is extra)\n", arg);
+            log_error("one NAME and one DIR only ('%s' is extra)", arg);
             return EXIT_USAGE;
         }
     }
@@ -737,11 +737,11 @@ int cmd_dataset(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (strcmp(name, "fashion-mnist") && strcmp(name, "fashion_mnist")) {
-        fprintf(stderr, "selfsup dataset: unknown dataset '%s'; known: fashion-mnist\n", name);
+        log_error("unknown dataset '%s'; known: fashion-mnist", name);
         return EXIT_USAGE;
     }
     if (!dir || !*dir) {
-        fprintf(stderr, "selfsup dataset: no DIR given; usage: selfsup dataset fashion-mnist DIR\n");
+        log_error("no DIR given; usage: selfsup dataset fashion-mnist DIR");
         return EXIT_USAGE;
     }
     return convert_fashion_mnist(dir, src, limit, force);

@@ -48,7 +48,7 @@ static int run_tool(const char *tool, char **argv)
         if (local && access(local, X_OK) == 0)
             execv(local, argv);
         execvp(prog, argv);
-        fprintf(stderr, "selfsup %s: cannot run %s\n", tool, prog);
+        log_error("cannot run %s", prog);
         _exit(EXIT_USAGE);
     }
     int st = 0;

@@ -58,10 +58,9 @@ static int usage_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("selfsup inspect: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    log_vmsg(LOG_ERROR, fmt, ap);
     va_end(ap);
-    fputs("\n\n", stderr);
+    fputc('\n', stderr);
     inspect_usage(stderr);
     return EXIT_USAGE;
 }
@@ -128,7 +127,7 @@ int cmd_inspect(int argc, char **argv)
     const char *name = is_stdin ? "<stdin>" : path;
     int fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fprintf(stderr, "selfsup inspect: %s: %s\n", path, strerror(errno));
+        log_error("%s: %s", path, strerror(errno));
         return EXIT_RUNTIME;
     }
     rec_buf buf = {0};
@@ -141,7 +140,7 @@ int cmd_inspect(int argc, char **argv)
         if (!a.count)
             rec_print(stdout, &view, a.values);
         if (add_record(&totals, &view, name, &err) != 0 && whole) { /* the first fault; read on to count */
-            fprintf(stderr, "selfsup inspect: %s\n", err);
+            log_error("%s", err);
             free(err);
             err = NULL;
             whole = false;
@@ -151,11 +150,11 @@ int cmd_inspect(int argc, char **argv)
         print_totals(name, &totals);
     fflush(stdout);
     if (rc < 0)
-        fprintf(stderr, "selfsup inspect: %s: %s\n", name, err);
+        log_error("%s: %s", name, err);
     else if (!totals.stream.ended)
-        fprintf(stderr, "selfsup inspect: %s: the stream ends without an end-of-stream record after %" PRIu64
-                        " record%s: its writer died or it is still being written\n", name, totals.records,
-                totals.records == 1 ? "" : "s");
+        log_error("%s: the stream ends without an end-of-stream record after %" PRIu64
+                  " record%s: its writer died or it is still being written",
+                  name, totals.records, totals.records == 1 ? "" : "s");
     whole = whole && rc == 0 && totals.stream.ended;
     free(err);
     rec_buf_free(&buf);

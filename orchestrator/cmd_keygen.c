@@ -79,15 +79,16 @@ static int parse_keygen_args(int argc, char **argv, keygen_args *a)
         } else if (!options_done && !strcmp(arg, "--")) {
             options_done = true;
         } else if (!options_done && arg[0] == '-' && arg[1]) {
-            fprintf(stderr, "selfsup keygen: unknown option '%s'\n", arg);
+            log_error("unknown option '%s'", arg);
             return EXIT_USAGE;
         } else if (!a->path) {
             a->path = arg;
         } else if (a->with_clients) {
             a->clients[a->n_clients++] = argv[k];
         } else {
-            fprintf(stderr, "selfsup keygen: one FILE only ('%s' is extra; for a key directory, list the "
-                            "clients after --clients)\n", arg);
+            log_error("one FILE only ('%s' is extra; for a key directory, list the "
+                      "clients after --clients)",
+                      arg);
             return EXIT_USAGE;
         }
     }
@@ -113,16 +114,18 @@ static int parse_client(const char *spec, char **name, char **ids)
     const char *colon = strchr(spec, ':');
     size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
     if (!valid_client_name(spec, len)) {
-        fprintf(stderr, "selfsup keygen: client '%s': a NAME is 1 to %d letters, digits, '.', '_' or '-' (not "
-                        "starting with '.'; not 'server' or 'clients')\n", spec, CLIENT_NAME_MAX);
+        log_error("client '%s': a NAME is 1 to %d letters, digits, '.', '_' or '-' (not "
+                  "starting with '.'; not 'server' or 'clients')",
+                  spec, CLIENT_NAME_MAX);
         return EXIT_USAGE;
     }
     *name = xstrndup(spec, len);
     *ids = xstrdup(colon ? colon + 1 : *name);
     if (auth_ids_valid(*ids))
         return 0;
-    fprintf(stderr, "selfsup keygen: client '%s': IDS must be a comma-separated list of ids such as train.0 or "
-                    "decode.*\n", spec);
+    log_error("client '%s': IDS must be a comma-separated list of ids such as train.0 or "
+              "decode.*",
+              spec);
     free(*name);
     free(*ids);
     *name = *ids = NULL;
@@ -137,8 +140,9 @@ static int check_existing(const keygen_args *a, char **names)
         char *path = path_join(a->path, file);
         bool exists = path_exists(path);
         if (exists)
-            fprintf(stderr, "selfsup keygen: %s exists; use --force to replace the keys (nodes holding the old "
-                            "ones are then locked out)\n", path);
+            log_error("%s exists; use --force to replace the keys (nodes holding the old "
+                      "ones are then locked out)",
+                      path);
         free(file);
         free(path);
         if (exists)
@@ -182,7 +186,7 @@ static int keygen_dir(const keygen_args *a)
         status = parse_client(a->clients[i], &names[i], &ids[i]);
         for (int j = 0; status == 0 && j < i; j++)
             if (!strcmp(names[i], names[j])) {
-                fprintf(stderr, "selfsup keygen: client '%s' is listed twice\n", names[i]);
+                log_error("client '%s' is listed twice", names[i]);
                 status = EXIT_USAGE;
             }
     }
@@ -190,13 +194,13 @@ static int keygen_dir(const keygen_args *a)
         status = check_existing(a, names);
     char *err = NULL;
     if (status == 0 && write_key_dir(a, names, ids, &err) < 0) {
-        fprintf(stderr, "selfsup keygen: %s\n", err);
+        log_error("%s", err);
         status = EXIT_RUNTIME;
     }
     if (status == 0)
-        fprintf(stderr, "selfsup keygen: wrote %s/server.key (keep it on the server's node), %s/clients (%d "
-                        "clients) and a NAME.key per client (copy each to its node only)\n",
-                a->path, a->path, a->n_clients);
+        log_info("wrote %s/server.key (keep it on the server's node), %s/clients (%d "
+                 "clients) and a NAME.key per client (copy each to its node only)",
+                 a->path, a->path, a->n_clients);
     for (int i = 0; i < a->n_clients; i++) {
         free(names[i]);
         free(ids[i]);
@@ -210,7 +214,7 @@ static int keygen_dir(const keygen_args *a)
 static int keygen_file(const keygen_args *a)
 {
     if (!a->force && path_exists(a->path)) {
-        fprintf(stderr, "selfsup keygen: %s exists; use --force to replace it\n", a->path);
+        log_error("%s exists; use --force to replace it", a->path);
         return EXIT_USAGE;
     }
     auth_keys k;
@@ -220,11 +224,11 @@ static int keygen_file(const keygen_args *a)
         rc = auth_write_keys(a->path, &k, &err);
     auth_wipe(&k);
     if (rc < 0) {
-        fprintf(stderr, "selfsup keygen: %s\n", err);
+        log_error("%s", err);
         free(err);
         return EXIT_RUNTIME;
     }
-    fprintf(stderr, "selfsup keygen: wrote a CURVE keypair to %s (mode 0600)\n", a->path);
+    log_info("wrote a CURVE keypair to %s (mode 0600)", a->path);
     return 0;
 }
 

@@ -72,7 +72,7 @@ static int parse_run_args(int argc, char **argv, run_args *a)
         }
         if (!strcmp(argv[i], "--run-dir") || !strcmp(argv[i], "--node-rank")) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "selfsup run: %s needs a value\n", argv[i]);
+                log_error("%s needs a value", argv[i]);
                 return EXIT_USAGE;
             }
             if (argv[i][2] == 'r')
@@ -80,7 +80,7 @@ static int parse_run_args(int argc, char **argv, run_args *a)
             else
                 a->node_rank = atoi(argv[++i]);
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "selfsup run: unknown option '%s'; see selfsup run --help\n", argv[i]);
+            log_error("unknown option '%s'; see selfsup run --help", argv[i]);
             return EXIT_USAGE;
         } else if (!a->config_arg && !strchr(argv[i], '=')) {
             a->config_arg = argv[i];
@@ -117,7 +117,7 @@ static bool compose(cfg_t *cfg, const run_args *a, char **file_out)
         setenv("SELFSUP_CONFIGS", dir, 1);
     free(dir);
     if (!ok) {
-        fprintf(stderr, "selfsup run: %s\n", err.msg);
+        log_error("%s", err.msg);
         cfg_destroy(cfg);
         free(file);
         return false;
@@ -307,7 +307,7 @@ static bool check_control_keys(const cfg_node *config)
     auth_wipe(&k);
     auth_allow_free(&a);
     if (rc < 0)
-        fprintf(stderr, "selfsup run: config.SELFSUP.CONTROL.SERVER_KEYS_DIR: %s\n", err);
+        log_error("config.SELFSUP.CONTROL.SERVER_KEYS_DIR: %s", err);
     free(err);
     return rc == 0;
 }
@@ -401,8 +401,8 @@ static bool check_data_stages(const cfg_node *config, const char *engine)
     bool our_trainer = !custom_train || custom_train->kind != CFG_STR || !custom_train->s[0];
     if (!strcmp(engine, "train") && our_trainer && (cfg_bool(config, "TEST_MODEL") || cfg_bool(config, "TEST_ONLY")) &&
         (!test_sources || test_sources->kind != CFG_LIST || test_sources->len == 0)) {
-        fprintf(stderr, "selfsup run: config.TEST_MODEL is True (VISSL's default) but config.DATA.TEST has no "
-                        "DATA_SOURCES to test on: set config.TEST_MODEL=False, or describe DATA.TEST\n");
+        log_error("config.TEST_MODEL is True (VISSL's default) but config.DATA.TEST has no "
+                  "DATA_SOURCES to test on: set config.TEST_MODEL=False, or describe DATA.TEST");
         return false;
     }
     static const char *const splits[] = {"TRAIN", "TEST"};
@@ -412,7 +412,7 @@ static bool check_data_stages(const cfg_node *config, const char *engine)
         cfg_err err;
         aug_pipeline *p = aug_pipeline_build(cfg_get(config, key + strlen("config.")), key, &err);
         if (!p) {
-            fprintf(stderr, "selfsup run: %s\n", err.msg);
+            log_error("%s", err.msg);
             return false;
         }
         aug_pipeline_free(p);
@@ -420,13 +420,13 @@ static bool check_data_stages(const cfg_node *config, const char *engine)
         const char *name = cfg_str(config, key);
         collate_kind kind;
         if (name && collate_from_name(name, &kind, why, sizeof why) != 0) {
-            fprintf(stderr, "selfsup run: config.%s: %s\n", key, why);
+            log_error("config.%s: %s", key, why);
             return false;
         }
         snprintf(key, sizeof key, "DATA.%s.COLLATE_FUNCTION_PARAMS", splits[i]);
         collate_options copt = {0};
         if (name && collate_read_params(kind, name, cfg_get(config, key), &copt, why, sizeof why) != 0) {
-            fprintf(stderr, "selfsup run: config.%s: %s\n", key, why);
+            log_error("config.%s: %s", key, why);
             return false;
         }
     }
@@ -445,7 +445,7 @@ static bool resume_point(const cfg_node *config, const char *engine, topo_option
     char *err = NULL;
     int rc = ckpt_resume_point(cfg_str(config, "CHECKPOINT.DIR"), &cs, &err);
     if (rc < 0) {
-        fprintf(stderr, "selfsup run: cannot resume: %s\n", err);
+        log_error("cannot resume: %s", err);
         free(err);
         *status = EXIT_USAGE;
         return false;
@@ -487,7 +487,7 @@ static int start(cfg_t *cfg, const run_args *a, const char *file, const char *fo
         status = launch(cfg, &t, a);
         topology_free(&t);
     } else {
-        fprintf(stderr, "selfsup run: %s\n", err.msg);
+        log_error("%s", err.msg);
     }
     free(bin_dir);
     return status;

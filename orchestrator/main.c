@@ -61,8 +61,7 @@ static int run_stage(const char *name, char **argv)
     if (local && access(local, X_OK) == 0)
         execv(local, argv);
     execvp(prog, argv);
-    fprintf(stderr, "selfsup: '%s' is not a selfsup command (%s: %s); see 'selfsup --help'\n", name, prog,
-            strerror(errno));
+    log_error("'%s' is not a selfsup command (%s: %s); see 'selfsup --help'", name, prog, strerror(errno));
     return EXIT_USAGE;
 }
 
@@ -81,6 +80,13 @@ int main(int argc, char **argv)
         printf("selfsup %s\n", SELFSUP_VERSION);
         return 0;
     }
+    /* Every command but run (whose lines sit in logs beside its stages') speaks as a tool. */
+    static const char *const COMMANDS[] = {"config", "svm", "knn", "inspect", "keygen", "dataset", "convert"};
+    char *command = xasprintf("selfsup %s", argv[1]);
+    bool known = false;
+    for (size_t i = 0; i < ARRAY_LEN(COMMANDS); i++)
+        known |= !strcmp(argv[1], COMMANDS[i]);
+    log_init_command(known ? command : "selfsup");
     if (!strcmp(argv[1], "config"))
         return cmd_config(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run"))
