@@ -47,10 +47,11 @@
 #include <zmq.h>
 
 enum {
-    WAIT_MS = 5000,   /* for a message that should come */
-    NOTHING_MS = 400, /* for one that should not */
-    ATTACK_MS = 2000, /* how long an attacker keeps trying */
-    FORGED = 64,      /* forged records the data attacker pushes */
+    WAIT_MS = 5000,        /* for a message that should come */
+    NOTHING_MS = 400,      /* for one that should not */
+    ATTACK_MS = 2000,      /* how long an attacker keeps trying */
+    FORGED = 64,           /* forged records the data attacker pushes */
+    ATTACKER_ALARM_S = 30, /* an attacker child's own alarm (ctlt_fork) */
 };
 
 static void arm_watchdog(void)
@@ -109,9 +110,6 @@ static int count_of(const char *text, const char *what)
         n++;
     return n;
 }
-
-
-
 
 static json_t *hello(const char *id)
 {
@@ -202,6 +200,43 @@ static char *release_stderr(captured *c)
     return text ? text : xstrdup("");
 }
 
+/* A temp dir with a key directory made by `selfsup keygen` in it and, once site_serve has run,
+ * a CURVE control server on the loopback with the real train.0 connected and heard: the setup
+ * and tear-down the tcp tests share. */
+typedef struct {
+    char *dir, *keys;
+    ctl_server *s;     /* NULL until site_serve */
+    const char *ep;    /* the server's endpoint */
+    ctl_client *legit; /* train.0, the real stage */
+} site;
+
+/* The key directory DIR/keys, with `selfsup keygen ... --clients CLIENTS`. */
+static site site_new(const char *clients)
+{
+    site t = {.dir = test_make_tmpdir()};
+    t.keys = make_keys(t.dir, clients);
+    return t;
+}
+
+/* Bind the server (after any fork: see the top comment) and connect train.0 with legit_key. */
+static void site_serve(site *t, const char *legit_key)
+{
+    t->s = ctlt_bind("tcp://127.0.0.1:0", t->keys);
+    t->ep = ctl_server_endpoint(t->s);
+    t->legit = ctlt_connect(t->ep, "train.0", legit_key);
+    greet_ok(t->s, t->legit, "train.0");
+}
+
+/* Close train.0 and the server (a test closes its other clients first), remove the dir. */
+static void site_free(site *t)
+{
+    ctl_close(t->legit);
+    ctl_server_close(t->s);
+    free(t->keys);
+    test_rm_rf(t->dir);
+    free(t->dir);
+}
+
 /* ---- the attacker ------------------------------------------------------------------------------ */
 
 /* Become user nobody when running as root, so that the attack comes from another user. */
@@ -228,42 +263,6 @@ static int cannot_steal(const char *path)
     return 0;
 }
 
-typedef struct {
-    pid_t pid;
-    int to_child;
-} child;
-
-/* Fork a child that waits for a message on a pipe (the endpoint and the server's public key,
- * known once the parent has bound), then runs body and exits with its result. */
-static child fork_child(int (*body)(const char *msg, const void *arg), const void *arg)
-{
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        alarm(30);
-        close(fds[1]);
-        char msg[1024];
-        ssize_t n, got = 0;
-        while ((n = read(fds[0], msg + got, sizeof msg - 1 - (size_t)got)) > 0)
-            got += n;
-        msg[got] = '\0';
-        _exit(got > 0 ? body(msg, arg) : 9);
-    }
-    close(fds[0]);
-    return (child){.pid = pid, .to_child = fds[1]};
-}
-
-static void tell_child(child *c, const char *msg)
-{
-    cr_assert_eq(write(c->to_child, msg, strlen(msg)), (ssize_t)strlen(msg));
-    close(c->to_child);
-}
-
-/* A child's exit status (or 128+signal), killing it after timeout_ms. */
-
 static const char *attacker_said(int status)
 {
     return status == 0   ? "nothing got through"
@@ -277,14 +276,17 @@ typedef struct {
     const char *steal; /* a key file the attacker tries to read */
 } attack;
 
-/* A DEALER that claims train.0 the old way (routing id) and the new (its hello): plain, or
- * CURVE with the attacker's own keypair and the server's public key. */
-static void *attacker_dealer(void *ctx, const char *endpoint, const char *server_key, const char *pub, const char *sec)
+/* An attacker's socket, the control and the data attackers' one setup: plain, or CURVE with
+ * the attacker's own keypair and the server's public key. A DEALER claims train.0 the old way
+ * (routing id); its hello claims it the new way. */
+static void *attacker_socket(void *ctx, int type, const char *endpoint, const char *server_key, const char *pub,
+                             const char *sec)
 {
-    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    void *s = zmq_socket(ctx, type);
     int zero = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_ROUTING_ID, "train.0", 7);
+    if (type == ZMQ_DEALER)
+        zmq_setsockopt(s, ZMQ_ROUTING_ID, "train.0", 7);
     if (server_key) {
         zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_key, 41);
         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 41);
@@ -325,8 +327,8 @@ static int control_attacker(const char *msg, const void *arg)
     void *ctx = zmq_ctx_new();
     bool got = false;
     for (long end = now_ms() + ATTACK_MS; now_ms() < end;) {
-        void *socks[2] = {attacker_dealer(ctx, endpoint, server_key[0] ? server_key : NULL, pub, sec),
-                          attacker_dealer(ctx, endpoint, NULL, NULL, NULL)};
+        void *socks[2] = {attacker_socket(ctx, ZMQ_DEALER, endpoint, server_key[0] ? server_key : NULL, pub, sec),
+                          attacker_socket(ctx, ZMQ_DEALER, endpoint, NULL, NULL, NULL)};
         for (long round = now_ms() + 300; now_ms() < round;)
             got |= lie_and_listen(socks);
         zmq_close(socks[0]);
@@ -340,117 +342,94 @@ static int control_attacker(const char *msg, const void *arg)
 
 Test(auth, control_tcp_refuses_a_peer_without_a_listed_key)
 {
-    char *dir = test_make_tmpdir();
-    char *keys = make_keys(dir, "train:train.0");
-    char *train_key = key_file(keys, "train"), *server_pub = key_line(train_key, "server");
+    site t = site_new("train:train.0");
+    char *train_key = key_file(t.keys, "train"), *server_pub = key_line(train_key, "server");
     attack a = {.steal = train_key};
-    child c = fork_child(control_attacker, &a);
+    ctlt_child c = ctlt_fork(ATTACKER_ALARM_S, control_attacker, &a);
 
-    ctl_server *s = ctlt_bind("tcp://127.0.0.1:0", keys);
-    ctl_client *legit = ctlt_connect(ctl_server_endpoint(s), "train.0", train_key);
-    greet_ok(s, legit, "train.0");
-    captured log = capture_stderr(dir);
-    char *msg = xasprintf("%s %s", ctl_server_endpoint(s), server_pub);
-    tell_child(&c, msg);
-    serve_during_attack(s, legit, ATTACK_MS + 500);
+    site_serve(&t, train_key);
+    captured log = capture_stderr(t.dir);
+    char *msg = xasprintf("%s %s", t.ep, server_pub);
+    ctlt_tell(&c, msg);
+    serve_during_attack(t.s, t.legit, ATTACK_MS + 500);
     int st = test_wait_child(c.pid, WAIT_MS);
-    expect_server_nothing(s);
+    expect_server_nothing(t.s);
     char *text = release_stderr(&log);
     cr_assert_eq(st, 0, "the attacker (exit %d): %s", st, attacker_said(st));
     cr_assert_eq(count_of(text, "is not on the allow-list"), 1, "the refused key must be logged once:\n%s", text);
 
-    ctl_close(legit);
-    ctl_server_close(s);
     free(text);
     free(msg);
     free(server_pub);
     free(train_key);
-    free(keys);
-    test_rm_rf(dir);
-    free(dir);
+    site_free(&t);
 }
 
 /* A key on the list, for other ids: its claim to train.0 is refused (and logged once), it gets
  * nothing meant for train.0, and it still works under an id it was given. */
 Test(auth, control_tcp_listed_key_cannot_claim_another_id)
 {
-    char *dir = test_make_tmpdir();
-    char *keys = make_keys(dir, "train:train.0 node2:decode.*");
-    char *train_key = key_file(keys, "train"), *node2_key = key_file(keys, "node2");
-    ctl_server *s = ctlt_bind("tcp://127.0.0.1:0", keys);
-    const char *ep = ctl_server_endpoint(s);
-    ctl_client *legit = ctlt_connect(ep, "train.0", train_key);
-    greet_ok(s, legit, "train.0");
+    site t = site_new("train:train.0 node2:decode.*");
+    char *train_key = key_file(t.keys, "train"), *node2_key = key_file(t.keys, "node2");
+    site_serve(&t, train_key);
 
-    captured log = capture_stderr(dir);
-    ctl_client *rogue = ctlt_connect(ep, "train.0", node2_key);
+    captured log = capture_stderr(t.dir);
+    ctl_client *rogue = ctlt_connect(t.ep, "train.0", node2_key);
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(ctl_send(rogue, hello("train.0"), WAIT_MS), 0);
         cr_assert_eq(ctl_send(rogue, heartbeat(666), WAIT_MS), 0);
         cr_assert_eq(ctl_send(rogue, json_pack("{s:s, s:s}", "type", "final", "status", "error"), WAIT_MS), 0);
     }
-    serve_during_attack(s, legit, 1000);
+    serve_during_attack(t.s, t.legit, 1000);
     cr_assert_null(ctl_recv(rogue, 0), "the rogue got a message meant for train.0");
     char *text = release_stderr(&log);
     cr_assert_eq(count_of(text, "may not claim the id 'train.0'"), 1, "log:\n%s", text);
 
-    ctl_client *decode = ctlt_connect(ep, "decode.3", node2_key);
-    greet_ok(s, decode, "decode.3");
-    cr_assert_eq(ctl_server_send(s, "decode.3", json_pack("{s:s}", "type", "start")), 0);
+    ctl_client *decode = ctlt_connect(t.ep, "decode.3", node2_key);
+    greet_ok(t.s, decode, "decode.3");
+    cr_assert_eq(ctl_server_send(t.s, "decode.3", json_pack("{s:s}", "type", "start")), 0);
     json_t *m = ctl_recv(decode, WAIT_MS);
     cr_assert(m && !strcmp(ctlt_type_of(m), "start"));
     json_decref(m);
 
     ctl_close(decode);
     ctl_close(rogue);
-    ctl_close(legit);
-    ctl_server_close(s);
     free(text);
     free(train_key);
     free(node2_key);
-    free(keys);
-    test_rm_rf(dir);
-    free(dir);
+    site_free(&t);
 }
 
 /* A name moves to a new connection (a restarted stage) only with the key that holds it. */
 Test(auth, control_tcp_name_changes_hands_only_with_its_key)
 {
-    char *dir = test_make_tmpdir();
-    char *keys = make_keys(dir, "a:train.* b:train.*");
-    char *a_key = key_file(keys, "a"), *b_key = key_file(keys, "b");
-    ctl_server *s = ctlt_bind("tcp://127.0.0.1:0", keys);
-    const char *ep = ctl_server_endpoint(s);
-    ctl_client *first = ctlt_connect(ep, "train.0", a_key);
-    greet_ok(s, first, "train.0");
+    site t = site_new("a:train.* b:train.*");
+    char *a_key = key_file(t.keys, "a"), *b_key = key_file(t.keys, "b");
+    site_serve(&t, a_key); /* t.legit: the first connection under train.0 */
 
-    captured log = capture_stderr(dir);
-    ctl_client *other = ctlt_connect(ep, "train.0", b_key);
+    captured log = capture_stderr(t.dir);
+    ctl_client *other = ctlt_connect(t.ep, "train.0", b_key);
     cr_assert_eq(ctl_send(other, hello("train.0"), WAIT_MS), 0);
-    serve_during_attack(s, first, 800);
+    serve_during_attack(t.s, t.legit, 800);
     cr_assert_null(ctl_recv(other, 0), "another key took train.0 over");
     char *text = release_stderr(&log);
     cr_assert_eq(count_of(text, "belongs to a connection with another key"), 1, "log:\n%s", text);
 
-    ctl_client *restarted = ctlt_connect(ep, "train.0", a_key);
-    greet_ok(s, restarted, "train.0");
-    cr_assert_eq(ctl_server_send(s, "train.0", json_pack("{s:s}", "type", "stop")), 0);
+    ctl_client *restarted = ctlt_connect(t.ep, "train.0", a_key);
+    greet_ok(t.s, restarted, "train.0");
+    cr_assert_eq(ctl_server_send(t.s, "train.0", json_pack("{s:s}", "type", "stop")), 0);
     json_t *m = ctl_recv(restarted, WAIT_MS);
     cr_assert(m && !strcmp(ctlt_type_of(m), "stop"), "the restarted stage did not get its message");
     json_decref(m);
-    cr_assert_null(ctl_recv(first, NOTHING_MS));
+    cr_assert_null(ctl_recv(t.legit, NOTHING_MS));
     cr_assert_null(ctl_recv(other, 0));
 
     ctl_close(restarted);
     ctl_close(other);
-    ctl_close(first);
-    ctl_server_close(s);
     free(text);
     free(a_key);
     free(b_key);
-    free(keys);
-    test_rm_rf(dir);
-    free(dir);
+    site_free(&t);
 }
 
 Test(auth, control_plain_tcp_is_refused)
@@ -497,7 +476,8 @@ static int ipc_attacker(const char *msg, const void *arg)
     if (rc == 0 || e != EACCES)
         return 5;
     void *ctx = zmq_ctx_new();
-    void *socks[2] = {attacker_dealer(ctx, msg, NULL, NULL, NULL), attacker_dealer(ctx, msg, NULL, NULL, NULL)};
+    void *socks[2] = {attacker_socket(ctx, ZMQ_DEALER, msg, NULL, NULL, NULL),
+                      attacker_socket(ctx, ZMQ_DEALER, msg, NULL, NULL, NULL)};
     bool got = false;
     for (long end = now_ms() + ATTACK_MS / 2; now_ms() < end;)
         got |= lie_and_listen(socks);
@@ -511,14 +491,14 @@ Test(auth, control_ipc_other_users_cannot_connect)
 {
     char *dir = test_make_tmpdir();
     char *run = path_join(dir, "run"), *ep = xasprintf("ipc://%s/control.sock", run);
-    child c = fork_child(ipc_attacker, NULL);
+    ctlt_child c = ctlt_fork(ATTACKER_ALARM_S, ipc_attacker, NULL);
     ctl_server *s = ctlt_bind(ep, NULL);
     struct stat st;
     cr_assert_eq(stat(run, &st), 0);
     cr_assert_eq(st.st_mode & 077, 0, "the socket's directory is open to others: %04o", st.st_mode & 07777);
     ctl_client *legit = ctlt_connect(ep, "train.0", NULL);
     greet_ok(s, legit, "train.0");
-    tell_child(&c, ep);
+    ctlt_tell(&c, ep);
     serve_during_attack(s, legit, ATTACK_MS / 2 + 300);
     int status = test_wait_child(c.pid, WAIT_MS);
     cr_assert_eq(status, 0, "the attacker (exit %d): %s", status, attacker_said(status));
@@ -580,20 +560,6 @@ static size_t forge_record(uint8_t *buf, size_t cap, uint64_t seq)
     return rec_finish(&w);
 }
 
-static void *attacker_push(void *ctx, const char *endpoint, const char *server_key, const char *pub, const char *sec)
-{
-    void *s = zmq_socket(ctx, ZMQ_PUSH);
-    int zero = 0;
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    if (server_key) {
-        zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_key, 41);
-        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 41);
-        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 41);
-    }
-    zmq_connect(s, endpoint);
-    return s;
-}
-
 /* The data attacker: msg is "ENDPOINT READER-PUBLIC-KEY". Every 300 ms, on a plain PUSH and a
  * CURVE one with its own keypair, it pushes 64 forged records and an end-of-stream record. */
 static int data_attacker(const char *msg, const void *arg)
@@ -613,7 +579,8 @@ static int data_attacker(const char *msg, const void *arg)
     zmq_curve_keypair(pub, sec);
     void *ctx = zmq_ctx_new();
     for (long end = now_ms() + 2 * ATTACK_MS; now_ms() < end;) {
-        void *socks[2] = {attacker_push(ctx, endpoint, server_key, pub, sec), attacker_push(ctx, endpoint, NULL, NULL, NULL)};
+        void *socks[2] = {attacker_socket(ctx, ZMQ_PUSH, endpoint, server_key, pub, sec),
+                          attacker_socket(ctx, ZMQ_PUSH, endpoint, NULL, NULL, NULL)};
         for (int k = 0; k < 2; k++)
             for (int i = 0; i <= FORGED; i++)
                 zmq_send(socks[k], records[i], lens[i], ZMQ_DONTWAIT);
@@ -637,14 +604,13 @@ static char *stage_cmd(const char *name, const char *args)
 
 Test(auth, data_tcp_reader_refuses_forged_records)
 {
-    char *dir = test_make_tmpdir();
-    char *keys = make_keys(dir, "writer");
-    char *writer_key = key_file(keys, "writer"), *reader_pub = key_line(writer_key, "server");
+    site t = site_new("writer");
+    char *writer_key = key_file(t.keys, "writer"), *reader_pub = key_line(writer_key, "server");
     char *ep = xasprintf("tcp://127.0.0.1:%d", test_free_port());
     attack a = {.steal = writer_key};
-    child c = fork_child(data_attacker, &a);
+    ctlt_child c = ctlt_fork(ATTACKER_ALARM_S, data_attacker, &a);
 
-    char *check_args = xasprintf("--in %s --expect 100 config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=%s", ep, keys);
+    char *check_args = xasprintf("--in %s --expect 100 config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=%s", ep, t.keys);
     char *produce_args = xasprintf("--count 100 --size 1000 --sleep-us 20000 --slot-bytes 65536 --out %s "
                                    "config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s",
                                    ep, writer_key);
@@ -654,7 +620,7 @@ Test(auth, data_tcp_reader_refuses_forged_records)
                           "[ $p = 0 ] || exit 70; exit $r",
                           check, produce);
     char *msg = xasprintf("%s %s", ep, reader_pub), *out = NULL;
-    tell_child(&c, msg);
+    ctlt_tell(&c, msg);
     int st = test_run(cmd, &out);
     int attacker = test_wait_child(c.pid, 3 * ATTACK_MS);
     cr_assert_eq(st, 0, "the reader or the writer failed (exit %d):\n%s", st, out);
@@ -672,17 +638,14 @@ Test(auth, data_tcp_reader_refuses_forged_records)
     free(ep);
     free(reader_pub);
     free(writer_key);
-    free(keys);
-    test_rm_rf(dir);
-    free(dir);
+    site_free(&t);
 }
 
 /* Plain tcp is not possible: a stage asked for it without keys stops at once, exit 2, and
  * says what to do. */
 Test(auth, data_tcp_without_keys_is_a_usage_error)
 {
-    char *dir = test_make_tmpdir();
-    char *keys = make_keys(dir, "writer");
+    site t = site_new("writer");
     char *ep = xasprintf("tcp://127.0.0.1:%d", test_free_port());
     struct {
         const char *stage;
@@ -692,9 +655,9 @@ Test(auth, data_tcp_without_keys_is_a_usage_error)
         {"produce", xasprintf("--count 1 --out %s", ep), "SELFSUP.TRANSPORT.CLIENT_KEY_FILE"},
         {"check", xasprintf("--in %s", ep), "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"},
         {"produce", xasprintf("--count 1 --out file:/dev/null --control %s", ep), "SELFSUP.CONTROL.CLIENT_KEY_FILE"},
-        {"produce", xasprintf("--count 1 --out %s config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s/server.key", ep, keys),
+        {"produce", xasprintf("--count 1 --out %s config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s/server.key", ep, t.keys),
          "no 'server' line"},
-        {"check", xasprintf("--in %s config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=%s/nothing", ep, dir), "nothing"},
+        {"check", xasprintf("--in %s config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=%s/nothing", ep, t.dir), "nothing"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         char *stage = stage_cmd(cases[i].stage, cases[i].args), *cmd = xasprintf("timeout 20 %s", stage), *out = NULL;
@@ -708,9 +671,7 @@ Test(auth, data_tcp_without_keys_is_a_usage_error)
         free(cases[i].args);
     }
     free(ep);
-    free(keys);
-    test_rm_rf(dir);
-    free(dir);
+    site_free(&t);
 }
 
 /* ---- selfsup run --------------------------------------------------------------------------- */

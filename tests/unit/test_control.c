@@ -49,9 +49,6 @@ enum {
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-
-
-
 static json_t *hello(const char *id)
 {
     return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:s, s:s}", "type", "hello", "stage", "augment", "id", id,
@@ -65,7 +62,6 @@ static json_t *heartbeat(long records)
                      "bytes_out", (json_int_t)2000, "blocked_in_s", 0.5, "blocked_out_s", 0.25, "counters",
                      "invalid_images", 3);
 }
-
 
 /* The server's next message, which must be `type` from `from`. */
 static json_t *expect_server(ctl_server *s, const char *type, const char *from)
@@ -97,6 +93,13 @@ static void expect_server_nothing(ctl_server *s)
     cr_assert_null(peer);
 }
 
+/* c says hello as `id`, and the server hears it under that name. */
+static void greet(ctl_server *s, ctl_client *c, const char *id)
+{
+    cr_assert_eq(ctl_send(c, hello(id), WAIT_MS), 0);
+    json_decref(expect_server(s, "hello", id));
+}
+
 /* The whole conversation of a stage's life, from the orchestrator's side of one process. */
 static void converse(ctl_server *s, ctl_client *c, const char *id)
 {
@@ -122,10 +125,11 @@ static void converse(ctl_server *s, ctl_client *c, const char *id)
     json_decref(m);
 }
 
-/* The stage's side of converse_forked, in a child process: 0 when all went well, else the
- * step that failed. */
-static int child_stage(const char *endpoint, const char *id, const char *key_file)
+/* The stage's side of converse_forked, in a child process (a ctlt_fork body, given its key
+ * file): 0 when all went well, else the step that failed. */
+static int child_stage(const char *endpoint, const void *key_file)
 {
+    const char *id = "collate.0";
     ctl_client *c = ctl_connect(endpoint, id, key_file, NULL);
     if (!c)
         return 10;
@@ -150,50 +154,21 @@ static int child_stage(const char *endpoint, const char *id, const char *key_fil
     return 0;
 }
 
-/* Fork a stage process that waits for the endpoint on a pipe (written by the parent once
- * it has bound), then runs child_stage. *to_child gets the pipe's write end. */
-static pid_t fork_stage(int *to_child, const char *id, const char *key_file)
-{
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        alarm(20);
-        close(fds[1]);
-        char endpoint[1024];
-        ssize_t n, got = 0;
-        while ((n = read(fds[0], endpoint + got, sizeof endpoint - 1 - (size_t)got)) > 0)
-            got += n;
-        endpoint[got] = '\0';
-        _exit(got > 0 ? child_stage(endpoint, id, key_file) : 9);
-    }
-    close(fds[0]);
-    *to_child = fds[1];
-    return pid;
-}
-
-static void send_endpoint(int to_child, const char *endpoint)
-{
-    cr_assert_eq(write(to_child, endpoint, strlen(endpoint)), (ssize_t)strlen(endpoint));
-    close(to_child);
-}
-
-/* Wait for a child, killing it after timeout_ms; returns its exit status (or 128+signal). */
-
 /* The orchestrator's side, with the stage in another process. The fork normally comes
  * before the server exists: a child forked while libzmq's threads run can deadlock under
  * AddressSanitizer (gcc 12's allocator lock is not fork-safe; a thread that held it is gone
- * in the child). fork_after_bind tests a child that abandons its parent's context. */
+ * in the child). fork_after_bind tests a child that abandons its parent's context. The stage
+ * (child_stage) is told the endpoint once the server has bound. */
 static void converse_forked(const char *endpoint, const char *keys_dir, const char *key_file, bool fork_after_bind)
 {
-    int to_child = -1;
-    pid_t pid = fork_after_bind ? 0 : fork_stage(&to_child, "collate.0", key_file);
+    ctlt_child child = {.pid = 0, .to_child = -1};
+    if (!fork_after_bind)
+        child = ctlt_fork(20, child_stage, key_file);
     ctl_server *s = ctlt_bind(endpoint, keys_dir);
     if (fork_after_bind)
-        pid = fork_stage(&to_child, "collate.0", key_file);
-    send_endpoint(to_child, ctl_server_endpoint(s));
+        child = ctlt_fork(20, child_stage, key_file);
+    pid_t pid = child.pid;
+    ctlt_tell(&child, ctl_server_endpoint(s));
 
     char *peer = NULL;
     json_t *m = ctl_server_recv(s, WAIT_MS, &peer);
@@ -257,11 +232,6 @@ static char *client_key(const char *keys, const char *name)
     char *file = xasprintf("%s.key", name), *path = path_join(keys, file);
     free(file);
     return path;
-}
-
-static char *ipc_endpoint(const char *dir)
-{
-    return xasprintf("ipc://%s/control.sock", dir);
 }
 
 /* A raw ZeroMQ socket on its own context, for playing a peer that breaks the protocol. */
@@ -341,6 +311,38 @@ static void keyed_free(keyed *k)
     free(k->keys);
 }
 
+/* A private temp dir with an ipc endpoint in it, and a server there once bound: the setup and
+ * tear-down the ipc tests share. */
+typedef struct {
+    char *dir, *ep;
+    ctl_server *s; /* NULL until bound */
+} ipc_site;
+
+/* ipc://DIR/SOCK in a fresh temp dir DIR, nothing bound. */
+static ipc_site ipc_site_new(const char *sock)
+{
+    ipc_site t = {.dir = test_make_tmpdir()};
+    t.ep = xasprintf("ipc://%s/%s", t.dir, sock);
+    return t;
+}
+
+/* A server bound at ipc://DIR/control.sock. */
+static ipc_site ipc_serve(void)
+{
+    ipc_site t = ipc_site_new("control.sock");
+    t.s = ctlt_bind(t.ep, NULL);
+    return t;
+}
+
+/* Close the server (a test closes its clients first) and remove the dir. */
+static void ipc_site_free(ipc_site *t)
+{
+    ctl_server_close(t->s);
+    free(t->ep);
+    test_rm_rf(t->dir);
+    free(t->dir);
+}
+
 /* One stage's whole conversation with a CURVE tcp server, in one process. */
 static void converse_tcp(const char *bind_at, const char *client, const char *id)
 {
@@ -359,21 +361,26 @@ static void converse_tcp(const char *bind_at, const char *client, const char *id
     keyed_free(&k);
 }
 
+/* converse_forked over CURVE tcp, the stage with collate's key. */
+static void converse_forked_tcp(bool fork_after_bind)
+{
+    keyed k = keyed_dir();
+    char *key = client_key(k.keys, "collate");
+    converse_forked("tcp://127.0.0.1:0", k.keys, key, fork_after_bind);
+    free(key);
+    keyed_free(&k);
+}
+
 /* ---- round trips ---------------------------------------------------------------------------- */
 
 Test(control, roundtrip_ipc_one_process)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    ctl_server *s = ctlt_bind(ep, NULL);
-    cr_assert_str_eq(ctl_server_endpoint(s), ep);
-    ctl_client *c = ctlt_connect(ep, "augment.2", NULL);
-    converse(s, c, "augment.2");
+    ipc_site t = ipc_serve();
+    cr_assert_str_eq(ctl_server_endpoint(t.s), t.ep);
+    ctl_client *c = ctlt_connect(t.ep, "augment.2", NULL);
+    converse(t.s, c, "augment.2");
     ctl_close(c);
-    ctl_server_close(s);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 Test(control, roundtrip_tcp_port0_one_process)
@@ -388,106 +395,81 @@ Test(control, tcp_wildcard_port_reports_real_one)
 
 Test(control, roundtrip_ipc_two_processes)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    converse_forked(ep, NULL, NULL, false);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site t = ipc_site_new("control.sock");
+    converse_forked(t.ep, NULL, NULL, false);
+    ipc_site_free(&t);
 }
 
 Test(control, roundtrip_tcp_two_processes)
 {
-    keyed k = keyed_dir();
-    char *key = client_key(k.keys, "collate");
-    converse_forked("tcp://127.0.0.1:0", k.keys, key, false);
-    free(key);
-    keyed_free(&k);
+    converse_forked_tcp(false);
 }
 
 #ifndef __SANITIZE_ADDRESS__ /* see converse_forked */
 Test(control, child_forked_after_the_context_exists)
 {
-    keyed k = keyed_dir();
-    char *key = client_key(k.keys, "collate");
-    converse_forked("tcp://127.0.0.1:0", k.keys, key, true);
-    free(key);
-    keyed_free(&k);
+    converse_forked_tcp(true);
 }
 #endif
 
 Test(control, hello_sent_before_server_binds_is_delivered)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
+    ipc_site t = ipc_site_new("control.sock");
+    ctl_client *c = ctlt_connect(t.ep, "augment.0", NULL);
     cr_assert_eq(ctl_send(c, hello("augment.0"), 1000), 0, "a send must queue while disconnected");
-    ctl_server *s = ctlt_bind(ep, NULL);
-    json_decref(expect_server(s, "hello", "augment.0"));
+    t.s = ctlt_bind(t.ep, NULL);
+    json_decref(expect_server(t.s, "hello", "augment.0"));
     ctl_close(c);
-    ctl_server_close(s);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 Test(control, ipc_directory_is_created_private)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = xasprintf("ipc://%s/run/a/control.sock", dir);
-    ctl_server *s = ctlt_bind(ep, NULL);
-    char *sub = xasprintf("%s/run/a", dir);
+    ipc_site t = ipc_site_new("run/a/control.sock");
+    t.s = ctlt_bind(t.ep, NULL);
+    char *sub = xasprintf("%s/run/a", t.dir);
     struct stat st;
     cr_assert_eq(stat(sub, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0700);
-    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
-    converse(s, c, "augment.0");
+    ctl_client *c = ctlt_connect(t.ep, "augment.0", NULL);
+    converse(t.s, c, "augment.0");
     ctl_close(c);
-    ctl_server_close(s);
     free(sub);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 Test(control, ipc_socket_in_use_is_refused)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    ctl_server *s = ctlt_bind(ep, NULL);
+    ipc_site t = ipc_serve();
     char *err = NULL;
-    cr_assert_null(ctl_bind(ep, NULL, &err));
+    cr_assert_null(ctl_bind(t.ep, NULL, &err));
     cr_assert(err && strstr(err, "in use"), "error: %s", err ? err : "(none)");
     free(err);
     /* the first server still works */
-    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
-    converse(s, c, "augment.0");
+    ctl_client *c = ctlt_connect(t.ep, "augment.0", NULL);
+    converse(t.s, c, "augment.0");
     ctl_close(c);
-    ctl_server_close(s);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 Test(control, ipc_path_too_long)
 {
-    char *dir = test_make_tmpdir();
     char long_name[130];
     memset(long_name, 'd', sizeof long_name - 1);
     long_name[sizeof long_name - 1] = '\0';
-    char *ep = xasprintf("ipc://%s/%s/control.sock", dir, long_name);
+    char *sock = xasprintf("%s/control.sock", long_name);
+    ipc_site t = ipc_site_new(sock);
     char *err = NULL;
-    cr_assert_null(ctl_bind(ep, NULL, &err));
+    cr_assert_null(ctl_bind(t.ep, NULL, &err));
     cr_assert(err && strstr(err, "Unix sockets allow at most 107"), "error: %s", err ? err : "(none)");
     free(err);
     err = NULL;
-    cr_assert_null(ctl_connect(ep, "augment.0", NULL, &err));
+    cr_assert_null(ctl_connect(t.ep, "augment.0", NULL, &err));
     cr_assert(err && strstr(err, "at most"), "error: %s", err ? err : "(none)");
     free(err);
-    cr_assert_eq(test_count_files(dir), 0, "nothing must be created for a refused path");
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    cr_assert_eq(test_count_files(t.dir), 0, "nothing must be created for a refused path");
+    free(sock);
+    ipc_site_free(&t);
 }
 
 Test(control, bad_arguments)
@@ -512,18 +494,14 @@ Test(control, bad_arguments)
 
 Test(control, server_addresses_peers_by_id)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    ctl_server *s = ctlt_bind(ep, NULL);
-    ctl_client *a = ctlt_connect(ep, "augment.0", NULL);
-    ctl_client *b = ctlt_connect(ep, "augment.1", NULL);
-    cr_assert_eq(ctl_send(a, hello("augment.0"), WAIT_MS), 0);
-    json_decref(expect_server(s, "hello", "augment.0"));
-    cr_assert_eq(ctl_send(b, hello("augment.1"), WAIT_MS), 0);
-    json_decref(expect_server(s, "hello", "augment.1"));
+    ipc_site t = ipc_serve();
+    ctl_client *a = ctlt_connect(t.ep, "augment.0", NULL);
+    ctl_client *b = ctlt_connect(t.ep, "augment.1", NULL);
+    greet(t.s, a, "augment.0");
+    greet(t.s, b, "augment.1");
 
-    cr_assert_eq(ctl_server_send(s, "augment.1", json_pack("{s:s, s:i}", "type", "epoch", "epoch", 1)), 0);
-    cr_assert_eq(ctl_server_send(s, "augment.0", json_pack("{s:s, s:i}", "type", "epoch", "epoch", 0)), 0);
+    cr_assert_eq(ctl_server_send(t.s, "augment.1", json_pack("{s:s, s:i}", "type", "epoch", "epoch", 1)), 0);
+    cr_assert_eq(ctl_server_send(t.s, "augment.0", json_pack("{s:s, s:i}", "type", "epoch", "epoch", 0)), 0);
     json_t *m = expect_client(a, "epoch");
     cr_assert_eq(json_integer_value(json_object_get(m, "epoch")), 0);
     json_decref(m);
@@ -534,87 +512,65 @@ Test(control, server_addresses_peers_by_id)
     cr_assert_null(ctl_recv(b, 0));
     ctl_close(a);
     ctl_close(b);
-    ctl_server_close(s);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 Test(control, send_to_unknown_peer_fails)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    ctl_server *s = ctlt_bind(ep, NULL);
-    cr_assert_eq(ctl_server_send(s, "nobody.0", ctl_msg("start")), -1);
-    cr_assert_eq(ctl_server_send(s, "", ctl_msg("start")), -1);
-    cr_assert_eq(ctl_server_send(s, NULL, ctl_msg("start")), -1);
+    ipc_site t = ipc_serve();
+    cr_assert_eq(ctl_server_send(t.s, "nobody.0", ctl_msg("start")), -1);
+    cr_assert_eq(ctl_server_send(t.s, "", ctl_msg("start")), -1);
+    cr_assert_eq(ctl_server_send(t.s, NULL, ctl_msg("start")), -1);
     /* a connected peer is unknown by name until its hello */
-    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
+    ctl_client *c = ctlt_connect(t.ep, "augment.0", NULL);
     cr_assert_eq(ctl_send(c, heartbeat(1), WAIT_MS), 0);
-    expect_server_nothing(s);
-    cr_assert_eq(ctl_server_send(s, "augment.0", ctl_msg("start")), -1);
+    expect_server_nothing(t.s);
+    cr_assert_eq(ctl_server_send(t.s, "augment.0", ctl_msg("start")), -1);
     ctl_close(c);
-    ctl_server_close(s);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 Test(control, send_to_departed_peer_fails)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    ctl_server *s = ctlt_bind(ep, NULL);
-    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
-    converse(s, c, "augment.0");
+    ipc_site t = ipc_serve();
+    ctl_client *c = ctlt_connect(t.ep, "augment.0", NULL);
+    converse(t.s, c, "augment.0");
     ctl_close(c);
     /* the disconnect reaches the server's I/O thread soon, not at once */
     int rc = 0;
     for (int i = 0; i < 300 && rc == 0; i++) {
-        rc = ctl_server_send(s, "augment.0", ctl_msg("stop"));
+        rc = ctl_server_send(t.s, "augment.0", ctl_msg("stop"));
         if (rc == 0)
             usleep(10000);
     }
     cr_assert_eq(rc, -1, "sending to a departed peer still succeeds after 3 s");
-    ctl_server_close(s);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 /* Over ipc every peer is the owner's: a restarted stage takes its name over. (Over tcp only
  * the same key may: test_auth.c.) */
 Test(control, restarted_stage_takes_over_its_id)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    ctl_server *s = ctlt_bind(ep, NULL);
-    ctl_client *old = ctlt_connect(ep, "augment.3", NULL);
-    cr_assert_eq(ctl_send(old, hello("augment.3"), WAIT_MS), 0);
-    json_decref(expect_server(s, "hello", "augment.3"));
-    ctl_client *fresh = ctlt_connect(ep, "augment.3", NULL);
-    cr_assert_eq(ctl_send(fresh, hello("augment.3"), WAIT_MS), 0);
-    json_decref(expect_server(s, "hello", "augment.3"));
-    cr_assert_eq(ctl_server_send(s, "augment.3", ctl_msg("start")), 0);
+    ipc_site t = ipc_serve();
+    ctl_client *old = ctlt_connect(t.ep, "augment.3", NULL);
+    greet(t.s, old, "augment.3");
+    ctl_client *fresh = ctlt_connect(t.ep, "augment.3", NULL);
+    greet(t.s, fresh, "augment.3");
+    cr_assert_eq(ctl_server_send(t.s, "augment.3", ctl_msg("start")), 0);
     json_decref(expect_client(fresh, "start"));
     cr_assert_null(ctl_recv(old, NOTHING_MS));
     /* the old connection is no longer heard under that name */
     cr_assert_eq(ctl_send(old, heartbeat(5), WAIT_MS), 0);
-    expect_server_nothing(s);
+    expect_server_nothing(t.s);
     ctl_close(old);
     ctl_close(fresh);
-    ctl_server_close(s);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 Test(control, refuses_to_send_non_messages)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    ctl_server *s = ctlt_bind(ep, NULL);
-    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
+    ipc_site t = ipc_serve();
+    ctl_client *c = ctlt_connect(t.ep, "augment.0", NULL);
     cr_assert_eq(ctl_send(c, json_pack("[i]", 1), 100), -1);
     cr_assert_eq(ctl_send(c, json_pack("{s:i}", "type", 1), 100), -1);
     cr_assert_eq(ctl_send(c, NULL, 100), -1);
@@ -622,21 +578,16 @@ Test(control, refuses_to_send_non_messages)
     cr_assert_eq(ctl_send(c, json_loads(big, 0, NULL), 100), -1);
     free(big);
     ctl_close(c);
-    ctl_server_close(s);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 /* ---- malformed messages ---------------------------------------------------------------------- */
 
 Test(control, server_drops_malformed_messages)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
-    ctl_server *s = ctlt_bind(ep, NULL);
+    ipc_site t = ipc_serve();
     raw_peer r = raw_open(ZMQ_DEALER, "rogue.0");
-    cr_assert_eq(zmq_connect(r.sock, ctl_server_endpoint(s)), 0);
+    cr_assert_eq(zmq_connect(r.sock, ctl_server_endpoint(t.s)), 0);
     raw_send_str(r.sock, "{\"type\":\"hello\",\"id\":\"rogue.0\"}", 0);
     for (size_t i = 0; i < ARRAY_LEN(bad_bodies); i++)
         raw_send_str(r.sock, bad_bodies[i], 0);
@@ -650,45 +601,41 @@ Test(control, server_drops_malformed_messages)
     raw_send_str(r.sock, "{\"type\":\"hello\",\"id\":\"other.0\"}", 0); /* one connection, one name */
     raw_send_str(r.sock, "{\"type\":\"heartbeat\",\"records_in\":1}", 0);
 
-    json_decref(expect_server(s, "hello", "rogue.0"));
-    json_t *m = expect_server(s, "heartbeat", "rogue.0");
+    json_decref(expect_server(t.s, "hello", "rogue.0"));
+    json_t *m = expect_server(t.s, "heartbeat", "rogue.0");
     cr_assert_eq(json_integer_value(json_object_get(m, "records_in")), 1);
     json_decref(m);
-    expect_server_nothing(s);
-    cr_assert_eq(ctl_server_send(s, "other.0", ctl_msg("start")), -1, "the second name must not stick");
+    expect_server_nothing(t.s);
+    cr_assert_eq(ctl_server_send(t.s, "other.0", ctl_msg("start")), -1, "the second name must not stick");
 
     /* Peers whose first message is no hello with a printable id are not stages. */
     raw_peer anon = raw_open(ZMQ_DEALER, NULL);
-    cr_assert_eq(zmq_connect(anon.sock, ctl_server_endpoint(s)), 0);
+    cr_assert_eq(zmq_connect(anon.sock, ctl_server_endpoint(t.s)), 0);
     raw_send_str(anon.sock, "{\"type\":\"hello\"}", 0);
     raw_send_str(anon.sock, "{\"type\":\"hello\",\"id\":\"anon.0\"}", 0); /* too late: refused at the first */
     raw_peer nameless = raw_open(ZMQ_DEALER, NULL);
-    cr_assert_eq(zmq_connect(nameless.sock, ctl_server_endpoint(s)), 0);
+    cr_assert_eq(zmq_connect(nameless.sock, ctl_server_endpoint(t.s)), 0);
     raw_send_str(nameless.sock, "{\"type\":\"hello\",\"id\":\"bad\\u0001id\"}", 0);
     raw_peer early = raw_open(ZMQ_DEALER, NULL);
-    cr_assert_eq(zmq_connect(early.sock, ctl_server_endpoint(s)), 0);
+    cr_assert_eq(zmq_connect(early.sock, ctl_server_endpoint(t.s)), 0);
     raw_send_str(early.sock, "{\"type\":\"final\",\"status\":\"error\"}", 0);
     raw_send_str(r.sock, "{\"type\":\"final\"}", 0);
-    json_decref(expect_server(s, "final", "rogue.0"));
-    expect_server_nothing(s);
+    json_decref(expect_server(t.s, "final", "rogue.0"));
+    expect_server_nothing(t.s);
 
     raw_close(&early);
     raw_close(&nameless);
     raw_close(&anon);
     raw_close(&r);
-    ctl_server_close(s);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 Test(control, client_drops_malformed_messages)
 {
-    char *dir = test_make_tmpdir();
-    char *ep = ipc_endpoint(dir);
+    ipc_site t = ipc_site_new("control.sock");
     raw_peer r = raw_open(ZMQ_ROUTER, NULL);
-    cr_assert_eq(zmq_bind(r.sock, ep), 0);
-    ctl_client *c = ctlt_connect(ep, "augment.0", NULL);
+    cr_assert_eq(zmq_bind(r.sock, t.ep), 0);
+    ctl_client *c = ctlt_connect(t.ep, "augment.0", NULL);
     cr_assert_eq(ctl_send(c, hello("augment.0"), WAIT_MS), 0);
 
     /* the raw server learns the client's routing id from the hello: random, 16 bytes */
@@ -723,9 +670,7 @@ Test(control, client_drops_malformed_messages)
     cr_assert_null(ctl_recv(c, NOTHING_MS));
     ctl_close(c);
     raw_close(&r);
-    free(ep);
-    test_rm_rf(dir);
-    free(dir);
+    ipc_site_free(&t);
 }
 
 /* ---- CURVE ----------------------------------------------------------------------------------- */

@@ -109,6 +109,31 @@ static void say_ready(int fd)
         _exit(90);
 }
 
+/* A child that says it is ready (say_ready) and then waits to be killed, with the pipe it
+ * says so on: the setup and tear-down of the tests that kill a child holding some state. */
+typedef struct {
+    pid_t pid;
+    int fds[2];
+} held;
+
+/* Spawn fn(arg) with *ready_fd (a field of arg) set to a fresh pipe's write end, and wait
+ * until it says it is ready. */
+static held spawn_held(child_fn fn, void *arg, int *ready_fd)
+{
+    held h;
+    cr_assert_eq(pipe(h.fds), 0);
+    *ready_fd = h.fds[1];
+    h.pid = spawn(fn, arg);
+    wait_ready(h.fds[0]);
+    return h;
+}
+
+static void held_close(held *h)
+{
+    close(h->fds[0]);
+    close(h->fds[1]);
+}
+
 /* ---- rings ------------------------------------------------------------------------------ */
 
 static ring *create_ring(const char *name, size_t slot_bytes, uint32_t n_slots,
@@ -118,6 +143,15 @@ static ring *create_ring(const char *name, size_t slot_bytes, uint32_t n_slots,
     ring_geometry g = {.slot_bytes = slot_bytes, .n_slots = n_slots, .n_producers = n_producers};
     ring *r = ring_create(name, &g, role, &err);
     cr_assert_not_null(r, "ring_create %s: %s", name, err ? err : "?");
+    return r;
+}
+
+/* In the test process: attach, or fail the test with the reason. */
+static ring *attach_ok(const char *name, ring_role role, int timeout_ms)
+{
+    char *err = NULL;
+    ring *r = ring_attach(name, role, timeout_ms, &err);
+    cr_assert_not_null(r, "%s", err);
     return r;
 }
 
@@ -354,9 +388,7 @@ Test(ring, eos_drains_first, .timeout = TEST_TIMEOUT_S)
 {
     char *name = ring_name("drain");
     ring *w = create_ring(name, 4096, 16, 1, RING_PRODUCER);
-    char *err = NULL;
-    ring *rd = ring_attach(name, RING_CONSUMER, 0, &err);
-    cr_assert_not_null(rd, "%s", err);
+    ring *rd = attach_ok(name, RING_CONSUMER, 0);
     for (uint32_t i = 0; i < 16; i++) {
         ring_slot s;
         cr_assert_eq(ring_write_begin(w, &s, 0), RING_OK);
@@ -386,9 +418,7 @@ Test(ring, oversized_record_becomes_a_hole, .timeout = TEST_TIMEOUT_S)
 {
     char *name = ring_name("hole");
     ring *w = create_ring(name, 4096, 4, 1, RING_PRODUCER);
-    char *err = NULL;
-    ring *rd = ring_attach(name, RING_CONSUMER, 0, &err);
-    cr_assert_not_null(rd, "%s", err);
+    ring *rd = attach_ok(name, RING_CONSUMER, 0);
     size_t big = ring_slot_bytes(w) + 1;
     for (uint32_t i = 0; i < 10; i++) { /* more than the ring holds: holes must be freed */
         ring_slot s;
@@ -487,8 +517,6 @@ static void crash_test(victim_kind kind, const char *label)
 {
     char *name = ring_name(label);
     ring *obs = create_ring(name, 4096, 8, 2, RING_OBSERVER);
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
     crash_job *jobs = shared_alloc(3 * sizeof *jobs);
     ring_role roles[2] = {RING_PRODUCER, RING_CONSUMER};
     pid_t survivors[2];
@@ -496,9 +524,9 @@ static void crash_test(victim_kind kind, const char *label)
         jobs[i] = (crash_job){.name = name, .role = roles[i], .status = 99};
         survivors[i] = spawn(run_survivor, &jobs[i]);
     }
-    jobs[2] = (crash_job){.name = name, .ready_fd = fds[1], .kind = kind};
-    pid_t victim = spawn(run_victim, &jobs[2]);
-    wait_ready(fds[0]);
+    jobs[2] = (crash_job){.name = name, .kind = kind};
+    held h = spawn_held(run_victim, &jobs[2], &jobs[2].ready_fd);
+    pid_t victim = h.pid;
     sleep_seconds(0.05);
     double killed_at = now_seconds();
     cr_assert_eq(kill(victim, SIGKILL), 0);
@@ -518,8 +546,7 @@ static void crash_test(victim_kind kind, const char *label)
     cr_assert(strstr(ring_error(obs), needle));
     ring_close(obs);
     assert_no_segment(name);
-    close(fds[0]);
-    close(fds[1]);
+    held_close(&h);
     munmap(jobs, 3 * sizeof *jobs);
     free(name);
 }
@@ -541,14 +568,15 @@ Test(ring, kill_producer_between_records, .timeout = TEST_TIMEOUT_S)
 
 /* ---- (e) cleanup: the last process of a finished ring unlinks it ------------------------- */
 
+/* The job of a child that holds a ring (spawn_held): its name and where to say ready. */
 typedef struct {
     const char *name;
     int ready_fd;
-} creator_job;
+} held_job;
 
 static int run_creator(void *arg)
 {
-    creator_job *job = arg;
+    held_job *job = arg;
     ring_geometry g = {.slot_bytes = 4096, .n_slots = 4, .n_producers = 1};
     char *err = NULL;
     if (!ring_create(job->name, &g, RING_OBSERVER, &err))
@@ -561,18 +589,12 @@ static int run_creator(void *arg)
 Test(ring, last_process_unlinks_when_creator_died, .timeout = TEST_TIMEOUT_S)
 {
     char *name = ring_name("orphan");
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    creator_job cj = {.name = name, .ready_fd = fds[1]};
-    pid_t creator = spawn(run_creator, &cj);
-    wait_ready(fds[0]);
-    char *err = NULL;
-    ring *w = ring_attach(name, RING_PRODUCER, ATTACH_MS, &err);
-    cr_assert_not_null(w, "%s", err);
-    ring *rd = ring_attach(name, RING_CONSUMER, ATTACH_MS, &err);
-    cr_assert_not_null(rd, "%s", err);
-    kill(creator, SIGKILL);
-    cr_assert_eq(reap(creator, 5), 128 + SIGKILL);
+    held_job cj = {.name = name};
+    held creator = spawn_held(run_creator, &cj, &cj.ready_fd);
+    ring *w = attach_ok(name, RING_PRODUCER, ATTACH_MS);
+    ring *rd = attach_ok(name, RING_CONSUMER, ATTACH_MS);
+    kill(creator.pid, SIGKILL);
+    cr_assert_eq(reap(creator.pid, 5), 128 + SIGKILL);
     ring_slot s;
     cr_assert_eq(ring_write_begin(w, &s, 0), RING_OK, "an observer's death breaks nothing");
     ring_write_end(w, &s, 10);
@@ -583,21 +605,15 @@ Test(ring, last_process_unlinks_when_creator_died, .timeout = TEST_TIMEOUT_S)
     cr_assert_eq(ring_read_begin(rd, &s, 0), RING_EOS);
     ring_close(rd);
     assert_no_segment(name);
-    close(fds[0]);
-    close(fds[1]);
+    held_close(&creator);
     free(name);
 }
 
 /* ---- (f) pid reuse ---------------------------------------------------------------------- */
 
-typedef struct {
-    const char *name;
-    int ready_fd;
-} forger_job;
-
 static int run_forger(void *arg)
 {
-    forger_job *job = arg;
+    held_job *job = arg;
     ring *r = child_attach(job->name, RING_PRODUCER);
     ring_forge_start_time_for_test(r, 12345);
     say_ready(job->ready_fd);
@@ -609,29 +625,23 @@ Test(ring, recycled_pid_counts_as_dead, .timeout = TEST_TIMEOUT_S)
 {
     char *name = ring_name("pidreuse");
     ring *obs = create_ring(name, 4096, 4, 1, RING_OBSERVER);
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    forger_job fj = {.name = name, .ready_fd = fds[1]};
-    pid_t forger = spawn(run_forger, &fj);
-    wait_ready(fds[0]);
-    char *err = NULL;
-    ring *rd = ring_attach(name, RING_CONSUMER, 0, &err);
-    cr_assert_not_null(rd, "%s", err);
+    held_job fj = {.name = name};
+    held forger = spawn_held(run_forger, &fj, &fj.ready_fd);
+    ring *rd = attach_ok(name, RING_CONSUMER, 0);
     double start = now_seconds();
     ring_slot s;
     cr_assert_eq(ring_read_begin(rd, &s, 10000), RING_BROKEN);
     cr_assert_lt(now_seconds() - start, DETECT_LIMIT_S);
     char needle[64];
-    snprintf(needle, sizeof needle, "producer pid %d ", (int)forger);
+    snprintf(needle, sizeof needle, "producer pid %d ", (int)forger.pid);
     cr_assert(strstr(ring_error(rd), needle), "'%s'", ring_error(rd));
     cr_assert(strstr(ring_error(rd), "newer process"), "'%s'", ring_error(rd));
-    kill(forger, SIGKILL);
-    cr_assert_eq(reap(forger, 5), 128 + SIGKILL);
+    kill(forger.pid, SIGKILL);
+    cr_assert_eq(reap(forger.pid, 5), 128 + SIGKILL);
     ring_close(rd);
     ring_close(obs);
     assert_no_segment(name);
-    close(fds[0]);
-    close(fds[1]);
+    held_close(&forger);
     free(name);
 }
 
@@ -759,9 +769,7 @@ Test(ring, attach_waits_for_creator, .timeout = TEST_TIMEOUT_S)
     char *name = ring_name("late");
     late_job lj = {.name = name};
     pid_t creator = spawn(run_late_creator, &lj);
-    char *err = NULL;
-    ring *r = ring_attach(name, RING_CONSUMER, 5000, &err);
-    cr_assert_not_null(r, "%s", err);
+    ring *r = attach_ok(name, RING_CONSUMER, 5000);
     ring_slot s;
     cr_assert_eq(ring_read_begin(r, &s, 5000), RING_OK);
     cr_assert_eq(s.len, 4);
