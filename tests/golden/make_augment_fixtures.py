@@ -28,9 +28,10 @@ import torch
 import torchvision.transforms.functional as F
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torchvision.transforms import InterpolationMode
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT = os.path.join(ROOT, "tests", "golden", "fixtures", "augment")
+OUT = golden.out_dir("augment")
 MEAN_STD = "mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]"
 FILTERS = {0: InterpolationMode.NEAREST, 2: InterpolationMode.BILINEAR, 3: InterpolationMode.BICUBIC}
 
@@ -250,8 +251,8 @@ def main():
         shutil.rmtree(OUT)
     os.makedirs(OUT)
     perm_path = os.path.join(OUT, "perms.npy")
-    np.save(perm_path, perms())
-    np.save(os.path.join(OUT, "input.npy"), img)
+    golden.save_array(perm_path, perms())
+    golden.save_array(os.path.join(OUT, "input.npy"), img)
     worst = {}
     for chain, yaml in CHAINS.items():
         for idx in INDICES[chain]:
@@ -273,7 +274,7 @@ def main():
             if len(ours) != len(expected):
                 raise SystemExit(f"{chain}.{idx}: selfsup made {len(ours)} items, the replay {len(expected)}")
             for k, e in enumerate(expected):
-                np.save(os.path.join(d, f"expected.{k}.npy"), e)
+                golden.save_array(os.path.join(d, f"expected.{k}.npy"), e)
                 o = np.load(os.path.join(d, f"out.{k}.npy"))
                 if o.shape != e.shape:
                     raise SystemExit(f"{chain}.{idx} item {k}: shape {o.shape} vs torchvision {e.shape}")

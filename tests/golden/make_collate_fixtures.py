@@ -22,8 +22,9 @@ item [2, 3, 3] per sample, data_valid / data_idx as above.
 import os
 import numpy as np
 import torch
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "collate")
+OUT = golden.out_dir("collate")
 N = 3  # samples per batch (4 for mixup, which pairs them)
 
 
@@ -229,7 +230,7 @@ def save(name, batch):
     for tname, t in flatten(batch).items():
         a = t.numpy()
         if a.dtype in (np.int64, np.uint8, np.bool_, np.float32):
-            np.save(os.path.join(d, tname + ".npy"), a)
+            golden.save_array(os.path.join(d, tname + ".npy"), a)
         else:
             raise SystemExit(f"{name}/{tname}: unexpected dtype {a.dtype}")
     print(name, sorted(os.listdir(d)))
@@ -257,7 +258,7 @@ def main():
         for tname, t in flatten(batch).items():
             a = t.numpy()
             if a.dtype in (np.int64, np.uint8, np.bool_, np.float32):
-                np.save(os.path.join(d, tname + ".npy"), a)
+                golden.save_array(os.path.join(d, tname + ".npy"), a)
             else:
                 raise SystemExit(f"{name}/{tname}: unexpected dtype {a.dtype}")
         print(name, sorted(os.listdir(d)))

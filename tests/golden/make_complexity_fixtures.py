@@ -68,8 +68,9 @@ import os
 import torch
 import torch.nn as nn
 import torchvision
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "nn")
+OUT = golden.out_dir("nn")
 
 
 class Flatten(nn.Module):

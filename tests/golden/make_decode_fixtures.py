@@ -20,9 +20,10 @@ import warnings
 
 import numpy as np
 from PIL import Image
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "fixtures", "decode")
+OUT = golden.out_dir("decode")
 BROKEN = os.path.join(HERE, "..", "data", "broken")
 PHOTOS = ["Aqua", "LadyBird", "Storm"]
 VARIANTS = {
@@ -49,7 +50,7 @@ def photos():
             src = im.convert("L") if variant == "gray" else im
             path = os.path.join(OUT, f"photo_{name}_{variant}.jpg")
             src.save(path, "JPEG", quality=90, **kw)
-            np.save(path[:-4] + ".npy", pil_decode(path)[1])
+            golden.save_array(path[:-4] + ".npy", pil_decode(path)[1])
 
 
 def broken():
@@ -64,7 +65,7 @@ def broken():
         if fmt not in ("JPEG", "PNG"):
             lines.append(f"{name}\tinvalid\tPIL opens it as {fmt}; selfsup decodes JPEG and PNG only")
             continue
-        np.save(os.path.join(OUT, "broken_" + name.replace(".", "_") + ".npy"), px)
+        golden.save_array(os.path.join(OUT, "broken_" + name.replace(".", "_") + ".npy"), px)
         lines.append(f"{name}\tvalid\tPIL: {fmt} {px.shape[1]}x{px.shape[0]}")
     with open(os.path.join(OUT, "MANIFEST.tsv"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -83,7 +84,7 @@ def drafts():
                 with Image.open(path) as im:
                     im.draft("RGB", (m, m))
                     px = np.asarray(im.convert("RGB"))
-                np.save(os.path.join(OUT, f"draft_{name}_{variant}_{m}.npy"), px)
+                golden.save_array(os.path.join(OUT, f"draft_{name}_{variant}_{m}.npy"), px)
 
 
 def main():

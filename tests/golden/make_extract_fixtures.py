@@ -18,13 +18,13 @@ Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_extract_fix
 import os
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_resnet_fixtures import inputs, trunk  # noqa: E402
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "extract")
+OUT = golden.out_dir("extract")
 
 
 def main():
@@ -37,7 +37,7 @@ def main():
         res5avg = m(x)
         res4 = torch.nn.AdaptiveAvgPool2d((2, 2))(seen["res4"]).flatten(1)
     for name, arr in (("x", x), ("res4", res4), ("res5avg", res5avg)):
-        np.save(os.path.join(OUT, f"tv_r18_{name}.npy"), np.ascontiguousarray(arr.numpy().astype(np.float32)))
+        golden.save_f32(os.path.join(OUT, f"tv_r18_{name}.npy"), arr)
     print("res4", tuple(res4.shape), "res5avg", tuple(res5avg.shape))
 
 

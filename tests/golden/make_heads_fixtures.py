@@ -22,8 +22,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "nn")
+OUT = golden.out_dir("nn")
 ALPHA, BETA = 0.7548776662466927, 0.5698402909980532
 EPS, MOMENTUM = 1e-5, 0.1
 N = 6
@@ -123,8 +124,7 @@ def formula_set(m):
 
 
 def save(kase, name, arr):
-    np.save(os.path.join(OUT, f"heads_{kase}_{name}.npy"),
-            np.ascontiguousarray(np.asarray(arr.detach() if torch.is_tensor(arr) else arr, dtype=np.float32)))
+    golden.save_f32(os.path.join(OUT, f"heads_{kase}_{name}.npy"), arr)
 
 
 def as_list(y):

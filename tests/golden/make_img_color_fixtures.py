@@ -20,8 +20,9 @@ import os
 import numpy as np
 import torchvision.transforms.functional as TF
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "img_color")
+OUT = golden.out_dir("img_color")
 PHOTOS = "/usr/share/backgrounds/mate/nature"
 
 PARAMS = {
@@ -87,16 +88,16 @@ def inputs():
 def main():
     os.makedirs(OUT, exist_ok=True)
     for op, ps in PARAMS.items():
-        np.save(os.path.join(OUT, f"{op}_params.npy"), np.array(ps, dtype=np.float64))
+        golden.save_array(os.path.join(OUT, f"{op}_params.npy"), np.array(ps, dtype=np.float64))
     total = 0
     for name, (arr, ops) in inputs().items():
-        np.save(os.path.join(OUT, f"{name}.npy"), arr)
+        golden.save_array(os.path.join(OUT, f"{name}.npy"), arr)
         im = Image.fromarray(arr, "RGB")
         for op in ops:
             outs = [np.asarray(apply(op, im, p), dtype=np.uint8) for p in PARAMS[op]]
             stack = np.stack(outs)
             assert stack.shape == (len(outs),) + arr.shape
-            np.save(os.path.join(OUT, f"{name}__{op}.npy"), stack)
+            golden.save_array(os.path.join(OUT, f"{name}__{op}.npy"), stack)
             total += stack.nbytes
     print(f"wrote {OUT}: {total} bytes of outputs")
 

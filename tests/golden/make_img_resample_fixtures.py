@@ -38,8 +38,9 @@ import torch
 import torchvision.transforms as T
 import torchvision.transforms.functional as F
 from PIL import Image
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "img_resample")
+OUT = golden.out_dir("img_resample")
 PHOTOS = "/usr/share/backgrounds/mate/nature/"
 
 NEAREST, BILINEAR, BICUBIC = 0, 2, 3
@@ -48,7 +49,7 @@ TV_MODE = {NEAREST: T.InterpolationMode.NEAREST, BILINEAR: T.InterpolationMode.B
 
 
 def save(name, arr):
-    np.save(os.path.join(OUT, name), np.ascontiguousarray(arr))
+    golden.save_array(os.path.join(OUT, name), arr)
 
 
 def hwc(img):

@@ -29,8 +29,9 @@ import os
 import numpy as np
 import torch
 from torch import nn
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "knn")
+OUT = golden.out_dir("knn")
 
 
 def vissl_knn(train_f, train_l, test_f, test_l, sigma, topk, l2_norm, check_ties=True):
@@ -141,7 +142,7 @@ def make_sort_case(name, seed, rows, num_classes):
 
 
 def save(case, what, arr):
-    np.save(os.path.join(OUT, f"{case}_{what}.npy"), arr, allow_pickle=False)
+    golden.save_array(os.path.join(OUT, f"{case}_{what}.npy"), arr)
 
 
 def main():

@@ -24,8 +24,9 @@ import os
 import cv2
 import numpy as np
 from PIL import Image
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "lab")
+OUT = golden.out_dir("lab")
 PHOTOS = "/usr/share/backgrounds/mate/nature"
 
 
@@ -78,19 +79,19 @@ def main():
     for name, arr in inputs().items():
         lab = vissl_lab_bytes(arr)
         assert lab.shape == arr.shape and lab.dtype == np.uint8
-        np.save(os.path.join(OUT, f"{name}.npy"), arr)
-        np.save(os.path.join(OUT, f"{name}__lab.npy"), lab)
+        golden.save_array(os.path.join(OUT, f"{name}.npy"), arr)
+        golden.save_array(os.path.join(OUT, f"{name}__lab.npy"), lab)
         total += arr.nbytes + lab.nbytes
     # VISSL's float step after cvtColor, on Lab bytes (v, v, 255 - v) for every v: the
     # tensor ImgPil2LabTensor returns, CHW float32 (its code, line for line).
     img_lab = np.stack([np.arange(256), np.arange(256), 255 - np.arange(256)], -1)[None].astype(np.uint8)
-    np.save(os.path.join(OUT, "float_input.npy"), img_lab)
+    golden.save_array(os.path.join(OUT, "float_input.npy"), img_lab)
     img_lab = img_lab.astype(np.float32)
     img_lab[:, :, 0] = (img_lab[:, :, 0] * (100.0 / 255.0)) - 50.0
     img_lab[:, :, 1:] = img_lab[:, :, 1:] - 128.0
     tensor = np.ascontiguousarray(np.transpose(img_lab, (2, 0, 1)))
     assert tensor.dtype == np.float32
-    np.save(os.path.join(OUT, "float_expected.npy"), tensor)
+    golden.save_array(os.path.join(OUT, "float_expected.npy"), tensor)
     print(f"wrote {OUT}: {total} bytes of arrays")
 
 

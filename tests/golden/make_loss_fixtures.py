@@ -18,8 +18,9 @@ import os
 import numpy as np
 import torch
 import torch.nn.functional as F
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "loss")
+OUT = golden.out_dir("loss")
 
 
 def simclr(out, temperature, batch):
@@ -128,7 +129,7 @@ def save(name, outs, label, fn):
     leaves = [torch.from_numpy(o).double().requires_grad_() for o in outs]
     loss = fn(leaves)
     loss.backward()
-    w = lambda what, a: np.save(os.path.join(OUT, f"{name}_{what}.npy"), a)
+    w = lambda what, a: golden.save_array(os.path.join(OUT, f"{name}_{what}.npy"), a)
     for k, (o, leaf) in enumerate(zip(outs, leaves)):
         w(f"out{k}", o)
         w(f"dout{k}", leaf.grad.numpy())
@@ -161,7 +162,7 @@ def main():
     save("swav", sw, none12, lambda o: swav(o, 0.1, 0.05, 3, 3, [0, 1]))
     queues = [torch.from_numpy(rnd(2, 8, k) * 0.4).double() for k in (6, 5)]
     for h, q in enumerate(queues):
-        np.save(os.path.join(OUT, f"swav_queue_queue{h}.npy"), q.float().numpy())
+        golden.save_array(os.path.join(OUT, f"swav_queue_queue{h}.npy"), q.float().numpy())
     save("swav_queue", sw, none12, lambda o: swav(o, 0.1, 0.05, 3, 3, [0, 1], queues))
     save("swav_hard", sw, none12, lambda o: swav(o, 0.1, 0.05, 3, 3, [1, 2], hard=True))
 

@@ -44,8 +44,9 @@ import torch.nn as nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_heads_fixtures as H  # noqa: E402
 import make_resnet_fixtures as R  # noqa: E402
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "nn")
+OUT = golden.out_dir("nn")
 MIN_MARGIN = 1e-6
 FLIP_FLOOR_ONLY = "--flip-floor" in sys.argv
 
@@ -157,8 +158,7 @@ def upstream(k, shape):
 
 
 def save(kase, name, arr):
-    np.save(os.path.join(OUT, f"model_{kase}_{name}.npy"),
-            np.ascontiguousarray(np.asarray(arr.detach() if torch.is_tensor(arr) else arr, dtype=np.float32)))
+    golden.save_f32(os.path.join(OUT, f"model_{kase}_{name}.npy"), arr)
 
 
 def save_names(kase, model):
@@ -287,7 +287,8 @@ def finish(kase, model, make_run, train, trunk_trains=True):
             phase = int(np.load(os.path.join(OUT, f"model_{kase}_phase.npy"))[0])
             save(kase, "flip_floor", flip_floor(model, make_run, phase, train))
         return
-    phase = pick_phase(kase, model, make_run, train and trunk_trains)
+    phase = golden.kept_choice("nn", f"model_{kase}_phase.npy",
+                               lambda: pick_phase(kase, model, make_run, train and trunk_trains))
     save(kase, "phase", [phase])
     model32 = copy.deepcopy(model)
     model64 = copy.deepcopy(model).double()

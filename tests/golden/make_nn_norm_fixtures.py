@@ -14,16 +14,15 @@ Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_nn_norm_fix
 """
 import os
 
-import numpy as np
 import torch
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "nn")
+OUT = golden.out_dir("nn")
 
 
 def save(case, **tensors):
     for name, t in tensors.items():
-        arr = np.asarray(t.detach().cpu().numpy() if torch.is_tensor(t) else t, dtype=np.float32)
-        np.save(os.path.join(OUT, f"{case}_{name}.npy"), np.ascontiguousarray(arr))
+        golden.save_f32(os.path.join(OUT, f"{case}_{name}.npy"), t)
 
 
 def layernorm(case, x_shape, affine=True):

@@ -18,14 +18,14 @@ import os
 import numpy as np
 import torch
 import torch.nn as nn
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "nn")
+OUT = golden.out_dir("nn")
 
 
 def save(case, **tensors):
     for name, t in tensors.items():
-        arr = t.detach().cpu().numpy().astype(np.float32) if torch.is_tensor(t) else np.asarray(t, np.float32)
-        np.save(os.path.join(OUT, f"pool_{case}_{name}.npy"), np.ascontiguousarray(arr))
+        golden.save_f32(os.path.join(OUT, f"pool_{case}_{name}.npy"), t)
 
 
 def pair(v):
@@ -93,7 +93,7 @@ def shapes():
                     continue
                 y = nn.MaxPool2d(k, s, p, ceil_mode=ceil)(torch.zeros(1, 1, n, k))
                 rows.append([n, k, s, p, int(ceil), y.shape[2]])
-    np.save(os.path.join(OUT, "pool_shapes_table.npy"), np.asarray(rows, np.float32))
+    golden.save_array(os.path.join(OUT, "pool_shapes_table.npy"), np.asarray(rows, np.float32))
 
 
 def main():

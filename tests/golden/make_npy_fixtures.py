@@ -19,8 +19,9 @@ import struct
 
 import numpy as np
 from numpy.lib import format as npfmt
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "npy")
+OUT = golden.out_dir("npy")
 
 DTYPES = ["f4", "f8", "i4", "i8", "u1", "i1", "u2", "i2", "u4", "u8", "f2", "b1"]
 
@@ -42,7 +43,7 @@ def pattern(dtype, shape):
 
 
 def save(name, arr):
-    np.save(os.path.join(OUT, name), arr, allow_pickle=False)
+    golden.save_array(os.path.join(OUT, name), arr)
 
 
 def raw(name, header_dict, payload, version=(1, 0)):

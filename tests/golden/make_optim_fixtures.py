@@ -28,8 +28,9 @@ import sys
 import numpy as np
 import torch
 import torch.nn as nn
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "optim")
+OUT = golden.out_dir("optim")
 STEPS = 5
 BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 LIN_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -156,7 +157,7 @@ def run_case(name):
         if saved:
             for g, wd in zip(opt.param_groups, saved):
                 g["weight_decay"] = wd
-    out = lambda n, a: np.save(os.path.join(OUT, f"{name}_{n}.npy"), a)
+    out = lambda n, a: golden.save_array(os.path.join(OUT, f"{name}_{n}.npy"), a)
     out("init", init)
     for k, gr in enumerate(grads):
         out(f"grad{k}", gr)

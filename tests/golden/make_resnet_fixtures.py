@@ -40,8 +40,9 @@ import tempfile
 import numpy as np
 import torch
 import torchvision
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "nn")
+OUT = golden.out_dir("nn")
 ALPHA, BETA = 0.7548776662466927, 0.5698402909980532
 X_ALPHA, R_ALPHA = 0.6180339887498949, 0.3247179572447460
 # The gradient case's input phase. Train-mode BN over 2 images amplifies float32 rounding: at
@@ -110,7 +111,7 @@ def inputs(n, size, phase=0):
 
 
 def save(name, arr):
-    np.save(os.path.join(OUT, f"resnet_{name}.npy"), np.ascontiguousarray(np.asarray(arr, dtype=np.float32)))
+    golden.save_f32(os.path.join(OUT, f"resnet_{name}.npy"), arr)
 
 
 def save_names(tag, m):

@@ -29,6 +29,7 @@ import torchvision
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_resnet_fixtures as base  # noqa: E402
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
 PHASES = 40
 # Smaller than make_resnet_fixtures.py's 2e-5: that bound comes from train-mode BN over 2 images,
@@ -64,8 +65,14 @@ def main():
     m = trunk18_ln()
     base.save_names("r18ln", m)
     margins = [relu_margin(m, base.inputs(2, 64, p)) for p in range(PHASES)]
-    phase = int(np.argmax(margins))
-    assert margins[phase] >= MIN_MARGIN, f"best ReLU margin {margins[phase]:.3g} is too small"
+    searched = []
+    phase = golden.kept_choice("nn", "resnet_r18ln_64_phase.npy",
+                               lambda: searched.append(True) or int(np.argmax(margins)))
+    if margins[phase] < MIN_MARGIN:
+        # A search must find a safe phase; a kept one was safe where it was chosen, and a ReLU
+        # this close to its kink here shows up, if it flips, as a difference check.py reports.
+        assert not searched, f"best ReLU margin {margins[phase]:.3g} is too small"
+        print(f"warning: phase {phase}'s ReLU margin is {margins[phase]:.3g} here, under {MIN_MARGIN:g}")
     x = base.inputs(2, 64, phase)
     m.train()
     seen = {}

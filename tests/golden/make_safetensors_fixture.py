@@ -19,8 +19,9 @@ import os
 import struct
 
 import numpy as np
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "safetensors")
+OUT = golden.out_dir("safetensors")
 
 # The reference's Dtype enum order, which is its alignment order.
 RANK = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32",

@@ -12,6 +12,7 @@ Run from the repository root:  /usr/bin/python3 tests/golden/make_sched_fixture.
 import bisect
 import math
 import os
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
 WHERE_EPSILON = 1e-6
 
@@ -163,9 +164,7 @@ def grid():
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    out_path = os.path.join(here, "fixtures", "sched", "values.txt")
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    out_path = os.path.join(golden.out_dir("sched"), "values.txt")
     points = grid()
     with open(out_path, "w") as out:
         out.write("# made by tests/golden/make_sched_fixture.py — id where value (%.17g)\n")

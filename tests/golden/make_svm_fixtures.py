@@ -18,12 +18,13 @@ import numpy as np
 from sklearn.metrics import average_precision_score
 from sklearn.model_selection import StratifiedKFold, cross_val_score
 from sklearn.svm import LinearSVC
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "svm")
+OUT = golden.out_dir("svm")
 
 
 def save(name, arr):
-    np.save(os.path.join(OUT, name + ".npy"), arr)
+    golden.save_array(os.path.join(OUT, name + ".npy"), arr)
 
 
 def vissl_voc_ap(targets, scores):

@@ -37,8 +37,9 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join("tests", "golden", "fixtures", "svm_solver")
+OUT = golden.out_dir("svm_solver")
 COSTS = [0.01, 0.1, 1.0, 10.0]
 SETTINGS = {
     "sqhinge": dict(penalty="l2", loss="squared_hinge", dual=True),
@@ -91,7 +92,7 @@ def objective(w, x, y, cost, setting):
 
 
 def save(name, arr):
-    np.save(os.path.join(OUT, name + ".npy"), arr)
+    golden.save_array(os.path.join(OUT, name + ".npy"), arr)
 
 
 def main():

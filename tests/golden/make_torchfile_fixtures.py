@@ -28,8 +28,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_safetensors_fixture import serialize  # noqa: E402
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "torchfile")
+OUT = golden.out_dir("torchfile")
 BAD = os.path.join(OUT, "bad")
 MARKER = "/tmp/selfsup_torchfile_pwned"  # what the os.system payloads would create
 
@@ -190,9 +191,9 @@ def rezip(src, dst, replace=None, drop=()):
             suffix = item.filename.split("/", 1)[1]
             done.add(suffix)
             if suffix not in drop:
-                zout.writestr(item.filename, replace.get(suffix, zin.read(item.filename)))
+                zout.writestr(golden.zip_entry(item.filename), replace.get(suffix, zin.read(item.filename)))
         for suffix in sorted(set(replace) - done):
-            zout.writestr(prefix + "/" + suffix, replace[suffix])
+            zout.writestr(golden.zip_entry(prefix + "/" + suffix), replace[suffix])
 
 
 def write_bad():

@@ -45,7 +45,6 @@ Files (tests/golden/fixtures/train/CASE_*):
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_train_fixtures.py
 """
-import copy
 import math
 import os
 import sys
@@ -61,8 +60,9 @@ import make_loss_fixtures as L  # noqa: E402
 import make_model_fixtures as M  # noqa: E402
 import make_optim_fixtures as O  # noqa: E402
 import selfsup_records as records  # noqa: E402
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
-OUT = os.path.join(HERE, "fixtures", "train")
+OUT = golden.out_dir("train")
 B, SIZE, STEPS = 4, 16, 5
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -232,7 +232,7 @@ def swav_case(norm):
     queue0 = (torch.rand(2, SWAV["queue"], 16, generator=g) * 2 * stdv - stdv).float()
     losses, delta = train_swav(data, queue0, torch.float64)
     losses32, delta32 = train_swav(data, queue0, torch.float32)
-    out = lambda n, a: np.save(os.path.join(OUT, f"swav_queue_{n}.npy"), a)
+    out = lambda n, a: golden.save_array(os.path.join(OUT, f"swav_queue_{n}.npy"), a)
     out("loss", losses)
     out("loss32", losses32)
     out("delta", delta)
@@ -258,7 +258,7 @@ def main():
         tests = test_batches() if name == "ce_multistep" else None
         losses, delta, phases = train(c, data, torch.float64, tests)
         losses32, delta32, _ = train(c, data, torch.float32, tests)
-        out = lambda n, a: np.save(os.path.join(OUT, f"{name}_{n}.npy"), a)
+        out = lambda n, a: golden.save_array(os.path.join(OUT, f"{name}_{n}.npy"), a)
         out("loss", losses)
         out("loss32", losses32)
         out("delta", delta)
