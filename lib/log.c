@@ -41,6 +41,7 @@ void log_init(const char *stage_name)
 {
     if (stage_name)
         g_stage = stage_name;
+    g_command_style = false;
     level_from_env();
 }
 

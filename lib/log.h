@@ -35,7 +35,7 @@ enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 typedef enum { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
 
-void log_init(const char *stage_name);
+void log_init(const char *stage_name); /* the stages' style, "TIME STAGE LEVEL message" */
 /* From now on, lines read "COMMAND: message", "COMMAND: warning: message", "COMMAND: error:
  * message" (no time: the user is there), COMMAND being e.g. "selfsup config". */
 void log_init_command(const char *command);

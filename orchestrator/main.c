@@ -61,6 +61,7 @@ static int run_stage(const char *name, char **argv)
     if (local && access(local, X_OK) == 0)
         execv(local, argv);
     execvp(prog, argv);
+    log_init_command("selfsup");
     log_error("'%s' is not a selfsup command (%s: %s); see 'selfsup --help'", name, prog, strerror(errno));
     return EXIT_USAGE;
 }
@@ -82,11 +83,12 @@ int main(int argc, char **argv)
     }
     /* Every command but run (whose lines sit in logs beside its stages') speaks as a tool. */
     static const char *const COMMANDS[] = {"config", "svm", "knn", "inspect", "keygen", "dataset", "convert"};
-    char *command = xasprintf("selfsup %s", argv[1]);
-    bool known = false;
+    static char command[64];
     for (size_t i = 0; i < ARRAY_LEN(COMMANDS); i++)
-        known |= !strcmp(argv[1], COMMANDS[i]);
-    log_init_command(known ? command : "selfsup");
+        if (!strcmp(argv[1], COMMANDS[i])) {
+            snprintf(command, sizeof command, "selfsup %s", argv[1]);
+            log_init_command(command);
+        }
     if (!strcmp(argv[1], "config"))
         return cmd_config(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run"))
