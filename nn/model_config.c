@@ -448,6 +448,19 @@ bool model_backend_open(const cfg_node *config, int threads, int local_rank, eng
     return false;
 }
 
+bool model_check_config(const cfg_node *config, int local_rank, cfg_err *err)
+{
+    const cfg_node *mc = cfg_get(config, "MODEL");
+    model_options mo;
+    model_weights_init wi;
+    eng_backend *be = NULL;
+    if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err) ||
+        !model_backend_open(config, 1, local_rank, &be, err)) /* one cpu thread is enough to open it */
+        return false;
+    eng_backend_close(be);
+    return true;
+}
+
 bool model_build_from_config(const cfg_node *config, int threads, int local_rank, eng_backend **be, model **m,
                              cfg_err *err)
 {

@@ -16,7 +16,7 @@
 #include "config.h"
 #include "log.h"
 #include "sched.h"
-#include "train/trainer.h"
+#include "preflight.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -104,40 +104,6 @@ static int show(const cfg_t *cfg, const char *key)
     return 0;
 }
 
-/* Whether the run's train stage is selfsup-train: SELFSUP.STAGES.train may put another program
- * there (a sink that saves the batches), whose checks are not the trainer's. The first word
- * is the program, as topology.c reads it. */
-static bool runs_selfsup_train(const cfg_node *config)
-{
-    const cfg_node *custom = cfg_path(config, "SELFSUP.STAGES.train");
-    if (!custom || custom->kind != CFG_STR || !custom->s[0])
-        return true;
-    size_t start = strspn(custom->s, " \t"), n = strcspn(custom->s + start, " \t");
-    const char *prog = custom->s + start, *name = "selfsup-train";
-    size_t m = strlen(name);
-    return n >= m && !strncmp(prog + n - m, name, m) && (n == m || prog[n - m - 1] == '/');
-}
-
-/* The checks the engine's own stage makes when it starts, for the run this node would make:
- * rank 0 of NUM_NODES × NUM_PROC_PER_NODE, with a test chain under TEST_MODEL as `selfsup run`
- * wires one (topology.c). Only train has checks that run without building the model; the
- * extractor's are its model's and are met when it starts. */
-static int engine_checks(const cfg_t *cfg)
-{
-    const cfg_node *c = cfg_map_get(cfg->root, "config");
-    if (strcmp(cfg_str(cfg->root, "engine_name"), "train") || !runs_selfsup_train(c))
-        return 0;
-    static const trainer_test_input test_chain; /* only its presence is read by the check */
-    trainer_options o = {.world_size = (int)(cfg_int(c, "DISTRIBUTED.NUM_NODES") *
-                                             cfg_int(c, "DISTRIBUTED.NUM_PROC_PER_NODE")),
-                         .test_input = cfg_bool(c, "TEST_MODEL") ? &test_chain : NULL};
-    cfg_err err;
-    if (trainer_check_config(c, &o, &err))
-        return 0;
-    log_error("%s", err.msg);
-    return EXIT_USAGE;
-}
-
 static int summary(const cfg_t *cfg, const char *name)
 {
     const cfg_node *c = cfg_map_get(cfg->root, "config");
@@ -212,7 +178,9 @@ int cmd_config(int argc, char **argv)
         if (!strcmp(a.action, "show"))
             rc = show(&cfg, a.key);
         else if (!strcmp(a.action, "validate"))
-            rc = engine_checks(&cfg) ? EXIT_USAGE : summary(&cfg, a.config ? a.config : "defaults");
+            rc = preflight_engine(cfg_map_get(cfg.root, "config"), cfg_str(cfg.root, "engine_name"))
+                     ? summary(&cfg, a.config ? a.config : "defaults")
+                     : EXIT_USAGE;
         else
             rc = lr_table(&cfg, a.steps_per_epoch);
     }

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "control.h"
 #include "log.h"
+#include "preflight.h"
 #include "ring.h"
 #include "supervise.h"
 #include "timer.h"
@@ -479,7 +480,7 @@ static int start(cfg_t *cfg, const run_args *a, const char *file, const char *fo
     int status = EXIT_USAGE; /* a stage that cannot be started is a config error: nothing starts */
     const char *engine_name = forced_engine ? forced_engine : engine && engine->kind == CFG_STR ? engine->s : "train";
     if (!check_data_stages(config, engine_name) || !check_control_keys(config) ||
-        !resume_point(config, engine_name, &topt, &status)) {
+        !preflight_engine(config, engine_name) || !resume_point(config, engine_name, &topt, &status)) {
         free(bin_dir);
         return status;
     }

@@ -13,6 +13,7 @@
 #include "features.h"
 #include "log.h"
 #include "model.h"
+#include "train/checkpoint.h"
 #include "train/inputs.h"
 #include "util.h"
 
@@ -84,6 +85,18 @@ extractor *extractor_new(const cfg_node *config, int threads, const char *dir, c
         return NULL;
     }
     return x;
+}
+
+bool extractor_check_config(const cfg_node *config, const char *dir, cfg_err *err)
+{
+    if (!model_check_config(config, 0, err))
+        return false;
+    char *why = NULL;
+    if (ckpt_probe_output_dir(dir, &why) == 0)
+        return true;
+    cfg_fail(err, cfg_get(config, "CHECKPOINT.DIR"), "config.CHECKPOINT.DIR", "%s", why);
+    free(why);
+    return false;
 }
 
 void extractor_free(extractor *x)

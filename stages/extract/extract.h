@@ -33,6 +33,11 @@ typedef struct extractor extractor;
  * loaded, or an output folder `dir` (where the spill files go) that cannot be created or
  * written; the exit status is then 2. threads 0: every core. */
 extractor *extractor_new(const cfg_node *config, int threads, const char *dir, cfg_err *err);
+/* What extractor_new and the stage check before any input is read, without building the model
+ * or making the output folder `dir` (CHECKPOINT.DIR unless --output names one): the model's
+ * options, its weights file, the device, and a folder the features can be written in. For
+ * `selfsup config validate` and `selfsup run`'s preflight. */
+bool extractor_check_config(const cfg_node *config, const char *dir, cfg_err *err);
 void extractor_free(extractor *x);
 
 int extractor_layer_count(const extractor *x);

@@ -219,6 +219,27 @@ int ckpt_check_output_dir(const char *dir, uint64_t need, char **err)
     return report_failure(err, "%s: %.1f MiB free, but the output needs about %.1f MiB", dir, mib(avail), mib(need));
 }
 
+int ckpt_probe_output_dir(const char *dir, char **err)
+{
+    char *at = xstrdup(dir[0] ? dir : ".");
+    struct stat st;
+    while (stat(at, &st) != 0 && (errno == ENOENT || errno == ENOTDIR) && strcmp(at, "/") &&
+           strcmp(at, ".")) {
+        char *up = path_dirname(at); /* the folder above: "." for a relative name's last part */
+        free(at);
+        at = up;
+    }
+    int rc = 0;
+    if (stat(at, &st) != 0)
+        rc = report_failure(err, "cannot make the folder %s (%s: %s)", dir, at, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        rc = report_failure(err, "cannot make the folder %s (%s is not a folder)", dir, at);
+    else if (access(at, W_OK | X_OK) != 0)
+        rc = report_failure(err, "%s: cannot create a file in %s: %s", dir, at, strerror(errno));
+    free(at);
+    return rc;
+}
+
 bool ckpt_output_dir_usable(const char *dir, uint64_t need, const char *what, const cfg_node *where, cfg_err *err)
 {
     char *why = NULL;

@@ -56,6 +56,10 @@ uint64_t ckpt_size_estimate(const eng_entry *entries, int n);
  * ckpt_size_estimate, the evaluators and the extractor with their own estimates). 0, or -1
  * with *err (malloc'd) naming the folder and what is wrong. */
 int ckpt_check_output_dir(const char *dir, uint64_t need, char **err);
+/* What ckpt_check_output_dir will find, seen without making anything (validate, a dry start):
+ * the folder, or else the nearest folder above it that exists, is a folder this process may
+ * create files in. 0, or -1 with *err (malloc'd). */
+int ckpt_probe_output_dir(const char *dir, char **err);
 /* The same for a folder that a config key or an option chose: false with *err naming it as
  * cfg_fail does (`where`: the key's node, NULL for an option; `what`: the key or option). */
 bool ckpt_output_dir_usable(const char *dir, uint64_t need, const char *what, const cfg_node *where, cfg_err *err);

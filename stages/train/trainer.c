@@ -57,10 +57,28 @@ static bool count_steps(const cfg_node *config, const char *split, const trainer
 }
 
 /* What this trainer refuses before anything runs: inputs other than VISSL's default "data"
- * key, and a checkpoint it cannot resume exactly. (A device it has no backend for is refused
- * when the backend opens: model_backend_open.) */
-static bool check_supported(const cfg_node *config, cfg_err *err)
+ * key, and more than one trainer. Several trainers would each train a model of its own on its
+ * shard and write the same checkpoint files, while the user asked for one model: until the
+ * trainers share their gradients, a world size above 1 (in the config, whose world size the
+ * LR scaling and the losses read, or in --world-size) is a configuration error, never a
+ * silent run. (A device it has no backend for is refused when the backend opens:
+ * model_backend_open.) */
+static bool check_supported(const cfg_node *config, const trainer_options *o, cfg_err *err)
 {
+    int64_t nodes = cfg_int(config, "DISTRIBUTED.NUM_NODES"),
+            world = nodes * cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    world =
+        o->world_size > world ? o->world_size : world; /* the config's world, or the one --world-size says */
+    if (world > 1) {
+        const char *path =
+            nodes > 1 ? "config.DISTRIBUTED.NUM_NODES" : "config.DISTRIBUTED.NUM_PROC_PER_NODE";
+        cfg_fail(
+            err, cfg_get(config, path + strlen("config.")), path,
+            "world size %lld: data-parallel training (several trainers as one model) is not implemented yet; "
+            "this trainer trains one process (NUM_NODES=1, NUM_PROC_PER_NODE=1)",
+            (long long)world);
+        return false;
+    }
     const cfg_node *keys = cfg_get(config, "DATA.TRAIN.INPUT_KEY_NAMES");
     if (keys->kind != CFG_LIST || keys->len != 1 || keys->items[0]->kind != CFG_STR || strcmp(keys->items[0]->s, "data")) {
         cfg_fail(err, keys, "config.DATA.TRAIN.INPUT_KEY_NAMES", "this trainer reads the input key [data] only (yet)");
@@ -90,6 +108,47 @@ static uint64_t checkpoint_bytes(const trainer *t)
     return bytes;
 }
 
+/* Whether CHECKPOINT.DIR holds a checkpoint (its checkpoint.torch link, even if what it names
+ * is gone). */
+static bool holds_checkpoint(const char *dir)
+{
+    char *link = path_join(dir, "checkpoint.torch");
+    struct stat st;
+    bool exists = lstat(link, &st) == 0;
+    free(link);
+    return exists;
+}
+
+/* A checkpoint there is refused unless the run resumes it, overwrites it, or only tests. */
+static bool refuse_to_overwrite(const cfg_node *config, const char *dir, bool test_only, cfg_err *err)
+{
+    if (test_only || cfg_bool(config, "CHECKPOINT.AUTO_RESUME") ||
+        cfg_bool(config, "CHECKPOINT.OVERWRITE_EXISTING"))
+        return false;
+    cfg_fail(
+        err, cfg_get(config, "CHECKPOINT.OVERWRITE_EXISTING"), "config.CHECKPOINT.OVERWRITE_EXISTING",
+        "%s already holds a checkpoint: set AUTO_RESUME=True to resume from it, or OVERWRITE_EXISTING=True "
+        "to start over",
+        dir);
+    return true;
+}
+
+/* What prepare_dir will find in CHECKPOINT.DIR, seen without making or writing anything (a
+ * dry start and validate): a folder the run can make or write into, and no checkpoint it
+ * would refuse to overwrite. Whether there is room, and whether a checkpoint to resume loads,
+ * the run finds out when the model exists. */
+static bool probe_dir(const cfg_node *config, bool test_only, cfg_err *err)
+{
+    const char *dir = cfg_str(config, "CHECKPOINT.DIR");
+    char *why = NULL;
+    if (ckpt_probe_output_dir(dir, &why) != 0) {
+        cfg_fail(err, cfg_get(config, "CHECKPOINT.DIR"), "config.CHECKPOINT.DIR", "%s", why);
+        free(why);
+        return false;
+    }
+    return !(holds_checkpoint(dir) && refuse_to_overwrite(config, dir, test_only, err));
+}
+
 static bool prepare_dir(trainer *t, cfg_err *err)
 {
     const char *dir = cfg_str(t->config, "CHECKPOINT.DIR");
@@ -101,11 +160,7 @@ static bool prepare_dir(trainer *t, cfg_err *err)
     }
     t->dir = xstrdup(dir);
     ckpt_remove_stale(dir);
-    char *link = path_join(dir, "checkpoint.torch");
-    struct stat st;
-    bool exists = lstat(link, &st) == 0; /* the link, even if what it names is gone */
-    free(link);
-    if (!exists)
+    if (!holds_checkpoint(dir))
         return true;
     if (cfg_bool(t->config, "CHECKPOINT.AUTO_RESUME")) {
         ckpt_state cs;
@@ -116,14 +171,7 @@ static bool prepare_dir(trainer *t, cfg_err *err)
         free(why);
         return false;
     }
-    if (!t->plan.test_only && !cfg_bool(t->config, "CHECKPOINT.OVERWRITE_EXISTING")) {
-        cfg_fail(err, cfg_get(t->config, "CHECKPOINT.OVERWRITE_EXISTING"), "config.CHECKPOINT.OVERWRITE_EXISTING",
-                 "%s already holds a checkpoint: set AUTO_RESUME=True to resume from it, or OVERWRITE_EXISTING=True "
-                 "to start over",
-                 dir);
-        return false;
-    }
-    return true;
+    return !refuse_to_overwrite(t->config, dir, t->plan.test_only, err);
 }
 
 /* The GPU this process uses: its rank among the processes on its node. */
@@ -188,8 +236,9 @@ static trainer *trainer_alloc(const cfg_node *config, const trainer_options *o)
  * makes cannot drift from the run's. */
 static bool read_config(trainer *t, const cfg_node *config, const trainer_options *o, cfg_err *err)
 {
-    bool ok = check_supported(config, err) && optim_options_from_config(config, &t->oo, err) &&
-              loss_options_from_config(config, &t->lo, err) && meter_from_config(config, &t->meter, &t->meter_on, err);
+    bool ok = check_supported(config, o, err) && optim_options_from_config(config, &t->oo, err) &&
+              loss_options_from_config(config, &t->lo, err) &&
+              meter_from_config(config, &t->meter, &t->meter_on, err);
     ok = ok && cfg_build_scheduler(cfg_get(config, "OPTIMIZER.param_schedulers.lr"),
                                    "config.OPTIMIZER.param_schedulers.lr", t->num_epochs, &t->lr, err);
     ok = ok && cfg_build_scheduler(cfg_get(config, "OPTIMIZER.param_schedulers.lr_head"),
@@ -205,27 +254,12 @@ static bool read_config(trainer *t, const cfg_node *config, const trainer_option
     return ok;
 }
 
-/* The part of model_build_from_config that reads the config, in its order: config.MODEL, then
- * WEIGHTS_INIT, then the device. The backend is opened (one cpu thread is enough to open it)
- * and closed at once: whether a GPU is there, and usable at this local rank, is known no other
- * way, and model_backend_open words the refusal as the run will. */
-static bool check_model_and_device(const cfg_node *config, const trainer_options *o, cfg_err *err)
-{
-    const cfg_node *mc = cfg_get(config, "MODEL");
-    model_options mo;
-    model_weights_init wi;
-    eng_backend *be = NULL;
-    if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err) ||
-        !model_backend_open(config, 1, local_rank(config, o->rank), &be, err))
-        return false;
-    eng_backend_close(be);
-    return true;
-}
-
 bool trainer_check_config(const cfg_node *config, const trainer_options *o, cfg_err *err)
 {
     trainer *t = trainer_alloc(config, o);
-    bool ok = read_config(t, config, o, err) && check_model_and_device(config, o, err);
+    bool ok = read_config(t, config, o, err) &&
+              model_check_config(config, local_rank(config, o->rank), err) &&
+              probe_dir(config, t->plan.test_only, err);
     trainer_free(t);
     return ok;
 }

@@ -83,14 +83,17 @@ Test(config_values, the_limits_themselves_are_accepted)
 {
     char *bin = test_build_path("selfsup"), *configs = test_path("configs");
     char *base = test_path("tests/configs/bad/65_ring_depth_negative.yaml"); /* valid without its override */
-    /* DEVICE=cpu: validate opens the trainer's device as the run would (defaults.yaml says gpu). */
-    char *cmd = xasprintf("'%s' config validate '%s' --configs '%s' config.MACHINE.DEVICE=cpu "
-                          "config.DATA.NUM_DATALOADER_WORKERS=62 "
-                          "config.SELFSUP.RING.DEPTH=2 config.SELFSUP.RING.SLOT_BYTES=0 "
-                          "config.SELFSUP.CONTROL.HEARTBEAT_TIMEOUT_S=1 config.SELFSUP.MAX_INVALID_IMAGES_SHARE=0 "
-                          "'config.DATA.TRAIN.TRANSFORMS=[{name: RandomResizedCrop, size: 8192}, "
-                          "{name: CenterCrop, size: [1, 8192]}]'",
-                          bin, base, configs);
+    /* DEVICE=cpu, one trainer: validate checks the trainer's device and world as the run would
+     * (defaults.yaml says gpu and 8 processes). */
+    char *cmd =
+        xasprintf("'%s' config validate '%s' --configs '%s' config.MACHINE.DEVICE=cpu "
+                  "config.DISTRIBUTED.NUM_PROC_PER_NODE=1 "
+                  "config.DATA.NUM_DATALOADER_WORKERS=62 "
+                  "config.SELFSUP.RING.DEPTH=2 config.SELFSUP.RING.SLOT_BYTES=0 "
+                  "config.SELFSUP.CONTROL.HEARTBEAT_TIMEOUT_S=1 config.SELFSUP.MAX_INVALID_IMAGES_SHARE=0 "
+                  "'config.DATA.TRAIN.TRANSFORMS=[{name: RandomResizedCrop, size: 8192}, "
+                  "{name: CenterCrop, size: [1, 8192]}]'",
+                  bin, base, configs);
     char *out = NULL;
     cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
     free(out), free(cmd);
