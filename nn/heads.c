@@ -320,54 +320,71 @@ static void act(eng_backend *be, head *h, eng_tensor *t, eng_shape s)
 
 static eng_shape flat2(const eng_shape *s) { return eng_shape2(s->dim[0], eng_numel(s) / s->dim[0]); }
 
-/* The layer's output shape; dies when its input cannot fit. */
-static eng_shape layer_plan_shape(head *h, layer *L, const eng_shape *src)
+/* The layer's output shape in *y; -1 with *err when its input cannot fit. */
+static int layer_plan_shape(head *h, layer *L, const eng_shape *src, eng_shape *y, char **err)
 {
     switch (L->op) {
     case OP_LINEAR:
         L->in_shape = flat2(src);
         if (L->in_shape.dim[1] != L->in_features)
-            die(EXIT_RUNTIME, "heads: a Linear with in_features %lld receives %lld features",
-                (long long)L->in_features, (long long)L->in_shape.dim[1]);
-        return eng_shape2(src->dim[0], h->params.entries[L->w].value.shape.dim[0]);
+            return report_failure(err, "a Linear with in_features %lld receives %lld features",
+                                  (long long)L->in_features, (long long)L->in_shape.dim[1]);
+        *y = eng_shape2(src->dim[0], h->params.entries[L->w].value.shape.dim[0]);
+        return 0;
     case OP_BN:
         L->in_shape = *src;
         if (src->dim[1] != L->in_features)
-            die(EXIT_RUNTIME, "heads: a BatchNorm of %lld channels receives %lld", (long long)L->in_features,
-                (long long)src->dim[1]);
-        return *src;
+            return report_failure(err, "a BatchNorm of %lld channels receives %lld",
+                                  (long long)L->in_features, (long long)src->dim[1]);
+        *y = *src;
+        return 0;
     default:
         L->in_shape = flat2(src);
-        return L->in_shape;
+        *y = L->in_shape;
+        return 0;
     }
 }
 
-void head_plan(eng_backend *be, head *h, const eng_shape *in)
+/* Whether the head takes inputs of this shape (their rank, the towers' rows); h->x_shape is
+ * the shape its layers see. */
+static int check_plan_input(head *h, const eng_shape *in, char **err)
 {
-    if (h->planned && eng_shape_equal(&h->in_shape, in))
-        return;
-    unplan(be, h);
-    h->in_shape = h->x_shape = *in;
+    h->x_shape = *in;
     if (h->opt.type == HEAD_EVAL_MLP) {
         if (in->ndim == 2) /* VISSL unsqueezes a 2-D input to N × C × 1 × 1 */
             h->x_shape = eng_shape4(in->dim[0], in->dim[1], 1, 1);
         if (h->x_shape.ndim != 4)
-            die(EXIT_RUNTIME, "eval_mlp: input must be N × C or N × C × H × W");
+            return report_failure(err, "eval_mlp: input must be N × C or N × C × H × W (got %d dimensions)",
+                                  in->ndim);
     } else if (in->ndim != 2) {
-        die(EXIT_RUNTIME, "heads: input must be N × F (got %d dimensions)", in->ndim);
+        return report_failure(err, "input must be N × F (got %d dimensions)", in->ndim);
     }
+    if (h->opt.type == HEAD_SIAMESE_CONCAT_VIEW && in->dim[0] % h->opt.num_towers != 0)
+        return report_failure(err, "siamese_concat_view: %lld rows are not a multiple of %lld towers",
+                              (long long)in->dim[0], (long long)h->opt.num_towers);
+    return 0;
+}
+
+int head_plan(eng_backend *be, head *h, const eng_shape *in, char **err)
+{
+    if (h->planned && eng_shape_equal(&h->in_shape, in))
+        return 0;
+    unplan(be, h);
+    if (check_plan_input(h, in, err) != 0)
+        return -1;
+    h->in_shape = *in;
     if (h->opt.type == HEAD_SIAMESE_CONCAT_VIEW) {
-        int64_t t = h->opt.num_towers;
-        if (in->dim[0] % t != 0)
-            die(EXIT_RUNTIME, "siamese_concat_view: %lld rows are not a multiple of %lld towers",
-                (long long)in->dim[0], (long long)t);
         h->planned = true;
-        return;
+        return 0;
     }
     for (int i = 0; i < h->nlayers; i++) {
         layer *L = &h->layers[i];
         const eng_shape *src = L->src < 0 ? &h->x_shape : &h->layers[L->src].out.shape;
-        eng_shape y = layer_plan_shape(h, L, src);
+        eng_shape y;
+        if (layer_plan_shape(h, L, src, &y, err) != 0) {
+            unplan(be, h);
+            return -1;
+        }
         act(be, h, &L->out, y);
         act(be, h, &L->out_grad, y);
         if (L->op == OP_BN) {
@@ -382,6 +399,7 @@ void head_plan(eng_backend *be, head *h, const eng_shape *in)
     }
     h->planned = true;
     h->last_train = false;
+    return 0;
 }
 
 eng_shape head_output_shape(const head *h)
@@ -541,9 +559,9 @@ int head_list_new(eng_backend *be, head_list *l, const head_options *opts, int n
 
 static void list_unplan(eng_backend *be, head_list *l)
 {
-    if (!l->planned)
+    if (!l->grads)
         return;
-    for (int i = 0; i + 1 < l->n; i++)
+    for (int i = 0; i + 1 < l->n; i++) /* those a failed plan did not reach have no base */
         eng_tensor_free(be, &l->grads[i]);
     free(l->grads);
     l->grads = NULL;
@@ -559,20 +577,25 @@ void head_list_free(eng_backend *be, head_list *l)
     *l = (head_list){0};
 }
 
-void head_list_plan(eng_backend *be, head_list *l, const eng_shape *in)
+int head_list_plan(eng_backend *be, head_list *l, const eng_shape *in, int *failed, char **err)
 {
     if (l->planned && eng_shape_equal(&l->heads[0]->in_shape, in))
-        return;
+        return 0;
     list_unplan(be, l);
     l->grads = xcalloc((size_t)l->n, sizeof *l->grads);
     eng_shape s = *in;
     for (int i = 0; i < l->n; i++) {
-        head_plan(be, l->heads[i], &s);
+        if (head_plan(be, l->heads[i], &s, err) != 0) {
+            *failed = i;
+            list_unplan(be, l);
+            return -1;
+        }
         s = head_output_shape(l->heads[i]);
         if (i + 1 < l->n)
             l->grads[i] = eng_tensor_new(be, s);
     }
     l->planned = true;
+    return 0;
 }
 
 const eng_tensor *head_list_forward(eng_backend *be, head_list *l, const eng_tensor *x, bool train)

@@ -99,8 +99,9 @@ const head_options *head_opts(const head *h);
 eng_params *head_param_table(head *h);
 
 /* Allocate activations for input `in` (N × F; eval_mlp also N × C × H × W). Same shape again does
- * nothing. Dies on a shape the head cannot take. */
-void head_plan(eng_backend *be, head *h, const eng_shape *in);
+ * nothing. Returns 0, or -1 with *err for a shape the head cannot take (features that are not
+ * its in_features, rows that are not whole towers); nothing is then planned. */
+int head_plan(eng_backend *be, head *h, const eng_shape *in, char **err);
 /* Shape of output 0 for an input shape (after head_plan on it). */
 eng_shape head_output_shape(const head *h);
 
@@ -130,7 +131,9 @@ typedef struct {
 /* Build heads opts[0..n-1] (seed + i each). Returns 0, or -1 with *err (nothing kept). */
 int head_list_new(eng_backend *be, head_list *l, const head_options *opts, int n, uint64_t seed, char **err);
 void head_list_free(eng_backend *be, head_list *l);
-void head_list_plan(eng_backend *be, head_list *l, const eng_shape *in);
+/* head_plan along the list: 0, or -1 with *err and the index of the head that refused its
+ * input in *failed. */
+int head_list_plan(eng_backend *be, head_list *l, const eng_shape *in, int *failed, char **err);
 const eng_tensor *head_list_forward(eng_backend *be, head_list *l, const eng_tensor *x, bool train);
 int head_list_output_count(const head_list *l);
 const eng_tensor *head_list_output(const head_list *l, int i);

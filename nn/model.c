@@ -486,7 +486,13 @@ static int plan_branches(eng_backend *be, model *m, stream *st, char **err)
         br->din = !dx->base ? (eng_tensor){0} : br->flat_input ? eng_reshape(dx, flat2(&dx->shape)) : *dx;
         if (check_head_input(h0, &br->in.shape, br->first_entry, err) != 0)
             return -1;
-        head_list_plan(be, &br->chain, &br->in.shape);
+        int failed = 0;
+        char *why = NULL;
+        if (head_list_plan(be, &br->chain, &br->in.shape, &failed, &why) != 0) {
+            report_failure(err, "model: head %d: %s", br->first_entry + failed, why);
+            free(why);
+            return -1;
+        }
         for (int k = 0; k < head_list_output_count(&br->chain); k++) {
             m->outputs[m->noutputs] = head_list_output(&br->chain, k);
             m->output_head[m->noutputs] = br->first_entry;

@@ -602,5 +602,20 @@ Test(model, shapes_that_do_not_fit_are_refused_when_planning)
     cr_expect(err && strstr(err, "passes gradients from its last feature"), "%s", err);
     free(err);
     model_free(be, m);
+    /* A second head that does not take the first one's 128 outputs: refused, naming it, and
+     * the model plans again once given what fits (nothing half-planned is left). */
+    o = options_from("config:\n  MODEL:\n" R18_SMALL "    HEAD:\n      PARAMS: [[mlp, {dims: [512, 128]}], "
+                     "[mlp, {dims: [64, 10]}]]\n",
+                     NULL);
+    m = build(be, &o);
+    err = NULL;
+    cr_expect_eq(model_plan(be, m, in, 1, &err), -1);
+    cr_expect(err && strstr(err, "model: head 1: a Linear with in_features 64 receives 128 features"), "%s",
+              err);
+    free(err);
+    err = NULL;
+    cr_expect_eq(model_plan(be, m, in, 1, &err), -1, "a failed plan must not count as planned");
+    free(err);
+    model_free(be, m);
     eng_backend_close(be);
 }

@@ -232,7 +232,7 @@ static void vissl_setup(vissl_model *v)
     v->x = upload_npy(v->be, v->dir, "x.npy");
     resnet_plan(v->be, v->net, &v->x.shape);
     eng_shape feat = eng_shape2(v->x.shape.dim[0], 512);
-    head_plan(v->be, v->h, &feat);
+    cr_assert_eq(head_plan(v->be, v->h, &feat, NULL), 0);
 }
 
 static void vissl_teardown(vissl_model *v)
@@ -699,7 +699,7 @@ Test(weights, export_is_read_by_pytorch_with_the_same_forward)
     eng_tensor x = upload_npy(be, dir, "x.npy");
     resnet_plan(be, net, &x.shape);
     eng_shape fs = eng_shape2(x.shape.dim[0], 512);
-    head_plan(be, h, &fs);
+    cr_assert_eq(head_plan(be, h, &fs, NULL), 0);
     const eng_tensor *feat = resnet_forward(be, net, &x, false);
     expect_close(be, feat, dir, "feat_torch.npy", "export trunk");
     expect_close(be, head_forward(be, h, feat, false), dir, "out_torch.npy", "export head");
