@@ -35,14 +35,14 @@ typedef struct {
     json_t *catalog; /* loaded on first use */
 } checker;
 
-static cfg_node *C(const checker *ck, const char *path)
+static cfg_node *config_at(const checker *ck, const char *path)
 {
     return cfg_path(cfg_map_get(ck->cfg->root, "config"), path);
 }
 
-static bool C_bool(const checker *ck, const char *path)
+static bool config_true(const checker *ck, const char *path)
 {
-    cfg_node *n = C(ck, path);
+    cfg_node *n = config_at(ck, path);
     return n && n->kind == CFG_BOOL && n->b;
 }
 
@@ -86,7 +86,7 @@ static bool check_name(checker *ck, const cfg_node *n, const char *path, const c
 static bool check_enum(checker *ck, const char *path, const char *const *values, size_t count)
 {
     char *full = xasprintf("config.%s", path);
-    bool ok = check_in(ck, C(ck, path), full, cfg_path_leaf(path), values, count);
+    bool ok = check_in(ck, config_at(ck, path), full, cfg_path_leaf(path), values, count);
     free(full);
     return ok;
 }
@@ -97,7 +97,7 @@ static bool check_enum(checker *ck, const char *path, const char *const *values,
 
 static bool check_int_in(checker *ck, const char *path, const int64_t *allowed, size_t count)
 {
-    cfg_node *n = C(ck, path);
+    cfg_node *n = config_at(ck, path);
     for (size_t k = 0; n && k < count; k++)
         if (n->kind == CFG_INT && n->i == allowed[k])
             return true;
@@ -113,7 +113,7 @@ static bool check_int_in(checker *ck, const char *path, const int64_t *allowed, 
 
 static bool check_min(checker *ck, const char *path, double min)
 {
-    cfg_node *n = C(ck, path);
+    cfg_node *n = config_at(ck, path);
     if (!cfg_is_number(n) || cfg_number(n) >= min)
         return true;
     char *full = xasprintf("config.%s", path);
@@ -125,7 +125,7 @@ static bool check_min(checker *ck, const char *path, double min)
 /* A number within [lo, hi], finite; `rule` says so in the message ("must be ..."). */
 static bool check_range(checker *ck, const char *path, double lo, double hi, const char *rule)
 {
-    cfg_node *n = C(ck, path);
+    cfg_node *n = config_at(ck, path);
     if (!cfg_is_number(n))
         return true; /* composition checked the type */
     double v = cfg_number(n);
@@ -259,7 +259,7 @@ static bool check_transform(checker *ck, const cfg_node *t, const char *path)
 static bool check_transforms(checker *ck, const char *split)
 {
     char *path = xasprintf("%s.TRANSFORMS", split);
-    cfg_node *list = C(ck, path);
+    cfg_node *list = config_at(ck, path);
     bool ok = true;
     for (size_t k = 0; ok && k < list_len(list); k++) {
         char *item = xasprintf("config.%s.%zu", path, k);
@@ -324,7 +324,7 @@ static bool resolve_data_path(checker *ck, const char *split, size_t i, const ch
 {
     char *paths_key = xasprintf("%s.DATA_PATHS", split);
     char *names_key = xasprintf("%s.DATASET_NAMES", split);
-    cfg_node *paths = C(ck, paths_key), *names = C(ck, names_key);
+    cfg_node *paths = config_at(ck, paths_key), *names = config_at(ck, names_key);
     bool ok = true;
     *out = NULL;
     if (list_len(paths) > i && paths->items[i]->kind == CFG_STR) {
@@ -354,7 +354,7 @@ static bool resolve_data_path(checker *ck, const char *split, size_t i, const ch
 static bool check_split_paths(checker *ck, const char *split)
 {
     char *sources_key = xasprintf("%s.DATA_SOURCES", split);
-    cfg_node *sources = C(ck, sources_key);
+    cfg_node *sources = config_at(ck, sources_key);
     bool ok = true;
     for (size_t i = 0; ok && i < list_len(sources); i++) {
         const char *source = sources->items[i]->kind == CFG_STR ? sources->items[i]->s : "";
@@ -383,9 +383,9 @@ static bool check_split_paths(checker *ck, const char *split)
 static bool check_split(checker *ck, const char *split)
 {
     char *key;
-    cfg_node *sources = C(ck, (key = xasprintf("%s.DATA_SOURCES", split)));
+    cfg_node *sources = config_at(ck, (key = xasprintf("%s.DATA_SOURCES", split)));
     free(key);
-    cfg_node *names = C(ck, (key = xasprintf("%s.DATASET_NAMES", split)));
+    cfg_node *names = config_at(ck, (key = xasprintf("%s.DATASET_NAMES", split)));
     free(key);
     for (size_t k = 0; k < list_len(sources); k++) {
         char *path = xasprintf("config.%s.DATA_SOURCES.%zu", split, k);
@@ -404,7 +404,7 @@ static bool check_split(checker *ck, const char *split)
     static const char *const per_source[] = {"DATA_PATHS", "LABEL_SOURCES", "LABEL_PATHS"};
     for (size_t k = 0; k < ARRAY_LEN(per_source); k++) {
         char *path = xasprintf("%s.%s", split, per_source[k]);
-        cfg_node *n = C(ck, path);
+        cfg_node *n = config_at(ck, path);
         bool bad = list_len(n) && list_len(n) != list_len(sources);
         if (bad) {
             char *full = xasprintf("config.%s", path);
@@ -417,7 +417,7 @@ static bool check_split(checker *ck, const char *split)
     }
     char *collator = xasprintf("%s.COLLATE_FUNCTION", split);
     char *full = xasprintf("config.%s", collator);
-    bool ok = check_name(ck, C(ck, collator), full, "collator");
+    bool ok = check_name(ck, config_at(ck, collator), full, "collator");
     free(collator);
     free(full);
     char *label_type = xasprintf("%s.LABEL_TYPE", split);
@@ -444,9 +444,9 @@ static bool check_data(checker *ck)
     free(rule);
     if (!ok)
         return false;
-    if (!C_bool(ck, "TEST_ONLY") && !check_split(ck, "DATA.TRAIN"))
+    if (!config_true(ck, "TEST_ONLY") && !check_split(ck, "DATA.TRAIN"))
         return false;
-    if (C_bool(ck, "TEST_MODEL") && !check_split(ck, "DATA.TEST"))
+    if (config_true(ck, "TEST_MODEL") && !check_split(ck, "DATA.TEST"))
         return false;
     return true;
 }
@@ -488,7 +488,7 @@ static bool check_head_entry(checker *ck, const cfg_node *entry, const char *pat
 
 static bool check_model(checker *ck)
 {
-    cfg_node *trunk = C(ck, "MODEL.TRUNK.NAME");
+    cfg_node *trunk = config_at(ck, "MODEL.TRUNK.NAME");
     if (!check_name(ck, trunk, "config.MODEL.TRUNK.NAME", "trunk"))
         return false;
     if (!strcmp(trunk->s, "resnet")) {
@@ -502,7 +502,7 @@ static bool check_model(checker *ck)
     }
     if (!ENUM(ck, "MODEL.INPUT_TYPE", "rgb", "bgr", "lab"))
         return false;
-    cfg_node *heads = C(ck, "MODEL.HEAD.PARAMS");
+    cfg_node *heads = config_at(ck, "MODEL.HEAD.PARAMS");
     for (size_t k = 0; k < list_len(heads); k++) {
         char *path = xasprintf("config.MODEL.HEAD.PARAMS.%zu", k);
         bool ok = check_head_entry(ck, heads->items[k], path);
@@ -515,12 +515,12 @@ static bool check_model(checker *ck)
 
 static bool check_loss_and_meters(checker *ck)
 {
-    cfg_node *loss = C(ck, "LOSS.name");
+    cfg_node *loss = config_at(ck, "LOSS.name");
     if (!check_name(ck, loss, "config.LOSS.name", "loss"))
         return false;
-    cfg_node *meter = C(ck, "METERS.name");
+    cfg_node *meter = config_at(ck, "METERS.name");
     if (meter && meter->kind == CFG_STR && *meter->s) {
-        cfg_node *meters = C(ck, "METERS");
+        cfg_node *meters = config_at(ck, "METERS");
         const char *names[64];
         size_t n = 0;
         for (size_t k = 0; k < meters->len && n < ARRAY_LEN(names); k++)
@@ -534,10 +534,10 @@ static bool check_loss_and_meters(checker *ck)
 
 static bool check_optimizer(checker *ck)
 {
-    if (!check_name(ck, C(ck, "OPTIMIZER.name"), "config.OPTIMIZER.name", "optimizer") ||
+    if (!check_name(ck, config_at(ck, "OPTIMIZER.name"), "config.OPTIMIZER.name", "optimizer") ||
         !check_min(ck, "OPTIMIZER.num_epochs", 1))
         return false;
-    cfg_node *epochs = C(ck, "OPTIMIZER.num_epochs");
+    cfg_node *epochs = config_at(ck, "OPTIMIZER.num_epochs");
     int64_t num_epochs = epochs && epochs->kind == CFG_INT ? epochs->i : 1;
     static const char *const which[] = {"lr", "lr_head"};
     for (size_t k = 0; k < ARRAY_LEN(which); k++) {
@@ -587,7 +587,7 @@ static bool check_selfsup(checker *ck)
  * files are checked where they are loaded, on the node that uses them. */
 static bool check_selfsup_endpoint(checker *ck)
 {
-    cfg_node *ep = C(ck, "SELFSUP.CONTROL.ENDPOINT");
+    cfg_node *ep = config_at(ck, "SELFSUP.CONTROL.ENDPOINT");
     if (!ep || ep->kind != CFG_STR || !*ep->s || (!strncmp(ep->s, "ipc://", 6) && ep->s[6] != '@') ||
         !strncmp(ep->s, "tcp://", 6))
         return true;
@@ -600,8 +600,9 @@ static bool check_selfsup_endpoint(checker *ck)
  * ship a placeholder there). Like a missing file: an error for validate, a warning for show. */
 static bool check_rendezvous(checker *ck)
 {
-    cfg_node *nodes = C(ck, "DISTRIBUTED.NUM_NODES"), *method = C(ck, "DISTRIBUTED.INIT_METHOD");
-    cfg_node *run_id = C(ck, "DISTRIBUTED.RUN_ID");
+    cfg_node *nodes = config_at(ck, "DISTRIBUTED.NUM_NODES"),
+             *method = config_at(ck, "DISTRIBUTED.INIT_METHOD");
+    cfg_node *run_id = config_at(ck, "DISTRIBUTED.RUN_ID");
     if (!nodes || nodes->kind != CFG_INT || nodes->i <= 1 || !method || method->kind != CFG_STR ||
         strcmp(method->s, "tcp") || !run_id || run_id->kind != CFG_STR)
         return true;
@@ -614,7 +615,7 @@ static bool check_rendezvous(checker *ck)
 
 static bool check_weights(checker *ck)
 {
-    cfg_node *file = C(ck, "MODEL.WEIGHTS_INIT.PARAMS_FILE");
+    cfg_node *file = config_at(ck, "MODEL.WEIGHTS_INIT.PARAMS_FILE");
     if (!file || file->kind != CFG_STR || !*file->s || path_exists(file->s))
         return true;
     if (strstr(file->s, "://"))
@@ -641,13 +642,14 @@ static bool check_unimplemented(checker *ck)
     };
     for (size_t k = 0; k < ARRAY_LEN(on); k++) {
         char *full = xasprintf("config.%s", on[k].path);
-        bool ok = !C_bool(ck, on[k].path) || report_unusable(ck, C(ck, on[k].path), full, "%s", on[k].what);
+        bool ok = !config_true(ck, on[k].path) ||
+                  report_unusable(ck, config_at(ck, on[k].path), full, "%s", on[k].what);
         free(full);
         if (!ok)
             return false;
     }
     /* VISSL's only train step; its name is what its registry looks up, ours is fixed. */
-    cfg_node *step = C(ck, "TRAINER.TRAIN_STEP_NAME");
+    cfg_node *step = config_at(ck, "TRAINER.TRAIN_STEP_NAME");
     if (step && step->kind == CFG_STR && strcmp(step->s, "standard_train_step"))
         return report_unusable(ck, step, "config.TRAINER.TRAIN_STEP_NAME",
                                "'%s': train steps other than standard_train_step are not implemented yet", step->s);
@@ -658,7 +660,7 @@ static bool check_unimplemented(checker *ck)
  * recipes turn it on routinely, so it is accepted with a word that it changes nothing. */
 static void warn_sync_bn(checker *ck)
 {
-    if (C_bool(ck, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
+    if (config_true(ck, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
         cfg_warn(ck->cfg, "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN: has no effect: data-parallel training "
                           "is not implemented yet, and on one trainer SyncBN is plain BatchNorm");
 }

@@ -95,6 +95,17 @@ void log_msg(log_level level, const char *fmt, ...)
     va_end(ap);
 }
 
+int log_usage_error(void (*print_usage)(FILE *), const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    log_vmsg(LOG_ERROR, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    print_usage(stderr);
+    return EXIT_USAGE;
+}
+
 void die(int code, const char *fmt, ...)
 {
     va_list ap;

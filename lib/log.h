@@ -25,6 +25,7 @@
 #define SELFSUP_LOG_H
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdnoreturn.h>
 
 #ifdef __cplusplus
@@ -48,6 +49,10 @@ void log_vmsg(log_level level, const char *fmt, va_list ap);
 #define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
 #define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+
+/* A command's refusal of its command line: log the error, then a blank line and the usage
+ * (print_usage(stderr)); returns EXIT_USAGE for main to exit with. */
+int log_usage_error(void (*print_usage)(FILE *), const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Log at ERROR level and exit with `code` (EXIT_RUNTIME or EXIT_USAGE). */
 __attribute__((__noreturn__)) void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

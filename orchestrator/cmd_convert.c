@@ -68,18 +68,6 @@ static void convert_usage(FILE *out)
           "exit status: 0 written, 1 IN unreadable or OUT unwritable, 2 usage error\n", out);
 }
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    log_vmsg(LOG_ERROR, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    convert_usage(stderr);
-    return EXIT_USAGE;
-}
-
 static bool ends_with(const char *s, const char *tail)
 {
     size_t n = strlen(s), t = strlen(tail);
@@ -106,31 +94,34 @@ static int parse_args(int argc, char **argv, convert_args *a)
             return -1;
         } else if (!strcmp(arg, "--to") || !strcmp(arg, "--format")) {
             if (k + 1 >= argc)
-                return usage_error("%s needs a value", arg);
+                return log_usage_error(convert_usage, "%s needs a value", arg);
             const char *v = argv[++k];
             if (!strcmp(arg, "--to") && (!strcmp(v, "vissl") || !strcmp(v, "torchvision")))
                 a->to = !strcmp(v, "vissl") ? TO_VISSL : TO_TORCHVISION;
             else if (!strcmp(arg, "--format") && (!strcmp(v, "safetensors") || !strcmp(v, "torch")))
                 a->format = !strcmp(v, "torch") ? FORMAT_TORCH : FORMAT_SAFETENSORS;
             else
-                return usage_error("%s '%s': expected %s", arg, v,
-                                   !strcmp(arg, "--to") ? "vissl or torchvision" : "safetensors or torch");
+                return log_usage_error(convert_usage, "%s '%s': expected %s", arg, v,
+                                       !strcmp(arg, "--to") ? "vissl or torchvision"
+                                                            : "safetensors or torch");
         } else if (arg[0] == '-' && arg[1]) {
-            return usage_error("unknown option '%s'", arg);
+            return log_usage_error(convert_usage, "unknown option '%s'", arg);
         } else if (!a->in) {
             a->in = arg;
         } else if (!a->out) {
             a->out = arg;
         } else {
-            return usage_error("one IN and one OUT only ('%s' is extra)", arg);
+            return log_usage_error(convert_usage, "one IN and one OUT only ('%s' is extra)", arg);
         }
     }
     if (!a->in || !a->out)
-        return usage_error("IN and OUT are needed");
+        return log_usage_error(convert_usage, "IN and OUT are needed");
     if (a->format == FORMAT_UNSET && (a->format = format_from_name(a->out)) == FORMAT_UNSET)
-        return usage_error("cannot tell OUT's format from '%s': name it .safetensors, .torch, .pth or .pt, or "
-                           "give --format",
-                           a->out);
+        return log_usage_error(
+            convert_usage,
+            "cannot tell OUT's format from '%s': name it .safetensors, .torch, .pth or .pt, or "
+            "give --format",
+            a->out);
     return 0;
 }
 

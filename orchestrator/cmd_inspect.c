@@ -53,18 +53,6 @@ static void inspect_usage(FILE *out)
           "that was stopped, a record count that differs from it, records after it; 2 usage error\n", out);
 }
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    log_vmsg(LOG_ERROR, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    inspect_usage(stderr);
-    return EXIT_USAGE;
-}
-
 /* 0 to go on, -1 for --help (exit 0), or EXIT_USAGE. */
 static int parse_args(int argc, char **argv, inspect_args *a)
 {
@@ -78,23 +66,24 @@ static int parse_args(int argc, char **argv, inspect_args *a)
             a->count = true;
         } else if (!strcmp(arg, "--values")) {
             if (k + 1 >= argc)
-                return usage_error("%s needs a number", arg);
+                return log_usage_error(inspect_usage, "%s needs a number", arg);
             char *end;
             errno = 0;
             long v = strtol(argv[++k], &end, 10);
             if (errno || end == argv[k] || *end || v < -1 || v > 1000000000)
-                return usage_error("--values wants a number from -1 up, not '%s'", argv[k]);
+                return log_usage_error(inspect_usage, "--values wants a number from -1 up, not '%s'",
+                                       argv[k]);
             a->values = (int)v;
         } else if (arg[0] == '-' && arg[1]) {
-            return usage_error("unknown option '%s'", arg);
+            return log_usage_error(inspect_usage, "unknown option '%s'", arg);
         } else if (a->path) {
-            return usage_error("one input only (extra argument '%s')", arg);
+            return log_usage_error(inspect_usage, "one input only (extra argument '%s')", arg);
         } else {
             a->path = arg;
         }
     }
     if (!a->path)
-        return usage_error("no input given: a FILE, file:PATH or - for stdin");
+        return log_usage_error(inspect_usage, "no input given: a FILE, file:PATH or - for stdin");
     return 0;
 }
 

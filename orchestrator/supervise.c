@@ -32,6 +32,14 @@
 #define PROGRESS_TTY_S 1.0
 #define PROGRESS_LOG_S 10.0
 
+/* An exit with an error is judged by the stage's final report (which says whether another
+ * stage caused it); the report may still be on its way when the exit is reaped. */
+typedef enum {
+    EXIT_JUDGED_AT_ONCE,   /* the usual case: judged when reaped */
+    EXIT_AWAITS_FINAL,     /* exited before its report: judged when it comes, or at final_due_by */
+    EXIT_JUDGED_AFTER_WAIT /* judged once the report had its time: not held again */
+} exit_judgment;
+
 typedef struct {
     const topo_stage *ts;
     pid_t pid;
@@ -43,8 +51,8 @@ typedef struct {
     size_t partial_len;
     bool hello, exited;
     bool final_seen;            /* its final report came */
-    bool waited_for_final;      /* its exit was judged once the final report had time to come */
-    double final_due_by;        /* it exited with an error before its final report came (0: not so) */
+    exit_judgment judgment;     /* of an exit with an error, which its final report explains */
+    double final_due_by;        /* under EXIT_AWAITS_FINAL: when to judge without the report */
     double peer_failed_at;      /* it reported a failure caused by another stage (0: none) */
     int wstatus;
     double last_heartbeat;
@@ -234,7 +242,8 @@ static void judge_exit(run *r, proc *p)
     bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
     if (ok || r->phase == PHASE_STOPPING || (p->peer_failed_at && WIFEXITED(wstatus)))
         return;
-    if (WIFEXITED(wstatus) && p->hello && !p->final_seen && !p->waited_for_final) {
+    if (WIFEXITED(wstatus) && p->hello && !p->final_seen && p->judgment == EXIT_JUDGED_AT_ONCE) {
+        p->judgment = EXIT_AWAITS_FINAL;
         p->final_due_by = now_seconds() + PEER_GRACE_S;
         return;
     }
@@ -375,7 +384,7 @@ static void drain_control(run *r)
 
 /* ---- progress -------------------------------------------------------------------------------- */
 
-/* "decode 812/s | augment×4 806/s | collate 50/s | train 50/s | rings 3/8 8/8 1/8 | ETA 0:42" */
+/* "decode 812/s | augment×4 806/s | collate 50/s | train 2.5/s | rings 3/8 8/8 1/8 | ETA 0:42" */
 static void progress_text(run *r, strbuf *sb)
 {
     int64_t expected = 0;
@@ -395,7 +404,8 @@ static void progress_text(run *r, strbuf *sb)
         sb_printf(sb, "%s%s", i ? " | " : "", name);
         if (k - i > 1)
             sb_printf(sb, "×%d", k - i);
-        sb_printf(sb, " %.0f/s", rate);
+        /* a trainer's 0.4 batches/s is not 0/s */
+        sb_printf(sb, rate > 0 && rate < 10 ? " %.1f/s" : " %.0f/s", rate);
         i = k;
     }
     if (r->opt->rings) {
@@ -458,7 +468,7 @@ static int live_count(const run *r)
 {
     int n = 0;
     for (int i = 0; i < r->n; i++)
-        n += !r->procs[i].exited || r->procs[i].out_fd >= 0 || r->procs[i].final_due_by > 0;
+        n += !r->procs[i].exited || r->procs[i].out_fd >= 0 || r->procs[i].judgment == EXIT_AWAITS_FINAL;
     return n;
 }
 
@@ -482,9 +492,9 @@ static void advance(run *r, double now)
     }
     for (int i = 0; i < r->n; i++) { /* in any phase: a pending judgment keeps the loop going */
         proc *p = &r->procs[i];
-        if (p->final_due_by && (p->final_seen || now >= p->final_due_by || r->phase == PHASE_STOPPING)) {
-            p->final_due_by = 0;
-            p->waited_for_final = true;
+        if (p->judgment == EXIT_AWAITS_FINAL &&
+            (p->final_seen || now >= p->final_due_by || r->phase == PHASE_STOPPING)) {
+            p->judgment = EXIT_JUDGED_AFTER_WAIT;
             judge_exit(r, p);
         }
     }
