@@ -71,6 +71,42 @@ static void run_ok(const aug_pipeline *p, aug_sample *s, uint64_t seed, uint32_t
     cr_assert_eq(rc, 0, "aug_apply: %s", err);
 }
 
+/* A list built and applied to one coordinate image; applied_free frees both. */
+typedef struct {
+    aug_pipeline *p;
+    aug_sample s;
+} applied;
+
+/* The list `yaml` applied (epoch 0, `seed`) to a w x h coordinate image with `label`, index `idx`. */
+static applied apply_to_coords(const char *yaml, int w, int h, int64_t label, int64_t idx, uint64_t seed)
+{
+    applied a = {.p = build_ok(yaml)};
+    one_sample(&a.s, w, h, label, idx);
+    run_ok(a.p, &a.s, seed, 0);
+    return a;
+}
+
+static void applied_free(applied *a)
+{
+    aug_sample_clear(&a->s);
+    aug_pipeline_free(a->p);
+}
+
+/* The sample written as one record (float32 pixels if to_float) into a buffer the caller frees. */
+static void *written(const aug_sample *s, bool to_float, rec_view *v)
+{
+    size_t cap = 1 << 16;
+    void *buf = aligned_alloc(64, cap);
+    rec_writer w;
+    cr_assert_eq(rec_writer_init(&w, buf, cap, REC_DATA, 0, 0, aug_sample_tensors(s)), 0);
+    aug_normalize none = {0};
+    cr_assert_eq(aug_sample_write(s, &none, to_float, &w), 0);
+    size_t len = rec_finish(&w);
+    char *err = NULL;
+    cr_assert(len && rec_parse(buf, len, v, &err) == 0, "%s", err ? err : "empty record");
+    return buf;
+}
+
 static bool same_pixels(const img_u8 *a, const img_u8 *b)
 {
     if (a->w != b->w || a->h != b->h || a->c != b->c)
@@ -93,81 +129,69 @@ TestSuite(augment, .fini = teardown);
 
 Test(augment, replicate_flattens_and_replicates_metadata)
 {
-    aug_pipeline *p = build_ok("t:\n  - {name: ImgReplicatePil, num_times: 3}\n");
-    aug_sample s = {0};
-    one_sample(&s, 5, 4, 7, 42);
-    run_ok(p, &s, 0, 0);
-    cr_assert_eq(s.n, 3);
-    cr_assert_eq(s.n_label, 3);
+    applied a = apply_to_coords("t:\n  - {name: ImgReplicatePil, num_times: 3}\n", 5, 4, 7, 42, 0);
+    cr_assert_eq(a.s.n, 3);
+    cr_assert_eq(a.s.n_label, 3);
+    img_u8 ref = coords_image(5, 4);
     for (int k = 0; k < 3; k++) {
-        cr_assert_eq(s.label[k], 7);
-        cr_assert_eq(s.idx[k], 42);
-        cr_assert_eq(s.valid[k], 1);
-        img_u8 ref = coords_image(5, 4);
-        cr_assert(same_pixels(&s.items[k].im, &ref), "copy %d differs from the image", k);
-        img_free(&ref);
+        cr_assert_eq(a.s.label[k], 7);
+        cr_assert_eq(a.s.idx[k], 42);
+        cr_assert_eq(a.s.valid[k], 1);
+        cr_assert(same_pixels(&a.s.items[k].im, &ref), "copy %d differs from the image", k);
     }
-    aug_sample_clear(&s);
-    aug_pipeline_free(p);
+    img_free(&ref);
+    applied_free(&a);
 }
 
 Test(augment, multicrop_makes_crops_in_type_order)
 {
-    aug_pipeline *p = build_ok("t:\n  - name: ImgPilToMultiCrop\n    total_num_crops: 5\n    num_crops: [2, 3]\n"
-                               "    size_crops: [24, 8]\n    crop_scales: [[0.14, 1], [0.05, 0.14]]\n");
-    aug_sample s = {0};
-    one_sample(&s, 64, 48, 3, 9);
-    run_ok(p, &s, 1, 0);
-    cr_assert_eq(s.n, 5);
+    applied a =
+        apply_to_coords("t:\n  - name: ImgPilToMultiCrop\n    total_num_crops: 5\n    num_crops: [2, 3]\n"
+                        "    size_crops: [24, 8]\n    crop_scales: [[0.14, 1], [0.05, 0.14]]\n",
+                        64, 48, 3, 9, 1);
+    cr_assert_eq(a.s.n, 5);
     for (int k = 0; k < 5; k++) {
         int want = k < 2 ? 24 : 8;
-        cr_assert_eq(s.items[k].im.w, want, "crop %d is %d wide", k, s.items[k].im.w);
-        cr_assert_eq(s.items[k].im.h, want);
-        cr_assert_eq(s.label[k], 3);
+        cr_assert_eq(a.s.items[k].im.w, want, "crop %d is %d wide", k, a.s.items[k].im.w);
+        cr_assert_eq(a.s.items[k].im.h, want);
+        cr_assert_eq(a.s.label[k], 3);
     }
-    aug_sample_clear(&s);
-    aug_pipeline_free(p);
+    applied_free(&a);
 }
 
 Test(augment, rotate_overwrites_the_last_label_with_the_angle_index)
 {
     /* A square image: rotation is a transposition, so the angle can be read back from where
      * pixel (0,0) went. Label index = angle / 90. */
-    aug_pipeline *p = build_ok("t:\n  - {name: ImgRotatePil}\n");
     int seen[4] = {0};
     for (int idx = 0; idx < 64; idx++) {
-        aug_sample s = {0};
-        one_sample(&s, 6, 6, 100, idx);
-        run_ok(p, &s, 5, 0);
-        cr_assert_eq(s.n_label, 1);
-        int64_t l = s.label[0];
+        applied a = apply_to_coords("t:\n  - {name: ImgRotatePil}\n", 6, 6, 100, idx, 5);
+        cr_assert_eq(a.s.n_label, 1);
+        int64_t l = a.s.label[0];
         cr_assert(l >= 0 && l < 4, "label %lld", (long long)l);
         seen[l]++;
         /* counter-clockwise by 90*l: the top-left source corner (0,0,0) lands at top-left
          * (0), bottom-left (90), bottom-right (180), top-right (270). */
         int cx[4] = {0, 0, 5, 5}, cy[4] = {0, 5, 5, 0};
-        const uint8_t *px = s.items[0].im.px + (size_t)cy[l] * s.items[0].im.stride + (size_t)cx[l] * 3;
+        const img_u8 *o = &a.s.items[0].im;
+        const uint8_t *px = o->px + (size_t)cy[l] * o->stride + (size_t)cx[l] * 3;
         cr_assert(px[0] == 0 && px[1] == 0, "label %lld: corner (0,0) not where a %lld-degree turn puts it",
                   (long long)l, (long long)l * 90);
-        aug_sample_clear(&s);
+        applied_free(&a);
     }
     for (int l = 0; l < 4; l++)
         cr_assert(seen[l] > 0, "angle %d never drawn in 64 samples", l * 90);
-    aug_pipeline_free(p);
 }
 
 Test(augment, indices_limit_a_transform)
 {
     /* Crop copy 1 only; copy 0 keeps its size. */
-    aug_pipeline *p = build_ok("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
-                               "  - {name: CenterCrop, size: 3, indices: [1]}\n");
-    aug_sample s = {0};
-    one_sample(&s, 9, 7, 0, 0);
-    run_ok(p, &s, 0, 0);
-    cr_assert_eq(s.items[0].im.w, 9);
-    cr_assert_eq(s.items[1].im.w, 3);
-    aug_sample_clear(&s);
-    aug_pipeline_free(p);
+    applied a = apply_to_coords("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
+                                "  - {name: CenterCrop, size: 3, indices: [1]}\n",
+                                9, 7, 0, 0, 0);
+    cr_assert_eq(a.s.items[0].im.w, 9);
+    cr_assert_eq(a.s.items[1].im.w, 3);
+    applied_free(&a);
 }
 
 Test(augment, indices_past_the_list_fail_at_run_time)
@@ -187,33 +211,25 @@ Test(augment, indices_past_the_list_fail_at_run_time)
 Test(augment, resize_int_sets_the_shorter_side_and_truncates_the_longer)
 {
     /* 500x375 -> 341x256 (int(256 * 500 / 375) = 341); 375x500 -> 256x341. */
-    aug_pipeline *p = build_ok("t:\n  - {name: Resize, size: 256}\n");
-    aug_sample s = {0};
-    one_sample(&s, 500, 375, 0, 0);
-    run_ok(p, &s, 0, 0);
-    cr_assert_eq(s.items[0].im.w, 341);
-    cr_assert_eq(s.items[0].im.h, 256);
-    aug_sample_clear(&s);
-    one_sample(&s, 375, 500, 0, 0);
-    run_ok(p, &s, 0, 0);
-    cr_assert_eq(s.items[0].im.w, 256);
-    cr_assert_eq(s.items[0].im.h, 341);
-    aug_sample_clear(&s);
-    aug_pipeline_free(p);
+    const char *resize = "t:\n  - {name: Resize, size: 256}\n";
+    applied a = apply_to_coords(resize, 500, 375, 0, 0, 0);
+    cr_assert_eq(a.s.items[0].im.w, 341);
+    cr_assert_eq(a.s.items[0].im.h, 256);
+    applied_free(&a);
+    a = apply_to_coords(resize, 375, 500, 0, 0, 0);
+    cr_assert_eq(a.s.items[0].im.w, 256);
+    cr_assert_eq(a.s.items[0].im.h, 341);
+    applied_free(&a);
 }
 
 Test(augment, center_crop_takes_the_middle_with_round_half_even)
 {
     /* 9 wide -> 4: left = round(2.5) = 2 (Python rounds half to even); 7 high -> 4: top = round(1.5) = 2. */
-    aug_pipeline *p = build_ok("t:\n  - {name: CenterCrop, size: 4}\n");
-    aug_sample s = {0};
-    one_sample(&s, 9, 7, 0, 0);
-    run_ok(p, &s, 0, 0);
-    const uint8_t *px = s.items[0].im.px;
+    applied a = apply_to_coords("t:\n  - {name: CenterCrop, size: 4}\n", 9, 7, 0, 0, 0);
+    const uint8_t *px = a.s.items[0].im.px;
     cr_assert_eq(px[0], 2, "left offset %d", px[0]);
     cr_assert_eq(px[1], 2, "top offset %d", px[1]);
-    aug_sample_clear(&s);
-    aug_pipeline_free(p);
+    applied_free(&a);
 }
 
 Test(augment, center_crop_larger_than_the_image_pads_with_zeros)
@@ -241,37 +257,32 @@ Test(augment, random_resized_crop_draws_boxes_inside_the_distribution)
     /* scale [0.5, 0.5] and ratio [1, 1] on a 40x40 coordinate image: the box is 28x28
      * (round(sqrt(800)) = 28); with size 28 and no scaling, the crop is an exact copy whose
      * top-left pixel tells the offset, which must be uniform over 0..12. */
-    aug_pipeline *p = build_ok("t:\n  - {name: RandomResizedCrop, size: 28, scale: [0.5, 0.5], ratio: [1, 1]}\n");
     int hits[13] = {0};
     for (int idx = 0; idx < 400; idx++) {
-        aug_sample s = {0};
-        one_sample(&s, 40, 40, 0, idx);
-        run_ok(p, &s, 11, 0);
-        const img_u8 *o = &s.items[0].im;
+        applied a =
+            apply_to_coords("t:\n  - {name: RandomResizedCrop, size: 28, scale: [0.5, 0.5], ratio: [1, 1]}\n",
+                            40, 40, 0, idx, 11);
+        const img_u8 *o = &a.s.items[0].im;
         int x0 = o->px[0], y0 = o->px[1];
         cr_assert(x0 <= 12 && y0 <= 12, "offset (%d,%d)", x0, y0);
         /* a plain copy: every pixel is its source coordinate shifted by the offset */
         cr_assert_eq(o->px[(size_t)27 * o->stride + 27 * 3], x0 + 27);
         hits[x0]++;
-        aug_sample_clear(&s);
+        applied_free(&a);
     }
     for (int i = 0; i <= 12; i++)
         cr_assert(hits[i] > 5, "x offset %d drawn %d times in 400", i, hits[i]);
-    aug_pipeline_free(p);
 }
 
 Test(augment, random_resized_crop_falls_back_to_the_central_crop)
 {
     /* A 100x10 image with ratio [1, 1] and scale [0.9, 1]: no square of 90%+ of the area fits,
      * so torchvision takes the centre clamped to ratio 1: 10x10 at x = 45. */
-    aug_pipeline *p = build_ok("t:\n  - {name: RandomResizedCrop, size: 10, scale: [0.9, 1], ratio: [1, 1]}\n");
-    aug_sample s = {0};
-    one_sample(&s, 100, 10, 0, 3);
-    run_ok(p, &s, 0, 0);
-    cr_assert_eq(s.items[0].im.px[0], 45);
-    cr_assert_eq(s.items[0].im.px[1], 0);
-    aug_sample_clear(&s);
-    aug_pipeline_free(p);
+    applied a = apply_to_coords(
+        "t:\n  - {name: RandomResizedCrop, size: 10, scale: [0.9, 1], ratio: [1, 1]}\n", 100, 10, 0, 3, 0);
+    cr_assert_eq(a.s.items[0].im.px[0], 45);
+    cr_assert_eq(a.s.items[0].im.px[1], 0);
+    applied_free(&a);
 }
 
 /* ---- determinism -------------------------------------------------------------------------- */
@@ -344,25 +355,22 @@ Test(augment, jigsaw_patches_are_cut_from_the_grid_and_shuffled_by_a_permutation
     snprintf(yaml, sizeof yaml,
              "t:\n  - {name: ToTensor}\n  - {name: ImgPatchesFromTensor, num_patches: 9, patch_jitter: 21}\n"
              "  - {name: ShuffleImgPatches, perm_file: \"%s\"}\n", path);
-    aug_pipeline *p = build_ok(yaml);
-    aug_sample s = {0};
-    one_sample(&s, 255, 255, 5, 1);
-    run_ok(p, &s, 0, 0);
+    applied a = apply_to_coords(yaml, 255, 255, 5, 1, 0);
     unlink(path);
-    cr_assert_eq(s.n, 1);
-    cr_assert_eq(s.items[0].towers, 9);
-    cr_assert_eq(s.items[0].im.w, 64);
-    cr_assert_eq(s.items[0].im.h, 9 * 64);
-    cr_assert_eq(s.label[0], 0, "label %lld", (long long)s.label[0]);
+    const img_u8 *o = &a.s.items[0].im;
+    cr_assert_eq(a.s.n, 1);
+    cr_assert_eq(a.s.items[0].towers, 9);
+    cr_assert_eq(o->w, 64);
+    cr_assert_eq(o->h, 9 * 64);
+    cr_assert_eq(a.s.label[0], 0, "label %lld", (long long)a.s.label[0]);
     for (int k = 0; k < 9; k++) {
         int src = 8 - k, i = src / 3, j = src % 3;
-        const uint8_t *px = s.items[0].im.px + (size_t)(k * 64) * s.items[0].im.stride;
+        const uint8_t *px = o->px + (size_t)(k * 64) * o->stride;
         int x0 = px[0], y0 = px[1];
         cr_assert(x0 >= i * 85 && x0 < i * 85 + 21, "tower %d: x %d not in cell column %d", k, x0, i);
         cr_assert(y0 >= j * 85 && y0 < j * 85 + 21, "tower %d: y %d not in cell row %d", k, y0, j);
     }
-    aug_sample_clear(&s);
-    aug_pipeline_free(p);
+    applied_free(&a);
 }
 
 /* ---- refusals ------------------------------------------------------------------------------ */
@@ -611,16 +619,9 @@ Test(augment, lab_tensor_is_vissls_float_arithmetic)
     aug_sample s = {0};
     aug_sample_init(&s, &im, 1, &label, 1, &valid, &idx);
     s.items[0].lab = true; /* as if ImgPil2LabTensor had made these bytes */
-    aug_normalize none = {0};
     for (int to_float = 0; to_float < 2; to_float++) {
-        size_t cap = 1 << 16;
-        void *buf = aligned_alloc(64, cap);
-        rec_writer wr;
-        cr_assert_eq(rec_writer_init(&wr, buf, cap, REC_DATA, 0, 0, aug_sample_tensors(&s)), 0);
-        cr_assert_eq(aug_sample_write(&s, &none, to_float, &wr), 0);
-        size_t len = rec_finish(&wr);
         rec_view v;
-        cr_assert(len && rec_parse(buf, len, &v, &err) == 0);
+        void *buf = written(&s, to_float, &v);
         int t = rec_find(&v, "data.0");
         cr_assert(t >= 0 && v.tensors[t].dtype == REC_F32 && v.tensors[t].ndim == 3 && v.tensors[t].shape[0] == 3 &&
                   v.tensors[t].shape[1] == 1 && v.tensors[t].shape[2] == (uint64_t)w);
@@ -633,7 +634,7 @@ Test(augment, lab_tensor_is_vissls_float_arithmetic)
     /* worked by hand: white is (50, 0, 0) after OpenCV's (255, 128, 128) */
     aug_pipeline *p = build_ok("t:\n  - {name: ImgPil2LabTensor}\n");
     one_sample(&s, 2, 2, 0, 0);
-    memset(s.items[0].im.px, 255, s.items[0].im.stride * 2);
+    memset(s.items[0].im.px, 255, s.items[0].im.stride * 2); /* white */
     run_ok(p, &s, 0, 0);
     const uint8_t *px = s.items[0].im.px;
     cr_assert(s.items[0].lab && px[0] == 255 && px[1] == 128 && px[2] == 128, "white: %d %d %d", px[0], px[1], px[2]);
@@ -648,14 +649,11 @@ Test(augment, lab_must_come_last_and_on_images)
     cr_assert(strstr(err.msg, "after ImgPil2LabTensor"), "%s", err.msg);
     cr_assert_null(build("t:\n  - {name: ToTensor}\n  - {name: ImgPil2LabTensor}\n", &err));
     cr_assert(strstr(err.msg, "needs a PIL image"), "%s", err.msg);
-    aug_pipeline *p = build_ok("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
-                               "  - {name: ImgPil2LabTensor, indices: [1]}\n");
-    aug_sample s = {0};
-    one_sample(&s, 5, 4, 0, 0);
-    run_ok(p, &s, 0, 0);
-    cr_assert(!s.items[0].lab && s.items[1].lab, "indices: only item 1 becomes Lab");
-    aug_sample_clear(&s);
-    aug_pipeline_free(p);
+    applied a = apply_to_coords("t:\n  - {name: ImgReplicatePil, num_times: 2}\n"
+                                "  - {name: ImgPil2LabTensor, indices: [1]}\n",
+                                5, 4, 0, 0, 0);
+    cr_assert(!a.s.items[0].lab && a.s.items[1].lab, "indices: only item 1 becomes Lab");
+    applied_free(&a);
 }
 
 /* ---- labels that are rows (a 2-D label .npy) ---------------------------------------------- */
@@ -672,16 +670,8 @@ Test(augment, label_rows_are_replicated_whole_and_written_as_a_matrix)
     cr_assert_eq(s.n_label, 3);
     for (int k = 0; k < 3; k++)
         cr_assert_arr_eq(s.label + 4 * k, row, sizeof row, "copy %d's label row", k);
-    size_t cap = 1 << 16;
-    void *buf = aligned_alloc(64, cap);
-    rec_writer w;
-    cr_assert_eq(rec_writer_init(&w, buf, cap, REC_DATA, 0, 0, aug_sample_tensors(&s)), 0);
-    aug_normalize none = {0};
-    cr_assert_eq(aug_sample_write(&s, &none, false, &w), 0);
     rec_view v;
-    char *err = NULL;
-    size_t len = rec_finish(&w);
-    cr_assert(len && rec_parse(buf, len, &v, &err) == 0);
+    void *buf = written(&s, false, &v);
     int t = rec_find(&v, "label");
     cr_assert(t >= 0 && v.tensors[t].ndim == 2 && v.tensors[t].shape[0] == 3 && v.tensors[t].shape[1] == 4);
     free(buf);

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +37,43 @@
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-static char *bin(const char *name)
+/* The test stages and the front door, found once per test (the suite's init). */
+static struct {
+    char *produce, *pass, *check, *selfsup;
+} g;
+
+static void find_programs(void)
 {
-    char *rel = xasprintf("tests/selfsup-test-%s", name);
-    char *p = test_build_path(rel);
-    free(rel);
-    return p;
+    g.produce = test_build_path("tests/selfsup-test-produce");
+    g.pass = test_build_path("tests/selfsup-test-passthru");
+    g.check = test_build_path("tests/selfsup-test-check");
+    g.selfsup = test_build_path("selfsup");
+}
+
+static void free_programs(void) { free(g.produce), free(g.pass), free(g.check), free(g.selfsup); }
+
+TestSuite(pipeline, .init = find_programs, .fini = free_programs);
+
+/* The shell command printf(fmt, ...) run to its end: its exit status, its output in *out. */
+__attribute__((format(printf, 2, 3))) static int shell(char **out, const char *fmt, ...)
+{
+    strbuf cmd = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(&cmd, fmt, ap);
+    va_end(ap);
+    int st = test_run(sb_str(&cmd), out);
+    sb_free(&cmd);
+    return st;
+}
+
+/* The ring `name` (the part after shm:) is gone from /dev/shm. */
+static void expect_no_segment(const char *name)
+{
+    char *seg = xasprintf("/dev/shm/%s", name);
+    cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
+    unlink(seg);
+    free(seg);
 }
 
 static double now(void)
@@ -50,8 +82,6 @@ static double now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
-
-/* A TCP port that was free a moment ago (bind to port 0, read it back, let it go). */
 
 static bool files_equal(const char *a, const char *b)
 {
@@ -175,21 +205,16 @@ static const char *COMMON = "--slot-bytes 65536 --depth 4";
 static char *tcp_keys(char **dir)
 {
     *dir = test_make_tmpdir();
-    char *selfsup = test_build_path("selfsup"), *out;
-    char *cmd = xasprintf("%s keygen %s/keys --clients w", selfsup, *dir);
-    cr_assert_eq(test_run(cmd, &out), 0, "%s\n%s", cmd, out);
+    char *out;
+    cr_assert_eq(shell(&out, "%s keygen %s/keys --clients w", g.selfsup, *dir), 0, "%s", out);
     free(out);
-    free(cmd);
-    free(selfsup);
     return xasprintf("config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=%s/keys config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s/keys/w.key",
                      *dir, *dir);
 }
 
 static void drop_tcp_keys(char *dir)
 {
-    char *cmd = xasprintf("rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
-    free(cmd);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -199,30 +224,23 @@ static void drop_tcp_keys(char *dir)
 static void relay(const char *dir, const char *a_out, const char *a_in, const char *b_out, const char *b_in,
                   const char *sep, const char *result, const char *keys)
 {
-    char *produce = bin("produce"), *pass = bin("passthru");
-    char *cmd = xasprintf("cd %s && %s %s %s --count %d --size 3000 --out '%s' %s "
-                          "%s %s %s --in '%s' --out '%s' %s %s %s %s --in '%s' --out file:%s",
-                          dir, produce, COMMON, keys, RECORDS, a_out, sep, pass, COMMON, keys, a_in, b_out, sep, pass,
-                          COMMON, keys, b_in, result);
     char *out;
-    int st = test_run(cmd, &out);
-    cr_assert_eq(st, 0, "%s\n%s", cmd, out);
+    int st = shell(&out,
+                   "cd %s && %s %s %s --count %d --size 3000 --out '%s' %s "
+                   "%s %s %s --in '%s' --out '%s' %s %s %s %s --in '%s' --out file:%s",
+                   dir, g.produce, COMMON, keys, RECORDS, a_out, sep, g.pass, COMMON, keys, a_in, b_out, sep,
+                   g.pass, COMMON, keys, b_in, result);
+    cr_assert_eq(st, 0, "%s -> %s:\n%s", a_out, b_out, out);
     free(out);
-    free(cmd);
-    free(produce);
-    free(pass);
 }
 
 Test(pipeline, transports_carry_identical_bytes, .timeout = 120)
 {
-    char *dir = test_make_tmpdir();
-    char *produce = bin("produce");
-    char *cmd = xasprintf("cd %s && %s %s --count %d --size 3000 --out file:direct.rec", dir, produce, COMMON,
-                          RECORDS);
-    char *out;
-    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    char *dir = test_make_tmpdir(), *out;
+    cr_assert_eq(shell(&out, "cd %s && %s %s --count %d --size 3000 --out file:direct.rec", dir, g.produce,
+                       COMMON, RECORDS),
+                 0, "%s", out);
     free(out);
-    free(cmd);
 
     char ring1[64], ring2[64];
     snprintf(ring1, sizeof ring1, "shm:selfsup-test-%d-a", (int)getpid());
@@ -244,63 +262,38 @@ Test(pipeline, transports_carry_identical_bytes, .timeout = 120)
         free(p);
     }
     /* And the consumer agrees that every record is intact and present once. */
-    char *check = bin("check");
-    cmd = xasprintf("%s --in file:%s --expect %d", check, direct, RECORDS);
-    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    cr_assert_eq(shell(&out, "%s --in file:%s --expect %d", g.check, direct, RECORDS), 0, "%s", out);
     cr_expect(strstr(out, "check: 2000 records"), "%s", out);
     free(out);
-    free(cmd);
-    const char *rings[] = {ring1, ring2};
-    for (int i = 0; i < 2; i++) {
-        char *seg = xasprintf("/dev/shm/%s", rings[i] + 4); /* past "shm:" */
-        cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
-        free(seg);
-    }
-    free(check);
+    expect_no_segment(ring1 + 4); /* past "shm:" */
+    expect_no_segment(ring2 + 4);
     free(direct);
-    free(produce);
     test_rm_dir(dir);
 }
 
 Test(pipeline, dead_producer_is_an_error_downstream, .timeout = 60)
 {
-    char *produce = bin("produce"), *check = bin("check");
-    char *cmd = xasprintf("%s --count 1000 --crash-after 300 | %s --expect 1000", produce, check);
     char *out;
-    int st = test_run(cmd, &out);
+    int st = shell(&out, "%s --count 1000 --crash-after 300 | %s --expect 1000", g.produce, g.check);
     cr_expect_eq(st, 1, "%s", out);
     cr_expect(strstr(out, "without an end-of-stream record"), "%s", out);
     free(out);
-    free(cmd);
     /* The same with a clean end is fine: the error above is about the crash, not the pipe. */
-    cmd = xasprintf("%s --count 1000 | %s --expect 1000", produce, check);
-    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    cr_expect_eq(shell(&out, "%s --count 1000 | %s --expect 1000", g.produce, g.check), 0, "%s", out);
     free(out);
-    free(cmd);
-    free(produce);
-    free(check);
 }
 
 Test(pipeline, record_too_big_for_its_slot, .timeout = 60)
 {
-    char *produce = bin("produce"), *check = bin("check");
-    char ring[64];
+    char ring[64], *out;
     snprintf(ring, sizeof ring, "selfsup-test-%d-big", (int)getpid());
-    char *cmd = xasprintf("%s --count 10 --size 100000 --slot-bytes 65536 --out shm:%s & "
-                          "%s --in shm:%s; wait $!",
-                          produce, ring, check, ring);
-    char *out;
-    int st = test_run(cmd, &out);
+    int st =
+        shell(&out, "%s --count 10 --size 100000 --slot-bytes 65536 --out shm:%s & %s --in shm:%s; wait $!",
+              g.produce, ring, g.check, ring);
     cr_expect_neq(st, 0, "%s", out);
     cr_expect(strstr(out, "SELFSUP.RING.SLOT_BYTES"), "the error should name the setting to raise:\n%s", out);
-    char *seg = xasprintf("/dev/shm/%s", ring);
-    cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
-    unlink(seg);
-    free(seg);
+    expect_no_segment(ring);
     free(out);
-    free(cmd);
-    free(produce);
-    free(check);
 }
 
 /* ---- the orchestrator ------------------------------------------------------------------------ */
@@ -314,39 +307,34 @@ static run_env make_run(const char *decode_extra, const char *augment_extra, con
 {
     run_env e;
     e.dir = test_make_tmpdir();
-    char *produce = bin("produce"), *pass = bin("passthru"), *check = bin("check");
-    char *yaml = xasprintf("config:\n"
-                           "  DATA:\n"
-                           "    NUM_DATALOADER_WORKERS: 2\n"
-                           "  DISTRIBUTED:\n"
-                           "    NUM_PROC_PER_NODE: 1\n"
-                           "  SELFSUP:\n"
-                           "    RING: {SLOT_BYTES: 65536, DEPTH: 4}\n"
-                           "    STAGES:\n"
-                           "      decode: \"%s --count %d --size 2000 %s\"\n"
-                           "      augment: \"%s %s\"\n"
-                           "      collate: \"%s\"\n"
-                           "      train: \"%s --expect %d %s\"\n",
-                           produce, count, decode_extra, pass, augment_extra, pass, check, count, train_extra);
+    char *yaml =
+        xasprintf("config:\n"
+                  "  DATA:\n"
+                  "    NUM_DATALOADER_WORKERS: 2\n"
+                  "  DISTRIBUTED:\n"
+                  "    NUM_PROC_PER_NODE: 1\n"
+                  "  SELFSUP:\n"
+                  "    RING: {SLOT_BYTES: 65536, DEPTH: 4}\n"
+                  "    STAGES:\n"
+                  "      decode: \"%s --count %d --size 2000 %s\"\n"
+                  "      augment: \"%s %s\"\n"
+                  "      collate: \"%s\"\n"
+                  "      train: \"%s --expect %d %s\"\n",
+                  g.produce, count, decode_extra, g.pass, augment_extra, g.pass, g.check, count, train_extra);
     e.config = path_join(e.dir, "run.yaml");
     FILE *f = fopen(e.config, "w");
     fputs(yaml, f);
     fclose(f);
     e.log = path_join(e.dir, "selfsup.log");
     free(yaml);
-    free(produce);
-    free(pass);
-    free(check);
     return e;
 }
 
 static pid_t start_run(const run_env *e)
 {
-    char *selfsup = test_build_path("selfsup");
-    char *cmd = xasprintf("%s run %s --run-dir %s/run", selfsup, e->config, e->dir);
+    char *cmd = xasprintf("%s run %s --run-dir %s/run", g.selfsup, e->config, e->dir);
     pid_t pid = start_cmd(cmd, e->log);
     free(cmd);
-    free(selfsup);
     return pid;
 }
 
@@ -360,11 +348,17 @@ static void expect_clean(const run_env *e, pid_t selfsup)
     cr_expect_eq(shm_segments_of(selfsup), 0, "a shared-memory segment outlived the run");
 }
 
+/* What stage `id` (train.0, augment.1) logged in the run. */
+static char *stage_log(const run_env *e, const char *id)
+{
+    char *path = xasprintf("%s/run/logs/%s.log", e->dir, id), *text = read_text(path);
+    free(path);
+    return text;
+}
+
 static void free_run(run_env *e)
 {
-    char *cmd = xasprintf("rm -rf '%s'", e->dir);
-    cr_expect_eq(system(cmd), 0);
-    free(cmd);
+    test_rm_rf(e->dir);
     free(e->dir);
     free(e->config);
     free(e->log);
@@ -377,8 +371,7 @@ Test(pipeline, run_completes, .timeout = 120)
     int st = wait_for(pid, 60, NULL);
     char *log = read_text(e.log);
     cr_assert_eq(st, 0, "%s", log);
-    char *consumer_log_path = xasprintf("%s/run/logs/train.0.log", e.dir);
-    char *consumer = read_text(consumer_log_path);
+    char *consumer = stage_log(&e, "train.0");
     cr_expect(strstr(consumer, "check: 2000 records"), "%s", consumer);
     char *config_yaml = xasprintf("%s/run/config.yaml", e.dir);
     cr_expect_eq(access(config_yaml, F_OK), 0, "the run directory should hold config.yaml");
@@ -390,7 +383,6 @@ Test(pipeline, run_completes, .timeout = 120)
     expect_clean(&e, pid);
     free(config_yaml);
     free(consumer);
-    free(consumer_log_path);
     free(log);
     free_run(&e);
 }
@@ -413,25 +405,21 @@ Test(pipeline, failing_stage_stops_the_run, .timeout = 120)
 
 Test(pipeline, bad_config_starts_nothing)
 {
-    char *selfsup = test_build_path("selfsup");
-    char *dir = test_make_tmpdir();
-    char *cmd = xasprintf("%s run --run-dir %s/run config.DATA.NUM_DATALOADER_WORKRS=2", selfsup, dir);
-    char *out;
-    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    char *dir = test_make_tmpdir(), *out;
+    cr_expect_eq(shell(&out, "%s run --run-dir %s/run config.DATA.NUM_DATALOADER_WORKRS=2", g.selfsup, dir),
+                 2, "%s", out);
     cr_expect(strstr(out, "NUM_DATALOADER_WORKERS"), "should suggest the right key:\n%s", out);
     char *run = path_join(dir, "run");
     cr_expect_eq(access(run, F_OK), -1, "no run directory for a refused config");
     free(run);
     free(out);
-    free(cmd);
     /* A stage program that is not there is a config error too. */
-    cmd = xasprintf("%s run --run-dir %s/run2 config.SELFSUP.STAGES.decode=/nonexistent/prog", selfsup, dir);
-    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    cr_expect_eq(shell(&out, "%s run --run-dir %s/run2 config.SELFSUP.STAGES.decode=/nonexistent/prog",
+                       g.selfsup, dir),
+                 2, "%s", out);
     cr_expect(strstr(out, "/nonexistent/prog"), "%s", out);
     free(out);
-    free(cmd);
     test_rm_dir(dir);
-    free(selfsup);
 }
 
 typedef struct {
@@ -499,12 +487,10 @@ Test(pipeline, sigint_stops_cleanly, .timeout = 120)
     char *log = read_text(e.log);
     cr_expect_eq(st, 128 + SIGINT, "%s", log);
     cr_expect_lt(took, 2.0, "a graceful stop of idle test stages took %.2f s", took);
-    char *consumer_log_path = xasprintf("%s/run/logs/train.0.log", e.dir);
-    char *consumer = read_text(consumer_log_path);
+    char *consumer = stage_log(&e, "train.0");
     cr_expect(strstr(consumer, "check: "), "the consumer should have finished its loop:\n%s", consumer);
     expect_clean(&e, pid);
     free(consumer);
-    free(consumer_log_path);
     free(log);
     free_run(&e);
 }
@@ -538,12 +524,11 @@ Test(pipeline, stage_obeys_control_commands, .timeout = 120)
     char *err = NULL;
     ctl_server *srv = ctl_bind(endpoint, "", &err);
     cr_assert(srv, "%s", err);
-    char *produce = bin("produce"), *check = bin("check");
     char *log = path_join(dir, "log");
     char *ring = xasprintf("selfsup-test-%d-ctl", (int)getpid());
     char *cmd = xasprintf("%s --count 1000000 --size 100 --sleep-us 100 --slot-bytes 65536 --out shm:%s "
                           "--control %s --id decode.0 & %s --in shm:%s; wait",
-                          produce, ring, endpoint, check, ring);
+                          g.produce, ring, endpoint, g.check, ring);
     pid_t pid = start_cmd(cmd, log);
 
     json_t *hello = expect_msg(srv, "hello", 20);
@@ -594,21 +579,15 @@ Test(pipeline, stage_obeys_control_commands, .timeout = 120)
     cr_expect_eq(wait_for(pid, 20, NULL), 0);
     char *text = read_text(log);
     cr_expect(strstr(text, "was stopped after"), "the consumer must learn that its stream is short:\n%s", text);
-    char *seg = xasprintf("/dev/shm/%s", ring);
-    cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
-    free(seg);
+    expect_no_segment(ring);
     free(text);
     ctl_server_close(srv);
     free(cmd);
     free(ring);
     free(log);
-    free(produce);
-    free(check);
     free(endpoint);
     free(err);
-    char *rm = xasprintf("rm -rf '%s'", dir);
-    cr_expect_eq(system(rm), 0);
-    free(rm);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -616,53 +595,41 @@ Test(pipeline, stage_obeys_control_commands, .timeout = 120)
 
 Test(pipeline, stage_command_line)
 {
-    char *produce = bin("produce"), *check = bin("check");
-    char *cmd = xasprintf("%s --help", produce), *out;
-    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    char *out;
+    cr_expect_eq(shell(&out, "%s --help", g.produce), 0, "%s", out);
     cr_expect(strstr(out, "--in URI, --out URI") && strstr(out, "--count N"), "%s", out);
     free(out);
-    free(cmd);
-    cmd = xasprintf("%s --version", check);
-    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    cr_expect_eq(shell(&out, "%s --version", g.check), 0, "%s", out);
     cr_expect(strstr(out, "selfsup-test-check 0."), "%s", out);
     free(out);
-    free(cmd);
     /* Usage errors: exit 2 before anything is opened. */
     const char *bad[] = {"--bogus", "--out nowhere:x", "--out tcp://nohost", "--depth 1", "--rank",
                          "config.DATA.NUM_DATALOADER_WORKRS=2"};
     const char *says[] = {"unknown option '--bogus'", "unknown transport", "expected tcp://HOST:PORT",
                           "--depth 1: expected an integer from 2", "--rank needs a value", "did you mean"};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
-        cmd = xasprintf("%s --out file:/dev/null %s", produce, bad[i]);
-        cr_expect_eq(test_run(cmd, &out), 2, "%s: %s", bad[i], out);
+        cr_expect_eq(shell(&out, "%s --out file:/dev/null %s", g.produce, bad[i]), 2, "%s: %s", bad[i], out);
         cr_expect(strstr(out, says[i]), "%s: expected '%s' in:\n%s", bad[i], says[i], out);
         free(out);
-        free(cmd);
     }
     /* A device is written as it is, never replaced by a renamed temp file. */
-    cmd = xasprintf("%s --count 50 --out file:/dev/null", produce);
-    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    cr_expect_eq(shell(&out, "%s --count 50 --out file:/dev/null", g.produce), 0, "%s", out);
     struct stat st;
     cr_expect(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode), "/dev/null is no longer a device");
     free(out);
-    free(cmd);
-    free(produce);
-    free(check);
 }
 
 Test(pipeline, inspect_prints_records_and_refuses_bad_ones)
 {
-    char *dir = test_make_tmpdir();
-    char *produce = bin("produce"), *selfsup = test_build_path("selfsup");
-    char *cmd = xasprintf("%s --count 3 --size 5 --index 7 --out file:%s/three.rec && %s inspect %s/three.rec",
-                          produce, dir, selfsup, dir);
-    char *out;
-    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    char *dir = test_make_tmpdir(), *out;
+    cr_assert_eq(shell(&out,
+                       "%s --count 3 --size 5 --index 7 --out file:%s/three.rec && %s inspect %s/three.rec",
+                       g.produce, dir, g.selfsup, dir),
+                 0, "%s", out);
     /* test_pattern(7, 0..4), computed by hand from test_stage.h's formula. */
     cr_expect(strstr(out, "seq 7") && strstr(out, "seq 8") && strstr(out, "seq 9"), "%s", out);
     cr_expect(strstr(out, "data") && strstr(out, "uint8") && strstr(out, "[5]"), "%s", out);
     free(out);
-    free(cmd);
     /* A record corrupted after the first: the good one is shown, then the error, exit 1. */
     char *path = xasprintf("%s/three.rec", dir);
     size_t n;
@@ -673,15 +640,11 @@ Test(pipeline, inspect_prints_records_and_refuses_bad_ones)
     FILE *f = fopen(path, "wb");
     fwrite(bytes, 1, n, f);
     fclose(f);
-    cmd = xasprintf("%s inspect %s", selfsup, path);
-    cr_expect_eq(test_run(cmd, &out), 1, "%s", out);
+    cr_expect_eq(shell(&out, "%s inspect %s", g.selfsup, path), 1, "%s", out);
     cr_expect(strstr(out, "seq 7") && strstr(out, "magic"), "%s", out);
     free(out);
-    free(cmd);
     free(bytes);
     free(path);
-    free(produce);
-    free(selfsup);
     test_rm_dir(dir);
 }
 
@@ -719,12 +682,10 @@ Test(pipeline, run_with_tcp_control_and_curve, .timeout = 120)
     int st = wait_for(pid, 60, NULL);
     char *log = read_text(e.log);
     cr_expect_eq(st, 0, "%s", log);
-    char *consumer_log_path = xasprintf("%s/run/logs/train.0.log", e.dir);
-    char *consumer = read_text(consumer_log_path);
+    char *consumer = stage_log(&e, "train.0");
     cr_expect(strstr(consumer, "check: 500 records"), "%s", consumer);
     expect_clean(&e, pid);
     free(consumer);
-    free(consumer_log_path);
     free(log);
     free_run(&e);
 }
@@ -734,56 +695,48 @@ Test(pipeline, run_with_tcp_control_and_curve, .timeout = 120)
  * the reader would wait on the first one forever (seen under load in CI). */
 Test(pipeline, an_early_creator_leaves_the_ring_for_late_writers, .timeout = 120)
 {
-    char *produce = bin("produce"), *check = bin("check");
-    char shm[64];
+    char shm[64], *out;
     snprintf(shm, sizeof shm, "shm:selfsup-test-%d-early?producers=3", (int)getpid());
-    char *cmd = xasprintf("%s --slot-bytes 65536 --count 300 --index 0 --stride 3 --out '%s' & first=$!; "
-                          "%s --slot-bytes 65536 --in '%s' --expect 900 & "
-                          "wait $first; "
-                          "%s --slot-bytes 65536 --count 300 --index 1 --stride 3 --out '%s' & "
-                          "%s --slot-bytes 65536 --count 300 --index 2 --stride 3 --out '%s' & "
-                          "wait",
-                          produce, shm, check, shm, produce, shm, produce, shm);
-    char *out;
-    cr_expect_eq(test_run(cmd, &out), 0, "%s\n%s", cmd, out);
+    int st = shell(&out,
+                   "%s --slot-bytes 65536 --count 300 --index 0 --stride 3 --out '%s' & first=$!; "
+                   "%s --slot-bytes 65536 --in '%s' --expect 900 & "
+                   "wait $first; "
+                   "%s --slot-bytes 65536 --count 300 --index 1 --stride 3 --out '%s' & "
+                   "%s --slot-bytes 65536 --count 300 --index 2 --stride 3 --out '%s' & "
+                   "wait",
+                   g.produce, shm, g.check, shm, g.produce, shm, g.produce, shm);
+    cr_expect_eq(st, 0, "%s", out);
     cr_expect(strstr(out, "check: 900 records"), "%s", out);
     free(out);
-    free(cmd);
-    char *seg = xasprintf("/dev/shm/selfsup-test-%d-early", (int)getpid());
-    cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
-    free(seg);
-    free(produce);
-    free(check);
+    *strchr(shm, '?') = '\0';
+    expect_no_segment(shm + 4);
 }
 
 /* Several writers into one ring and into one tcp reader: the end comes after the last one. */
 Test(pipeline, several_producers_end_together, .timeout = 120)
 {
-    char *produce = bin("produce"), *check = bin("check");
     char shm[64], tcp[64], *keys_dir, *keys = tcp_keys(&keys_dir);
     snprintf(shm, sizeof shm, "shm:selfsup-test-%d-many?producers=3", (int)getpid());
     snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d?producers=3", test_free_port());
     const char *uris[] = {shm, tcp};
     for (int k = 0; k < 2; k++) {
         /* Uneven: 3000 records split 0,3,6… / 1,4,7… / 2,5,8…, the last writer slow. */
-        char *cmd = xasprintf("%s --slot-bytes 65536 --in '%s' --expect 3000 %s & "
-                              "%s --slot-bytes 65536 --count 1000 --index 0 --stride 3 --out '%s' %s & "
-                              "%s --slot-bytes 65536 --count 1000 --index 1 --stride 3 --out '%s' %s & "
-                              "%s --slot-bytes 65536 --count 1000 --index 2 --stride 3 --sleep-us 300 --out '%s' %s & "
-                              "wait %%1",
-                              check, uris[k], keys, produce, uris[k], keys, produce, uris[k], keys, produce, uris[k],
-                              keys);
         char *out;
-        cr_expect_eq(test_run(cmd, &out), 0, "%s\n%s", cmd, out);
+        int st =
+            shell(&out,
+                  "%s --slot-bytes 65536 --in '%s' --expect 3000 %s & "
+                  "%s --slot-bytes 65536 --count 1000 --index 0 --stride 3 --out '%s' %s & "
+                  "%s --slot-bytes 65536 --count 1000 --index 1 --stride 3 --out '%s' %s & "
+                  "%s --slot-bytes 65536 --count 1000 --index 2 --stride 3 --sleep-us 300 --out '%s' %s & "
+                  "wait %%1",
+                  g.check, uris[k], keys, g.produce, uris[k], keys, g.produce, uris[k], keys, g.produce,
+                  uris[k], keys);
+        cr_expect_eq(st, 0, "%s: %s", uris[k], out);
         cr_expect(strstr(out, "check: 3000 records"), "%s: %s", uris[k], out);
         free(out);
-        free(cmd);
     }
-    char *seg = xasprintf("/dev/shm/selfsup-test-%d-many", (int)getpid());
-    cr_expect_eq(access(seg, F_OK), -1, "%s was left behind", seg);
-    free(seg);
+    *strchr(shm, '?') = '\0';
+    expect_no_segment(shm + 4);
     free(keys);
     drop_tcp_keys(keys_dir);
-    free(produce);
-    free(check);
 }
