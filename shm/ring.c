@@ -52,6 +52,7 @@
 #include "ring_test_hooks.h"
 
 #include "log.h"
+#include "proc.h"
 #include "timer.h"
 #include "util.h"
 
@@ -227,62 +228,6 @@ static void wake_everyone(ring *r)
 
 /* ---- processes: who is attached, and are they still there -------------------------------- */
 
-/* Fields 3 (state) and 22 (start time) of /proc/PID/stat. Returns 0, or an errno. */
-static int read_proc_stat(pid_t pid, char *state, uint64_t *start_time)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    int read_errno = errno;
-    close(fd);
-    if (n <= 0)
-        return n < 0 ? read_errno : EIO;
-    buf[n] = '\0';
-    /* Field 2 is the command name in parentheses, which may itself hold spaces and ')'. */
-    char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ')
-        return EIO;
-    p += 2;
-    *state = *p;
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p, ' ');
-        if (!p)
-            return EIO;
-        p++;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(p, &end, 10);
-    if (end == p || errno)
-        return EIO;
-    *start_time = v;
-    return 0;
-}
-
-/* Why the process registered as (pid, start_time) no longer runs, or NULL if it does. */
-static const char *process_gone(pid_t pid, uint64_t start_time)
-{
-    if (pid <= 0)
-        return "has no valid pid";
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return "exited";
-    char state;
-    uint64_t now_start;
-    int rc = read_proc_stat(pid, &state, &now_start);
-    if (rc == ENOENT || rc == ESRCH)
-        return "exited";
-    if (rc != 0)
-        return NULL; /* /proc hidden from us (hidepid): trust kill() */
-    if (state == 'Z' || state == 'X')
-        return "exited (a zombie now)";
-    if (now_start != start_time)
-        return "exited (its pid now belongs to a newer process)";
-    return NULL;
-}
-
 /* A consistent copy of entry i, or false when it is not an active registration. */
 static bool read_entry(const ring *r, int i, pid_t *pid, uint64_t *start, ring_role *role)
 {
@@ -301,7 +246,7 @@ static int register_process(ring *r, char **err)
 {
     char state;
     uint64_t start;
-    int rc = read_proc_stat(getpid(), &state, &start);
+    int rc = proc_read_stat(getpid(), &state, &start);
     if (rc)
         return report_failure(err, "ring %s: cannot read /proc/%d/stat: %s", r->name,
                                (int)getpid(), strerror(rc));
@@ -360,7 +305,7 @@ static ring_status check_peers(ring *r)
         busy++;
         if (role != wanted)
             continue;
-        const char *why = process_gone(pid, start);
+        const char *why = proc_gone(pid, start);
         if (why && still_registered(r, i, pid, start)) {
             ring_break(r, "%s pid %d %s without closing the ring", role_name(role), (int)pid,
                        why);
@@ -398,7 +343,7 @@ static bool others_attached(const ring *r)
         pid_t pid;
         uint64_t start;
         ring_role role;
-        if (read_entry(r, i, &pid, &start, &role) && !process_gone(pid, start))
+        if (read_entry(r, i, &pid, &start, &role) && !proc_gone(pid, start))
             return true;
     }
     return false;
@@ -1003,7 +948,7 @@ static bool pid_running(pid_t pid)
         return false;
     char state;
     uint64_t start;
-    int rc = read_proc_stat(pid, &state, &start);
+    int rc = proc_read_stat(pid, &state, &start);
     if (rc == ENOENT || rc == ESRCH)
         return false;
     return rc != 0 || (state != 'Z' && state != 'X');
