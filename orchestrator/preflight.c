@@ -39,7 +39,8 @@ static bool check_trainer(const cfg_node *config, cfg_err *err)
     static const trainer_test_input test_chain; /* only its presence is read by the check */
     trainer_options o = {.world_size = (int)(cfg_int(config, "DISTRIBUTED.NUM_NODES") *
                                              cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE")),
-                         .test_input = cfg_bool(config, "TEST_MODEL") ? &test_chain : NULL};
+                         .test_input = cfg_bool(config, "TEST_MODEL") ? &test_chain : NULL,
+                         .world_promised = true}; /* topology.c gives several trainers their world */
     return trainer_check_config(config, &o, err);
 }
 

@@ -384,29 +384,31 @@ static void drain_control(run *r)
 
 /* ---- progress -------------------------------------------------------------------------------- */
 
-/* "decode 812/s | augment×4 806/s | collate 50/s | train 2.5/s | rings 3/8 8/8 1/8 | ETA 0:42" */
+/* "decode 812/s | augment×4 806/s | collate 50/s | train 2.5/s | rings 3/8 8/8 1/8 | ETA 0:42":
+ * the stages of one name together (several trainers' chains have a decode stage each), in the
+ * order their names first appear. */
 static void progress_text(run *r, strbuf *sb)
 {
-    int64_t expected = 0;
-    uint64_t done = 0;
-    double first_rate = 0;
-    for (int i = 0; i < r->n;) {
+    int64_t expected = r->procs[0].expected;
+    uint64_t done = r->procs[0].records_out;
+    double first_rate = r->procs[0].rate; /* the first decode stage's, for the ETA */
+    for (int i = 0; i < r->n; i++) {
         const char *name = r->procs[i].ts->name;
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = !strcmp(r->procs[j].ts->name, name);
+        if (seen)
+            continue;
         double rate = 0;
-        int k = i;
-        for (; k < r->n && !strcmp(r->procs[k].ts->name, name); k++)
-            rate += r->procs[k].rate;
-        if (i == 0) {
-            expected = r->procs[0].expected;
-            done = r->procs[0].records_out;
-            first_rate = rate;
-        }
+        int count = 0;
+        for (int k = i; k < r->n; k++)
+            if (!strcmp(r->procs[k].ts->name, name))
+                rate += r->procs[k].rate, count++;
         sb_printf(sb, "%s%s", i ? " | " : "", name);
-        if (k - i > 1)
-            sb_printf(sb, "×%d", k - i);
+        if (count > 1)
+            sb_printf(sb, "×%d", count);
         /* a trainer's 0.4 batches/s is not 0/s */
         sb_printf(sb, rate > 0 && rate < 10 ? " %.1f/s" : " %.0f/s", rate);
-        i = k;
     }
     if (r->opt->rings) {
         sb_puts(sb, " | rings");

@@ -203,15 +203,16 @@ static bool runs(const topology *t, int k, const char *prog)
  * `index` (the test chain's stages are decode.1, augment.W, …). */
 typedef struct {
     const char *split;      /* "train" or "test" */
-    const char *prefix;     /* ring labels: "" or "test_" */
+    const char *prefix;     /* ring labels: "", "test_", "r1_", "r1_test_" */
     int index, workers;
+    int rank, world; /* the shard its decode stage reads (DistributedSampler's) */
     long epochs, first_epoch, first_batch;
 } chain;
 
 static bool add_chain(topology *t, const cfg_node *config, const chain *c, const topo_options *opt, int *batches,
                       cfg_err *err)
 {
-    char label[32], num[32];
+    char label[64], num[32];
     snprintf(label, sizeof label, "%sdecoded", c->prefix);
     int decoded = add_ring(t, label, config, 1);
     snprintf(label, sizeof label, "%saugmented", c->prefix);
@@ -219,7 +220,7 @@ static bool add_chain(topology *t, const cfg_node *config, const chain *c, const
     snprintf(label, sizeof label, "%sbatches", c->prefix);
     *batches = add_ring(t, label, config, 1);
     int dec = t->n_stages;
-    if (!add_stage(t, config, "decode", c->index, opt->node_rank, 1, -1, decoded, opt, err))
+    if (!add_stage(t, config, "decode", c->index, c->rank, c->world, -1, decoded, opt, err))
         return false;
     bool ours = runs(t, dec, "selfsup-decode");
     if (ours && c->epochs >= 0) {
@@ -250,6 +251,23 @@ static bool add_chain(topology *t, const cfg_node *config, const chain *c, const
             if (runs(t, k, "selfsup-decode") || runs(t, k, "selfsup-augment") || runs(t, k, "selfsup-collate"))
                 stage_add_args(&t->stages[k], "--split", c->split);
     return true;
+}
+
+/* The trainers first_trainer … + procs - 1 (ours) meet at one collectives segment, named as a
+ * ring is (so a run's leftovers are swept as its rings are), and share the cores: each
+ * computes on cores / procs threads (torch's launcher likewise sets OMP_NUM_THREADS=1 for
+ * several processes). */
+static void give_world(topology *t, int first_trainer, int procs)
+{
+    char *name = ring_name("world"), threads[32];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(threads, sizeof threads, "%ld", cores / procs > 1 ? cores / procs : 1);
+    for (int i = 0; i < procs; i++)
+        if (runs(t, first_trainer + i, "selfsup-train")) {
+            stage_add_args(&t->stages[first_trainer + i], "--coll", name);
+            stage_add_args(&t->stages[first_trainer + i], "--threads", threads);
+        }
+    free(name);
 }
 
 bool topology_build(topology *t, const cfg_node *config, const char *engine, const topo_options *opt,
@@ -283,34 +301,61 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
         return false;
     }
     bool main_is_test = training ? plan.test_only : !extract_train;
-    chain main_chain = {.split = main_is_test ? "test" : "train", .prefix = "", .workers = workers,
-                        .epochs = training ? (long)plan.num_epochs - opt->resume_epoch : -1,
-                        .first_epoch = opt->resume_epoch, .first_batch = opt->resume_batch};
-    int batches, test_batches = -1;
-    bool ok = add_chain(t, config, &main_chain, opt, &batches, err);
+    /* Several trainers: one chain each, its decode stage reading its rank's shard, as VISSL
+     * gives each process its own DataLoader (NUM_DATALOADER_WORKERS workers each); the
+     * trainers meet in one world (--coll) to be one model. Extractors share one chain. */
+    bool per_rank = training && procs > 1;
+    int chains = per_rank ? procs : 1, *batches = xcalloc((size_t)procs, sizeof *batches);
+    bool ok = true;
+    for (int i = 0; ok && i < chains; i++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, per_rank ? "r%d_" : "", i);
+        chain c = {.split = main_is_test ? "test" : "train",
+                   .prefix = prefix,
+                   .index = i,
+                   .workers = workers,
+                   .rank = per_rank ? opt->node_rank * procs + i : opt->node_rank,
+                   .world = per_rank ? world : 1,
+                   .epochs = training ? (long)plan.num_epochs - opt->resume_epoch : -1,
+                   .first_epoch = opt->resume_epoch,
+                   .first_batch = opt->resume_batch};
+        ok = add_chain(t, config, &c, opt, &batches[i], err);
+    }
     int first_trainer = t->n_stages;
     for (int i = 0; ok && i < procs; i++)
-        ok = add_stage(t, config, last, i, opt->node_rank * procs + i, world, batches, -1, opt, err);
+        ok = add_stage(t, config, last, i, opt->node_rank * procs + i, world, batches[per_rank ? i : 0], -1,
+                       opt, err);
     if (ok && !training && main_is_test)
         for (int i = 0; i < procs; i++)
             if (runs(t, first_trainer + i, "selfsup-extract"))
                 stage_add_args(&t->stages[first_trainer + i], "--split", "test");
+    if (ok && per_rank)
+        give_world(t, first_trainer, procs);
     /* TEST_MODEL: a second chain makes the DATA.TEST batches of the test phases still to come
-     * (phases.h), and our trainer reads them from --test-in; the extractor reads the test
-     * split there after the train split. */
+     * (phases.h), and our trainer reads them from --test-in (with several trainers, a chain
+     * each, of its rank's shard); the extractor reads the test split there after the train
+     * split. */
     long tests = training && !plan.test_only ? (long)phase_plan_tests_from(&plan, opt->resume_tests_from) : 0;
     bool test_chain_wanted = training ? tests > 0 : extract_train && extract_test;
     const char *consumer = training ? "selfsup-train" : "selfsup-extract";
-    if (ok && test_chain_wanted && runs(t, first_trainer, consumer)) {
-        chain test_chain = {.split = "test", .prefix = "test_", .index = 1, .workers = workers,
-                            .epochs = training ? tests : -1};
-        ok = add_chain(t, config, &test_chain, opt, &test_batches, err);
-        for (int i = 0; ok && i < procs; i++) {
-            char *uri = xasprintf("shm:%s", t->rings[test_batches].name);
-            stage_add_args(&t->stages[first_trainer + i], "--test-in", uri);
-            free(uri);
-        }
+    for (int i = 0; ok && test_chain_wanted && runs(t, first_trainer, consumer) && i < chains; i++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, per_rank ? "r%d_test_" : "test_", i);
+        chain c = {.split = "test",
+                   .prefix = prefix,
+                   .index = chains + i,
+                   .workers = workers,
+                   .rank = per_rank ? opt->node_rank * procs + i : opt->node_rank,
+                   .world = per_rank ? world : 1,
+                   .epochs = training ? tests : -1};
+        int test_batches;
+        ok = add_chain(t, config, &c, opt, &test_batches, err);
+        char *uri = xasprintf("shm:%s", t->rings[test_batches].name);
+        for (int k = per_rank ? i : 0; ok && k < (per_rank ? i + 1 : procs); k++)
+            stage_add_args(&t->stages[first_trainer + k], "--test-in", uri);
+        free(uri);
     }
+    free(batches);
     if (!ok)
         topology_free(t);
     return ok;

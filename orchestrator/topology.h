@@ -9,7 +9,10 @@
  *   extract_features: the same with extract × P in place of train
  *
  * W is DATA.NUM_DATALOADER_WORKERS (at least 1); P is DISTRIBUTED.NUM_PROC_PER_NODE, the
- * trainers of this node, ranked node_rank·P + i of NUM_NODES·P. Each ring knows how many
+ * trainers of this node, ranked node_rank·P + i of NUM_NODES·P. With P > 1 each trainer has
+ * chains of its own (rings r<i>_decoded, …, r<i>_test_batches), their decode stages reading
+ * rank i's shard, and the trainers meet in one collectives segment (--coll); extractors share
+ * one chain. Each ring knows how many
  * producers it has, so that its end of stream comes only when all of them have finished.
  * Stage commands are selfsup-NAME beside the selfsup binary unless SELFSUP.STAGES names
  * another command line for NAME (the tests put their own small stages there).

@@ -39,7 +39,12 @@
  *                        tcp://…)
  *   --test-steps N       batches per test phase (default: counted from DATA.TEST)
  *   --check              check the config as a start would, then exit (0: it would start)
+ *   --coll NAME          the world of trainers this one is a rank of (--rank, --world-size):
+ *                        the shared segment NAME of shm/collective.h, where the trainers meet
+ *                        to be one model (train/dist.h); selfsup run gives it to each trainer
+ *                        when DISTRIBUTED.NUM_PROC_PER_NODE > 1
  */
+#include "collective.h"
 #include "log.h"
 #include "stage.h"
 #include "train/trainer.h"
@@ -57,7 +62,13 @@ typedef struct {
     stage_input *test_in;
     trainer *t;
     bool check; /* --check: a dry start */
+    const char *coll_name; /* --coll */
 } train_stage;
+
+/* How long a trainer waits for the others in a collective: generous, because a rank whose
+ * batch is late is normal; a rank that is dead is seen at once, and a hung one by the
+ * orchestrator's heartbeats. */
+#define WORLD_TIMEOUT_MS 600000
 
 static int option(void *state, int argc, char **argv)
 {
@@ -69,6 +80,10 @@ static int option(void *state, int argc, char **argv)
     if (!strcmp(argv[0], "--check")) {
         ts->check = true;
         return 1;
+    }
+    if (!strcmp(argv[0], "--coll") && argc > 1) {
+        ts->coll_name = argv[1];
+        return 2;
     }
     bool threads = !strcmp(argv[0], "--threads"), steps = !strcmp(argv[0], "--steps-per-epoch"),
          test_steps = !strcmp(argv[0], "--test-steps");
@@ -111,6 +126,7 @@ static void test_done(void *ctx) { stage_input_read_done(((train_stage *)ctx)->t
 static int check(stage *s, train_stage *ts)
 {
     cfg_err err;
+    ts->opt.world_promised = true; /* as the run will start it: selfsup run gives the world */
     if (!trainer_check_config(stage_config(s), &ts->opt, &err)) {
         log_error("%s", err.msg);
         return EXIT_USAGE;
@@ -130,6 +146,15 @@ static int prepare(stage *s, void *state)
     }
     if (ts->check)
         return check(s, ts);
+    if (ts->coll_name && ts->opt.world_size > 1) {
+        coll_shm_options co = {.timeout_ms = WORLD_TIMEOUT_MS};
+        char *why = NULL;
+        if (!(ts->opt.world = coll_shm_join(ts->coll_name, ts->opt.rank, ts->opt.world_size, &co, &why))) {
+            log_error("%s", why);
+            free(why);
+            return EXIT_RUNTIME;
+        }
+    }
     cfg_err err;
     if (!(ts->t = trainer_new(stage_config(s), &ts->opt, &err))) {
         log_error("%s", err.msg);
@@ -186,11 +211,13 @@ int main(int argc, char **argv)
                    "  --steps-per-epoch N  batches per epoch (default: counted from DATA.TRAIN)\n"
                    "  --test-in URI        the test phases' batches (TEST_MODEL)\n"
                    "  --test-steps N       batches per test phase (default: counted from DATA.TEST)\n"
-                   "  --check              check the config as a start would, then exit 0 or 2\n",
+                   "  --check              check the config as a start would, then exit 0 or 2\n"
+                   "  --coll NAME          the trainers' world (selfsup run gives it)\n",
     };
     train_stage ts = {0};
     int status = stage_main(argc, argv, &info, &ts, run);
     stage_input_close(ts.test_in);
     trainer_free(ts.t);
+    coll_close(ts.opt.world);
     return status;
 }

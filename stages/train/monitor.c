@@ -107,6 +107,8 @@ static double peak_mem_mb(void)
  * CHECKPOINT.DIR, kept open for stdout.json. */
 static void append_json(trainer *t, FILE **f, const char *name, json_t *obj)
 {
+    if (t->rank != 0) /* the ranks are one model: rank 0 logs it */
+        return;
     if (!*f) {
         char *path = path_join(t->dir, name);
         *f = fopen(path, "a");

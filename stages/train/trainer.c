@@ -56,29 +56,65 @@ static bool count_steps(const cfg_node *config, const char *split, const trainer
     return *out >= 1;
 }
 
-/* What this trainer refuses before anything runs: inputs other than VISSL's default "data"
- * key, and more than one trainer. Several trainers would each train a model of its own on its
- * shard and write the same checkpoint files, while the user asked for one model: until the
- * trainers share their gradients, a world size above 1 (in the config, whose world size the
- * LR scaling and the losses read, or in --world-size) is a configuration error, never a
- * silent run. (A device it has no backend for is refused when the backend opens:
- * model_backend_open.) */
+/* Why several trainers cannot train this config as one model yet, or NULL when they can: what
+ * the data-parallel step does not do yet (the losses' gathers across ranks, SyncBN's sums, NCCL
+ * on GPUs). *key becomes the key to name. */
+static const char *data_parallel_gap(const cfg_node *config, const char **key)
+{
+    const char *loss_key = cfg_str(config, "LOSS.name");
+    static const char *const local_losses[] = {"CrossEntropyLoss",
+                                               "cross_entropy_multiple_output_single_target",
+                                               "bce_logits_multiple_output_single_target"};
+    bool local = false;
+    for (size_t k = 0; k < ARRAY_LEN(local_losses); k++)
+        local |= !strcmp(loss_key, local_losses[k]);
+    if (!local)
+        return *key = "config.LOSS.name", "the loss's gathers across the trainers";
+    if (!strcmp(cfg_str(config, "METERS.name"), "mean_ap_list_meter"))
+        return *key = "config.METERS.name", "mean AP over the trainers' rows";
+    if (cfg_bool(config, "TEST_ONLY"))
+        return *key = "config.TEST_ONLY", "TEST_ONLY's phases over the trainers";
+    if (cfg_bool(config, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
+        return *key = "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN",
+               "SyncBN's sums across the trainers";
+    if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu"))
+        return *key = "config.MACHINE.DEVICE", "on GPUs (NCCL)";
+    return NULL;
+}
+
+/* A world above 1 (the config's, whose size the LR scaling and the losses read, or the one
+ * --world-size says) trains as one model only with a world to share it (o->world, or
+ * o->world_promised when validating for a run that will join one) and where the
+ * data-parallel step covers the config. Anything else would be several trainers each training
+ * a model of its own and writing the same checkpoint files: a configuration error. */
+static bool check_world(const cfg_node *config, const trainer_options *o, cfg_err *err)
+{
+    int64_t nodes = cfg_int(config, "DISTRIBUTED.NUM_NODES");
+    int64_t world = nodes * cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    world = o->world_size > world ? o->world_size : world;
+    if (world <= 1)
+        return true;
+    const char *key = nodes > 1 ? "config.DISTRIBUTED.NUM_NODES" : "config.DISTRIBUTED.NUM_PROC_PER_NODE";
+    const char *gap = nodes > 1                         ? "trainers on several nodes"
+                      : !o->world && !o->world_promised ? "this trainer was given no world to share (--coll)"
+                                                        : data_parallel_gap(config, &key);
+    if (!gap)
+        return true;
+    cfg_fail(
+        err, cfg_get(config, key + strlen("config.")), key,
+        "world size %lld: data-parallel training (several trainers as one model) is not implemented yet: %s; "
+        "train one process (NUM_NODES=1, NUM_PROC_PER_NODE=1)",
+        (long long)world, gap);
+    return false;
+}
+
+/* What this trainer refuses before anything runs: a world it cannot train as one model, and
+ * inputs other than VISSL's default "data" key. (A device it has no backend for is refused
+ * when the backend opens: model_backend_open.) */
 static bool check_supported(const cfg_node *config, const trainer_options *o, cfg_err *err)
 {
-    int64_t nodes = cfg_int(config, "DISTRIBUTED.NUM_NODES"),
-            world = nodes * cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
-    world =
-        o->world_size > world ? o->world_size : world; /* the config's world, or the one --world-size says */
-    if (world > 1) {
-        const char *path =
-            nodes > 1 ? "config.DISTRIBUTED.NUM_NODES" : "config.DISTRIBUTED.NUM_PROC_PER_NODE";
-        cfg_fail(
-            err, cfg_get(config, path + strlen("config.")), path,
-            "world size %lld: data-parallel training (several trainers as one model) is not implemented yet; "
-            "this trainer trains one process (NUM_NODES=1, NUM_PROC_PER_NODE=1)",
-            (long long)world);
+    if (!check_world(config, o, err))
         return false;
-    }
     const cfg_node *keys = cfg_get(config, "DATA.TRAIN.INPUT_KEY_NAMES");
     if (keys->kind != CFG_LIST || keys->len != 1 || keys->items[0]->kind != CFG_STR || strcmp(keys->items[0]->s, "data")) {
         cfg_fail(err, keys, "config.DATA.TRAIN.INPUT_KEY_NAMES", "this trainer reads the input key [data] only (yet)");
@@ -207,8 +243,24 @@ static bool build_optimizer(trainer *t, cfg_err *err)
     return t->opt != NULL;
 }
 
-
-
+/* DDP's start: every rank takes rank 0's parameters and buffers (a resumed run's, when it
+ * resumed), so the ranks are one model whatever their seeds did. */
+static bool join_world(trainer *t, const trainer_options *o, cfg_err *err)
+{
+    t->dist.world = o->world;
+    if (!o->world)
+        return true;
+    eng_tensor params = model_params(t->m), buffers = model_buffers(t->m);
+    char *why = NULL;
+    if (dist_broadcast(&t->dist, t->be, &params, &why) == 0 &&
+        dist_broadcast(&t->dist, t->be, &buffers, &why) == 0) {
+        log_info("rank %d of %d: the model is rank 0's", coll_rank(o->world), coll_world(o->world));
+        return true;
+    }
+    cfg_fail(err, NULL, "config.DISTRIBUTED", "%s", why);
+    free(why);
+    return false;
+}
 
 /* A trainer with nothing built yet: the counters and the values read straight from the
  * config, and schedules trainer_free can free. */
@@ -273,7 +325,7 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     ok = ok && build_model(t, o, err) && build_optimizer(t, err);
     if (ok) /* before prepare_dir: a resumed checkpoint restores it */
         t->loss_st = loss_state_new(t->be, &t->lo, (uint64_t)cfg_int(config, "SEED_VALUE"));
-    ok = ok && prepare_dir(t, err) && monitor_open(t, err);
+    ok = ok && prepare_dir(t, err) && join_world(t, o, err) && monitor_open(t, err);
     if (!ok) {
         trainer_free(t);
         return NULL;
@@ -314,6 +366,7 @@ void trainer_free(trainer *t)
         fclose(t->stdout_json);
     tb_close(t->tb);
     batch_host_free(&t->host);
+    dist_free(&t->dist);
     free(t->dir);
     free(t);
 }
@@ -401,6 +454,10 @@ static eng_entry *checkpoint_entries(const trainer *t, int *n, eng_entry **opt_e
 static int save_checkpoint(trainer *t, const char *file, const char *kind, int64_t next_epoch, int64_t next_batch,
                            char **err)
 {
+    if (t->rank != 0) { /* the ranks are one model: rank 0 writes it */
+        t->checkpointed_batches = t->batches_done;
+        return 0;
+    }
     int n, nopt;
     eng_entry *opt_entries, *all = checkpoint_entries(t, &n, &opt_entries, &nopt);
     ckpt_state cs = {.kind = kind, .phase = t->phase, .iteration = t->iteration, .batches_done = t->batches_done,
@@ -462,9 +519,25 @@ static int run_test_phase(trainer *t, int64_t epoch, char **err);
 /* VISSL's on_phase_end of a train phase: the metrics.json line, then a checkpoint when
  * phase_idx % CHECKPOINT_FREQUENCY == 0 and at the last epoch; then the test phase that
  * follows it, if one does. */
+/* A phase's accuracy counts (and a test phase's loss) over the ranks, before rank 0 logs them:
+ * VISSL's meters and loss are reduced across the processes the same way. */
+static int reduce_phase(trainer *t, acc_meter *m, bool meter_on, double *loss_sum, char **err)
+{
+    if (!t->dist.world)
+        return 0;
+    size_t cells = sizeof m->correct / sizeof m->correct[0][0];
+    if (meter_on && m->kind == METER_ACCURACY &&
+        (dist_sum_counts(&t->dist, &m->correct[0][0], cells, err) != 0 ||
+         dist_sum_counts(&t->dist, m->total, METER_MAX_OUTPUTS, err) != 0))
+        return -1;
+    return loss_sum ? dist_mean(&t->dist, loss_sum, err) : 0;
+}
+
 static int phase_end(trainer *t, char **err)
 {
     int64_t phase_idx = phase_plan_train_index(&t->plan, t->phase);
+    if (reduce_phase(t, &t->meter, t->meter_on, NULL, err) != 0)
+        return -1;
     monitor_train_phase_end(t);
     monitor_metrics_line(t, "train", phase_idx, t->phase, &t->meter, t->meter_on);
     t->in_phase = false;
@@ -541,6 +614,8 @@ static int run_test_phase(trainer *t, int64_t epoch, char **err)
         if (rc != 0)
             return -1;
     }
+    if (reduce_phase(t, &t->test_meter, t->test_meter.name != NULL, &t->test.loss_sum, err) != 0)
+        return -1;
     test_phase_end(t, phase_plan_test_index(&t->plan, epoch), epoch);
     return 0;
 }
@@ -704,6 +779,9 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     if (load_inputs(t, batch, &t->train_loss, err) != 0)
         return -1;
     t0 = lap(t, PERF_READ, t0);
+    eng_tensor buffers = model_buffers(t->m); /* DDP's broadcast_buffers: rank 0's running statistics */
+    if (dist_broadcast(&t->dist, t->be, &buffers, err) != 0)
+        return -1;
     model_forward(t->be, t->m, true);
     t0 = lap(t, PERF_FORWARD, t0);
     monitor_forward(t);
@@ -733,6 +811,9 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
         dout[k] = loss_grad(t->train_loss.ls, k);
     model_zero_grad(t->be, t->m);
     model_backward(t->be, t->m, dout);
+    eng_tensor grads = model_grads(t->m);
+    if (dist_average(&t->dist, t->be, &grads, err) != 0 || dist_mean(&t->dist, &t->last_loss, err) != 0)
+        return -1;
     t0 = lap(t, PERF_BACKWARD, t0);
     double lr = scheduled(t, &t->lr, where), lr_head = scheduled(t, &t->lr_head, where);
     optim_step(t->be, t->opt, lr, lr_head);

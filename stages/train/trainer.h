@@ -53,6 +53,10 @@ typedef struct {
 
 typedef struct {
     int rank, world_size;
+    /* The trainers' world when world_size > 1 (shm/collective.h; selfsup-train joins it with
+     * --coll): one model over the ranks (train/dist.h). NULL with world_size 1. */
+    struct coll *world;
+    bool world_promised;     /* trainer_check_config for a run that will join a world */
     int threads;             /* 0: every core */
     int64_t steps_per_epoch; /* 0: from the DATA.TRAIN dataset */
     /* The test batches' source, or NULL: TEST_MODEL's test phases are then skipped (with a

@@ -6,6 +6,7 @@
 #ifndef SELFSUP_TRAIN_TRAINER_INTERNAL_H
 #define SELFSUP_TRAIN_TRAINER_INTERNAL_H
 
+#include "train/dist.h"
 #include "train/trainer.h"
 
 #include "model.h"
@@ -96,7 +97,8 @@ struct trainer {
     int64_t tb_it_last;
     char *dir;              /* CHECKPOINT.DIR */
     FILE *stdout_json;
-    int rank;
+    int rank;               /* rank 0 alone writes checkpoints and logs */
+    dist dist;              /* the other trainers of the model (dist.h) */
 };
 
 /* The time since `since` into timer k; returns now. With MONITOR_PERF_STATS the backend's
