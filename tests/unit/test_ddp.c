@@ -231,9 +231,9 @@ Test(ddp, two_trainers_of_batch_4_are_one_trainer_of_batch_8, .timeout = 300)
 /* ---- under selfsup run ------------------------------------------------------------------------- */
 
 /* `selfsup run quickstart/supervised` on a small Fashion-MNIST (LayerNorm trunk, 2 epochs of
- * 4 steps, a test phase after each) with `procs` trainers of `batch` images; its folders under
- * dir ("one", "two"). Returns the exit status; the run's output in *out. */
-static int supervised_run(const char *dir, int procs, int batch, const char *extra, char **out)
+ * 4 steps, a test phase after each) with `procs` trainers of `batch` images, then `extra`
+ * overrides; its folders under dir (CHECKPOINT.DIR "one" or "two", run_1 or run_2). */
+static char *supervised_cmd(const char *dir, int procs, int batch, const char *extra)
 {
     char *bin = test_build_path("selfsup"), *configs = test_path("configs");
     char *cmd = xasprintf(
@@ -251,8 +251,16 @@ static int supervised_run(const char *dir, int procs, int batch, const char *ext
         "config.DATA.TEST.BATCHSIZE_PER_REPLICA=%d config.CHECKPOINT.DIR=%s/%s %s --run-dir %s/run_%d",
         configs, bin, dir, dir, dir, dir, procs, batch, batch, dir, procs == 1 ? "one" : "two", extra, dir,
         procs);
+    free(bin), free(configs);
+    return cmd;
+}
+
+/* The run of supervised_cmd: its exit status, its output in *out. */
+static int supervised_run(const char *dir, int procs, int batch, const char *extra, char **out)
+{
+    char *cmd = supervised_cmd(dir, procs, batch, extra);
     int rc = test_run_within(cmd, 300, out);
-    free(cmd), free(bin), free(configs);
+    free(cmd);
     return rc;
 }
 
@@ -396,20 +404,8 @@ Test(ddp, a_trainer_killed_mid_run_stops_the_run_naming_it, .timeout = 300)
         xasprintf("(for i in $(seq 1200); do grep -q 'iter: 2;' %s/run_2/logs/train.1.log 2>/dev/null && "
                   "break; sleep 0.1; done; pkill -9 -f -- '--id [t]rain.1 .*%s/two') & ",
                   dir, dir);
-    char *bin = test_build_path("selfsup"), *configs = test_path("configs");
-    char *cmd = xasprintf(
-        "%s SELFSUP_CONFIGS='%s' '%s' run quickstart/supervised "
-        "config.DATA.TRAIN.DATA_PATHS=[%s/fm/disk_filelist/train_images.npy] "
-        "config.DATA.TRAIN.LABEL_PATHS=[%s/fm/disk_filelist/train_labels.npy] "
-        "config.DATA.TEST.DATA_PATHS=[%s/fm/disk_filelist/val_images.npy] "
-        "config.DATA.TEST.LABEL_PATHS=[%s/fm/disk_filelist/val_labels.npy] "
-        "config.DATA.TRAIN.DATA_LIMIT=256 config.DATA.TEST.DATA_LIMIT=128 "
-        "config.DATA.NUM_DATALOADER_WORKERS=1 "
-        "config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.NORM=LayerNorm config.DISTRIBUTED.NUM_PROC_PER_NODE=2 "
-        "config.DATA.TRAIN.BATCHSIZE_PER_REPLICA=32 config.OPTIMIZER.num_epochs=8 config.LOG_FREQUENCY=1 "
-        "config.CHECKPOINT.DIR=%s/two "
-        "--run-dir %s/run_2; rc=$?; wait; exit $rc",
-        killer, configs, bin, dir, dir, dir, dir, dir, dir);
+    char *run = supervised_cmd(dir, 2, 32, "config.OPTIMIZER.num_epochs=8");
+    char *cmd = xasprintf("%s %s; rc=$?; wait; exit $rc", killer, run);
     int rc = test_run_within(cmd, 280, &out);
     cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
     cr_expect(strstr(out, "stage train.1 (pid ") && strstr(out, "was killed by signal 9"), "%s", out);
@@ -422,7 +418,7 @@ Test(ddp, a_trainer_killed_mid_run_stops_the_run_naming_it, .timeout = 300)
     text = read_whole_file(peer_log, &n);
     cr_expect(text && strstr(text, "rank 1 (pid "), "the peer should name rank 1:\n%s",
               text ? text : "(no log)");
-    free(text), free(peer_log), free(tag), free(cmd), free(bin), free(configs), free(killer), free(out);
+    free(text), free(peer_log), free(tag), free(cmd), free(run), free(killer), free(out);
     test_rm_rf(dir);
     free(dir);
 }

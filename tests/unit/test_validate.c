@@ -90,6 +90,28 @@ static void expect_refused(const char *config, const char *args, const char *exp
     free(msg), free(out), free(train_out), free(all);
 }
 
+/* `selfsup run CONFIG ARGS` (data made synthetic, CHECKPOINT.DIR in a scratch folder unless
+ * ARGS names one) is refused with exit 2 and `expect` before any stage starts: no
+ * CHECKPOINT.DIR made, no stage log. */
+static void expect_run_refused(const char *config, const char *args, const char *expect)
+{
+    char *dir = test_make_tmpdir(), *bin = test_build_path("selfsup"), *configs = test_path("configs"), *out;
+    char *cmd =
+        xasprintf("SELFSUP_CONFIGS='%s' '%s' run %s " SYNTHETIC_DATA " config.CHECKPOINT.DIR=%s/ckpt %s "
+                  "--run-dir %s/run",
+                  configs, bin, config, dir, args, dir);
+    int rc = test_run(cmd, &out);
+    cr_expect_eq(rc, 2, "selfsup run %s %s: exit %d\n%s", config, args, rc, out);
+    cr_expect(strstr(out, expect), "%s", out);
+    char *ckpt = xasprintf("%s/ckpt", dir), *logs = xasprintf("%s/run/logs", dir);
+    struct stat st;
+    cr_expect_neq(stat(ckpt, &st), 0, "the refused run made %s", ckpt);
+    cr_expect_neq(stat(logs, &st), 0, "the refused run started stages (%s)", logs);
+    free(ckpt), free(logs), free(out), free(cmd), free(configs), free(bin);
+    test_rm_rf(dir);
+    free(dir);
+}
+
 Test(validate, features_nothing_implements_are_refused_naming_the_key, .timeout = 120)
 {
     expect_refused("quickstart/simclr", "config.MODEL.AMP_PARAMS.USE_AMP=true",
@@ -175,21 +197,8 @@ Test(validate, a_world_size_the_trainers_cannot_train_as_one_model_is_refused_be
         "config.DISTRIBUTED.NUM_NODES: world size 3: data-parallel training (several trainers as one model) "
         "is not implemented yet: trainers on several nodes");
 
-    char *dir = test_make_tmpdir(), *bin = test_build_path("selfsup"), *configs = test_path("configs");
-    char *cmd =
-        xasprintf("SELFSUP_CONFIGS='%s' '%s' run quickstart/swav " SYNTHETIC_DATA
-                  " config.DISTRIBUTED.NUM_PROC_PER_NODE=2 config.CHECKPOINT.DIR=%s/ckpt --run-dir %s/run",
-                  configs, bin, dir, dir);
-    rc = test_run(cmd, &out);
-    cr_expect_eq(rc, 2, "selfsup run: exit %d\n%s", rc, out);
-    cr_expect(strstr(out, "the loss's gathers across the trainers"), "%s", out);
-    char *ckpt = xasprintf("%s/ckpt", dir), *logs = xasprintf("%s/run/logs", dir);
-    struct stat st;
-    cr_expect_neq(stat(ckpt, &st), 0, "the refused run made %s", ckpt);
-    cr_expect_neq(stat(logs, &st), 0, "the refused run started stages (%s)", logs);
-    free(ckpt), free(logs), free(out), free(cmd), free(configs), free(bin);
-    test_rm_rf(dir);
-    free(dir);
+    expect_run_refused("quickstart/swav", "config.DISTRIBUTED.NUM_PROC_PER_NODE=2",
+                       "the loss's gathers across the trainers");
 }
 
 /* A run whose train stage is another program (SELFSUP.STAGES.train: a sink that saves the
@@ -277,19 +286,8 @@ Test(validate, the_extractors_checks_are_made_before_it_starts, .timeout = 60)
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "config.MODEL.TRUNK.NAME"), "%s", out);
     free(out);
-    char *dir = test_make_tmpdir(), *bin = test_build_path("selfsup"), *configs = test_path("configs");
-    char *cmd = xasprintf("SELFSUP_CONFIGS='%s' '%s' run quickstart/extract_features " SYNTHETIC_DATA
-                          " config.CHECKPOINT.DIR=/etc/passwd/f --run-dir %s/run",
-                          configs, bin, dir);
-    rc = test_run(cmd, &out);
-    cr_expect_eq(rc, 2, "selfsup run: exit %d\n%s", rc, out);
-    cr_expect(strstr(out, "/etc/passwd is not a folder"), "%s", out);
-    char *logs = xasprintf("%s/run/logs", dir);
-    struct stat st;
-    cr_expect_neq(stat(logs, &st), 0, "the refused run started stages");
-    free(logs), free(out), free(cmd), free(configs), free(bin);
-    test_rm_rf(dir);
-    free(dir);
+    expect_run_refused("quickstart/extract_features", "config.CHECKPOINT.DIR=/etc/passwd/f",
+                       "/etc/passwd is not a folder");
 }
 
 /* engine_name as the file sets it (the configs set it at the top level), else train. */
