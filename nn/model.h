@@ -156,10 +156,11 @@ bool model_backend_open(const cfg_node *config, int threads, int local_rank, eng
 bool model_build_from_config(const cfg_node *config, int threads, int local_rank, eng_backend **be, model **m,
                              cfg_err *err);
 
-/* What model_build_from_config checks before it builds anything, in its order: config.MODEL's
- * options, WEIGHTS_INIT (the file is there; its contents are read when the model is built),
- * and the device, opened and closed at once (whether a GPU is there, and usable at this local
- * rank, is known no other way). For validate and the stages' dry starts. */
+/* What model_build_from_config checks, in its order, without keeping anything: config.MODEL's
+ * options, WEIGHTS_INIT (a PARAMS_FILE is read into the model built on the cpu, so a file for
+ * another model is refused here, not when the run starts), and the device, opened and closed
+ * at once (whether a GPU is there, and usable at this local rank, is known no other way). For
+ * validate, `selfsup run`'s preflight and the stages' dry starts. */
 bool model_check_config(const cfg_node *config, int local_rank, cfg_err *err);
 
 /* Load w's PARAMS_FILE into the model (weights.h: the whole file is checked first, so a

@@ -448,6 +448,28 @@ bool model_backend_open(const cfg_node *config, int threads, int local_rank, eng
     return false;
 }
 
+/* WEIGHTS_INIT.PARAMS_FILE read into the model as the run will read it, on the cpu (one
+ * thread) whatever the device: the file's names and shapes against the model's are the check
+ * (weights.h), and a GPU need not be there to make it. */
+static bool check_weights_file(const cfg_node *mc, const model_options *mo, model_weights_init *wi,
+                               cfg_err *err)
+{
+    if (!wi->opt.params_file || !wi->opt.params_file[0])
+        return true;
+    char *why = NULL;
+    eng_backend *cpu = eng_backend_open("cpu", &(eng_backend_options){.threads = 1}, &why);
+    model *m = cpu ? model_new(cpu, mo, 0, &why) : NULL;
+    bool ok = m && model_load_weights(cpu, m, wi, &why) == 0;
+    if (m)
+        model_free(cpu, m);
+    if (cpu)
+        eng_backend_close(cpu);
+    if (!ok)
+        cfg_fail(err, mc, "config.MODEL", "%s", why ? why : "cannot build the model");
+    free(why);
+    return ok;
+}
+
 bool model_check_config(const cfg_node *config, int local_rank, cfg_err *err)
 {
     const cfg_node *mc = cfg_get(config, "MODEL");
@@ -455,6 +477,7 @@ bool model_check_config(const cfg_node *config, int local_rank, cfg_err *err)
     model_weights_init wi;
     eng_backend *be = NULL;
     if (!model_options_from_config(mc, &mo, err) || !model_weights_init_from_config(mc, &mo, &wi, err) ||
+        !check_weights_file(mc, &mo, &wi, err) ||
         !model_backend_open(config, 1, local_rank, &be, err)) /* one cpu thread is enough to open it */
         return false;
     eng_backend_close(be);

@@ -15,6 +15,7 @@
  * (and no weights file), which gets the rest of its checks run everywhere.
  */
 #include "nn.h"
+#include "safetensors.h"
 #include "test_util.h"
 #include "util.h"
 
@@ -264,6 +265,27 @@ Test(validate, the_checkpoint_folder_is_probed_without_being_made, .timeout = 60
         xasprintf("%s config.CHECKPOINT.DIR=%s config.CHECKPOINT.AUTO_RESUME=true", SYNTHETIC_DATA, dir);
     cr_expect_eq(config_cmd("validate", "quickstart/simclr", resume, &out), 0, "%s", out);
     free(out), free(resume), free(want), free(args), free(link);
+    test_rm_rf(dir);
+    free(dir);
+}
+
+/* A weights file for another model is refused by validate (and by both stages' start) as the
+ * run refuses it: its contents are read into the model, built on the cpu for the check. */
+Test(validate, a_weights_file_for_another_model_is_refused, .timeout = 120)
+{
+    char *dir = test_make_tmpdir(), *file = xasprintf("%s/other.safetensors", dir), *err = NULL, *out;
+    float v[4] = {0};
+    size_t shape[1] = {4};
+    st_tensor t = {
+        .name = "trunk._feature_blocks.conv1.weight", .dtype = ST_F32, .ndim = 1, .shape = shape, .data = v};
+    cr_assert_eq(st_write(file, &t, 1, NULL, 0, &err), 0, "%s", err);
+    char *args = xasprintf("config.MODEL.WEIGHTS_INIT.PARAMS_FILE=%s", file),
+         *want = xasprintf("config.MODEL: %s: ", file);
+    expect_refused("quickstart/simclr", args, want);
+    char *all = xasprintf("%s %s", SYNTHETIC_DATA, args);
+    cr_expect_eq(config_cmd("validate", "quickstart/extract_features", all, &out), 2, "%s", out);
+    cr_expect(strstr(out, want), "%s", out);
+    free(out), free(all), free(want), free(args), free(file);
     test_rm_rf(dir);
     free(dir);
 }
