@@ -77,6 +77,8 @@ static void reorder_blocked(const float *from, float *to, const eng_shape *sh, i
 /* Copies a tensor of shape sh from src to dst, converting between their orders where they differ. */
 static void transfer(const float *src, int src_block, float *dst, int dst_block, const eng_shape *sh)
 {
+    if (eng_numel(sh) == 0) /* an empty tensor may have no memory at all */
+        return;
     if (src_block == dst_block)
         memmove(dst, src, (size_t)eng_numel(sh) * sizeof(float));
     else if (src_block == 0)

@@ -23,7 +23,7 @@ static float *staged(dist *d, eng_backend *be, const eng_tensor *t, bool downloa
 
 int dist_broadcast(dist *d, eng_backend *be, const eng_tensor *t, char **err)
 {
-    if (!d->world)
+    if (!d->world || eng_numel(&t->shape) == 0) /* every rank has the same model: all skip it */
         return 0;
     bool root = coll_rank(d->world) == 0;
     float *h = staged(d, be, t, root);
@@ -36,7 +36,7 @@ int dist_broadcast(dist *d, eng_backend *be, const eng_tensor *t, char **err)
 
 int dist_average(dist *d, eng_backend *be, const eng_tensor *t, char **err)
 {
-    if (!d->world)
+    if (!d->world || eng_numel(&t->shape) == 0) /* a LayerNorm model's buffers: none */
         return 0;
     size_t n = (size_t)eng_numel(&t->shape);
     float *h = staged(d, be, t, true), w = (float)coll_world(d->world);

@@ -107,8 +107,10 @@ static double peak_mem_mb(void)
  * CHECKPOINT.DIR, kept open for stdout.json. */
 static void append_json(trainer *t, FILE **f, const char *name, json_t *obj)
 {
-    if (t->rank != 0) /* the ranks are one model: rank 0 logs it */
+    if (t->rank != 0) { /* the ranks are one model: rank 0 logs it */
+        json_decref(obj);
         return;
+    }
     if (!*f) {
         char *path = path_join(t->dir, name);
         *f = fopen(path, "a");
