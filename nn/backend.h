@@ -56,8 +56,8 @@ typedef struct {
     double (*cross_entropy)(eng_backend *be, tensor_ref *x, float scale, const int64_t *target,
                             const float *weight, int64_t ignore_index, tensor_ref *dx);
     double (*bce_logits)(eng_backend *be, tensor_ref *x, const int64_t *target, tensor_ref *dx);
-    void (*sinkhorn)(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
-                     tensor_ref *q);
+    int (*sinkhorn)(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
+                    tensor_ref *q, const eng_reducer *across);
     double (*soft_cross_entropy)(eng_backend *be, tensor_ref *x, float scale, tensor_ref *q, double g,
                                  tensor_ref *dx);
 

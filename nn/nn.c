@@ -401,8 +401,8 @@ double eng_bce_logits(eng_backend *be, const eng_tensor *x, const int64_t *targe
     return be->ops->bce_logits(be, x, target, dx);
 }
 
-void eng_sinkhorn(eng_backend *be, const eng_tensor *x, const eng_tensor *queue, double epsilon, int iters, bool hard,
-                  const eng_tensor *q)
+int eng_sinkhorn(eng_backend *be, const eng_tensor *x, const eng_tensor *queue, double epsilon, int iters,
+                 bool hard, const eng_tensor *q, const eng_reducer *across)
 {
     expect_matrix("sinkhorn", x);
     expect_same("sinkhorn", "codes", q, x);
@@ -414,7 +414,9 @@ void eng_sinkhorn(eng_backend *be, const eng_tensor *x, const eng_tensor *queue,
         LOGICAL("sinkhorn", queue);
     if (!(epsilon > 0.0) || iters < 0)
         die(EXIT_RUNTIME, "sinkhorn: epsilon %g and %d iterations", epsilon, iters);
-    be->ops->sinkhorn(be, x, queue, epsilon, iters, hard, q);
+    if (across && across->world < 1)
+        invariant_failed("sinkhorn: a reducer over %d ranks", across->world);
+    return be->ops->sinkhorn(be, x, queue, epsilon, iters, hard, q, across);
 }
 
 double eng_soft_cross_entropy(eng_backend *be, const eng_tensor *x, float scale, const eng_tensor *q, double g,

@@ -176,14 +176,26 @@ double eng_cross_entropy(eng_backend *be, const eng_tensor *x, float scale, cons
  * other than −1 (at least 1), all summed. x is N × C, target a host N × C array of 0, 1, −1. */
 double eng_bce_logits(eng_backend *be, const eng_tensor *x, const int64_t *target, const eng_tensor *dx);
 
-/* SwAV's codes (VISSL's distributed_sinkhornknopp at world size 1). The assignment matrix
- * A = exp(x/ε − max) over the scores x (n × K) with the rows of `queue` (m × K, or NULL)
- * appended below them is scaled to total 1, then `iters` times each prototype's column to
- * 1/K (a zero column first gets 1e-12 added everywhere; an infinite factor becomes the largest
- * finite one) and each row to 1/(n + m); q (n × K) gets the first n rows, each divided by its
- * sum, or with `hard` the one-hot of each row's largest entry (temp_hard_assignment_iters). */
-void eng_sinkhorn(eng_backend *be, const eng_tensor *x, const eng_tensor *queue, double epsilon, int iters, bool hard,
-                  const eng_tensor *q);
+/* Sums and maxima over the ranks of a data-parallel world, for an op that computes over every
+ * rank's rows (SwAV's Sinkhorn): reduce makes v[0..n) (host doubles) the sum, or with `max`
+ * the maximum, over the `world` ranks, the same bits on every rank; 0, or -1 when the
+ * collective failed. The caller keeps the error; an op given a failing reducer returns -1. */
+typedef struct {
+    int (*reduce)(void *ctx, double *v, size_t n, bool max);
+    void *ctx;
+    int world;
+} eng_reducer;
+
+/* SwAV's codes (VISSL's distributed_sinkhornknopp). The assignment matrix A = exp(x/ε − max)
+ * over the scores x (n × K) with the rows of `queue` (m × K, or NULL) appended below them is
+ * scaled to total 1, then `iters` times each prototype's column to 1/K (a zero column first
+ * gets 1e-12 added everywhere; an infinite factor becomes the largest finite one) and each row
+ * to 1/(W·(n + m)); q (n × K) gets the first n rows, each divided by its sum, or with `hard`
+ * the one-hot of each row's largest entry (temp_hard_assignment_iters). With a reducer (W
+ * ranks, each with its own n + m rows) the max, the total and the column sums are every
+ * rank's; NULL: one rank (W = 1). 0, or -1 when the reducer failed (q unspecified). */
+int eng_sinkhorn(eng_backend *be, const eng_tensor *x, const eng_tensor *queue, double epsilon, int iters,
+                 bool hard, const eng_tensor *q, const eng_reducer *across);
 
 /* −Σ_rows Σ_k q_k·log_softmax(scale·x)_k, a cross-entropy against soft targets q (both N × C),
  * summed over the rows. Unlike the losses above it ADDS g·∂/∂x to dx: in SwAV's swapped

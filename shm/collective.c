@@ -101,7 +101,7 @@ struct coll {
 
 /* ---- small parts ------------------------------------------------------------------------- */
 
-size_t coll_dtype_bytes(coll_dtype dtype) { return dtype == COLL_BF16 ? 2 : 4; }
+size_t coll_dtype_bytes(coll_dtype dtype) { return dtype == COLL_BF16 ? 2 : dtype == COLL_F64 ? 8 : 4; }
 
 float coll_bf16_to_f32(uint16_t v)
 {
@@ -254,7 +254,7 @@ static int barrier(coll *c, const char *what, char **err)
 
 static void describe(const call_desc *d, char *out, size_t n)
 {
-    const char *type = d->dtype == COLL_BF16 ? "bf16" : "fp32";
+    const char *type = d->dtype == COLL_BF16 ? "bf16" : d->dtype == COLL_F64 ? "fp64" : "fp32";
     if (d->kind == CALL_BARRIER)
         snprintf(out, n, "barrier (call %llu)", (unsigned long long)d->number);
     else if (d->kind == CALL_BROADCAST)
@@ -325,6 +325,23 @@ static void divide_f32(float *acc, size_t n, int world)
         acc[i] = acc[i] / (float)world;
 }
 
+/* combine_f32 and divide_f32 in double */
+static void combine_f64(double *out, const double *a, const double *b, size_t n, coll_op op)
+{
+    if (op == COLL_MAX)
+        for (size_t i = 0; i < n; i++)
+            out[i] = a[i] > b[i] || a[i] != a[i] ? a[i] : b[i];
+    else
+        for (size_t i = 0; i < n; i++)
+            out[i] = a[i] + b[i];
+}
+
+static void divide_f64(double *acc, size_t n, int world)
+{
+    for (size_t i = 0; i < n; i++)
+        acc[i] = acc[i] / (double)world;
+}
+
 static void widen_bf16(float *restrict out, const uint16_t *restrict x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -376,6 +393,15 @@ static void reduce_own_share(coll *c, uint64_t set, uint8_t *piece, size_t n, co
                         values_of(c, set, r, piece, lo, esz), m, op);
         if (op == COLL_MEAN)
             divide_f32(acc, m, c->world);
+    } else if (dtype == COLL_F64) {
+        double *acc = (double *)out;
+        if (c->world == 1)
+            memcpy(acc, piece + lo * esz, m * esz);
+        for (int r = 1; r < c->world; r++)
+            combine_f64(acc, r == 1 ? values_of(c, set, 0, piece, lo, esz) : acc,
+                        values_of(c, set, r, piece, lo, esz), m, op);
+        if (op == COLL_MEAN)
+            divide_f64(acc, m, c->world);
     } else {
         if (!c->scratch) /* a slot's worth of bf16 values, twice, as fp32 */
             c->scratch = xmalloc(c->slot_bytes / 2 * sizeof(float) * 2);

@@ -12,8 +12,8 @@
  * Results do not depend on timing: a reduction combines the ranks' values in rank order,
  * ((x0 + x1) + x2) + …, whatever order the ranks arrive in, so every rank gets the same bits
  * and a rerun gets them again. bf16 values are summed in fp32 in that order and rounded to
- * bf16 (to nearest even) once. MEAN is the sum divided by the world size, as VISSL's
- * all_reduce_mean divides; MAX propagates NaN.
+ * bf16 (to nearest even) once; fp64 (SwAV's Sinkhorn sums, which run in double) in double. MEAN is the sum
+ * divided by the world size, as VISSL's all_reduce_mean divides; MAX propagates NaN.
  *
  * Failure: a rank that dies, or that does not reach a collective within timeout_ms, fails the
  * collective on every rank with a message naming it, and the world is then broken: every later
@@ -30,7 +30,7 @@
 
 #define COLL_MAX_WORLD 64
 
-typedef enum { COLL_F32, COLL_BF16 } coll_dtype;
+typedef enum { COLL_F32, COLL_BF16, COLL_F64 } coll_dtype;
 typedef enum { COLL_SUM, COLL_MEAN, COLL_MAX } coll_op;
 
 typedef struct coll coll;

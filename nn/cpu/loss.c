@@ -121,23 +121,32 @@ double cpu_bce_logits(eng_backend *be, tensor_ref *x, const int64_t *target, ten
 
 /* ---- SwAV: Sinkhorn-Knopp codes and the swapped prediction -------------------------------------- */
 
-/* Scales every prototype's column (sum over the rows) to 1/K, as VISSL's loop body does with
- * its row sums of Q = Aᵀ, with its two guards. */
-static void sinkhorn_columns(double *a, int64_t n, int64_t k, double *u)
+/* v[0..n) over the ranks (VISSL's all_reduce calls); nothing to do on one rank. */
+static int across_ranks(const eng_reducer *r, double *v, size_t n, bool max)
+{
+    return r ? r->reduce(r->ctx, v, n, max) : 0;
+}
+
+/* Scales every prototype's column to 1/K, as VISSL's loop body does with its row sums of
+ * Q = Aᵀ (over every rank's rows), with its two guards: a zero column (a prototype no sample
+ * chose) first gets 1e-12 added everywhere; an infinite factor becomes the largest finite one. */
+static int sinkhorn_columns(double *a, int64_t n, int64_t k, double *u, const eng_reducer *r)
 {
     bool zero = false;
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t c = 0; c < k; c++)
             u[c] = 0.0;
-        for (int64_t r = 0; r < n; r++)
+        for (int64_t row = 0; row < n; row++)
             for (int64_t c = 0; c < k; c++)
-                u[c] += a[r * k + c];
+                u[c] += a[row * k + c];
+        if (across_ranks(r, u, (size_t)k, false) != 0)
+            return -1;
         zero = false;
         for (int64_t c = 0; c < k; c++)
             zero |= u[c] == 0.0;
         if (!zero || pass == 1)
             break;
-        for (int64_t i = 0; i < n * k; i++) /* a prototype no sample chose: VISSL adds 1e-12 */
+        for (int64_t i = 0; i < n * k; i++)
             a[i] += 1e-12;
     }
     double top = 0.0;
@@ -149,9 +158,10 @@ static void sinkhorn_columns(double *a, int64_t n, int64_t k, double *u)
     for (int64_t c = 0; c < k; c++)
         if (isinf(u[c]))
             u[c] = top;
-    for (int64_t r = 0; r < n; r++)
+    for (int64_t row = 0; row < n; row++)
         for (int64_t c = 0; c < k; c++)
-            a[r * k + c] *= u[c];
+            a[row * k + c] *= u[c];
+    return 0;
 }
 
 /* Scales row r to `to` (the samples' marginal, 1/N; 1 for the final codes). */
@@ -164,28 +174,33 @@ static void sinkhorn_row(double *row, int64_t k, double to)
         row[c] *= to / s;
 }
 
-void cpu_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
-                  tensor_ref *q)
+/* A = exp(x/ε − max) over the scores and the queue, scaled to total 1 (max and total over the
+ * ranks). */
+static int sinkhorn_start(double *a, tensor_ref *x, tensor_ref *queue, int64_t n, int64_t k, double epsilon,
+                          const eng_reducer *r)
 {
-    (void)be;
-    int64_t nx = x->shape.dim[0], nq = queue ? queue->shape.dim[0] : 0, n = nx + nq, k = x->shape.dim[1];
-    double *a = xmalloc((size_t)(n * k) * sizeof *a), *u = xmalloc((size_t)k * sizeof *u);
+    int64_t nx = x->shape.dim[0];
     double top = -INFINITY, total = 0.0;
     for (int64_t i = 0; i < n * k; i++) {
         a[i] = (i < nx * k ? cpu_ptr(x)[i] : cpu_ptr(queue)[i - nx * k]) / epsilon;
         top = fmax(top, a[i]);
     }
+    if (across_ranks(r, &top, 1, true) != 0)
+        return -1;
     for (int64_t i = 0; i < n * k; i++) { /* VISSL's log-sum-exp guard: nothing overflows */
         a[i] = exp(a[i] - top);
         total += a[i];
     }
+    if (across_ranks(r, &total, 1, false) != 0)
+        return -1;
     for (int64_t i = 0; i < n * k; i++)
         a[i] /= total;
-    for (int it = 0; it < iters; it++) {
-        sinkhorn_columns(a, n, k, u);
-        for (int64_t r = 0; r < n; r++)
-            sinkhorn_row(a + r * k, k, 1.0 / (double)n);
-    }
+    return 0;
+}
+
+/* The first nx rows of A as codes: each divided by its sum, or the one-hot of its largest. */
+static void sinkhorn_codes(double *a, int64_t nx, int64_t k, bool hard, tensor_ref *q)
+{
     for (int64_t r = 0; r < nx; r++) {
         double *row = a + r * k;
         float *out = cpu_ptr(q) + r * k;
@@ -196,8 +211,26 @@ void cpu_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsi
         for (int64_t c = 0; c < k; c++)
             out[c] = hard ? (float)(c == best) : (float)row[c];
     }
+}
+
+int cpu_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
+                 tensor_ref *q, const eng_reducer *across)
+{
+    (void)be;
+    int64_t nx = x->shape.dim[0], nq = queue ? queue->shape.dim[0] : 0, n = nx + nq, k = x->shape.dim[1];
+    double samples = (double)n * (across ? across->world : 1); /* VISSL's N: every rank's rows */
+    double *a = xmalloc((size_t)(n * k) * sizeof *a), *u = xmalloc((size_t)k * sizeof *u);
+    int rc = sinkhorn_start(a, x, queue, n, k, epsilon, across);
+    for (int it = 0; rc == 0 && it < iters; it++) {
+        rc = sinkhorn_columns(a, n, k, u, across);
+        for (int64_t r = 0; rc == 0 && r < n; r++)
+            sinkhorn_row(a + r * k, k, 1.0 / samples);
+    }
+    if (rc == 0)
+        sinkhorn_codes(a, nx, k, hard, q);
     free(a);
     free(u);
+    return rc;
 }
 
 double cpu_soft_cross_entropy(eng_backend *be, tensor_ref *x, float scale, tensor_ref *q, double g,

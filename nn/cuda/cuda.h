@@ -125,8 +125,8 @@ double cuda_info_nce(eng_backend *be, tensor_ref *logits, float scale, tensor_re
 double cuda_cross_entropy(eng_backend *be, tensor_ref *x, float scale, const int64_t *target,
                           const float *weight, int64_t ignore_index, tensor_ref *dx);
 double cuda_bce_logits(eng_backend *be, tensor_ref *x, const int64_t *target, tensor_ref *dx);
-void cuda_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
-                   tensor_ref *q);
+int cuda_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters, bool hard,
+                  tensor_ref *q, const eng_reducer *across);
 double cuda_soft_cross_entropy(eng_backend *be, tensor_ref *x, float scale, tensor_ref *q, double g,
                                tensor_ref *dx);
 

@@ -507,54 +507,100 @@ __global__ static void sk_codes_kernel(const double *a, int64_t k, bool hard, fl
     }
 }
 
-/* One of the `iters` iterations: columns to 1/K (with the zero-column and infinite-factor
- * rules), then rows to 1/n. */
-static void sinkhorn_iteration(eng_backend *be, double *a, int64_t n, int64_t k, double *u, double *flag)
+/* v (n doubles on the device) over the ranks: to the host, reduced, back, in stream order.
+ * Nothing to do on one rank. (A host round trip of K doubles per iteration: NCCL's in-place
+ * device reduction replaces it when that backend's collectives come.) */
+static int across_ranks(eng_backend *be, double *v, int64_t n, bool max, const eng_reducer *r)
+{
+    if (!r)
+        return 0;
+    double *h = (double *)malloc((size_t)n * sizeof(double));
+    if (!h)
+        return -1;
+    cuda_read_doubles(be, v, h, (int)n);
+    int rc = r->reduce(r->ctx, h, (size_t)n, max);
+    if (rc == 0) {
+        CUDA_CHECK(
+            cudaMemcpyAsync(v, h, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, cuda_stream(be)));
+        cuda_sync(be); /* h is freed next */
+    }
+    free(h);
+    return rc;
+}
+
+/* The column sums u over every rank's rows, after VISSL's zero-column rule (1e-12 added
+ * everywhere when some column sums to zero). One rank decides the rule on the device; several
+ * read the flag, which every rank computes from the same sums, so all make the same calls. */
+static int column_sums(eng_backend *be, double *a, int64_t n, int64_t k, double *u, double *flag,
+                       const eng_reducer *r)
 {
     cudaStream_t st = cuda_stream(be);
     unsigned col_blocks = (unsigned)((k + COL_X - 1) / COL_X);
     dim3 col_threads(COL_X, COL_Y);
     sk_col_sums_kernel<<<col_blocks, col_threads, 0, st>>>(a, n, k, u, NULL);
     CUDA_LAUNCHED();
+    if (across_ranks(be, u, k, false, r) != 0)
+        return -1;
     sk_zero_flag_kernel<<<1, THREADS, 0, st>>>(u, k, flag);
     CUDA_LAUNCHED();
     sk_add_if_kernel<<<cuda_blocks(n * k, THREADS), THREADS, 0, st>>>(a, n * k, flag);
     CUDA_LAUNCHED();
+    if (r && read_double(be, flag) == 0.0)
+        return 0;
     sk_col_sums_kernel<<<col_blocks, col_threads, 0, st>>>(a, n, k, u, flag);
     CUDA_LAUNCHED();
-    sk_factors_kernel<<<1, THREADS, 0, st>>>(u, k);
-    CUDA_LAUNCHED();
-    sk_rows_kernel<<<(unsigned)n, THREADS, 0, st>>>(a, u, k, 1.0 / (double)n);
-    CUDA_LAUNCHED();
+    return across_ranks(be, u, k, false, r);
 }
 
-extern "C" void cuda_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters,
-                              bool hard, tensor_ref *q)
+/* One of the `iters` iterations: columns to 1/K (with the zero-column and infinite-factor
+ * rules), then rows to 1/N. */
+static int sinkhorn_iteration(eng_backend *be, double *a, int64_t n, int64_t k, double *u, double *flag,
+                              double samples, const eng_reducer *r)
+{
+    cudaStream_t st = cuda_stream(be);
+    if (column_sums(be, a, n, k, u, flag, r) != 0)
+        return -1;
+    sk_factors_kernel<<<1, THREADS, 0, st>>>(u, k);
+    CUDA_LAUNCHED();
+    sk_rows_kernel<<<(unsigned)n, THREADS, 0, st>>>(a, u, k, 1.0 / samples);
+    CUDA_LAUNCHED();
+    return 0;
+}
+
+extern "C" int cuda_sinkhorn(eng_backend *be, tensor_ref *x, tensor_ref *queue, double epsilon, int iters,
+                             bool hard, tensor_ref *q, const eng_reducer *across)
 {
     int64_t nx = x->shape.dim[0], nq = queue ? queue->shape.dim[0] : 0, n = nx + nq, k = x->shape.dim[1];
     if (nx == 0 || k == 0)
-        return; /* no codes to write */
+        return 0; /* no codes to write (every rank's batch is the same size: none takes part) */
     cudaStream_t st = cuda_stream(be);
     double *a = (double *)cuda_scratch(be, 0, (size_t)(n * k) * sizeof(double));
     double *u = (double *)cuda_scratch(be, 1, (size_t)k * sizeof(double));
     double *rows = (double *)cuda_scratch(be, 2, (size_t)n * sizeof(double));
     double *scalars = (double *)cuda_scratch(be, 3, 3 * sizeof(double));
     double *top = scalars, *total = scalars + 1, *flag = scalars + 2;
+    double samples = (double)n * (across ? across->world : 1); /* VISSL's N: every rank's rows */
 
     sk_load_kernel<<<(unsigned)n, THREADS, 0, st>>>(cuda_ptr(x), queue ? cuda_ptr(queue) : NULL, nx, k, epsilon, a,
                                                      rows);
     CUDA_LAUNCHED();
     max_kernel<<<1, THREADS, 0, st>>>(rows, n, top);
     CUDA_LAUNCHED();
+    if (across_ranks(be, top, 1, true, across) != 0)
+        return -1;
     sk_exp_kernel<<<(unsigned)n, THREADS, 0, st>>>(a, k, top, rows);
     CUDA_LAUNCHED();
     sum_doubles(be, rows, n, total);
+    if (across_ranks(be, total, 1, false, across) != 0)
+        return -1;
     sk_divide_kernel<<<cuda_blocks(n * k, THREADS), THREADS, 0, st>>>(a, n * k, total);
     CUDA_LAUNCHED();
     for (int it = 0; it < iters; it++)
-        sinkhorn_iteration(be, a, n, k, u, flag);
+        if (sinkhorn_iteration(be, a, n, k, u, flag, samples, across) != 0)
+            return -1;
     sk_codes_kernel<<<(unsigned)nx, THREADS, 0, st>>>(a, k, hard, cuda_ptr(q));
     CUDA_LAUNCHED();
+    return 0;
 }
 
 /* ---- SwAV: cross-entropy against soft targets --------------------------------------------------- */

@@ -6,19 +6,29 @@
 #include "util.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-/* The host buffer, big enough for t, with t's values in it (download: true). */
+int dist_rank(const dist *d) { return d && d->world ? coll_rank(d->world) : 0; }
+int dist_world(const dist *d) { return d && d->world ? coll_world(d->world) : 1; }
+
+/* Host buffer k (0: what is sent, 1: what is received), room for n values. */
+static float *host_buffer(dist *d, int k, size_t n)
+{
+    if (n > d->cap[k]) {
+        free(d->host[k]);
+        d->host[k] = xmalloc((n ? n : 1) * sizeof *d->host[k]);
+        d->cap[k] = n;
+    }
+    return d->host[k];
+}
+
+/* Host buffer 0 with t's values in it (download: true). */
 static float *staged(dist *d, eng_backend *be, const eng_tensor *t, bool download)
 {
-    size_t n = (size_t)eng_numel(&t->shape);
-    if (n > d->cap) {
-        free(d->host);
-        d->host = xmalloc((n ? n : 1) * sizeof *d->host);
-        d->cap = n;
-    }
+    float *h = host_buffer(d, 0, (size_t)eng_numel(&t->shape));
     if (download)
-        eng_download(be, t, d->host);
-    return d->host;
+        eng_download(be, t, h);
+    return h;
 }
 
 int dist_broadcast(dist *d, eng_backend *be, const eng_tensor *t, char **err)
@@ -34,18 +44,99 @@ int dist_broadcast(dist *d, eng_backend *be, const eng_tensor *t, char **err)
     return 0;
 }
 
-int dist_average(dist *d, eng_backend *be, const eng_tensor *t, char **err)
+/* t becomes the sum over the ranks of t / divisor: DDP's hook divides (x / W, which rounds
+ * unlike x · (1/W)) before it sums; divisor 1 leaves t as it is. */
+static int sum_divided(dist *d, eng_backend *be, const eng_tensor *t, float divisor, char **err)
 {
     if (!d->world || eng_numel(&t->shape) == 0) /* a LayerNorm model's buffers: none */
         return 0;
     size_t n = (size_t)eng_numel(&t->shape);
-    float *h = staged(d, be, t, true), w = (float)coll_world(d->world);
-    for (size_t i = 0; i < n; i++)
-        h[i] = h[i] / w;
+    float *h = staged(d, be, t, true);
+    for (size_t i = 0; divisor != 1.0f && i < n; i++)
+        h[i] = h[i] / divisor;
     if (coll_all_reduce(d->world, h, n, COLL_F32, COLL_SUM, err) != 0)
         return -1;
     eng_upload(be, t, h);
     return 0;
+}
+
+int dist_average(dist *d, eng_backend *be, const eng_tensor *t, char **err)
+{
+    return sum_divided(d, be, t, (float)dist_world(d), err);
+}
+
+int dist_sum(dist *d, eng_backend *be, const eng_tensor *t, char **err)
+{
+    return sum_divided(d, be, t, 1.0f, err);
+}
+
+int dist_all_gather(dist *d, eng_backend *be, const eng_tensor *local, const eng_tensor *all, char **err)
+{
+    if (!d->world) {
+        eng_copy(be, local, all);
+        return 0;
+    }
+    size_t n = (size_t)eng_numel(&local->shape), world = (size_t)coll_world(d->world);
+    float *send = staged(d, be, local, true), *recv = host_buffer(d, 1, world * n);
+    if (coll_all_gather(d->world, send, recv, n, COLL_F32, err) != 0)
+        return -1;
+    eng_upload(be, all, recv);
+    return 0;
+}
+
+int dist_reduce(dist *d, double *v, size_t n, bool max, char **err)
+{
+    if (!d->world)
+        return 0;
+    return coll_all_reduce(d->world, v, n, COLL_F64, max ? COLL_MAX : COLL_SUM, err);
+}
+
+/* Entry e of every rank into out[(r − 1)·n] for r ≥ 1 (rank 0 only). */
+static int gather_entry(dist *d, eng_backend *be, const eng_entry *e, eng_entry *out, int n, char **err)
+{
+    int64_t m = eng_numel(&e->value.shape), world = coll_world(d->world);
+    eng_tensor all = eng_tensor_new(be, eng_shape2(world, m));
+    eng_tensor flat = eng_reshape(&e->value, eng_shape2(1, m));
+    int rc = dist_all_gather(d, be, &flat, &all, err);
+    for (int64_t r = 1; rc == 0 && coll_rank(d->world) == 0 && r < world; r++) {
+        eng_entry *o = &out[(r - 1) * n];
+        eng_tensor row = eng_rows(be, &all, r, 1);
+        *o = (eng_entry){.name = xasprintf("rank%lld.%s", (long long)r, e->name),
+                         .kind = e->kind,
+                         .value = eng_tensor_new(be, e->value.shape)};
+        eng_copy(be, &row, &o->value);
+    }
+    eng_tensor_free(be, &all);
+    return rc;
+}
+
+int dist_gather_entries(dist *d, eng_backend *be, const eng_entry *entries, int n, eng_entry **out, int *nout,
+                        char **err)
+{
+    *out = NULL;
+    *nout = 0;
+    if (!d->world || n == 0)
+        return 0;
+    int world = coll_world(d->world), got = coll_rank(d->world) == 0 ? (world - 1) * n : 0;
+    eng_entry *all = xcalloc((size_t)got + 1, sizeof *all);
+    for (int i = 0; i < n; i++)
+        if (gather_entry(d, be, &entries[i], all + i, n, err) != 0) {
+            dist_entries_free(be, all, got);
+            return -1;
+        }
+    *out = all;
+    *nout = got;
+    return 0;
+}
+
+void dist_entries_free(eng_backend *be, eng_entry *entries, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (entries[i].name) {
+            free((char *)entries[i].name);
+            eng_tensor_free(be, &entries[i].value);
+        }
+    free(entries);
 }
 
 int dist_mean(dist *d, double *v, char **err)
@@ -79,6 +170,7 @@ int dist_sum_counts(dist *d, int64_t *v, size_t n, char **err)
 
 void dist_free(dist *d)
 {
-    free(d->host);
+    free(d->host[0]);
+    free(d->host[1]);
     *d = (dist){0};
 }

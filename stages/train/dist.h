@@ -10,7 +10,11 @@
  * ranks stay one model). The logged loss is the mean of the ranks' losses (VISSL's
  * all_reduce_mean).
  *
- * Tensors move through a host buffer (eng_download, the collective, eng_upload): the shm
+ * The losses use the same world for what they compute over every rank's rows: SimCLR's
+ * gather_from_all (dist_all_gather forward, dist_sum of the gathered rows' gradients backward,
+ * as VISSL's GatherLayer) and SwAV's Sinkhorn sums (dist_reduce, in double).
+ *
+ * Tensors move through host buffers (eng_download, the collective, eng_upload): the shm
  * collectives work on host memory, and on the cpu backend that is a copy each way.
  */
 #ifndef SELFSUP_TRAIN_DIST_H
@@ -18,17 +22,35 @@
 
 #include "collective.h"
 #include "nn.h"
+#include "params.h"
 
-typedef struct {
+typedef struct dist {
     coll *world; /* NULL: one trainer, and every call below does nothing */
-    float *host;
-    size_t cap;
+    float *host[2]; /* what is sent, what is received (all-gather) */
+    size_t cap[2];
 } dist;
+
+/* This trainer's rank and the world's size (0 and 1 for one trainer, or d NULL). */
+int dist_rank(const dist *d);
+int dist_world(const dist *d);
 
 /* t's values on every rank become rank 0's. 0, or -1 with *err (a collective that failed). */
 int dist_broadcast(dist *d, eng_backend *be, const eng_tensor *t, char **err);
 /* t becomes the mean over the ranks (divided by the world size, then summed). */
 int dist_average(dist *d, eng_backend *be, const eng_tensor *t, char **err);
+/* t becomes the sum over the ranks. */
+int dist_sum(dist *d, eng_backend *be, const eng_tensor *t, char **err);
+/* all (world × local's rows) becomes every rank's local, in rank order. One trainer: a copy. */
+int dist_all_gather(dist *d, eng_backend *be, const eng_tensor *local, const eng_tensor *all, char **err);
+/* v[0..n) becomes the sum (max: the maximum) over the ranks, in double, in rank order. */
+int dist_reduce(dist *d, double *v, size_t n, bool max, char **err);
+/* Every rank's own state (its n entries: SwAV's queues), for rank 0's checkpoint: on rank 0,
+ * *out becomes the other ranks' entries, rank r's entry i named "rank<r>.<entry i's name>" (the
+ * name rank r's own entry has: loss.h), (world − 1)·n of them owning their tensors; elsewhere,
+ * and for one trainer, none. Every rank calls it. 0, or -1 with *err. */
+int dist_gather_entries(dist *d, eng_backend *be, const eng_entry *entries, int n, eng_entry **out, int *nout,
+                        char **err);
+void dist_entries_free(eng_backend *be, eng_entry *entries, int n);
 /* *v becomes the mean of the ranks' values (summed in rank order, divided by the world size). */
 int dist_mean(dist *d, double *v, char **err);
 /* v[0..n) becomes the sum over the ranks, exactly (a meter's counts). */

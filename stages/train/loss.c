@@ -10,6 +10,13 @@
  *   multicrop_simclr_info_nce_loss, R = B·C: row r's positives are (r + d·B) mod (B·C) for
  *     d = 1..C−1, its negatives every other column but r (local only, as VISSL: the own-rank
  *     block); Z = (C−1)·B·C. With C = 2 the two losses are the same (a test checks it).
+ * Across W trainers, simclr_info_nce_loss reads every rank's z: Zall = gather_from_all(z)
+ * (W·R rows, rank-major), S = z·Zallᵀ, the masks above shifted to the own block's columns
+ * (rank·R) and the negatives every column of every rank but the two; backward, dz = dS·Zall
+ * plus this rank's rows of Σ_ranks dSᵀ·z (VISSL's GatherLayer: the gathered rows' gradients
+ * all-reduced, each rank keeping its own). Multi-crop SimCLR gathers too in VISSL, but its
+ * masks give other ranks' columns neither role, so they add nothing to its value or gradient:
+ * it computes on its own rows alone, the result VISSL's gives.
  * Cross-entropy and BCE run per output (each optionally L2-normalised first) and add up.
  */
 #include "train/loss_internal.h"
@@ -63,10 +70,10 @@ static bool read_buffer_params(const cfg_node *config, const char *name, loss_op
     o->embedding_dim = cfg_int(l, "buffer_params.embedding_dim");
     o->effective_batch_size = cfg_int(l, "buffer_params.effective_batch_size");
     o->world_size = (int)cfg_int(l, "buffer_params.world_size");
-    bool ok = o->world_size == 1;
+    bool ok = o->world_size >= 1;
     if (!ok)
-        cfg_fail(err, cfg_get(l, "buffer_params.world_size"), key,
-                 "world size %d: this trainer runs one process (world size 1)", o->world_size);
+        cfg_fail(err, cfg_get(l, "buffer_params.world_size"), key, "world size %d: must be ≥ 1",
+                 o->world_size);
     free(key);
     return ok;
 }
@@ -116,31 +123,42 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
 
 static bool is_simclr(const loss *l) { return l->o.name == LOSS_SIMCLR || l->o.name == LOSS_MULTICROP_SIMCLR; }
 
-/* The 0/1 masks of loss.c's top comment, for R rows in groups of `per` (B). */
-static void make_masks(eng_backend *be, loss *l, int64_t r, int64_t per)
+/* The 0/1 masks of loss.c's top comment, for R rows in groups of `per` (B) against `cols`
+ * columns whose own block starts at `own` (rank·R; 0 and R for one trainer). */
+static void make_masks(eng_backend *be, loss *l, int64_t r, int64_t per, int64_t cols, int64_t own)
 {
-    float *pos = xcalloc((size_t)(r * r), sizeof *pos), *neg = xmalloc((size_t)(r * r) * sizeof *neg);
+    float *pos = xcalloc((size_t)(r * cols), sizeof *pos), *neg = xmalloc((size_t)(r * cols) * sizeof *neg);
     int64_t crops = r / per;
     for (int64_t i = 0; i < r; i++) {
-        for (int64_t j = 0; j < r; j++)
-            neg[i * r + j] = j != i;
+        for (int64_t j = 0; j < cols; j++)
+            neg[i * cols + j] = j != own + i;
         for (int64_t d = 1; d < crops; d++) {
-            int64_t j = (i + d * per) % r;
-            pos[i * r + j] = 1.0f;
-            neg[i * r + j] = 0.0f;
+            int64_t j = own + (i + d * per) % r;
+            pos[i * cols + j] = 1.0f;
+            neg[i * cols + j] = 0.0f;
         }
     }
-    l->pos = eng_tensor_new(be, eng_shape2(r, r));
-    l->neg = eng_tensor_new(be, eng_shape2(r, r));
+    l->pos = eng_tensor_new(be, eng_shape2(r, cols));
+    l->neg = eng_tensor_new(be, eng_shape2(r, cols));
     eng_upload(be, &l->pos, pos);
     eng_upload(be, &l->neg, neg);
     free(pos);
     free(neg);
 }
 
+/* The run's trainers (NULL: one; a stateless loss planned without a state is on its own). */
+static dist *world_of(const loss *l) { return l->st ? l->st->world : NULL; }
+
+/* simclr_info_nce_loss among several trainers: it reads every rank's embeddings. */
+static bool gathers(const loss *l) { return l->o.name == LOSS_SIMCLR && dist_world(world_of(l)) > 1; }
+
 static int plan_simclr(eng_backend *be, loss *l, char **err)
 {
     const loss_options *o = &l->o;
+    int world = dist_world(world_of(l));
+    if (o->world_size != world)
+        return report_failure(err, "%s: buffer_params.world_size is %d, but the run has %d trainer%s",
+                              NAMES[o->name], o->world_size, world, world == 1 ? "" : "s");
     if (l->n != 1 || l->shape[0].ndim != 2)
         return report_failure(err, "%s: takes one output of rows × embedding (the model has %d)",
                               NAMES[o->name], l->n);
@@ -159,9 +177,14 @@ static int plan_simclr(eng_backend *be, loss *l, char **err)
                               o->world_size);
     l->z = eng_tensor_new(be, l->shape[0]);
     l->dz = eng_tensor_new(be, l->shape[0]);
-    l->sim = eng_tensor_new(be, eng_shape2(r, r));
-    l->dsim = eng_tensor_new(be, eng_shape2(r, r));
-    make_masks(be, l, r, r / crops);
+    int64_t cols = gathers(l) ? r * world : r;
+    if (gathers(l)) {
+        l->zall = eng_tensor_new(be, eng_shape2(cols, d));
+        l->dzall = eng_tensor_new(be, eng_shape2(cols, d));
+    }
+    l->sim = eng_tensor_new(be, eng_shape2(r, cols));
+    l->dsim = eng_tensor_new(be, eng_shape2(r, cols));
+    make_masks(be, l, r, r / crops, cols, gathers(l) ? r * dist_rank(world_of(l)) : 0);
     return 0;
 }
 
@@ -211,7 +234,7 @@ void loss_free(eng_backend *be, loss *l)
 {
     if (!l)
         return;
-    eng_tensor *own[] = {&l->z, &l->dz, &l->sim, &l->dsim, &l->pos, &l->neg};
+    eng_tensor *own[] = {&l->z, &l->dz, &l->sim, &l->dsim, &l->pos, &l->neg, &l->zall, &l->dzall};
     for (size_t i = 0; i < ARRAY_LEN(own); i++)
         if (own[i]->base)
             eng_tensor_free(be, own[i]);
@@ -232,10 +255,11 @@ const eng_tensor *loss_grad(const loss *l, int k) { return &l->dout[k]; }
 
 /* ---- state and hooks ---------------------------------------------------------------------- */
 
-loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed)
+loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed, dist *world)
 {
     loss_state *s = xcalloc(1, sizeof *s);
     s->o = *o;
+    s->world = world;
     if (o->name == LOSS_SWAV)
         swav_state_init(be, s, seed);
     return s;
@@ -273,16 +297,40 @@ int loss_on_update(eng_backend *be, loss_state *s, struct model *m, char **err)
 
 /* ---- computing ---------------------------------------------------------------------------- */
 
-static double simclr(eng_backend *be, loss *l, const eng_tensor *out)
+/* S = z·Zallᵀ over every rank's embeddings, and dz from both of z's roles (loss.c's top). */
+static int simclr_gathered(eng_backend *be, loss *l, double *value, char **err)
+{
+    dist *world = world_of(l);
+    if (dist_all_gather(world, be, &l->z, &l->zall, err) != 0)
+        return -1;
+    eng_linear_forward(be, &l->z, &l->zall, NULL, &l->sim);
+    *value = eng_info_nce(be, &l->sim, (float)(1.0 / l->o.temperature), &l->pos, &l->neg, &l->dsim);
+    eng_zero(be, &l->dz);
+    eng_zero(be, &l->dzall);
+    eng_linear_backward(be, &l->z, &l->zall, &l->dsim, &l->dz, &l->dzall, NULL);
+    if (dist_sum(world, be, &l->dzall, err) != 0)
+        return -1;
+    int64_t r = l->z.shape.dim[0];
+    eng_tensor mine = eng_rows(be, &l->dzall, r * dist_rank(world), r);
+    eng_add_backward(be, &mine, &l->dz, NULL);
+    return 0;
+}
+
+static int simclr(eng_backend *be, loss *l, const eng_tensor *out, double *value, char **err)
 {
     eng_l2norm_forward(be, out, &l->z);
-    eng_linear_forward(be, &l->z, &l->z, NULL, &l->sim);
-    double v = eng_info_nce(be, &l->sim, (float)(1.0 / l->o.temperature), &l->pos, &l->neg, &l->dsim);
-    eng_zero(be, &l->dz);
-    eng_linear_backward(be, &l->z, &l->z, &l->dsim, &l->dz, &l->dz, NULL);
+    if (gathers(l)) {
+        if (simclr_gathered(be, l, value, err) != 0)
+            return -1;
+    } else {
+        eng_linear_forward(be, &l->z, &l->z, NULL, &l->sim);
+        *value = eng_info_nce(be, &l->sim, (float)(1.0 / l->o.temperature), &l->pos, &l->neg, &l->dsim);
+        eng_zero(be, &l->dz);
+        eng_linear_backward(be, &l->z, &l->z, &l->dsim, &l->dz, &l->dz, NULL);
+    }
     eng_zero(be, &l->dout[0]);
     eng_l2norm_backward(be, out, &l->dz, &l->dout[0]);
-    return v;
+    return 0;
 }
 
 /* Output k as the loss reads it: itself, or L2-normalised (normalize_output). */
@@ -348,13 +396,9 @@ int loss_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, con
         if (!eng_shape_equal(&outputs[k]->shape, &l->shape[k]))
             return report_failure(err, "%s: output %d is not the shape the loss was planned for", NAMES[l->o.name],
                                   k);
-    if (is_simclr(l)) {
-        *value = simclr(be, l, outputs[0]);
-        return 0;
-    }
-    if (l->o.name == LOSS_SWAV) {
-        *value = swav_compute(be, l, outputs);
-        return 0;
-    }
+    if (is_simclr(l))
+        return simclr(be, l, outputs[0], value, err);
+    if (l->o.name == LOSS_SWAV)
+        return swav_compute(be, l, outputs, value, err);
     return per_output(be, l, outputs, b, value, err);
 }

@@ -16,8 +16,10 @@
  * (SwAVUpdateQueueScoresHook after the forward, NormalizePrototypesHook after the update).
  * The batch carries labels AND sample indices (memory banks: NPID, PIRL) for the methods to come.
  *
- * Distributed semantics go through the world size: these losses are written for W = 1 today
- * (the config's world size is checked); the all-gather joins the collective interface later.
+ * Several trainers (dist.h): the loss state holds the run's world. SimCLR gathers every rank's
+ * embeddings (VISSL's gather_from_all, with its backward); SwAV's Sinkhorn sums over every
+ * rank's scores; multi-crop SimCLR needs no gather (its masks keep the negatives local). The
+ * config's buffer_params.world_size must be the world's size.
  */
 #ifndef SELFSUP_TRAIN_LOSS_H
 #define SELFSUP_TRAIN_LOSS_H
@@ -62,7 +64,7 @@ typedef struct {
     double temperature;           /* SimCLR losses (0.1); cross-entropy multi-output (1.0) */
     int64_t embedding_dim;        /* SimCLR losses: buffer_params.embedding_dim, checked */
     int64_t effective_batch_size; /* SimCLR: 2·B·W; multi-crop: B·W (checked against the batch) */
-    int world_size;               /* buffer_params.world_size: 1 on this trainer */
+    int world_size;               /* buffer_params.world_size: the trainers' world (checked at loss_new) */
     int num_crops;                /* multi-crop SimCLR */
     int64_t ignore_index;         /* cross-entropy losses: −1 */
     bool normalize_output;        /* multi-output losses: L2-normalise each output first */
@@ -72,7 +74,7 @@ typedef struct {
 } loss_options;
 
 /* LOSS of a composed config's `config` map (LOSS.name and LOSS.<name>). Refuses, with its line, a
- * loss this trainer does not run yet and a world size above 1. */
+ * loss this trainer does not run yet. */
 bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err *err);
 const char *loss_display_name(loss_name name);
 
@@ -90,13 +92,17 @@ struct model;
 
 /* ---- state and hooks ------------------------------------------------------------------------ */
 
-/* The run's state for the loss of these options (empty for a stateless loss). SwAV with a
- * queue starts it as VISSL's initialize_queue does: scores U(−1, 1), embeddings U(−s, s) with
- * s = 1/√(D/3), from the counter-based generator on `seed`. */
-loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed);
+/* The run's state for the loss of these options (empty for a stateless loss), computing over
+ * the ranks of `world` (NULL: one trainer; its world is read when a loss is planned). SwAV
+ * with a queue starts it as VISSL's initialize_queue does: scores U(−1, 1), embeddings
+ * U(−s, s) with s = 1/√(D/3), from the counter-based generator on `seed` (each rank its own
+ * queue, as VISSL's are local). */
+struct dist;
+loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed, struct dist *world);
 void loss_state_free(eng_backend *be, loss_state *s);
 
-/* Its tensors for a checkpoint, named loss.<VISSL's state-dict name> (n, possibly 0), and the
+/* Its tensors for a checkpoint, named loss.<VISSL's state-dict name> (n, possibly 0; on rank
+ * r > 0 of several trainers rank<r>.loss.<name>: rank 0's checkpoint holds every rank's), and the
  * loss's own forward count (SwAV's num_iteration: it counts test forwards too, as VISSL's; 0 for
  * the others). */
 int loss_state_entries(const loss_state *s, const eng_entry **entries);

@@ -18,6 +18,10 @@
  * before the loss, and the loss, after its value, shifts the queue down by B rows and puts
  * this batch's embeddings on top. L is a multiple of B (VISSL's inference makes it one), so
  * the shift is whole B-row blocks copied from the bottom up, none overlapping.
+ *
+ * Several trainers (VISSL's distributed_sinkhornknopp): Sinkhorn's max, total and prototype
+ * sums run over every rank's rows (eng_sinkhorn's reducer, on the world's fp64 all-reduce),
+ * and its sample marginal is 1/(W·(B + L)). Each rank keeps its own queue (VISSL's are local).
  */
 #include "train/loss_internal.h"
 
@@ -111,12 +115,15 @@ void swav_state_init(eng_backend *be, loss_state *s, uint64_t seed)
     rng_stream r;
     rng_stream_init(&r, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_DATASET});
     int64_t a = o->ncrops_for_assign, len = o->queue_length;
-    char name[64];
+    char rank[24] = "", name[96]; /* rank r > 0: its own queue's place in rank 0's checkpoint */
+    if (dist_rank(s->world) > 0)
+        snprintf(rank, sizeof rank, "rank%d.", dist_rank(s->world));
     for (int h = 0; h < o->nheads; h++) {
-        snprintf(name, sizeof name, "loss.swav_criterion.local_queue%d", h);
+        snprintf(name, sizeof name, "%sloss.swav_criterion.local_queue%d", rank, h);
         add_entry(be, s, name, eng_shape3(a, len, o->num_prototypes[h]), &r, 1.0);
     }
-    add_entry(be, s, "loss.swav_criterion.local_emb_queue", eng_shape3(a, len, s->o.embedding_dim), &r,
+    snprintf(name, sizeof name, "%sloss.swav_criterion.local_emb_queue", rank);
+    add_entry(be, s, name, eng_shape3(a, len, s->o.embedding_dim), &r,
               1.0 / sqrt((double)s->o.embedding_dim / 3.0));
 }
 
@@ -164,30 +171,49 @@ static bool queue_on(const loss_state *s)
     return s->o.swav.queue_length > 0 && s->iterations >= s->o.swav.queue_start_iter;
 }
 
-/* VISSL's SwAVCriterion for head h: the mean over assignment crops of the swapped predictions. */
-static double criterion(eng_backend *be, loss *l, int h, const eng_tensor *scores, bool use_queue)
+/* eng_sinkhorn's sums over the ranks, through the run's world (dist.h). */
+typedef struct {
+    dist *world;
+    char **err;
+} ranks_ctx;
+
+static int reduce_over_ranks(void *ctx, double *v, size_t n, bool max)
+{
+    ranks_ctx *c = ctx;
+    return dist_reduce(c->world, v, n, max, c->err);
+}
+
+/* VISSL's SwAVCriterion for head h: the mean over assignment crops of the swapped predictions,
+ * added to *total. -1 with *err when the sums over the ranks failed. */
+static int criterion(eng_backend *be, loss *l, int h, const eng_tensor *scores, bool use_queue, double *total,
+                     char **err)
 {
     const swav_options *o = &l->o.swav;
     int64_t b = l->per_crop, crops = l->o.num_crops;
     bool hard = l->st->iterations < o->temp_hard_assignment_iters;
     /* Each soft cross-entropy is a sum over b rows, and is averaged over rows, over the C − 1
      * predictions, over the assignment crops and over the heads. */
-    double g = 1.0 / ((double)b * (double)(crops - 1) * o->ncrops_for_assign * o->nheads), total = 0.0;
+    double g = 1.0 / ((double)b * (double)(crops - 1) * o->ncrops_for_assign * o->nheads);
     const eng_tensor *dscores = &l->dout[1 + h];
+    ranks_ctx ctx = {l->st->world, err};
+    eng_reducer ranks = {reduce_over_ranks, &ctx, dist_world(l->st->world)};
     for (int i = 0; i < o->ncrops_for_assign; i++) {
         int a = o->crops_for_assign[i];
         eng_tensor s = eng_rows(be, scores, a * b, b), queue;
         if (use_queue)
             queue = queue_of(be, &l->st->entries[h], i);
-        eng_sinkhorn(be, &s, use_queue ? &queue : NULL, o->epsilon, o->num_iters, hard, &l->codes[h]);
+        if (eng_sinkhorn(be, &s, use_queue ? &queue : NULL, o->epsilon, o->num_iters, hard, &l->codes[h],
+                         ranks.world > 1 ? &ranks : NULL) != 0)
+            return -1;
         for (int64_t p = 0; p < crops; p++) {
             if (p == a)
                 continue;
             eng_tensor x = eng_rows(be, scores, p * b, b), dx = eng_rows(be, dscores, p * b, b);
-            total += eng_soft_cross_entropy(be, &x, (float)(1.0 / l->o.temperature), &l->codes[h], g, &dx) * g;
+            *total +=
+                eng_soft_cross_entropy(be, &x, (float)(1.0 / l->o.temperature), &l->codes[h], g, &dx) * g;
         }
     }
-    return total;
+    return 0;
 }
 
 /* update_emb_queue: each assignment crop's queue moves down one batch; this batch goes on top. */
@@ -206,7 +232,7 @@ static void push_embeddings(eng_backend *be, loss *l, const eng_tensor *emb)
     }
 }
 
-double swav_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs)
+int swav_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, double *value, char **err)
 {
     loss_state *st = l->st;
     const swav_options *o = &l->o.swav;
@@ -215,12 +241,14 @@ double swav_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs)
     eng_zero(be, &l->dout[0]);
     for (int h = 0; h < o->nheads; h++) {
         eng_zero(be, &l->dout[1 + h]);
-        total += criterion(be, l, h, outputs[1 + h], use_queue);
+        if (criterion(be, l, h, outputs[1 + h], use_queue, &total, err) != 0)
+            return -1;
     }
     st->iterations++;
     if (use_queue)
         push_embeddings(be, l, outputs[0]);
-    return total;
+    *value = total;
+    return 0;
 }
 
 /* ---- hooks -------------------------------------------------------------------------------- */

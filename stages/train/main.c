@@ -27,6 +27,10 @@
  * The config is checked before the first batch is read: the model, the loss, the optimizer,
  * the schedules and the dataset's length (for the schedules' `where`) must all build, or the
  * stage exits 2 naming the key. A non-finite loss stops the run (exit 1) naming the iteration.
+ * Several trainers (--coll): before every step, train or test, they agree on their inputs
+ * (trainer_agree): all train the batch, or all stop at it, or all fail, so a stop of any one
+ * (Ctrl-C, a stage that died) leaves one checkpoint, written by rank 0 with every rank's own
+ * state in it, from which the same world resumes exactly.
  * --check is a dry start: the config is composed and put through the trainer's checks
  * (trainer_check_config: what `selfsup config validate` runs), and the stage exits 0 or 2
  * without opening its input, building the model or touching CHECKPOINT.DIR.
@@ -163,6 +167,46 @@ static int prepare(stage *s, void *state)
     return 0;
 }
 
+/* What this trainer's input says before a step (trainer.h). */
+static trainer_input input_state(stage *s, int st)
+{
+    if (st == STAGE_RECORD)
+        return TRAINER_INPUT_BATCH;
+    if (st == STAGE_FAILED) /* a stop upstream: what was trained is kept to resume from */
+        return stage_peer_stopped(s) ? TRAINER_INPUT_FAILED_STOPPED : TRAINER_INPUT_FAILED;
+    return stage_stopping(s) ? TRAINER_INPUT_STOPPED : TRAINER_INPUT_END;
+}
+
+static const char *what_ended(trainer_input all)
+{
+    return all == TRAINER_INPUT_END ? "ended" : all == TRAINER_INPUT_STOPPED ? "was stopped" : "failed";
+}
+
+static int failed(char *err)
+{
+    log_error("%s", err);
+    free(err);
+    return EXIT_RUNTIME;
+}
+
+/* The batches, while every trainer has one; returns what ended them (the worst input of all
+ * the trainers) with *mine this one's. -1 with *err when a step failed. */
+static int train_batches(stage *s, train_stage *ts, trainer_input *mine, trainer_input *all, char **err)
+{
+    rec_view v;
+    *all = TRAINER_INPUT_BATCH;
+    while (*all == TRAINER_INPUT_BATCH) {
+        *mine = input_state(s, stage_read(s, &v));
+        if (trainer_agree(ts->t, *mine, all, err) != 0)
+            return -1;
+        int rc = *all == TRAINER_INPUT_BATCH ? trainer_step(ts->t, &v, v.hdr->epoch, err) : 0;
+        if (*mine == TRAINER_INPUT_BATCH) /* trained, or left because another trainer stopped */
+            stage_read_done(s);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
 
 static int run(stage *s, void *state)
 {
@@ -170,29 +214,19 @@ static int run(stage *s, void *state)
     ts->s = s;
     if (ts->test_uri && !(ts->test_in = stage_open_input(s, ts->test_uri)))
         return EXIT_RUNTIME;
-    rec_view v;
-    int st;
+    trainer_input mine = TRAINER_INPUT_BATCH, all;
     char *err = NULL;
-    while ((st = stage_read(s, &v)) == STAGE_RECORD) {
-        int rc = trainer_step(ts->t, &v, v.hdr->epoch, &err);
-        stage_read_done(s);
-        if (rc != 0) {
-            log_error("%s", err);
-            free(err);
-            return EXIT_RUNTIME;
-        }
-    }
-    if (st == STAGE_FAILED && stage_peer_stopped(s) && trainer_finish(ts->t, true, &err) != 0) {
-        log_error("%s", err); /* the input was stopped upstream: keep what was trained to resume */
-        free(err);
-    }
-    if (st == STAGE_FAILED)
+    if (train_batches(s, ts, &mine, &all, &err) != 0)
+        return failed(err);
+    if (all != mine && mine == TRAINER_INPUT_BATCH)
+        log_info("another trainer's input %s: this one stops with it", what_ended(all));
+    if (all == TRAINER_INPUT_FAILED)
         return EXIT_RUNTIME;
-    if (trainer_finish(ts->t, stage_stopping(s), &err) != 0) {
-        log_error("%s", err);
-        free(err);
+    bool stopped = all != TRAINER_INPUT_END;
+    if (trainer_finish(ts->t, stopped, &err) != 0)
+        return failed(err);
+    if (all == TRAINER_INPUT_FAILED_STOPPED)
         return EXIT_RUNTIME;
-    }
     log_info("done: %lld iterations, last loss %.5g", (long long)trainer_iteration(ts->t), trainer_last_loss(ts->t));
     return stage_exit_status(s);
 }

@@ -62,12 +62,15 @@ static bool count_steps(const cfg_node *config, const char *split, const trainer
 static const char *data_parallel_gap(const cfg_node *config, const char **key)
 {
     const char *loss_key = cfg_str(config, "LOSS.name");
-    static const char *const local_losses[] = {"CrossEntropyLoss",
+    static const char *const ready_losses[] = {"CrossEntropyLoss",
                                                "cross_entropy_multiple_output_single_target",
-                                               "bce_logits_multiple_output_single_target"};
+                                               "bce_logits_multiple_output_single_target",
+                                               "simclr_info_nce_loss",
+                                               "multicrop_simclr_info_nce_loss",
+                                               "swav_loss"};
     bool local = false;
-    for (size_t k = 0; k < ARRAY_LEN(local_losses); k++)
-        local |= !strcmp(loss_key, local_losses[k]);
+    for (size_t k = 0; k < ARRAY_LEN(ready_losses); k++)
+        local |= !strcmp(loss_key, ready_losses[k]);
     if (!local)
         return *key = "config.LOSS.name", "the loss's gathers across the trainers";
     if (!strcmp(cfg_str(config, "METERS.name"), "mean_ap_list_meter"))
@@ -94,6 +97,15 @@ static bool check_world(const cfg_node *config, const trainer_options *o, cfg_er
     world = o->world_size > world ? o->world_size : world;
     if (world <= 1)
         return true;
+    if (!strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu") &&
+        strcmp(cfg_str(config, "DISTRIBUTED.BACKEND"), "gloo")) {
+        cfg_fail(
+            err, cfg_get(config, "DISTRIBUTED.BACKEND"), "config.DISTRIBUTED.BACKEND",
+            "%s needs GPUs (MACHINE.DEVICE: gpu); %lld trainers on the CPU share their model through gloo's "
+            "role (the shm collectives): set DISTRIBUTED.BACKEND: gloo",
+            cfg_str(config, "DISTRIBUTED.BACKEND"), (long long)world);
+        return false;
+    }
     const char *key = nodes > 1 ? "config.DISTRIBUTED.NUM_NODES" : "config.DISTRIBUTED.NUM_PROC_PER_NODE";
     const char *gap = nodes > 1                         ? "trainers on several nodes"
                       : !o->world && !o->world_promised ? "this trainer was given no world to share (--coll)"
@@ -247,7 +259,6 @@ static bool build_optimizer(trainer *t, cfg_err *err)
  * resumed), so the ranks are one model whatever their seeds did. */
 static bool join_world(trainer *t, const trainer_options *o, cfg_err *err)
 {
-    t->dist.world = o->world;
     if (!o->world)
         return true;
     eng_tensor params = model_params(t->m), buffers = model_buffers(t->m);
@@ -269,6 +280,8 @@ static trainer *trainer_alloc(const cfg_node *config, const trainer_options *o)
     trainer *t = xcalloc(1, sizeof *t);
     t->config = config;
     t->rank = o->rank;
+    t->dist.world = o->world; /* before the loss state, which names its tensors by rank */
+    t->broadcast_buffers = cfg_bool(config, "DISTRIBUTED.BROADCAST_BUFFERS");
     t->num_epochs = cfg_int(config, "OPTIMIZER.num_epochs");
     t->log_frequency = cfg_int(config, "LOG_FREQUENCY");
     t->batch_size = cfg_int(config, "DATA.TRAIN.BATCHSIZE_PER_REPLICA");
@@ -324,7 +337,7 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
         t->test_in = *o->test_input; /* test_in.read: whether there is a test input */
     ok = ok && build_model(t, o, err) && build_optimizer(t, err);
     if (ok) /* before prepare_dir: a resumed checkpoint restores it */
-        t->loss_st = loss_state_new(t->be, &t->lo, (uint64_t)cfg_int(config, "SEED_VALUE"));
+        t->loss_st = loss_state_new(t->be, &t->lo, (uint64_t)cfg_int(config, "SEED_VALUE"), &t->dist);
     ok = ok && prepare_dir(t, err) && join_world(t, o, err) && monitor_open(t, err);
     if (!ok) {
         trainer_free(t);
@@ -450,26 +463,38 @@ static eng_entry *checkpoint_entries(const trainer *t, int *n, eng_entry **opt_e
     return all;
 }
 
-/* A checkpoint of everything exact resume needs; the next batch to train is (next_epoch, next_batch). */
+/* A checkpoint of everything exact resume needs; the next batch to train is (next_epoch, next_batch).
+ * Rank 0 writes it, with every rank's own loss state (SwAV's queues) gathered into it. */
 static int save_checkpoint(trainer *t, const char *file, const char *kind, int64_t next_epoch, int64_t next_batch,
                            char **err)
 {
+    const eng_entry *mine;
+    eng_entry *ranks = NULL;
+    int nranks = 0, nmine = loss_state_entries(t->loss_st, &mine);
+    if (dist_gather_entries(&t->dist, t->be, mine, nmine, &ranks, &nranks, err) != 0)
+        return -1;
     if (t->rank != 0) { /* the ranks are one model: rank 0 writes it */
         t->checkpointed_batches = t->batches_done;
         return 0;
     }
     int n, nopt;
-    eng_entry *opt_entries, *all = checkpoint_entries(t, &n, &opt_entries, &nopt);
+    eng_entry *opt_entries, *own = checkpoint_entries(t, &n, &opt_entries, &nopt);
+    eng_entry *all = xmalloc((size_t)(n + nranks + 1) * sizeof *all);
+    memcpy(all, own, (size_t)n * sizeof *all);
+    if (nranks)
+        memcpy(all + n, ranks, (size_t)nranks * sizeof *all);
     ckpt_state cs = {.kind = kind, .phase = t->phase, .iteration = t->iteration, .batches_done = t->batches_done,
                      .next_epoch = next_epoch, .next_batch = next_batch, .num_epochs = t->num_epochs,
                      .loss_iterations = loss_state_iterations(t->loss_st)};
-    int rc = ckpt_save(t->be, t->dir, file, all, n, &cs, err);
+    int rc = ckpt_save(t->be, t->dir, file, all, n + nranks, &cs, err);
     if (rc == 0)
         t->checkpointed_batches = t->batches_done;
     if (rc == 0)
         log_info("checkpoint: %s/%s (%s, phase %lld, iteration %lld)", t->dir, file, kind, (long long)t->phase,
                  (long long)t->iteration);
     free(all);
+    free(own);
+    dist_entries_free(t->be, ranks, nranks);
     optim_state_entries_free(opt_entries, nopt);
     return rc;
 }
@@ -586,6 +611,32 @@ static void test_phase_end(trainer *t, int64_t phase_idx, int64_t train_phase_id
     t->test = (test_run){0};
 }
 
+int trainer_agree(trainer *t, trainer_input mine, trainer_input *all, char **err)
+{
+    double worst = (double)mine;
+    if (dist_reduce(&t->dist, &worst, 1, true, err) != 0)
+        return -1;
+    *all = (trainer_input)worst;
+    return 0;
+}
+
+/* The next test batch into *v, as every rank's test input allows: 1, 0 on a stop (any rank's),
+ * -1 on a failure (any rank's; *err says whose). */
+static int read_test_batch(trainer *t, rec_view *v, char **err)
+{
+    int st = t->test_in.read(t->test_in.ctx, v);
+    trainer_input mine = st > 0 ? TRAINER_INPUT_BATCH : TRAINER_INPUT_STOPPED, all;
+    if (st < 0)
+        mine = TRAINER_INPUT_FAILED;
+    if (trainer_agree(t, mine, &all, err) != 0)
+        return -1;
+    if (all != TRAINER_INPUT_BATCH && st > 0)
+        t->test_in.done(t->test_in.ctx); /* another rank's input stopped or failed: not tested */
+    if (all == TRAINER_INPUT_FAILED && mine != TRAINER_INPUT_FAILED)
+        *err = xstrdup("another trainer's test input failed");
+    return all == TRAINER_INPUT_BATCH ? 1 : all == TRAINER_INPUT_STOPPED ? 0 : -1;
+}
+
 /* The test phase after train phase `epoch`: test_steps batches from the test input. A stop
  * or the end of that input leaves it unfinished (no metrics line); returns 0 then too. */
 static int run_test_phase(trainer *t, int64_t epoch, char **err)
@@ -597,10 +648,17 @@ static int run_test_phase(trainer *t, int64_t epoch, char **err)
     log_info("Starting phase %lld [test]", (long long)phase_plan_test_index(&t->plan, epoch));
     for (int64_t b = 0; b < t->test_steps; b++) {
         rec_view v;
-        int st = t->test_in.read(t->test_in.ctx, &v);
-        if (st < 0)
-            return report_failure(err, "the test input failed after %lld of the %lld batches of the test phase after "
-                                  "epoch %lld", (long long)b, (long long)t->test_steps, (long long)epoch);
+        char *why = NULL;
+        int st = read_test_batch(t, &v, &why);
+        if (st < 0) {
+            report_failure(err,
+                           "the test input failed after %lld of the %lld batches of the test phase after "
+                           "epoch %lld%s%s",
+                           (long long)b, (long long)t->test_steps, (long long)epoch, why ? ": " : "",
+                           why ? why : "");
+            free(why);
+            return -1;
+        }
         if (st == 0) { /* a stop: the run ends here, this test phase unfinished */
             log_info("stopped in the test phase after epoch %lld (%lld of %lld batches)", (long long)epoch,
                      (long long)b, (long long)t->test_steps);
@@ -780,7 +838,7 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
         return -1;
     t0 = lap(t, PERF_READ, t0);
     eng_tensor buffers = model_buffers(t->m); /* DDP's broadcast_buffers: rank 0's running statistics */
-    if (dist_broadcast(&t->dist, t->be, &buffers, err) != 0)
+    if (t->broadcast_buffers && dist_broadcast(&t->dist, t->be, &buffers, err) != 0)
         return -1;
     model_forward(t->be, t->m, true);
     t0 = lap(t, PERF_FORWARD, t0);

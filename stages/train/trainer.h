@@ -92,6 +92,21 @@ int trainer_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err);
  * after an iteration checkpoint of what was trained: a short stream never ends a run. */
 int trainer_finish(trainer *t, bool stopped, char **err);
 
+/* What a trainer's input gives before a step, from the best news to the worst. Several
+ * trainers each say theirs and all act on the worst of them (trainer_agree): they train the
+ * step together or stop at it together, so their collectives never part ways, and a stop
+ * leaves one checkpoint that every rank can resume from. */
+typedef enum {
+    TRAINER_INPUT_BATCH,          /* a batch to train */
+    TRAINER_INPUT_END,            /* the input ended: the run is done (trainer_finish) */
+    TRAINER_INPUT_STOPPED,        /* a stop: trainer_finish(stopped) */
+    TRAINER_INPUT_FAILED_STOPPED, /* the input failed as its writer was stopped: keep a checkpoint, fail */
+    TRAINER_INPUT_FAILED,         /* the input failed: fail */
+} trainer_input;
+/* *all becomes the worst of every rank's `mine` (mine itself for one trainer). 0, or -1 with
+ * *err when the trainers' world broke. */
+int trainer_agree(trainer *t, trainer_input mine, trainer_input *all, char **err);
+
 int64_t trainer_iteration(const trainer *t);
 /* Test hooks: the model and its backend (to set its weights by formula before training). */
 struct model *trainer_model(trainer *t);

@@ -99,6 +99,7 @@ struct trainer {
     FILE *stdout_json;
     int rank;               /* rank 0 alone writes checkpoints and logs */
     dist dist;              /* the other trainers of the model (dist.h) */
+    bool broadcast_buffers; /* DISTRIBUTED.BROADCAST_BUFFERS: rank 0's buffers before every forward */
 };
 
 /* The time since `since` into timer k; returns now. With MONITOR_PERF_STATS the backend's

@@ -692,7 +692,7 @@ static void sinkhorn(ctx *c)
     edit_fn dead = has(c, F_ZERO) ? edit_dead_column : NULL;
     eng_tensor *x = input_edit(c, s, -1, 1, dead), *queue = has(c, F_QUEUE) ? input_edit(c, qs, -1, 1, dead) : NULL,
                *q = output(c, s);
-    eng_sinkhorn(c->be, x, queue, p->f, (int)p->step, has(c, F_HARD), q);
+    eng_sinkhorn(c->be, x, queue, p->f, (int)p->step, has(c, F_HARD), q, NULL);
     check(c, "q", q);
 }
 

@@ -85,31 +85,59 @@ static float input_value(int r, size_t i)
     return mant * scale[(h >> 28) % 5];
 }
 
+/* Rank r's value i as it is sent in dtype: fp64 values carry bits fp32 cannot hold. */
+static double stored_value(int r, size_t i, coll_dtype dtype)
+{
+    float v = input_value(r, i);
+    if (dtype == COLL_BF16)
+        return coll_bf16_to_f32(coll_f32_to_bf16(v));
+    return dtype == COLL_F64 ? (double)v * (1.0 + 1e-12 * (double)(i % 7 + 1)) : v;
+}
+
 static void fill_input(void *buf, int r, size_t count, coll_dtype dtype)
 {
     for (size_t i = 0; i < count; i++) {
-        float v = input_value(r, i);
+        double v = stored_value(r, i, dtype);
         if (dtype == COLL_BF16)
-            ((uint16_t *)buf)[i] = coll_f32_to_bf16(v);
+            ((uint16_t *)buf)[i] = coll_f32_to_bf16((float)v);
+        else if (dtype == COLL_F64)
+            ((double *)buf)[i] = v;
         else
-            ((float *)buf)[i] = v;
+            ((float *)buf)[i] = (float)v;
     }
 }
 
-static float as_f32(const void *buf, size_t i, coll_dtype dtype)
+static double value_at(const void *buf, size_t i, coll_dtype dtype)
 {
-    return dtype == COLL_BF16 ? coll_bf16_to_f32(((const uint16_t *)buf)[i]) : ((const float *)buf)[i];
+    return dtype == COLL_BF16  ? coll_bf16_to_f32(((const uint16_t *)buf)[i])
+           : dtype == COLL_F64 ? ((const double *)buf)[i]
+                               : ((const float *)buf)[i];
+}
+
+static const char *dtype_name(coll_dtype dtype)
+{
+    return dtype == COLL_BF16 ? "bf16" : dtype == COLL_F64 ? "fp64" : "fp32";
+}
+
+/* The definition in double (fp64): rank order, one rounding at each step. */
+static double reference_f64(const plan *p, size_t i)
+{
+    double acc = 0;
+    for (int r = 0; r < p->world; r++) {
+        double x = stored_value(r, i, COLL_F64);
+        acc = r == 0 ? x : p->op == COLL_MAX ? (isnan(acc) || acc > x ? acc : x) : acc + x;
+    }
+    return p->op == COLL_MEAN ? acc / (double)p->world : acc;
 }
 
 /* The definition: rank order, fp32, one rounding to bf16 at the end. */
-static float reference_reduce(const plan *p, size_t i)
+static double reference_reduce(const plan *p, size_t i)
 {
-    uint16_t b[MAX_RANKS];
+    if (p->dtype == COLL_F64)
+        return reference_f64(p, i);
     float acc = 0;
     for (int r = 0; r < p->world; r++) {
-        float x = input_value(r, i);
-        if (p->dtype == COLL_BF16)
-            b[r] = coll_f32_to_bf16(x), x = coll_bf16_to_f32(b[r]);
+        float x = (float)stored_value(r, i, p->dtype);
         if (r == 0)
             acc = x;
         else if (p->op == COLL_MAX)
@@ -202,11 +230,10 @@ static void expect_reduced(const plan *p)
     for (int r = 0; r < p->world; r++) {
         cr_assert(g_results[r].ok, "world %d, rank %d: %s", p->world, r, g_results[r].err);
         for (size_t i = 0; i < p->count; i++) {
-            float got = as_f32(g_results[r].out, i, p->dtype), want = reference_reduce(p, i);
+            double got = value_at(g_results[r].out, i, p->dtype), want = reference_reduce(p, i);
             cr_assert(memcmp(&got, &want, sizeof got) == 0 || (isnan(got) && isnan(want)),
                       "world %d, %s, op %d, count %zu: rank %d value %zu is %.9g, rank order gives %.9g",
-                      p->world, p->dtype == COLL_BF16 ? "bf16" : "fp32", (int)p->op, p->count, r, i, got,
-                      want);
+                      p->world, dtype_name(p->dtype), (int)p->op, p->count, r, i, got, want);
         }
     }
 }
@@ -217,7 +244,7 @@ Test(collective, all_reduce_combines_in_rank_order_for_every_op_dtype_and_size, 
 {
     static const size_t counts[] = {0, 1, 10007};
     for (int world = 2; world <= 4; world++)
-        for (int dt = 0; dt < 2; dt++)
+        for (int dt = 0; dt < 3; dt++)
             for (int op = 0; op < 3; op++)
                 for (size_t k = 0; k < ARRAY_LEN(counts); k++) {
                     plan p = {.what = DO_REDUCE,
@@ -296,7 +323,7 @@ Test(collective, all_gather_and_broadcast_match_their_definitions, .timeout = 12
 {
     static const size_t counts[] = {0, 1, 10007};
     for (int world = 2; world <= 4; world++)
-        for (int dt = 0; dt < 2; dt++)
+        for (int dt = 0; dt < 3; dt++)
             for (size_t k = 0; k < ARRAY_LEN(counts); k++) {
                 plan g = {.what = DO_GATHER, .dtype = (coll_dtype)dt, .count = counts[k], .world = world};
                 free(run_world(&g));
@@ -304,9 +331,8 @@ Test(collective, all_gather_and_broadcast_match_their_definitions, .timeout = 12
                     cr_assert(g_results[r].ok, "gather, world %d rank %d: %s", world, r, g_results[r].err);
                     for (int q = 0; q < world; q++)
                         for (size_t i = 0; i < g.count; i++) {
-                            float want = input_value(q, i);
-                            want = dt == COLL_BF16 ? coll_bf16_to_f32(coll_f32_to_bf16(want)) : want;
-                            cr_assert_eq(as_f32(g_results[r].out, (size_t)q * g.count + i, g.dtype), want,
+                            double want = stored_value(q, i, g.dtype);
+                            cr_assert_eq(value_at(g_results[r].out, (size_t)q * g.count + i, g.dtype), want,
                                          "gather, world %d: rank %d's copy of rank %d's value %zu", world, r,
                                          q, i);
                         }
@@ -322,9 +348,8 @@ Test(collective, all_gather_and_broadcast_match_their_definitions, .timeout = 12
                         cr_assert(g_results[r].ok, "broadcast, world %d rank %d: %s", world, r,
                                   g_results[r].err);
                         for (size_t i = 0; i < b.count; i++) {
-                            float want = input_value(root, i);
-                            want = dt == COLL_BF16 ? coll_bf16_to_f32(coll_f32_to_bf16(want)) : want;
-                            cr_assert_eq(as_f32(g_results[r].out, i, b.dtype), want,
+                            double want = stored_value(root, i, b.dtype);
+                            cr_assert_eq(value_at(g_results[r].out, i, b.dtype), want,
                                          "broadcast from %d, rank %d", root, r);
                         }
                     }

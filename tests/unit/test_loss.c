@@ -86,7 +86,7 @@ static void check_case(const char *kase, int n, const loss_options *o)
     fixture f;
     open_case(&f, kase, n);
     char *err = NULL;
-    loss_state *st = loss_state_new(f.be, o, 1);
+    loss_state *st = loss_state_new(f.be, o, 1, NULL);
     if (o->name == LOSS_SWAV && o->swav.queue_length)
         set_queue_scores(&f, st, kase);
     loss *l = loss_new(f.be, o, st, f.shapes, n, &err);
@@ -188,7 +188,7 @@ Test(loss, swav_queue_takes_the_batch_on_top_once_it_is_on)
     open_case(&f, "swav_queue", 3);
     loss_options o = swav_case(0, 1, 8, 0);
     o.swav.queue_start_iter = 1;
-    loss_state *st = loss_state_new(f.be, &o, 7);
+    loss_state *st = loss_state_new(f.be, &o, 7, NULL);
     set_queue_scores(&f, st, "swav_queue");
     const eng_entry *e;
     loss_state_entries(st, &e);
@@ -259,6 +259,11 @@ Test(loss, shapes_and_labels_that_do_not_fit_are_refused)
     cr_expect_null(loss_new(f.be, &o, NULL, f.shapes, 1, &err));
     cr_expect(err && strstr(err, "effective_batch_size 16"), "%s", err);
     free(err), err = NULL;
+    o = simclr_options(LOSS_SIMCLR, 8, 2);
+    o.world_size = 2; /* the config's world, against a run of one trainer */
+    cr_expect_null(loss_new(f.be, &o, NULL, f.shapes, 1, &err));
+    cr_expect(err && strstr(err, "buffer_params.world_size is 2, but the run has 1 trainer"), "%s", err);
+    free(err), err = NULL;
     close_case(&f);
 
     open_case(&f, "cross_entropy", 1);
@@ -299,11 +304,13 @@ Test(loss, options_from_the_config)
     cr_expect_eq(o.world_size, 1, "inferred from one process");
     cr_expect_eq(o.effective_batch_size, 64, "inferred 2 x 32 x 1");
     cfg_destroy(&cfg);
-    /* eight processes (VISSL's default): refused before anything runs */
+    /* eight processes (VISSL's default): inferred; a run of one trainer refuses it when the
+     * loss is planned (and the trainer before anything runs: test_validate.c) */
     cfg = (cfg_t){0};
     cr_assert(test_compose(&cfg, &err, "config:\n  LOSS:\n    name: simclr_info_nce_loss\n", NULL), "%s", err.msg);
-    cr_expect(!loss_options_from_config(cfg_map_get(cfg.root, "config"), &o, &err));
-    cr_expect(strstr(err.msg, "world size 8"), "%s", err.msg);
+    cr_expect(loss_options_from_config(cfg_map_get(cfg.root, "config"), &o, &err), "%s", err.msg);
+    cr_expect_eq(o.world_size, 8);
+    cr_expect_eq(o.effective_batch_size, 2 * 256 * 8, "VISSL's default batch of 256 on each of 8 trainers");
     cfg_destroy(&cfg);
 
     cfg = (cfg_t){0};

@@ -177,8 +177,17 @@ Test(validate, a_world_size_the_trainers_cannot_train_as_one_model_is_refused_be
     free(out);
     const char *prefix =
         "world size 2: data-parallel training (several trainers as one model) is not implemented yet: ";
-    char *want = xasprintf("config.LOSS.name: %sthe loss's gathers across the trainers", prefix);
-    expect_refused("quickstart/swav", "config.DISTRIBUTED.NUM_PROC_PER_NODE=2", want);
+    /* the losses that compute over every rank's rows: gathers and Sinkhorn's sums */
+    static const char *const gathering[] = {"quickstart/simclr", "quickstart/swav"};
+    for (size_t k = 0; k < ARRAY_LEN(gathering); k++) {
+        rc = config_cmd("validate", gathering[k], SYNTHETIC_DATA " config.DISTRIBUTED.NUM_PROC_PER_NODE=2",
+                        &out);
+        cr_expect_eq(rc, 0, "%s on 2 trainers is one model: %s", gathering[k], out);
+        free(out);
+    }
+    char *want = xasprintf("config.TEST_ONLY: %sTEST_ONLY's phases over the trainers", prefix);
+    expect_refused("quickstart/supervised", "config.DISTRIBUTED.NUM_PROC_PER_NODE=2 config.TEST_ONLY=true",
+                   want);
     free(want);
     want = xasprintf("config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN: %sSyncBN's sums across the trainers",
                      prefix);
@@ -198,8 +207,9 @@ Test(validate, a_world_size_the_trainers_cannot_train_as_one_model_is_refused_be
         "config.DISTRIBUTED.NUM_NODES: world size 3: data-parallel training (several trainers as one model) "
         "is not implemented yet: trainers on several nodes");
 
-    expect_run_refused("quickstart/swav", "config.DISTRIBUTED.NUM_PROC_PER_NODE=2",
-                       "the loss's gathers across the trainers");
+    expect_run_refused("quickstart/supervised",
+                       "config.DISTRIBUTED.NUM_PROC_PER_NODE=2 config.TEST_ONLY=true",
+                       "TEST_ONLY's phases over the trainers");
 }
 
 /* A run whose train stage is another program (SELFSUP.STAGES.train: a sink that saves the
