@@ -656,13 +656,23 @@ static bool check_unimplemented(checker *ck)
     return true;
 }
 
-/* SyncBN only differs from BatchNorm across processes, and training runs one process: VISSL's
- * recipes turn it on routinely, so it is accepted with a word that it changes nothing. */
+/* An integer key's value, or `otherwise` when it is not an integer. */
+static int64_t config_int_or(const checker *ck, const char *path, int64_t otherwise)
+{
+    const cfg_node *n = config_at(ck, path);
+    return n && n->kind == CFG_INT ? n->i : otherwise;
+}
+
+/* SyncBN only differs from BatchNorm across processes: VISSL's recipes turn it on routinely,
+ * so on one trainer it is accepted with a word that it changes nothing there. */
 static void warn_sync_bn(checker *ck)
 {
-    if (config_true(ck, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
-        cfg_warn(ck->cfg, "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN: has no effect: data-parallel training "
-                          "is not implemented yet, and on one trainer SyncBN is plain BatchNorm");
+    int64_t world =
+        config_int_or(ck, "DISTRIBUTED.NUM_NODES", 1) * config_int_or(ck, "DISTRIBUTED.NUM_PROC_PER_NODE", 1);
+    if (world == 1 && config_true(ck, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
+        cfg_warn(ck->cfg,
+                 "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN: has no effect on one trainer (world "
+                 "size 1), where SyncBN is plain BatchNorm");
 }
 
 bool cfg_check(cfg_t *cfg, const cfg_options *opt, cfg_err *err)

@@ -74,13 +74,13 @@ typedef struct {
     void (*batchnorm_forward_train)(eng_backend *be, double momentum, double eps, tensor_ref *x,
                                     tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
                                     tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,
-                                    bool relu, tensor_ref *y);
+                                    bool relu, tensor_ref *y, const eng_reducer *across);
     void (*batchnorm_forward_eval)(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
                                    tensor_ref *beta, tensor_ref *running_mean, tensor_ref *running_var,
                                    bool relu, tensor_ref *y);
     void (*batchnorm_backward)(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
                                tensor_ref *save_invstd, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *dx,
-                               tensor_ref *dgamma, tensor_ref *dbeta);
+                               tensor_ref *dgamma, tensor_ref *dbeta, const eng_reducer *across);
     void (*batchnorm_backward_eval)(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
                                     tensor_ref *running_mean, tensor_ref *running_var, tensor_ref *dy,
                                     tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta);

@@ -52,6 +52,7 @@ struct head {
     eng_tensor siamese_out; /* a view of the last input */
     eng_tensor last_x;
     uint64_t step;
+    const eng_reducer *bn_across; /* SyncBN (NULL: this rank's batch) */
 };
 
 head_options head_defaults(head_type type)
@@ -251,6 +252,7 @@ int64_t head_param_count(const head *h) { return eng_params_count(&h->params); }
 int head_output_count(const head *h) { return h->noutputs; }
 uint64_t head_step(const head *h) { return h->step; }
 void head_set_step(head *h, uint64_t step) { h->step = step; }
+void head_set_batchnorm_reducer(head *h, const eng_reducer *across) { h->bn_across = across; }
 
 eng_tensor head_params(const head *h) { return eng_params_values(&h->params); }
 eng_tensor head_grads(const head *h) { return eng_params_grads(&h->params); }
@@ -437,7 +439,8 @@ static void layer_forward(eng_backend *be, head *h, layer *L, bool train)
     case OP_BN:
         if (train)
             eng_batchnorm_forward_train(be, HEAD_BN_MOMENTUM, HEAD_BN_EPS, &x, val(h, L->w), val(h, L->b),
-                                        val(h, L->rm), val(h, L->rv), &L->mean, &L->invstd, &L->out);
+                                        val(h, L->rm), val(h, L->rv), &L->mean, &L->invstd, &L->out,
+                                        h->bn_across);
         else
             eng_batchnorm_forward_eval(be, HEAD_BN_EPS, &x, val(h, L->w), val(h, L->b), val(h, L->rm),
                                        val(h, L->rv), &L->out);
@@ -486,7 +489,8 @@ static void layer_backward(eng_backend *be, head *h, layer *L, const eng_tensor 
         eng_linear_backward(be, &x, val(h, L->w), dy, dx, grd(h, L->w), L->b >= 0 ? grd(h, L->b) : NULL);
         break;
     case OP_BN:
-        eng_batchnorm_backward(be, &x, val(h, L->w), &L->mean, &L->invstd, dy, dx, grd(h, L->w), grd(h, L->b));
+        eng_batchnorm_backward(be, &x, val(h, L->w), &L->mean, &L->invstd, dy, dx, grd(h, L->w), grd(h, L->b),
+                               h->bn_across);
         break;
     case OP_RELU:
         if (dx)
@@ -620,6 +624,12 @@ void head_list_backward(eng_backend *be, head_list *l, const eng_tensor *const *
         const eng_tensor *const *d = link ? &link : dout;
         head_backward(be, l->heads[i], d, i ? &l->grads[i - 1] : dx);
     }
+}
+
+void head_list_set_batchnorm_reducer(head_list *l, const eng_reducer *across)
+{
+    for (int i = 0; i < l->n; i++)
+        head_set_batchnorm_reducer(l->heads[i], across);
 }
 
 void head_list_zero_grad(eng_backend *be, head_list *l)

@@ -117,6 +117,8 @@ void head_backward(eng_backend *be, head *h, const eng_tensor *const *dout, cons
 /* The dropout counter (training forwards so far): set it to resume a run bit-exactly. */
 uint64_t head_step(const head *h);
 void head_set_step(head *h, uint64_t step);
+/* SyncBN: the head's batch norms train over the ranks of `across` (nn.h; NULL: this rank's batch). */
+void head_set_batchnorm_reducer(head *h, const eng_reducer *across);
 
 /* ---- sequential head lists (VISSL runs MODEL.HEAD.PARAMS in order) ----------------------- */
 
@@ -139,5 +141,6 @@ int head_list_output_count(const head_list *l);
 const eng_tensor *head_list_output(const head_list *l, int i);
 void head_list_backward(eng_backend *be, head_list *l, const eng_tensor *const *dout, const eng_tensor *dx);
 void head_list_zero_grad(eng_backend *be, head_list *l);
+void head_list_set_batchnorm_reducer(head_list *l, const eng_reducer *across);
 
 #endif

@@ -66,6 +66,7 @@ struct model {
     resnet *trunk;       /* the master: its entries point into params */
     resnet **views;      /* more trunks sharing the master's tensors, one per extra group */
     int nviews;
+    const eng_reducer *bn_across; /* SyncBN over the ranks (NULL: each rank's batch) */
     branch branches[MODEL_MAX_HEADS];
     int nbranches;
     /* planned */
@@ -291,6 +292,16 @@ int model_load_weights(eng_backend *be, model *m, const model_weights_init *w, c
     return weights_load(be, m->params.entries, m->params.nentries, &o, err);
 }
 
+void model_set_batchnorm_reducer(model *m, const eng_reducer *across)
+{
+    m->bn_across = across;
+    resnet_set_batchnorm_reducer(m->trunk, across);
+    for (int v = 0; v < m->nviews; v++)
+        resnet_set_batchnorm_reducer(m->views[v], across);
+    for (int b = 0; b < m->nbranches; b++)
+        head_list_set_batchnorm_reducer(&m->branches[b].chain, across);
+}
+
 void model_set_train_step(model *m, uint64_t step)
 {
     for (int b = 0; b < m->nbranches; b++)
@@ -334,6 +345,7 @@ static resnet *trunk_for_group(eng_backend *be, model *m, int k)
         if (!v)
             die(EXIT_RUNTIME, "model: a second trunk with the same options failed: %s", err);
         eng_params_share(be, resnet_param_table(v), resnet_param_table(m->trunk));
+        resnet_set_batchnorm_reducer(v, m->bn_across);
         m->views = xrealloc(m->views, (size_t)(m->nviews + 1) * sizeof *m->views);
         m->views[m->nviews++] = v;
     }

@@ -214,6 +214,10 @@ int model_output_input(const model *m, int k);
  * forward advances it): a resumed run sets it to the checkpoint's iteration so its masks are
  * the uninterrupted run's. */
 void model_set_train_step(model *m, uint64_t step);
+/* SyncBN (MODEL.SYNC_BN_CONFIG): every batch norm of the trunk (each resolution group's pass)
+ * and of the heads trains over the ranks of `across` (nn.h), which must outlive the model's use
+ * of it; NULL (the default) puts each back on its rank's own batch. */
+void model_set_batchnorm_reducer(model *m, const eng_reducer *across);
 
 /* VISSL's model-complexity rows (complexity.h) of the whole model on one `input` (N × C × H
  * × W; the hook's INPUT_SHAPE with N = 1), named as VISSL names the modules: the trunk's

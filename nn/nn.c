@@ -588,8 +588,9 @@ void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor 
 
 static void bn_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
                              const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *running_mean,
-                             const eng_tensor *running_var, const eng_tensor *save_mean, const eng_tensor *save_invstd,
-                             bool relu, const eng_tensor *y)
+                             const eng_tensor *running_var, const eng_tensor *save_mean,
+                             const eng_tensor *save_invstd, bool relu, const eng_tensor *y,
+                             const eng_reducer *across)
 {
     NEED(be, batchnorm_forward_train);
     const eng_tensor *pc[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
@@ -597,7 +598,7 @@ static void bn_forward_train(eng_backend *be, double momentum, double eps, const
     expect_same("batchnorm", "output", y, x);
     LOGICAL("batchnorm", x, y);
     be->ops->batchnorm_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean,
-                                     save_invstd, relu, y);
+                                     save_invstd, relu, y, across);
 }
 
 static void bn_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
@@ -612,9 +613,10 @@ static void bn_forward_eval(eng_backend *be, double eps, const eng_tensor *x, co
     be->ops->batchnorm_forward_eval(be, eps, x, gamma, beta, running_mean, running_var, relu, y);
 }
 
-static void bn_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma, const eng_tensor *save_mean,
-                        const eng_tensor *save_invstd, const eng_tensor *relu_y, const eng_tensor *dy,
-                        const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta)
+static void bn_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
+                        const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *relu_y,
+                        const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dgamma,
+                        const eng_tensor *dbeta, const eng_reducer *across)
 {
     NEED(be, batchnorm_backward);
     const eng_tensor *pc[] = {gamma, save_mean, save_invstd, dgamma, dbeta};
@@ -623,24 +625,27 @@ static void bn_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *
     expect_same("batchnorm backward", "dy", dy, x);
     expect_same("batchnorm backward", "dx", dx, x);
     LOGICAL("batchnorm backward", x, relu_y, dy, dx);
-    be->ops->batchnorm_backward(be, x, gamma, save_mean, save_invstd, relu_y, dy, dx, dgamma, dbeta);
+    be->ops->batchnorm_backward(be, x, gamma, save_mean, save_invstd, relu_y, dy, dx, dgamma, dbeta, across);
 }
 
 void eng_batchnorm_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
-                                 const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *running_mean,
-                                 const eng_tensor *running_var, const eng_tensor *save_mean,
-                                 const eng_tensor *save_invstd, const eng_tensor *y)
+                                 const eng_tensor *gamma, const eng_tensor *beta,
+                                 const eng_tensor *running_mean, const eng_tensor *running_var,
+                                 const eng_tensor *save_mean, const eng_tensor *save_invstd,
+                                 const eng_tensor *y, const eng_reducer *across)
 {
-    bn_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean, save_invstd, false, y);
+    bn_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean, save_invstd,
+                     false, y, across);
 }
 
 void eng_batchnorm_relu_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
                                       const eng_tensor *gamma, const eng_tensor *beta,
                                       const eng_tensor *running_mean, const eng_tensor *running_var,
                                       const eng_tensor *save_mean, const eng_tensor *save_invstd,
-                                      const eng_tensor *y)
+                                      const eng_tensor *y, const eng_reducer *across)
 {
-    bn_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean, save_invstd, true, y);
+    bn_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean, save_invstd,
+                     true, y, across);
 }
 
 void eng_batchnorm_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
@@ -659,19 +664,20 @@ void eng_batchnorm_relu_forward_eval(eng_backend *be, double eps, const eng_tens
 
 void eng_batchnorm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
                             const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
-                            const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta)
+                            const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta,
+                            const eng_reducer *across)
 {
-    bn_backward(be, x, gamma, save_mean, save_invstd, NULL, dy, dx, dgamma, dbeta);
+    bn_backward(be, x, gamma, save_mean, save_invstd, NULL, dy, dx, dgamma, dbeta, across);
 }
 
 void eng_batchnorm_relu_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
-                                 const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *y,
-                                 const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dgamma,
-                                 const eng_tensor *dbeta)
+                                 const eng_tensor *save_mean, const eng_tensor *save_invstd,
+                                 const eng_tensor *y, const eng_tensor *dy, const eng_tensor *dx,
+                                 const eng_tensor *dgamma, const eng_tensor *dbeta, const eng_reducer *across)
 {
     if (!y)
         invariant_failed("batchnorm+relu backward: the forward's output is required");
-    bn_backward(be, x, gamma, save_mean, save_invstd, y, dy, dx, dgamma, dbeta);
+    bn_backward(be, x, gamma, save_mean, save_invstd, y, dy, dx, dgamma, dbeta, across);
 }
 
 void eng_batchnorm_backward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,

@@ -82,6 +82,19 @@ const char *eng_backend_name(const eng_backend *be);
  * step must sync first to time the work rather than its queueing; the cpu runs them in place. */
 void eng_sync(eng_backend *be);
 
+/* ---- several ranks ------------------------------------------------------------------------------- */
+
+/* Sums and maxima over the ranks of a data-parallel world (or a group of them), for an op that
+ * computes over every rank's rows (SwAV's Sinkhorn, SyncBN): reduce makes v[0..n) (host
+ * doubles) the sum, or with `max` the maximum, over the `world` ranks, the same bits on every
+ * rank; 0, or -1 when the collective failed. The reducer keeps the error for its owner; each op
+ * says what it does then (Sinkhorn returns -1, batch norm goes on with the rank's own values). */
+typedef struct {
+    int (*reduce)(void *ctx, double *v, size_t n, bool max);
+    void *ctx;
+    int world;
+} eng_reducer;
+
 /* ---- memory ---------------------------------------------------------------------------------- */
 
 int64_t eng_numel(const eng_shape *s);
@@ -175,16 +188,6 @@ double eng_cross_entropy(eng_backend *be, const eng_tensor *x, float scale, cons
  * element, zero where the target is −1, each class column divided by its number of targets
  * other than −1 (at least 1), all summed. x is N × C, target a host N × C array of 0, 1, −1. */
 double eng_bce_logits(eng_backend *be, const eng_tensor *x, const int64_t *target, const eng_tensor *dx);
-
-/* Sums and maxima over the ranks of a data-parallel world, for an op that computes over every
- * rank's rows (SwAV's Sinkhorn): reduce makes v[0..n) (host doubles) the sum, or with `max`
- * the maximum, over the `world` ranks, the same bits on every rank; 0, or -1 when the
- * collective failed. The caller keeps the error; an op given a failing reducer returns -1. */
-typedef struct {
-    int (*reduce)(void *ctx, double *v, size_t n, bool max);
-    void *ctx;
-    int world;
-} eng_reducer;
 
 /* SwAV's codes (VISSL's distributed_sinkhornknopp). The assignment matrix A = exp(x/ε − max)
  * over the scores x (n × K) with the rows of `queue` (m × K, or NULL) appended below them is
@@ -294,19 +297,29 @@ void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor 
  * Training: normalise with the batch's mean and biased variance; update the running stats
  * in place, running = (1 − momentum)·running + momentum·batch, with the UNBIASED variance
  * (n/(n−1)) as PyTorch does; keep the batch mean and 1/sqrt(var + eps) in save_mean and
- * save_invstd (C each) for the backward. Eval: normalise with the running stats. */
+ * save_invstd (C each) for the backward. Eval: normalise with the running stats.
+ *
+ * SyncBN (torch's SyncBatchNorm) when `across` is a reducer over the ranks of a group: the
+ * batch is every rank's batch. The forward's statistics come from sums over the group (the
+ * values' count and Σx, then Σ(x − mean)²: the two passes of one batch), the running stats
+ * are updated with them, and the backward's dx uses the group's Σg and Σg·x̂ over the group's
+ * count, while dγ and dβ take this rank's own sums (as torch's, which DDP then averages).
+ * NULL: this rank's batch alone. A reducer that fails leaves the rank's own values; the
+ * caller keeps its error and checks it after the pass. */
 void eng_batchnorm_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,
-                                 const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *running_mean,
-                                 const eng_tensor *running_var, const eng_tensor *save_mean,
-                                 const eng_tensor *save_invstd, const eng_tensor *y);
+                                 const eng_tensor *gamma, const eng_tensor *beta,
+                                 const eng_tensor *running_mean, const eng_tensor *running_var,
+                                 const eng_tensor *save_mean, const eng_tensor *save_invstd,
+                                 const eng_tensor *y, const eng_reducer *across);
 void eng_batchnorm_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
                                 const eng_tensor *beta, const eng_tensor *running_mean,
                                 const eng_tensor *running_var, const eng_tensor *y);
 /* Backward of the training forward (mean and invstd from save_*): dx, dgamma, dbeta
- * accumulate; dx may be NULL. */
+ * accumulate; dx may be NULL. `across`: the forward's. */
 void eng_batchnorm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
                             const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
-                            const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta);
+                            const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta,
+                            const eng_reducer *across);
 
 /* Batch norm followed by a ReLU, in one pass each way: y = max(BN(x), 0); the backward takes
  * that y and runs batch norm's backward on dy·[y > 0]. Same arguments and results as
@@ -315,14 +328,15 @@ void eng_batchnorm_relu_forward_train(eng_backend *be, double momentum, double e
                                       const eng_tensor *gamma, const eng_tensor *beta,
                                       const eng_tensor *running_mean, const eng_tensor *running_var,
                                       const eng_tensor *save_mean, const eng_tensor *save_invstd,
-                                      const eng_tensor *y);
+                                      const eng_tensor *y, const eng_reducer *across);
 void eng_batchnorm_relu_forward_eval(eng_backend *be, double eps, const eng_tensor *x, const eng_tensor *gamma,
                                      const eng_tensor *beta, const eng_tensor *running_mean,
                                      const eng_tensor *running_var, const eng_tensor *y);
 void eng_batchnorm_relu_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
-                                 const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *y,
-                                 const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dgamma,
-                                 const eng_tensor *dbeta);
+                                 const eng_tensor *save_mean, const eng_tensor *save_invstd,
+                                 const eng_tensor *y, const eng_tensor *dy, const eng_tensor *dx,
+                                 const eng_tensor *dgamma, const eng_tensor *dbeta,
+                                 const eng_reducer *across);
 
 /* Backward of the EVAL forward (normalised with the running statistics, which are constants):
  * with x̂ = (x − running_mean)/sqrt(running_var + eps),

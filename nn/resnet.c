@@ -83,6 +83,7 @@ struct resnet {
     eng_tensor last_x; /* the image of the last forward: conv1's weight gradient reads it */
     bool last_train;
     unsigned exposed; /* features (bit per resnet_feature_id) the caller reads: kept logical */
+    const eng_reducer *bn_across; /* SyncBN: batch norm over the group's ranks (NULL: this rank's batch) */
 };
 
 resnet_options resnet_defaults(void)
@@ -434,11 +435,11 @@ static void unit_forward(eng_backend *be, resnet *net, unit *u, const eng_tensor
     const eng_tensor *g = ent(net, u->gamma), *b = ent(net, u->beta), *rm = ent(net, u->rmean),
                      *rv = ent(net, u->rvar);
     if (u->relu)
-        eng_batchnorm_relu_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, g, b, rm, rv, &u->mean, &u->invstd,
-                                         &u->out);
+        eng_batchnorm_relu_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, g, b, rm, rv, &u->mean,
+                                         &u->invstd, &u->out, net->bn_across);
     else
         eng_batchnorm_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, g, b, rm, rv, &u->mean, &u->invstd,
-                                    &u->out);
+                                    &u->out, net->bn_across);
 }
 
 static void block_forward(eng_backend *be, resnet *net, block *b, const eng_tensor *x, bool train)
@@ -492,6 +493,8 @@ static void set_layouts(resnet *net, bool train)
         if (net->exposed & 1u << f)
             stage_out(net, f - RESNET_RES2)->layout = ENG_LAYOUT_LOGICAL;
 }
+
+void resnet_set_batchnorm_reducer(resnet *net, const eng_reducer *across) { net->bn_across = across; }
 
 void resnet_expose(resnet *net, resnet_feature_id f)
 {
@@ -558,9 +561,11 @@ static void unit_backward(eng_backend *be, resnet *net, unit *u, const eng_tenso
         }
         eng_layernorm2d_backward(be, &u->conv_out, g, &u->mean, &u->invstd, dy, &u->conv_grad, dg, db);
     } else if (u->relu) {
-        eng_batchnorm_relu_backward(be, &u->conv_out, g, &u->mean, &u->invstd, &u->out, dy, &u->conv_grad, dg, db);
+        eng_batchnorm_relu_backward(be, &u->conv_out, g, &u->mean, &u->invstd, &u->out, dy, &u->conv_grad, dg,
+                                    db, net->bn_across);
     } else {
-        eng_batchnorm_backward(be, &u->conv_out, g, &u->mean, &u->invstd, dy, &u->conv_grad, dg, db);
+        eng_batchnorm_backward(be, &u->conv_out, g, &u->mean, &u->invstd, dy, &u->conv_grad, dg, db,
+                               net->bn_across);
     }
     eng_conv_backward(be, u->plan, x, ent(net, u->w), &u->conv_grad, dx, grad(net, u->w), NULL);
 }

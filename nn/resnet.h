@@ -115,6 +115,9 @@ const eng_tensor *resnet_feature(const resnet *net, resnet_feature_id f);
  * layout. (Evaluation keeps unexposed intermediate activations in the backend's native
  * layout, so a trunk runs without converting between its convolutions.) */
 void resnet_expose(resnet *net, resnet_feature_id f);
+/* SyncBN: every batch norm of the trunk trains over the ranks of `across` (nn.h; NULL: this
+ * rank's batch alone, the default). */
+void resnet_set_batchnorm_reducer(resnet *net, const eng_reducer *across);
 /* Map "conv1", "res1", ..., "res5avg", "flatten" to the enum; -1 when unknown. */
 int resnet_feature_by_name(const char *name);
 

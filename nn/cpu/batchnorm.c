@@ -15,6 +15,12 @@
  * writes, and the backward masks dy by the forward's output (y > 0) as it reads it, exactly
  * what relu_backward would have written into a separate buffer.
  *
+ * SyncBN (a reducer, nn.h): the same steps in phases over all channels, the sums reduced over
+ * the ranks between them: Σx and the count, then Σ(x − mean)² around the group's mean (the
+ * two passes of the single batch, so one rank's arithmetic is unchanged); backward, Σg and
+ * Σg·(x − mean) with the count, then dx. Without one, each channel runs all its steps at once,
+ * its values still in cache.
+ *
  * Speed: channels are spread over the OpenMP threads, one channel per thread at a time, so
  * every sum is taken in the same order whatever the thread count (results do not depend on
  * it); the per-plane loops are SIMD (CPU_HOT: compiled for AVX-512, AVX2 and the baseline).
@@ -22,8 +28,11 @@
 #include "cpu.h"
 
 #include "log.h"
+#include "util.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Offset of plane n of channel c: a channel is N planes of S values, C·S apart. */
 static int64_t plane(const cpu_ncs *d, int64_t n, int64_t c) { return (n * d->c + c) * d->s; }
@@ -115,17 +124,27 @@ CPU_HOT static void plane_dx_eval(const float *dy, float *dx, int64_t s, double 
 
 /* ---- per-channel steps -------------------------------------------------------------------- */
 
-/* Mean and biased variance of channel c. */
-static void channel_stats(const float *x, const cpu_ncs *d, int64_t c, double *mean, double *var)
+/* A training forward's arguments other than the tensors it reads and writes. */
+typedef struct {
+    double momentum, eps;
+    tensor_ref *gamma, *beta, *running_mean, *running_var, *save_mean, *save_invstd;
+    bool relu;
+} bn_args;
+
+static double channel_sum(const float *x, const cpu_ncs *d, int64_t c)
 {
-    double sum = 0.0, sq = 0.0, m = (double)(d->n * d->s);
+    double sum = 0.0;
     for (int64_t n = 0; n < d->n; n++)
         sum += plane_sum(x + plane(d, n, c), d->s);
-    double mu = sum / m;
+    return sum;
+}
+
+static double channel_sqdev(const float *x, const cpu_ncs *d, int64_t c, double mean)
+{
+    double sq = 0.0;
     for (int64_t n = 0; n < d->n; n++)
-        sq += plane_sqdev(x + plane(d, n, c), d->s, mu);
-    *mean = mu;
-    *var = sq / m;
+        sq += plane_sqdev(x + plane(d, n, c), d->s, mean);
+    return sq;
 }
 
 static void channel_affine(const float *x, float *y, const cpu_ncs *d, int64_t c, double mean, double scale,
@@ -156,37 +175,90 @@ static void channel_sums(const cpu_ncs *d, int64_t c, const float *px, const flo
 
 /* ---- the layer ------------------------------------------------------------------------------ */
 
+/* Channel c's training step once its batch mean and biased variance over m values are known:
+ * save_*, the running statistics, y. */
+static void channel_train(const float *px, float *py, const cpu_ncs *d, int64_t c, double mean, double var,
+                          double m, const bn_args *a)
+{
+    double invstd = 1.0 / sqrt(var + a->eps);
+    if (a->save_mean)
+        cpu_ptr(a->save_mean)[c] = (float)mean;
+    if (a->save_invstd)
+        cpu_ptr(a->save_invstd)[c] = (float)invstd;
+    if (a->running_mean) {
+        float *rm = cpu_ptr(a->running_mean) + c;
+        *rm = (float)((1.0 - a->momentum) * *rm + a->momentum * mean);
+    }
+    if (a->running_var) {
+        float *rv = cpu_ptr(a->running_var) + c;
+        *rv = (float)((1.0 - a->momentum) * *rv + a->momentum * var * m / (m - 1.0));
+    }
+    double g = cpu_at_or(a->gamma, c, 1.0);
+    channel_affine(px, py, d, c, mean, g * invstd, cpu_at_or(a->beta, c, 0.0), a->relu);
+}
+
+/* v[0..n) over the group; a failed reducer leaves the rank's own (nn.h). */
+static void over_group(const eng_reducer *r, double *v, size_t n)
+{
+    double *mine = xmalloc(n * sizeof *mine);
+    memcpy(mine, v, n * sizeof *v);
+    if (r->reduce(r->ctx, v, n, false) != 0)
+        memcpy(v, mine, n * sizeof *v);
+    free(mine);
+}
+
+/* SyncBN's forward: the statistics of the group's batch, in two reduced passes. */
+static void forward_synced(const float *px, float *py, const cpu_ncs *d, const bn_args *a,
+                           const eng_reducer *r)
+{
+    double *sum = xmalloc((size_t)(2 * d->c + 1) * sizeof *sum), *sq = sum + d->c + 1;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < d->c; c++)
+        sum[c] = channel_sum(px, d, c);
+    sum[d->c] = (double)(d->n * d->s);
+    over_group(r, sum, (size_t)d->c + 1);
+    double m = sum[d->c];
+    if (m < 2)
+        die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %.0f)", m);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < d->c; c++)
+        sq[c] = channel_sqdev(px, d, c, sum[c] / m);
+    over_group(r, sq, (size_t)d->c);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < d->c; c++)
+        channel_train(px, py, d, c, sum[c] / m, sq[c] / m, m, a);
+    free(sum);
+}
+
 void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
                                  tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
                                  tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,
-                                 bool relu, tensor_ref *y)
+                                 bool relu, tensor_ref *y, const eng_reducer *across)
 {
     (void)be;
     cpu_ncs d = cpu_ncs_of(x);
-    int64_t m = d.n * d.s;
-    if (m < 2)
-        die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %lld)", (long long)m);
+    const bn_args a = {.momentum = momentum,
+                       .eps = eps,
+                       .gamma = gamma,
+                       .beta = beta,
+                       .running_mean = running_mean,
+                       .running_var = running_var,
+                       .save_mean = save_mean,
+                       .save_invstd = save_invstd,
+                       .relu = relu};
     const float *px = cpu_ptr(x);
     float *py = cpu_ptr(y);
+    if (across) {
+        forward_synced(px, py, &d, &a, across);
+        return;
+    }
+    double m = (double)(d.n * d.s);
+    if (m < 2)
+        die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %.0f)", m);
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < d.c; c++) {
-        double mean, var;
-        channel_stats(px, &d, c, &mean, &var);
-        double invstd = 1.0 / sqrt(var + eps);
-        if (save_mean)
-            cpu_ptr(save_mean)[c] = (float)mean;
-        if (save_invstd)
-            cpu_ptr(save_invstd)[c] = (float)invstd;
-        if (running_mean) {
-            float *rm = cpu_ptr(running_mean) + c;
-            *rm = (float)((1.0 - momentum) * *rm + momentum * mean);
-        }
-        if (running_var) {
-            float *rv = cpu_ptr(running_var) + c;
-            *rv = (float)((1.0 - momentum) * *rv + momentum * var * (double)m / (double)(m - 1));
-        }
-        double g = cpu_at_or(gamma, c, 1.0);
-        channel_affine(px, py, &d, c, mean, g * invstd, cpu_at_or(beta, c, 0.0), relu);
+        double mean = channel_sum(px, &d, c) / m;
+        channel_train(px, py, &d, c, mean, channel_sqdev(px, &d, c, mean) / m, m, &a);
     }
 }
 
@@ -206,30 +278,61 @@ void cpu_batchnorm_forward_eval(eng_backend *be, double eps, tensor_ref *x, tens
     }
 }
 
+/* Channel c's dx += γ·invstd/m · (m·g − Σg − x̂·Σg·x̂) from its sums over m values. */
+static void channel_dx(const cpu_ncs *d, int64_t c, const float *px, const float *pg, const float *py,
+                       float *pdx, tensor_ref *gamma, double mean, double invstd, double m, double sum_g,
+                       double sum_gxhat)
+{
+    double k = cpu_at_or(gamma, c, 1.0) * invstd / m;
+    for (int64_t n = 0; n < d->n; n++) {
+        int64_t at = plane(d, n, c);
+        plane_dx_train(px + at, pg + at, py ? py + at : NULL, pdx + at, d->s, mean, invstd, k, m, sum_g,
+                       sum_gxhat);
+    }
+}
+
+/* SyncBN's backward: dγ and dβ from this rank's sums, dx from the group's. */
+static void backward_synced(const cpu_ncs *d, const float *px, const float *pg, const float *py, float *pdx,
+                            tensor_ref *gamma, tensor_ref *save_mean, tensor_ref *save_invstd,
+                            tensor_ref *dgamma, tensor_ref *dbeta, const eng_reducer *r)
+{
+    double *sums = xmalloc((size_t)(2 * d->c + 1) * sizeof *sums); /* Σg per channel, Σg·x̂ per channel, m */
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < d->c; c++)
+        channel_sums(d, c, px, pg, py, cpu_ptr(save_mean)[c], cpu_ptr(save_invstd)[c], dgamma, dbeta,
+                     &sums[c], &sums[d->c + c]);
+    sums[2 * d->c] = (double)(d->n * d->s);
+    over_group(r, sums, (size_t)(2 * d->c + 1));
+    if (pdx)
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < d->c; c++)
+            channel_dx(d, c, px, pg, py, pdx, gamma, cpu_ptr(save_mean)[c], cpu_ptr(save_invstd)[c],
+                       sums[2 * d->c], sums[c], sums[d->c + c]);
+    free(sums);
+}
+
 /* With x̂ = (x − mean)·invstd, g the gradient reaching the norm and m values per channel:
  *   dβ = Σ g,  dγ = Σ g·x̂,  dx = γ·invstd/m · (m·g − dβ − x̂·dγ). */
 void cpu_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
                             tensor_ref *save_invstd, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *dx,
-                            tensor_ref *dgamma, tensor_ref *dbeta)
+                            tensor_ref *dgamma, tensor_ref *dbeta, const eng_reducer *across)
 {
     (void)be;
     cpu_ncs d = cpu_ncs_of(x);
     double m = (double)(d.n * d.s);
     const float *px = cpu_ptr(x), *pg = cpu_ptr(dy), *py = relu_y ? cpu_ptr(relu_y) : NULL;
     float *pdx = dx ? cpu_ptr(dx) : NULL;
+    if (across) {
+        backward_synced(&d, px, pg, py, pdx, gamma, save_mean, save_invstd, dgamma, dbeta, across);
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < d.c; c++) {
         double mean = cpu_ptr(save_mean)[c], invstd = cpu_ptr(save_invstd)[c];
         double sum_g, sum_gxhat;
         channel_sums(&d, c, px, pg, py, mean, invstd, dgamma, dbeta, &sum_g, &sum_gxhat);
-        if (!pdx)
-            continue;
-        double k = cpu_at_or(gamma, c, 1.0) * invstd / m;
-        for (int64_t n = 0; n < d.n; n++) {
-            int64_t at = plane(&d, n, c);
-            plane_dx_train(px + at, pg + at, py ? py + at : NULL, pdx + at, d.s, mean, invstd, k, m, sum_g,
-                           sum_gxhat);
-        }
+        if (pdx)
+            channel_dx(&d, c, px, pg, py, pdx, gamma, mean, invstd, m, sum_g, sum_gxhat);
     }
 }
 

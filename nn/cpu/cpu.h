@@ -81,13 +81,13 @@ void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, tensor_ref *x, te
 void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
                                  tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
                                  tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,
-                                 bool relu, tensor_ref *y);
+                                 bool relu, tensor_ref *y, const eng_reducer *across);
 void cpu_batchnorm_forward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
                                 tensor_ref *beta, tensor_ref *running_mean, tensor_ref *running_var,
                                 bool relu, tensor_ref *y);
 void cpu_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
                             tensor_ref *save_invstd, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *dx,
-                            tensor_ref *dgamma, tensor_ref *dbeta);
+                            tensor_ref *dgamma, tensor_ref *dbeta, const eng_reducer *across);
 void cpu_batchnorm_backward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
                                  tensor_ref *running_mean, tensor_ref *running_var, tensor_ref *dy,
                                  tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta);

@@ -462,8 +462,11 @@ static seg_info *eval_info(eng_backend *be, const walk &w, double eps, tensor_re
 extern "C" void cuda_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
                                              tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
                                              tensor_ref *running_var, tensor_ref *save_mean,
-                                             tensor_ref *save_invstd, bool relu, tensor_ref *y)
+                                             tensor_ref *save_invstd, bool relu, tensor_ref *y,
+                                             const eng_reducer *across)
 {
+    if (across) /* the trainer refuses SyncBN on GPUs before it builds a model (issue: NCCL) */
+        invariant_failed("cuda: batch norm over several ranks (SyncBN) is not on this backend yet");
     walk w = channel_walk(x);
     if (w.count < 2)
         die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %lld)",
@@ -512,8 +515,11 @@ extern "C" void cuda_bn_eval_epilogue(eng_backend *be, double eps, tensor_ref *g
  *   dβ = Σ g,  dγ = Σ g·x̂,  dx = γ·invstd/m · (m·g − dβ − x̂·dγ). */
 extern "C" void cuda_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma,
                                         tensor_ref *save_mean, tensor_ref *save_invstd, tensor_ref *relu_y,
-                                        tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta)
+                                        tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta,
+                                        const eng_reducer *across)
 {
+    if (across)
+        invariant_failed("cuda: batch norm over several ranks (SyncBN) is not on this backend yet");
     walk w = channel_walk(x);
     if (empty(w))
         return;

@@ -168,6 +168,58 @@ int dist_sum_counts(dist *d, int64_t *v, size_t n, char **err)
     return rc;
 }
 
+/* eng_reducer's reduce for a dist_group: the world's values gathered, the group's combined in
+ * rank order. */
+static int group_reduce(void *ctx, double *v, size_t n, bool max)
+{
+    dist_group *g = ctx;
+    size_t world = (size_t)coll_world(g->d->world);
+    if (world * n > g->cap) {
+        free(g->all);
+        g->all = xmalloc(world * n * sizeof *g->all);
+        g->cap = world * n;
+    }
+    char *why = NULL;
+    if (coll_all_gather(g->d->world, v, g->all, n, COLL_F64, &why) != 0) {
+        if (!g->err)
+            g->err = why;
+        else
+            free(why);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double acc = g->all[(size_t)g->first * n + i];
+        for (int r = g->first + 1; r < g->first + g->size; r++) {
+            double x = g->all[(size_t)r * n + i];
+            acc = !max ? acc + x : acc > x || acc != acc ? acc : x;
+        }
+        v[i] = acc;
+    }
+    return 0;
+}
+
+void dist_group_init(dist_group *g, dist *d, int size)
+{
+    *g = (dist_group){.d = d, .size = size, .first = dist_rank(d) / size * size};
+    g->reducer = (eng_reducer){.reduce = group_reduce, .ctx = g, .world = size};
+}
+
+int dist_group_check(dist_group *g, char **err)
+{
+    if (!g->err)
+        return 0;
+    *err = g->err;
+    g->err = NULL;
+    return -1;
+}
+
+void dist_group_free(dist_group *g)
+{
+    free(g->all);
+    free(g->err);
+    *g = (dist_group){0};
+}
+
 void dist_free(dist *d)
 {
     free(d->host[0]);

@@ -57,4 +57,23 @@ int dist_mean(dist *d, double *v, char **err);
 int dist_sum_counts(dist *d, int64_t *v, size_t n, char **err);
 void dist_free(dist *d);
 
+/* SyncBN's group (MODEL.SYNC_BN_CONFIG.GROUP_SIZE): ranks [first, first + size) of the world,
+ * this rank among them. Its reducer (nn.h) sums over the group in rank order: every rank's
+ * values are gathered (the world's collectives have no subgroups) and the group's added up.
+ * A failure is kept (the batch norms go on with the rank's own values) for dist_group_check. */
+typedef struct {
+    dist *d;
+    int first, size;
+    double *all; /* world × n values */
+    size_t cap;
+    char *err; /* the first failure, NULL */
+    eng_reducer reducer;
+} dist_group;
+
+/* The group of `size` ranks (a divisor of the world size) this rank is in. */
+void dist_group_init(dist_group *g, dist *d, int size);
+/* 0, or -1 with *err (the group's first failure, handed over) once a reduction failed. */
+int dist_group_check(dist_group *g, char **err);
+void dist_group_free(dist_group *g);
+
 #endif

@@ -57,8 +57,8 @@ static bool count_steps(const cfg_node *config, const char *split, const trainer
 }
 
 /* Why several trainers cannot train this config as one model yet, or NULL when they can: what
- * the data-parallel step does not do yet (the losses' gathers across ranks, SyncBN's sums, NCCL
- * on GPUs). *key becomes the key to name. */
+ * the data-parallel step does not do yet (the other methods' losses, mean AP and TEST_ONLY over
+ * the ranks, NCCL on GPUs). *key becomes the key to name. */
 static const char *data_parallel_gap(const cfg_node *config, const char **key)
 {
     const char *loss_key = cfg_str(config, "LOSS.name");
@@ -72,17 +72,40 @@ static const char *data_parallel_gap(const cfg_node *config, const char **key)
     for (size_t k = 0; k < ARRAY_LEN(ready_losses); k++)
         local |= !strcmp(loss_key, ready_losses[k]);
     if (!local)
-        return *key = "config.LOSS.name", "the loss's gathers across the trainers";
+        return *key = "config.LOSS.name", "this loss across the trainers";
     if (!strcmp(cfg_str(config, "METERS.name"), "mean_ap_list_meter"))
         return *key = "config.METERS.name", "mean AP over the trainers' rows";
     if (cfg_bool(config, "TEST_ONLY"))
         return *key = "config.TEST_ONLY", "TEST_ONLY's phases over the trainers";
-    if (cfg_bool(config, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
-        return *key = "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN",
-               "SyncBN's sums across the trainers";
     if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu"))
         return *key = "config.MACHINE.DEVICE", "on GPUs (NCCL)";
     return NULL;
+}
+
+/* SyncBN's group size in a world of `world` trainers (MODEL.SYNC_BN_CONFIG.GROUP_SIZE, as
+ * VISSL's convert_sync_bn reads it: −1, a node's trainers; 0, all of them; k > 0, k of them
+ * at most), or 0 without SyncBN. */
+static int64_t sync_bn_group(const cfg_node *config, int64_t world)
+{
+    if (!cfg_bool(config, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
+        return 0;
+    int64_t k = cfg_int(config, "MODEL.SYNC_BN_CONFIG.GROUP_SIZE");
+    int64_t per_node = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    int64_t size = k < 0 ? per_node : k == 0 ? world : k;
+    return size < world ? size : world;
+}
+
+/* SyncBN's groups must cut the world into whole groups of consecutive ranks. */
+static bool check_sync_bn(const cfg_node *config, int64_t world, cfg_err *err)
+{
+    int64_t size = sync_bn_group(config, world);
+    if (size <= 1 || world % size == 0)
+        return true;
+    cfg_fail(err, cfg_get(config, "MODEL.SYNC_BN_CONFIG.GROUP_SIZE"),
+             "config.MODEL.SYNC_BN_CONFIG.GROUP_SIZE",
+             "SyncBN groups of %lld trainers do not divide the %lld trainers (world size)", (long long)size,
+             (long long)world);
+    return false;
 }
 
 /* A world above 1 (the config's, whose size the LR scaling and the losses read, or the one
@@ -111,7 +134,7 @@ static bool check_world(const cfg_node *config, const trainer_options *o, cfg_er
                       : !o->world && !o->world_promised ? "this trainer was given no world to share (--coll)"
                                                         : data_parallel_gap(config, &key);
     if (!gap)
-        return true;
+        return check_sync_bn(config, world, err);
     cfg_fail(
         err, cfg_get(config, key + strlen("config.")), key,
         "world size %lld: data-parallel training (several trainers as one model) is not implemented yet: %s; "
@@ -231,7 +254,16 @@ static int local_rank(const cfg_node *config, int rank)
 
 static bool build_model(trainer *t, const trainer_options *o, cfg_err *err)
 {
-    return model_build_from_config(t->config, o->threads, local_rank(t->config, o->rank), &t->be, &t->m, err);
+    if (!model_build_from_config(t->config, o->threads, local_rank(t->config, o->rank), &t->be, &t->m, err))
+        return false;
+    int64_t group = sync_bn_group(t->config, dist_world(&t->dist));
+    if (group > 1) { /* SyncBN: the batch norms train over the group's batches */
+        dist_group_init(&t->bn_group, &t->dist, (int)group);
+        model_set_batchnorm_reducer(t->m, &t->bn_group.reducer);
+        log_info("SyncBN: batch norm over ranks %d to %d", t->bn_group.first,
+                 t->bn_group.first + t->bn_group.size - 1);
+    }
+    return true;
 }
 
 /* The optimizer over every entry that is not frozen (FEATURE_EVAL_SETTINGS). */
@@ -372,6 +404,7 @@ void trainer_free(trainer *t)
     optim_free(t->be, t->opt);
     if (t->m)
         model_free(t->be, t->m);
+    dist_group_free(&t->bn_group);
     eng_backend_close(t->be);
     sched_free(&t->lr);
     sched_free(&t->lr_head);
@@ -841,6 +874,8 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     if (t->broadcast_buffers && dist_broadcast(&t->dist, t->be, &buffers, err) != 0)
         return -1;
     model_forward(t->be, t->m, true);
+    if (dist_group_check(&t->bn_group, err) != 0) /* SyncBN's sums */
+        return -1;
     t0 = lap(t, PERF_FORWARD, t0);
     monitor_forward(t);
     if (loss_on_forward(t->be, t->loss_st, t->m, err) != 0)
@@ -869,6 +904,8 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
         dout[k] = loss_grad(t->train_loss.ls, k);
     model_zero_grad(t->be, t->m);
     model_backward(t->be, t->m, dout);
+    if (dist_group_check(&t->bn_group, err) != 0)
+        return -1;
     eng_tensor grads = model_grads(t->m);
     if (dist_average(&t->dist, t->be, &grads, err) != 0 || dist_mean(&t->dist, &t->last_loss, err) != 0)
         return -1;

@@ -100,6 +100,7 @@ struct trainer {
     int rank;               /* rank 0 alone writes checkpoints and logs */
     dist dist;              /* the other trainers of the model (dist.h) */
     bool broadcast_buffers; /* DISTRIBUTED.BROADCAST_BUFFERS: rank 0's buffers before every forward */
+    dist_group bn_group;    /* SyncBN's ranks (size 0: each rank's batch norms are its own) */
 };
 
 /* The time since `since` into timer k; returns now. With MONITOR_PERF_STATS the backend's

@@ -855,9 +855,10 @@ static void bn_fwd_train(ctx *c)
                *rmean = input(c, cs, -0.5f, 0.5f), *rvar = input(c, cs, 0.5f, 1.5f), *smean = output(c, cs),
                *sinv = output(c, cs), *y = output(c, s);
     if (has(c, F_RELU))
-        eng_batchnorm_relu_forward_train(c->be, 0.1, BN_EPS, x, gamma, beta, rmean, rvar, smean, sinv, y);
+        eng_batchnorm_relu_forward_train(c->be, 0.1, BN_EPS, x, gamma, beta, rmean, rvar, smean, sinv, y,
+                                         NULL);
     else
-        eng_batchnorm_forward_train(c->be, 0.1, BN_EPS, x, gamma, beta, rmean, rvar, smean, sinv, y);
+        eng_batchnorm_forward_train(c->be, 0.1, BN_EPS, x, gamma, beta, rmean, rvar, smean, sinv, y, NULL);
     check(c, "y", y);
     check(c, "running_mean", rmean);
     check(c, "running_var", rvar);
@@ -891,9 +892,9 @@ static void bn_bwd(ctx *c)
     eng_tensor *y = has(c, F_RELU) ? bn_relu_y(c, hx, s, hmean, hinvstd, hg, hb) : NULL, *dy = input(c, s, -1, 1),
                *dx = has(c, F_NODX) ? NULL : grad(c, s, 1), *dgamma = grad(c, cs, 1), *dbeta = grad(c, cs, 1);
     if (y)
-        eng_batchnorm_relu_backward(c->be, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta);
+        eng_batchnorm_relu_backward(c->be, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta, NULL);
     else
-        eng_batchnorm_backward(c->be, x, gamma, mean, invstd, dy, dx, dgamma, dbeta);
+        eng_batchnorm_backward(c->be, x, gamma, mean, invstd, dy, dx, dgamma, dbeta, NULL);
     check(c, "dx", dx);
     check(c, "dgamma", dgamma);
     check(c, "dbeta", dbeta);

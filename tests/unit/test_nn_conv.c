@@ -184,7 +184,8 @@ typedef struct {
 static void run_bn(eng_backend *be, void *arg)
 {
     bn_args *a = arg;
-    eng_batchnorm_forward_train(be, 0.1, 1e-5, a->x, a->gamma, a->beta, a->rm, a->rv, a->mean, a->invstd, a->y);
+    eng_batchnorm_forward_train(be, 0.1, 1e-5, a->x, a->gamma, a->beta, a->rm, a->rv, a->mean, a->invstd,
+                                a->y, NULL);
 }
 
 static void bn_fd(eng_shape xs, const char *what_x, const char *what_g, const char *what_b)
@@ -199,7 +200,7 @@ static void bn_fd(eng_shape xs, const char *what_x, const char *what_g, const ch
     eng_tensor gx = nnt_zeros_like(be, &x), gg = nnt_zeros_like(be, &gamma), gb = nnt_zeros_like(be, &beta);
     bn_args a = {&x, &gamma, &beta, &rm, &rv, &mean, &invstd, &y};
     run_bn(be, &a);
-    eng_batchnorm_backward(be, &x, &gamma, &mean, &invstd, &dy, &gx, &gg, &gb);
+    eng_batchnorm_backward(be, &x, &gamma, &mean, &invstd, &dy, &gx, &gg, &gb, NULL);
     check_fd(be, run_bn, &a, &x, hx, &gx, &y, r, what_x);
     check_fd(be, run_bn, &a, &gamma, hg, &gg, &y, r, what_g);
     check_fd(be, run_bn, &a, &beta, hb, &gb, &y, r, what_b);
@@ -232,7 +233,8 @@ static void bn_train_case(const char *kase)
     eng_tensor mean = nnt_zeros_like(be, &gamma.t), invstd = nnt_zeros_like(be, &gamma.t), out = nnt_zeros_like(be, &x.t);
     eng_tensor gx = nnt_zeros_like(be, &x.t), gg = nnt_zeros_like(be, &gamma.t), gb = nnt_zeros_like(be, &beta.t);
     /* rm0/rv0 are updated in place into PyTorch's rm1/rv1. */
-    eng_batchnorm_forward_train(be, 0.1, 1e-5, &x.t, &gamma.t, &beta.t, &rm0.t, &rv0.t, &mean, &invstd, &out);
+    eng_batchnorm_forward_train(be, 0.1, 1e-5, &x.t, &gamma.t, &beta.t, &rm0.t, &rv0.t, &mean, &invstd, &out,
+                                NULL);
     char what[64];
     snprintf(what, sizeof what, "%s y", kase);
     expect_close(be, &out, &y, FWD_TOL, what);
@@ -240,7 +242,7 @@ static void bn_train_case(const char *kase)
     expect_close(be, &rm0.t, &rm1, FWD_TOL, what);
     snprintf(what, sizeof what, "%s running_var", kase);
     expect_close(be, &rv0.t, &rv1, FWD_TOL, what);
-    eng_batchnorm_backward(be, &x.t, &gamma.t, &mean, &invstd, &dy.t, &gx, &gg, &gb);
+    eng_batchnorm_backward(be, &x.t, &gamma.t, &mean, &invstd, &dy.t, &gx, &gg, &gb, NULL);
     snprintf(what, sizeof what, "%s dx", kase);
     expect_close(be, &gx, &dx, GRAD_TOL, what);
     snprintf(what, sizeof what, "%s dgamma", kase);
@@ -248,7 +250,7 @@ static void bn_train_case(const char *kase)
     snprintf(what, sizeof what, "%s dbeta", kase);
     expect_close(be, &gb, &dbeta, GRAD_TOL, what);
     /* dx NULL skips; dgamma and dbeta accumulate. */
-    eng_batchnorm_backward(be, &x.t, &gamma.t, &mean, &invstd, &dy.t, NULL, &gg, &gb);
+    eng_batchnorm_backward(be, &x.t, &gamma.t, &mean, &invstd, &dy.t, NULL, &gg, &gb, NULL);
     for (size_t k = 0; k < dgamma.a.count; k++)
         ((float *)dgamma.a.data)[k] *= 2.0f, ((float *)dbeta.a.data)[k] *= 2.0f;
     snprintf(what, sizeof what, "%s 2×dgamma", kase);

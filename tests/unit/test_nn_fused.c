@@ -126,17 +126,19 @@ static void bn_relu_train_case(eng_shape s)
                y2 = eng_tensor_new(be, s), dx1 = normal(be, s, 3, 0.0f), dx2 = copy_of(be, &dx1),
                pre = eng_tensor_new(be, s);
     bn_params a = bn_new(be, c, 10), b = bn_copy(be, &a);
-    eng_batchnorm_relu_forward_train(be, 0.1, 1e-5, &x, &a.gamma, &a.beta, &a.rmean, &a.rvar, &a.mean, &a.invstd,
-                                     &y1);
-    eng_batchnorm_forward_train(be, 0.1, 1e-5, &x, &b.gamma, &b.beta, &b.rmean, &b.rvar, &b.mean, &b.invstd, &y2);
+    eng_batchnorm_relu_forward_train(be, 0.1, 1e-5, &x, &a.gamma, &a.beta, &a.rmean, &a.rvar, &a.mean,
+                                     &a.invstd, &y1, NULL);
+    eng_batchnorm_forward_train(be, 0.1, 1e-5, &x, &b.gamma, &b.beta, &b.rmean, &b.rvar, &b.mean, &b.invstd,
+                                &y2, NULL);
     eng_relu_forward(be, &y2, &y2);
     cr_expect(same_bits(be, &y1, &y2), "forward differs from batchnorm then relu");
     cr_expect(same_bits(be, &a.rmean, &b.rmean) && same_bits(be, &a.rvar, &b.rvar), "running statistics differ");
 
-    eng_batchnorm_relu_backward(be, &x, &a.gamma, &a.mean, &a.invstd, &y1, &dy, &dx1, &a.dgamma, &a.dbeta);
+    eng_batchnorm_relu_backward(be, &x, &a.gamma, &a.mean, &a.invstd, &y1, &dy, &dx1, &a.dgamma, &a.dbeta,
+                                NULL);
     eng_zero(be, &pre);
     eng_relu_backward(be, &y2, &dy, &pre);
-    eng_batchnorm_backward(be, &x, &b.gamma, &b.mean, &b.invstd, &pre, &dx2, &b.dgamma, &b.dbeta);
+    eng_batchnorm_backward(be, &x, &b.gamma, &b.mean, &b.invstd, &pre, &dx2, &b.dgamma, &b.dbeta, NULL);
     cr_expect_leq(rel_diff(be, &dx1, &dx2), 1e-6);
     cr_expect_leq(rel_diff(be, &a.dgamma, &b.dgamma), 1e-6);
     cr_expect_leq(rel_diff(be, &a.dbeta, &b.dbeta), 1e-6);
@@ -319,8 +321,10 @@ static void bn_run(int threads, float *out[3])
                dx = eng_tensor_new(be, s);
     bn_params p = bn_new(be, 24, 80);
     eng_zero(be, &dx);
-    eng_batchnorm_relu_forward_train(be, 0.1, 1e-5, &x, &p.gamma, &p.beta, &p.rmean, &p.rvar, &p.mean, &p.invstd, &y);
-    eng_batchnorm_relu_backward(be, &x, &p.gamma, &p.mean, &p.invstd, &y, &dy, &dx, &p.dgamma, &p.dbeta);
+    eng_batchnorm_relu_forward_train(be, 0.1, 1e-5, &x, &p.gamma, &p.beta, &p.rmean, &p.rvar, &p.mean,
+                                     &p.invstd, &y, NULL);
+    eng_batchnorm_relu_backward(be, &x, &p.gamma, &p.mean, &p.invstd, &y, &dy, &dx, &p.dgamma, &p.dbeta,
+                                NULL);
     out[0] = nnt_download(be, &y), out[1] = nnt_download(be, &dx), out[2] = nnt_download(be, &p.dgamma);
     eng_tensor all[] = {x, dy, y, dx};
     free_all(be, all, ARRAY_LEN(all));

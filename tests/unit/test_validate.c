@@ -189,13 +189,19 @@ Test(validate, a_world_size_the_trainers_cannot_train_as_one_model_is_refused_be
     expect_refused("quickstart/supervised", "config.DISTRIBUTED.NUM_PROC_PER_NODE=2 config.TEST_ONLY=true",
                    want);
     free(want);
-    want = xasprintf("config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN: %sSyncBN's sums across the trainers",
-                     prefix);
+    /* SyncBN's groups must be whole */
+    rc = config_cmd(
+        "validate", "quickstart/supervised",
+        SYNTHETIC_DATA
+        " config.DISTRIBUTED.NUM_PROC_PER_NODE=2 config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN=true",
+        &out);
+    cr_expect_eq(rc, 0, "SyncBN on 2 trainers: %s", out);
+    free(out);
     expect_refused(
         "quickstart/supervised",
-        "config.DISTRIBUTED.NUM_PROC_PER_NODE=2 config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN=true",
-        want);
-    free(want);
+        "config.DISTRIBUTED.NUM_PROC_PER_NODE=4 config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN=true "
+        "config.MODEL.SYNC_BN_CONFIG.GROUP_SIZE=3",
+        "config.MODEL.SYNC_BN_CONFIG.GROUP_SIZE: SyncBN groups of 3 trainers do not divide the 4 trainers");
     expect_refused(
         "quickstart/supervised", "config.DISTRIBUTED.NUM_PROC_PER_NODE=2 config.MACHINE.DEVICE=gpu",
         "config.MACHINE.DEVICE: world size 2: data-parallel training (several trainers as one model) is not "
