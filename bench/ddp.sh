@@ -9,11 +9,13 @@
 # 2. `selfsup run quickstart/supervised` on 2,560 Fashion-MNIST images for one epoch: 1 trainer
 #    of batch 64 (2 threads) against 2 trainers of batch 32 (1 thread each), the same global
 #    batch on the same 2 cores; the median step time after the first 5 (stdout.json's btime).
+#    The same for quickstart/simclr with SyncBN (the embeddings' all-gather and the batch
+#    norms' sums on top of the gradients' all-reduce).
 # Prints Markdown tables. Exits non-zero only when a benchmark fails (a wrong sum, a crash).
 set -euo pipefail
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 build=${1:-build}
@@ -51,27 +53,32 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/selfsup-ddp-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 "$build/selfsup" dataset fashion-mnist "$work/fm" --limit 2560 >/dev/null 2>&1
 data="$work/fm/disk_filelist"
-step_ms() { # procs batch -> median btime(ms) after the first 5 steps, and the steps
-    "$build/selfsup" run quickstart/supervised config.DISTRIBUTED.NUM_PROC_PER_NODE="$1" \
-        config.DATA.TRAIN.BATCHSIZE_PER_REPLICA="$2" config.DATA.TEST.BATCHSIZE_PER_REPLICA="$2" \
-        config.DATA.TRAIN.DATA_PATHS="[$data/train_images.npy]" config.DATA.TRAIN.LABEL_PATHS="[$data/train_labels.npy]" \
-        config.DATA.TEST.DATA_PATHS="[$data/val_images.npy]" config.DATA.TEST.LABEL_PATHS="[$data/val_labels.npy]" \
-        config.DATA.TRAIN.DATA_LIMIT=2560 config.DATA.TEST.DATA_LIMIT=64 config.TEST_MODEL=false \
-        config.OPTIMIZER.num_epochs=2 config.LOG_FREQUENCY=1 config.CHECKPOINT.DIR="$work/ckpt$1" \
-        --run-dir "$work/run$1" >"$work/log$1" 2>&1 || { cat "$work/log$1" >&2; return 1; }
+step_ms() { # recipe procs batch -> median btime(ms) after the first 5 steps, and the steps
+    local recipe=$1 procs=$2 batch=$3 extra=()
+    [[ $recipe == supervised ]] && extra=(config.DATA.TRAIN.LABEL_PATHS="[$data/train_labels.npy]" config.TEST_MODEL=false)
+    [[ $recipe == simclr ]] && extra=(config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN=true)
+    "$build/selfsup" run quickstart/$recipe config.DISTRIBUTED.NUM_PROC_PER_NODE="$procs" \
+        config.DATA.TRAIN.BATCHSIZE_PER_REPLICA="$batch" config.DATA.TRAIN.DATA_PATHS="[$data/train_images.npy]" \
+        config.DATA.TRAIN.DATA_LIMIT=2560 config.OPTIMIZER.num_epochs=2 config.LOG_FREQUENCY=1 "${extra[@]}" \
+        config.CHECKPOINT.DIR="$work/ckpt_${recipe}$procs" --run-dir "$work/run_${recipe}$procs" \
+        >"$work/log_${recipe}$procs" 2>&1 || { cat "$work/log_${recipe}$procs" >&2; return 1; }
     /usr/bin/python3 -c '
 import json, statistics, sys
 t = [json.loads(l)["btime(ms)"] for l in open(sys.argv[1]) if "btime(ms)" in l][5:]
-print("%.1f %d" % (statistics.median(t), len(t)))' "$work/ckpt$1/stdout.json"
+print("%.1f %d" % (statistics.median(t), len(t)))' "$work/ckpt_${recipe}$procs/stdout.json"
 }
-echo "ddp: quickstart, 1 trainer of batch 64 ..." >&2
-read -r one n1 < <(step_ms 1 64)
-echo "ddp: quickstart, 2 trainers of batch 32 ..." >&2
-read -r two n2 < <(step_ms 2 32)
 echo
-echo "| quickstart/supervised, global batch 64 | median step ms | steps timed | images/s |"
-echo "|---|--:|--:|--:|"
-awk -v a="$one" -v n="$n1" 'BEGIN { printf "| 1 trainer, batch 64, 2 threads | %.1f | %d | %.1f |\n", a, n, 64000 / a }'
-awk -v a="$two" -v n="$n2" 'BEGIN { printf "| 2 trainers, batch 32, 1 thread each | %.1f | %d | %.1f |\n", a, n, 64000 / a }'
+echo "| quickstart, global batch 64 | median step ms | steps timed | images/s | 2 trainers / 1 |"
+echo "|---|--:|--:|--:|--:|"
+for recipe in supervised simclr; do
+    echo "ddp: quickstart/$recipe, 1 trainer of batch 64 ..." >&2
+    read -r one n1 < <(step_ms $recipe 1 64)
+    echo "ddp: quickstart/$recipe, 2 trainers of batch 32 ..." >&2
+    read -r two n2 < <(step_ms $recipe 2 32)
+    what=$recipe; [[ $recipe == simclr ]] && what="simclr, SyncBN"
+    awk -v r="$what" -v a="$one" -v n="$n1" 'BEGIN { printf "| %s: 1 trainer, batch 64, 2 threads | %.1f | %d | %.1f | |\n", r, a, n, 64000 / a }'
+    awk -v r="$what" -v a="$one" -v b="$two" -v n="$n2" 'BEGIN { printf "| %s: 2 trainers, batch 32, 1 thread each | %.1f | %d | %.1f | %.2fx |\n", r, b, n, 64000 / b, b / a }'
+done
 echo
-awk -v a="$one" -v b="$two" 'BEGIN { printf "2 trainers take %.2fx the step time of 1 on the same cores (the all-reduce of ResNet-18'"'"'s\n11.2 M gradients and the broadcasts included).\n", b / a }'
+echo "2 trainers / 1: the step time of 2 trainers over 1's on the same cores (the all-reduce of ResNet-18's"
+echo "11.2 M gradients, the broadcasts, and for SimCLR the all-gather and SyncBN's sums included)."

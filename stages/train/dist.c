@@ -118,9 +118,9 @@ int dist_gather_entries(dist *d, eng_backend *be, const eng_entry *entries, int 
     if (!d->world || n == 0)
         return 0;
     int world = coll_world(d->world), got = coll_rank(d->world) == 0 ? (world - 1) * n : 0;
-    eng_entry *all = xcalloc((size_t)got + 1, sizeof *all);
+    eng_entry *all = got ? xcalloc((size_t)got, sizeof *all) : NULL; /* only rank 0 keeps them */
     for (int i = 0; i < n; i++)
-        if (gather_entry(d, be, &entries[i], all + i, n, err) != 0) {
+        if (gather_entry(d, be, &entries[i], all ? all + i : NULL, n, err) != 0) {
             dist_entries_free(be, all, got);
             return -1;
         }
