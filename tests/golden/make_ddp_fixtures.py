@@ -134,23 +134,6 @@ def sinkhorn_dist(scores, eps, iters, hard):
         return F.one_hot(q.argmax(dim=1), K).to(q.dtype) if hard else q
 
 
-def swav_dist(outs, temperature, hard):
-    """SwAVLoss.forward with make_loss_fixtures.py's swapped prediction, Sinkhorn over the world."""
-    total = 0.0 * outs[0].sum()
-    for scores in outs[1:]:
-        bs, loss_h = scores.shape[0] // CROPS, 0.0
-        for a in CFA:
-            q = sinkhorn_dist(scores[bs * a:bs * (a + 1)].detach(), 0.05, 3, hard)
-            sub = 0.0
-            for p in range(CROPS):
-                if p != a:
-                    sub = sub - torch.mean(torch.sum(q * F.log_softmax(scores[bs * p:bs * (p + 1)] / temperature,
-                                                                       dim=1), dim=1))
-            loss_h = loss_h + sub / (CROPS - 1)
-        total = total + loss_h / len(CFA)
-    return total / (len(outs) - 1)
-
-
 class Net(torch.nn.Module):
     """The model as VISSL's BaseSSLMultiInputOutputModel runs it: the trunk once per resolution,
     the heads on the features joined crop-major."""
@@ -193,7 +176,7 @@ def train_rank(rank, case, data, dtype, rendezvous, result):
         if case == "simclr_larc":
             loss = simclr_dist(out, 0.1, B)
         else:
-            loss = swav_dist(out, 0.1, hard=k < 1)
+            loss = L.swav(out, 0.1, 0.05, 3, CROPS, CFA, hard=k < 1, codes=sinkhorn_dist)
         logged = loss.detach().clone()
         dist.all_reduce(logged)
         losses.append(logged.item() / WORLD)

@@ -103,10 +103,11 @@ def swav_codes(scores, eps, iters, hard):
         return F.one_hot(q.argmax(dim=1), K).to(q.dtype) if hard else q
 
 
-def swav(outs, temperature, eps, iters, crops, cfa, queues=None, hard=False):
+def swav(outs, temperature, eps, iters, crops, cfa, queues=None, hard=False, codes=swav_codes):
     """SwAVLoss.forward: the mean over prototype heads of SwAVCriterion (swapped prediction of
     each assignment crop's codes by every other crop); queues[h][i]: the queue's scores that
-    go below assignment crop i's before Sinkhorn."""
+    go below assignment crop i's before Sinkhorn; codes: Sinkhorn-Knopp (one process's, or
+    make_ddp_fixtures.py's over the world)."""
     total = 0.0 * outs[0].sum()  # the embedding takes no gradient from the loss
     for h, scores in enumerate(outs[1:]):
         bs, loss_h = scores.shape[0] // crops, 0.0
@@ -114,7 +115,7 @@ def swav(outs, temperature, eps, iters, crops, cfa, queues=None, hard=False):
             s = scores[bs * a:bs * (a + 1)].detach()
             if queues is not None:
                 s = torch.cat((s, queues[h][i]))
-            q = swav_codes(s, eps, iters, hard)[:bs]
+            q = codes(s, eps, iters, hard)[:bs]
             sub = 0.0
             for p in range(crops):
                 if p != a:

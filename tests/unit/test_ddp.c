@@ -234,6 +234,98 @@ Test(ddp, two_trainers_of_batch_4_are_one_trainer_of_batch_8, .timeout = 300)
     free(one), free(two), free(name);
 }
 
+/* ---- a forked world for the library-level tests ---------------------------------------------- */
+
+/* What every rank's result slot starts with. */
+typedef struct {
+    int ok;
+    char err[300];
+} rank_status;
+
+/* One rank of a test world: its cpu backend (one thread), its place in the world, the test's
+ * argument and its result slot (which starts with a rank_status). */
+typedef struct {
+    eng_backend *be;
+    dist d;
+    int rank;
+    const void *arg;
+    void *res;
+} rank_ctx;
+
+/* A rank's work: 0, or -1 with *err. */
+typedef int (*rank_body)(rank_ctx *c, char **err);
+
+static void rank_main(rank_body body, rank_ctx *c, int world, const char *name)
+{
+    char *err = NULL;
+    coll_shm_options co = {.timeout_ms = 30000};
+    eng_backend_options bo = {.threads = 1};
+    c->be = eng_backend_open("cpu", &bo, &err);
+    c->d.world = c->be ? coll_shm_join(name, c->rank, world, &co, &err) : NULL;
+    rank_status *st = c->res;
+    st->ok = c->d.world && body(c, &err) == 0;
+    snprintf(st->err, sizeof st->err, "%s", err ? err : "");
+    coll_close(c->d.world);
+    dist_free(&c->d);
+    if (c->be)
+        eng_backend_close(c->be);
+    _exit(st->ok ? 0 : 1);
+}
+
+/* `world` forked ranks running body, each with a result slot of `size` bytes in memory shared
+ * with the test; returns the slots once every rank succeeded (unmap with munmap(…, world·size)). */
+static void *run_ranks(rank_body body, size_t size, int world, const void *arg)
+{
+    uint8_t *res =
+        mmap(NULL, (size_t)world * size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(res != MAP_FAILED);
+    memset(res, 0, (size_t)world * size);
+    char *name = ring_name("ddptest");
+    pid_t pids[COLL_MAX_WORLD];
+    for (int r = 0; r < world; r++) {
+        cr_assert((pids[r] = fork()) >= 0);
+        if (pids[r] == 0) {
+            rank_ctx c = {.rank = r, .arg = arg, .res = res + (size_t)r * size};
+            rank_main(body, &c, world, name);
+        }
+    }
+    for (int r = 0; r < world; r++)
+        cr_assert_eq(test_wait_child(pids[r], 50000), 0, "rank %d: %s", r,
+                     ((rank_status *)(res + (size_t)r * size))->err);
+    free(name);
+    return res;
+}
+
+/* Two ranks' gradients of 2 crops × n rows × cols, each ÷ 2 (DDP's mean), against one trainer's
+ * over both ranks' images (rank r's row c·n + i is its row c·2n + r·n + i): the largest gap,
+ * and in *top the largest of one trainer's values. */
+static double ranks_rows_gap(const float *rank0, const float *rank1, const float *whole, int n, int cols,
+                             double *top)
+{
+    const float *ranks[2] = {rank0, rank1};
+    double worst = 0;
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 2; c++)
+            for (int i = 0; i < n; i++)
+                for (int k = 0; k < cols; k++) {
+                    double mine = ranks[r][(c * n + i) * cols + k] / 2.0;
+                    double want = whole[(c * 2 * n + r * n + i) * cols + k];
+                    worst = fmax(worst, fabs(mine - want));
+                    *top = fmax(*top, fabs(want));
+                }
+    return worst;
+}
+
+/* A cpu backend for the test's own reference runs. */
+static eng_backend *reference_backend(void)
+{
+    char *err = NULL;
+    eng_backend_options bo = {.threads = 1};
+    eng_backend *be = eng_backend_open("cpu", &bo, &err);
+    cr_assert(be, "%s", err);
+    return be;
+}
+
 /* ---- the losses' gathers ----------------------------------------------------------------------- */
 
 #define LB 4 /* images per rank */
@@ -243,8 +335,7 @@ Test(ddp, two_trainers_of_batch_4_are_one_trainer_of_batch_8, .timeout = 300)
 /* What a rank's loss gives: its value and d(loss)/d(output), for SimCLR (2 crops) and
  * multi-crop SimCLR (LCROPS crops). */
 typedef struct {
-    int ok;
-    char err[300];
+    rank_status st;
     double simclr, multicrop;
     float dsimclr[2 * LB * LD], dmulticrop[LCROPS * LB * LD];
 } loss_result;
@@ -301,25 +392,13 @@ static loss_options gather_options(loss_name name, int world, int crops)
                           .ignore_index = -1};
 }
 
-static void loss_rank_main(loss_result *res, int rank, const char *name)
+static int loss_rank(rank_ctx *c, char **err)
 {
-    char *err = NULL;
-    coll_shm_options co = {.timeout_ms = 30000};
-    eng_backend_options bo = {.threads = 1};
-    eng_backend *be = eng_backend_open("cpu", &bo, &err);
-    dist d = {.world = be ? coll_shm_join(name, rank, 2, &co, &err) : NULL};
+    loss_result *res = c->res;
     loss_options a = gather_options(LOSS_SIMCLR, 2, 2), b = gather_options(LOSS_MULTICROP_SIMCLR, 2, LCROPS);
-    int rc = d.world && run_loss(be, &a, &d, rank * LB, LB, 2, &res->simclr, res->dsimclr, &err) == 0 &&
-                     run_loss(be, &b, &d, rank * LB, LB, LCROPS, &res->multicrop, res->dmulticrop, &err) == 0
-                 ? 0
-                 : -1;
-    snprintf(res->err, sizeof res->err, "%s", err ? err : "");
-    res->ok = rc == 0;
-    coll_close(d.world);
-    dist_free(&d);
-    if (be)
-        eng_backend_close(be);
-    _exit(rc == 0 ? 0 : 1);
+    if (run_loss(c->be, &a, &c->d, c->rank * LB, LB, 2, &res->simclr, res->dsimclr, err) != 0)
+        return -1;
+    return run_loss(c->be, &b, &c->d, c->rank * LB, LB, LCROPS, &res->multicrop, res->dmulticrop, err);
 }
 
 /* VISSL's gather_from_all with its backward, on 2 trainers of 4 images: each rank's SimCLR loss
@@ -330,23 +409,9 @@ static void loss_rank_main(loss_result *res, int rank, const char *name)
  * one trainer on its own 4 images, exactly. */
 Test(ddp, simclr_gathers_every_ranks_embeddings_forward_and_backward, .timeout = 60)
 {
-    loss_result *res = mmap(NULL, 2 * sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert(res != MAP_FAILED);
-    memset(res, 0, 2 * sizeof *res);
-    char *name = ring_name("ddploss");
-    pid_t pids[2];
-    for (int r = 0; r < 2; r++) {
-        cr_assert((pids[r] = fork()) >= 0);
-        if (pids[r] == 0)
-            loss_rank_main(&res[r], r, name);
-    }
-    for (int r = 0; r < 2; r++)
-        cr_assert_eq(test_wait_child(pids[r], 50000), 0, "rank %d: %s", r, res[r].err);
-
+    loss_result *res = run_ranks(loss_rank, sizeof *res, 2, NULL);
+    eng_backend *be = reference_backend();
     char *err = NULL;
-    eng_backend_options bo = {.threads = 1};
-    eng_backend *be = eng_backend_open("cpu", &bo, &err);
-    cr_assert(be, "%s", err);
     loss_options whole = gather_options(LOSS_SIMCLR, 1, 2);
     whole.effective_batch_size = 2 * 2 * LB;
     double v;
@@ -355,16 +420,7 @@ Test(ddp, simclr_gathers_every_ranks_embeddings_forward_and_backward, .timeout =
     cr_expect_leq(fabs((res[0].simclr + res[1].simclr) / 2 - v), 1e-6 * v, "mean %.9g, one trainer %.9g",
                   (res[0].simclr + res[1].simclr) / 2, v);
     cr_expect_neq(res[0].simclr, res[1].simclr, "each rank's loss is over its own rows");
-    double worst = 0, top = 0;
-    for (int r = 0; r < 2; r++)
-        for (int c = 0; c < 2; c++)
-            for (int i = 0; i < LB; i++)
-                for (int k = 0; k < LD; k++) {
-                    double mine = res[r].dsimclr[(c * LB + i) * LD + k] / 2.0;
-                    double want = g[(c * 2 * LB + r * LB + i) * LD + k];
-                    worst = fmax(worst, fabs(mine - want));
-                    top = fmax(top, fabs(want));
-                }
+    double top = 0, worst = ranks_rows_gap(res[0].dsimclr, res[1].dsimclr, g, LB, LD, &top);
     cr_expect_gt(top, 1e-3);
     cr_expect_leq(worst, 1e-5 * top, "gradients: largest difference %.3g, largest %.3g", worst, top);
 
@@ -378,7 +434,6 @@ Test(ddp, simclr_gathers_every_ranks_embeddings_forward_and_backward, .timeout =
     }
     eng_backend_close(be);
     munmap(res, 2 * sizeof *res);
-    free(name);
 }
 
 /* ---- SwAV's Sinkhorn over the ranks ------------------------------------------------------------ */
@@ -388,8 +443,7 @@ Test(ddp, simclr_gathers_every_ranks_embeddings_forward_and_backward, .timeout =
 #define SQ 8 /* queue rows per rank and assignment crop */
 
 typedef struct {
-    int ok;
-    char err[300];
+    rank_status st;
     double value[2];               /* without and with the queue */
     float dscores[2][2 * SB * SK]; /* d(loss)/d(scores) */
 } swav_result;
@@ -460,25 +514,13 @@ static int run_swav(eng_backend *be, dist *world, int first, int n, int first_q,
     return rc;
 }
 
-static void swav_rank_main(swav_result *res, int rank, const char *name)
+static int swav_rank(rank_ctx *c, char **err)
 {
-    char *err = NULL;
-    coll_shm_options co = {.timeout_ms = 30000};
-    eng_backend_options bo = {.threads = 1};
-    eng_backend *be = eng_backend_open("cpu", &bo, &err);
-    dist d = {.world = be ? coll_shm_join(name, rank, 2, &co, &err) : NULL};
-    int rc = -1;
-    if (d.world)
-        rc = run_swav(be, &d, rank * SB, SB, 0, 0, &res->value[0], res->dscores[0], &err);
-    if (rc == 0)
-        rc = run_swav(be, &d, rank * SB, SB, rank * SQ, SQ, &res->value[1], res->dscores[1], &err);
-    snprintf(res->err, sizeof res->err, "%s", err ? err : "");
-    res->ok = rc == 0;
-    coll_close(d.world);
-    dist_free(&d);
-    if (be)
-        eng_backend_close(be);
-    _exit(rc == 0 ? 0 : 1);
+    swav_result *res = c->res;
+    int first = c->rank * SB;
+    if (run_swav(c->be, &c->d, first, SB, 0, 0, &res->value[0], res->dscores[0], err) != 0)
+        return -1;
+    return run_swav(c->be, &c->d, first, SB, c->rank * SQ, SQ, &res->value[1], res->dscores[1], err);
 }
 
 /* VISSL's distributed_sinkhornknopp: 2 trainers of 4 images, the codes computed over both
@@ -488,38 +530,16 @@ static void swav_rank_main(swav_result *res, int rank, const char *name)
  * of 8 rows per rank, against one trainer whose queue holds both ranks' 16. */
 Test(ddp, swav_sinkhorn_sums_over_every_ranks_scores, .timeout = 60)
 {
-    swav_result *res = mmap(NULL, 2 * sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert(res != MAP_FAILED);
-    memset(res, 0, 2 * sizeof *res);
-    char *name = ring_name("ddpswav");
-    pid_t pids[2];
-    for (int r = 0; r < 2; r++) {
-        cr_assert((pids[r] = fork()) >= 0);
-        if (pids[r] == 0)
-            swav_rank_main(&res[r], r, name);
-    }
-    for (int r = 0; r < 2; r++)
-        cr_assert_eq(test_wait_child(pids[r], 50000), 0, "rank %d: %s", r, res[r].err);
+    swav_result *res = run_ranks(swav_rank, sizeof *res, 2, NULL);
+    eng_backend *be = reference_backend();
     char *err = NULL;
-    eng_backend_options bo = {.threads = 1};
-    eng_backend *be = eng_backend_open("cpu", &bo, &err);
-    cr_assert(be, "%s", err);
     for (int withq = 0; withq < 2; withq++) {
         double v;
         float g[2 * 2 * SB * SK];
         cr_assert_eq(run_swav(be, NULL, 0, 2 * SB, 0, withq ? 2 * SQ : 0, &v, g, &err), 0, "%s", err);
         double mean = (res[0].value[withq] + res[1].value[withq]) / 2;
         cr_expect_leq(fabs(mean - v), 1e-6 * v, "queue %d: mean %.9g, one trainer %.9g", withq, mean, v);
-        double worst = 0, top = 0;
-        for (int r = 0; r < 2; r++)
-            for (int c = 0; c < 2; c++)
-                for (int i = 0; i < SB; i++)
-                    for (int k = 0; k < SK; k++) {
-                        double mine = res[r].dscores[withq][(c * SB + i) * SK + k] / 2.0;
-                        double want = g[(c * 2 * SB + r * SB + i) * SK + k];
-                        worst = fmax(worst, fabs(mine - want));
-                        top = fmax(top, fabs(want));
-                    }
+        double top = 0, worst = ranks_rows_gap(res[0].dscores[withq], res[1].dscores[withq], g, SB, SK, &top);
         cr_expect_gt(top, 1e-3);
         cr_expect_leq(worst, 1e-5 * top, "queue %d: gradients differ by %.3g (largest %.3g)", withq, worst,
                       top);
@@ -527,7 +547,6 @@ Test(ddp, swav_sinkhorn_sums_over_every_ranks_scores, .timeout = 60)
     cr_expect_neq(res[0].value[0], res[1].value[0], "each rank's loss is over its own rows");
     eng_backend_close(be);
     munmap(res, 2 * sizeof *res);
-    free(name);
 }
 
 /* ---- SyncBN ------------------------------------------------------------------------------------- */
@@ -546,8 +565,7 @@ typedef struct {
 } bn_out;
 
 typedef struct {
-    int ok;
-    char err[300];
+    rank_status st;
     float y[BN_VALUES], dx[BN_VALUES], chan[4][BN_C];
 } bn_result;
 
@@ -606,29 +624,25 @@ static void bn_run(eng_backend *be, int first, int n, bool relu, const eng_reduc
         eng_tensor_free(be, &c[k]);
 }
 
-/* Rank `rank` of BN_WORLD: its batch norm synced over groups of `group` ranks. */
-static void bn_rank_main(bn_result *res, int rank, int group, bool relu, const char *name)
+/* What the SyncBN ranks run: groups of `group`, with or without the fused ReLU. */
+typedef struct {
+    int group;
+    bool relu;
+} bn_case;
+
+/* A rank of BN_WORLD: its batch norm synced over its group. */
+static int bn_rank(rank_ctx *c, char **err)
 {
-    char *err = NULL;
-    coll_shm_options co = {.timeout_ms = 30000};
-    eng_backend_options bo = {.threads = 1};
-    eng_backend *be = eng_backend_open("cpu", &bo, &err);
-    dist d = {.world = be ? coll_shm_join(name, rank, BN_WORLD, &co, &err) : NULL};
-    if (d.world) {
-        dist_group g;
-        dist_group_init(&g, &d, group);
-        bn_out out = {.y = res->y, .dx = res->dx};
-        bn_run(be, rank * BN_N, BN_N, relu, &g.reducer, &out);
-        memcpy(res->chan, out.chan, sizeof out.chan);
-        res->ok = dist_group_check(&g, &err) == 0;
-        dist_group_free(&g);
-    }
-    snprintf(res->err, sizeof res->err, "%s", err ? err : "");
-    coll_close(d.world);
-    dist_free(&d);
-    if (be)
-        eng_backend_close(be);
-    _exit(res->ok ? 0 : 1);
+    const bn_case *k = c->arg;
+    bn_result *res = c->res;
+    dist_group g;
+    dist_group_init(&g, &c->d, k->group);
+    bn_out out = {.y = res->y, .dx = res->dx};
+    bn_run(c->be, c->rank * BN_N, BN_N, k->relu, &g.reducer, &out);
+    memcpy(res->chan, out.chan, sizeof out.chan);
+    int rc = dist_group_check(&g, err);
+    dist_group_free(&g);
+    return rc;
 }
 
 /* The largest |a − b| and, into *top, the largest |b|. */
@@ -675,31 +689,16 @@ static void expect_group_is_one_batch_norm(eng_backend *be, const bn_result *res
  * own sums, as torch's) add up to that rank's. With and without the fused ReLU. */
 Test(ddp, syncbn_normalises_over_the_groups_batch, .timeout = 60)
 {
-    bn_result *res =
-        mmap(NULL, BN_WORLD * sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert(res != MAP_FAILED);
-    char *err = NULL;
-    eng_backend_options bo = {.threads = 1};
-    eng_backend *be = eng_backend_open("cpu", &bo, &err);
-    cr_assert(be, "%s", err);
+    eng_backend *be = reference_backend();
     for (int group = 2; group <= BN_WORLD; group += 2)
         for (int relu = 0; relu < 2; relu++) {
-            memset(res, 0, BN_WORLD * sizeof *res);
-            char *name = ring_name("ddpbn");
-            pid_t pids[BN_WORLD];
-            for (int r = 0; r < BN_WORLD; r++) {
-                cr_assert((pids[r] = fork()) >= 0);
-                if (pids[r] == 0)
-                    bn_rank_main(&res[r], r, group, relu, name);
-            }
-            for (int r = 0; r < BN_WORLD; r++)
-                cr_assert_eq(test_wait_child(pids[r], 50000), 0, "rank %d: %s", r, res[r].err);
-            free(name);
+            bn_case k = {group, relu};
+            bn_result *res = run_ranks(bn_rank, sizeof *res, BN_WORLD, &k);
             for (int first = 0; first < BN_WORLD; first += group)
                 expect_group_is_one_batch_norm(be, res, first, group, relu);
+            munmap(res, BN_WORLD * sizeof *res);
         }
     eng_backend_close(be);
-    munmap(res, BN_WORLD * sizeof *res);
 }
 
 /* ---- against PyTorch's DistributedDataParallel ------------------------------------------------- */
