@@ -1039,6 +1039,17 @@ Test(ddp, selfsup_run_with_two_trainers_trains_the_model_one_trainer_trains, .ti
     free(dir);
 }
 
+/* quickstart/<recipe> with the `data` overrides, by 1 trainer of batch 64 and by 2 of 32, into dir. */
+static void run_one_and_two(const char *dir, const char *recipe, const char *data)
+{
+    for (int procs = 1; procs <= 2; procs++) {
+        char *cmd = quickstart_cmd(recipe, data, dir, procs, 64 / procs, ""), *out;
+        int rc = test_run_within(cmd, 300, &out);
+        cr_assert_eq(rc, 0, "%s, %d trainer(s): %s", recipe, procs, out);
+        free(out), free(cmd);
+    }
+}
+
 /* SimCLR across trainers (gather_from_all) with SyncBN: quickstart/simclr with 2 trainers of 32
  * trains the model 1 trainer of 64 trains. The learning rate starts at 0.03: at the recipe's
  * 0.3 (with LARC) the last bits of the sums' order grow tenfold a step from the fourth on (4e-4
@@ -1046,15 +1057,9 @@ Test(ddp, selfsup_run_with_two_trainers_trains_the_model_one_trainer_trains, .ti
  * within 2.6e-7 relative, weights within 5.8e-6 of the largest. */
 Test(ddp, selfsup_run_simclr_with_two_trainers_trains_the_model_one_trainer_trains, .timeout = 600)
 {
-    char *dir = test_make_tmpdir(), *out;
+    char *dir = test_make_tmpdir();
     make_fashion_mnist(dir);
-    for (int procs = 1; procs <= 2; procs++) {
-        char *cmd = quickstart_cmd("simclr", "config.OPTIMIZER.param_schedulers.lr.start_value=0.03", dir,
-                                   procs, 64 / procs, "");
-        int rc = test_run_within(cmd, 300, &out);
-        cr_assert_eq(rc, 0, "%d trainer(s): %s", procs, out);
-        free(out), free(cmd);
-    }
+    run_one_and_two(dir, "simclr", "config.OPTIMIZER.param_schedulers.lr.start_value=0.03");
     expect_one_model(dir, 8, "model_final_checkpoint_phase1.torch", 1e-5, 2e-5);
     test_rm_rf(dir);
     free(dir);
@@ -1067,19 +1072,13 @@ Test(ddp, selfsup_run_simclr_with_two_trainers_trains_the_model_one_trainer_trai
  * logged mean is fp32), weights within 1.2e-7 of the largest. */
 Test(ddp, selfsup_run_swav_with_two_trainers_trains_the_model_one_trainer_trains, .timeout = 600)
 {
-    char *dir = test_make_tmpdir(), *out;
+    char *dir = test_make_tmpdir();
     make_fashion_mnist(dir);
-    for (int procs = 1; procs <= 2; procs++) {
-        char *cmd = quickstart_cmd("swav",
-                                   "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN=false "
-                                   "config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.NORM=LayerNorm "
-                                   "'config.MODEL.HEAD.PARAMS=[[swav_head,{dims:[512,512,128],use_bn:false,"
-                                   "num_clusters:[100]}]]'",
-                                   dir, procs, 64 / procs, "");
-        int rc = test_run_within(cmd, 300, &out);
-        cr_assert_eq(rc, 0, "%d trainer(s): %s", procs, out);
-        free(out), free(cmd);
-    }
+    run_one_and_two(
+        dir, "swav",
+        "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN=false "
+        "config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.NORM=LayerNorm "
+        "'config.MODEL.HEAD.PARAMS=[[swav_head,{dims:[512,512,128],use_bn:false,num_clusters:[100]}]]'");
     expect_one_model(dir, 8, "model_final_checkpoint_phase1.torch", 1e-5, 2e-5);
     test_rm_rf(dir);
     free(dir);
