@@ -107,31 +107,15 @@ def simclr_dist(out, temperature, batch):
     return -torch.mean(torch.log(pos / (pos + neg)))
 
 
+def world_all_reduce(t, op="sum"):
+    """t all_reduced over the world, in place (dist.all_reduce returns nothing)."""
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return t
+
+
 def sinkhorn_dist(scores, eps, iters, hard):
     """distributed_sinkhornknopp on this rank's scores (float path), the world's sums."""
-    with torch.no_grad():
-        a = scores / eps
-        top = a.max()
-        dist.all_reduce(top, op=dist.ReduceOp.MAX)
-        Q = torch.exp(a - top).t()
-        total = Q.sum()
-        dist.all_reduce(total)
-        Q = Q / total
-        K, n = Q.shape
-        r, c = torch.ones(K, dtype=Q.dtype) / K, torch.ones(n, dtype=Q.dtype) / (dist.get_world_size() * n)
-        for _ in range(iters):
-            u = Q.sum(dim=1)
-            dist.all_reduce(u)
-            if (u == 0).any():
-                Q += 1e-12
-                u = Q.sum(dim=1)
-                dist.all_reduce(u)
-            u = r / u
-            u[torch.isinf(u)] = u[~torch.isinf(u)].max()
-            Q *= u.unsqueeze(1)
-            Q *= (c / Q.sum(dim=0)).unsqueeze(0)
-        q = (Q / Q.sum(dim=0, keepdim=True)).t()
-        return F.one_hot(q.argmax(dim=1), K).to(q.dtype) if hard else q
+    return L.swav_codes(scores, eps, iters, hard, across=world_all_reduce, world=dist.get_world_size())
 
 
 class Net(torch.nn.Module):

@@ -81,20 +81,26 @@ def bce_multi(outs, label):
     return loss
 
 
-def swav_codes(scores, eps, iters, hard):
-    """SwAVCriterion's codes, float path: exp(s/ε − max)ᵀ, then distributed_sinkhornknopp at
-    world size 1 (vissl/losses/swav_loss.py), with its guards; hard: temp_hard_assignment_iters."""
+def one_process(t, op="sum"):
+    """An all_reduce over a world of one: t itself."""
+    return t
+
+
+def swav_codes(scores, eps, iters, hard, across=one_process, world=1):
+    """SwAVCriterion's codes, float path: exp(s/ε − max)ᵀ, then distributed_sinkhornknopp
+    (vissl/losses/swav_loss.py), with its guards; hard: temp_hard_assignment_iters. across(t, op)
+    is the all_reduce ("sum" or "max") over the `world` processes (make_ddp_fixtures.py's)."""
     with torch.no_grad():
         a = scores / eps
-        Q = torch.exp(a - a.max()).t()
-        Q = Q / Q.sum()
+        Q = torch.exp(a - across(a.max(), "max")).t()
+        Q = Q / across(Q.sum())
         K, n = Q.shape
-        r, c = torch.ones(K, dtype=Q.dtype) / K, torch.ones(n, dtype=Q.dtype) / n
+        r, c = torch.ones(K, dtype=Q.dtype) / K, torch.ones(n, dtype=Q.dtype) / (world * n)
         for _ in range(iters):
-            u = Q.sum(dim=1)
+            u = across(Q.sum(dim=1))
             if (u == 0).any():
                 Q += 1e-12
-                u = Q.sum(dim=1)
+                u = across(Q.sum(dim=1))
             u = r / u
             u[torch.isinf(u)] = u[~torch.isinf(u)].max()
             Q *= u.unsqueeze(1)
