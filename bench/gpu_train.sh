@@ -7,11 +7,14 @@
 # images written once into a records file in memory (/dev/shm), so the figure is the training
 # step, not the data path. selfsup-train logs every step's time; the first WARMUP steps
 # (cuDNN's plans, the first touches of memory) are left out. Prints images/s and ms/step and,
-# with JSON, writes them there. Needs the bundle's binaries on PATH and python3 with numpy.
+# with JSON, writes them there. AMP=1 turns on mixed precision (MODEL.AMP_PARAMS.USE_AMP: the
+# convolutions in bf16), the peer of PyTorch's eager_bf16 mode. Needs the bundle's binaries on
+# PATH and python3 with numpy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 json=${1:-}
 steps=${STEPS:-25} warmup=${WARMUP:-5} batch=${BATCH:-128} size=${SIZE:-224}
+if [ "${AMP:-0}" = 1 ]; then amp=True precision=bf16; else amp=False precision=fp32; fi
 work=$(mktemp -d /dev/shm/selfsup-bench.XXXXXX 2>/dev/null || mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -48,21 +51,23 @@ heads='[["mlp", {"dims": [2048, 2048], "use_relu": True}], ["mlp", {"dims": [204
 (cd "$work" && ${TRAIN_PREFIX:-} selfsup-train -c quickstart/simclr --in "file:$work/batches.rec" \
     config.MACHINE.DEVICE="${DEVICE:-gpu}" config.CHECKPOINT.DIR="$work/ckpt" config.LOG_FREQUENCY=1 \
     config.DATA.TRAIN.DATA_LIMIT=$((steps * batch)) config.DATA.TRAIN.BATCHSIZE_PER_REPLICA="$batch" \
-    config.OPTIMIZER.num_epochs=1 \
+    config.OPTIMIZER.num_epochs=1 config.MODEL.AMP_PARAMS.USE_AMP=$amp \
     config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH=50 "config.MODEL.HEAD.PARAMS=$heads" \
     config.LOSS.simclr_info_nce_loss.temperature=0.1 config.CHECKPOINT.CHECKPOINT_FREQUENCY=100) \
     > "$work/train.log" 2>&1 || { tail -20 "$work/train.log"; exit 1; }
 grep -m1 -o 'training .* parameters' "$work/train.log"
 
-python3 - "$work/ckpt/stdout.json" "$warmup" "$batch" "$size" "$json" <<'PY'
+python3 - "$work/ckpt/stdout.json" "$warmup" "$batch" "$size" "$json" "$precision" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
-warmup, batch, size, out = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+warmup, batch, size, out, precision = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 ms = sorted(l["btime(ms)"] for l in lines if l["iter"] > warmup)
 mean = sum(ms) / len(ms)
 r = {"images_per_s": batch / (mean / 1e3), "ms_per_step": mean, "ms_median": ms[len(ms) // 2], "steps": len(ms),
-     "precision": "fp32", "size": size, "batch": batch}
-print(f"selfsup fp32: {r['images_per_s']:.1f} images/s, {mean:.1f} ms/step (median {r['ms_median']:.1f}) over {len(ms)} steps")
+     "precision": precision, "size": size, "batch": batch, "loss_last": lines[-1]["loss"],
+     "peak_mem_mb": max(l["peak_mem(M)"] for l in lines), "peak_mem_kind": "selfsup eng_memory_peak"}
+print(f"selfsup {precision}: {r['images_per_s']:.1f} images/s, {mean:.1f} ms/step (median {r['ms_median']:.1f}) "
+      f"over {len(ms)} steps, peak device memory {r['peak_mem_mb']:.0f} MiB")
 if out:
     json.dump(r, open(out, "w"), indent=1)
 PY

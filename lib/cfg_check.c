@@ -7,7 +7,7 @@
  * transform parameters (crop sizes within MAX_CROP_SIDE), LR schedules (through lib/sched's
  * own checks), value ranges (selfsup's own SELFSUP.* keys and the augment worker count
  * included: what a run would otherwise find late), the data and weights files the run
- * will read, and keys that ask for what nothing implements yet (AMP, activation checkpointing,
+ * will read, and keys that ask for what nothing implements yet (AMP on the cpu, activation checkpointing,
  * another train step: refused; SyncBN: a warning that it changes nothing on one trainer).
  *
  * Paths are resolved as VISSL resolves them: DATA_PATHS when given, otherwise the dataset
@@ -636,7 +636,6 @@ static bool check_unimplemented(checker *ck)
     static const struct {
         const char *path, *what;
     } on[] = {
-        {"MODEL.AMP_PARAMS.USE_AMP", "mixed precision (AMP) is not implemented yet; set USE_AMP: False"},
         {"MODEL.ACTIVATION_CHECKPOINTING.USE_ACTIVATION_CHECKPOINTING",
          "activation checkpointing is not implemented yet; set USE_ACTIVATION_CHECKPOINTING: False"},
     };
@@ -654,6 +653,19 @@ static bool check_unimplemented(checker *ck)
         return report_unusable(ck, step, "config.TRAINER.TRAIN_STEP_NAME",
                                "'%s': train steps other than standard_train_step are not implemented yet", step->s);
     return true;
+}
+
+/* Mixed precision is the GPU's (its convolutions in bf16 on the tensor cores, nn.h's
+ * eng_precision); the cpu computes in fp32, and a run that asked for AMP there would not be
+ * the run its config describes. Refused like the keys above, so `show` only warns. */
+static bool check_amp(checker *ck)
+{
+    const cfg_node *device = config_at(ck, "MACHINE.DEVICE");
+    bool on_gpu = !device || device->kind != CFG_STR || strcmp(device->s, "cpu") != 0;
+    return !config_true(ck, "MODEL.AMP_PARAMS.USE_AMP") || on_gpu ||
+           report_unusable(ck, config_at(ck, "MODEL.AMP_PARAMS.USE_AMP"), "config.MODEL.AMP_PARAMS.USE_AMP",
+                           "mixed precision runs on the GPU (MACHINE.DEVICE: gpu); the cpu trains in fp32: set "
+                           "USE_AMP: False");
 }
 
 /* An integer key's value, or `otherwise` when it is not an integer. */
@@ -680,7 +692,7 @@ bool cfg_check(cfg_t *cfg, const cfg_options *opt, cfg_err *err)
     checker ck = {cfg, opt, err, NULL};
     bool ok = check_runtime(&ck) && check_model(&ck) && check_loss_and_meters(&ck) && check_optimizer(&ck) &&
               check_data(&ck) && check_weights(&ck) && check_rendezvous(&ck) && check_selfsup(&ck) &&
-              check_selfsup_endpoint(&ck) && check_unimplemented(&ck);
+              check_selfsup_endpoint(&ck) && check_unimplemented(&ck) && check_amp(&ck);
     if (ok)
         warn_sync_bn(&ck);
     json_decref(ck.catalog);

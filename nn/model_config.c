@@ -425,11 +425,20 @@ const char *model_backend_for_device(const char *device)
     return strcmp(device, "cpu") == 0 ? "cpu" : strcmp(device, "gpu") == 0 ? "cuda" : NULL;
 }
 
+/* MODEL.AMP_PARAMS.USE_AMP: bf16, whichever AMP_TYPE (apex's O1 and torch.cuda.amp compute in
+ * fp16 behind a loss scaler; bf16 has fp32's exponent range and needs none). cfg_check has
+ * refused it on the cpu. */
+static eng_precision precision_of(const cfg_node *config)
+{
+    const cfg_node *amp = cfg_get(config, "MODEL.AMP_PARAMS.USE_AMP");
+    return amp && amp->kind == CFG_BOOL && amp->b ? ENG_BF16 : ENG_FP32;
+}
+
 bool model_backend_open(const cfg_node *config, int threads, int local_rank, eng_backend **be, cfg_err *err)
 {
     const char *device = cfg_str(config, "MACHINE.DEVICE"), *name = model_backend_for_device(device);
     eng_backend_options bo = {.threads = threads, .seed = (uint64_t)cfg_int(config, "SEED_VALUE"),
-                              .device = local_rank, .deterministic = true};
+                              .device = local_rank, .deterministic = true, .precision = precision_of(config)};
     char *why = NULL;
     *be = name ? eng_backend_open(name, &bo, &why) : NULL;
     if (*be)

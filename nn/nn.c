@@ -29,9 +29,9 @@ static const struct {
     const char *name;
     size_t at;
 } OPS[] = {
-    OP(open), OP(close), OP(bytes), OP(alloc), OP(free), OP(zero), OP(upload), OP(download), OP(sync), OP(copy),
-    OP(upload_images), OP(relu_forward), OP(relu_backward), OP(linear_forward), OP(linear_backward), OP(add_forward),
-    OP(add_backward), OP(l2norm_forward), OP(l2norm_backward), OP(dropout_forward), OP(dropout_backward),
+    OP(open), OP(close), OP(bytes), OP(alloc), OP(free), OP(zero), OP(upload), OP(download), OP(sync),
+    OP(memory_peak), OP(copy), OP(upload_images), OP(relu_forward), OP(relu_backward), OP(linear_forward),
+    OP(linear_backward), OP(add_forward), OP(add_backward), OP(l2norm_forward), OP(l2norm_backward), OP(dropout_forward), OP(dropout_backward),
     OP(sgd_step_many), OP(adam_step_many), OP(sum_squares), OP(sum_squares_many), OP(info_nce), OP(cross_entropy),
     OP(bce_logits), OP(sinkhorn), OP(soft_cross_entropy), OP(plan_free), OP(conv_plan), OP(conv_forward),
     OP(conv_backward), OP(conv_bn_forward_eval), OP(batchnorm_forward_train), OP(batchnorm_forward_eval),
@@ -85,6 +85,8 @@ void eng_backend_close(eng_backend *be)
 const char *eng_backend_name(const eng_backend *be) { return be->ops->name; }
 
 void eng_sync(eng_backend *be) { be->ops->sync(be); }
+
+size_t eng_memory_peak(eng_backend *be) { return be->ops->memory_peak(be); }
 
 /* ---- shapes ------------------------------------------------------------------------------- */
 

@@ -65,11 +65,19 @@ typedef struct {
 
 /* ---- backends ------------------------------------------------------------------------------- */
 
+/* What a backend computes in. ENG_BF16 is VISSL's MODEL.AMP_PARAMS.USE_AMP on the cuda backend:
+ * convolutions run in bf16 on the tensor cores with fp32 accumulation (their inputs rounded to
+ * bf16 on the way in, their results to bf16 on the way out, as torch.autocast's), while
+ * activations in memory, parameters, gradients, norms, losses and the optimizer stay fp32. The
+ * cpu backend computes in fp32 only and refuses ENG_BF16 at open. */
+typedef enum { ENG_FP32 = 0, ENG_BF16 = 1 } eng_precision;
+
 typedef struct {
     int threads;        /* 0 = every core */
     uint64_t seed;      /* for dropout masks (counter-based, see rng.h) */
     int device;         /* cuda: the GPU, the process's local rank (0 on one GPU) */
     bool deterministic; /* cuda: only algorithms whose results do not vary run to run */
+    eng_precision precision; /* ENG_FP32, or cuda's mixed precision ENG_BF16 */
 } eng_backend_options;
 
 /* Open a backend by name ("cpu", "cuda"). NULL with *err when it is unknown or unavailable
@@ -81,6 +89,10 @@ const char *eng_backend_name(const eng_backend *be);
  * asynchronously (the host only waits where a value comes back), so a timer around part of a
  * step must sync first to time the work rather than its queueing; the cpu runs them in place. */
 void eng_sync(eng_backend *be);
+/* The most device memory the backend has held at once, in bytes: its allocations, scratch and
+ * workspace (torch.cuda.max_memory_allocated's figure, for the log lines). 0 on a backend whose
+ * memory is the host's (cpu), where the process's peak resident size says it. */
+size_t eng_memory_peak(eng_backend *be);
 
 /* ---- several ranks ------------------------------------------------------------------------------- */
 

@@ -91,7 +91,10 @@ static void transfer(const float *src, int src_block, float *dst, int dst_block,
 
 static int cpu_open(eng_backend *be, const eng_backend_options *opt, char **err)
 {
-    (void)err;
+    if (opt->precision != ENG_FP32) {
+        report_failure(err, "cpu: mixed precision (bf16) runs on the GPU only; the cpu computes in fp32");
+        return -1;
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = opt->threads > 0 ? opt->threads : (int)(cores > 0 ? cores : 1);
     omp_set_num_threads(threads);
@@ -102,6 +105,13 @@ static int cpu_open(eng_backend *be, const eng_backend_options *opt, char **err)
 static void cpu_close(eng_backend *be) { (void)be; }
 
 static void cpu_sync(eng_backend *be) { (void)be; } /* every operation has run when it returns */
+
+/* The memory is the host's: the trainer reads the process's peak resident size instead. */
+static size_t cpu_memory_peak(eng_backend *be)
+{
+    (void)be;
+    return 0;
+}
 
 static size_t cpu_bytes(eng_backend *be, const eng_shape *s)
 {
@@ -176,6 +186,7 @@ const eng_ops eng_cpu_ops = {
     .copy = cpu_copy,
     .download = cpu_download,
     .sync = cpu_sync,
+    .memory_peak = cpu_memory_peak,
     .upload_images = cpu_upload_images,
     .relu_forward = cpu_relu_forward,
     .relu_backward = cpu_relu_backward,

@@ -7,7 +7,8 @@
 
 static int64_t one_if_zero(int64_t v) { return v ? v : 1; }
 
-conv_key conv_key_of(const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool deterministic)
+conv_key conv_key_of(const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool deterministic,
+                     eng_precision precision)
 {
     conv_key k;
     memset(&k, 0, sizeof k); /* padding bytes too: keys compare field by field, but stay clean */
@@ -22,6 +23,7 @@ conv_key conv_key_of(const eng_conv_desc *d, const eng_shape *x, const eng_shape
     }
     k.groups = one_if_zero(d->groups);
     k.deterministic = deterministic;
+    k.precision = precision;
     return k;
 }
 
@@ -33,5 +35,5 @@ bool conv_key_equal(const conv_key *a, const conv_key *b)
     for (int i = 0; i < 2; i++)
         if (a->stride[i] != b->stride[i] || a->pad[i] != b->pad[i] || a->dilation[i] != b->dilation[i])
             return false;
-    return a->groups == b->groups && a->deterministic == b->deterministic;
+    return a->groups == b->groups && a->deterministic == b->deterministic && a->precision == b->precision;
 }

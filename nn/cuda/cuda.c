@@ -40,8 +40,8 @@ void cuda_sync(eng_backend *be) { CUDA_CHECK(cudaStreamSynchronize(cuda_stream(b
 
 /* ---- opening: a GPU that exists, or a clear reason ------------------------------------------- */
 
-/* The GPU `device` exists and can run our kernels: 0, else -1 with *err saying why. */
-static int check_device(int device, char **err)
+/* The GPU `device` exists and can run our kernels (in `precision`): 0, else -1 with *err saying why. */
+static int check_device(int device, eng_precision precision, char **err)
 {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -60,6 +60,13 @@ static int check_device(int device, char **err)
                        prop.major, prop.minor);
         return -1;
     }
+    if (precision == ENG_BF16 && prop.major < 8) {
+        report_failure(err,
+                       "GPU %d (%s) is compute capability %d.%d: mixed precision computes in bf16, which "
+                       "needs 8.0 or newer; set USE_AMP: False",
+                       device, prop.name, prop.major, prop.minor);
+        return -1;
+    }
     log_info("cuda: GPU %d: %s, compute capability %d.%d, %.1f GiB, cuDNN %zu", device, prop.name, prop.major,
              prop.minor, (double)prop.totalGlobalMem / (1 << 30), cudnnGetVersion());
     return 0;
@@ -67,12 +74,13 @@ static int check_device(int device, char **err)
 
 static int cuda_open(eng_backend *be, const eng_backend_options *opt, char **err)
 {
-    if (check_device(opt->device, err) != 0)
+    if (check_device(opt->device, opt->precision, err) != 0)
         return -1;
     CUDA_CHECK(cudaSetDevice(opt->device));
     cuda_impl *c = xcalloc(1, sizeof *c);
     c->device = opt->device;
     c->deterministic = opt->deterministic;
+    c->precision = opt->precision;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     cuda_dnn_check(cudnnCreate(&c->dnn), "cudnnCreate");
     cuda_dnn_check(cudnnSetStream(c->dnn, c->stream), "cudnnSetStream");
@@ -81,6 +89,9 @@ static int cuda_open(eng_backend *be, const eng_backend_options *opt, char **err
     /* fp32 products stay fp32 (no TF32), as PyTorch's matmul by default */
     cuda_blas_check(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     be->impl = c;
+    if (c->precision == ENG_BF16)
+        log_info("cuda: mixed precision (MODEL.AMP_PARAMS.USE_AMP): convolutions in bf16 on the tensor cores; "
+                 "weights, gradients, norms, losses and the optimizer in fp32");
     return 0;
 }
 
@@ -98,6 +109,8 @@ static void cuda_close(eng_backend *be)
     cudaFreeHost(c->host_result);
     cudaStreamDestroy(c->stream);
     free(c->algos);
+    free(c->live);
+    free(c->live_bytes);
     free(c);
     be->impl = NULL;
 }
@@ -110,14 +123,41 @@ static size_t cuda_bytes(eng_backend *be, const eng_shape *s)
     return (size_t)eng_numel(s) * sizeof(float);
 }
 
+/* The allocation p of `bytes` is held: counted in eng_memory_peak's figure. */
+static void hold(cuda_impl *c, void *p, size_t bytes)
+{
+    if (c->nlive == c->live_cap) {
+        c->live_cap = c->live_cap ? 2 * c->live_cap : 64;
+        c->live = xrealloc(c->live, (size_t)c->live_cap * sizeof *c->live);
+        c->live_bytes = xrealloc(c->live_bytes, (size_t)c->live_cap * sizeof *c->live_bytes);
+    }
+    c->live[c->nlive] = p;
+    c->live_bytes[c->nlive++] = bytes;
+    c->held += bytes;
+    c->held_peak = c->held > c->held_peak ? c->held : c->held_peak;
+}
+
+/* p is given back (the newest first: scratch and workspace regrow at the end of the list). */
+static void release(cuda_impl *c, void *p)
+{
+    for (int i = c->nlive - 1; i >= 0; i--)
+        if (c->live[i] == p) {
+            c->held -= c->live_bytes[i];
+            c->live[i] = c->live[--c->nlive];
+            c->live_bytes[i] = c->live_bytes[c->nlive];
+            return;
+        }
+    invariant_failed("cuda: freeing %p, which this backend did not allocate", p);
+}
+
 static void *cuda_alloc(eng_backend *be, size_t bytes)
 {
-    (void)be;
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess)
-        die(EXIT_RUNTIME, "cuda: cannot allocate %.1f MiB on the GPU: %s", (double)bytes / (1 << 20),
-            cudaGetErrorString(e));
+        die(EXIT_RUNTIME, "cuda: cannot allocate %.1f MiB on the GPU (%.1f MiB held): %s", (double)bytes / (1 << 20),
+            (double)cuda_of(be)->held / (1 << 20), cudaGetErrorString(e));
+    hold(cuda_of(be), p, bytes);
     return p;
 }
 
@@ -125,9 +165,12 @@ static void cuda_free(eng_backend *be, void *base)
 {
     if (base) {
         cuda_sync(be); /* queued work may still read it */
+        release(cuda_of(be), base);
         CUDA_CHECK(cudaFree(base));
     }
 }
+
+static size_t cuda_memory_peak(eng_backend *be) { return cuda_of(be)->held_peak; }
 
 static void cuda_zero(eng_backend *be, const eng_tensor *t)
 {
@@ -201,6 +244,7 @@ const eng_ops eng_cuda_ops = {
     .upload = cuda_upload,
     .download = cuda_download,
     .sync = cuda_sync,
+    .memory_peak = cuda_memory_peak,
     .copy = cuda_copy,
     .upload_images = cuda_upload_images,
     .relu_forward = cuda_relu_forward,

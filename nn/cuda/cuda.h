@@ -1,7 +1,8 @@
 /*
  * cuda.h — the cuda backend's parts, gathered into eng_cuda_ops by cuda.c.
  *
- * Tensors are fp32 in PyTorch's logical layout (C-contiguous NCHW / N×F) in device memory;
+ * Tensors are fp32 in PyTorch's logical layout (C-contiguous NCHW / N×F) in device memory,
+ * with mixed precision too (a bf16 convolution converts at its edges: amp.cu, dnn.c);
  * a NATIVE tensor is laid out the same way on this backend (nn.h allows that), so upload,
  * download and copy are plain copies. Everything runs in order on one stream per backend
  * (cuda_impl.stream): kernels, cuDNN and cuBLAS calls are queued there and the host waits
@@ -53,8 +54,13 @@ typedef struct {
     double *host_result;        /* pinned host doubles for values read back (cuda_read_doubles) */
     size_t host_result_len;
     bool deterministic;         /* only deterministic cuDNN algorithms */
+    eng_precision precision;    /* ENG_BF16: convolutions in bf16 NHWC (mixed precision) */
     conv_algos *algos;          /* the algorithm cache: one entry per convolution key seen */
     int nalgos, algos_cap;
+    void **live;                /* device allocations held now, and their sizes (eng_memory_peak) */
+    size_t *live_bytes;
+    int nlive, live_cap;
+    size_t held, held_peak;     /* their total now, and its most */
 } cuda_impl;
 
 static inline cuda_impl *cuda_of(eng_backend *be) { return (cuda_impl *)be->impl; }
@@ -98,6 +104,13 @@ static inline unsigned cuda_blocks(int64_t n, unsigned threads)
 /* The images' bytes to the device, then x = lut[channel][byte] (nn.c's eng_upload_images). */
 void cuda_upload_images(eng_backend *be, tensor_ref *x, const uint8_t *src, int src_c, const int *map,
                         const float *lut);
+
+/* ---- mixed precision's conversions (amp.cu) ----------------------------------------------------- */
+/* src N×C×S fp32 (NCHW, S = H·W; or a weight O×I×KH·KW) to dst N×S×C bf16 (NHWC; KRSC). */
+void cuda_to_nhwc_bf16(eng_backend *be, const float *src, void *dst, int64_t n, int64_t c, int64_t s);
+/* dst N×C×S fp32 = src N×S×C bf16 widened, or with `accumulate` dst += it. */
+void cuda_from_nhwc_bf16(eng_backend *be, const void *src, float *dst, int64_t n, int64_t c, int64_t s,
+                         bool accumulate);
 
 /* ---- elementwise (eltwise.cu) ------------------------------------------------------------------ */
 void cuda_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);

@@ -14,6 +14,13 @@
  * fp32 (no TF32), so results stay within fp32 rounding of the cpu's. The workspace is the
  * backend's one, grown to the largest plan's need. Bias gradients are our own fixed-order sum
  * (eltwise.cu) rather than cuDNN's, for the same repeatability.
+ *
+ * Mixed precision (ENG_BF16) changes the convolutions only: their plans describe bf16 tensors
+ * in NHWC, which the tensor cores' kernels want, and each call converts at its edges (amp.cu)
+ * into the scratch slots: the input and the weight to bf16 NHWC, the result back to fp32 NCHW,
+ * written by a forward and added by a backward (the data and the filter gradient are computed
+ * in bf16 with beta 0, then accumulated in fp32). That is torch.autocast's arithmetic for a
+ * convolution; the rest of the step stays fp32. Linear layers stay fp32 (the heads' few GFLOP).
  */
 #include "cuda.h"
 
@@ -63,26 +70,40 @@ struct eng_plan {
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
     conv_algos a;
-    eng_shape yshape;
+    eng_shape xshape, wshape, yshape;
     bool bias;
+    bool bf16; /* mixed precision: cuDNN sees bf16 NHWC copies (conv_forward_bf16) */
 };
 
-static void tensor_desc(cudnnTensorDescriptor_t *d, const eng_shape *s)
+/* How cuDNN sees a plan's tensors: ours as they are (fp32 NCHW), or bf16 NHWC copies. */
+typedef struct {
+    cudnnTensorFormat_t format;
+    cudnnDataType_t type;
+} conv_storage;
+
+static conv_storage storage_of(const eng_plan *p)
+{
+    return p->bf16 ? (conv_storage){CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16}
+                   : (conv_storage){CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT};
+}
+
+static void tensor_desc(cudnnTensorDescriptor_t *d, const eng_shape *s, conv_storage st)
 {
     cuda_dnn_check(cudnnCreateTensorDescriptor(d), "cudnnCreateTensorDescriptor");
-    cuda_dnn_check(cudnnSetTensor4dDescriptor(*d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)s->dim[0], (int)s->dim[1],
-                                              (int)s->dim[2], (int)s->dim[3]),
+    cuda_dnn_check(cudnnSetTensor4dDescriptor(*d, st.format, st.type, (int)s->dim[0], (int)s->dim[1], (int)s->dim[2],
+                                              (int)s->dim[3]),
                    "cudnnSetTensor4dDescriptor");
 }
 
 static void describe(eng_plan *p, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w)
 {
     int64_t groups = d->groups ? d->groups : 1;
-    tensor_desc(&p->x, x);
-    tensor_desc(&p->y, &p->yshape);
+    conv_storage st = storage_of(p);
+    tensor_desc(&p->x, x, st);
+    tensor_desc(&p->y, &p->yshape, st);
     cuda_dnn_check(cudnnCreateFilterDescriptor(&p->w), "cudnnCreateFilterDescriptor");
-    cuda_dnn_check(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)w->dim[0], (int)w->dim[1],
-                                              (int)w->dim[2], (int)w->dim[3]),
+    cuda_dnn_check(cudnnSetFilter4dDescriptor(p->w, st.type, st.format, (int)w->dim[0], (int)w->dim[1], (int)w->dim[2],
+                                              (int)w->dim[3]),
                    "cudnnSetFilter4dDescriptor");
     cuda_dnn_check(cudnnCreateConvolutionDescriptor(&p->conv), "cudnnCreateConvolutionDescriptor");
 #define ONE_IF_ZERO(v) ((int)((v) ? (v) : 1))
@@ -93,17 +114,21 @@ static void describe(eng_plan *p, const eng_conv_desc *d, const eng_shape *x, co
                    "cudnnSetConvolution2dDescriptor");
 #undef ONE_IF_ZERO
     cuda_dnn_check(cudnnSetConvolutionGroupCount(p->conv, (int)groups), "cudnnSetConvolutionGroupCount");
-    cuda_dnn_check(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+    /* fp32 stays fp32 (no TF32); bf16 is what the tensor cores are for */
+    cuda_dnn_check(cudnnSetConvolutionMathType(p->conv, p->bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+                   "cudnnSetConvolutionMathType");
 }
 
-/* Of cuDNN's ranked candidates, the first that works here with plain fp32 math (and, when
- * asked, is deterministic) goes to out_algo and its workspace to out_bytes. A macro because
- * the three kinds of result are three struct types with the same fields. */
-#define PICK(results, count, deterministic, out_algo, out_bytes)                                                       \
+/* Of cuDNN's ranked candidates, the first that works here (in fp32, with plain fp32 math; in
+ * bf16, with any) and, when asked, is deterministic goes to out_algo and its workspace to
+ * out_bytes. A macro because the three kinds of result are three struct types with the same
+ * fields. */
+#define PICK(results, count, deterministic, fp32, out_algo, out_bytes)                                                 \
     do {                                                                                                               \
         for (int i_ = 0; i_ < (count); i_++) {                                                                         \
-            if ((results)[i_].status != CUDNN_STATUS_SUCCESS || (results)[i_].mathType == CUDNN_TENSOR_OP_MATH ||      \
-                (results)[i_].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||                                     \
+            bool tensor_ops_ = (results)[i_].mathType == CUDNN_TENSOR_OP_MATH ||                                       \
+                               (results)[i_].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;                        \
+            if ((results)[i_].status != CUDNN_STATUS_SUCCESS || ((fp32) && tensor_ops_) ||                             \
                 ((deterministic) && (results)[i_].determinism != CUDNN_DETERMINISTIC))                                 \
                 continue;                                                                                              \
             *(out_algo) = (results)[i_].algo;                                                                          \
@@ -118,26 +143,26 @@ enum { CANDIDATES = 16 };
 static conv_algos ask_cudnn(eng_backend *be, const eng_plan *p, const conv_key *key)
 {
     cudnnHandle_t h = cuda_of(be)->dnn;
-    bool det = key->deterministic;
+    bool det = key->deterministic, fp32 = key->precision == ENG_FP32;
     conv_algos a = {.key = *key};
     int n;
     size_t bytes[3] = {(size_t)-1, (size_t)-1, (size_t)-1};
     cudnnConvolutionFwdAlgoPerf_t f[CANDIDATES];
     cuda_dnn_check(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, CANDIDATES, &n, f),
                    "forward algorithm");
-    PICK(f, n, det, &a.fwd, &bytes[0]);
+    PICK(f, n, det, fp32, &a.fwd, &bytes[0]);
     cudnnConvolutionBwdDataAlgoPerf_t bd[CANDIDATES];
     cuda_dnn_check(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x, CANDIDATES, &n, bd),
                    "backward-data algorithm");
-    PICK(bd, n, det, &a.bwd_data, &bytes[1]);
+    PICK(bd, n, det, fp32, &a.bwd_data, &bytes[1]);
     cudnnConvolutionBwdFilterAlgoPerf_t bf[CANDIDATES];
     cuda_dnn_check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->conv, p->w, CANDIDATES, &n, bf),
                    "backward-filter algorithm");
-    PICK(bf, n, det, &a.bwd_filter, &bytes[2]);
+    PICK(bf, n, det, fp32, &a.bwd_filter, &bytes[2]);
     for (int k = 0; k < 3; k++)
         if (bytes[k] == (size_t)-1)
-            die(EXIT_RUNTIME, "cuda: cuDNN offers no %sfp32 algorithm for a convolution of this shape",
-                det ? "deterministic " : "");
+            die(EXIT_RUNTIME, "cuda: cuDNN offers no %s%s algorithm for a convolution of this shape",
+                det ? "deterministic " : "", fp32 ? "fp32" : "bf16");
     a.workspace = bytes[0] > bytes[1] ? bytes[0] : bytes[1];
     a.workspace = a.workspace > bytes[2] ? a.workspace : bytes[2];
     return a;
@@ -163,19 +188,22 @@ static void reserve_workspace(eng_backend *be, size_t bytes)
     cuda_impl *c = cuda_of(be);
     if (bytes <= c->workspace_bytes)
         return;
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    CUDA_CHECK(cudaFree(c->workspace));
-    CUDA_CHECK(cudaMalloc(&c->workspace, bytes));
+    eng_free(be, c->workspace); /* waits for the stream */
+    c->workspace = eng_alloc(be, bytes);
     c->workspace_bytes = bytes;
 }
 
 eng_plan *cuda_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias)
 {
+    cuda_impl *c = cuda_of(be);
     eng_plan *p = xcalloc(1, sizeof *p);
+    p->xshape = *x;
+    p->wshape = *w;
     p->yshape = eng_conv_output_shape(x, w, d);
     p->bias = bias;
+    p->bf16 = c->precision == ENG_BF16;
     describe(p, d, x, w);
-    conv_key key = conv_key_of(d, x, w, cuda_of(be)->deterministic);
+    conv_key key = conv_key_of(d, x, w, c->deterministic, c->precision);
     p->a = choose_algorithms(be, p, &key);
     reserve_workspace(be, p->a.workspace);
     return p;
@@ -193,6 +221,63 @@ void cuda_plan_free(eng_backend *be, eng_plan *p)
     free(p);
 }
 
+/* ---- the bf16 path: copies in the scratch slots ------------------------------------------------------ */
+
+/* The scratch slots a bf16 convolution's copies take: the input (or the output's gradient),
+ * the weight (or its gradient), and the third activation-sized one. */
+enum { SLOT_FIRST = 0, SLOT_WEIGHT = 1, SLOT_SECOND = 2 };
+
+static size_t bf16_bytes(const eng_shape *s) { return (size_t)eng_numel(s) * 2; }
+
+/* t (N×C×H×W, or a weight O×I×KH×KW) as a bf16 NHWC copy in scratch slot `slot`. */
+static void *nhwc_bf16_copy(eng_backend *be, int slot, const eng_shape *s, const float *t)
+{
+    void *copy = cuda_scratch(be, slot, bf16_bytes(s));
+    cuda_to_nhwc_bf16(be, t, copy, s->dim[0], s->dim[1], s->dim[2] * s->dim[3]);
+    return copy;
+}
+
+/* dst (fp32, logical) = or += a bf16 NHWC result of shape s. */
+static void from_bf16(eng_backend *be, const void *src, const eng_shape *s, float *dst, bool accumulate)
+{
+    cuda_from_nhwc_bf16(be, src, dst, s->dim[0], s->dim[1], s->dim[2] * s->dim[3], accumulate);
+}
+
+static void conv_forward_bf16(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, tensor_ref *y)
+{
+    cuda_impl *c = cuda_of(be);
+    void *xb = nhwc_bf16_copy(be, SLOT_FIRST, &p->xshape, cuda_ptr(x)),
+         *wb = nhwc_bf16_copy(be, SLOT_WEIGHT, &p->wshape, cuda_ptr(w)),
+         *yb = cuda_scratch(be, SLOT_SECOND, bf16_bytes(&p->yshape));
+    cuda_dnn_check(cudnnConvolutionForward(c->dnn, &ONE, p->x, xb, p->w, wb, p->conv, p->a.fwd, c->workspace,
+                                           c->workspace_bytes, &ZERO, p->y, yb),
+                   "cudnnConvolutionForward (bf16)");
+    from_bf16(be, yb, &p->yshape, cuda_ptr(y), false);
+}
+
+static void conv_backward_bf16(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, tensor_ref *dy,
+                               tensor_ref *dx, tensor_ref *dw)
+{
+    cuda_impl *c = cuda_of(be);
+    void *dyb = nhwc_bf16_copy(be, SLOT_FIRST, &p->yshape, cuda_ptr(dy));
+    if (dx) {
+        void *wb = nhwc_bf16_copy(be, SLOT_WEIGHT, &p->wshape, cuda_ptr(w)),
+             *dxb = cuda_scratch(be, SLOT_SECOND, bf16_bytes(&p->xshape));
+        cuda_dnn_check(cudnnConvolutionBackwardData(c->dnn, &ONE, p->w, wb, p->y, dyb, p->conv, p->a.bwd_data,
+                                                    c->workspace, c->workspace_bytes, &ZERO, p->x, dxb),
+                       "cudnnConvolutionBackwardData (bf16)");
+        from_bf16(be, dxb, &p->xshape, cuda_ptr(dx), true);
+    }
+    if (dw) {
+        void *xb = nhwc_bf16_copy(be, SLOT_SECOND, &p->xshape, cuda_ptr(x)),
+             *dwb = cuda_scratch(be, SLOT_WEIGHT, bf16_bytes(&p->wshape));
+        cuda_dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &ONE, p->x, xb, p->y, dyb, p->conv, p->a.bwd_filter,
+                                                      c->workspace, c->workspace_bytes, &ZERO, p->w, dwb),
+                       "cudnnConvolutionBackwardFilter (bf16)");
+        from_bf16(be, dwb, &p->wshape, cuda_ptr(dw), true);
+    }
+}
+
 /* ---- convolution ------------------------------------------------------------------------------------ */
 
 static void expect_bias(const eng_plan *p, bool has)
@@ -206,9 +291,12 @@ void cuda_conv_forward(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *
 {
     cuda_impl *c = cuda_of(be);
     expect_bias(p, b != NULL);
-    cuda_dnn_check(cudnnConvolutionForward(c->dnn, &ONE, p->x, cuda_ptr(x), p->w, cuda_ptr(w), p->conv, p->a.fwd,
-                                           c->workspace, c->workspace_bytes, &ZERO, p->y, cuda_ptr(y)),
-                   "cudnnConvolutionForward");
+    if (p->bf16)
+        conv_forward_bf16(be, p, x, w, y);
+    else
+        cuda_dnn_check(cudnnConvolutionForward(c->dnn, &ONE, p->x, cuda_ptr(x), p->w, cuda_ptr(w), p->conv, p->a.fwd,
+                                               c->workspace, c->workspace_bytes, &ZERO, p->y, cuda_ptr(y)),
+                       "cudnnConvolutionForward");
     if (b)
         cuda_bias_add(be, cuda_ptr(y), cuda_ptr(b), p->yshape.dim[0], p->yshape.dim[1],
                       p->yshape.dim[2] * p->yshape.dim[3]);
@@ -220,12 +308,14 @@ void cuda_conv_backward(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref 
     cuda_impl *c = cuda_of(be);
     if (db)
         expect_bias(p, true);
-    if (dx) /* beta = 1: dx += ∂ */
+    if (p->bf16)
+        conv_backward_bf16(be, p, x, w, dy, dx, dw);
+    if (dx && !p->bf16) /* beta = 1: dx += ∂ */
         cuda_dnn_check(cudnnConvolutionBackwardData(c->dnn, &ONE, p->w, cuda_ptr(w), p->y, cuda_ptr(dy), p->conv,
                                                     p->a.bwd_data, c->workspace, c->workspace_bytes, &ONE, p->x,
                                                     cuda_ptr(dx)),
                        "cudnnConvolutionBackwardData");
-    if (dw)
+    if (dw && !p->bf16)
         cuda_dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &ONE, p->x, cuda_ptr(x), p->y, cuda_ptr(dy), p->conv,
                                                       p->a.bwd_filter, c->workspace, c->workspace_bytes, &ONE, p->w,
                                                       cuda_ptr(dw)),

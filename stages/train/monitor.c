@@ -97,10 +97,18 @@ static void format_eta(double seconds, char *out, size_t size)
     snprintf(out, size, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
 }
 
-static double peak_mem_mb(void)
+static double peak_rss_mb(void)
 {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
+}
+
+/* VISSL's peak_mem(M) is torch.cuda.max_memory_allocated: the device's peak where the model
+ * runs on one (eng_memory_peak), else the process's peak resident size (the cpu's memory). */
+static double peak_mem_mb(const trainer *t)
+{
+    size_t device = eng_memory_peak(t->be);
+    return device ? (double)device / (1024.0 * 1024.0) : peak_rss_mb();
 }
 
 /* Appends one JSON object (sorted keys, as VISSL's json.dumps(sort_keys=True)) to a file in
@@ -137,7 +145,7 @@ static void log_progress(trainer *t, double lr)
     int64_t left = t->num_epochs * t->steps_per_epoch - t->batches_done;
     char eta[32];
     format_eta(btime * (double)left, eta, sizeof eta);
-    double images = (double)t->batch_size / btime, mem = peak_mem_mb();
+    double images = (double)t->batch_size / btime, mem = peak_mem_mb(t);
     log_info("Rank: %d; [ep: %lld] iter: %lld; lr: %.5g; loss: %.5g; btime(ms): %.0f; data wait(ms): %.0f; eta: %s; "
              "images/s: %.1f; peak_mem(M): %.0f",
              t->rank, (long long)t->phase, (long long)t->iteration, lr, t->last_loss, btime * 1e3, wait * 1e3, eta,
@@ -181,11 +189,14 @@ static void memory_summary(trainer *t)
         return;
     eng_tensor p = model_params(t->m), g = model_grads(t->m), b = model_buffers(t->m);
     const double mib = 1024.0 * 1024.0;
+    char device[64] = "";
+    if (eng_memory_peak(t->be))
+        snprintf(device, sizeof device, ", peak device memory %.0f MiB", (double)eng_memory_peak(t->be) / mib);
     log_info("Memory summary (rank %d, %s): parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
-             "buffers %.2f MiB, peak resident %.0f MiB (host)",
+             "buffers %.2f MiB%s, peak resident %.0f MiB (host)",
              t->rank, eng_backend_name(t->be), p.base ? (double)eng_bytes(t->be, &p.shape) / mib : 0.0,
              g.base ? (double)eng_bytes(t->be, &g.shape) / mib : 0.0, (double)optim_state_bytes(t->opt) / mib,
-             b.base ? (double)eng_bytes(t->be, &b.shape) / mib : 0.0, peak_mem_mb());
+             b.base ? (double)eng_bytes(t->be, &b.shape) / mib : 0.0, device, peak_rss_mb());
 }
 
 /* SSLTensorboardHook.on_phase_end: every number of the meter's value as
@@ -246,7 +257,10 @@ static void tb_step(trainer *t, double lr)
     tb_scalar(t->tb, "Speed/Batch_processing_time_ms", (double)(int64_t)(1000.0 * btime), it);
     tb_scalar(t->tb, "Speed/img_per_sec_per_gpu", btime > 0 ? (double)(int64_t)((double)t->batch_size / btime) : 0.0, it);
     tb_scalar(t->tb, "Speed/ETA_hours", btime * (double)left / 3600.0, it);
-    tb_scalar(t->tb, "Memory/Peak_RSS_MiB", peak_mem_mb(), it); /* VISSL's GPU memory scalars: the CPU's */
+    tb_scalar(t->tb, "Memory/Peak_RSS_MiB", peak_rss_mb(), it); /* the host's, on any device */
+    if (eng_memory_peak(t->be)) /* VISSL's name for torch.cuda.max_memory_allocated */
+        tb_scalar(t->tb, "Memory/Peak_GPU_Memory_allocated_MiB", (double)eng_memory_peak(t->be) / (1024.0 * 1024.0),
+                  it);
     t->tb_t_last = now;
     t->tb_it_last = it;
     if (now - t->tb_last_flush >= t->tb_flush_every) {

@@ -54,6 +54,11 @@
  *   pool on the ResNet shape 8×64×56×56 (TOL_SUM)           (statistics, dγ, dβ) in a GPU's
  *                                                           reduction order; the small shapes
  *                                                           hold the formulas to 1e-5
+ *   conv and conv_bn_forward_eval in mixed           3e-2   x and w rounded to bf16 (2^-9 of
+ *   precision (F_BF16: the tested backend opened            each), the result too: a dot
+ *   with ENG_BF16, against the cpu's fp32)                  product of random signs keeps about
+ *   (TOL_BF16)                                              2^-8 of its typical term, and the
+ *                                                           worst of 10^5 elements a few times it
  *   sinkhorn                                         1e-4   exp(x/ε) magnifies rounding by 1/ε,
  *                                                           and the iterations compound it;
  *                                                           hard codes are one-hot rows, so a
@@ -96,6 +101,7 @@
 #define TOL_ITER 1e-4
 #define TOL_SUM 1e-4
 #define TOL_WGRAD 2e-4
+#define TOL_BF16 3e-2
 
 static const uint64_t SEED = 0x5e1f5a9ULL; /* the backends' dropout seed and the inputs' */
 enum { CASE_TIMEOUT_S = 10 };              /* a case that hangs longer is reported as crashed */
@@ -122,6 +128,7 @@ enum {
     F_QUEUE = 1 << 13,    /* sinkhorn with a queue of o rows */
     F_WEIGHT = 1 << 14,   /* cross_entropy's class weights */
     F_ZERO = 1 << 15,     /* the op's degenerate corner: a zero row, a dead column, all ignored */
+    F_BF16 = 1 << 16,     /* on the tested backend opened for mixed precision (ENG_BF16) */
 };
 
 static const struct {
@@ -131,7 +138,8 @@ static const struct {
     {F_BIAS, "bias"},          {F_NODX, "dx=NULL"},        {F_NODB, "db=NULL"},     {F_RELU, "relu"},
     {F_RESID, "residual"},     {F_NATIVE, "native"},       {F_NATIVE_X, "native_x"}, {F_CEIL, "ceil"},
     {F_EXCL_PAD, "exclude_pad"}, {F_TIES, "ties"},         {F_NOAFFINE, "no_affine"}, {F_NOSAVE, "no_save"},
-    {F_HARD, "hard"},          {F_WEIGHT, "weight"},       {F_ZERO, "zero"}, /* F_QUEUE: "queue<rows>" */
+    {F_HARD, "hard"},          {F_WEIGHT, "weight"},       {F_ZERO, "zero"},        {F_BF16, "bf16"},
+    /* F_QUEUE: "queue<rows>" */
 };
 
 typedef struct {
@@ -1172,6 +1180,18 @@ static const test_case CASES[] = {
     {"conv_bwd", conv_bwd, TOL_GEMM, {RES, .o = 128, K(1), .stride = 2}},
     {"conv_bwd", conv_bwd, TOL_GEMM, {NCHW(2, 3, 224, 224), .o = 64, K(7), .stride = 2, .pad = 3, .flags = F_NODX}},
 
+    {"conv_fwd", conv_fwd, TOL_BF16, {ODD, .o = 6, K(3), .pad = 1, .flags = F_BIAS | F_BF16}},
+    {"conv_fwd", conv_fwd, TOL_BF16, {NCHW(3, 8, 7, 9), .o = 12, K(3), .pad = 1, .groups = 4, .flags = F_BF16}},
+    {"conv_fwd", conv_fwd, TOL_BF16, {RES, .o = 64, K(3), .pad = 1, .flags = F_BF16}},
+    {"conv_fwd", conv_fwd, TOL_BF16, {RES, .o = 128, K(1), .stride = 2, .flags = F_BF16}},
+    {"conv_fwd", conv_fwd, TOL_BF16, {NCHW(2, 3, 224, 224), .o = 64, K(7), .stride = 2, .pad = 3, .flags = F_BF16}},
+    {"conv_bwd", conv_bwd, TOL_BF16, {ODD, .o = 6, K(3), .pad = 1, .flags = F_BIAS | F_BF16}},
+    {"conv_bwd", conv_bwd, TOL_BF16, {NCHW(3, 8, 7, 9), .o = 12, K(3), .pad = 1, .groups = 4, .flags = F_BF16}},
+    {"conv_bwd", conv_bwd, TOL_BF16, {RES, .o = 64, K(3), .pad = 1, .flags = F_BF16}},
+    {"conv_bwd", conv_bwd, TOL_BF16, {RES, .o = 128, K(1), .stride = 2, .flags = F_BF16}},
+    {"conv_bwd", conv_bwd, TOL_BF16, {NCHW(2, 3, 224, 224), .o = 64, K(7), .stride = 2, .pad = 3,
+                                      .flags = F_NODX | F_BF16}},
+
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {ODD, .o = 6, K(3), .pad = 1}},
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {ODD, .o = 6, K(3), .pad = 1, .flags = F_RESID | F_RELU}},
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {ODD, .o = 6, K(3), .pad = 1, .flags = F_NOAFFINE | F_RELU}},
@@ -1180,6 +1200,8 @@ static const test_case CASES[] = {
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {RES, .o = 64, K(3), .pad = 1, .flags = F_RESID | F_RELU | F_NATIVE}},
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {RES, .o = 64, K(1), .flags = F_RELU | F_NATIVE_X}},
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {RES, .o = 128, K(1), .stride = 2, .flags = F_NATIVE}},
+    {"conv_bn_fwd_eval", conv_bn_eval, TOL_BF16, {RES, .o = 64, K(3), .pad = 1,
+                                                  .flags = F_RESID | F_RELU | F_NATIVE | F_BF16}},
 
     {"bn_fwd_train", bn_fwd_train, TOL_FP32, {ODD}},
     {"bn_fwd_train", bn_fwd_train, TOL_SUM, {RES}},
@@ -1419,10 +1441,14 @@ typedef struct {
  * so that it also pays for drawing the inputs: the tested backend's time is its own. */
 static outcome run_case(eng_backend *dut, eng_backend *ref, int i)
 {
+    outcome o = {0};
+    if (!dut) { /* the mixed-precision backend, which did not open (child_open said why) */
+        snprintf(o.line, sizeof o.line, "FAIL %s: the backend for mixed precision did not open", CASES[i].op);
+        return o;
+    }
     input_cache cache = {0};
     ctx want = {.be = ref, .p = &CASES[i].p, .case_no = i, .cache = &cache};
     ctx got = {.be = dut, .p = &CASES[i].p, .case_no = i, .cache = &cache};
-    outcome o = {0};
     double t0 = now_s();
     CASES[i].run(&want);
     double t1 = now_s();
@@ -1444,12 +1470,13 @@ static struct {
     const char *peer;          /* the backend under test */
     const char *only;          /* run only ops whose name contains this */
     const char *summary_path;
+    bool has_bf16;             /* the tested backend has mixed precision (the cpu has not) */
     bool skip[NCASES];         /* not to run: filtered out, or given up on */
 } g_run = {.peer = "cuda"};
 
 /* Records, one line each: "S <why>" skipped (the tested backend did not open), "B <i>" case i
  * begins, "E <i> <pass> <tested s> <cpu s> <line>" it ended, "D" all done. */
-static void child_open(FILE *out, eng_backend **dut, eng_backend **ref)
+static void child_open(FILE *out, eng_backend **dut, eng_backend **dut_bf16, eng_backend **ref)
 {
     eng_backend_options opt = {.threads = 0, .seed = SEED};
     char *err = NULL;
@@ -1464,6 +1491,13 @@ static void child_open(FILE *out, eng_backend **dut, eng_backend **ref)
     *ref = eng_backend_open("cpu", &opt, &err);
     if (!*ref)
         die(EXIT_RUNTIME, "backend-ops: the cpu backend did not open: %s", err);
+    *dut_bf16 = NULL;
+    if (g_run.has_bf16) {
+        eng_backend_options mixed = opt;
+        mixed.precision = ENG_BF16;
+        if (!(*dut_bf16 = eng_backend_open(g_run.peer, &mixed, &err)))
+            log_error("backend-ops: %s with mixed precision did not open: %s", g_run.peer, err);
+    }
 }
 
 static noreturn void child_main(int first, int fd)
@@ -1471,15 +1505,15 @@ static noreturn void child_main(int first, int fd)
     FILE *out = fdopen(fd, "w");
     if (!out)
         die(EXIT_RUNTIME, "backend-ops: fdopen failed");
-    eng_backend *dut, *ref;
-    child_open(out, &dut, &ref);
+    eng_backend *dut, *dut_bf16, *ref;
+    child_open(out, &dut, &dut_bf16, &ref);
     for (int i = first; i < NCASES; i++) {
         if (g_run.skip[i])
             continue;
         fprintf(out, "B %d\n", i);
         fflush(out);
         alarm(CASE_TIMEOUT_S); /* a hung kernel ends the child; the parent reports the case */
-        outcome o = run_case(dut, ref, i);
+        outcome o = run_case(CASES[i].p.flags & F_BF16 ? dut_bf16 : dut, ref, i);
         alarm(0);
         fprintf(out, "E %d %d %.6f %.6f %s\n", i, o.pass, o.dut_s, o.ref_s, o.line);
         fflush(out);
@@ -1487,6 +1521,7 @@ static noreturn void child_main(int first, int fd)
     fprintf(out, "D\n");
     fclose(out);
     eng_backend_close(ref);
+    eng_backend_close(dut_bf16);
     eng_backend_close(dut);
     _exit(0);
 }
@@ -1704,8 +1739,10 @@ static void parse_args(int argc, char **argv)
     const char *peer = getenv("SELFSUP_BACKEND_OPS_PEER");
     if (peer && *peer)
         g_run.peer = peer;
+    g_run.has_bf16 = strcmp(g_run.peer, "cpu") != 0;
     for (int i = 0; i < NCASES; i++)
-        g_run.skip[i] = g_run.only && !strstr(CASES[i].op, g_run.only);
+        g_run.skip[i] = (g_run.only && !strstr(CASES[i].op, g_run.only)) ||
+                        (!g_run.has_bf16 && (CASES[i].p.flags & F_BF16));
 }
 
 static void write_summary(const char *text, const tally *t)

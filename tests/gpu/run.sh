@@ -11,12 +11,16 @@
 #   5. checkpoints across devices: epoch 0 on one device, resumed for epoch 1 on the other, both
 #      ways, against the run that stayed on one; and on the GPU, stop-and-resume bitwise equal to
 #      the uninterrupted run (deterministic algorithms);
-#   6. the benchmark: the ResNet-50 SimCLR step of selfsup-train (bench/gpu_train.sh) and of
-#      PyTorch (bench/gpu_train_torch.py) on the same card.
+#   6. mixed precision (MODEL.AMP_PARAMS.USE_AMP: bf16 convolutions): the SimCLR and SwAV
+#      quickstarts' first 5 steps on the GPU against the fp32 cpu runs of 3, loss within 1e-2,
+#      and its stop-and-resume bitwise too;
+#   7. the benchmark: the ResNet-50 SimCLR step of selfsup-train (bench/gpu_train.sh), in fp32
+#      and in mixed precision, and of PyTorch (bench/gpu_train_torch.py) on the same card.
 # Everything it prints goes to $OUT/runbook.log (or gpu-out/ without OUT), one line per check to
 # $OUT/summary.txt; the exit status is 1 if any check failed. BENCH_MODES picks the PyTorch
 # modes (default eager32,eager_bf16,compile_bf16; torch.compile takes minutes; none skips them);
-# PROFILE=1 adds where the GPU time of selfsup's step goes (bench/gpu_profile.sh, Nsight Compute).
+# PROFILE=1 adds where the GPU time of selfsup's mixed-precision step goes (bench/gpu_profile.sh,
+# Nsight Compute).
 # On the device tool:
 #   run: make gpu-bundle here, then device `tests/gpu/run.sh` with carry [build/selfsup-gpu.tar.xz]
 set -uo pipefail
@@ -98,13 +102,38 @@ cross() {
         $compare losses "$dir/stdout.json" "$work/simclr-$first/stdout.json" --rtol 1e-5 --iters 6
 }
 
-# resume_bitwise: GPU epoch 0, stop, resume: bitwise the uninterrupted GPU run (the backend
-# chooses only deterministic algorithms and sums in a fixed order).
+# resume_bitwise UNINTERRUPTED [overrides...]: GPU epoch 0, stop, resume: bitwise the
+# uninterrupted GPU run in $work/UNINTERRUPTED made with the same overrides (the backend
+# chooses only deterministic algorithms and sums in a fixed order, in fp32 and in bf16 alike).
 resume_bitwise() {
-    local dir="$work/simclr-gpu-resumed"
-    train gpu simclr "$dir" "$data/simclr_e0.rec"
-    train gpu simclr "$dir" "$data/simclr.rec" config.CHECKPOINT.OVERWRITE_EXISTING=False &&
-        $compare same "$(final "$dir")" "$(final "$work/simclr-gpu")"
+    local whole="$work/$1" dir="$work/$1-resumed"
+    shift
+    train gpu simclr "$dir" "$data/simclr_e0.rec" "$@"
+    train gpu simclr "$dir" "$data/simclr.rec" config.CHECKPOINT.OVERWRITE_EXISTING=False "$@" &&
+        $compare same "$(final "$dir")" "$(final "$whole")"
+}
+
+# amp_parity METHOD: parity's run with mixed precision on the GPU, against its fp32 cpu run.
+# bf16 rounds each convolution's inputs and outputs to 8 bits of mantissa, so the loss moves
+# by about 1e-3; training then amplifies any difference (parity's noise run), so the first 5
+# steps are held to 1e-2, the later ones only printed.
+amp_parity() {
+    local m=$1 d="$work/$1-gpu-amp"
+    train gpu "$m" "$d" "$data/$m.rec" config.MODEL.AMP_PARAMS.USE_AMP=True || return 1
+    $compare losses "$d/stdout.json" "$work/$m-cpu/stdout.json" --rtol 1 || return 1
+    $compare losses "$d/stdout.json" "$work/$m-cpu/stdout.json" --rtol 1e-2 --iters 1,2,3,4,5
+}
+
+# device_memory DIR: a GPU run's log lines carry the device's peak memory (peak_mem(M), as
+# VISSL's torch.cuda.max_memory_allocated): at least the quickstart's parameters, gradients
+# and momentum (3 × 43.9 MiB for its ResNet-18 and head), and less than the card has.
+device_memory() {
+    python3 - "$1/stdout.json" <<'PY'
+import json, sys
+peak = max(json.loads(l)["peak_mem(M)"] for l in open(sys.argv[1]))
+print(f"peak device memory {peak:.0f} MiB")
+sys.exit(0 if 3 * 43.9 <= peak < 139 * 1024 else 1)
+PY
 }
 
 # extract DEVICE DIR: the extraction quickstart (eval mode: the folded conv+BN path) with the
@@ -122,6 +151,7 @@ extract_parity() {
 }
 
 bench_selfsup() { bench/gpu_train.sh "$out/bench_selfsup.json"; }
+bench_selfsup_amp() { AMP=1 bench/gpu_train.sh "$out/bench_selfsup_bf16.json"; }
 
 bench_torch() {
     [ "${BENCH_MODES:-}" = none ] && { echo "skipped (BENCH_MODES=none)"; return 0; }
@@ -133,13 +163,18 @@ check machine machine
 check backend-ops backend-ops --summary "$out/backend_ops.txt"
 check simclr-parity parity simclr
 check swav-parity parity swav
+check gpu-memory device_memory "$work/simclr-gpu"
 check extract-parity extract_parity
 check resume-gpu-to-cpu cross gpu cpu
 check resume-cpu-to-gpu cross cpu gpu
-check resume-gpu-bitwise resume_bitwise
+check resume-gpu-bitwise resume_bitwise simclr-gpu
+check amp-simclr amp_parity simclr
+check amp-swav amp_parity swav
+check resume-gpu-bitwise-amp resume_bitwise simclr-gpu-amp config.MODEL.AMP_PARAMS.USE_AMP=True
 check bench-selfsup bench_selfsup
+check bench-selfsup-bf16 bench_selfsup_amp
 check bench-torch bench_torch
-[ "${PROFILE:-0}" = 1 ] && check profile bench/gpu_profile.sh "$out/profile.txt"
+[ "${PROFILE:-0}" = 1 ] && check profile env AMP=1 bench/gpu_profile.sh "$out/profile.txt"
 rm -rf "$work"
 echo "runbook: $(grep -c '^ok' "$summary") passed, $(grep -c '^FAIL' "$summary") failed" | tee -a "$summary"
 exit $failed

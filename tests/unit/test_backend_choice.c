@@ -47,6 +47,21 @@ Test(backend_choice, the_cuda_backend_opens_or_says_why)
     free(err);
 }
 
+/* The cpu's memory is the host's: the log lines read the process's peak resident size, so
+ * the backend has no device peak to report, and a bf16 request is refused, not ignored. */
+Test(backend_choice, the_cpu_reports_no_device_memory_and_refuses_bf16)
+{
+    eng_backend *cpu = eng_backend_open("cpu", &(eng_backend_options){.threads = 1}, NULL);
+    eng_tensor t = eng_tensor_new(cpu, eng_shape2(64, 64));
+    cr_expect_eq(eng_memory_peak(cpu), 0);
+    eng_tensor_free(cpu, &t);
+    eng_backend_close(cpu);
+    char *err = NULL;
+    cr_expect_null(eng_backend_open("cpu", &(eng_backend_options){.threads = 1, .precision = ENG_BF16}, &err));
+    cr_expect(err && strstr(err, "mixed precision (bf16) runs on the GPU only"), "%s", err ? err : "(none)");
+    free(err);
+}
+
 /* A backend's table must be whole: the first gap is named (and eng_backend_open refuses it). */
 Test(backend_choice, a_backend_that_lacks_an_operation_is_named)
 {
@@ -108,18 +123,20 @@ Test(backend_choice, conv_keys_name_the_convolution_not_its_spelling)
 {
     eng_shape x = eng_shape4(8, 64, 56, 56), w = eng_shape4(64, 64, 3, 3);
     eng_conv_desc plain = {.pad = {1, 1}}, spelled = {.stride = {1, 1}, .pad = {1, 1}, .dilation = {1, 1}, .groups = 1};
-    conv_key a = conv_key_of(&plain, &x, &w, true), b = conv_key_of(&spelled, &x, &w, true);
+    conv_key a = conv_key_of(&plain, &x, &w, true, ENG_FP32), b = conv_key_of(&spelled, &x, &w, true, ENG_FP32);
     cr_expect(conv_key_equal(&a, &b), "PyTorch's defaults written out are the same convolution");
-    conv_key nondet = conv_key_of(&plain, &x, &w, false);
+    conv_key nondet = conv_key_of(&plain, &x, &w, false, ENG_FP32);
     cr_expect(!conv_key_equal(&a, &nondet), "a deterministic choice is not a free one");
+    conv_key bf16 = conv_key_of(&plain, &x, &w, true, ENG_BF16);
+    cr_expect(!conv_key_equal(&a, &bf16), "mixed precision's bf16 NHWC algorithms are other algorithms");
     eng_shape x2 = eng_shape4(16, 64, 56, 56), w2 = eng_shape4(64, 32, 3, 3);
-    conv_key batch = conv_key_of(&plain, &x2, &w, true);
+    conv_key batch = conv_key_of(&plain, &x2, &w, true, ENG_FP32);
     cr_expect(!conv_key_equal(&a, &batch), "another batch size is another convolution");
     eng_conv_desc grouped = {.pad = {1, 1}, .groups = 2}, strided = {.stride = {2, 1}, .pad = {1, 1}};
-    conv_key g = conv_key_of(&grouped, &x, &w2, true), s = conv_key_of(&strided, &x, &w, true);
+    conv_key g = conv_key_of(&grouped, &x, &w2, true, ENG_FP32), s = conv_key_of(&strided, &x, &w, true, ENG_FP32);
     cr_expect(!conv_key_equal(&a, &g) && !conv_key_equal(&a, &s) && !conv_key_equal(&g, &s));
     eng_conv_desc padded = {.pad = {1, 0}}, dilated = {.pad = {1, 1}, .dilation = {2, 2}};
-    conv_key pw = conv_key_of(&padded, &x, &w, true), dl = conv_key_of(&dilated, &x, &w, true);
+    conv_key pw = conv_key_of(&padded, &x, &w, true, ENG_FP32), dl = conv_key_of(&dilated, &x, &w, true, ENG_FP32);
     cr_expect(!conv_key_equal(&a, &pw) && !conv_key_equal(&a, &dl));
 }
 #endif

@@ -116,7 +116,8 @@ static void expect_run_refused(const char *config, const char *args, const char 
 Test(validate, features_nothing_implements_are_refused_naming_the_key, .timeout = 120)
 {
     expect_refused("quickstart/simclr", "config.MODEL.AMP_PARAMS.USE_AMP=true",
-                   "config.MODEL.AMP_PARAMS.USE_AMP: mixed precision (AMP) is not implemented yet; set USE_AMP: False");
+                   "config.MODEL.AMP_PARAMS.USE_AMP: mixed precision runs on the GPU (MACHINE.DEVICE: gpu); the cpu "
+                   "trains in fp32: set USE_AMP: False");
     expect_refused("quickstart/simclr", "config.MODEL.ACTIVATION_CHECKPOINTING.USE_ACTIVATION_CHECKPOINTING=true",
                    "config.MODEL.ACTIVATION_CHECKPOINTING.USE_ACTIVATION_CHECKPOINTING: activation checkpointing is "
                    "not implemented yet");
@@ -144,7 +145,7 @@ Test(validate, show_only_warns_about_what_a_run_would_refuse, .timeout = 60)
     int rc = config_cmd("show", "quickstart/simclr",
                         "config.MODEL.AMP_PARAMS.USE_AMP=true --key config.MODEL.AMP_PARAMS", &out);
     cr_expect_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "warning: config.MODEL.AMP_PARAMS.USE_AMP: mixed precision (AMP) is not implemented yet"),
+    cr_expect(strstr(out, "warning: config.MODEL.AMP_PARAMS.USE_AMP: mixed precision runs on the GPU"),
               "%s", out);
     free(out);
 }
