@@ -168,6 +168,44 @@ int dist_sum_counts(dist *d, int64_t *v, size_t n, char **err)
     return rc;
 }
 
+/* counts[r] = rank r's n, for every r; the largest into *most, the sum into *total. */
+static int row_counts(dist *d, int64_t n, int64_t *counts, int64_t *most, int64_t *total, char **err)
+{
+    counts[dist_rank(d)] = n;
+    int rc = dist_sum_counts(d, counts, (size_t)dist_world(d), err);
+    *most = *total = 0;
+    for (int r = 0; r < dist_world(d); r++) {
+        *most = counts[r] > *most ? counts[r] : *most;
+        *total += counts[r];
+    }
+    return rc;
+}
+
+/* Every rank's rows padded to the largest count (an all-gather of fp32 words, which copies
+ * bytes unchanged), then packed back in rank order. */
+int dist_gather_rows(dist *d, const void *rows, size_t row_bytes, int64_t n, void **all, int64_t *total,
+                     char **err)
+{
+    int world = dist_world(d);
+    int64_t *counts = xcalloc((size_t)world, sizeof *counts), most;
+    int rc = row_counts(d, n, counts, &most, total, err);
+    size_t words = ((size_t)most * row_bytes + sizeof(float) - 1) / sizeof(float);
+    float *mine = xcalloc(words + 1, sizeof *mine), *every = xcalloc((size_t)world * words + 1, sizeof *every);
+    if (n)
+        memcpy(mine, rows, (size_t)n * row_bytes);
+    if (rc == 0 && d->world)
+        rc = coll_all_gather(d->world, mine, every, words, COLL_F32, err);
+    else if (rc == 0)
+        memcpy(every, mine, words * sizeof *mine);
+    char *out = *all = rc == 0 ? xmalloc((size_t)*total * row_bytes + 1) : NULL;
+    for (int r = 0; out && r < world; r++) {
+        memcpy(out, every + (size_t)r * words, (size_t)counts[r] * row_bytes);
+        out += (size_t)counts[r] * row_bytes;
+    }
+    free(counts), free(mine), free(every);
+    return rc;
+}
+
 /* eng_reducer's reduce for a dist_group: the world's values gathered, the group's combined in
  * rank order. */
 static int group_reduce(void *ctx, double *v, size_t n, bool max)

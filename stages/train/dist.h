@@ -55,6 +55,11 @@ void dist_entries_free(eng_backend *be, eng_entry *entries, int n);
 int dist_mean(dist *d, double *v, char **err);
 /* v[0..n) becomes the sum over the ranks, exactly (a meter's counts). */
 int dist_sum_counts(dist *d, int64_t *v, size_t n, char **err);
+/* Every rank's n rows of row_bytes each (the ranks' n may differ) into *all (a new allocation,
+ * free it), rank 0's first, *total rows in all: VISSL's gather_from_all of a meter's state. One
+ * trainer: a copy. The bytes travel unchanged. 0, or -1 with *err (*all NULL). */
+int dist_gather_rows(dist *d, const void *rows, size_t row_bytes, int64_t n, void **all, int64_t *total,
+                     char **err);
 void dist_free(dist *d);
 
 /* SyncBN's group (MODEL.SYNC_BN_CONFIG.GROUP_SIZE): ranks [first, first + size) of the world,

@@ -4,6 +4,7 @@
  * mean AP keeps every row's sigmoids and targets for the phase's end.
  */
 #include "train/meter.h"
+#include "train/dist.h"
 
 #include "ap.h"
 #include "util.h"
@@ -199,6 +200,32 @@ static json_t *mean_ap_value(const acc_meter *m)
 }
 
 json_t *meter_value(const acc_meter *m) { return m->kind == METER_MEAN_AP ? mean_ap_value(m) : accuracy_value(m); }
+
+/* *rows (n rows of row_bytes) replaced by the world's. */
+static int gather_into(dist *d, void **rows, size_t row_bytes, int64_t n, int64_t *total, char **err)
+{
+    void *all;
+    if (dist_gather_rows(d, *rows, row_bytes, n, &all, total, err) != 0)
+        return -1;
+    free(*rows);
+    *rows = all;
+    return 0;
+}
+
+int meter_gather(acc_meter *m, dist *d, char **err)
+{
+    if (m->kind != METER_MEAN_AP || dist_world(d) == 1)
+        return 0;
+    size_t row = (size_t)m->num_classes;
+    int64_t total = 0;
+    for (int k = 0; k < m->num_meters; k++)
+        if (gather_into(d, (void **)&m->scores[k], row * sizeof(float), m->rows, &total, err) != 0)
+            return -1;
+    if (gather_into(d, (void **)&m->targets, row, m->rows, &total, err) != 0)
+        return -1;
+    m->rows = m->cap = total;
+    return 0;
+}
 
 void meter_reset(acc_meter *m)
 {

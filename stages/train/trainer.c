@@ -57,8 +57,8 @@ static bool count_steps(const cfg_node *config, const char *split, const trainer
 }
 
 /* Why several trainers cannot train this config as one model yet, or NULL when they can: what
- * the data-parallel step does not do yet (the other methods' losses, mean AP and TEST_ONLY over
- * the ranks, NCCL on GPUs). *key becomes the key to name. */
+ * the data-parallel step does not do yet (the other methods' losses, NCCL on GPUs). *key
+ * becomes the key to name. */
 static const char *data_parallel_gap(const cfg_node *config, const char **key)
 {
     const char *loss_key = cfg_str(config, "LOSS.name");
@@ -73,10 +73,6 @@ static const char *data_parallel_gap(const cfg_node *config, const char **key)
         local |= !strcmp(loss_key, ready_losses[k]);
     if (!local)
         return *key = "config.LOSS.name", "this loss across the trainers";
-    if (!strcmp(cfg_str(config, "METERS.name"), "mean_ap_list_meter"))
-        return *key = "config.METERS.name", "mean AP over the trainers' rows";
-    if (cfg_bool(config, "TEST_ONLY"))
-        return *key = "config.TEST_ONLY", "TEST_ONLY's phases over the trainers";
     if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu"))
         return *key = "config.MACHINE.DEVICE", "on GPUs (NCCL)";
     return NULL;
@@ -577,8 +573,8 @@ static int run_test_phase(trainer *t, int64_t epoch, char **err);
 /* VISSL's on_phase_end of a train phase: the metrics.json line, then a checkpoint when
  * phase_idx % CHECKPOINT_FREQUENCY == 0 and at the last epoch; then the test phase that
  * follows it, if one does. */
-/* A phase's accuracy counts (and a test phase's loss) over the ranks, before rank 0 logs them:
- * VISSL's meters and loss are reduced across the processes the same way. */
+/* A phase's accuracy counts, mean AP's rows (and a test phase's loss) over the ranks, before
+ * rank 0 logs them: VISSL's meters and loss are reduced across the processes the same way. */
 static int reduce_phase(trainer *t, acc_meter *m, bool meter_on, double *loss_sum, char **err)
 {
     if (!t->dist.world)
@@ -587,6 +583,8 @@ static int reduce_phase(trainer *t, acc_meter *m, bool meter_on, double *loss_su
     if (meter_on && m->kind == METER_ACCURACY &&
         (dist_sum_counts(&t->dist, &m->correct[0][0], cells, err) != 0 ||
          dist_sum_counts(&t->dist, m->total, METER_MAX_OUTPUTS, err) != 0))
+        return -1;
+    if (meter_on && meter_gather(m, &t->dist, err) != 0)
         return -1;
     return loss_sum ? dist_mean(&t->dist, loss_sum, err) : 0;
 }
@@ -711,11 +709,21 @@ static int run_test_phase(trainer *t, int64_t epoch, char **err)
     return 0;
 }
 
+/* TEST_ONLY's phase ends: its meter and loss over the ranks (which reach it together: their
+ * shards hold as many batches, and trainer_agree keeps them in step), then the logs. */
+static int test_only_phase_end(trainer *t, char **err)
+{
+    if (reduce_phase(t, &t->test_meter, t->test_meter.name != NULL, &t->test.loss_sum, err) != 0)
+        return -1;
+    test_phase_end(t, t->test.epoch, -1);
+    return 0;
+}
+
 /* TEST_ONLY: each batch is a test batch; the record's epoch tells the phases apart. */
 static int test_only_step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 {
-    if (t->test.open && (int64_t)epoch != t->test.epoch)
-        test_phase_end(t, t->test.epoch, -1);
+    if (t->test.open && (int64_t)epoch != t->test.epoch && test_only_phase_end(t, err) != 0)
+        return -1;
     if (!t->test.open) {
         t->test = (test_run){.epoch = epoch, .open = true};
         log_info("Starting phase %lld [test]", (long long)epoch);
@@ -928,11 +936,8 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 
 int trainer_finish(trainer *t, bool stopped, char **err)
 {
-    if (t->plan.test_only) {
-        if (t->test.open && !stopped)
-            test_phase_end(t, t->test.epoch, -1);
-        return 0;
-    }
+    if (t->plan.test_only)
+        return t->test.open && !stopped ? test_only_phase_end(t, err) : 0;
     if (!stopped && t->pending_test >= 0 && run_test_phase(t, t->pending_test, err) != 0)
         return -1;
     char file[96];

@@ -22,6 +22,7 @@
 #include "ring.h"
 #include "train/dist.h"
 #include "train/loss.h"
+#include "train/meter.h"
 #include "train/trainer.h"
 #include "util.h"
 
@@ -36,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -434,6 +436,105 @@ Test(ddp, simclr_gathers_every_ranks_embeddings_forward_and_backward, .timeout =
     }
     eng_backend_close(be);
     munmap(res, 2 * sizeof *res);
+}
+
+/* ---- mean AP over the ranks ------------------------------------------------------------------- */
+
+#define AP_CLASSES 5
+#define AP_OUTPUTS 2
+#define AP_MAX_ROWS 16
+static const int AP_ROWS[3] = {6, 0, 9}; /* rank r's rows (global rows in rank order): they may differ */
+
+typedef struct {
+    rank_status st;
+    double map[AP_OUTPUTS], ap[AP_OUTPUTS][AP_CLASSES];
+} ap_result;
+
+/* Output k's logit for global row i and class c; row i's target for c (1, 0, or −1: ignored).
+ * Each class has a positive every 5 rows, so each rank's rows alone rank them differently. */
+static float ap_logit(int k, int i, int c) { return 3.0f * sinf(1.3f * (float)i + 0.7f * (float)c + (float)k); }
+static int64_t ap_target(int i, int c) { return (i * 7 + c * 3) % 5 == 0 ? 1 : (i + c) % 7 == 0 ? -1 : 0; }
+
+/* A mean AP meter fed global rows [first, first + n) in one batch. */
+static int ap_meter_feed(eng_backend *be, acc_meter *m, int first, int n, char **err)
+{
+    *m = (acc_meter){.kind = METER_MEAN_AP, .name = "mean_ap_list_meter", .num_meters = AP_OUTPUTS,
+                     .num_classes = AP_CLASSES};
+    if (n == 0)
+        return 0;
+    float logits[AP_MAX_ROWS * AP_CLASSES];
+    int64_t label[AP_MAX_ROWS * AP_CLASSES];
+    eng_tensor out[AP_OUTPUTS];
+    const eng_tensor *outs[AP_OUTPUTS];
+    for (int k = 0; k < AP_OUTPUTS; k++) {
+        for (int i = 0; i < n * AP_CLASSES; i++) {
+            logits[i] = ap_logit(k, first + i / AP_CLASSES, i % AP_CLASSES);
+            label[i] = ap_target(first + i / AP_CLASSES, i % AP_CLASSES);
+        }
+        out[k] = eng_tensor_new(be, eng_shape2(n, AP_CLASSES));
+        eng_upload(be, &out[k], logits);
+        outs[k] = &out[k];
+    }
+    int rc = meter_update(be, m, outs, AP_OUTPUTS, label, n, AP_CLASSES, err);
+    for (int k = 0; k < AP_OUTPUTS; k++)
+        eng_tensor_free(be, &out[k]);
+    return rc;
+}
+
+/* The meter's mAP and per-class AP of each output, as VISSL's dict gives them. */
+static void ap_values(const acc_meter *m, double map[AP_OUTPUTS], double ap[AP_OUTPUTS][AP_CLASSES])
+{
+    json_t *v = meter_value(m);
+    for (int k = 0; k < AP_OUTPUTS; k++) {
+        char key[8];
+        snprintf(key, sizeof key, "%d", k);
+        map[k] = json_number_value(json_object_get(json_object_get(v, "mAP"), key));
+        json_t *list = json_object_get(json_object_get(v, "AP"), key);
+        for (int c = 0; c < AP_CLASSES; c++)
+            ap[k][c] = json_number_value(json_array_get(list, (size_t)c));
+    }
+    json_decref(v);
+}
+
+static int ap_rank(rank_ctx *c, char **err)
+{
+    ap_result *res = c->res;
+    int first = 0;
+    for (int r = 0; r < c->rank; r++)
+        first += AP_ROWS[r];
+    acc_meter m;
+    int rc = ap_meter_feed(c->be, &m, first, AP_ROWS[c->rank], err);
+    if (rc == 0 && (rc = meter_gather(&m, &c->d, err)) == 0)
+        ap_values(&m, res->map, res->ap);
+    meter_free(&m);
+    return rc;
+}
+
+/* VISSL's MeanAPListMeter gathers every process's scores and targets before it computes AP:
+ * 3 ranks holding 6, 0 and 9 rows each report the AP of one meter that saw all 15 rows, bit
+ * for bit (the same rows in the same order), while rank 0's rows alone give another value. */
+Test(ddp, mean_ap_is_computed_over_every_ranks_rows, .timeout = 60)
+{
+    ap_result *res = run_ranks(ap_rank, sizeof *res, 3, NULL);
+    eng_backend *be = reference_backend();
+    char *err = NULL;
+    acc_meter whole, alone;
+    cr_assert_eq(ap_meter_feed(be, &whole, 0, AP_ROWS[0] + AP_ROWS[1] + AP_ROWS[2], &err), 0, "%s", err);
+    cr_assert_eq(ap_meter_feed(be, &alone, 0, AP_ROWS[0], &err), 0, "%s", err);
+    double map[AP_OUTPUTS], ap[AP_OUTPUTS][AP_CLASSES], map0[AP_OUTPUTS], ap0[AP_OUTPUTS][AP_CLASSES];
+    ap_values(&whole, map, ap);
+    ap_values(&alone, map0, ap0);
+    cr_expect_neq(map0[0], map[0], "rank 0's rows alone: mAP %.6f, all rows %.6f", map0[0], map[0]);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < AP_OUTPUTS; k++) {
+            cr_expect_eq(res[r].map[k], map[k], "rank %d output %d: mAP %.9g, one meter %.9g", r, k, res[r].map[k],
+                         map[k]);
+            for (int c = 0; c < AP_CLASSES; c++)
+                cr_expect_eq(res[r].ap[k][c], ap[k][c], "rank %d output %d class %d", r, k, c);
+        }
+    meter_free(&whole), meter_free(&alone);
+    eng_backend_close(be);
+    munmap(res, 3 * sizeof *res);
 }
 
 /* ---- SwAV's Sinkhorn over the ranks ------------------------------------------------------------ */
@@ -1005,6 +1106,18 @@ static void expect_one_model(const char *dir, int steps, const char *checkpoint,
     free(s1), free(s2), free(c1), free(c2);
 }
 
+/* A new folder with the small Fashion-MNIST and supervised_run's single trainer of batch 64
+ * trained on it (in <folder>/one). */
+static char *trained_by_one(void)
+{
+    char *dir = test_make_tmpdir(), *out;
+    make_fashion_mnist(dir);
+    int rc = supervised_run(dir, 1, 64, "", &out);
+    cr_assert_eq(rc, 0, "one trainer: %s", out);
+    free(out);
+    return dir;
+}
+
 /* VISSL's promise, through the whole pipeline: 2 trainers of batch 32 with SyncBN, each fed its
  * rank's DistributedSampler shard by a chain of its own, train the model 1 trainer of batch 64
  * trains (the same samples per step, the same augmentations, the same global batch, batch norm
@@ -1017,12 +1130,8 @@ static void expect_one_model(const char *dir, int steps, const char *checkpoint,
  * of the largest; an accuracy may differ by one sample where two logits tie to fp32 precision. */
 Test(ddp, selfsup_run_with_two_trainers_trains_the_model_one_trainer_trains, .timeout = 600)
 {
-    char *dir = test_make_tmpdir(), *out;
-    make_fashion_mnist(dir);
-    int rc = supervised_run(dir, 1, 64, "", &out);
-    cr_assert_eq(rc, 0, "one trainer: %s", out);
-    free(out);
-    rc = supervised_run(dir, 2, 32, "", &out);
+    char *dir = trained_by_one(), *out;
+    int rc = supervised_run(dir, 2, 32, "", &out);
     cr_assert_eq(rc, 0, "two trainers: %s", out);
     cr_expect(strstr(out, "14 stages, 12 rings"), "a chain per trainer and its test chain: %s", out);
     free(out);
@@ -1035,6 +1144,56 @@ Test(ddp, selfsup_run_with_two_trainers_trains_the_model_one_trainer_trains, .ti
         cr_expect_leq(fabs(acc1[k] - acc2[k]), 0.4, "accuracy %d: %.4f and %.4f", k, acc1[k], acc2[k]);
     expect_one_model(dir, 4, "model_phase0.torch", 1e-5, 5e-5);
     free(m1), free(m2);
+    test_rm_rf(dir);
+    free(dir);
+}
+
+/* The mean test loss rank 0 logged for its first test phase (after the mean over the ranks). */
+static double first_test_loss(const char *run_dir)
+{
+    char *log = xasprintf("%s/logs/train.0.log", run_dir);
+    size_t n;
+    char *text = read_whole_file(log, &n), *at = text ? strstr(text, "test phase 0: ") : NULL;
+    at = at ? strstr(at, "mean loss ") : NULL;
+    double v = at ? strtod(at + strlen("mean loss "), NULL) : NAN;
+    free(text), free(log);
+    return v;
+}
+
+/* TEST_ONLY over the trainers: the weights one trainer trained (its last checkpoint), tested by 1
+ * trainer of batch 64 and by 2 of 32 (each its DistributedSampler shard of the 128 test
+ * images): the same accuracies (counts summed over the ranks) and the same mean loss (the
+ * ranks' means averaged), every rank logging the phase it tested. */
+Test(ddp, test_only_with_two_trainers_tests_what_one_trainer_tests, .timeout = 600)
+{
+    char *dir = trained_by_one(), *out;
+    char *test = xasprintf("%s/test", dir), *fm = xasprintf("%s/fm", dir), *link = xasprintf("%s/fm", test);
+    cr_assert(mkdir(test, 0755) == 0 && symlink(fm, link) == 0);
+    char *only = xasprintf("config.TEST_ONLY=True config.MODEL.WEIGHTS_INIT.PARAMS_FILE=%s/one/checkpoint.torch",
+                           dir);
+    for (int procs = 1; procs <= 2; procs++) {
+        char *cmd = supervised_cmd(test, procs, 64 / procs, only);
+        cr_assert_eq(test_run_within(cmd, 300, &out), 0, "TEST_ONLY, %d trainer(s): %s", procs, out);
+        free(out), free(cmd);
+    }
+    char *m1 = xasprintf("%s/one/metrics.json", test), *m2 = xasprintf("%s/two/metrics.json", test);
+    double acc1[16], acc2[16];
+    int na = accuracies(m1, acc1, 16);
+    cr_assert_eq(na, 4, "2 test phases, top-1 and top-5 each");
+    cr_assert_eq(accuracies(m2, acc2, 16), na);
+    for (int k = 0; k < na; k++) /* one sample of 128 is 0.78 points, where two logits tie */
+        cr_expect_leq(fabs(acc1[k] - acc2[k]), 0.8, "accuracy %d: %.4f and %.4f", k, acc1[k], acc2[k]);
+    char *r1 = xasprintf("%s/run_1", test), *r2 = xasprintf("%s/run_2", test);
+    double l1 = first_test_loss(r1), l2 = first_test_loss(r2);
+    cr_expect_leq(fabs(l1 - l2), 1e-4 * fabs(l1), "mean test loss %.6g (2 trainers) against %.6g", l2, l1);
+    if (getenv("DDP_VERBOSE"))
+        fprintf(stderr, "ddp TEST_ONLY: top-1 %.4f / %.4f, top-5 %.4f / %.4f, mean loss %.6g / %.6g\n", acc1[0],
+                acc2[0], acc1[1], acc2[1], l1, l2);
+    char *rank1 = xasprintf("%s/logs/train.1.log", r2);
+    size_t n;
+    char *text = read_whole_file(rank1, &n);
+    cr_expect(text && strstr(text, "Rank: 1; test phase 0: 2 batches"), "rank 1 tested its shard: %s", text);
+    free(text), free(rank1), free(r1), free(r2), free(m1), free(m2), free(only), free(test), free(fm), free(link);
     test_rm_rf(dir);
     free(dir);
 }
