@@ -13,8 +13,12 @@
  *     input shape, then makes one allocation and points all the views at it.
  * Each unit keeps the conv output (the BN's input, needed by BN backward) and the BN output,
  * ReLU'd in place (ReLU backward reads the output, as PyTorch's in-place ReLU does). Gradients
- * of activations get their own tensors; backward zeroes them first because the engine's
- * backward functions accumulate, which also makes the residual fan-out correct for free.
+ * of activations get their own tensors; backward zeroes each just before its first use because
+ * the engine's backward functions accumulate, which also makes the residual fan-out correct for
+ * free. A block's gradients are live only while backward is in that block or the one before it
+ * (its output's gradient is the next block's dx), so the blocks take turns in two gradient
+ * arenas, block i in arena i % 2: the gradients take two blocks' room, not every block's (the
+ * stem's and the pool's have a third arena of their own).
  * With NORM LayerNorm a unit's norm is eng_layernorm2d_* instead of batch norm (the same in
  * training and evaluation, per-sample statistics in mean/invstd) and it has no running stats.
  */
@@ -34,6 +38,7 @@
 #define BN_MOMENTUM 0.1
 #define BN_EPS 1e-5
 #define ACT_ALIGN 64 /* bytes between activation views: cache lines, SIMD loads */
+enum { GRAD_ARENAS = 3, STEM_ARENA = 2 }; /* arenas 0 and 1 take turns between blocks */
 
 /* conv → norm (→ ReLU): the building brick of every block. Indices name entries; rmean and rvar
  * are -1 for LayerNorm, which has no running statistics. */
@@ -77,8 +82,11 @@ struct resnet {
     void *act_base;
     size_t act_bytes;
     eng_tensor **acts;   /* every activation view, re-pointed after allocation */
-    eng_tensor **grads;  /* the subset that backward zeroes */
+    eng_tensor **grads;  /* the gradients, laid out in the arenas */
+    int *grad_arena;     /* grads[i]'s arena */
     int nacts, ngrads, acap, gcap;
+    int arena;                             /* the arena gradients are being laid out in */
+    size_t arena_at[GRAD_ARENAS], arena_size[GRAD_ARENAS]; /* its bump pointer; each one's size */
     eng_tensor pool_out, pool_grad, avg, flat;
     eng_tensor last_x; /* the image of the last forward: conv1's weight gradient reads it */
     bool last_train;
@@ -312,14 +320,46 @@ static void track(eng_tensor ***list, int *n, int *cap, eng_tensor *t)
     (*list)[(*n)++] = t;
 }
 
-/* Lay out `t` (value or gradient) in the activation buffer. */
+static size_t aligned_bytes(eng_backend *be, const eng_shape *s)
+{
+    return (eng_bytes(be, s) + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
+}
+
+/* Lay out `t`: a value in the activation buffer, a gradient in the current arena (its offset
+ * within the arena until resnet_plan places the arenas after the activations). */
 static void act(eng_backend *be, resnet *net, eng_tensor *t, eng_shape s, bool is_grad)
 {
-    *t = (eng_tensor){.shape = s, .base = NULL, .offset = net->act_bytes};
-    net->act_bytes += (eng_bytes(be, &s) + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
+    size_t *at = is_grad ? &net->arena_at[net->arena] : &net->act_bytes;
+    *t = (eng_tensor){.shape = s, .base = NULL, .offset = *at};
+    *at += aligned_bytes(be, &s);
     track(&net->acts, &net->nacts, &net->acap, t);
-    if (is_grad)
-        track(&net->grads, &net->ngrads, &net->gcap, t);
+    if (!is_grad)
+        return;
+    int n = net->ngrads;
+    track(&net->grads, &net->ngrads, &net->gcap, t);
+    net->grad_arena = xrealloc(net->grad_arena, (size_t)net->gcap * sizeof *net->grad_arena);
+    net->grad_arena[n] = net->arena;
+    if (*at > net->arena_size[net->arena])
+        net->arena_size[net->arena] = *at;
+}
+
+/* Gradients from here on go to arena a, from its start. */
+static void enter_arena(resnet *net, int a)
+{
+    net->arena = a;
+    net->arena_at[a] = 0;
+}
+
+/* The arenas after the activations: every gradient's offset made absolute. */
+static void place_arenas(resnet *net)
+{
+    size_t start[GRAD_ARENAS];
+    for (int a = 0; a < GRAD_ARENAS; a++) {
+        start[a] = net->act_bytes;
+        net->act_bytes += net->arena_size[a];
+    }
+    for (int i = 0; i < net->ngrads; i++)
+        net->grads[i]->offset += start[net->grad_arena[i]];
 }
 
 static eng_shape unit_plan(eng_backend *be, resnet *net, unit *u, const eng_shape *x)
@@ -339,8 +379,9 @@ static eng_shape unit_plan(eng_backend *be, resnet *net, unit *u, const eng_shap
     return y;
 }
 
-static eng_shape block_plan(eng_backend *be, resnet *net, block *b, const eng_shape *x)
+static eng_shape block_plan(eng_backend *be, resnet *net, block *b, int index, const eng_shape *x)
 {
+    enter_arena(net, index % 2);
     eng_shape s = *x;
     for (int i = 0; i < b->nu; i++)
         s = unit_plan(be, net, &b->u[i], &s);
@@ -372,10 +413,13 @@ static void unplan(eng_backend *be, resnet *net)
     eng_free(be, net->act_base);
     free(net->acts);
     free(net->grads);
+    free(net->grad_arena);
     net->act_base = NULL;
     net->acts = net->grads = NULL;
+    net->grad_arena = NULL;
     net->nacts = net->ngrads = net->acap = net->gcap = 0;
     net->act_bytes = 0;
+    memset(net->arena_size, 0, sizeof net->arena_size);
     net->planned = false;
 }
 
@@ -386,6 +430,7 @@ void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input)
     unplan(be, net);
     if (input->ndim != 4 || input->dim[1] != net->opt.in_channels)
         die(EXIT_RUNTIME, "resnet: input must be N × %d × H × W", net->opt.in_channels);
+    enter_arena(net, STEM_ARENA); /* the stem's and the pool's gradients live the whole backward */
     eng_shape s = unit_plan(be, net, &net->stem, input);
     if (!net->opt.small_stem) {
         s = eng_pool_output_shape(&s, &net->pool);
@@ -393,9 +438,10 @@ void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input)
         act(be, net, &net->pool_grad, s, true);
     }
     for (int i = 0; i < net->nblocks; i++)
-        s = block_plan(be, net, &net->blocks[i], &s);
+        s = block_plan(be, net, &net->blocks[i], i, &s);
     eng_shape avg = eng_shape4(s.dim[0], s.dim[1], 1, 1);
     act(be, net, &net->avg, avg, false);
+    place_arenas(net);
     net->act_base = eng_alloc(be, net->act_bytes);
     for (int i = 0; i < net->nacts; i++)
         net->acts[i]->base = net->act_base;
@@ -549,6 +595,24 @@ int resnet_feature_by_name(const char *name)
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
+static void zero_unit_grads(eng_backend *be, const unit *u)
+{
+    eng_zero(be, &u->conv_grad);
+    eng_zero(be, &u->out_grad);
+    if (u->relu && u->layer_norm)
+        eng_zero(be, &u->pre_grad);
+}
+
+/* A block's own gradients but its output's (which the next block has filled), just before its
+ * backward: their arena held the gradients of the block two after it until now. */
+static void zero_block_grads(eng_backend *be, const block *b)
+{
+    for (int j = 0; j < b->nu; j++)
+        zero_unit_grads(be, &b->u[j]);
+    if (b->has_down)
+        zero_unit_grads(be, &b->down);
+}
+
 /* The unit's upstream gradient is in out_grad; dx (NULL: skip) receives the input gradient. */
 static void unit_backward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, const eng_tensor *dx)
 {
@@ -583,15 +647,20 @@ void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat)
 {
     if (!net->planned || !net->last_train)
         die(EXIT_RUNTIME, "resnet: backward needs a training-mode forward first");
-    for (int i = 0; i < net->ngrads; i++)
-        eng_zero(be, net->grads[i]);
+    zero_unit_grads(be, &net->stem);
+    if (!net->opt.small_stem)
+        eng_zero(be, &net->pool_grad);
     eng_tensor d4 = eng_reshape(dfeat, net->avg.shape);
     block *last = &net->blocks[net->nblocks - 1];
+    eng_zero(be, &last->out_grad);
     eng_adaptive_avgpool_backward(be, &d4, &last->out_grad);
     for (int i = net->nblocks - 1; i >= 0; i--) {
         const eng_tensor *x = i ? &net->blocks[i - 1].out : res1(net);
         const eng_tensor *dx = i ? &net->blocks[i - 1].out_grad : net->opt.small_stem ? &net->stem.out_grad
                                                                                        : &net->pool_grad;
+        zero_block_grads(be, &net->blocks[i]);
+        if (i)
+            eng_zero(be, dx);
         block_backward(be, net, &net->blocks[i], x, dx);
     }
     if (!net->opt.small_stem)
