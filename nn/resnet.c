@@ -335,9 +335,10 @@ static void act(eng_backend *be, resnet *net, eng_tensor *t, eng_shape s, bool i
     track(&net->acts, &net->nacts, &net->acap, t);
     if (!is_grad)
         return;
-    int n = net->ngrads;
+    int n = net->ngrads, cap = net->gcap;
     track(&net->grads, &net->ngrads, &net->gcap, t);
-    net->grad_arena = xrealloc(net->grad_arena, (size_t)net->gcap * sizeof *net->grad_arena);
+    if (net->gcap != cap)
+        net->grad_arena = xrealloc(net->grad_arena, (size_t)net->gcap * sizeof *net->grad_arena);
     net->grad_arena[n] = net->arena;
     if (*at > net->arena_size[net->arena])
         net->arena_size[net->arena] = *at;

@@ -212,10 +212,8 @@ static int gather_into(dist *d, void **rows, size_t row_bytes, int64_t n, int64_
     return 0;
 }
 
-int meter_gather(acc_meter *m, dist *d, char **err)
+static int gather_mean_ap(acc_meter *m, dist *d, char **err)
 {
-    if (m->kind != METER_MEAN_AP || dist_world(d) == 1)
-        return 0;
     size_t row = (size_t)m->num_classes;
     int64_t total = 0;
     for (int k = 0; k < m->num_meters; k++)
@@ -225,6 +223,18 @@ int meter_gather(acc_meter *m, dist *d, char **err)
         return -1;
     m->rows = m->cap = total;
     return 0;
+}
+
+int meter_reduce(acc_meter *m, dist *d, char **err)
+{
+    if (dist_world(d) == 1)
+        return 0;
+    if (m->kind == METER_MEAN_AP)
+        return gather_mean_ap(m, d, err);
+    size_t cells = sizeof m->correct / sizeof m->correct[0][0];
+    if (dist_sum_counts(d, &m->correct[0][0], cells, err) != 0)
+        return -1;
+    return dist_sum_counts(d, m->total, METER_MAX_OUTPUTS, err);
 }
 
 void meter_reset(acc_meter *m)

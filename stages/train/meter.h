@@ -52,10 +52,11 @@ bool meter_from_config(const cfg_node *config, acc_meter *m, bool *on, cfg_err *
  * N × num_classes for mean AP. 0, or -1 with *err when the batch does not fit the meter. */
 int meter_update(eng_backend *be, acc_meter *m, const eng_tensor *const *outputs, int n, const int64_t *label,
                  int64_t label_rows, int label_cols, char **err);
-/* Mean AP's rows become the world's, every rank's in rank order (VISSL's MeanAPListMeter
- * gathers its scores and targets from all processes before computing AP); the accuracy's
- * counts are summed by the caller. 0, or -1 with *err (a collective that failed). */
-int meter_gather(acc_meter *m, struct dist *d, char **err);
+/* The phase's state over the ranks, as VISSL's meters sync it: the accuracy's counts summed,
+ * mean AP's rows replaced by the world's, every rank's in rank order (MeanAPListMeter gathers
+ * its scores and targets from all processes before computing AP). One trainer: nothing.
+ * 0, or -1 with *err (a collective that failed). */
+int meter_reduce(acc_meter *m, struct dist *d, char **err);
 /* The phase's value as VISSL's dict (a new reference), then counts back to zero. */
 json_t *meter_value(const acc_meter *m);
 void meter_reset(acc_meter *m);

@@ -190,8 +190,9 @@ static void memory_summary(trainer *t)
     eng_tensor p = model_params(t->m), g = model_grads(t->m), b = model_buffers(t->m);
     const double mib = 1024.0 * 1024.0;
     char device[64] = "";
-    if (eng_memory_peak(t->be))
-        snprintf(device, sizeof device, ", peak device memory %.0f MiB", (double)eng_memory_peak(t->be) / mib);
+    size_t peak = eng_memory_peak(t->be);
+    if (peak)
+        snprintf(device, sizeof device, ", peak device memory %.0f MiB", (double)peak / mib);
     log_info("Memory summary (rank %d, %s): parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
              "buffers %.2f MiB%s, peak resident %.0f MiB (host)",
              t->rank, eng_backend_name(t->be), p.base ? (double)eng_bytes(t->be, &p.shape) / mib : 0.0,
@@ -258,9 +259,9 @@ static void tb_step(trainer *t, double lr)
     tb_scalar(t->tb, "Speed/img_per_sec_per_gpu", btime > 0 ? (double)(int64_t)((double)t->batch_size / btime) : 0.0, it);
     tb_scalar(t->tb, "Speed/ETA_hours", btime * (double)left / 3600.0, it);
     tb_scalar(t->tb, "Memory/Peak_RSS_MiB", peak_rss_mb(), it); /* the host's, on any device */
-    if (eng_memory_peak(t->be)) /* VISSL's name for torch.cuda.max_memory_allocated */
-        tb_scalar(t->tb, "Memory/Peak_GPU_Memory_allocated_MiB", (double)eng_memory_peak(t->be) / (1024.0 * 1024.0),
-                  it);
+    size_t peak = eng_memory_peak(t->be);
+    if (peak) /* VISSL's name for torch.cuda.max_memory_allocated */
+        tb_scalar(t->tb, "Memory/Peak_GPU_Memory_allocated_MiB", (double)peak / (1024.0 * 1024.0), it);
     t->tb_t_last = now;
     t->tb_it_last = it;
     if (now - t->tb_last_flush >= t->tb_flush_every) {

@@ -579,12 +579,7 @@ static int reduce_phase(trainer *t, acc_meter *m, bool meter_on, double *loss_su
 {
     if (!t->dist.world)
         return 0;
-    size_t cells = sizeof m->correct / sizeof m->correct[0][0];
-    if (meter_on && m->kind == METER_ACCURACY &&
-        (dist_sum_counts(&t->dist, &m->correct[0][0], cells, err) != 0 ||
-         dist_sum_counts(&t->dist, m->total, METER_MAX_OUTPUTS, err) != 0))
-        return -1;
-    if (meter_on && meter_gather(m, &t->dist, err) != 0)
+    if (meter_on && meter_reduce(m, &t->dist, err) != 0)
         return -1;
     return loss_sum ? dist_mean(&t->dist, loss_sum, err) : 0;
 }

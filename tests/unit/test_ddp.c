@@ -504,7 +504,7 @@ static int ap_rank(rank_ctx *c, char **err)
         first += AP_ROWS[r];
     acc_meter m;
     int rc = ap_meter_feed(c->be, &m, first, AP_ROWS[c->rank], err);
-    if (rc == 0 && (rc = meter_gather(&m, &c->d, err)) == 0)
+    if (rc == 0 && (rc = meter_reduce(&m, &c->d, err)) == 0)
         ap_values(&m, res->map, res->ap);
     meter_free(&m);
     return rc;
