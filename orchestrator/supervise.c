@@ -233,20 +233,22 @@ static void drain_control(run *r);
 /* Name a stage that failed on its own, unless the run is already stopping or it said that
  * another stage caused its failure (that one is named instead, or by advance()). A stage sends
  * its final report, which says that, before it exits, but the report can still be on its way
- * when the exit is reaped: a stage that exited with an error gets PEER_GRACE_S for it first
- * (advance() judges it again), or a stage that saw its ring stopped would be named instead of
- * the stage that was stopped. */
+ * when the exit is reaped: a stage that exited gets PEER_GRACE_S for it first (advance() judges
+ * it again), or a stage that saw its ring stopped would be named instead of the stage that was
+ * stopped, and a decode stage's last count of invalid images would miss the run's summary. */
 static void judge_exit(run *r, proc *p)
 {
     int wstatus = p->wstatus;
     bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-    if (ok || r->phase == PHASE_STOPPING || (p->peer_failed_at && WIFEXITED(wstatus)))
+    if (r->phase == PHASE_STOPPING || (p->peer_failed_at && WIFEXITED(wstatus)))
         return;
     if (WIFEXITED(wstatus) && p->hello && !p->final_seen && p->judgment == EXIT_JUDGED_AT_ONCE) {
         p->judgment = EXIT_AWAITS_FINAL;
         p->final_due_by = now_seconds() + PEER_GRACE_S;
         return;
     }
+    if (ok)
+        return;
     if (p->out_fd >= 0)
         read_output(p); /* its last words, before they are quoted */
     char what[128];
