@@ -50,6 +50,8 @@ typedef struct {
     /* checked items: same shapes, logical layout, buf set exactly when momentum != 0 */
     void (*sgd_step_many)(eng_backend *be, const eng_sgd_item *items, int n);
     void (*adam_step_many)(eng_backend *be, const eng_adam_item *items, int n);
+    /* dst = dst·keep + src·take: nn.c rounds m and 1 − m to float32 as PyTorch does */
+    void (*ema)(eng_backend *be, float keep, float take, tensor_ref *src, tensor_ref *dst);
     double (*sum_squares)(eng_backend *be, tensor_ref *x);
     void (*sum_squares_many)(eng_backend *be, tensor_ref *const *xs, int n, double *out);
     double (*info_nce)(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,

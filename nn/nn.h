@@ -153,7 +153,8 @@ void eng_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *d
 /* y = x·Wᵀ + b for x N×I, W O×I, b O (may be NULL). */
 void eng_linear_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *w, const eng_tensor *b,
                        const eng_tensor *y);
-/* dx += dy·W, dW += dyᵀ·x, db += Σ_n dy. dx and db may be NULL. */
+/* dx += dy·W, dW += dyᵀ·x, db += Σ_n dy. dx, dW and db may each be NULL (a loss's product
+ * against a constant matrix needs dx alone). */
 void eng_linear_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *w, const eng_tensor *dy,
                         const eng_tensor *dx, const eng_tensor *dw, const eng_tensor *db);
 
@@ -260,6 +261,12 @@ typedef struct {
 } eng_adam_item;
 void eng_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n);
 void eng_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
+
+/* A momentum encoder's parameters following the model's (MoCo, SwAV's momentum encoder):
+ * dst = dst·m + src·(1 − m) elementwise, each product rounded to float32 and then their sum, as
+ * PyTorch's `k * m + q * (1 - m)` on float32 tensors with m and 1 − m taken to float32. src and
+ * dst have one shape (whole parameter allocations, model_params). */
+void eng_ema(eng_backend *be, double momentum, const eng_tensor *src, const eng_tensor *dst);
 
 /* Σ x², summed in double, to the host (LARC's norms). */
 double eng_sum_squares(eng_backend *be, const eng_tensor *x);

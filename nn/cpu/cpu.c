@@ -200,6 +200,7 @@ const eng_ops eng_cpu_ops = {
     .dropout_backward = cpu_dropout_backward,
     .sgd_step_many = cpu_sgd_step_many,
     .adam_step_many = cpu_adam_step_many,
+    .ema = cpu_ema,
     .sum_squares = cpu_sum_squares,
     .sum_squares_many = cpu_sum_squares_many,
     .info_nce = cpu_info_nce,

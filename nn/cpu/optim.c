@@ -1,7 +1,7 @@
 /*
  * optim.c — the cpu backend's optimizer updates: SGD (momentum, Nesterov, weight decay, LARC's
- * gradient scale) and Adam/AdamW, one pass over a parameter tensor, and the sum of squares
- * LARC's norms need.
+ * gradient scale) and Adam/AdamW, one pass over a parameter tensor, the sum of squares
+ * LARC's norms need, and a momentum encoder's moving average.
  *
  * Each update rounds after every operation in the order torch.optim (v1.13) writes it, with
  * the Python-float scalars (1 − β1, the bias corrections, the step size) computed in double
@@ -141,6 +141,21 @@ void cpu_adam_step_many(eng_backend *be, const eng_adam_item *items, int n)
 {
     (void)be;
     for_each_chunk(items, sizeof *items, offsetof(eng_adam_item, p), n, adam_chunk);
+}
+
+CPU_HOT static void ema(float keep, float take, const float *src, float *dst, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= 65536)
+    for (int64_t i = 0; i < n; i++) {
+        float kept = dst[i] * keep, taken = src[i] * take; /* two roundings, then the sum's */
+        dst[i] = kept + taken;
+    }
+}
+
+void cpu_ema(eng_backend *be, float keep, float take, tensor_ref *src, tensor_ref *dst)
+{
+    (void)be;
+    ema(keep, take, cpu_ptr(src), cpu_ptr(dst), eng_numel(&src->shape));
 }
 
 CPU_HOT static double sum_squares(const float *x, int64_t n)

@@ -259,6 +259,7 @@ const eng_ops eng_cuda_ops = {
     .dropout_backward = cuda_dropout_backward,
     .sgd_step_many = cuda_sgd_step_many,
     .adam_step_many = cuda_adam_step_many,
+    .ema = cuda_ema,
     .sum_squares = cuda_sum_squares,
     .sum_squares_many = cuda_sum_squares_many,
     .info_nce = cuda_info_nce,

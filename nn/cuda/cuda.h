@@ -100,6 +100,12 @@ static inline unsigned cuda_blocks(int64_t n, unsigned threads)
     return (unsigned)(b < 1 ? 1 : b > 65535LL * 16 ? 65535LL * 16 : b);
 }
 
+#ifdef __CUDACC__
+/* A kernel's loop over n elements whatever its launch shape (cuda_blocks caps the grid). */
+#define GRID_STRIDE(i, n) \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#endif
+
 /* ---- input (eltwise.cu) ------------------------------------------------------------------------- */
 /* The images' bytes to the device, then x = lut[channel][byte] (nn.c's eng_upload_images). */
 void cuda_upload_images(eng_backend *be, tensor_ref *x, const uint8_t *src, int src_c, const int *map,
@@ -131,6 +137,7 @@ void cuda_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n);
 void cuda_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
 
 /* ---- losses and reductions (loss.cu) ---------------------------------------------------------- */
+void cuda_ema(eng_backend *be, float keep, float take, tensor_ref *src, tensor_ref *dst);
 double cuda_sum_squares(eng_backend *be, tensor_ref *x);
 void cuda_sum_squares_many(eng_backend *be, tensor_ref *const *xs, int n, double *out);
 double cuda_info_nce(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,

@@ -20,9 +20,6 @@
 
 enum { THREADS = 256, REDUCE_THREADS = 256 };
 
-#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-                               i += (int64_t)gridDim.x * blockDim.x)
-
 /* Sum of one value per thread of the block, in a fixed tree; the result in thread 0. */
 __device__ static double block_sum(double v, double *shared)
 {

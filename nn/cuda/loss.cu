@@ -29,8 +29,6 @@
 
 enum { THREADS = 256 }; /* every block of this file; a power of two, for the trees */
 
-#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-                               i += (int64_t)gridDim.x * blockDim.x)
 /* One block's threads over the n elements of its row. */
 #define BLOCK_STRIDE(j, n) for (int64_t j = threadIdx.x; j < (n); j += blockDim.x)
 

@@ -185,9 +185,6 @@ template <class Op> static void launch_map(eng_backend *be, const walk &w, Op op
     CUDA_LAUNCHED();
 }
 
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
 /* Σ over the parts of segment g, in order. */
 __device__ static void parts_sum(const double *part, int parts, int64_t g, double *a, double *b)
 {

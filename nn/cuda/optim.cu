@@ -1,6 +1,7 @@
 /*
  * optim.cu — the cuda backend's optimizer updates: SGD (momentum, Nesterov, weight decay, LARC's
- * gradient scale) and Adam/AdamW, for a whole list of parameter tensors in one kernel launch.
+ * gradient scale) and Adam/AdamW, for a whole list of parameter tensors in one kernel launch, and
+ * a momentum encoder's moving average.
  *
  * The arithmetic is the cpu backend's (optim.c), which is torch.optim's (v1.13) float32 steps:
  * each element rounds after every operation in the same order, the Python-float scalars
@@ -185,4 +186,21 @@ extern "C" void cuda_adam_step_many(eng_backend *be, const eng_adam_item *items,
     }
     launch_jobs(be, jobs, n, adam_kernel);
     free(jobs);
+}
+
+/* ---- a momentum encoder's moving average ------------------------------------------------------ */
+
+/* dst = dst·keep + src·take, rounded as the cpu's (optim.c) and PyTorch's: two products, a sum. */
+__global__ static void ema_kernel(float keep, float take, const float *src, float *dst, int64_t n)
+{
+    GRID_STRIDE(i, n) dst[i] = __fadd_rn(__fmul_rn(dst[i], keep), __fmul_rn(src[i], take));
+}
+
+extern "C" void cuda_ema(eng_backend *be, float keep, float take, tensor_ref *src, tensor_ref *dst)
+{
+    int64_t n = eng_numel(&src->shape);
+    if (n == 0)
+        return;
+    ema_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(keep, take, cuda_ptr(src), cuda_ptr(dst), n);
+    CUDA_LAUNCHED();
 }

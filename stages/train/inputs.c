@@ -11,18 +11,27 @@
 
 int batch_input_shapes(const rec_view *v, int idx[MODEL_MAX_INPUTS], eng_shape shapes[MODEL_MAX_INPUTS], char **err)
 {
+    return batch_input_shapes_of(v, "data", idx, shapes, err);
+}
+
+int batch_input_shapes_of(const rec_view *v, const char *key, int idx[MODEL_MAX_INPUTS],
+                          eng_shape shapes[MODEL_MAX_INPUTS], char **err)
+{
     int n = 0;
-    if ((idx[0] = rec_find(v, "data.0")) >= 0)
+    char name[64];
+    snprintf(name, sizeof name, "%s.0", key);
+    if ((idx[0] = rec_find(v, name)) >= 0)
         n = 1;
     else
-        for (char name[32]; n < MODEL_MAX_INPUTS; n++) {
-            snprintf(name, sizeof name, "data.0.%d", n);
+        for (; n < MODEL_MAX_INPUTS; n++) {
+            snprintf(name, sizeof name, "%s.0.%d", key, n);
             if ((idx[n] = rec_find(v, name)) < 0)
                 break;
         }
     if (n == 0)
-        return report_failure(err, "batch %llu has no data.0 tensor (is the collate stage before this one?)",
-                              (unsigned long long)v->hdr->seq);
+        return report_failure(err, "batch %llu has no %s.0 tensor (is the collate stage before this one%s?)",
+                              (unsigned long long)v->hdr->seq, key,
+                              strcmp(key, "data") ? ", and is it the method's collator" : "");
     for (int k = 0; k < n; k++) {
         const rec_tensor *d = &v->tensors[idx[k]];
         if (d->dtype == REC_U8 && d->ndim == 4 && d->shape[3] == 3)

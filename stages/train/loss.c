@@ -18,6 +18,7 @@
  * masks give other ranks' columns neither role, so they add nothing to its value or gradient:
  * it computes on its own rows alone, the result VISSL's gives.
  * Cross-entropy and BCE run per output (each optionally L2-normalised first) and add up.
+ * SwAV is in loss_swav.c, MoCo in loss_moco.c.
  */
 #include "train/loss_internal.h"
 
@@ -25,6 +26,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +37,7 @@ static const char *const NAMES[] = {
     [LOSS_SIMCLR] = "simclr_info_nce_loss",
     [LOSS_MULTICROP_SIMCLR] = "multicrop_simclr_info_nce_loss",
     [LOSS_SWAV] = "swav_loss",
+    [LOSS_MOCO] = "moco_loss",
 };
 
 const char *loss_display_name(loss_name name) { return NAMES[name]; }
@@ -90,7 +93,7 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
         cfg_fail(err, cfg_get(config, "LOSS.name"), "config.LOSS.name",
                  "'%s' is not run by this trainer yet (CrossEntropyLoss, cross_entropy_multiple_output_single_target, "
                  "bce_logits_multiple_output_single_target, simclr_info_nce_loss, multicrop_simclr_info_nce_loss, "
-                 "swav_loss)",
+                 "swav_loss, moco_loss)",
                  name);
         return false;
     }
@@ -113,6 +116,7 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
         o.num_crops = (int)cfg_int(config, "LOSS.multicrop_simclr_info_nce_loss.num_crops");
         break;
     case LOSS_SWAV: ok = swav_options_from_config(config, &o, err); break;
+    case LOSS_MOCO: ok = moco_options_from_config(config, &o, err); break;
     }
     if (ok)
         *out = o;
@@ -221,8 +225,10 @@ loss *loss_new(eng_backend *be, const loss_options *o, loss_state *st, const eng
         l->shape[k] = outputs[k];
         l->dout[k] = eng_tensor_new(be, outputs[k]);
     }
-    int rc = is_simclr(l) ? plan_simclr(be, l, err) : o->name == LOSS_SWAV ? swav_plan(be, l, err)
-                                                                            : plan_per_output(be, l, err);
+    int rc = is_simclr(l)               ? plan_simclr(be, l, err)
+             : o->name == LOSS_SWAV     ? swav_plan(be, l, err)
+             : o->name == LOSS_MOCO     ? moco_plan(be, l, err)
+                                        : plan_per_output(be, l, err);
     if (rc != 0) {
         loss_free(be, l);
         return NULL;
@@ -259,10 +265,39 @@ loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed
 {
     loss_state *s = xcalloc(1, sizeof *s);
     s->o = *o;
+    s->seed = seed;
     s->world = world;
     if (o->name == LOSS_SWAV)
         swav_state_init(be, s, seed);
     return s;
+}
+
+int loss_state_attach(eng_backend *be, loss_state *s, const struct model *m, char **err)
+{
+    return s->o.name == LOSS_MOCO ? moco_attach(be, s, m, err) : 0;
+}
+
+int loss_state_loaded(eng_backend *be, loss_state *s, char **err)
+{
+    return s->o.name == LOSS_MOCO ? moco_loaded(be, s, err) : 0;
+}
+
+eng_entry *loss_state_add_entry(loss_state *s, const char *name, eng_entry_kind kind)
+{
+    if (s->nentries == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 16;
+        s->entries = xrealloc(s->entries, (size_t)s->cap * sizeof *s->entries);
+    }
+    eng_entry *e = &s->entries[s->nentries++];
+    *e = (eng_entry){.name = xstrdup(name), .kind = kind};
+    return e;
+}
+
+void loss_state_rank_prefix(const loss_state *s, char out[24])
+{
+    out[0] = '\0';
+    if (dist_rank(s->world) > 0)
+        snprintf(out, 24, "rank%d.", dist_rank(s->world));
 }
 
 void loss_state_free(eng_backend *be, loss_state *s)
@@ -270,9 +305,13 @@ void loss_state_free(eng_backend *be, loss_state *s)
     if (!s)
         return;
     for (int i = 0; i < s->nentries; i++) {
-        eng_tensor_free(be, &s->entries[i].value);
+        if (!s->views)
+            eng_tensor_free(be, &s->entries[i].value);
         free((char *)s->entries[i].name);
     }
+    if (s->moco)
+        moco_state_free(be, s);
+    free(s->entries);
     free(s);
 }
 
@@ -285,8 +324,10 @@ int loss_state_entries(const loss_state *s, const eng_entry **entries)
 int64_t loss_state_iterations(const loss_state *s) { return s->iterations; }
 void loss_state_set_iterations(loss_state *s, int64_t n) { s->iterations = n; }
 
-int loss_on_forward(eng_backend *be, loss_state *s, struct model *m, char **err)
+int loss_on_forward(eng_backend *be, loss_state *s, struct model *m, const rec_view *batch, char **err)
 {
+    if (s->o.name == LOSS_MOCO)
+        return moco_on_forward(be, s, m, batch, err);
     return s->o.name == LOSS_SWAV ? swav_on_forward(be, s, m, err) : 0;
 }
 
@@ -400,5 +441,7 @@ int loss_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, con
         return simclr(be, l, outputs[0], value, err);
     if (l->o.name == LOSS_SWAV)
         return swav_compute(be, l, outputs, value, err);
+    if (l->o.name == LOSS_MOCO)
+        return moco_compute(be, l, outputs, value, err);
     return per_output(be, l, outputs, b, value, err);
 }

@@ -4,16 +4,17 @@
  *
  * Losses now: CrossEntropyLoss (ClassyVision's, ignore_index −1), cross_entropy_multiple_
  * output_single_target, bce_logits_multiple_output_single_target, simclr_info_nce_loss,
- * multicrop_simclr_info_nce_loss and swav_loss, each exactly VISSL 0.1.5's forward with its
- * true gradient.
+ * multicrop_simclr_info_nce_loss, swav_loss and moco_loss, each exactly VISSL 0.1.5's forward
+ * with its true gradient.
  *
  * A loss is planned once for the model's output shapes (loss_new: its masks and buffers), then
  * loss_compute runs per step and leaves d(loss)/d(output k) in loss_grad(l, k), the seed for
  * model_backward. What a method keeps from step to step lives in a loss_state, one per run:
  * the train and test plans share it as VISSL's one loss object is shared, a checkpoint saves
  * its tensors under VISSL's state-dict names (SwAV: the embedding queue, the queue's scores
- * and the iteration count), and the method's own hooks act on it at VISSL's moments
- * (SwAVUpdateQueueScoresHook after the forward, NormalizePrototypesHook after the update).
+ * and the iteration count; MoCo: the key queue, its pointer and the momentum encoder), and the
+ * method's own hooks act on it at VISSL's moments (SwAVUpdateQueueScoresHook and MoCoHook after
+ * the forward, NormalizePrototypesHook after the update).
  * The batch carries labels AND sample indices (memory banks: NPID, PIRL) for the methods to come.
  *
  * Several trainers (dist.h): the loss state holds the run's world. SimCLR gathers every rank's
@@ -27,6 +28,7 @@
 #include "config.h"
 #include "nn.h"
 #include "params.h"
+#include "record.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,6 +40,7 @@ typedef enum {
     LOSS_SIMCLR,              /* simclr_info_nce_loss */
     LOSS_MULTICROP_SIMCLR,    /* multicrop_simclr_info_nce_loss */
     LOSS_SWAV,                /* swav_loss */
+    LOSS_MOCO,                /* moco_loss */
 } loss_name;
 
 #define LOSS_MAX_CLASS_WEIGHTS 4096
@@ -59,6 +62,14 @@ typedef struct {
     bool normalize_last_layer;
 } swav_options;
 
+/* LOSS.moco_loss (vissl/losses/moco_loss.py; embedding_dim and temperature are loss_options'),
+ * and MoCoHook's shuffle_batch (not MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN). */
+typedef struct {
+    int64_t queue_size;
+    double momentum;
+    bool shuffle_batch;
+} moco_options;
+
 typedef struct {
     loss_name name;
     double temperature;           /* SimCLR losses (0.1); cross-entropy multi-output (1.0) */
@@ -71,10 +82,12 @@ typedef struct {
     float weight[LOSS_MAX_CLASS_WEIGHTS]; /* cross-entropy multi-output class weights */
     int nweight;                  /* 0: no weights (null) */
     swav_options swav;            /* swav_loss (with temperature, embedding_dim, num_crops) */
+    moco_options moco;            /* moco_loss (with temperature, embedding_dim) */
 } loss_options;
 
 /* LOSS of a composed config's `config` map (LOSS.name and LOSS.<name>). Refuses, with its line, a
- * loss this trainer does not run yet. */
+ * loss this trainer does not run yet, and a method whose data does not fit it (MoCo: a collator
+ * other than moco_collator, a queue that is not a multiple of the global batch). */
 bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err *err);
 const char *loss_display_name(loss_name name);
 
@@ -100,6 +113,14 @@ struct model;
 struct dist;
 loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed, struct dist *world);
 void loss_state_free(eng_backend *be, loss_state *s);
+/* The state's part that depends on the model, once it is built and before a checkpoint is
+ * loaded into the state (MoCo: the momentum encoder, a second model of m's options whose
+ * parameters become m's at the first forward). 0, or -1 with *err; nothing for the others. */
+int loss_state_attach(eng_backend *be, loss_state *s, const struct model *m, char **err);
+/* After a checkpoint was loaded into the state's tensors: what the state keeps on the host
+ * follows them (MoCo's queue pointer; its encoder then follows the model from the loaded
+ * values on). 0, or -1 with *err for a checkpoint value the state cannot take. */
+int loss_state_loaded(eng_backend *be, loss_state *s, char **err);
 
 /* Its tensors for a checkpoint, named loss.<VISSL's state-dict name> (n, possibly 0; on rank
  * r > 0 of several trainers rank<r>.loss.<name>: rank 0's checkpoint holds every rank's), and the
@@ -110,10 +131,11 @@ int64_t loss_state_iterations(const loss_state *s);
 void loss_state_set_iterations(loss_state *s, int64_t n);
 
 /* The loss's hooks. After every forward (train and test), before the loss: SwAV's queue
- * scores from the current prototypes, once the queue is on. After every optimizer update:
+ * scores from the current prototypes, once the queue is on; MoCo's encoder follows the model
+ * and computes the keys of the batch's data_momentum view. After every optimizer update:
  * SwAV's prototypes L2-normalised per row (normalize_last_layer). -1 with *err when the model
- * lacks what the hook needs. */
-int loss_on_forward(eng_backend *be, loss_state *s, struct model *m, char **err);
+ * or the batch lacks what the hook needs. */
+int loss_on_forward(eng_backend *be, loss_state *s, struct model *m, const rec_view *batch, char **err);
 int loss_on_update(eng_backend *be, loss_state *s, struct model *m, char **err);
 
 /* ---- planning and computing ----------------------------------------------------------------- */

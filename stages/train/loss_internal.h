@@ -1,6 +1,6 @@
 /*
- * loss_internal.h — what loss.c and loss_swav.c share: a planned loss and the run's loss
- * state. Nothing outside stages/train/loss*.c reads these.
+ * loss_internal.h — what loss.c, loss_swav.c and loss_moco.c share: a planned loss and the
+ * run's loss state. Nothing outside stages/train/loss*.c reads these.
  */
 #ifndef SELFSUP_TRAIN_LOSS_INTERNAL_H
 #define SELFSUP_TRAIN_LOSS_INTERNAL_H
@@ -9,15 +9,27 @@
 #include "train/loss.h"
 
 #define LOSS_MAX_OUTPUTS 16
-#define LOSS_MAX_STATE (LOSS_MAX_PROTOTYPES + 1)
+
+struct moco_state;
 
 struct loss_state {
     loss_options o;
-    dist *world;                         /* the run's trainers (dist.h; NULL: this one alone) */
-    int64_t iterations;                  /* the loss's forwards so far (SwAV's num_iteration) */
-    eng_entry entries[LOSS_MAX_STATE];   /* SwAV: local_queue<h> (A × L × K_h), local_emb_queue (A × L × D) */
-    int nentries;
+    uint64_t seed;       /* SEED_VALUE: the state's random starts (queues, MoCo's encoder) */
+    dist *world;         /* the run's trainers (dist.h; NULL: this one alone) */
+    int64_t iterations;  /* the loss's forwards so far (SwAV's num_iteration) */
+    /* The checkpoint's tensors. SwAV: local_queue<h> (A × L × K_h), local_emb_queue (A × L × D),
+     * each owning its memory; MoCo: views of moco_state's. Every name is the state's. */
+    eng_entry *entries;
+    int nentries, cap;
+    bool views; /* the entries' tensors belong to moco_state, which frees them */
+    struct moco_state *moco;
 };
+
+/* A new entry at the end of s->entries, named `name` (copied), its value still to be set. */
+eng_entry *loss_state_add_entry(loss_state *s, const char *name, eng_entry_kind kind);
+/* "rank<r>." on rank r > 0 of several trainers, else "": where rank 0's checkpoint puts the
+ * rank's own state. */
+void loss_state_rank_prefix(const loss_state *s, char out[24]);
 
 struct loss {
     loss_options o;
@@ -39,5 +51,14 @@ int swav_plan(eng_backend *be, loss *l, char **err);
 int swav_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, double *value, char **err);
 int swav_on_forward(eng_backend *be, loss_state *s, struct model *m, char **err);
 int swav_on_update(eng_backend *be, loss_state *s, struct model *m, char **err);
+
+/* loss_moco.c */
+bool moco_options_from_config(const cfg_node *config, loss_options *o, cfg_err *err);
+int moco_attach(eng_backend *be, loss_state *s, const struct model *m, char **err);
+int moco_loaded(eng_backend *be, loss_state *s, char **err);
+void moco_state_free(eng_backend *be, loss_state *s);
+int moco_plan(eng_backend *be, loss *l, char **err);
+int moco_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, double *value, char **err);
+int moco_on_forward(eng_backend *be, loss_state *s, struct model *m, const rec_view *batch, char **err);
 
 #endif

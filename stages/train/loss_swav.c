@@ -95,9 +95,7 @@ bool swav_options_from_config(const cfg_node *config, loss_options *o, cfg_err *
 
 static void add_entry(eng_backend *be, loss_state *s, const char *name, eng_shape shape, rng_stream *r, double half)
 {
-    eng_entry *e = &s->entries[s->nentries++];
-    e->name = xstrdup(name);
-    e->kind = ENG_BUFFER;
+    eng_entry *e = loss_state_add_entry(s, name, ENG_BUFFER);
     e->value = eng_tensor_new(be, shape);
     size_t n = (size_t)eng_numel(&shape);
     float *v = xmalloc(n * sizeof *v);
@@ -115,9 +113,8 @@ void swav_state_init(eng_backend *be, loss_state *s, uint64_t seed)
     rng_stream r;
     rng_stream_init(&r, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_DATASET});
     int64_t a = o->ncrops_for_assign, len = o->queue_length;
-    char rank[24] = "", name[96]; /* rank r > 0: its own queue's place in rank 0's checkpoint */
-    if (dist_rank(s->world) > 0)
-        snprintf(rank, sizeof rank, "rank%d.", dist_rank(s->world));
+    char rank[24], name[96]; /* rank r > 0: its own queue's place in rank 0's checkpoint */
+    loss_state_rank_prefix(s, rank);
     for (int h = 0; h < o->nheads; h++) {
         snprintf(name, sizeof name, "%sloss.swav_criterion.local_queue%d", rank, h);
         add_entry(be, s, name, eng_shape3(a, len, o->num_prototypes[h]), &r, 1.0);

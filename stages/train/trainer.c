@@ -67,7 +67,8 @@ static const char *data_parallel_gap(const cfg_node *config, const char **key)
                                                "bce_logits_multiple_output_single_target",
                                                "simclr_info_nce_loss",
                                                "multicrop_simclr_info_nce_loss",
-                                               "swav_loss"};
+                                               "swav_loss",
+                                               "moco_loss"};
     bool local = false;
     for (size_t k = 0; k < ARRAY_LEN(ready_losses); k++)
         local |= !strcmp(loss_key, ready_losses[k]);
@@ -301,6 +302,17 @@ static bool join_world(trainer *t, const trainer_options *o, cfg_err *err)
     return false;
 }
 
+/* The loss state's part that needs the model (MoCo's momentum encoder). */
+static bool attach_loss_state(trainer *t, cfg_err *err)
+{
+    char *why = NULL;
+    if (loss_state_attach(t->be, t->loss_st, t->m, &why) == 0)
+        return true;
+    cfg_fail(err, cfg_get(t->config, "LOSS"), "config.LOSS", "%s", why);
+    free(why);
+    return false;
+}
+
 /* A trainer with nothing built yet: the counters and the values read straight from the
  * config, and schedules trainer_free can free. */
 static trainer *trainer_alloc(const cfg_node *config, const trainer_options *o)
@@ -366,6 +378,7 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     ok = ok && build_model(t, o, err) && build_optimizer(t, err);
     if (ok) /* before prepare_dir: a resumed checkpoint restores it */
         t->loss_st = loss_state_new(t->be, &t->lo, (uint64_t)cfg_int(config, "SEED_VALUE"), &t->dist);
+    ok = ok && attach_loss_state(t, err);
     ok = ok && prepare_dir(t, err) && join_world(t, o, err) && monitor_open(t, err);
     if (!ok) {
         trainer_free(t);
@@ -538,6 +551,8 @@ static int load_state(trainer *t, ckpt_state *cs, char **err)
     optim_state_entries_free(opt_entries, nopt);
     if (rc != 1)
         return rc;
+    if (loss_state_loaded(t->be, t->loss_st, err) != 0)
+        return -1;
     t->iteration = cs->iteration;
     t->batches_done = cs->batches_done;
     loss_state_set_iterations(t->loss_st, cs->loss_iterations);
@@ -611,7 +626,7 @@ static int test_step(trainer *t, const rec_view *batch, char **err)
     if (load_inputs(t, batch, &t->test_loss, err) != 0)
         return -1;
     model_forward(t->be, t->m, false);
-    if (loss_on_forward(t->be, t->loss_st, t->m, err) != 0)
+    if (loss_on_forward(t->be, t->loss_st, t->m, batch, err) != 0)
         return -1;
     const eng_tensor *outs[MAX_OUTPUTS];
     for (int k = 0; k < model_output_count(t->m); k++)
@@ -881,7 +896,7 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
         return -1;
     t0 = lap(t, PERF_FORWARD, t0);
     monitor_forward(t);
-    if (loss_on_forward(t->be, t->loss_st, t->m, err) != 0)
+    if (loss_on_forward(t->be, t->loss_st, t->m, batch, err) != 0)
         return -1;
     t->iteration++;
     const eng_tensor *outs[MAX_OUTPUTS];

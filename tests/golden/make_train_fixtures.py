@@ -21,6 +21,9 @@ Cases:
   adamw        as simclr_larc with AdamW (betas 0.9, 0.999; weight decay 0.05; constant LR 0.01)
   swav_queue   swav_loss with its queue and hooks (SWAV below); queue0.npy holds the embedding
                queue's starting values, which the C side loads into the loss state
+  moco         moco_loss with MoCoHook's momentum encoder (MOCO below); queue0.npy is the key
+               queue's start (rows: VISSL's queue transposed), loaded into the loss state;
+               queue.npy, enc.npy the queue and the encoder's head parameters after the 5 steps
 
 ce_multistep also has test phases, as VISSL runs them with TEST_MODEL and TEST_EVERY_NUM_EPOCH
 2 over its five epochs: after epochs 0, 2 and 4 the model (no update, no gradient) scores two
@@ -45,6 +48,7 @@ Files (tests/golden/fixtures/train/CASE_*):
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_train_fixtures.py
 """
+import copy
 import math
 import os
 import sys
@@ -250,6 +254,95 @@ def swav_case(norm):
           f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
 
 
+# moco: MoCo v2 over five steps. moco_collator batches of B images: data.0 the queries' crops,
+# data_momentum.0 the keys'; heads [mlp 512→64 ReLU], [mlp 64→16]; moco_loss with a queue of 16
+# keys (4 steps fill it), T 0.2; the encoder follows with m 0.9 (VISSL's MoCoHook: built from a
+# fresh model, so its BN buffers are the defaults, its parameters the model's at the first forward,
+# then k·m + q·(1 − m) before every later one; its frozen trunk in eval mode as the model's);
+# SGD momentum 0.9, weight decay 1e-4, cosine LR 0.3 → 0 per step.
+MOCO = dict(heads=[["mlp", {"dims": [512, 64], "use_relu": True}], ["mlp", {"dims": [64, 16]}]],
+            queue=16, T=0.2, m=0.9, wd=1e-4, lr=lambda k: 0.3 * (1 + math.cos(math.pi * k / STEPS)) / 2)
+
+
+def moco_encoder(model):
+    """VISSL's build_model for the encoder: the same modules, BN buffers as a fresh build leaves them."""
+    enc = copy.deepcopy(model)
+    for m in enc.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.reset_running_stats()
+    for p in enc.parameters():
+        p.requires_grad_(False)
+    return enc
+
+
+def train_moco(data, queue0, dtype):
+    """VISSL's MoCo step: query forward, MoCoHook.on_forward (encoder update, keys), MoCoLoss
+    (logits against the old queue, then the enqueue), SGD."""
+    c = MOCO
+    model = M.Model(M.Trunk(18, True), M.heads_modules(c["heads"])).to(dtype).train()
+    model.trunk.eval()
+    for p in model.trunk.parameters():
+        p.requires_grad_(False)
+    encoder = moco_encoder(model)
+    group_of = O.vissl_groups(model, False, True, [])
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    wds = [c["wd"], 0.0, c["wd"], 0.0, c["wd"]]
+    groups = [{"params": [p for n, p in params if group_of[n] == g], "weight_decay": wds[g]}
+              for g in range(5) if any(group_of[n] == g for n, _ in params)]
+    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+    w0 = [p.detach().clone() for _, p in params]
+    queue, ptr, losses = queue0.clone().to(dtype), 0, []
+    for k, u8 in enumerate(data):
+        out = forward(model, to_input(u8[:B]).to(dtype))
+        with torch.no_grad():
+            for pq, pk in zip(model.parameters(), encoder.parameters()):
+                if k == 0:
+                    pk.copy_(pq)
+                else:
+                    pk.data = pk.data * c["m"] + pq.data * (1.0 - c["m"])
+            key = F.normalize(forward(encoder, to_input(u8[B:]).to(dtype)), dim=1)
+        q = F.normalize(out, dim=1)
+        logits = torch.cat([(q * key).sum(1, keepdim=True), q @ queue.clone().T], dim=1) / c["T"]
+        queue[ptr:ptr + B] = key
+        ptr = (ptr + B) % c["queue"]
+        loss = F.cross_entropy(logits, torch.zeros(B, dtype=torch.long))
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        for g in opt.param_groups:
+            g["lr"] = c["lr"](k)
+        opt.step()
+    delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
+    enc = np.concatenate([p.detach().double().numpy().ravel() for n, p in encoder.named_parameters()
+                          if n.startswith("heads.")])
+    return np.array(losses), delta, queue.double().numpy(), enc
+
+
+def moco_case(norm):
+    data = batches(47)
+    g = torch.Generator().manual_seed(53)
+    queue0 = F.normalize(torch.randn(MOCO["queue"], 16, generator=g), dim=1)  # VISSL's randn(D, Q), dim 0
+    losses, delta, queue, enc = train_moco(data, queue0, torch.float64)
+    losses32, delta32, _, _ = train_moco(data, queue0, torch.float32)
+    out = lambda n, a: golden.save_array(os.path.join(OUT, f"moco_{n}.npy"), a)
+    out("loss", losses)
+    out("loss32", losses32)
+    out("delta", delta)
+    out("queue0", queue0.numpy())
+    out("queue", queue)
+    out("enc", enc)
+    out("floor", np.array([np.max(np.abs(losses32 - losses) / np.abs(losses)),
+                           np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta))]))
+    with open(os.path.join(OUT, "moco_batches.rec"), "wb") as f:
+        for k, u8 in enumerate(data):
+            records.write_record(f, {"data.0": u8[:B].numpy(), "data_momentum.0": u8[B:].numpy(),
+                                     "normalize": norm}, seq=k)
+        records.write_eos(f, len(data))
+    print(f"moco: losses {losses.round(5)}; torch float32 vs float64: loss "
+          f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
+          f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     norm = np.array([[255.0] * 3, MEAN, STD], dtype=np.float32)
@@ -283,6 +376,7 @@ def main():
               f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
               f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
     swav_case(norm)
+    moco_case(norm)
 
 
 if __name__ == "__main__":

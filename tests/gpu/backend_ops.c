@@ -41,6 +41,7 @@
  *   shapes (every variant); linear with a small
  *   reduction (≤ 7)
  *   dropout's zero pattern                           exact  the same counter-based mask
+ *   ema                                              exact  two float products and a sum
  *   upload_images                                    exact  the same table of 256 values
  *   conv (fwd, bwd), conv_bn_forward_eval,           1e-4   fp32 dot products of up to 25088
  *   linear with a large reduction (2048, or N = 64)         terms summed in another order
@@ -577,6 +578,15 @@ static void sgd_step(ctx *c)
         snprintf(name, sizeof name, "buf%d", i);
         check(c, name, it[i].buf);
     }
+}
+
+/* A momentum encoder's update: both backends round the two products and the sum alike. */
+static void ema(ctx *c)
+{
+    eng_shape s = act_shape(c->p);
+    eng_tensor *src = input(c, s, -1, 1), *dst = input(c, s, -1, 1);
+    eng_ema(c->be, c->p->f, src, dst);
+    check(c, "dst", dst);
 }
 
 /* Adam and AdamW at their first step (m = v = 0) and at step 5 (moments already there). */
@@ -1117,6 +1127,8 @@ static const test_case CASES[] = {
     {"sgd_step_many", sgd_step, TOL_FP32, {.variant = 4, .note = "6items,nesterov,first"}},
     {"sgd_step_many", sgd_step, TOL_FP32, {.variant = 5, .note = "6items,larc_grad_scale=0.0372"}},
     {"sgd_step_many", sgd_step, TOL_FP32, {.variant = OPT_MIXED, .note = "6items,each_setting_once"}},
+    {"ema", ema, 0, {ODD, .f = 0.999, .note = "m=0.999"}},
+    {"ema", ema, 0, {NC(1, 11689512), .f = 0.99, .note = "m=0.99,resnet18_params"}},
     {"adam_step_many", adam_step, TOL_FP32, {.variant = 0, .note = "6items,adam,step=1"}},
     {"adam_step_many", adam_step, TOL_FP32, {.variant = 1, .note = "6items,adam,step=5"}},
     {"adam_step_many", adam_step, TOL_FP32, {.variant = 2, .note = "6items,adamw,step=1"}},

@@ -958,6 +958,155 @@ Test(ddp, two_trainers_train_as_pytorch_ddp_does, .timeout = 300)
     expect_ddp_golden("swav", GOLDEN_SWAV);
 }
 
+/* ---- MoCo: the key batch shuffled across the ranks ---------------------------------------------- */
+
+#define MOCO_QUEUE 16 /* make_train_fixtures.py's MOCO: 16 keys of 16 */
+
+static const char GOLDEN_MOCO[] = GOLDEN_BASE
+    "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 2, COLLATE_FUNCTION: moco_collator}}\n"
+    "  LOSS: {name: moco_loss, moco_loss: {embedding_dim: 16, queue_size: 16, momentum: 0.9, temperature: 0.2}}\n"
+    "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
+    "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n";
+
+typedef struct {
+    golden_result g;
+    float queue[MOCO_QUEUE * 16];
+} moco_result;
+
+/* Rows [first, first + n) of every image tensor of v (and its normalize rows) as a record in buf. */
+static size_t rows_of(const rec_view *v, int first, int n, void *buf, size_t cap)
+{
+    rec_writer w;
+    if (rec_writer_init(&w, buf, cap, REC_DATA, v->hdr->seq, v->hdr->epoch, v->hdr->n_tensors) != 0)
+        return 0;
+    for (int i = 0; i < (int)v->hdr->n_tensors; i++) {
+        const rec_tensor *t = &v->tensors[i];
+        uint64_t shape[REC_MAX_DIMS];
+        memcpy(shape, t->shape, sizeof shape);
+        const uint8_t *data = rec_data(v, i);
+        if (strcmp(t->name, "normalize")) { /* data.0, data_momentum.0: uint8 N × H × W × 3 */
+            size_t row = rec_numel(v, i) / t->shape[0];
+            data += (size_t)first * row;
+            shape[0] = (uint64_t)n;
+        }
+        if (rec_add_copy(&w, t->name, (rec_dtype)t->dtype, t->ndim, shape, data) != 0)
+            return 0;
+    }
+    return rec_finish(&w);
+}
+
+static const eng_entry *state_entry(trainer *t, const char *name)
+{
+    const eng_entry *e;
+    int n = loss_state_entries(trainer_loss_state(t), &e);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e[i].name, name))
+            return &e[i];
+    return NULL;
+}
+
+/* Rank `rank`'s half of every batch of the one-trainer fixture through trainer_step. */
+static int feed_moco_rank(trainer *t, int rank, double *losses, char **err)
+{
+    char *path = test_fixture("train", "moco_batches.rec");
+    int fd = open(path, O_RDONLY), k = 0, rc = fd < 0 ? report_failure(err, "%s: cannot open", path) : 0;
+    rec_buf buf = {0};
+    rec_view v, half;
+    size_t cap = 1 << 20, len;
+    void *out = aligned_alloc(64, cap);
+    while (rc == 0 && k < GOLDEN_STEPS && rec_fd_read(fd, &buf, &v, NULL, err) == 1 && v.hdr->kind == REC_DATA) {
+        rc = (len = rows_of(&v, 2 * rank, 2, out, cap)) && !rec_parse(out, len, &half, err) &&
+                     !trainer_step(t, &half, half.hdr->epoch, err)
+                 ? 0
+                 : -1;
+        losses[k++] = trainer_last_loss(t);
+    }
+    rc = rc ? rc : k == GOLDEN_STEPS ? trainer_finish(t, false, err) : report_failure(err, "%d steps", k);
+    rec_buf_free(&buf);
+    free(out);
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return rc;
+}
+
+static void moco_rank_main(moco_result *res, int rank, const char *name, const char *dir)
+{
+    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s/rank%d'}\n", GOLDEN_MOCO, dir, rank), *err = NULL;
+    cfg_t cfg = {0};
+    cfg_err cerr;
+    coll_shm_options co = {.timeout_ms = 60000};
+    coll *c = coll_shm_join(name, rank, 2, &co, &err);
+    trainer *t = NULL;
+    if (c && test_compose(&cfg, &cerr, full, NULL)) {
+        trainer_options o = {
+            .rank = rank, .world_size = 2, .world = c, .threads = 1, .steps_per_epoch = GOLDEN_STEPS};
+        if (!(t = trainer_new(cfg_map_get(cfg.root, "config"), &o, &cerr)))
+            err = xstrdup(cerr.msg);
+    } else if (c) {
+        err = xstrdup(cerr.msg);
+    }
+    const eng_entry *queue = t ? state_entry(t, rank ? "rank1.loss.queue" : "loss.queue") : NULL;
+    if (queue) {
+        model_init_formula(trainer_backend(t), trainer_model(t));
+        npy_array q0 = test_fixture_npy("train", "moco", "queue0");
+        eng_upload(trainer_backend(t), &queue->value, q0.data);
+        npy_close(&q0);
+        res->g.n = head_values(t, res->g.w0);
+        res->g.ok = feed_moco_rank(t, rank, res->g.loss, &err) == 0 && head_values(t, res->g.w1) == res->g.n;
+        eng_download(trainer_backend(t), &queue->value, res->queue);
+    }
+    snprintf(res->g.err, sizeof res->g.err, "%s", err ? err : t && !queue ? "no loss.queue" : "");
+    _exit(res->g.ok ? 0 : 1);
+}
+
+/* MoCo on 2 trainers of 2 images against VISSL's one trainer of 4 (the trainer golden's
+ * make_train_fixtures.py moco case). The trunk is frozen in eval mode and the heads have no
+ * batch norm, so a key is its image's alone: the batch shuffle across the ranks (MoCo's BN trick,
+ * on without SyncBN) must hand each rank its own keys back in order, the queue must take the
+ * world's 4 keys in rank order, and the ranks' mean loss and averaged gradients are then the
+ * one trainer's. A key put back in the wrong row breaks the positives, and the losses. */
+Test(ddp, moco_with_two_trainers_shuffles_the_keys_and_trains_the_model_one_trainer_trains, .timeout = 300)
+{
+    moco_result *res = mmap(NULL, 2 * sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(res != MAP_FAILED);
+    memset(res, 0, 2 * sizeof *res);
+    char *dir = test_make_tmpdir(), *name = ring_name("ddpmoco");
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        cr_assert((pids[r] = fork()) >= 0);
+        if (pids[r] == 0)
+            moco_rank_main(&res[r], r, name, dir);
+    }
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(test_wait_child(pids[r], 200000), 0, "moco rank %d: %s", r, res[r].g.err);
+    cr_assert_arr_eq(res[0].g.w1, res[1].g.w1, res[0].g.n * sizeof(float), "the ranks are not one model");
+    cr_assert_arr_eq(res[0].queue, res[1].queue, sizeof res[0].queue, "the ranks' queues differ");
+    npy_array want = test_fixture_npy("train", "moco", "loss"), delta = test_fixture_npy("train", "moco", "delta"),
+              queue = test_fixture_npy("train", "moco", "queue");
+    const double *wl = want.data, *wd = delta.data, *wq = queue.data;
+    for (int k = 0; k < GOLDEN_STEPS; k++)
+        cr_expect_leq(fabs(res[0].g.loss[k] - wl[k]), 1e-4 * fabs(wl[k]), "step %d: loss %.9g, VISSL's %.9g", k,
+                      res[0].g.loss[k], wl[k]);
+    cr_assert_eq(res[0].g.n, delta.count);
+    double worst = 0, top = 0, worst_q = 0;
+    for (size_t i = 0; i < res[0].g.n; i++) {
+        worst = fmax(worst, fabs((double)res[0].g.w1[i] - (double)res[0].g.w0[i] - wd[i]));
+        top = fmax(top, fabs(wd[i]));
+    }
+    for (size_t i = 0; i < queue.count; i++)
+        worst_q = fmax(worst_q, fabs((double)res[0].queue[i] - wq[i]));
+    cr_expect_leq(worst, 1e-3 * top, "update error %.3g of %.3g", worst, top);
+    cr_expect_leq(worst_q, 1e-3, "queue error %.3g", worst_q);
+    if (getenv("DDP_VERBOSE"))
+        fprintf(stderr, "ddp moco: update error %.3g, queue error %.3g\n", worst / top, worst_q);
+    npy_close(&want), npy_close(&delta), npy_close(&queue);
+    test_rm_rf(dir);
+    free(dir), free(name);
+    munmap(res, 2 * sizeof *res);
+}
+
 /* ---- under selfsup run ------------------------------------------------------------------------- */
 
 /* `selfsup run quickstart/<recipe>` on a small Fashion-MNIST (256 images, 2 epochs of 4 steps)

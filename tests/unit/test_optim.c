@@ -307,3 +307,25 @@ Test(optim, one_fused_call_updates_every_tensor_as_a_call_each)
     }
     eng_backend_close(be);
 }
+
+/* A momentum encoder's update, k·m + q·(1 − m), against PyTorch 1.13's float32 tensors
+ * (`k * 0.999 + q * (1.0 - 0.999)`, printed with float.hex): each product is rounded, then the
+ * sum. The pairs are ones where computing it in double and rounding once gives another float. */
+Test(optim, ema_rounds_each_product_as_torch_does)
+{
+    static const float k[] = {-0x1.bc4abap-2f, -0x1.4398dap-2f, -0x1.4369e8p+0f, 0x1.6661fep-2f, 1.0f, 0.0f};
+    static const float q[] = {0x1.2ac7a4p-3f, 0x1.376bc8p-3f, -0x1.5f0344p-1f, 0x1.371f8ap-1f, 0.0f, 1.0f};
+    static const float torch[] = {-0x1.bbb2c0p-2f, -0x1.431e28p-2f, -0x1.43440cp+0f, 0x1.66a58cp-2f, 0.999f,
+                                  (float)(1.0 - 0.999)};
+    eng_backend *be = nnt_open_cpu();
+    eng_tensor src = eng_tensor_new(be, eng_shape2(1, 6)), dst = eng_tensor_new(be, eng_shape2(1, 6));
+    eng_upload(be, &src, q);
+    eng_upload(be, &dst, k);
+    eng_ema(be, 0.999, &src, &dst);
+    float got[6];
+    eng_download(be, &dst, got);
+    for (int i = 0; i < 6; i++)
+        cr_expect_eq(got[i], torch[i], "element %d: %a, torch %a", i, (double)got[i], (double)torch[i]);
+    eng_tensor_free(be, &src), eng_tensor_free(be, &dst);
+    eng_backend_close(be);
+}

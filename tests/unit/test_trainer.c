@@ -79,6 +79,16 @@ static const char SWAV_YAML[] =
     "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n";
 
+/* MoCo (make_train_fixtures.py's MOCO): moco_collator batches, a queue of 16 keys, the momentum
+ * encoder at 0.9. */
+static const char MOCO_YAML[] =
+    "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: moco_collator}}\n" MODEL_PART
+    "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"
+    "  LOSS: {name: moco_loss, moco_loss: {embedding_dim: 16, queue_size: 16, momentum: 0.9, temperature: 0.2}}\n"
+    "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
+    "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n";
+
 static npy_array load(const char *kase, const char *what) { return test_fixture_npy("train", kase, what); }
 
 /* The composed config with CHECKPOINT.DIR = dir; kept alive in *cfg. */
@@ -260,6 +270,71 @@ Test(trainer, swav_with_queue_and_hooks_matches_vissl, .timeout = 300)
     check_training("swav_queue", losses, w0, w1, n1);
     cr_expect_eq(loss_state_iterations(trainer_loss_state(t)), STEPS);
     free(w0), free(w1);
+    trainer_free(t);
+    cfg_destroy(&cfg);
+    test_rm_dir(dir);
+}
+
+/* The largest difference between float values and a float64 fixture, relative to its largest. */
+static double relative_error(const float *got, const npy_array *want, size_t n)
+{
+    cr_assert_eq(n, want->count);
+    double worst = 0.0, top = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)got[i] - ((const double *)want->data)[i]));
+        top = fmax(top, fabs(((const double *)want->data)[i]));
+    }
+    return worst / top;
+}
+
+/* The momentum encoder's head parameters, in state-dict order. */
+static float *encoder_heads(trainer *t, size_t *n)
+{
+    const eng_entry *e;
+    int ne = loss_state_entries(trainer_loss_state(t), &e);
+    float *all = NULL;
+    *n = 0;
+    for (int i = 0; i < ne; i++) {
+        if (strncmp(e[i].name, "loss.moco_encoder.heads.", 24))
+            continue;
+        size_t k = (size_t)eng_numel(&e[i].value.shape);
+        all = realloc(all, (*n + k) * sizeof *all);
+        eng_download(trainer_backend(t), &e[i].value, all + *n);
+        *n += k;
+    }
+    return all;
+}
+
+/* MoCo through the trainer: the loss, the queue the keys fill, and the momentum encoder that
+ * follows the model, against VISSL's MoCoHook and MoCoLoss in float64. */
+Test(trainer, moco_with_its_queue_and_momentum_encoder_matches_vissl, .timeout = 300)
+{
+    char *dir = test_make_tmpdir();
+    cfg_t cfg;
+    trainer *t = make_trainer(MOCO_YAML, dir, 5, false, &cfg);
+    model_init_formula(trainer_backend(t), trainer_model(t));
+    npy_array q0 = load("moco", "queue0");
+    const eng_entry *queue = loss_entry(t, "loss.queue");
+    cr_assert_eq(q0.count, (size_t)eng_numel(&queue->value.shape));
+    eng_upload(trainer_backend(t), &queue->value, q0.data);
+    size_t n0, n1, ne, nq = q0.count;
+    float *w0 = trained_values(t, &n0);
+    double losses[STEPS];
+    feed(t, "moco", losses);
+    float *w1 = trained_values(t, &n1), *enc = encoder_heads(t, &ne), *q = xmalloc(nq * sizeof *q), ptr;
+    cr_assert_eq(n0, n1);
+    check_training("moco", losses, w0, w1, n1);
+    eng_download(trainer_backend(t), &loss_entry(t, "loss.queue")->value, q);
+    eng_download(trainer_backend(t), &loss_entry(t, "loss.queue_ptr")->value, &ptr);
+    npy_array want_q = load("moco", "queue"), want_enc = load("moco", "enc");
+    double eq = relative_error(q, &want_q, nq), ee = relative_error(enc, &want_enc, ne);
+    if (getenv("TRAINER_VERBOSE"))
+        fprintf(stderr, "trainer: moco queue error %.3g, encoder error %.3g\n", eq, ee);
+    cr_expect_leq(eq, 1e-3, "the queue after 5 steps: error %g", eq);
+    cr_expect_leq(ee, 1e-3, "the momentum encoder's heads after 5 steps: error %g", ee);
+    cr_expect_eq(ptr, 4.0f, "5 batches of 4 keys into a queue of 16 leave the pointer at 4, not %g", (double)ptr);
+    npy_close(&q0), npy_close(&want_q), npy_close(&want_enc);
+    free(w0), free(w1), free(enc), free(q);
     trainer_free(t);
     cfg_destroy(&cfg);
     test_rm_dir(dir);
@@ -815,16 +890,27 @@ static const struct {
      "start_iter: 2}}}\n"
      "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
      "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+    {"moco", 5, /* the queue, its pointer and the momentum encoder (its own BN statistics) come back */
+     "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
+     "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: moco_collator}}\n"
+     "  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"
+     "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"
+     "  LOSS: {name: moco_loss, moco_loss: {embedding_dim: 16, queue_size: 8, momentum: 0.9, temperature: 0.2}}\n"
+     "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, nesterov: true, num_epochs: 1,\n"
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
 };
 
-/* Every tensor of the model (parameters and running statistics), one array. */
+/* Every tensor of the model (parameters and running statistics), then the loss state's
+ * (queues, a momentum encoder), one array. */
 static float *model_state(trainer *t, size_t *n)
 {
     model *m = trainer_model(t);
+    const eng_entry *loss_entries;
+    int nm = model_entry_count(m), nl = loss_state_entries(trainer_loss_state(t), &loss_entries);
     *n = 0;
     float *all = NULL;
-    for (int i = 0; i < model_entry_count(m); i++) {
-        const eng_entry *e = model_entry_at(m, i);
+    for (int i = 0; i < nm + nl; i++) {
+        const eng_entry *e = i < nm ? model_entry_at(m, i) : &loss_entries[i - nm];
         size_t k = (size_t)eng_numel(&e->value.shape);
         all = realloc(all, (*n + k) * sizeof *all);
         eng_download(trainer_backend(t), &e->value, all + *n);
@@ -859,8 +945,9 @@ static void rm_rf(char *dir)
 }
 
 /* Stop after k batches (k = 1 … 4), resume from the checkpoint with the same batches coming
- * again from the start (the ones already trained are skipped), finish: every weight and running
- * statistic is bitwise the uninterrupted run's, and so is metrics.json. */
+ * again from the start (the ones already trained are skipped), finish: every weight, running
+ * statistic and tensor of the loss's state is bitwise the uninterrupted run's, and so is
+ * metrics.json. */
 Test(trainer, resume_after_a_stop_at_any_iteration_is_bitwise_exact, .timeout = 600)
 {
     for (size_t c = 0; c < ARRAY_LEN(RESUME_CASES); c++) {
