@@ -45,6 +45,10 @@ typedef struct {
     void (*add_backward)(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *da, tensor_ref *db);
     void (*l2norm_forward)(eng_backend *be, tensor_ref *x, tensor_ref *y);
     void (*l2norm_backward)(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
+    /* idx: n × k row numbers of bank, checked by nn.c */
+    void (*bank_scores_forward)(eng_backend *be, tensor_ref *bank, const int64_t *idx, tensor_ref *x, tensor_ref *y);
+    void (*bank_scores_backward)(eng_backend *be, tensor_ref *bank, const int64_t *idx, tensor_ref *dy,
+                                 tensor_ref *dx);
     void (*dropout_forward)(eng_backend *be, float p, uint64_t step, tensor_ref *x, tensor_ref *y);
     void (*dropout_backward)(eng_backend *be, float p, uint64_t step, tensor_ref *dy, tensor_ref *dx);
     /* checked items: same shapes, logical layout, buf set exactly when momentum != 0 */

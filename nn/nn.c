@@ -31,7 +31,7 @@ static const struct {
 } OPS[] = {
     OP(open), OP(close), OP(bytes), OP(alloc), OP(free), OP(zero), OP(upload), OP(download), OP(sync),
     OP(memory_peak), OP(copy), OP(upload_images), OP(relu_forward), OP(relu_backward), OP(linear_forward),
-    OP(linear_backward), OP(add_forward), OP(add_backward), OP(l2norm_forward), OP(l2norm_backward), OP(dropout_forward), OP(dropout_backward),
+    OP(linear_backward), OP(add_forward), OP(add_backward), OP(l2norm_forward), OP(l2norm_backward), OP(bank_scores_forward), OP(bank_scores_backward), OP(dropout_forward), OP(dropout_backward),
     OP(sgd_step_many), OP(adam_step_many), OP(ema), OP(sum_squares), OP(sum_squares_many), OP(info_nce), OP(cross_entropy),
     OP(bce_logits), OP(sinkhorn), OP(soft_cross_entropy), OP(plan_free), OP(conv_plan), OP(conv_forward),
     OP(conv_backward), OP(conv_bn_forward_eval), OP(batchnorm_forward_train), OP(batchnorm_forward_eval),
@@ -474,6 +474,34 @@ void eng_adam_step(eng_backend *be, const eng_adam_args *a, const eng_tensor *p,
                    const eng_tensor *m, const eng_tensor *v)
 {
     eng_adam_step_many(be, &(eng_adam_item){.a = *a, .p = p, .g = g, .m = m, .v = v}, 1);
+}
+
+/* bank M × D, x n × D, y n × k, and every row number inside the bank. */
+static void check_bank_scores(const char *layer, const eng_tensor *bank, const int64_t *idx, const eng_tensor *x,
+                              const eng_tensor *y)
+{
+    if (bank->shape.ndim != 2 || x->shape.ndim != 2 || y->shape.ndim != 2 || x->shape.dim[1] != bank->shape.dim[1] ||
+        y->shape.dim[0] != x->shape.dim[0])
+        die(EXIT_RUNTIME, "%s: bank M × D, x n × D and y n × k do not fit", layer);
+    int64_t n = eng_numel(&y->shape), m = bank->shape.dim[0];
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= m)
+            die(EXIT_RUNTIME, "%s: row %lld is not one of the bank's %lld", layer, (long long)idx[i], (long long)m);
+    LOGICAL(layer, bank, x, y);
+}
+
+void eng_bank_scores_forward(eng_backend *be, const eng_tensor *bank, const int64_t *idx, const eng_tensor *x,
+                             const eng_tensor *y)
+{
+    check_bank_scores("bank scores", bank, idx, x, y);
+    be->ops->bank_scores_forward(be, bank, idx, x, y);
+}
+
+void eng_bank_scores_backward(eng_backend *be, const eng_tensor *bank, const int64_t *idx, const eng_tensor *dy,
+                              const eng_tensor *dx)
+{
+    check_bank_scores("bank scores backward", bank, idx, dx, dy);
+    be->ops->bank_scores_backward(be, bank, idx, dy, dx);
 }
 
 void eng_ema(eng_backend *be, double momentum, const eng_tensor *src, const eng_tensor *dst)

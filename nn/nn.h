@@ -172,6 +172,17 @@ void eng_add_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tenso
 void eng_l2norm_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y);
 void eng_l2norm_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *dy, const eng_tensor *dx);
 
+/* A memory bank's rows scored against one vector each (NPID's and PIRL's NCE): with idx a host
+ * array of n × k row numbers of `bank` (M × D) and x (n × D),
+ *   y[i, j] = bank[idx[i·k + j]] · x[i]    (y: n × k; each dot product summed in double),
+ * and its backward dx[i] += Σ_j dy[i, j] · bank[idx[i·k + j]] (the bank takes no gradient: it
+ * is a constant of the step, as VISSL's detached index_select). A row number outside the bank
+ * is a programming error. */
+void eng_bank_scores_forward(eng_backend *be, const eng_tensor *bank, const int64_t *idx, const eng_tensor *x,
+                             const eng_tensor *y);
+void eng_bank_scores_backward(eng_backend *be, const eng_tensor *bank, const int64_t *idx, const eng_tensor *dy,
+                              const eng_tensor *dx);
+
 /* Inverted dropout in training: each element is kept with probability 1-p and scaled by
  * 1/(1-p); the keep mask is a pure function of (seed, step, element index), so backward
  * recomputes it instead of storing it. p = 0 copies. */

@@ -138,6 +138,9 @@ void cuda_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
 
 /* ---- losses and reductions (loss.cu) ---------------------------------------------------------- */
 void cuda_ema(eng_backend *be, float keep, float take, tensor_ref *src, tensor_ref *dst);
+void cuda_bank_scores_forward(eng_backend *be, tensor_ref *bank, const int64_t *idx, tensor_ref *x, tensor_ref *y);
+void cuda_bank_scores_backward(eng_backend *be, tensor_ref *bank, const int64_t *idx, tensor_ref *dy,
+                               tensor_ref *dx);
 double cuda_sum_squares(eng_backend *be, tensor_ref *x);
 void cuda_sum_squares_many(eng_backend *be, tensor_ref *const *xs, int n, double *out);
 double cuda_info_nce(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,

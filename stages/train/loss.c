@@ -18,7 +18,7 @@
  * masks give other ranks' columns neither role, so they add nothing to its value or gradient:
  * it computes on its own rows alone, the result VISSL's gives.
  * Cross-entropy and BCE run per output (each optionally L2-normalised first) and add up.
- * SwAV is in loss_swav.c, MoCo in loss_moco.c.
+ * SwAV is in loss_swav.c, MoCo in loss_moco.c, NPID's and PIRL's NCE in loss_nce.c.
  */
 #include "train/loss_internal.h"
 
@@ -38,6 +38,7 @@ static const char *const NAMES[] = {
     [LOSS_MULTICROP_SIMCLR] = "multicrop_simclr_info_nce_loss",
     [LOSS_SWAV] = "swav_loss",
     [LOSS_MOCO] = "moco_loss",
+    [LOSS_NCE] = "nce_loss_with_memory",
 };
 
 const char *loss_display_name(loss_name name) { return NAMES[name]; }
@@ -93,7 +94,7 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
         cfg_fail(err, cfg_get(config, "LOSS.name"), "config.LOSS.name",
                  "'%s' is not run by this trainer yet (CrossEntropyLoss, cross_entropy_multiple_output_single_target, "
                  "bce_logits_multiple_output_single_target, simclr_info_nce_loss, multicrop_simclr_info_nce_loss, "
-                 "swav_loss, moco_loss)",
+                 "swav_loss, moco_loss, nce_loss_with_memory)",
                  name);
         return false;
     }
@@ -117,6 +118,7 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
         break;
     case LOSS_SWAV: ok = swav_options_from_config(config, &o, err); break;
     case LOSS_MOCO: ok = moco_options_from_config(config, &o, err); break;
+    case LOSS_NCE: ok = nce_options_from_config(config, &o, err); break;
     }
     if (ok)
         *out = o;
@@ -228,6 +230,7 @@ loss *loss_new(eng_backend *be, const loss_options *o, loss_state *st, const eng
     int rc = is_simclr(l)               ? plan_simclr(be, l, err)
              : o->name == LOSS_SWAV     ? swav_plan(be, l, err)
              : o->name == LOSS_MOCO     ? moco_plan(be, l, err)
+             : o->name == LOSS_NCE      ? nce_plan(be, l, err)
                                         : plan_per_output(be, l, err);
     if (rc != 0) {
         loss_free(be, l);
@@ -254,6 +257,7 @@ void loss_free(eng_backend *be, loss *l)
     for (int h = 0; h < LOSS_MAX_PROTOTYPES; h++)
         if (l->codes[h].base)
             eng_tensor_free(be, &l->codes[h]);
+    nce_free(be, l);
     free(l);
 }
 
@@ -269,6 +273,8 @@ loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed
     s->world = world;
     if (o->name == LOSS_SWAV)
         swav_state_init(be, s, seed);
+    if (o->name == LOSS_NCE)
+        nce_state_init(be, s);
     return s;
 }
 
@@ -279,7 +285,7 @@ int loss_state_attach(eng_backend *be, loss_state *s, const struct model *m, cha
 
 int loss_state_loaded(eng_backend *be, loss_state *s, char **err)
 {
-    return s->o.name == LOSS_MOCO ? moco_loaded(be, s, err) : 0;
+    return s->o.name == LOSS_MOCO ? moco_loaded(be, s, err) : s->o.name == LOSS_NCE ? nce_loaded(be, s, err) : 0;
 }
 
 eng_entry *loss_state_add_entry(loss_state *s, const char *name, eng_entry_kind kind)
@@ -443,5 +449,7 @@ int loss_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, con
         return swav_compute(be, l, outputs, value, err);
     if (l->o.name == LOSS_MOCO)
         return moco_compute(be, l, outputs, value, err);
+    if (l->o.name == LOSS_NCE)
+        return nce_compute(be, l, outputs, b, value, err);
     return per_output(be, l, outputs, b, value, err);
 }

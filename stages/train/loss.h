@@ -4,15 +4,16 @@
  *
  * Losses now: CrossEntropyLoss (ClassyVision's, ignore_index −1), cross_entropy_multiple_
  * output_single_target, bce_logits_multiple_output_single_target, simclr_info_nce_loss,
- * multicrop_simclr_info_nce_loss, swav_loss and moco_loss, each exactly VISSL 0.1.5's forward
- * with its true gradient.
+ * multicrop_simclr_info_nce_loss, swav_loss, moco_loss and nce_loss_with_memory (NPID, NPID++,
+ * PIRL), each exactly VISSL 0.1.5's forward with its true gradient.
  *
  * A loss is planned once for the model's output shapes (loss_new: its masks and buffers), then
  * loss_compute runs per step and leaves d(loss)/d(output k) in loss_grad(l, k), the seed for
  * model_backward. What a method keeps from step to step lives in a loss_state, one per run:
  * the train and test plans share it as VISSL's one loss object is shared, a checkpoint saves
  * its tensors under VISSL's state-dict names (SwAV: the embedding queue, the queue's scores
- * and the iteration count; MoCo: the key queue, its pointer and the momentum encoder), and the
+ * and the iteration count; MoCo: the key queue, its pointer and the momentum encoder; NCE: the
+ * memory bank and its params, Z among them), and the
  * method's own hooks act on it at VISSL's moments (SwAVUpdateQueueScoresHook and MoCoHook after
  * the forward, NormalizePrototypesHook after the update).
  * The batch carries labels AND sample indices (memory banks: NPID, PIRL) for the methods to come.
@@ -41,6 +42,7 @@ typedef enum {
     LOSS_MULTICROP_SIMCLR,    /* multicrop_simclr_info_nce_loss */
     LOSS_SWAV,                /* swav_loss */
     LOSS_MOCO,                /* moco_loss */
+    LOSS_NCE,                 /* nce_loss_with_memory */
 } loss_name;
 
 #define LOSS_MAX_CLASS_WEIGHTS 4096
@@ -70,6 +72,23 @@ typedef struct {
     bool shuffle_batch;
 } moco_options;
 
+/* LOSS.nce_loss_with_memory (vissl/losses/nce_loss.py; temperature and embedding_dim, which is
+ * memory_params.embedding_dim, are loss_options'). */
+#define LOSS_MAX_NCE_OUTPUTS 8
+typedef struct {
+    bool cross_entropy;        /* loss_type "cross_entropy" (InfoNCE) instead of "nce" */
+    bool norm_embedding;
+    double norm_constant;      /* Z; < 0: from the first batch */
+    int64_t update_mem_with_emb_index;
+    double loss_weights[LOSS_MAX_NCE_OUTPUTS];
+    int nweights;
+    int64_t num_negatives;
+    int64_t memory_size;       /* num_train_samples: the training set's size */
+    double momentum;
+    bool norm_init, update_mem_on_forward;
+    int64_t ignore_index;
+} nce_options;
+
 typedef struct {
     loss_name name;
     double temperature;           /* SimCLR losses (0.1); cross-entropy multi-output (1.0) */
@@ -83,6 +102,7 @@ typedef struct {
     int nweight;                  /* 0: no weights (null) */
     swav_options swav;            /* swav_loss (with temperature, embedding_dim, num_crops) */
     moco_options moco;            /* moco_loss (with temperature, embedding_dim) */
+    nce_options nce;              /* nce_loss_with_memory (with temperature, embedding_dim) */
 } loss_options;
 
 /* LOSS of a composed config's `config` map (LOSS.name and LOSS.<name>). Refuses, with its line, a

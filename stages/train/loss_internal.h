@@ -11,12 +11,14 @@
 #define LOSS_MAX_OUTPUTS 16
 
 struct moco_state;
+struct nce_host;
 
 struct loss_state {
     loss_options o;
     uint64_t seed;       /* SEED_VALUE: the state's random starts (queues, MoCo's encoder) */
     dist *world;         /* the run's trainers (dist.h; NULL: this one alone) */
     int64_t iterations;  /* the loss's forwards so far (SwAV's num_iteration) */
+    double z;            /* NCE's normalisation constant Z (< 0 until the first batch sets it) */
     /* The checkpoint's tensors. SwAV: local_queue<h> (A × L × K_h), local_emb_queue (A × L × D),
      * each owning its memory; MoCo: views of moco_state's. Every name is the state's. */
     eng_entry *entries;
@@ -42,6 +44,7 @@ struct loss {
     eng_tensor zall, dzall; /* SimCLR across trainers: every rank's z (gather_from_all), its gradient */
     int64_t per_crop;                                               /* SwAV: images per crop */
     eng_tensor codes[LOSS_MAX_PROTOTYPES];                          /* SwAV: per_crop × K_h */
+    struct nce_host *nce;                                           /* NCE: its host buffers */
 };
 
 /* loss_swav.c */
@@ -60,5 +63,14 @@ void moco_state_free(eng_backend *be, loss_state *s);
 int moco_plan(eng_backend *be, loss *l, char **err);
 int moco_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, double *value, char **err);
 int moco_on_forward(eng_backend *be, loss_state *s, struct model *m, const rec_view *batch, char **err);
+
+/* loss_nce.c */
+bool nce_options_from_config(const cfg_node *config, loss_options *o, cfg_err *err);
+void nce_state_init(eng_backend *be, loss_state *s);
+int nce_loaded(eng_backend *be, loss_state *s, char **err);
+int nce_plan(eng_backend *be, loss *l, char **err);
+void nce_free(eng_backend *be, loss *l);
+int nce_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, const loss_batch *b, double *value,
+                char **err);
 
 #endif

@@ -68,7 +68,8 @@ static const char *data_parallel_gap(const cfg_node *config, const char **key)
                                                "simclr_info_nce_loss",
                                                "multicrop_simclr_info_nce_loss",
                                                "swav_loss",
-                                               "moco_loss"};
+                                               "moco_loss",
+                                               "nce_loss_with_memory"};
     bool local = false;
     for (size_t k = 0; k < ARRAY_LEN(ready_losses); k++)
         local |= !strcmp(loss_key, ready_losses[k]);

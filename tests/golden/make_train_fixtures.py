@@ -24,6 +24,10 @@ Cases:
   moco         moco_loss with MoCoHook's momentum encoder (MOCO below); queue0.npy is the key
                queue's start (rows: VISSL's queue transposed), loaded into the loss state;
                queue.npy, enc.npy the queue and the encoder's head parameters after the 5 steps
+  npid, npid_infonce
+               nce_loss_with_memory (NPID below), loss_type nce and cross_entropy; memory0.npy is
+               the memory bank's start, loaded into the loss state; memory.npy the bank after the
+               5 steps; npid_z.npy the normalisation constant Z
 
 ce_multistep also has test phases, as VISSL runs them with TEST_MODEL and TEST_EVERY_NUM_EPOCH
 2 over its five epochs: after epochs 0, 2 and 4 the model (no update, no gradient) scores two
@@ -63,6 +67,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 import make_loss_fixtures as L  # noqa: E402
 import make_model_fixtures as M  # noqa: E402
 import make_optim_fixtures as O  # noqa: E402
+import selfsup_rng  # noqa: E402  (lib/rng.c in Python: the negatives selfsup draws)
 import selfsup_records as records  # noqa: E402
 import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
@@ -343,6 +348,108 @@ def moco_case(norm):
           f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
 
 
+# npid: NPID's nce_loss_with_memory over five steps. Batches of B images whose label.0 is their
+# sample index (LABEL_TYPE sample_index) in a training set of 32; heads [mlp 512→64 ReLU],
+# [mlp 64→16]; a memory bank of 32 × 16, 8 negatives per image drawn as selfsup draws them
+# (selfsup_rng.py: VISSL's own draw is torch's generator, which no other program reproduces),
+# T 0.07 and momentum 0.5 read back as float32 (VISSL's params buffer), Z from the first batch;
+# the memory takes each batch after its scores; SGD momentum 0.9, weight decay 1e-4, cosine LR
+# 0.3 → 0 per step. SEED_VALUE 0 keys the draws.
+NPID = dict(heads=[["mlp", {"dims": [512, 64], "use_relu": True}], ["mlp", {"dims": [64, 16]}]],
+            n=32, k=8, T=0.07, m=0.5, wd=1e-4, lr=lambda k: 0.3 * (1 + math.cos(math.pi * k / STEPS)) / 2)
+
+
+def npid_samples(k):
+    return [(7 * k + 5 * i + 3) % NPID["n"] for i in range(B)]
+
+
+def npid_draws(step, y):
+    """selfsup's negatives: row i's K from the stream (SEED 0, TRAIN, epoch i, sample_index step, pos 2)."""
+    idx = []
+    for i, own in enumerate(y):
+        s = selfsup_rng.Stream(0, selfsup_rng.PURPOSE_TRAIN, epoch=i, sample_index=step, transform_pos=2)
+        idx.append([own] + [s.randint(0, NPID["n"]) for _ in range(NPID["k"])])
+    return torch.tensor(idx)
+
+
+def nce_criterion(x, n):
+    """VISSL's NCECriterion."""
+    k, eps = x.shape[1] - 1, float(np.finfo("float32").eps)
+    ln_pmt = torch.log(x[:, 0] / (x[:, 0] + k / n + eps))
+    ln_pon = torch.log((k / n) / (x[:, 1:] + k / n + eps))
+    return -(ln_pmt.sum() + ln_pon.sum()) / x.shape[0]
+
+
+def train_npid(data, memory0, loss_type, dtype):
+    """VISSL's NPID step: forward; NCEAverage (scores against the memory rows, Z once, the memory
+    update); NCECriterion or CrossEntropyLoss; SGD."""
+    c = NPID
+    T, m = float(np.float32(c["T"])), float(np.float32(c["m"]))
+    model = M.Model(M.Trunk(18, True), M.heads_modules(c["heads"])).to(dtype).train()
+    model.trunk.eval()
+    for p in model.trunk.parameters():
+        p.requires_grad_(False)
+    group_of = O.vissl_groups(model, False, True, [])
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    wds = [c["wd"], 0.0, c["wd"], 0.0, c["wd"]]
+    groups = [{"params": [p for n, p in params if group_of[n] == g], "weight_decay": wds[g]}
+              for g in range(5) if any(group_of[n] == g for n, _ in params)]
+    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+    w0 = [p.detach().clone() for _, p in params]
+    memory, z, losses = memory0.clone().to(dtype), -1.0, []
+    for k, u8 in enumerate(data):
+        y = torch.tensor(npid_samples(k))
+        e = F.normalize(forward(model, to_input(u8[:B]).to(dtype)), dim=1)
+        idx = npid_draws(k, y.tolist())
+        w = memory[idx.view(-1)].view(B, c["k"] + 1, -1).detach()
+        out = torch.bmm(w, e.view(B, -1, 1)).squeeze(2) / T
+        if loss_type == "nce":
+            out = torch.exp(out)
+            if z < 0:
+                z = float(np.float32(out.detach().mean().item() * c["n"]))
+            loss = nce_criterion(out / z, c["n"])
+        else:
+            loss = F.cross_entropy(out, torch.zeros(B, dtype=torch.long))
+        with torch.no_grad():
+            rows = memory[y] * m + e.detach() * (1 - m)
+            memory[y] = F.normalize(rows, dim=1)
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        for g in opt.param_groups:
+            g["lr"] = c["lr"](k)
+        opt.step()
+    delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
+    return np.array(losses), delta, memory.double().numpy(), z
+
+
+def npid_case(norm, name, loss_type):
+    data = batches(59)
+    g = torch.Generator().manual_seed(61)
+    stdv = 1.0 / math.sqrt(16 / 3)  # VISSL's init_memory: U(−stdv, stdv), then L2-normalised
+    memory0 = F.normalize(torch.rand(NPID["n"], 16, generator=g) * 2 * stdv - stdv, dim=1)
+    losses, delta, memory, z = train_npid(data, memory0, loss_type, torch.float64)
+    losses32, delta32, _, _ = train_npid(data, memory0, loss_type, torch.float32)
+    out = lambda n, a: golden.save_array(os.path.join(OUT, f"{name}_{n}.npy"), a)
+    out("loss", losses)
+    out("loss32", losses32)
+    out("delta", delta)
+    out("memory0", memory0.numpy())
+    out("memory", memory)
+    if loss_type == "nce":
+        out("z", np.array([z]))
+    out("floor", np.array([np.max(np.abs(losses32 - losses) / np.abs(losses)),
+                           np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta))]))
+    with open(os.path.join(OUT, f"{name}_batches.rec"), "wb") as f:
+        for k, u8 in enumerate(data):
+            records.write_record(f, {"data.0": u8[:B].numpy(), "label.0": np.array(npid_samples(k), dtype=np.int64),
+                                     "normalize": norm}, seq=k)
+        records.write_eos(f, len(data))
+    print(f"{name}: losses {losses.round(5)}; Z {z:.6g}; torch float32 vs float64: loss "
+          f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
+          f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     norm = np.array([[255.0] * 3, MEAN, STD], dtype=np.float32)
@@ -377,6 +484,8 @@ def main():
               f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
     swav_case(norm)
     moco_case(norm)
+    npid_case(norm, "npid", "nce")
+    npid_case(norm, "npid_infonce", "cross_entropy")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@
  *   reduction (≤ 7)
  *   dropout's zero pattern                           exact  the same counter-based mask
  *   ema                                              exact  two float products and a sum
+ *   bank_scores (fwd, bwd)                           1e-5   dot products summed in double
  *   upload_images                                    exact  the same table of 256 values
  *   conv (fwd, bwd), conv_bn_forward_eval,           1e-4   fp32 dot products of up to 25088
  *   linear with a large reduction (2048, or N = 64)         terms summed in another order
@@ -578,6 +579,38 @@ static void sgd_step(ctx *c)
         snprintf(name, sizeof name, "buf%d", i);
         check(c, name, it[i].buf);
     }
+}
+
+/* NPID's scores: n rows of d against k bank rows each (of o), row numbers spread over the bank
+ * with repeats. */
+static int64_t *bank_rows(const params *p)
+{
+    int64_t *idx = xmalloc((size_t)(p->n * p->w) * sizeof *idx);
+    for (int64_t i = 0; i < p->n * p->w; i++)
+        idx[i] = (i * 7919 + 13) % p->o;
+    return idx;
+}
+
+static void bank_fwd(ctx *c)
+{
+    const params *p = c->p;
+    int64_t *idx = bank_rows(p);
+    eng_tensor *bank = input(c, eng_shape2(p->o, p->c), -1, 1), *x = input(c, eng_shape2(p->n, p->c), -1, 1),
+               *y = output(c, eng_shape2(p->n, p->w));
+    eng_bank_scores_forward(c->be, bank, idx, x, y);
+    check(c, "y", y);
+    free(idx);
+}
+
+static void bank_bwd(ctx *c)
+{
+    const params *p = c->p;
+    int64_t *idx = bank_rows(p);
+    eng_tensor *bank = input(c, eng_shape2(p->o, p->c), -1, 1), *dy = input(c, eng_shape2(p->n, p->w), -1, 1),
+               *dx = grad(c, eng_shape2(p->n, p->c), 1);
+    eng_bank_scores_backward(c->be, bank, idx, dy, dx);
+    check(c, "dx", dx);
+    free(idx);
 }
 
 /* A momentum encoder's update: both backends round the two products and the sum alike. */
@@ -1127,6 +1160,10 @@ static const test_case CASES[] = {
     {"sgd_step_many", sgd_step, TOL_FP32, {.variant = 4, .note = "6items,nesterov,first"}},
     {"sgd_step_many", sgd_step, TOL_FP32, {.variant = 5, .note = "6items,larc_grad_scale=0.0372"}},
     {"sgd_step_many", sgd_step, TOL_FP32, {.variant = OPT_MIXED, .note = "6items,each_setting_once"}},
+    {"bank_scores_fwd", bank_fwd, TOL_FP32, {.n = 3, .c = 5, .o = 7, .w = 9, .note = "k=9,bank=7"}},
+    {"bank_scores_fwd", bank_fwd, TOL_FP32, {.n = 64, .c = 128, .o = 10000, .w = 4097, .note = "npid,k=4097"}},
+    {"bank_scores_bwd", bank_bwd, TOL_FP32, {.n = 3, .c = 5, .o = 7, .w = 9, .note = "k=9,bank=7"}},
+    {"bank_scores_bwd", bank_bwd, TOL_FP32, {.n = 64, .c = 128, .o = 10000, .w = 4097, .note = "npid,k=4097"}},
     {"ema", ema, 0, {ODD, .f = 0.999, .note = "m=0.999"}},
     {"ema", ema, 0, {NC(1, 11689512), .f = 0.99, .note = "m=0.99,resnet18_params"}},
     {"adam_step_many", adam_step, TOL_FP32, {.variant = 0, .note = "6items,adam,step=1"}},

@@ -958,23 +958,35 @@ Test(ddp, two_trainers_train_as_pytorch_ddp_does, .timeout = 300)
     expect_ddp_golden("swav", GOLDEN_SWAV);
 }
 
-/* ---- MoCo: the key batch shuffled across the ranks ---------------------------------------------- */
+/* ---- methods with state: one trainer's golden split over two ----------------------------------- */
 
-#define MOCO_QUEUE 16 /* make_train_fixtures.py's MOCO: 16 keys of 16 */
+#define STATE_MAX 1024 /* floats of the state checked: MoCo's queue (16 × 16), NPID's memory (32 × 16) */
 
-static const char GOLDEN_MOCO[] = GOLDEN_BASE
-    "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"
+#define SPLIT_HEADS "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"
+#define SPLIT_SGD                                                                                            \
+    "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"                          \
+    "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"
+static const char GOLDEN_MOCO[] = GOLDEN_BASE SPLIT_HEADS
     "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 2, COLLATE_FUNCTION: moco_collator}}\n"
     "  LOSS: {name: moco_loss, moco_loss: {embedding_dim: 16, queue_size: 16, momentum: 0.9, temperature: 0.2}}\n"
-    "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
-    "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n";
+    SPLIT_SGD;
+static const char GOLDEN_NPID[] = GOLDEN_BASE SPLIT_HEADS
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 2}}\n"
+    "  LOSS: {name: nce_loss_with_memory, nce_loss_with_memory: {num_train_samples: 32,\n"
+    "    negative_sampling_params: {num_negatives: 8}, memory_params: {embedding_dim: 16}}}\n" SPLIT_SGD;
+
+/* A case of make_train_fixtures.py (1 trainer of 4) run as 2 trainers of 2, and its state. */
+typedef struct {
+    const char *kase, *yaml;
+    const char *state, *state0, *state_want; /* the state entry, its fixture start, its fixture end */
+} split_case;
 
 typedef struct {
     golden_result g;
-    float queue[MOCO_QUEUE * 16];
-} moco_result;
+    float state[STATE_MAX];
+} split_result;
 
-/* Rows [first, first + n) of every image tensor of v (and its normalize rows) as a record in buf. */
+/* Rows [first, first + n) of every tensor of v but its normalize rows (kept whole), as a record in buf. */
 static size_t rows_of(const rec_view *v, int first, int n, void *buf, size_t cap)
 {
     rec_writer w;
@@ -985,9 +997,8 @@ static size_t rows_of(const rec_view *v, int first, int n, void *buf, size_t cap
         uint64_t shape[REC_MAX_DIMS];
         memcpy(shape, t->shape, sizeof shape);
         const uint8_t *data = rec_data(v, i);
-        if (strcmp(t->name, "normalize")) { /* data.0, data_momentum.0: uint8 N × H × W × 3 */
-            size_t row = rec_numel(v, i) / t->shape[0];
-            data += (size_t)first * row;
+        if (strcmp(t->name, "normalize")) { /* images N × H × W × 3, labels N: rows along dim 0 */
+            data += (size_t)first * (t->nbytes / t->shape[0]);
             shape[0] = (uint64_t)n;
         }
         if (rec_add_copy(&w, t->name, (rec_dtype)t->dtype, t->ndim, shape, data) != 0)
@@ -1007,9 +1018,9 @@ static const eng_entry *state_entry(trainer *t, const char *name)
 }
 
 /* Rank `rank`'s half of every batch of the one-trainer fixture through trainer_step. */
-static int feed_moco_rank(trainer *t, int rank, double *losses, char **err)
+static int feed_half(trainer *t, const char *kase, int rank, double *losses, char **err)
 {
-    char *path = test_fixture("train", "moco_batches.rec");
+    char *file = xasprintf("%s_batches.rec", kase), *path = test_fixture("train", file);
     int fd = open(path, O_RDONLY), k = 0, rc = fd < 0 ? report_failure(err, "%s: cannot open", path) : 0;
     rec_buf buf = {0};
     rec_view v, half;
@@ -1027,84 +1038,102 @@ static int feed_moco_rank(trainer *t, int rank, double *losses, char **err)
     free(out);
     if (fd >= 0)
         close(fd);
-    free(path);
+    free(path), free(file);
     return rc;
 }
 
-static void moco_rank_main(moco_result *res, int rank, const char *name, const char *dir)
+static void split_rank_main(split_result *res, const split_case *c, int rank, const char *name, const char *dir)
 {
-    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s/rank%d'}\n", GOLDEN_MOCO, dir, rank), *err = NULL;
+    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s/rank%d'}\n", c->yaml, dir, rank), *err = NULL;
+    char *state_name = xasprintf("%s%s", rank ? "rank1." : "", c->state);
     cfg_t cfg = {0};
     cfg_err cerr;
     coll_shm_options co = {.timeout_ms = 60000};
-    coll *c = coll_shm_join(name, rank, 2, &co, &err);
+    coll *world = coll_shm_join(name, rank, 2, &co, &err);
     trainer *t = NULL;
-    if (c && test_compose(&cfg, &cerr, full, NULL)) {
+    if (world && test_compose(&cfg, &cerr, full, NULL)) {
         trainer_options o = {
-            .rank = rank, .world_size = 2, .world = c, .threads = 1, .steps_per_epoch = GOLDEN_STEPS};
+            .rank = rank, .world_size = 2, .world = world, .threads = 1, .steps_per_epoch = GOLDEN_STEPS};
         if (!(t = trainer_new(cfg_map_get(cfg.root, "config"), &o, &cerr)))
             err = xstrdup(cerr.msg);
-    } else if (c) {
+    } else if (world) {
         err = xstrdup(cerr.msg);
     }
-    const eng_entry *queue = t ? state_entry(t, rank ? "rank1.loss.queue" : "loss.queue") : NULL;
-    if (queue) {
+    const eng_entry *state = t ? state_entry(t, state_name) : NULL;
+    if (state && eng_numel(&state->value.shape) <= STATE_MAX) {
         model_init_formula(trainer_backend(t), trainer_model(t));
-        npy_array q0 = test_fixture_npy("train", "moco", "queue0");
-        eng_upload(trainer_backend(t), &queue->value, q0.data);
-        npy_close(&q0);
+        npy_array s0 = test_fixture_npy("train", c->kase, c->state0);
+        eng_upload(trainer_backend(t), &state->value, s0.data);
+        npy_close(&s0);
         res->g.n = head_values(t, res->g.w0);
-        res->g.ok = feed_moco_rank(t, rank, res->g.loss, &err) == 0 && head_values(t, res->g.w1) == res->g.n;
-        eng_download(trainer_backend(t), &queue->value, res->queue);
+        res->g.ok = feed_half(t, c->kase, rank, res->g.loss, &err) == 0 && head_values(t, res->g.w1) == res->g.n;
+        eng_download(trainer_backend(t), &state->value, res->state);
     }
-    snprintf(res->g.err, sizeof res->g.err, "%s", err ? err : t && !queue ? "no loss.queue" : "");
+    snprintf(res->g.err, sizeof res->g.err, "%s", err ? err : t && !state ? "no such state entry" : "");
     _exit(res->g.ok ? 0 : 1);
 }
 
-/* MoCo on 2 trainers of 2 images against VISSL's one trainer of 4 (the trainer golden's
- * make_train_fixtures.py moco case). The trunk is frozen in eval mode and the heads have no
- * batch norm, so a key is its image's alone: the batch shuffle across the ranks (MoCo's BN trick,
- * on without SyncBN) must hand each rank its own keys back in order, the queue must take the
- * world's 4 keys in rank order, and the ranks' mean loss and averaged gradients are then the
- * one trainer's. A key put back in the wrong row breaks the positives, and the losses. */
-Test(ddp, moco_with_two_trainers_shuffles_the_keys_and_trains_the_model_one_trainer_trains, .timeout = 300)
+/* Case c on 2 trainers of 2 images against VISSL's one trainer of 4 (test_trainer.c's golden):
+ * the trunk is frozen in eval mode and the heads have no batch norm, so every row is its image's
+ * alone and the ranks' mean loss, averaged gradients and shared state are the one trainer's. */
+static void expect_split_golden(const split_case *c)
 {
-    moco_result *res = mmap(NULL, 2 * sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    split_result *res = mmap(NULL, 2 * sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert(res != MAP_FAILED);
     memset(res, 0, 2 * sizeof *res);
-    char *dir = test_make_tmpdir(), *name = ring_name("ddpmoco");
+    char *dir = test_make_tmpdir(), *name = ring_name("ddpsplit");
     pid_t pids[2];
     for (int r = 0; r < 2; r++) {
         cr_assert((pids[r] = fork()) >= 0);
         if (pids[r] == 0)
-            moco_rank_main(&res[r], r, name, dir);
+            split_rank_main(&res[r], c, r, name, dir);
     }
+    int status[2];
     for (int r = 0; r < 2; r++)
-        cr_assert_eq(test_wait_child(pids[r], 200000), 0, "moco rank %d: %s", r, res[r].g.err);
-    cr_assert_arr_eq(res[0].g.w1, res[1].g.w1, res[0].g.n * sizeof(float), "the ranks are not one model");
-    cr_assert_arr_eq(res[0].queue, res[1].queue, sizeof res[0].queue, "the ranks' queues differ");
-    npy_array want = test_fixture_npy("train", "moco", "loss"), delta = test_fixture_npy("train", "moco", "delta"),
-              queue = test_fixture_npy("train", "moco", "queue");
-    const double *wl = want.data, *wd = delta.data, *wq = queue.data;
+        status[r] = test_wait_child(pids[r], 200000);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(status[r], 0, "%s rank %d: %s (rank %d: %s)", c->kase, r, res[r].g.err, 1 - r,
+                     res[1 - r].g.err);
+    cr_assert_arr_eq(res[0].g.w1, res[1].g.w1, res[0].g.n * sizeof(float), "%s: the ranks are not one model", c->kase);
+    npy_array want = test_fixture_npy("train", c->kase, "loss"), delta = test_fixture_npy("train", c->kase, "delta"),
+              state = test_fixture_npy("train", c->kase, c->state_want);
+    cr_assert_arr_eq(res[0].state, res[1].state, state.count * sizeof(float), "%s: the ranks' states differ", c->kase);
+    const double *wl = want.data, *wd = delta.data, *ws = state.data;
     for (int k = 0; k < GOLDEN_STEPS; k++)
-        cr_expect_leq(fabs(res[0].g.loss[k] - wl[k]), 1e-4 * fabs(wl[k]), "step %d: loss %.9g, VISSL's %.9g", k,
-                      res[0].g.loss[k], wl[k]);
+        cr_expect_leq(fabs(res[0].g.loss[k] - wl[k]), 1e-4 * fabs(wl[k]), "%s step %d: loss %.9g, VISSL's %.9g",
+                      c->kase, k, res[0].g.loss[k], wl[k]);
     cr_assert_eq(res[0].g.n, delta.count);
-    double worst = 0, top = 0, worst_q = 0;
+    double worst = 0, top = 0, worst_s = 0;
     for (size_t i = 0; i < res[0].g.n; i++) {
         worst = fmax(worst, fabs((double)res[0].g.w1[i] - (double)res[0].g.w0[i] - wd[i]));
         top = fmax(top, fabs(wd[i]));
     }
-    for (size_t i = 0; i < queue.count; i++)
-        worst_q = fmax(worst_q, fabs((double)res[0].queue[i] - wq[i]));
-    cr_expect_leq(worst, 1e-3 * top, "update error %.3g of %.3g", worst, top);
-    cr_expect_leq(worst_q, 1e-3, "queue error %.3g", worst_q);
+    for (size_t i = 0; i < state.count; i++)
+        worst_s = fmax(worst_s, fabs((double)res[0].state[i] - ws[i]));
+    cr_expect_leq(worst, 1e-3 * top, "%s: update error %.3g of %.3g", c->kase, worst, top);
+    cr_expect_leq(worst_s, 1e-3, "%s: %s error %.3g", c->kase, c->state, worst_s);
     if (getenv("DDP_VERBOSE"))
-        fprintf(stderr, "ddp moco: update error %.3g, queue error %.3g\n", worst / top, worst_q);
-    npy_close(&want), npy_close(&delta), npy_close(&queue);
+        fprintf(stderr, "ddp %s: update error %.3g, %s error %.3g\n", c->kase, worst / top, c->state, worst_s);
+    npy_close(&want), npy_close(&delta), npy_close(&state);
     test_rm_rf(dir);
     free(dir), free(name);
     munmap(res, 2 * sizeof *res);
+}
+
+/* MoCo: the batch shuffle across the ranks (MoCo's BN trick, on without SyncBN) must hand each
+ * rank its own keys back in order (a key in the wrong row breaks the positives, and the losses),
+ * and the queue must take the world's 4 keys in rank order. */
+Test(ddp, moco_with_two_trainers_shuffles_the_keys_and_trains_the_model_one_trainer_trains, .timeout = 300)
+{
+    expect_split_golden(&(split_case){"moco", GOLDEN_MOCO, "loss.queue", "queue0", "queue"});
+}
+
+/* NPID: Z from the mean of the ranks' means, the memory updated with every rank's rows, and each
+ * row's negatives the ones it draws in one trainer of 4 (its stream is its place in the global
+ * batch). */
+Test(ddp, npid_with_two_trainers_trains_the_model_one_trainer_trains, .timeout = 300)
+{
+    expect_split_golden(&(split_case){"npid", GOLDEN_NPID, "loss.nce_average.memory", "memory0", "memory"});
 }
 
 /* ---- under selfsup run ------------------------------------------------------------------------- */

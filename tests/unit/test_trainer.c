@@ -89,6 +89,16 @@ static const char MOCO_YAML[] =
     "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n";
 
+/* NPID (make_train_fixtures.py's NPID): a memory bank of 32 samples, 8 negatives; loss_type %s. */
+#define NPID_YAML(type)                                                                                         \
+    "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"              \
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4}}\n" MODEL_PART                                                    \
+    "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"                  \
+    "  LOSS: {name: nce_loss_with_memory, nce_loss_with_memory: {loss_type: " type ", num_train_samples: 32,\n"   \
+    "    negative_sampling_params: {num_negatives: 8}, memory_params: {embedding_dim: 16}}}\n"                     \
+    "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"                             \
+    "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"
+
 static npy_array load(const char *kase, const char *what) { return test_fixture_npy("train", kase, what); }
 
 /* The composed config with CHECKPOINT.DIR = dir; kept alive in *cfg. */
@@ -338,6 +348,54 @@ Test(trainer, moco_with_its_queue_and_momentum_encoder_matches_vissl, .timeout =
     trainer_free(t);
     cfg_destroy(&cfg);
     test_rm_dir(dir);
+}
+
+/* NPID through the trainer: the scores against the memory bank, Z from the first batch, the
+ * NCE criterion (or InfoNCE), the memory's update, against VISSL's NCELossWithMemory in float64
+ * with the negatives selfsup draws. */
+static void check_npid(const char *yaml, const char *kase)
+{
+    char *dir = test_make_tmpdir();
+    cfg_t cfg;
+    trainer *t = make_trainer(yaml, dir, 5, false, &cfg);
+    model_init_formula(trainer_backend(t), trainer_model(t));
+    npy_array m0 = load(kase, "memory0");
+    const eng_entry *memory = loss_entry(t, "loss.nce_average.memory");
+    cr_assert_eq(m0.count, (size_t)eng_numel(&memory->value.shape));
+    eng_upload(trainer_backend(t), &memory->value, m0.data);
+    size_t n0, n1, nm = m0.count;
+    float *w0 = trained_values(t, &n0), *mem = xmalloc(nm * sizeof *mem), params[4];
+    double losses[STEPS];
+    feed(t, kase, losses);
+    float *w1 = trained_values(t, &n1);
+    cr_assert_eq(n0, n1);
+    check_training(kase, losses, w0, w1, n1);
+    eng_download(trainer_backend(t), &loss_entry(t, "loss.nce_average.memory")->value, mem);
+    eng_download(trainer_backend(t), &loss_entry(t, "loss.nce_average.params")->value, params);
+    npy_array want_m = load(kase, "memory");
+    double em = relative_error(mem, &want_m, nm);
+    cr_expect_leq(em, 1e-3, "%s: the memory bank after 5 steps: error %g", kase, em);
+    if (!strcmp(kase, "npid")) {
+        npy_array z = load(kase, "z");
+        double want_z = ((const double *)z.data)[0];
+        cr_expect_leq(fabs(params[2] - want_z), 1e-4 * want_z, "Z %.9g, VISSL's %.9g", (double)params[2], want_z);
+        npy_close(&z);
+    }
+    cr_expect(params[0] == 8.0f && params[1] == 0.07f && params[3] == 0.5f, "params [K, T, Z, momentum]: %g %g %g %g",
+              (double)params[0], (double)params[1], (double)params[2], (double)params[3]);
+    if (getenv("TRAINER_VERBOSE"))
+        fprintf(stderr, "trainer: %s memory error %.3g, Z %.9g\n", kase, em, (double)params[2]);
+    npy_close(&m0), npy_close(&want_m);
+    free(w0), free(w1), free(mem);
+    trainer_free(t);
+    cfg_destroy(&cfg);
+    test_rm_dir(dir);
+}
+
+Test(trainer, npid_nce_with_its_memory_bank_matches_vissl, .timeout = 300)
+{
+    check_npid(NPID_YAML("nce"), "npid");
+    check_npid(NPID_YAML("cross_entropy"), "npid_infonce");
 }
 
 /* Five epochs of one batch: the multistep LR moves at epochs 2 and 4, every epoch ends with a
@@ -897,6 +955,12 @@ static const struct {
      "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"
      "  LOSS: {name: moco_loss, moco_loss: {embedding_dim: 16, queue_size: 8, momentum: 0.9, temperature: 0.2}}\n"
      "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, nesterov: true, num_epochs: 1,\n"
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+    {"npid", 5, /* the memory bank, Z (set by the first batch) and the negatives' streams come back */
+     TRAINING_TRUNK "    HEAD: {PARAMS: [[mlp, {dims: [512, 16]}]]}\n"
+     "  LOSS: {name: nce_loss_with_memory, nce_loss_with_memory: {num_train_samples: 32,\n"
+     "    negative_sampling_params: {num_negatives: 8}, memory_params: {embedding_dim: 16}}}\n"
+     "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
      "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
 };
 

@@ -154,8 +154,8 @@ Test(validate, what_the_trainer_refuses_is_refused_in_its_words, .timeout = 120)
 {
     expect_refused("quickstart/simclr", "config.LOSS.name=deepclusterv2_loss",
                    "config.LOSS.name: 'deepclusterv2_loss' is not run by this trainer yet");
-    expect_refused("quickstart/simclr", "config.LOSS.name=nce_loss_with_memory",
-                   "config.LOSS.name: 'nce_loss_with_memory' is not run by this trainer yet");
+    expect_refused("quickstart/swav", "config.LOSS.name=swav_momentum_loss",
+                   "config.LOSS.name: 'swav_momentum_loss' is not run by this trainer yet");
     expect_refused("quickstart/simclr", "config.OPTIMIZER.name=zero",
                    "config.OPTIMIZER.name: 'zero' is not run by this trainer");
     /* the quickstarts whose losses are not there yet: refused at the line that names them */
@@ -164,8 +164,10 @@ Test(validate, what_the_trainer_refuses_is_refused_in_its_words, .timeout = 120)
                    "config.LOSS.moco_loss.queue_size: 4096 is not a multiple of the global batch, 48");
     expect_refused("quickstart/moco", "config.DATA.TRAIN.COLLATE_FUNCTION=default_collate",
                    "config.DATA.TRAIN.COLLATE_FUNCTION: is 'default_collate', but moco_loss reads the key view");
-    expect_refused("quickstart/npid", "",
-                   "npid.yaml:48: config.LOSS.name: 'nce_loss_with_memory' is not run by this trainer yet");
+    /* NPID's memory bank: a row per training sample, which its target names */
+    expect_refused("quickstart/npid", "config.LOSS.nce_loss_with_memory.num_train_samples=5000",
+                   "config.LOSS.nce_loss_with_memory.num_train_samples: 5000: the memory bank needs a row for each "
+                   "of the 10000 training samples");
 }
 
 /* Several trainers train as one model where the data-parallel step covers the config; where it
@@ -181,7 +183,8 @@ Test(validate, a_world_size_the_trainers_cannot_train_as_one_model_is_refused_be
     cr_expect(strstr(out, "world size 2, global batch 128"), "%s", out);
     free(out);
     /* the losses that compute over every rank's rows: gathers and Sinkhorn's sums */
-    static const char *const gathering[] = {"quickstart/simclr", "quickstart/swav", "quickstart/moco"};
+    static const char *const gathering[] = {"quickstart/simclr", "quickstart/swav", "quickstart/moco",
+                                            "quickstart/npid"};
     for (size_t k = 0; k < ARRAY_LEN(gathering); k++) {
         rc = config_cmd("validate", gathering[k], SYNTHETIC_DATA " config.DISTRIBUTED.NUM_PROC_PER_NODE=2",
                         &out);
@@ -227,14 +230,16 @@ Test(validate, a_world_size_the_trainers_cannot_train_as_one_model_is_refused_be
 Test(validate, no_trainer_checks_when_another_program_takes_the_train_stage, .timeout = 60)
 {
     char *out;
-    int rc = config_cmd("validate", "quickstart/npid",
-                        SYNTHETIC_DATA " '+config.SELFSUP.STAGES.train=selfsup-sink --save /dev/null'", &out);
+    int rc = config_cmd("validate", "quickstart/simclr",
+                        SYNTHETIC_DATA " config.LOSS.name=deepclusterv2_loss "
+                        "'+config.SELFSUP.STAGES.train=selfsup-sink --save /dev/null'", &out);
     cr_expect_eq(rc, 0, "%s", out);
     free(out);
-    rc = config_cmd("validate", "quickstart/npid", SYNTHETIC_DATA " '+config.SELFSUP.STAGES.train=/opt/x/selfsup-train'",
+    rc = config_cmd("validate", "quickstart/simclr",
+                    SYNTHETIC_DATA " config.LOSS.name=deepclusterv2_loss '+config.SELFSUP.STAGES.train=/opt/x/selfsup-train'",
                     &out);
     cr_expect_eq(rc, 2, "selfsup-train from elsewhere is still the trainer: %s", out);
-    cr_expect(strstr(out, "'nce_loss_with_memory' is not run by this trainer yet"), "%s", out);
+    cr_expect(strstr(out, "'deepclusterv2_loss' is not run by this trainer yet"), "%s", out);
     free(out);
 }
 
