@@ -46,6 +46,26 @@ int batch_input_shapes_of(const rec_view *v, const char *key, int idx[MODEL_MAX_
     return n;
 }
 
+int batch_model_input_shapes(const rec_view *v, const model_options *o, int idx[MODEL_MAX_INPUTS],
+                             eng_shape shapes[MODEL_MAX_INPUTS], char **err)
+{
+    if (o->nmapping == 0)
+        return batch_input_shapes(v, idx, shapes, err);
+    for (int i = 0; i < o->nmapping; i++) {
+        int one[MODEL_MAX_INPUTS];
+        eng_shape shape[MODEL_MAX_INPUTS];
+        int n = batch_input_shapes_of(v, o->mapping[i].key, one, shape, err);
+        if (n < 0)
+            return -1;
+        if (n != 1)
+            return report_failure(err, "batch %llu has %d tensors for the input '%s' (one, %s.0, is read)",
+                                  (unsigned long long)v->hdr->seq, n, o->mapping[i].key, o->mapping[i].key);
+        idx[i] = one[0];
+        shapes[i] = shape[0];
+    }
+    return o->nmapping;
+}
+
 /* Input k from tensor i: float32 N × 3 × H × W images as they are, or uint8 crops (N × H × W
  * × 3) that the backend normalises as the augment stage's `normalize` rows say (torchvision's
  * ToTensor / Normalize arithmetic), so only the bytes travel to a GPU. */

@@ -28,6 +28,11 @@ int batch_input_shapes(const rec_view *v, int idx[MODEL_MAX_INPUTS], eng_shape s
 /* The same for the inputs named KEY.0 or KEY.0.0, KEY.0.1, … (key "data": batch_input_shapes). */
 int batch_input_shapes_of(const rec_view *v, const char *key, int idx[MODEL_MAX_INPUTS],
                           eng_shape shapes[MODEL_MAX_INPUTS], char **err);
+/* The inputs of a model of options o: with MULTI_INPUT_HEAD_MAPPING, input i is the tensor
+ * KEY.0 of the mapping's i-th key (PIRL: patches.0, images.0, as patch_and_image_collator
+ * writes them); without it, batch_input_shapes. */
+int batch_model_input_shapes(const rec_view *v, const model_options *o, int idx[MODEL_MAX_INPUTS],
+                             eng_shape shapes[MODEL_MAX_INPUTS], char **err);
 
 /* Write the n inputs into model_input(m, k) (the model planned for their shapes). 0, or -1 with
  * *err (uint8 images without normalize rows). */

@@ -141,16 +141,50 @@ static bool check_world(const cfg_node *config, const trainer_options *o, cfg_er
     return false;
 }
 
+/* INPUT_KEY_NAMES as the keys MULTI_INPUT_HEAD_MAPPING gives its heads, each key once: the
+ * model reads input i from the mapping's i-th key (inputs.h). */
+static bool mapped_inputs(const cfg_node *config, const cfg_node *keys)
+{
+    const cfg_node *mapping = cfg_get(config, "MODEL.MULTI_INPUT_HEAD_MAPPING");
+    if (keys->kind != CFG_LIST || mapping->kind != CFG_LIST || keys->len == 0 || keys->len != mapping->len)
+        return false;
+    for (size_t i = 0; i < keys->len; i++) {
+        bool found = false;
+        for (size_t j = 0; keys->items[i]->kind == CFG_STR && j < mapping->len; j++) {
+            const cfg_node *entry = mapping->items[j];
+            found |= entry->kind == CFG_LIST && entry->len >= 1 && entry->items[0]->kind == CFG_STR &&
+                     !strcmp(entry->items[0]->s, keys->items[i]->s);
+        }
+        for (size_t j = 0; found && j < i; j++)
+            found = strcmp(keys->items[j]->s, keys->items[i]->s) != 0;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
 /* What this trainer refuses before anything runs: a world it cannot train as one model, and
- * inputs other than VISSL's default "data" key. (A device it has no backend for is refused
+ * inputs other than VISSL's default "data" key or the keys of a multi-input mapping. (A device it has no backend for is refused
  * when the backend opens: model_backend_open.) */
 static bool check_supported(const cfg_node *config, const trainer_options *o, cfg_err *err)
 {
     if (!check_world(config, o, err))
         return false;
-    const cfg_node *keys = cfg_get(config, "DATA.TRAIN.INPUT_KEY_NAMES");
-    if (keys->kind != CFG_LIST || keys->len != 1 || keys->items[0]->kind != CFG_STR || strcmp(keys->items[0]->s, "data")) {
-        cfg_fail(err, keys, "config.DATA.TRAIN.INPUT_KEY_NAMES", "this trainer reads the input key [data] only (yet)");
+    const cfg_node *keys = cfg_get(config, "DATA.TRAIN.INPUT_KEY_NAMES"), *mapping = cfg_get(config, "MODEL.MULTI_INPUT_HEAD_MAPPING");
+    bool mapped = mapping->kind == CFG_LIST && mapping->len > 0;
+    bool data = keys->kind == CFG_LIST && keys->len == 1 && keys->items[0]->kind == CFG_STR &&
+                !strcmp(keys->items[0]->s, "data");
+    if (mapped ? !mapped_inputs(config, keys) : !data) {
+        cfg_fail(err, keys, "config.DATA.TRAIN.INPUT_KEY_NAMES", mapped ? "must be the inputs "
+                 "MODEL.MULTI_INPUT_HEAD_MAPPING names, each once (PIRL: [patches, images])" : "must be [data] "
+                 "(other keys come with MODEL.MULTI_INPUT_HEAD_MAPPING)");
+        return false;
+    }
+    const char *collator = cfg_str(config, "DATA.TRAIN.COLLATE_FUNCTION");
+    if (mapped && strcmp(collator, "patch_and_image_collator")) { /* the one collator that writes them */
+        cfg_fail(err, cfg_get(config, "DATA.TRAIN.COLLATE_FUNCTION"), "config.DATA.TRAIN.COLLATE_FUNCTION",
+                 "is '%s', which writes no patches and images: the inputs of MULTI_INPUT_HEAD_MAPPING come from "
+                 "patch_and_image_collator", collator);
         return false;
     }
     return true;
@@ -466,7 +500,7 @@ static int load_inputs(trainer *t, const rec_view *v, loss_slot *slot, char **er
 {
     int idx[MAX_INPUTS];
     eng_shape shapes[MAX_INPUTS];
-    int n = batch_input_shapes(v, idx, shapes, err);
+    int n = batch_model_input_shapes(v, model_opts(t->m), idx, shapes, err);
     if (n < 0 || plan(t, shapes, n, slot, err) != 0)
         return -1;
     return batch_upload(t->be, t->m, &t->host, v, idx, n, err);

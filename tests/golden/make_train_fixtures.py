@@ -28,6 +28,8 @@ Cases:
                nce_loss_with_memory (NPID below), loss_type nce and cross_entropy; memory0.npy is
                the memory bank's start, loaded into the loss state; memory.npy the bank after the
                5 steps; npid_z.npy the normalisation constant Z
+  pirl         PIRL: nce_loss_with_memory on two outputs (PIRL below): patches.0 and images.0
+               batches, memory0.npy / memory.npy as npid's
 
 ce_multistep also has test phases, as VISSL runs them with TEST_MODEL and TEST_EVERY_NUM_EPOCH
 2 over its five epochs: after epochs 0, 2 and 4 the model (no update, no gradient) scores two
@@ -363,11 +365,12 @@ def npid_samples(k):
     return [(7 * k + 5 * i + 3) % NPID["n"] for i in range(B)]
 
 
-def npid_draws(step, y):
-    """selfsup's negatives: row i's K from the stream (SEED 0, TRAIN, epoch i, sample_index step, pos 2)."""
+def npid_draws(step, y, output=0):
+    """selfsup's negatives: row i's K from the stream (SEED 0, TRAIN, epoch i, sample_index step,
+    transform_pos 2 + the output's index)."""
     idx = []
     for i, own in enumerate(y):
-        s = selfsup_rng.Stream(0, selfsup_rng.PURPOSE_TRAIN, epoch=i, sample_index=step, transform_pos=2)
+        s = selfsup_rng.Stream(0, selfsup_rng.PURPOSE_TRAIN, epoch=i, sample_index=step, transform_pos=2 + output)
         idx.append([own] + [s.randint(0, NPID["n"]) for _ in range(NPID["k"])])
     return torch.tensor(idx)
 
@@ -450,6 +453,91 @@ def npid_case(norm, name, loss_type):
           f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
 
 
+# pirl: PIRL's two outputs over five steps. Batches of B images as patch_and_image_collator
+# writes them: images.0 (B × 16 × 16), patches.0 (the 9 patches of image i at rows 9i … 9i + 8,
+# 8 × 8 each); MULTI_INPUT_HEAD_MAPPING [[patches, [flatten]], [images, [flatten]]]: the trunk
+# on each input, head 0 = [mlp 512→16, siamese_concat_view 9, mlp 144→16] on the patches, head 1
+# = [mlp 512→16] on the images; nce_loss_with_memory with loss_weights [0.5, 0.5], the memory
+# updated by the images' embeddings only (update_mem_on_forward False, update_mem_with_emb_index
+# 1), after their scores; Z from the first batch's first output (the patches'). NPID's memory,
+# negatives (each output its own streams), T, momentum and optimizer.
+PIRL_HEADS = [[["mlp", {"dims": [512, 16]}], ["siamese_concat_view", {"num_towers": 9}], ["mlp", {"dims": [144, 16]}]],
+              [["mlp", {"dims": [512, 16]}]]]
+
+
+def pirl_batches(seed):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, 256, (B, SIZE, SIZE, 3), generator=g, dtype=torch.uint8),
+             torch.randint(0, 256, (9 * B, SIZE // 2, SIZE // 2, 3), generator=g, dtype=torch.uint8))
+            for _ in range(STEPS)]
+
+
+def train_pirl(data, memory0, dtype):
+    c = NPID
+    T, m = float(np.float32(c["T"])), float(np.float32(c["m"]))
+    model = M.Model(M.Trunk(18, True), M.heads_modules(PIRL_HEADS)).to(dtype).train()
+    model.trunk.eval()
+    for p in model.trunk.parameters():
+        p.requires_grad_(False)
+    group_of = O.vissl_groups(model, False, True, [])
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    wds = [c["wd"], 0.0, c["wd"], 0.0, c["wd"]]
+    groups = [{"params": [p for n, p in params if group_of[n] == g], "weight_decay": wds[g]}
+              for g in range(5) if any(group_of[n] == g for n, _ in params)]
+    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+    w0 = [p.detach().clone() for _, p in params]
+    memory, z, losses = memory0.clone().to(dtype), -1.0, []
+    for k, (images, patches) in enumerate(data):
+        y = torch.tensor(npid_samples(k))
+        outs = [M.run_head(model.heads[0], model.trunk(to_input(patches).to(dtype))[0]),
+                M.run_head(model.heads[1], model.trunk(to_input(images).to(dtype))[0])]
+        loss = 0
+        for o, out in enumerate(outs):
+            e = F.normalize(out, dim=1)
+            idx = npid_draws(k, y.tolist(), o)
+            w = memory[idx.view(-1)].view(B, c["k"] + 1, -1).detach()
+            x = torch.exp(torch.bmm(w, e.view(B, -1, 1)).squeeze(2) / T)
+            if z < 0:
+                z = float(np.float32(x.detach().mean().item() * c["n"]))
+            if o == 1:
+                with torch.no_grad():
+                    memory[y] = F.normalize(memory[y] * m + e.detach() * (1 - m), dim=1)
+            loss = loss + 0.5 * nce_criterion(x / z, c["n"])
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        for g in opt.param_groups:
+            g["lr"] = c["lr"](k)
+        opt.step()
+    delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
+    return np.array(losses), delta, memory.double().numpy(), z
+
+
+def pirl_case(norm):
+    data = pirl_batches(67)
+    g = torch.Generator().manual_seed(71)
+    stdv = 1.0 / math.sqrt(16 / 3)
+    memory0 = F.normalize(torch.rand(NPID["n"], 16, generator=g) * 2 * stdv - stdv, dim=1)
+    losses, delta, memory, z = train_pirl(data, memory0, torch.float64)
+    losses32, delta32, _, _ = train_pirl(data, memory0, torch.float32)
+    out = lambda n, a: golden.save_array(os.path.join(OUT, f"pirl_{n}.npy"), a)
+    out("loss", losses)
+    out("loss32", losses32)
+    out("delta", delta)
+    out("memory0", memory0.numpy())
+    out("memory", memory)
+    out("floor", np.array([np.max(np.abs(losses32 - losses) / np.abs(losses)),
+                           np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta))]))
+    with open(os.path.join(OUT, "pirl_batches.rec"), "wb") as f:
+        for k, (images, patches) in enumerate(data):
+            records.write_record(f, {"images.0": images.numpy(), "patches.0": patches.numpy(),
+                                     "label.0": np.array(npid_samples(k), dtype=np.int64), "normalize": norm}, seq=k)
+        records.write_eos(f, len(data))
+    print(f"pirl: losses {losses.round(5)}; Z {z:.6g}; torch float32 vs float64: loss "
+          f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
+          f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     norm = np.array([[255.0] * 3, MEAN, STD], dtype=np.float32)
@@ -486,6 +574,7 @@ def main():
     moco_case(norm)
     npid_case(norm, "npid", "nce")
     npid_case(norm, "npid_infonce", "cross_entropy")
+    pirl_case(norm)
 
 
 if __name__ == "__main__":

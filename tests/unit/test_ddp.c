@@ -975,6 +975,16 @@ static const char GOLDEN_NPID[] = GOLDEN_BASE SPLIT_HEADS
     "  LOSS: {name: nce_loss_with_memory, nce_loss_with_memory: {num_train_samples: 32,\n"
     "    negative_sampling_params: {num_negatives: 8}, memory_params: {embedding_dim: 16}}}\n" SPLIT_SGD;
 
+static const char GOLDEN_PIRL[] = GOLDEN_BASE
+    "    MULTI_INPUT_HEAD_MAPPING: [[patches, [flatten]], [images, [flatten]]]\n"
+    "    HEAD: {PARAMS: [[[mlp, {dims: [512, 16]}], [siamese_concat_view, {num_towers: 9}], [mlp, {dims: [144, 16]}]],\n"
+    "      [[mlp, {dims: [512, 16]}]]]}\n"
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 2, COLLATE_FUNCTION: patch_and_image_collator,\n"
+    "    INPUT_KEY_NAMES: [patches, images]}}\n"
+    "  LOSS: {name: nce_loss_with_memory, nce_loss_with_memory: {num_train_samples: 32, loss_weights: [0.5, 0.5],\n"
+    "    update_mem_with_emb_index: 1, negative_sampling_params: {num_negatives: 8},\n"
+    "    memory_params: {embedding_dim: 16, update_mem_on_forward: false}}}\n" SPLIT_SGD;
+
 /* A case of make_train_fixtures.py (1 trainer of 4) run as 2 trainers of 2, and its state. */
 typedef struct {
     const char *kase, *yaml;
@@ -986,7 +996,8 @@ typedef struct {
     float state[STATE_MAX];
 } split_result;
 
-/* Rows [first, first + n) of every tensor of v but its normalize rows (kept whole), as a record in buf. */
+/* Images [first, first + n) of the 4 of every tensor of v but its normalize rows (kept whole),
+ * as a record in buf: rows along dim 0, shape[0] / 4 of them per image (PIRL's patches: 9). */
 static size_t rows_of(const rec_view *v, int first, int n, void *buf, size_t cap)
 {
     rec_writer w;
@@ -997,9 +1008,10 @@ static size_t rows_of(const rec_view *v, int first, int n, void *buf, size_t cap
         uint64_t shape[REC_MAX_DIMS];
         memcpy(shape, t->shape, sizeof shape);
         const uint8_t *data = rec_data(v, i);
-        if (strcmp(t->name, "normalize")) { /* images N × H × W × 3, labels N: rows along dim 0 */
-            data += (size_t)first * (t->nbytes / t->shape[0]);
-            shape[0] = (uint64_t)n;
+        if (strcmp(t->name, "normalize")) {
+            uint64_t per = t->shape[0] / 4;
+            data += (size_t)first * per * (t->nbytes / t->shape[0]);
+            shape[0] = (uint64_t)n * per;
         }
         if (rec_add_copy(&w, t->name, (rec_dtype)t->dtype, t->ndim, shape, data) != 0)
             return 0;
@@ -1128,12 +1140,13 @@ Test(ddp, moco_with_two_trainers_shuffles_the_keys_and_trains_the_model_one_trai
     expect_split_golden(&(split_case){"moco", GOLDEN_MOCO, "loss.queue", "queue0", "queue"});
 }
 
-/* NPID: Z from the mean of the ranks' means, the memory updated with every rank's rows, and each
- * row's negatives the ones it draws in one trainer of 4 (its stream is its place in the global
- * batch). */
+/* NPID and PIRL: Z from the mean of the ranks' means, the memory updated with every rank's rows,
+ * and each row's negatives the ones it draws in one trainer of 4 (its stream is its place in the
+ * global batch). */
 Test(ddp, npid_with_two_trainers_trains_the_model_one_trainer_trains, .timeout = 300)
 {
     expect_split_golden(&(split_case){"npid", GOLDEN_NPID, "loss.nce_average.memory", "memory0", "memory"});
+    expect_split_golden(&(split_case){"pirl", GOLDEN_PIRL, "loss.nce_average.memory", "memory0", "memory"});
 }
 
 /* ---- under selfsup run ------------------------------------------------------------------------- */

@@ -99,6 +99,21 @@ static const char MOCO_YAML[] =
     "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"                             \
     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"
 
+/* PIRL (make_train_fixtures.py's pirl): patches and images through one trunk, a head each, the
+ * NCE loss on both outputs, the memory updated by the images' only. */
+static const char PIRL_YAML[] =
+    "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: patch_and_image_collator,\n"
+    "    INPUT_KEY_NAMES: [patches, images]}}\n" MODEL_PART
+    "    MULTI_INPUT_HEAD_MAPPING: [[patches, [flatten]], [images, [flatten]]]\n"
+    "    HEAD: {PARAMS: [[[mlp, {dims: [512, 16]}], [siamese_concat_view, {num_towers: 9}], [mlp, {dims: [144, 16]}]],\n"
+    "      [[mlp, {dims: [512, 16]}]]]}\n"
+    "  LOSS: {name: nce_loss_with_memory, nce_loss_with_memory: {num_train_samples: 32, loss_weights: [0.5, 0.5],\n"
+    "    update_mem_with_emb_index: 1, negative_sampling_params: {num_negatives: 8},\n"
+    "    memory_params: {embedding_dim: 16, update_mem_on_forward: false}}}\n"
+    "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
+    "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n";
+
 static npy_array load(const char *kase, const char *what) { return test_fixture_npy("train", kase, what); }
 
 /* The composed config with CHECKPOINT.DIR = dir; kept alive in *cfg. */
@@ -375,13 +390,14 @@ static void check_npid(const char *yaml, const char *kase)
     npy_array want_m = load(kase, "memory");
     double em = relative_error(mem, &want_m, nm);
     cr_expect_leq(em, 1e-3, "%s: the memory bank after 5 steps: error %g", kase, em);
-    if (!strcmp(kase, "npid")) {
+    if (!strcmp(kase, "npid")) { /* the first batch's Z */
         npy_array z = load(kase, "z");
         double want_z = ((const double *)z.data)[0];
         cr_expect_leq(fabs(params[2] - want_z), 1e-4 * want_z, "Z %.9g, VISSL's %.9g", (double)params[2], want_z);
         npy_close(&z);
     }
-    cr_expect(params[0] == 8.0f && params[1] == 0.07f && params[3] == 0.5f, "params [K, T, Z, momentum]: %g %g %g %g",
+    cr_expect(params[0] == 8.0f && params[1] == 0.07f && params[3] == 0.5f && (params[2] > 0) == !strstr(kase, "infonce"),
+              "params [K, T, Z, momentum]: %g %g %g %g",
               (double)params[0], (double)params[1], (double)params[2], (double)params[3]);
     if (getenv("TRAINER_VERBOSE"))
         fprintf(stderr, "trainer: %s memory error %.3g, Z %.9g\n", kase, em, (double)params[2]);
@@ -397,6 +413,10 @@ Test(trainer, npid_nce_with_its_memory_bank_matches_vissl, .timeout = 300)
     check_npid(NPID_YAML("nce"), "npid");
     check_npid(NPID_YAML("cross_entropy"), "npid_infonce");
 }
+
+/* PIRL: two inputs (patches.0, images.0) through the multi-input mapping, two NCE terms, one of
+ * them updating the memory. */
+Test(trainer, pirl_patches_and_images_match_vissl, .timeout = 300) { check_npid(PIRL_YAML, "pirl"); }
 
 /* Five epochs of one batch: the multistep LR moves at epochs 2 and 4, every epoch ends with a
  * metrics.json line and a checkpoint, the last one final, and checkpoint.torch loads back. */
@@ -955,6 +975,19 @@ static const struct {
      "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"
      "  LOSS: {name: moco_loss, moco_loss: {embedding_dim: 16, queue_size: 8, momentum: 0.9, temperature: 0.2}}\n"
      "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, nesterov: true, num_epochs: 1,\n"
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+    {"pirl", 5, /* two inputs, two terms, the memory updated by one of them */
+     "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
+     "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: patch_and_image_collator,\n"
+     "    INPUT_KEY_NAMES: [patches, images]}}\n"
+     "  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"
+     "    MULTI_INPUT_HEAD_MAPPING: [[patches, [flatten]], [images, [flatten]]]\n"
+     "    HEAD: {PARAMS: [[[mlp, {dims: [512, 16]}], [siamese_concat_view, {num_towers: 9}], [mlp, {dims: [144, 16]}]],\n"
+     "      [[mlp, {dims: [512, 16]}]]]}\n"
+     "  LOSS: {name: nce_loss_with_memory, nce_loss_with_memory: {num_train_samples: 32, loss_weights: [0.5, 0.5],\n"
+     "    update_mem_with_emb_index: 1, negative_sampling_params: {num_negatives: 8},\n"
+     "    memory_params: {embedding_dim: 16, update_mem_on_forward: false}}}\n"
+     "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
      "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
     {"npid", 5, /* the memory bank, Z (set by the first batch) and the negatives' streams come back */
      TRAINING_TRUNK "    HEAD: {PARAMS: [[mlp, {dims: [512, 16]}]]}\n"
