@@ -2,7 +2,7 @@
  * loss_moco.c — VISSL's moco_loss (MoCoLoss, vissl/losses/moco_loss.py) with MoCoHook's momentum
  * encoder (vissl/hooks/moco_hooks.py): MoCo v2.
  *
- * The encoder is a second model of the same options, built fresh (its BN running statistics
+ * The encoder (momentum.h) is a second model of the same options, built fresh (its BN running statistics
  * start at 0 and 1, as VISSL's build_model leaves them). At the first forward its parameters
  * become the model's; before every later forward they follow them, θk = m·θk + (1 − m)·θq
  * (eng_ema), in training and in test phases alike (VISSL's on_forward hook runs in both). Its
@@ -37,6 +37,7 @@
 #include "model.h"
 #include "rng.h"
 #include "train/inputs.h"
+#include "train/momentum.h"
 #include "util.h"
 
 #include <math.h>
@@ -47,15 +48,13 @@
 #define MOCO_MAX_QUEUE (1 << 24) /* queue_ptr is a float in the checkpoint */
 
 typedef struct moco_state {
-    model *encoder;
-    bool following;     /* its parameters are the model's (first forward) or a checkpoint's */
+    momentum_encoder *enc;
     eng_tensor bank;    /* (Q + cap) × D: the queue's rows, then the current batch's keys */
     int64_t cap;        /* key rows the bank has room for */
     int64_t ptr;        /* the next queue row to replace */
     eng_tensor ptr_t;   /* ptr as one float, for the checkpoint */
     int64_t nkeys;      /* keys of the last forward (rows Q … Q + nkeys − 1 of the bank) */
     eng_tensor all_x, all_k, own_k; /* shuffle: every rank's images and keys, this rank's shuffled keys */
-    batch_host host;
 } moco_state;
 
 /* ---- config ------------------------------------------------------------------------------- */
@@ -157,8 +156,6 @@ int moco_attach(eng_backend *be, loss_state *s, const model *m, char **err)
 {
     moco_state *ms = s->moco = xcalloc(1, sizeof *ms);
     s->views = true;
-    if (!(ms->encoder = model_new(be, model_opts(m), s->seed, err)))
-        return -1;
     int64_t q = s->o.moco.queue_size;
     ms->bank = eng_tensor_new(be, eng_shape2(q, s->o.embedding_dim));
     ms->ptr_t = eng_tensor_new(be, eng_shape2(1, 1));
@@ -172,10 +169,9 @@ int moco_attach(eng_backend *be, loss_state *s, const model *m, char **err)
     add_view(s, prefix, "queue_ptr", &ms->ptr_t);
     free(prefix);
     prefix = xasprintf("%sloss.moco_encoder.", rank);
-    for (int i = 0; i < model_entry_count(ms->encoder); i++)
-        add_view(s, prefix, model_entry_at(ms->encoder, i)->name, &model_entry_at(ms->encoder, i)->value);
+    ms->enc = momentum_new(be, m, s->seed, false, s, prefix, err);
     free(prefix);
-    return 0;
+    return ms->enc ? 0 : -1;
 }
 
 int moco_loaded(eng_backend *be, loss_state *s, char **err)
@@ -187,7 +183,7 @@ int moco_loaded(eng_backend *be, loss_state *s, char **err)
         return report_failure(err, "the checkpoint's loss.queue_ptr (%g) is not a row of the queue of %lld",
                               (double)ptr, (long long)s->o.moco.queue_size);
     ms->ptr = (int64_t)ptr;
-    ms->following = true;
+    momentum_loaded(ms->enc);
     return 0;
 }
 
@@ -200,12 +196,10 @@ static void free_if(eng_backend *be, eng_tensor *t)
 void moco_state_free(eng_backend *be, loss_state *s)
 {
     moco_state *ms = s->moco;
-    if (ms->encoder)
-        model_free(be, ms->encoder);
+    momentum_free(be, ms->enc);
     eng_tensor *own[] = {&ms->bank, &ms->ptr_t, &ms->all_x, &ms->all_k, &ms->own_k};
     for (size_t i = 0; i < ARRAY_LEN(own); i++)
         free_if(be, own[i]);
-    batch_host_free(&ms->host);
     free(ms);
     s->moco = NULL;
 }
@@ -237,16 +231,6 @@ static void grow_bank(eng_backend *be, loss_state *s, int64_t rows)
 
 /* ---- the hook: the encoder follows the model, then encodes the key view ------------------------ */
 
-static void follow(eng_backend *be, moco_state *ms, const model *m, double momentum)
-{
-    eng_tensor q = model_params(m), k = model_params(ms->encoder);
-    if (!ms->following)
-        eng_copy(be, &q, &k);
-    else
-        eng_ema(be, momentum, &q, &k);
-    ms->following = true;
-}
-
 /* Rows of `from` picked by idx[0..n) into rows 0..n−1 of `to`. */
 static void pick_rows(eng_backend *be, const eng_tensor *from, const eng_tensor *to, const size_t *idx, int64_t n)
 {
@@ -272,8 +256,9 @@ static void shuffle_order(const loss_state *s, size_t n, size_t *perm, size_t *i
 static int shuffled_keys(eng_backend *be, loss_state *s, const eng_tensor *keys, char **err)
 {
     moco_state *ms = s->moco;
+    model *encoder = momentum_model(ms->enc);
     int w = dist_world(s->world), r = dist_rank(s->world);
-    eng_tensor x = model_input(ms->encoder, 0);
+    eng_tensor x = model_input(encoder, 0);
     int64_t b = x.shape.dim[0];
     eng_shape xs = x.shape;
     xs.dim[0] = b * w;
@@ -283,8 +268,8 @@ static int shuffled_keys(eng_backend *be, loss_state *s, const eng_tensor *keys,
     size_t *perm = xmalloc((size_t)(b * w) * sizeof *perm), *inverse = xmalloc((size_t)(b * w) * sizeof *inverse);
     shuffle_order(s, (size_t)(b * w), perm, inverse);
     pick_rows(be, &ms->all_x, &x, perm + r * b, b);
-    model_forward(be, ms->encoder, true);
-    const eng_tensor *out = model_output(ms->encoder, 0);
+    model_forward(be, encoder, true);
+    const eng_tensor *out = model_output(encoder, 0);
     ensure(be, &ms->own_k, out->shape);
     ensure(be, &ms->all_k, eng_shape2(b * w, out->shape.dim[1]));
     eng_l2norm_forward(be, out, &ms->own_k);
@@ -298,7 +283,7 @@ static int shuffled_keys(eng_backend *be, loss_state *s, const eng_tensor *keys,
 int moco_on_forward(eng_backend *be, loss_state *s, model *m, const rec_view *batch, char **err)
 {
     moco_state *ms = s->moco;
-    follow(be, ms, m, s->o.moco.momentum);
+    momentum_follow(be, ms->enc, m, s->o.moco.momentum);
     int idx[MODEL_MAX_INPUTS];
     eng_shape shapes[MODEL_MAX_INPUTS];
     int n = batch_input_shapes_of(batch, "data_momentum", idx, shapes, err);
@@ -306,7 +291,7 @@ int moco_on_forward(eng_backend *be, loss_state *s, model *m, const rec_view *ba
         return -1;
     if (n != 1)
         return report_failure(err, "moco_loss: the batch has %d key views; moco_collator gives one", n);
-    if (model_plan(be, ms->encoder, shapes, 1, err) != 0 || batch_upload(be, ms->encoder, &ms->host, batch, idx, 1, err) != 0)
+    if (momentum_load(be, ms->enc, batch, idx, shapes, 1, err) != 0)
         return -1;
     int64_t rows = shapes[0].dim[0];
     grow_bank(be, s, rows);
@@ -315,8 +300,8 @@ int moco_on_forward(eng_backend *be, loss_state *s, model *m, const rec_view *ba
     ms->nkeys = rows;
     if (dist_world(s->world) > 1 && s->o.moco.shuffle_batch)
         return shuffled_keys(be, s, &keys, err);
-    model_forward(be, ms->encoder, true);
-    const eng_tensor *out = model_output(ms->encoder, 0);
+    model_forward(be, momentum_model(ms->enc), true);
+    const eng_tensor *out = model_output(momentum_model(ms->enc), 0);
     if (!eng_shape_equal(&out->shape, &keys.shape))
         return report_failure(err, "moco_loss: the encoder's first output is not %lld × %lld (embedding_dim)",
                               (long long)rows, (long long)s->o.embedding_dim);
