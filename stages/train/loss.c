@@ -23,6 +23,7 @@
 #include "train/loss_internal.h"
 
 #include "log.h"
+#include "train/momentum.h"
 #include "util.h"
 
 #include <math.h>
@@ -39,6 +40,7 @@ static const char *const NAMES[] = {
     [LOSS_SWAV] = "swav_loss",
     [LOSS_MOCO] = "moco_loss",
     [LOSS_NCE] = "nce_loss_with_memory",
+    [LOSS_SWAV_MOMENTUM] = "swav_momentum_loss",
 };
 
 const char *loss_display_name(loss_name name) { return NAMES[name]; }
@@ -94,7 +96,7 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
         cfg_fail(err, cfg_get(config, "LOSS.name"), "config.LOSS.name",
                  "'%s' is not run by this trainer yet (CrossEntropyLoss, cross_entropy_multiple_output_single_target, "
                  "bce_logits_multiple_output_single_target, simclr_info_nce_loss, multicrop_simclr_info_nce_loss, "
-                 "swav_loss, moco_loss, nce_loss_with_memory)",
+                 "swav_loss, swav_momentum_loss, moco_loss, nce_loss_with_memory)",
                  name);
         return false;
     }
@@ -116,7 +118,8 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
         ok = read_buffer_params(config, name, &o, err);
         o.num_crops = (int)cfg_int(config, "LOSS.multicrop_simclr_info_nce_loss.num_crops");
         break;
-    case LOSS_SWAV: ok = swav_options_from_config(config, &o, err); break;
+    case LOSS_SWAV:
+    case LOSS_SWAV_MOMENTUM: ok = swav_options_from_config(config, &o, err); break;
     case LOSS_MOCO: ok = moco_options_from_config(config, &o, err); break;
     case LOSS_NCE: ok = nce_options_from_config(config, &o, err); break;
     }
@@ -128,6 +131,7 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
 /* ---- planning ----------------------------------------------------------------------------- */
 
 static bool is_simclr(const loss *l) { return l->o.name == LOSS_SIMCLR || l->o.name == LOSS_MULTICROP_SIMCLR; }
+static bool is_swav(const loss_options *o) { return o->name == LOSS_SWAV || o->name == LOSS_SWAV_MOMENTUM; }
 
 /* The 0/1 masks of loss.c's top comment, for R rows in groups of `per` (B) against `cols`
  * columns whose own block starts at `own` (rank·R; 0 and R for one trainer). */
@@ -228,7 +232,7 @@ loss *loss_new(eng_backend *be, const loss_options *o, loss_state *st, const eng
         l->dout[k] = eng_tensor_new(be, outputs[k]);
     }
     int rc = is_simclr(l)               ? plan_simclr(be, l, err)
-             : o->name == LOSS_SWAV     ? swav_plan(be, l, err)
+             : is_swav(o)               ? swav_plan(be, l, err)
              : o->name == LOSS_MOCO     ? moco_plan(be, l, err)
              : o->name == LOSS_NCE      ? nce_plan(be, l, err)
                                         : plan_per_output(be, l, err);
@@ -271,7 +275,7 @@ loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed
     s->o = *o;
     s->seed = seed;
     s->world = world;
-    if (o->name == LOSS_SWAV)
+    if (is_swav(o))
         swav_state_init(be, s, seed);
     if (o->name == LOSS_NCE)
         nce_state_init(be, s);
@@ -280,11 +284,15 @@ loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed
 
 int loss_state_attach(eng_backend *be, loss_state *s, const struct model *m, char **err)
 {
+    if (s->o.name == LOSS_SWAV_MOMENTUM)
+        return swav_momentum_attach(be, s, m, err);
     return s->o.name == LOSS_MOCO ? moco_attach(be, s, m, err) : 0;
 }
 
 int loss_state_loaded(eng_backend *be, loss_state *s, char **err)
 {
+    if (s->momentum)
+        momentum_loaded(s->momentum);
     return s->o.name == LOSS_MOCO ? moco_loaded(be, s, err) : s->o.name == LOSS_NCE ? nce_loaded(be, s, err) : 0;
 }
 
@@ -311,12 +319,13 @@ void loss_state_free(eng_backend *be, loss_state *s)
     if (!s)
         return;
     for (int i = 0; i < s->nentries; i++) {
-        if (!s->views)
+        if (i < s->nowned)
             eng_tensor_free(be, &s->entries[i].value);
         free((char *)s->entries[i].name);
     }
     if (s->moco)
         moco_state_free(be, s);
+    momentum_free(be, s->momentum);
     free(s->entries);
     free(s);
 }
@@ -334,12 +343,14 @@ int loss_on_forward(eng_backend *be, loss_state *s, struct model *m, const rec_v
 {
     if (s->o.name == LOSS_MOCO)
         return moco_on_forward(be, s, m, batch, err);
+    if (s->o.name == LOSS_SWAV_MOMENTUM)
+        return swav_momentum_on_forward(be, s, m, batch, err);
     return s->o.name == LOSS_SWAV ? swav_on_forward(be, s, m, err) : 0;
 }
 
 int loss_on_update(eng_backend *be, loss_state *s, struct model *m, char **err)
 {
-    return s->o.name == LOSS_SWAV ? swav_on_update(be, s, m, err) : 0;
+    return is_swav(&s->o) ? swav_on_update(be, s, m, err) : 0;
 }
 
 /* ---- computing ---------------------------------------------------------------------------- */
@@ -445,7 +456,7 @@ int loss_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, con
                                   k);
     if (is_simclr(l))
         return simclr(be, l, outputs[0], value, err);
-    if (l->o.name == LOSS_SWAV)
+    if (is_swav(&l->o))
         return swav_compute(be, l, outputs, value, err);
     if (l->o.name == LOSS_MOCO)
         return moco_compute(be, l, outputs, value, err);

@@ -4,8 +4,9 @@
  *
  * Losses now: CrossEntropyLoss (ClassyVision's, ignore_index −1), cross_entropy_multiple_
  * output_single_target, bce_logits_multiple_output_single_target, simclr_info_nce_loss,
- * multicrop_simclr_info_nce_loss, swav_loss, moco_loss and nce_loss_with_memory (NPID, NPID++,
- * PIRL), each exactly VISSL 0.1.5's forward with its true gradient.
+ * multicrop_simclr_info_nce_loss, swav_loss, swav_momentum_loss, moco_loss and
+ * nce_loss_with_memory (NPID, NPID++, PIRL), each exactly VISSL 0.1.5's forward with its true
+ * gradient.
  *
  * A loss is planned once for the model's output shapes (loss_new: its masks and buffers), then
  * loss_compute runs per step and leaves d(loss)/d(output k) in loss_grad(l, k), the seed for
@@ -43,6 +44,7 @@ typedef enum {
     LOSS_SWAV,                /* swav_loss */
     LOSS_MOCO,                /* moco_loss */
     LOSS_NCE,                 /* nce_loss_with_memory */
+    LOSS_SWAV_MOMENTUM,       /* swav_momentum_loss */
 } loss_name;
 
 #define LOSS_MAX_CLASS_WEIGHTS 4096
@@ -62,6 +64,8 @@ typedef struct {
     int64_t queue_start_iter;
     int64_t temp_hard_assignment_iters;
     bool normalize_last_layer;
+    double momentum;                       /* swav_momentum_loss: the encoder's */
+    int64_t momentum_eval_mode_iter_start; /* swav_momentum_loss: the encoder in eval mode from here */
 } swav_options;
 
 /* LOSS.moco_loss (vissl/losses/moco_loss.py; embedding_dim and temperature are loss_options'),

@@ -12,6 +12,7 @@
 
 struct moco_state;
 struct nce_host;
+struct momentum_encoder;
 
 struct loss_state {
     loss_options o;
@@ -23,8 +24,9 @@ struct loss_state {
      * each owning its memory; MoCo: views of moco_state's. Every name is the state's. */
     eng_entry *entries;
     int nentries, cap;
-    bool views; /* the entries' tensors belong to moco_state, which frees them */
+    int nowned; /* entries [0, nowned) own their tensors; the rest view what the state holds */
     struct moco_state *moco;
+    struct momentum_encoder *momentum; /* swav_momentum_loss's encoder */
 };
 
 /* A new entry at the end of s->entries, named `name` (copied), its value still to be set. */
@@ -54,6 +56,8 @@ int swav_plan(eng_backend *be, loss *l, char **err);
 int swav_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, double *value, char **err);
 int swav_on_forward(eng_backend *be, loss_state *s, struct model *m, char **err);
 int swav_on_update(eng_backend *be, loss_state *s, struct model *m, char **err);
+int swav_momentum_attach(eng_backend *be, loss_state *s, const struct model *m, char **err);
+int swav_momentum_on_forward(eng_backend *be, loss_state *s, struct model *m, const rec_view *batch, char **err);
 
 /* loss_moco.c */
 bool moco_options_from_config(const cfg_node *config, loss_options *o, cfg_err *err);

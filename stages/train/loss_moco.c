@@ -155,7 +155,6 @@ static void add_view(loss_state *s, const char *prefix, const char *name, const 
 int moco_attach(eng_backend *be, loss_state *s, const model *m, char **err)
 {
     moco_state *ms = s->moco = xcalloc(1, sizeof *ms);
-    s->views = true;
     int64_t q = s->o.moco.queue_size;
     ms->bank = eng_tensor_new(be, eng_shape2(q, s->o.embedding_dim));
     ms->ptr_t = eng_tensor_new(be, eng_shape2(1, 1));

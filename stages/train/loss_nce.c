@@ -171,6 +171,7 @@ void nce_state_init(eng_backend *be, loss_state *s)
     s->z = as_float(n->norm_constant);
     float p[4] = {(float)n->num_negatives, (float)s->o.temperature, (float)s->z, (float)n->momentum};
     eng_upload(be, &params->value, p);
+    s->nowned = s->nentries;
 }
 
 int nce_loaded(eng_backend *be, loss_state *s, char **err)

@@ -27,6 +27,8 @@
 
 #include "model.h"
 #include "rng.h"
+#include "train/inputs.h"
+#include "train/momentum.h"
 #include "util.h"
 
 #include <math.h>
@@ -36,10 +38,17 @@
 
 /* ---- config ------------------------------------------------------------------------------- */
 
-/* A list of integers at LOSS.swav_loss.<key>, into out[max]. */
-static bool read_ints(const cfg_node *config, const char *key, int64_t *out, int max, int *n, cfg_err *err)
+/* LOSS.<the loss>: swav_loss or swav_momentum_loss. */
+static const char *section(const loss_options *o)
 {
-    char *path = xasprintf("LOSS.swav_loss.%s", key), *full = xasprintf("config.%s", path);
+    return o->name == LOSS_SWAV_MOMENTUM ? "swav_momentum_loss" : "swav_loss";
+}
+
+/* A list of integers at LOSS.<loss>.<key>, into out[max]. */
+static bool read_ints(const cfg_node *config, const char *name, const char *key, int64_t *out, int max, int *n,
+                      cfg_err *err)
+{
+    char *path = xasprintf("LOSS.%s.%s", name, key), *full = xasprintf("config.%s", path);
     const cfg_node *list = cfg_get(config, path);
     bool ok = list->kind == CFG_LIST && list->len >= 1 && list->len <= (size_t)max;
     for (size_t i = 0; ok && i < list->len; i++) {
@@ -55,9 +64,23 @@ static bool read_ints(const cfg_node *config, const char *key, int64_t *out, int
     return ok;
 }
 
+/* swav_momentum_loss's own keys (it has no temp_hard_assignment_iters). */
+static void read_momentum(const cfg_node *l, loss_options *o)
+{
+    swav_options *s = &o->swav;
+    if (o->name != LOSS_SWAV_MOMENTUM) {
+        s->temp_hard_assignment_iters = cfg_int(l, "temp_hard_assignment_iters");
+        return;
+    }
+    s->momentum = cfg_float(l, "momentum");
+    s->momentum_eval_mode_iter_start = cfg_int(l, "momentum_eval_mode_iter_start");
+}
+
 bool swav_options_from_config(const cfg_node *config, loss_options *o, cfg_err *err)
 {
-    const cfg_node *l = cfg_get(config, "LOSS.swav_loss");
+    char *key = xasprintf("LOSS.%s", section(o));
+    const cfg_node *l = cfg_get(config, key);
+    free(key);
     swav_options *s = &o->swav;
     o->temperature = cfg_float(l, "temperature");
     o->embedding_dim = cfg_int(l, "embedding_dim");
@@ -66,17 +89,18 @@ bool swav_options_from_config(const cfg_node *config, loss_options *o, cfg_err *
     s->num_iters = (int)cfg_int(l, "num_iters");
     s->queue_length = cfg_int(l, "queue.local_queue_length");
     s->queue_start_iter = cfg_int(l, "queue.start_iter");
-    s->temp_hard_assignment_iters = cfg_int(l, "temp_hard_assignment_iters");
     s->normalize_last_layer = cfg_bool(l, "normalize_last_layer");
+    read_momentum(l, o);
     int64_t cfa[LOSS_MAX_CROPS];
-    if (!read_ints(config, "crops_for_assign", cfa, LOSS_MAX_CROPS, &s->ncrops_for_assign, err) ||
-        !read_ints(config, "num_prototypes", s->num_prototypes, LOSS_MAX_PROTOTYPES, &s->nheads, err))
+    if (!read_ints(config, section(o), "crops_for_assign", cfa, LOSS_MAX_CROPS, &s->ncrops_for_assign, err) ||
+        !read_ints(config, section(o), "num_prototypes", s->num_prototypes, LOSS_MAX_PROTOTYPES, &s->nheads, err))
         return false;
     const char *bad = o->num_crops < 2 || o->num_crops > LOSS_MAX_CROPS ? "num_crops must be 2 to 32"
                       : !(s->epsilon > 0.0)                               ? "epsilon must be > 0"
                       : !(o->temperature > 0.0)                           ? "temperature must be > 0"
                       : s->num_iters < 0                                  ? "num_iters must be ≥ 0"
                       : s->queue_length < 0                               ? "the queue's length must be ≥ 0"
+                      : !(s->momentum >= 0.0 && s->momentum <= 1.0)       ? "momentum must be in [0, 1]"
                                                                           : NULL;
     for (int i = 0; !bad && i < s->ncrops_for_assign; i++) {
         if (cfa[i] < 0 || cfa[i] >= o->num_crops)
@@ -86,8 +110,11 @@ bool swav_options_from_config(const cfg_node *config, loss_options *o, cfg_err *
     for (int h = 0; !bad && h < s->nheads; h++)
         if (s->num_prototypes[h] < 1)
             bad = "num_prototypes must be ≥ 1";
-    if (bad)
-        cfg_fail(err, l, "config.LOSS.swav_loss", "%s", bad);
+    if (bad) {
+        char *full = xasprintf("config.LOSS.%s", section(o));
+        cfg_fail(err, l, full, "%s", bad);
+        free(full);
+    }
     return !bad;
 }
 
@@ -115,13 +142,16 @@ void swav_state_init(eng_backend *be, loss_state *s, uint64_t seed)
     int64_t a = o->ncrops_for_assign, len = o->queue_length;
     char rank[24], name[96]; /* rank r > 0: its own queue's place in rank 0's checkpoint */
     loss_state_rank_prefix(s, rank);
+    /* VISSL's SwAVLoss keeps them in its criterion; SwAVMomentumLoss on itself */
+    const char *owner = s->o.name == LOSS_SWAV_MOMENTUM ? "" : "swav_criterion.";
     for (int h = 0; h < o->nheads; h++) {
-        snprintf(name, sizeof name, "%sloss.swav_criterion.local_queue%d", rank, h);
+        snprintf(name, sizeof name, "%sloss.%slocal_queue%d", rank, owner, h);
         add_entry(be, s, name, eng_shape3(a, len, o->num_prototypes[h]), &r, 1.0);
     }
-    snprintf(name, sizeof name, "%sloss.swav_criterion.local_emb_queue", rank);
+    snprintf(name, sizeof name, "%sloss.%slocal_emb_queue", rank, owner);
     add_entry(be, s, name, eng_shape3(a, len, s->o.embedding_dim), &r,
               1.0 / sqrt((double)s->o.embedding_dim / 3.0));
+    s->nowned = s->nentries;
 }
 
 /* Queue i (assignment crop i) of state tensor e, as an L × width matrix. */
@@ -155,6 +185,9 @@ int swav_plan(eng_backend *be, loss *l, char **err)
     if (o->queue_length % l->per_crop)
         return report_failure(err, "swav_loss: the queue's %lld rows are not a whole number of %lld-image batches",
                               (long long)o->queue_length, (long long)l->per_crop);
+    if (l->o.name == LOSS_SWAV_MOMENTUM && o->queue_length && o->ncrops_for_assign * l->per_crop < crops)
+        return report_failure(err, "swav_momentum_loss: its queue takes %lld × %d / %lld embeddings a step: none",
+                              (long long)l->per_crop, o->ncrops_for_assign, (long long)crops);
     for (int h = 0; h < o->nheads; h++)
         l->codes[h] = eng_tensor_new(be, eng_shape2(l->per_crop, o->num_prototypes[h]));
     return 0;
@@ -180,6 +213,16 @@ static int reduce_over_ranks(void *ctx, double *v, size_t n, bool max)
     return dist_reduce(c->world, v, n, max, c->err);
 }
 
+/* The scores assignment crop i's codes come from: the model's own crop (swav_loss), or the
+ * momentum encoder's i-th crop (swav_momentum_loss: it ran on the assignment crops alone). */
+static eng_tensor code_scores(eng_backend *be, const loss *l, int h, int i, const eng_tensor *scores)
+{
+    int64_t b = l->per_crop;
+    if (l->o.name != LOSS_SWAV_MOMENTUM)
+        return eng_rows(be, scores, l->o.swav.crops_for_assign[i] * b, b);
+    return eng_rows(be, model_output(momentum_model(l->st->momentum), 1 + h), i * b, b);
+}
+
 /* VISSL's SwAVCriterion for head h: the mean over assignment crops of the swapped predictions,
  * added to *total. -1 with *err when the sums over the ranks failed. */
 static int criterion(eng_backend *be, loss *l, int h, const eng_tensor *scores, bool use_queue, double *total,
@@ -196,7 +239,7 @@ static int criterion(eng_backend *be, loss *l, int h, const eng_tensor *scores, 
     eng_reducer ranks = {reduce_over_ranks, &ctx, dist_world(l->st->world)};
     for (int i = 0; i < o->ncrops_for_assign; i++) {
         int a = o->crops_for_assign[i];
-        eng_tensor s = eng_rows(be, scores, a * b, b), queue;
+        eng_tensor s = code_scores(be, l, h, i, scores), queue;
         if (use_queue)
             queue = queue_of(be, &l->st->entries[h], i);
         if (eng_sinkhorn(be, &s, use_queue ? &queue : NULL, o->epsilon, o->num_iters, hard, &l->codes[h],
@@ -213,18 +256,33 @@ static int criterion(eng_backend *be, loss *l, int h, const eng_tensor *scores, 
     return 0;
 }
 
-/* update_emb_queue: each assignment crop's queue moves down one batch; this batch goes on top. */
+/* q[n:] = q[:-n]: blocks of at most n rows copied from the bottom up, none overlapping. */
+static void shift_down(eng_backend *be, const eng_tensor *q, int64_t n)
+{
+    for (int64_t end = q->shape.dim[0]; end > n;) {
+        int64_t start = end - n > n ? end - n : n;
+        eng_tensor from = eng_rows(be, q, start - n, end - start), to = eng_rows(be, q, start, end - start);
+        eng_copy(be, &from, &to);
+        end = start;
+    }
+}
+
+/* update_emb_queue: each assignment crop's queue moves down n rows and takes the n embeddings at
+ * rows `first(i)` on top. swav_loss: the batch, from the model's crop a. swav_momentum_loss, as
+ * VISSL writes it: n is the encoder's rows over num_crops (the batch only when every crop is an
+ * assignment crop), from its rows i·n. */
 static void push_embeddings(eng_backend *be, loss *l, const eng_tensor *emb)
 {
     const eng_entry *e = &l->st->entries[l->o.swav.nheads];
-    int64_t b = l->per_crop;
+    bool momentum = l->o.name == LOSS_SWAV_MOMENTUM;
+    if (momentum)
+        emb = model_output(momentum_model(l->st->momentum), 0);
+    int64_t n = momentum ? emb->shape.dim[0] / l->o.num_crops : l->per_crop;
     for (int i = 0; i < l->o.swav.ncrops_for_assign; i++) {
         eng_tensor q = queue_of(be, e, i);
-        for (int64_t at = q.shape.dim[0] - b; at >= b; at -= b) {
-            eng_tensor from = eng_rows(be, &q, at - b, b), to = eng_rows(be, &q, at, b);
-            eng_copy(be, &from, &to);
-        }
-        eng_tensor top = eng_rows(be, &q, 0, b), mine = eng_rows(be, emb, l->o.swav.crops_for_assign[i] * b, b);
+        shift_down(be, &q, n);
+        eng_tensor top = eng_rows(be, &q, 0, n),
+                   mine = eng_rows(be, emb, (momentum ? i : l->o.swav.crops_for_assign[i]) * n, n);
         eng_copy(be, &mine, &top);
     }
 }
@@ -263,12 +321,10 @@ static int prototypes(const model *m, int h, const eng_tensor **w, char **err)
     return report_failure(err, "swav_loss: the model has no %s (is the head a swav_head?)", name);
 }
 
-/* SwAVUpdateQueueScoresHook.on_forward: local_queue<h>[i] = prototypes_h(local_emb_queue[i]). */
-int swav_on_forward(eng_backend *be, loss_state *s, model *m, char **err)
+/* local_queue<h>[i] = prototypes_h(local_emb_queue[i]), with m's prototypes. */
+static int score_queue(eng_backend *be, loss_state *s, const model *m, char **err)
 {
     const swav_options *o = &s->o.swav;
-    if (!queue_on(s))
-        return 0;
     const eng_entry *emb = &s->entries[o->nheads];
     for (int h = 0; h < o->nheads; h++) {
         const eng_tensor *w;
@@ -282,11 +338,15 @@ int swav_on_forward(eng_backend *be, loss_state *s, model *m, char **err)
     return 0;
 }
 
-/* NormalizePrototypesHook.on_update: every prototype (a row of the weight) to unit length. */
-int swav_on_update(eng_backend *be, loss_state *s, model *m, char **err)
+/* SwAVUpdateQueueScoresHook.on_forward: the queue's scores from the current prototypes. */
+int swav_on_forward(eng_backend *be, loss_state *s, model *m, char **err)
 {
-    if (!s->o.swav.normalize_last_layer)
-        return 0;
+    return queue_on(s) ? score_queue(be, s, m, err) : 0;
+}
+
+/* Every prototype (a row of the weight) of m to unit length. */
+static int normalize_prototypes(eng_backend *be, const loss_state *s, const model *m, char **err)
+{
     for (int h = 0; h < s->o.swav.nheads; h++) {
         const eng_tensor *w;
         if (prototypes(m, h, &w, err) != 0)
@@ -294,4 +354,51 @@ int swav_on_update(eng_backend *be, loss_state *s, model *m, char **err)
         eng_l2norm_forward(be, w, w);
     }
     return 0;
+}
+
+/* NormalizePrototypesHook.on_update (SwAVMomentumNormalizePrototypesHook: the encoder's too). */
+int swav_on_update(eng_backend *be, loss_state *s, model *m, char **err)
+{
+    if (!s->o.swav.normalize_last_layer)
+        return 0;
+    if (normalize_prototypes(be, s, m, err) != 0)
+        return -1;
+    return s->momentum ? normalize_prototypes(be, s, momentum_model(s->momentum), err) : 0;
+}
+
+/* ---- swav_momentum_loss: the momentum network (SwAVMomentumHook) ------------------------------- */
+
+int swav_momentum_attach(eng_backend *be, loss_state *s, const model *m, char **err)
+{
+    char rank[24];
+    loss_state_rank_prefix(s, rank);
+    char *prefix = xasprintf("%sloss.momentum_encoder.", rank);
+    s->momentum = momentum_new(be, m, s->seed, true, s, prefix, err);
+    free(prefix);
+    return s->momentum ? 0 : -1;
+}
+
+/* The encoder follows the model, runs on the assignment crops (in eval mode from
+ * momentum_eval_mode_iter_start), and scores the queue with its own prototypes. */
+int swav_momentum_on_forward(eng_backend *be, loss_state *s, model *m, const rec_view *batch, char **err)
+{
+    const swav_options *o = &s->o.swav;
+    momentum_follow(be, s->momentum, m, o->momentum);
+    int all[MODEL_MAX_INPUTS], idx[LOSS_MAX_CROPS];
+    eng_shape shapes[MODEL_MAX_INPUTS], picked[LOSS_MAX_CROPS];
+    int n = batch_input_shapes(batch, all, shapes, err);
+    if (n < 0)
+        return -1;
+    for (int i = 0; i < o->ncrops_for_assign; i++) {
+        int a = o->crops_for_assign[i];
+        if (a >= n)
+            return report_failure(err, "swav_momentum_loss: crops_for_assign names crop %d of a batch of %d", a, n);
+        idx[i] = all[a];
+        picked[i] = shapes[a];
+    }
+    model *enc = momentum_model(s->momentum);
+    if (momentum_load(be, s->momentum, batch, idx, picked, o->ncrops_for_assign, err) != 0)
+        return -1;
+    model_forward(be, enc, s->iterations < o->momentum_eval_mode_iter_start);
+    return queue_on(s) ? score_queue(be, s, enc, err) : 0;
 }

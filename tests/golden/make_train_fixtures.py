@@ -30,6 +30,9 @@ Cases:
                5 steps; npid_z.npy the normalisation constant Z
   pirl         PIRL: nce_loss_with_memory on two outputs (PIRL below): patches.0 and images.0
                batches, memory0.npy / memory.npy as npid's
+  swav_momentum
+               swav_momentum_loss with SwAVMomentumHook's network (SWAVM below); queue0.npy is
+               the embedding queue's start; enc.npy the network's head parameters at the end
 
 ce_multistep also has test phases, as VISSL runs them with TEST_MODEL and TEST_EVERY_NUM_EPOCH
 2 over its five epochs: after epochs 0, 2 and 4 the model (no update, no gradient) scores two
@@ -538,6 +541,138 @@ def pirl_case(norm):
           f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
 
 
+# swav_momentum: SwAV with a momentum network over five steps, on swav_queue's batches and model.
+# SwAVMomentumHook: the network is the model's copy (parameters and running statistics) at the
+# first forward, then its parameters move with m 0.9 and its running statistics are copied
+# before every forward; it runs on the assignment crops 0 and 1, in train mode for the first
+# 2 iterations (momentum_eval_mode_iter_start), then in eval mode (its frozen trunk always in
+# eval mode, as the model's). SwAVMomentumLoss: codes from the network's scores (its Sinkhorn:
+# exp(s/ε), no max taken), the queue from iteration 2 scored by the network's prototypes and fed
+# its embeddings with VISSL's bs = rows / num_crops (here 2 of the 4 images); prototypes of
+# both normalised after every update.
+SWAVM = dict(SWAV, m=0.9, eval_start=2)
+
+
+def momentum_sinkhorn(q, iters):
+    """SwAVMomentumLoss.distributed_sinkhornknopp on Q = exp(scores/ε)ᵀ (K × n), one rank."""
+    q = q / q.sum()
+    k, n = q.shape
+    r, c = torch.ones(k, dtype=q.dtype) / k, torch.ones(n, dtype=q.dtype) / n
+    curr = q.sum(dim=1)
+    for _ in range(iters):
+        q = q * (r / curr).unsqueeze(1)
+        q = q * (c / q.sum(dim=0)).unsqueeze(0)
+        curr = q.sum(dim=1)
+    return (q / q.sum(dim=0, keepdim=True)).t()
+
+
+def momentum_follow(model, encoder, m):
+    """SwAVMomentumHook: build (a copy) or move the parameters; copy the running statistics."""
+    if encoder is None:
+        encoder = copy.deepcopy(model)
+        for p in encoder.parameters():
+            p.requires_grad_(False)
+        return encoder
+    for pq, pk in zip(model.parameters(), encoder.parameters()):
+        pk.data = pk.data * m + pq.data * (1.0 - m)
+    for (name, bq), (_, bk) in zip(model.named_buffers(), encoder.named_buffers()):
+        if "running_" in name:
+            bk.data.copy_(bq.data)
+    return encoder
+
+
+def swav_momentum_loss(out, mscores, queues, c):
+    """SwAVMomentumLoss.forward's sum, given the network's scores and the queue's."""
+    loss, crops = 0, c["crops"]
+    for h, scores in enumerate(out[1:]):
+        bs, sub = scores.shape[0] // crops, 0
+        for j, a in enumerate(c["cfa"]):
+            with torch.no_grad():
+                s = mscores[h][j * bs:(j + 1) * bs]
+                if queues is not None:
+                    s = torch.cat((s, queues[h][j]))
+                codes = momentum_sinkhorn(torch.exp(s / 0.05).t(), 3)[:bs]
+            subsub = 0
+            for p in [p for p in range(crops) if p != a]:
+                subsub -= torch.mean(torch.sum(codes * torch.log(F.softmax(scores[bs * p:bs * (p + 1)] / 0.1, dim=1)),
+                                               dim=1))
+            sub += subsub / (crops - 1)
+        loss += sub / len(c["cfa"])
+    return loss / (len(out) - 1)
+
+
+def train_swav_momentum(data, queue0, dtype):
+    c = SWAVM
+    model = M.Model(M.Trunk(18, True), M.heads_modules(c["heads"])).to(dtype).train()
+    model.trunk.eval()
+    for p in model.trunk.parameters():
+        p.requires_grad_(False)
+    group_of = O.vissl_groups(model, False, True, [])
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    wds = [c["wd"], 0.0, c["wd"], 0.0, c["wd"]]
+    groups = [{"params": [p for n, p in params if group_of[n] == g], "weight_decay": wds[g]}
+              for g in range(5) if any(group_of[n] == g for n, _ in params)]
+    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+    w0 = [p.detach().clone() for _, p in params]
+    encoder, emb_queue, num_iteration, losses = None, queue0.clone().to(dtype), 0, []
+    for k, (big, small) in enumerate(data):
+        head = model.heads[0]
+        out = head(torch.cat([model.trunk(to_input(big).to(dtype))[0], model.trunk(to_input(small).to(dtype))[0]]))
+        with torch.no_grad():
+            encoder = momentum_follow(model, encoder, c["m"])
+            encoder.train(num_iteration < c["eval_start"])
+            encoder.trunk.eval()
+            menc = encoder.heads[0](encoder.trunk(to_input(big).to(dtype))[0])
+        use_queue = num_iteration >= c["start_iter"]
+        queues = None
+        if use_queue:
+            with torch.no_grad():
+                queues = [[getattr(encoder.heads[0], f"prototypes{h}")(emb_queue[i]) for i in range(len(c["cfa"]))]
+                          for h in range(head.nmb_heads)]
+        loss = swav_momentum_loss(out, menc[1:], queues, c)
+        num_iteration += 1
+        if use_queue:
+            bs = len(menc[0]) // c["crops"]
+            for i in range(len(c["cfa"])):
+                emb_queue[i, bs:] = emb_queue[i, :-bs].clone()
+                emb_queue[i, :bs] = menc[0][i * bs:(i + 1) * bs]
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        for g in opt.param_groups:
+            g["lr"] = c["lr"](k)
+        opt.step()
+        with torch.no_grad():
+            for net in (model, encoder):
+                for h in range(head.nmb_heads):
+                    w = getattr(net.heads[0], f"prototypes{h}").weight
+                    w.copy_(F.normalize(w, dim=1, p=2))
+    delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
+    enc = np.concatenate([p.detach().double().numpy().ravel() for n, p in encoder.named_parameters()
+                          if n.startswith("heads.")])
+    return np.array(losses), delta, enc
+
+
+def swav_momentum_case(norm):
+    data = swav_batches(41)
+    stdv = 1.0 / math.sqrt(16 / 3)
+    g = torch.Generator().manual_seed(73)
+    queue0 = (torch.rand(2, SWAV["queue"], 16, generator=g) * 2 * stdv - stdv).float()
+    losses, delta, enc = train_swav_momentum(data, queue0, torch.float64)
+    losses32, delta32, _ = train_swav_momentum(data, queue0, torch.float32)
+    out = lambda n, a: golden.save_array(os.path.join(OUT, f"swav_momentum_{n}.npy"), a)
+    out("loss", losses)
+    out("loss32", losses32)
+    out("delta", delta)
+    out("queue0", queue0.numpy())
+    out("enc", enc)
+    out("floor", np.array([np.max(np.abs(losses32 - losses) / np.abs(losses)),
+                           np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta))]))
+    print(f"swav_momentum: losses {losses.round(5)}; torch float32 vs float64: loss "
+          f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
+          f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     norm = np.array([[255.0] * 3, MEAN, STD], dtype=np.float32)
@@ -575,6 +710,7 @@ def main():
     npid_case(norm, "npid", "nce")
     npid_case(norm, "npid_infonce", "cross_entropy")
     pirl_case(norm)
+    swav_momentum_case(norm)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,16 @@ static const char PIRL_YAML[] =
     "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n";
 
+/* SwAV with a momentum network (make_train_fixtures.py's SWAVM), on swav_queue's batches. */
+static const char SWAV_MOMENTUM_YAML[] =
+    "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: multicrop_collator}}\n" MODEL_PART
+    "    HEAD: {PARAMS: [[swav_head, {dims: [512, 32, 16], use_bn: true, num_clusters: [20, 12]}]]}\n"
+    "  LOSS: {name: swav_momentum_loss, swav_momentum_loss: {num_crops: 4, crops_for_assign: [0, 1], momentum: 0.9,\n"
+    "    momentum_eval_mode_iter_start: 2, queue: {queue_length: 8, start_iter: 2}}}\n"
+    "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
+    "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n";
+
 static npy_array load(const char *kase, const char *what) { return test_fixture_npy("train", kase, what); }
 
 /* The composed config with CHECKPOINT.DIR = dir; kept alive in *cfg. */
@@ -312,15 +322,16 @@ static double relative_error(const float *got, const npy_array *want, size_t n)
     return worst / top;
 }
 
-/* The momentum encoder's head parameters, in state-dict order. */
-static float *encoder_heads(trainer *t, size_t *n)
+/* The head parameters of the loss state's encoder named by prefix ("loss.moco_encoder.heads."), in
+ * state-dict order. */
+static float *encoder_heads(trainer *t, const char *prefix, size_t *n)
 {
     const eng_entry *e;
     int ne = loss_state_entries(trainer_loss_state(t), &e);
     float *all = NULL;
     *n = 0;
     for (int i = 0; i < ne; i++) {
-        if (strncmp(e[i].name, "loss.moco_encoder.heads.", 24))
+        if (strncmp(e[i].name, prefix, strlen(prefix)) || strstr(e[i].name, "running_"))
             continue;
         size_t k = (size_t)eng_numel(&e[i].value.shape);
         all = realloc(all, (*n + k) * sizeof *all);
@@ -346,7 +357,8 @@ Test(trainer, moco_with_its_queue_and_momentum_encoder_matches_vissl, .timeout =
     float *w0 = trained_values(t, &n0);
     double losses[STEPS];
     feed(t, "moco", losses);
-    float *w1 = trained_values(t, &n1), *enc = encoder_heads(t, &ne), *q = xmalloc(nq * sizeof *q), ptr;
+    float *w1 = trained_values(t, &n1), *enc = encoder_heads(t, "loss.moco_encoder.heads.", &ne),
+          *q = xmalloc(nq * sizeof *q), ptr;
     cr_assert_eq(n0, n1);
     check_training("moco", losses, w0, w1, n1);
     eng_download(trainer_backend(t), &loss_entry(t, "loss.queue")->value, q);
@@ -417,6 +429,39 @@ Test(trainer, npid_nce_with_its_memory_bank_matches_vissl, .timeout = 300)
 /* PIRL: two inputs (patches.0, images.0) through the multi-input mapping, two NCE terms, one of
  * them updating the memory. */
 Test(trainer, pirl_patches_and_images_match_vissl, .timeout = 300) { check_npid(PIRL_YAML, "pirl"); }
+
+/* SwAV's momentum variant: the network follows the model (parameters by momentum, running
+ * statistics copied), gives the codes and the queue's embeddings and scores, in train then eval
+ * mode, against VISSL's SwAVMomentumLoss and its hooks in float64. */
+Test(trainer, swav_momentum_matches_vissl, .timeout = 300)
+{
+    char *dir = test_make_tmpdir();
+    cfg_t cfg;
+    trainer *t = make_trainer(SWAV_MOMENTUM_YAML, dir, 5, false, &cfg);
+    model_init_formula(trainer_backend(t), trainer_model(t));
+    npy_array q = load("swav_momentum", "queue0");
+    const eng_entry *e = loss_entry(t, "loss.local_emb_queue");
+    cr_assert_eq(q.count, (size_t)eng_numel(&e->value.shape));
+    eng_upload(trainer_backend(t), &e->value, q.data);
+    npy_close(&q);
+    size_t n0, n1, ne;
+    float *w0 = trained_values(t, &n0);
+    double losses[STEPS];
+    feed(t, "swav_queue", losses);
+    float *w1 = trained_values(t, &n1), *enc = encoder_heads(t, "loss.momentum_encoder.heads.", &ne);
+    cr_assert_eq(n0, n1);
+    check_training("swav_momentum", losses, w0, w1, n1);
+    npy_array want_enc = load("swav_momentum", "enc");
+    double ee = relative_error(enc, &want_enc, ne);
+    if (getenv("TRAINER_VERBOSE"))
+        fprintf(stderr, "trainer: swav_momentum encoder error %.3g\n", ee);
+    cr_expect_leq(ee, 1e-3, "the momentum network's heads after 5 steps: error %g", ee);
+    npy_close(&want_enc);
+    free(w0), free(w1), free(enc);
+    trainer_free(t);
+    cfg_destroy(&cfg);
+    test_rm_dir(dir);
+}
 
 /* Five epochs of one batch: the multistep LR moves at epochs 2 and 4, every epoch ends with a
  * metrics.json line and a checkpoint, the last one final, and checkpoint.torch loads back. */
@@ -966,6 +1011,15 @@ static const struct {
      "    HEAD: {PARAMS: [[swav_head, {dims: [512, 32, 16], use_bn: true, num_clusters: [20, 12]}]]}\n"
      "  LOSS: {name: swav_loss, swav_loss: {num_crops: 4, temp_hard_assignment_iters: 1, queue: {queue_length: 8, "
      "start_iter: 2}}}\n"
+     "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+    {"swav_queue", 5, /* swav_momentum_loss: the momentum network and the queue come back */
+     "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
+     "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: multicrop_collator}}\n"
+     "  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"
+     "    HEAD: {PARAMS: [[swav_head, {dims: [512, 32, 16], use_bn: true, num_clusters: [20, 12]}]]}\n"
+     "  LOSS: {name: swav_momentum_loss, swav_momentum_loss: {num_crops: 4, momentum: 0.9,\n"
+     "    momentum_eval_mode_iter_start: 2, queue: {queue_length: 8, start_iter: 2}}}\n"
      "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
      "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
     {"moco", 5, /* the queue, its pointer and the momentum encoder (its own BN statistics) come back */
