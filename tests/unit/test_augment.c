@@ -687,3 +687,26 @@ Test(augment, label_rows_are_replicated_whole_and_written_as_a_matrix)
     aug_sample_clear(&s);
     aug_pipeline_free(p);
 }
+
+/* The jigsaw quickstart's permutations (tools/jigsaw_perms.py 100): 100 distinct orders of the 9
+ * patches, 0-based, each a permutation, as ShuffleImgPatches reads them. */
+Test(augment, the_jigsaw_quickstart_permutations_are_100_distinct_permutations)
+{
+    char *path = test_path("configs/quickstart/jigsaw_perms_100.npy"), *why = NULL;
+    npy_array a = {0};
+    cr_assert_eq(npy_read(path, &a, &why), 0, "%s: %s", path, why);
+    cr_assert(a.ndim == 2 && a.shape[0] == 100 && a.shape[1] == 9 && a.dtype == NPY_I8);
+    const int64_t *p = a.data;
+    for (int i = 0; i < 100; i++) {
+        int seen = 0;
+        for (int k = 0; k < 9; k++) {
+            cr_assert(p[i * 9 + k] >= 0 && p[i * 9 + k] < 9, "row %d", i);
+            seen |= 1 << p[i * 9 + k];
+        }
+        cr_expect_eq(seen, 511, "row %d is not a permutation of 0..8", i);
+        for (int j = 0; j < i; j++)
+            cr_expect(memcmp(p + i * 9, p + j * 9, 9 * sizeof *p), "rows %d and %d are the same", j, i);
+    }
+    npy_close(&a);
+    free(path);
+}
