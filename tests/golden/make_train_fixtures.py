@@ -264,6 +264,37 @@ def swav_case(norm):
           f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
 
 
+class Trained:
+    """VISSL's model (make_model_fixtures.py) with its trunk frozen and in eval mode
+    (FREEZE_TRUNK_ONLY) and heads that train, under SGD (momentum 0.9, weight decay wd on VISSL
+    0.1.5's parameter groups): what the stateful methods' cases below train."""
+
+    def __init__(self, heads, wd, dtype):
+        self.model = M.Model(M.Trunk(18, True), M.heads_modules(heads)).to(dtype).train()
+        self.model.trunk.eval()
+        for p in self.model.trunk.parameters():
+            p.requires_grad_(False)
+        group_of = O.vissl_groups(self.model, False, True, [])
+        self.params = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        wds = [wd, 0.0, wd, 0.0, wd]
+        groups = [{"params": [p for n, p in self.params if group_of[n] == g], "weight_decay": wds[g]}
+                  for g in range(5) if any(group_of[n] == g for n, _ in self.params)]
+        self.opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+        self.w0 = [p.detach().clone() for _, p in self.params]
+
+    def step(self, loss, lr):
+        """Backward and one SGD step at lr."""
+        self.opt.zero_grad()
+        loss.backward()
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.step()
+
+    def delta(self):
+        """w5 − w0 of every trained tensor, flattened in state-dict order."""
+        return np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(self.params, self.w0)])
+
+
 # moco: MoCo v2 over five steps. moco_collator batches of B images: data.0 the queries' crops,
 # data_momentum.0 the keys'; heads [mlp 512→64 ReLU], [mlp 64→16]; moco_loss with a queue of 16
 # keys (4 steps fill it), T 0.2; the encoder follows with m 0.9 (VISSL's MoCoHook: built from a
@@ -289,18 +320,9 @@ def train_moco(data, queue0, dtype):
     """VISSL's MoCo step: query forward, MoCoHook.on_forward (encoder update, keys), MoCoLoss
     (logits against the old queue, then the enqueue), SGD."""
     c = MOCO
-    model = M.Model(M.Trunk(18, True), M.heads_modules(c["heads"])).to(dtype).train()
-    model.trunk.eval()
-    for p in model.trunk.parameters():
-        p.requires_grad_(False)
+    t = Trained(c["heads"], c["wd"], dtype)
+    model = t.model
     encoder = moco_encoder(model)
-    group_of = O.vissl_groups(model, False, True, [])
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    wds = [c["wd"], 0.0, c["wd"], 0.0, c["wd"]]
-    groups = [{"params": [p for n, p in params if group_of[n] == g], "weight_decay": wds[g]}
-              for g in range(5) if any(group_of[n] == g for n, _ in params)]
-    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
-    w0 = [p.detach().clone() for _, p in params]
     queue, ptr, losses = queue0.clone().to(dtype), 0, []
     for k, u8 in enumerate(data):
         out = forward(model, to_input(u8[:B]).to(dtype))
@@ -317,12 +339,8 @@ def train_moco(data, queue0, dtype):
         ptr = (ptr + B) % c["queue"]
         loss = F.cross_entropy(logits, torch.zeros(B, dtype=torch.long))
         losses.append(loss.item())
-        opt.zero_grad()
-        loss.backward()
-        for g in opt.param_groups:
-            g["lr"] = c["lr"](k)
-        opt.step()
-    delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
+        t.step(loss, c["lr"](k))
+    delta = t.delta()
     enc = np.concatenate([p.detach().double().numpy().ravel() for n, p in encoder.named_parameters()
                           if n.startswith("heads.")])
     return np.array(losses), delta, queue.double().numpy(), enc
@@ -391,17 +409,8 @@ def train_npid(data, memory0, loss_type, dtype):
     update); NCECriterion or CrossEntropyLoss; SGD."""
     c = NPID
     T, m = float(np.float32(c["T"])), float(np.float32(c["m"]))
-    model = M.Model(M.Trunk(18, True), M.heads_modules(c["heads"])).to(dtype).train()
-    model.trunk.eval()
-    for p in model.trunk.parameters():
-        p.requires_grad_(False)
-    group_of = O.vissl_groups(model, False, True, [])
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    wds = [c["wd"], 0.0, c["wd"], 0.0, c["wd"]]
-    groups = [{"params": [p for n, p in params if group_of[n] == g], "weight_decay": wds[g]}
-              for g in range(5) if any(group_of[n] == g for n, _ in params)]
-    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
-    w0 = [p.detach().clone() for _, p in params]
+    t = Trained(c["heads"], c["wd"], dtype)
+    model = t.model
     memory, z, losses = memory0.clone().to(dtype), -1.0, []
     for k, u8 in enumerate(data):
         y = torch.tensor(npid_samples(k))
@@ -420,12 +429,8 @@ def train_npid(data, memory0, loss_type, dtype):
             rows = memory[y] * m + e.detach() * (1 - m)
             memory[y] = F.normalize(rows, dim=1)
         losses.append(loss.item())
-        opt.zero_grad()
-        loss.backward()
-        for g in opt.param_groups:
-            g["lr"] = c["lr"](k)
-        opt.step()
-    delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
+        t.step(loss, c["lr"](k))
+    delta = t.delta()
     return np.array(losses), delta, memory.double().numpy(), z
 
 
@@ -478,17 +483,8 @@ def pirl_batches(seed):
 def train_pirl(data, memory0, dtype):
     c = NPID
     T, m = float(np.float32(c["T"])), float(np.float32(c["m"]))
-    model = M.Model(M.Trunk(18, True), M.heads_modules(PIRL_HEADS)).to(dtype).train()
-    model.trunk.eval()
-    for p in model.trunk.parameters():
-        p.requires_grad_(False)
-    group_of = O.vissl_groups(model, False, True, [])
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    wds = [c["wd"], 0.0, c["wd"], 0.0, c["wd"]]
-    groups = [{"params": [p for n, p in params if group_of[n] == g], "weight_decay": wds[g]}
-              for g in range(5) if any(group_of[n] == g for n, _ in params)]
-    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
-    w0 = [p.detach().clone() for _, p in params]
+    t = Trained(PIRL_HEADS, c["wd"], dtype)
+    model = t.model
     memory, z, losses = memory0.clone().to(dtype), -1.0, []
     for k, (images, patches) in enumerate(data):
         y = torch.tensor(npid_samples(k))
@@ -507,12 +503,8 @@ def train_pirl(data, memory0, dtype):
                     memory[y] = F.normalize(memory[y] * m + e.detach() * (1 - m), dim=1)
             loss = loss + 0.5 * nce_criterion(x / z, c["n"])
         losses.append(loss.item())
-        opt.zero_grad()
-        loss.backward()
-        for g in opt.param_groups:
-            g["lr"] = c["lr"](k)
-        opt.step()
-    delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
+        t.step(loss, c["lr"](k))
+    delta = t.delta()
     return np.array(losses), delta, memory.double().numpy(), z
 
 
@@ -603,17 +595,8 @@ def swav_momentum_loss(out, mscores, queues, c):
 
 def train_swav_momentum(data, queue0, dtype):
     c = SWAVM
-    model = M.Model(M.Trunk(18, True), M.heads_modules(c["heads"])).to(dtype).train()
-    model.trunk.eval()
-    for p in model.trunk.parameters():
-        p.requires_grad_(False)
-    group_of = O.vissl_groups(model, False, True, [])
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    wds = [c["wd"], 0.0, c["wd"], 0.0, c["wd"]]
-    groups = [{"params": [p for n, p in params if group_of[n] == g], "weight_decay": wds[g]}
-              for g in range(5) if any(group_of[n] == g for n, _ in params)]
-    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
-    w0 = [p.detach().clone() for _, p in params]
+    t = Trained(c["heads"], c["wd"], dtype)
+    model = t.model
     encoder, emb_queue, num_iteration, losses = None, queue0.clone().to(dtype), 0, []
     for k, (big, small) in enumerate(data):
         head = model.heads[0]
@@ -637,17 +620,13 @@ def train_swav_momentum(data, queue0, dtype):
                 emb_queue[i, bs:] = emb_queue[i, :-bs].clone()
                 emb_queue[i, :bs] = menc[0][i * bs:(i + 1) * bs]
         losses.append(loss.item())
-        opt.zero_grad()
-        loss.backward()
-        for g in opt.param_groups:
-            g["lr"] = c["lr"](k)
-        opt.step()
+        t.step(loss, c["lr"](k))
         with torch.no_grad():
             for net in (model, encoder):
                 for h in range(head.nmb_heads):
                     w = getattr(net.heads[0], f"prototypes{h}").weight
                     w.copy_(F.normalize(w, dim=1, p=2))
-    delta = np.concatenate([(p.detach() - w).double().numpy().ravel() for (_, p), w in zip(params, w0)])
+    delta = t.delta()
     enc = np.concatenate([p.detach().double().numpy().ravel() for n, p in encoder.named_parameters()
                           if n.startswith("heads.")])
     return np.array(losses), delta, enc

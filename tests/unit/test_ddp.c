@@ -876,23 +876,33 @@ static int feed_rank(trainer *t, const char *kase, int rank, double *losses, cha
     return rc;
 }
 
+/* Rank `rank` of the 2-trainer world `name`: its trainer on yaml (checkpoints in dir/rank<r>), or
+ * NULL with *err. */
+static trainer *rank_trainer(const char *yaml, const char *dir, int rank, const char *name, cfg_t *cfg, char **err)
+{
+    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s/rank%d'}\n", yaml, dir, rank);
+    cfg_err cerr;
+    coll_shm_options co = {.timeout_ms = 60000};
+    coll *world = coll_shm_join(name, rank, 2, &co, err);
+    trainer *t = NULL;
+    if (world && test_compose(cfg, &cerr, full, NULL)) {
+        trainer_options o = {
+            .rank = rank, .world_size = 2, .world = world, .threads = 1, .steps_per_epoch = GOLDEN_STEPS};
+        if (!(t = trainer_new(cfg_map_get(cfg->root, "config"), &o, &cerr)))
+            *err = xstrdup(cerr.msg);
+    } else if (world) {
+        *err = xstrdup(cerr.msg);
+    }
+    free(full);
+    return t;
+}
+
 static void golden_rank_main(golden_result *res, const char *yaml, const char *kase, int rank,
                              const char *name, const char *dir)
 {
-    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s/rank%d'}\n", yaml, dir, rank), *err = NULL;
+    char *err = NULL;
     cfg_t cfg = {0};
-    cfg_err cerr;
-    coll_shm_options co = {.timeout_ms = 60000};
-    coll *c = coll_shm_join(name, rank, 2, &co, &err);
-    trainer *t = NULL;
-    if (c && test_compose(&cfg, &cerr, full, NULL)) {
-        trainer_options o = {
-            .rank = rank, .world_size = 2, .world = c, .threads = 1, .steps_per_epoch = GOLDEN_STEPS};
-        if (!(t = trainer_new(cfg_map_get(cfg.root, "config"), &o, &cerr)))
-            err = xstrdup(cerr.msg);
-    } else if (c) {
-        err = xstrdup(cerr.msg);
-    }
+    trainer *t = rank_trainer(yaml, dir, rank, name, &cfg, &err);
     if (t) {
         model_init_formula(trainer_backend(t), trainer_model(t)); /* make_model_fixtures.py's weights */
         res->n = head_values(t, res->w0);
@@ -1056,21 +1066,9 @@ static int feed_half(trainer *t, const char *kase, int rank, double *losses, cha
 
 static void split_rank_main(split_result *res, const split_case *c, int rank, const char *name, const char *dir)
 {
-    char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s/rank%d'}\n", c->yaml, dir, rank), *err = NULL;
-    char *state_name = xasprintf("%s%s", rank ? "rank1." : "", c->state);
+    char *err = NULL, *state_name = xasprintf("%s%s", rank ? "rank1." : "", c->state);
     cfg_t cfg = {0};
-    cfg_err cerr;
-    coll_shm_options co = {.timeout_ms = 60000};
-    coll *world = coll_shm_join(name, rank, 2, &co, &err);
-    trainer *t = NULL;
-    if (world && test_compose(&cfg, &cerr, full, NULL)) {
-        trainer_options o = {
-            .rank = rank, .world_size = 2, .world = world, .threads = 1, .steps_per_epoch = GOLDEN_STEPS};
-        if (!(t = trainer_new(cfg_map_get(cfg.root, "config"), &o, &cerr)))
-            err = xstrdup(cerr.msg);
-    } else if (world) {
-        err = xstrdup(cerr.msg);
-    }
+    trainer *t = rank_trainer(c->yaml, dir, rank, name, &cfg, &err);
     const eng_entry *state = t ? state_entry(t, state_name) : NULL;
     if (state && eng_numel(&state->value.shape) <= STATE_MAX) {
         model_init_formula(trainer_backend(t), trainer_model(t));

@@ -341,19 +341,29 @@ static float *encoder_heads(trainer *t, const char *prefix, size_t *n)
     return all;
 }
 
+/* A fresh trainer of yaml (formula weights) whose loss state `entry` starts at the case's fixture
+ * `start`: the reference's random start (a queue, a memory bank). */
+static trainer *trainer_from(const char *yaml, const char *dir, const char *kase, const char *entry,
+                             const char *start, cfg_t *cfg)
+{
+    trainer *t = make_trainer(yaml, dir, 5, false, cfg);
+    model_init_formula(trainer_backend(t), trainer_model(t));
+    npy_array a = load(kase, start);
+    const eng_entry *e = loss_entry(t, entry);
+    cr_assert_eq(a.count, (size_t)eng_numel(&e->value.shape), "%s: %s", kase, entry);
+    eng_upload(trainer_backend(t), &e->value, a.data);
+    npy_close(&a);
+    return t;
+}
+
 /* MoCo through the trainer: the loss, the queue the keys fill, and the momentum encoder that
  * follows the model, against VISSL's MoCoHook and MoCoLoss in float64. */
 Test(trainer, moco_with_its_queue_and_momentum_encoder_matches_vissl, .timeout = 300)
 {
     char *dir = test_make_tmpdir();
     cfg_t cfg;
-    trainer *t = make_trainer(MOCO_YAML, dir, 5, false, &cfg);
-    model_init_formula(trainer_backend(t), trainer_model(t));
-    npy_array q0 = load("moco", "queue0");
-    const eng_entry *queue = loss_entry(t, "loss.queue");
-    cr_assert_eq(q0.count, (size_t)eng_numel(&queue->value.shape));
-    eng_upload(trainer_backend(t), &queue->value, q0.data);
-    size_t n0, n1, ne, nq = q0.count;
+    trainer *t = trainer_from(MOCO_YAML, dir, "moco", "loss.queue", "queue0", &cfg);
+    size_t n0, n1, ne, nq = (size_t)eng_numel(&loss_entry(t, "loss.queue")->value.shape);
     float *w0 = trained_values(t, &n0);
     double losses[STEPS];
     feed(t, "moco", losses);
@@ -370,7 +380,7 @@ Test(trainer, moco_with_its_queue_and_momentum_encoder_matches_vissl, .timeout =
     cr_expect_leq(eq, 1e-3, "the queue after 5 steps: error %g", eq);
     cr_expect_leq(ee, 1e-3, "the momentum encoder's heads after 5 steps: error %g", ee);
     cr_expect_eq(ptr, 4.0f, "5 batches of 4 keys into a queue of 16 leave the pointer at 4, not %g", (double)ptr);
-    npy_close(&q0), npy_close(&want_q), npy_close(&want_enc);
+    npy_close(&want_q), npy_close(&want_enc);
     free(w0), free(w1), free(enc), free(q);
     trainer_free(t);
     cfg_destroy(&cfg);
@@ -384,13 +394,8 @@ static void check_npid(const char *yaml, const char *kase)
 {
     char *dir = test_make_tmpdir();
     cfg_t cfg;
-    trainer *t = make_trainer(yaml, dir, 5, false, &cfg);
-    model_init_formula(trainer_backend(t), trainer_model(t));
-    npy_array m0 = load(kase, "memory0");
-    const eng_entry *memory = loss_entry(t, "loss.nce_average.memory");
-    cr_assert_eq(m0.count, (size_t)eng_numel(&memory->value.shape));
-    eng_upload(trainer_backend(t), &memory->value, m0.data);
-    size_t n0, n1, nm = m0.count;
+    trainer *t = trainer_from(yaml, dir, kase, "loss.nce_average.memory", "memory0", &cfg);
+    size_t n0, n1, nm = (size_t)eng_numel(&loss_entry(t, "loss.nce_average.memory")->value.shape);
     float *w0 = trained_values(t, &n0), *mem = xmalloc(nm * sizeof *mem), params[4];
     double losses[STEPS];
     feed(t, kase, losses);
@@ -413,7 +418,7 @@ static void check_npid(const char *yaml, const char *kase)
               (double)params[0], (double)params[1], (double)params[2], (double)params[3]);
     if (getenv("TRAINER_VERBOSE"))
         fprintf(stderr, "trainer: %s memory error %.3g, Z %.9g\n", kase, em, (double)params[2]);
-    npy_close(&m0), npy_close(&want_m);
+    npy_close(&want_m);
     free(w0), free(w1), free(mem);
     trainer_free(t);
     cfg_destroy(&cfg);
@@ -437,13 +442,7 @@ Test(trainer, swav_momentum_matches_vissl, .timeout = 300)
 {
     char *dir = test_make_tmpdir();
     cfg_t cfg;
-    trainer *t = make_trainer(SWAV_MOMENTUM_YAML, dir, 5, false, &cfg);
-    model_init_formula(trainer_backend(t), trainer_model(t));
-    npy_array q = load("swav_momentum", "queue0");
-    const eng_entry *e = loss_entry(t, "loss.local_emb_queue");
-    cr_assert_eq(q.count, (size_t)eng_numel(&e->value.shape));
-    eng_upload(trainer_backend(t), &e->value, q.data);
-    npy_close(&q);
+    trainer *t = trainer_from(SWAV_MOMENTUM_YAML, dir, "swav_momentum", "loss.local_emb_queue", "queue0", &cfg);
     size_t n0, n1, ne;
     float *w0 = trained_values(t, &n0);
     double losses[STEPS];
