@@ -73,15 +73,16 @@ machine() {
     ldd "$(command -v selfsup-train)" | grep -E 'cudnn|cublas|not found'
 }
 
-# parity METHOD: the same 10 steps on the GPU and on the cpu, from the same init and records.
+# parity METHOD [overrides...]: the same 10 steps on the GPU and on the cpu, from the same init and records.
 # The first step's loss must agree to fp32 rounding. After that, the two are compared against
 # how far two correct fp32 engines drift apart anyway: a third run on the cpu with oneDNN held
 # to SSE4.1 (other kernels, other summation orders) is the noise run (compare.py --noise): a
 # ReLU input within rounding of zero flips either way and training amplifies it step by step.
 parity() {
     local m=$1 it=config.CHECKPOINT.CHECKPOINT_ITER_FREQUENCY=1
-    train gpu "$m" "$work/$m-gpu" "$data/$m.rec" $it && train cpu "$m" "$work/$m-cpu" "$data/$m.rec" $it &&
-        ONEDNN_MAX_CPU_ISA=SSE41 train cpu "$m" "$work/$m-sse" "$data/$m.rec" $it || return 1
+    shift
+    train gpu "$m" "$work/$m-gpu" "$data/$m.rec" $it "$@" && train cpu "$m" "$work/$m-cpu" "$data/$m.rec" $it "$@" &&
+        ONEDNN_MAX_CPU_ISA=SSE41 train cpu "$m" "$work/$m-sse" "$data/$m.rec" $it "$@" || return 1
     local g="$work/$m-gpu" c="$work/$m-cpu" n="$work/$m-sse"
     $compare losses "$g/stdout.json" "$c/stdout.json" --rtol 1e-5 --iters 1 &&
         $compare weights "$g/model_iteration1.torch" "$c/model_iteration1.torch" --rtol 1e-4 --opt-rtol 1e-3 \
@@ -164,7 +165,8 @@ check backend-ops backend-ops --summary "$out/backend_ops.txt"
 check simclr-parity parity simclr
 check swav-parity parity swav
 check moco-parity parity moco
-check npid-parity parity npid
+# (320 images: 256 negatives, not the quickstart's 4096, which would outnumber the memory's rows)
+check npid-parity parity npid config.LOSS.nce_loss_with_memory.negative_sampling_params.num_negatives=256
 check gpu-memory device_memory "$work/simclr-gpu"
 check extract-parity extract_parity
 check resume-gpu-to-cpu cross gpu cpu
