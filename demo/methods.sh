@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# demo/methods.sh [BUILD_DIR] [EPOCHS] — every self-supervised method selfsup trains, side by side.
+# (LIMIT=N pre-trains on the first N images only: a quick look that the script runs.)
+#
+# Each method's quickstart (configs/quickstart/NAME.yaml: a ResNet-18 on Fashion-MNIST, sized
+# for a 2-core CPU) is pre-trained for the same budget, EPOCHS epochs (default 2) over its
+# quickstart's images, with `selfsup run`; then the features of its trunk (res4 pooled 2x2 and
+# res5avg, eval mode, train and test splits) are extracted and judged by VISSL's kNN benchmark
+# (k = 20, sigma 0.1), as `make demo` judges SimCLR. The same trunk at random initialisation is
+# the baseline. One table: method, kNN top-1 on res5avg and res4, the lead over random init, the
+# pre-training time. Not part of `make demo` (it takes about half an hour on 2 cores); the
+# README shows its table. Everything goes to runs/methods-DATE-TIME.
+set -euo pipefail
+build=${1:-build}
+epochs=${2:-2}
+cd "$(dirname "$0")/.."
+selfsup="$build/selfsup"
+methods=(simclr swav moco npid pirl rotnet jigsaw)
+[[ -f data/fashion-mnist/disk_filelist/train_images.npy ]] || "$selfsup" dataset fashion-mnist data/fashion-mnist
+run="runs/methods-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$run"
+
+# evaluate NAME WEIGHTS: extract with the quickstart's evaluation config, then kNN.
+evaluate() {
+    local out="$run/$1"
+    "$selfsup" run quickstart/extract_features --run-dir "$out/extract" \
+        config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$2" config.CHECKPOINT.DIR="$out/features" >/dev/null 2>&1 ||
+        { echo "  $1: extraction failed: see $out/extract/logs" >&2; exit 1; }
+    "$build/selfsup-knn" -c quickstart/eval_knn config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$2" \
+        --features "$out/features" --output "$out/knn.json" > "$out/knn.txt" 2>&1 ||
+        { echo "  $1: kNN failed: see $out/knn.txt" >&2; exit 1; }
+}
+
+for m in "${methods[@]}"; do
+    printf '== %s: %s epochs of quickstart/%s\n' "$m" "$epochs" "$m"
+    t0=$SECONDS
+    "$selfsup" run "quickstart/$m" --run-dir "$run/$m/pretrain" config.OPTIMIZER.num_epochs="$epochs" \
+        ${LIMIT:+config.DATA.TRAIN.DATA_LIMIT=$LIMIT} config.TEST_MODEL=False config.LOG_FREQUENCY=100 config.CHECKPOINT.DIR="$run/$m/checkpoints" >/dev/null 2>&1 ||
+        { echo "  $m: pre-training failed: see $run/$m/pretrain/logs" >&2; exit 1; }
+    echo $((SECONDS - t0)) > "$run/$m/seconds"
+    grep -h 'iter:' "$run/$m/pretrain/logs/train.0.log" | sed -n '1p;$p' | cut -d' ' -f5- | sed 's/^/  /'
+    evaluate "$m" "$run/$m/checkpoints/checkpoint.torch"
+done
+echo "== random init"
+evaluate random ""
+
+/usr/bin/python3 - "$run" "$epochs" "${methods[@]}" <<'PY'
+import json, sys
+run, epochs, methods = sys.argv[1], sys.argv[2], sys.argv[3:]
+top1 = lambda name, layer: json.load(open(f"{run}/{name}/knn.json"))["layers"][layer]["top1"]
+base5, base4 = top1("random", "res5avg"), top1("random", "res4")
+print(f"\nkNN top-1 on the Fashion-MNIST test split (10,000 images) after {epochs} epochs of each quickstart:\n")
+print("| method | res5avg | vs random | res4 | vs random | pre-training |")
+print("|---|--:|--:|--:|--:|--:|")
+for m in methods:
+    s = int(open(f"{run}/{m}/seconds").read())
+    r5, r4 = top1(m, "res5avg"), top1(m, "res4")
+    print(f"| {m} | {r5:.2f} | {r5 - base5:+.2f} | {r4:.2f} | {r4 - base4:+.2f} | {s} s |")
+print(f"| random init | {base5:.2f} | | {base4:.2f} | | |")
+print(f"\neverything is in {run}")
+PY
