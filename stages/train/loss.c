@@ -307,6 +307,17 @@ eng_entry *loss_state_add_entry(loss_state *s, const char *name, eng_entry_kind 
     return e;
 }
 
+void loss_normalize_rows(float *v, int64_t rows, int64_t d)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        double norm = 0.0;
+        for (int64_t j = 0; j < d; j++)
+            norm += (double)v[i * d + j] * v[i * d + j];
+        for (int64_t j = 0; j < d; j++)
+            v[i * d + j] = (float)(v[i * d + j] / fmax(sqrt(norm), 1e-12));
+    }
+}
+
 void loss_state_rank_prefix(const loss_state *s, char out[24])
 {
     out[0] = '\0';

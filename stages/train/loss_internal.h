@@ -26,11 +26,14 @@ struct loss_state {
     int nentries, cap;
     int nowned; /* entries [0, nowned) own their tensors; the rest view what the state holds */
     struct moco_state *moco;
-    struct momentum_encoder *momentum; /* swav_momentum_loss's encoder */
+    struct momentum_encoder *momentum; /* MoCo's key encoder, swav_momentum_loss's network */
 };
 
 /* A new entry at the end of s->entries, named `name` (copied), its value still to be set. */
 eng_entry *loss_state_add_entry(loss_state *s, const char *name, eng_entry_kind kind);
+/* Each of the rows (rows × d, host floats) divided by its L2 norm (at least 1e-12), summed in
+ * double: the unit keys and memory rows the states start from (MoCo's queue, NPID's bank). */
+void loss_normalize_rows(float *v, int64_t rows, int64_t d);
 /* "rank<r>." on rank r > 0 of several trainers, else "": where rank 0's checkpoint puts the
  * rank's own state. */
 void loss_state_rank_prefix(const loss_state *s, char out[24]);

@@ -48,7 +48,6 @@
 #define MOCO_MAX_QUEUE (1 << 24) /* queue_ptr is a float in the checkpoint */
 
 typedef struct moco_state {
-    momentum_encoder *enc;
     eng_tensor bank;    /* (Q + cap) × D: the queue's rows, then the current batch's keys */
     int64_t cap;        /* key rows the bank has room for */
     int64_t ptr;        /* the next queue row to replace */
@@ -131,15 +130,9 @@ static void init_queue(eng_backend *be, moco_state *ms, const loss_state *s)
     rng_stream r;
     rng_stream_init(&r, (rng_key){.seed = s->seed, .purpose = RNG_PURPOSE_DATASET, .sample_index = 1});
     float *v = xmalloc_large((size_t)(q * d) * sizeof *v);
-    for (int64_t i = 0; i < q; i++) {
-        double norm = 0.0;
-        for (int64_t j = 0; j < d; j++) {
-            v[i * d + j] = (float)rng_normal(&r, 0.0, 1.0);
-            norm += (double)v[i * d + j] * v[i * d + j];
-        }
-        for (int64_t j = 0; j < d; j++)
-            v[i * d + j] = (float)(v[i * d + j] / fmax(sqrt(norm), 1e-12));
-    }
+    for (int64_t i = 0; i < q * d; i++)
+        v[i] = (float)rng_normal(&r, 0.0, 1.0);
+    loss_normalize_rows(v, q, d);
     eng_tensor queue = eng_rows(be, &ms->bank, 0, q);
     eng_upload(be, &queue, v);
     free(v);
@@ -168,9 +161,9 @@ int moco_attach(eng_backend *be, loss_state *s, const model *m, char **err)
     add_view(s, prefix, "queue_ptr", &ms->ptr_t);
     free(prefix);
     prefix = xasprintf("%sloss.moco_encoder.", rank);
-    ms->enc = momentum_new(be, m, s->seed, false, s, prefix, err);
+    s->momentum = momentum_new(be, m, s->seed, false, s, prefix, err);
     free(prefix);
-    return ms->enc ? 0 : -1;
+    return s->momentum ? 0 : -1;
 }
 
 int moco_loaded(eng_backend *be, loss_state *s, char **err)
@@ -181,8 +174,7 @@ int moco_loaded(eng_backend *be, loss_state *s, char **err)
     if (!(ptr >= 0.0f && ptr < (float)s->o.moco.queue_size && ptr == floorf(ptr)))
         return report_failure(err, "the checkpoint's loss.queue_ptr (%g) is not a row of the queue of %lld",
                               (double)ptr, (long long)s->o.moco.queue_size);
-    ms->ptr = (int64_t)ptr;
-    momentum_loaded(ms->enc);
+    ms->ptr = (int64_t)ptr; /* the encoder: loss_state_loaded */
     return 0;
 }
 
@@ -195,7 +187,6 @@ static void free_if(eng_backend *be, eng_tensor *t)
 void moco_state_free(eng_backend *be, loss_state *s)
 {
     moco_state *ms = s->moco;
-    momentum_free(be, ms->enc);
     eng_tensor *own[] = {&ms->bank, &ms->ptr_t, &ms->all_x, &ms->all_k, &ms->own_k};
     for (size_t i = 0; i < ARRAY_LEN(own); i++)
         free_if(be, own[i]);
@@ -255,7 +246,7 @@ static void shuffle_order(const loss_state *s, size_t n, size_t *perm, size_t *i
 static int shuffled_keys(eng_backend *be, loss_state *s, const eng_tensor *keys, char **err)
 {
     moco_state *ms = s->moco;
-    model *encoder = momentum_model(ms->enc);
+    model *encoder = momentum_model(s->momentum);
     int w = dist_world(s->world), r = dist_rank(s->world);
     eng_tensor x = model_input(encoder, 0);
     int64_t b = x.shape.dim[0];
@@ -282,7 +273,7 @@ static int shuffled_keys(eng_backend *be, loss_state *s, const eng_tensor *keys,
 int moco_on_forward(eng_backend *be, loss_state *s, model *m, const rec_view *batch, char **err)
 {
     moco_state *ms = s->moco;
-    momentum_follow(be, ms->enc, m, s->o.moco.momentum);
+    momentum_follow(be, s->momentum, m, s->o.moco.momentum);
     int idx[MODEL_MAX_INPUTS];
     eng_shape shapes[MODEL_MAX_INPUTS];
     int n = batch_input_shapes_of(batch, "data_momentum", idx, shapes, err);
@@ -290,7 +281,7 @@ int moco_on_forward(eng_backend *be, loss_state *s, model *m, const rec_view *ba
         return -1;
     if (n != 1)
         return report_failure(err, "moco_loss: the batch has %d key views; moco_collator gives one", n);
-    if (momentum_load(be, ms->enc, batch, idx, shapes, 1, err) != 0)
+    if (momentum_load(be, s->momentum, batch, idx, shapes, 1, err) != 0)
         return -1;
     int64_t rows = shapes[0].dim[0];
     grow_bank(be, s, rows);
@@ -299,8 +290,8 @@ int moco_on_forward(eng_backend *be, loss_state *s, model *m, const rec_view *ba
     ms->nkeys = rows;
     if (dist_world(s->world) > 1 && s->o.moco.shuffle_batch)
         return shuffled_keys(be, s, &keys, err);
-    model_forward(be, momentum_model(ms->enc), true);
-    const eng_tensor *out = model_output(momentum_model(ms->enc), 0);
+    model_forward(be, momentum_model(s->momentum), true);
+    const eng_tensor *out = model_output(momentum_model(s->momentum), 0);
     if (!eng_shape_equal(&out->shape, &keys.shape))
         return report_failure(err, "moco_loss: the encoder's first output is not %lld × %lld (embedding_dim)",
                               (long long)rows, (long long)s->o.embedding_dim);

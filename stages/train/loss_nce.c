@@ -141,6 +141,14 @@ bool nce_options_from_config(const cfg_node *config, loss_options *o, cfg_err *e
 /* T and the momentum as VISSL reads them back from its float32 params buffer. */
 static double as_float(double v) { return (double)(float)v; }
 
+/* VISSL's params buffer [K, T, Z, momentum] (entry 1) from the state's values. */
+static void upload_params(eng_backend *be, const loss_state *s)
+{
+    const nce_options *n = &s->o.nce;
+    float p[4] = {(float)n->num_negatives, (float)s->o.temperature, (float)s->z, (float)n->momentum};
+    eng_upload(be, &s->entries[1].value, p);
+}
+
 void nce_state_init(eng_backend *be, loss_state *s)
 {
     const nce_options *n = &s->o.nce;
@@ -149,15 +157,10 @@ void nce_state_init(eng_backend *be, loss_state *s)
     rng_stream r;
     rng_stream_init(&r, (rng_key){.seed = s->seed, .purpose = RNG_PURPOSE_DATASET, .sample_index = 2});
     float *v = xmalloc_large((size_t)(rows * d) * sizeof *v);
-    for (int64_t i = 0; i < rows; i++) {
-        double norm = 0.0;
-        for (int64_t j = 0; j < d; j++) {
-            v[i * d + j] = (float)rng_uniform_range(&r, -half, half);
-            norm += (double)v[i * d + j] * v[i * d + j];
-        }
-        for (int64_t j = 0; n->norm_init && j < d; j++)
-            v[i * d + j] = (float)(v[i * d + j] / fmax(sqrt(norm), 1e-12));
-    }
+    for (int64_t i = 0; i < rows * d; i++)
+        v[i] = (float)rng_uniform_range(&r, -half, half);
+    if (n->norm_init)
+        loss_normalize_rows(v, rows, d);
     char rank[24], name[96];
     loss_state_rank_prefix(s, rank);
     snprintf(name, sizeof name, "%sloss.nce_average.memory", rank);
@@ -169,8 +172,7 @@ void nce_state_init(eng_backend *be, loss_state *s)
     eng_entry *params = loss_state_add_entry(s, name, ENG_BUFFER);
     params->value = eng_tensor_new(be, eng_shape2(1, 4));
     s->z = as_float(n->norm_constant);
-    float p[4] = {(float)n->num_negatives, (float)s->o.temperature, (float)s->z, (float)n->momentum};
-    eng_upload(be, &params->value, p);
+    upload_params(be, s);
     s->nowned = s->nentries;
 }
 
@@ -297,10 +299,7 @@ static int set_z(eng_backend *be, loss *l, int64_t b, double t, char **err)
     if (dist_world(l->st->world) > 1 && dist_mean(l->st->world, &mean, err) != 0)
         return -1;
     l->st->z = as_float(mean * (double)l->o.nce.memory_size);
-    float p[4];
-    eng_download(be, &l->st->entries[1].value, p);
-    p[2] = (float)l->st->z;
-    eng_upload(be, &l->st->entries[1].value, p);
+    upload_params(be, l->st);
     return 0;
 }
 
