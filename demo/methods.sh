@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # demo/methods.sh [BUILD_DIR] [EPOCHS] — every self-supervised method selfsup trains, side by side.
-# (LIMIT=N pre-trains on the first N images only: a quick look that the script runs.)
+# (LIMIT=N pre-trains on the first N images only: a quick look that the script runs;
+# METHODS="a b" runs those quickstarts only.)
 #
 # Each method's quickstart (configs/quickstart/NAME.yaml: a ResNet-18 on Fashion-MNIST, sized
 # for a 2-core CPU) is pre-trained for the same budget, EPOCHS epochs (default 2) over its
@@ -15,7 +16,7 @@ build=${1:-build}
 epochs=${2:-2}
 cd "$(dirname "$0")/.."
 selfsup="$build/selfsup"
-methods=(simclr swav moco npid pirl rotnet jigsaw)
+methods=(${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet jigsaw})
 [[ -f data/fashion-mnist/disk_filelist/train_images.npy ]] || "$selfsup" dataset fashion-mnist data/fashion-mnist
 run="runs/methods-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$run"

@@ -56,6 +56,8 @@ typedef struct {
     void (*adam_step_many)(eng_backend *be, const eng_adam_item *items, int n);
     /* dst = dst·keep + src·take: nn.c rounds m and 1 − m to float32 as PyTorch does */
     void (*ema)(eng_backend *be, float keep, float take, tensor_ref *src, tensor_ref *dst);
+    void (*scale)(eng_backend *be, float alpha, tensor_ref *x);
+    void (*argmax_rows)(eng_backend *be, tensor_ref *x, int64_t *out);
     double (*sum_squares)(eng_backend *be, tensor_ref *x);
     void (*sum_squares_many)(eng_backend *be, tensor_ref *const *xs, int n, double *out);
     double (*info_nce)(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,

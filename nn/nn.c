@@ -32,7 +32,7 @@ static const struct {
     OP(open), OP(close), OP(bytes), OP(alloc), OP(free), OP(zero), OP(upload), OP(download), OP(sync),
     OP(memory_peak), OP(copy), OP(upload_images), OP(relu_forward), OP(relu_backward), OP(linear_forward),
     OP(linear_backward), OP(add_forward), OP(add_backward), OP(l2norm_forward), OP(l2norm_backward), OP(bank_scores_forward), OP(bank_scores_backward), OP(dropout_forward), OP(dropout_backward),
-    OP(sgd_step_many), OP(adam_step_many), OP(ema), OP(sum_squares), OP(sum_squares_many), OP(info_nce), OP(cross_entropy),
+    OP(sgd_step_many), OP(adam_step_many), OP(ema), OP(scale), OP(argmax_rows), OP(sum_squares), OP(sum_squares_many), OP(info_nce), OP(cross_entropy),
     OP(bce_logits), OP(sinkhorn), OP(soft_cross_entropy), OP(plan_free), OP(conv_plan), OP(conv_forward),
     OP(conv_backward), OP(conv_bn_forward_eval), OP(batchnorm_forward_train), OP(batchnorm_forward_eval),
     OP(batchnorm_backward), OP(batchnorm_backward_eval), OP(layernorm2d_forward), OP(layernorm2d_backward),
@@ -509,6 +509,21 @@ void eng_ema(eng_backend *be, double momentum, const eng_tensor *src, const eng_
     expect_same("ema", "dst", dst, src);
     LOGICAL("ema", src, dst);
     be->ops->ema(be, (float)momentum, (float)(1.0 - momentum), src, dst);
+}
+
+void eng_scale(eng_backend *be, float alpha, const eng_tensor *x)
+{
+    LOGICAL("scale", x);
+    be->ops->scale(be, alpha, x);
+}
+
+void eng_argmax_rows(eng_backend *be, const eng_tensor *x, int64_t *out)
+{
+    expect_matrix("argmax_rows", x);
+    LOGICAL("argmax_rows", x);
+    if (x->shape.dim[0] > 0 && x->shape.dim[1] < 1)
+        die(EXIT_RUNTIME, "argmax_rows: rows of no columns");
+    be->ops->argmax_rows(be, x, out);
 }
 
 double eng_sum_squares(eng_backend *be, const eng_tensor *x)

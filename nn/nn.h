@@ -279,6 +279,15 @@ void eng_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
  * dst have one shape (whole parameter allocations, model_params). */
 void eng_ema(eng_backend *be, double momentum, const eng_tensor *src, const eng_tensor *dst);
 
+/* x = alpha·x elementwise, each product rounded to float32 (DeepClusterV2's mean over its
+ * heads, applied to the gradient the heads' terms added up). */
+void eng_scale(eng_backend *be, float alpha, const eng_tensor *x);
+
+/* For each row of x (N × C), the column of its largest value, the first among equals (torch's
+ * max(dim=1) on rows without NaN), into the host array out[N]: DeepClusterV2's k-means E-step
+ * on the memory's scores against the centroids. */
+void eng_argmax_rows(eng_backend *be, const eng_tensor *x, int64_t *out);
+
 /* Σ x², summed in double, to the host (LARC's norms). */
 double eng_sum_squares(eng_backend *be, const eng_tensor *x);
 /* out[i] = eng_sum_squares(xs[i]) for n tensors, in one call: a GPU waits once for all of them

@@ -270,6 +270,43 @@ static void give_world(topology *t, int first_trainer, int procs)
     free(name);
 }
 
+/* The consumers of a run and their main chains, for the chains beside them. */
+typedef struct {
+    int first_trainer, procs, chains, workers, world;
+    bool per_rank; /* a chain per trainer (several trainers), or one for all */
+} side_chains;
+
+/* A chain beside each main chain, `epochs` epochs from the start: the test phases' (split test)
+ * or DeepClusterV2's memory pass (kind "memory": split train). Rings "<kind>_…" ("r<i>_<kind>_…"
+ * with a chain per trainer), stage ids from `index`; its batches reach the chain's consumers
+ * as `option` shm:RING. */
+static bool add_side_chains(topology *t, const cfg_node *config, const topo_options *opt, const side_chains *sc,
+                            const char *kind, long epochs, int index, const char *option, cfg_err *err)
+{
+    bool ok = true;
+    for (int i = 0; ok && i < sc->chains; i++) {
+        char prefix[32];
+        if (sc->per_rank)
+            snprintf(prefix, sizeof prefix, "r%d_%s_", i, kind);
+        else
+            snprintf(prefix, sizeof prefix, "%s_", kind);
+        chain c = {.split = strcmp(kind, "test") ? "train" : "test",
+                   .prefix = prefix,
+                   .index = index + i,
+                   .workers = sc->workers,
+                   .rank = sc->per_rank ? opt->node_rank * sc->procs + i : opt->node_rank,
+                   .world = sc->per_rank ? sc->world : 1,
+                   .epochs = epochs};
+        int batches;
+        ok = add_chain(t, config, &c, opt, &batches, err);
+        char *uri = xasprintf("shm:%s", t->rings[batches].name);
+        for (int k = sc->per_rank ? i : 0; ok && k < (sc->per_rank ? i + 1 : sc->procs); k++)
+            stage_add_args(&t->stages[sc->first_trainer + k], option, uri);
+        free(uri);
+    }
+    return ok;
+}
+
 bool topology_build(topology *t, const cfg_node *config, const char *engine, const topo_options *opt,
                     cfg_err *err)
 {
@@ -338,23 +375,18 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     long tests = training && !plan.test_only ? (long)phase_plan_tests_from(&plan, opt->resume_tests_from) : 0;
     bool test_chain_wanted = training ? tests > 0 : extract_train && extract_test;
     const char *consumer = training ? "selfsup-train" : "selfsup-extract";
-    for (int i = 0; ok && test_chain_wanted && runs(t, first_trainer, consumer) && i < chains; i++) {
-        char prefix[32];
-        snprintf(prefix, sizeof prefix, per_rank ? "r%d_test_" : "test_", i);
-        chain c = {.split = "test",
-                   .prefix = prefix,
-                   .index = chains + i,
-                   .workers = workers,
-                   .rank = per_rank ? opt->node_rank * procs + i : opt->node_rank,
-                   .world = per_rank ? world : 1,
-                   .epochs = training ? tests : -1};
-        int test_batches;
-        ok = add_chain(t, config, &c, opt, &test_batches, err);
-        char *uri = xasprintf("shm:%s", t->rings[test_batches].name);
-        for (int k = per_rank ? i : 0; ok && k < (per_rank ? i + 1 : procs); k++)
-            stage_add_args(&t->stages[first_trainer + k], "--test-in", uri);
-        free(uri);
-    }
+    side_chains sides = {.first_trainer = first_trainer, .procs = procs, .chains = chains, .workers = workers,
+                         .world = world, .per_rank = per_rank};
+    if (ok && test_chain_wanted && runs(t, first_trainer, consumer))
+        ok = add_side_chains(t, config, opt, &sides, "test", training ? tests : -1, chains, "--test-in", err);
+    /* DeepClusterV2 fills its memory banks before the first epoch of a fresh run (its
+     * InitMemoryHook): one more chain decodes epoch 0 of DATA.TRAIN for it, once, and the
+     * trainer reads it from --memory-in. A resumed run has its memory in the checkpoint. */
+    bool fresh = opt->resume_epoch == 0 && opt->resume_batch == 0;
+    bool memory_wanted = training && !plan.test_only && fresh &&
+                         !strcmp(cfg_str(config, "LOSS.name"), "deepclusterv2_loss");
+    if (ok && memory_wanted && runs(t, first_trainer, "selfsup-train"))
+        ok = add_side_chains(t, config, opt, &sides, "memory", 1, 2 * chains, "--memory-in", err);
     free(batches);
     if (!ok)
         topology_free(t);

@@ -51,6 +51,8 @@ void cpu_adam_step_many(eng_backend *be, const eng_adam_item *items, int n);
 void cpu_ema(eng_backend *be, float keep, float take, tensor_ref *src, tensor_ref *dst);
 void cpu_bank_scores_forward(eng_backend *be, tensor_ref *bank, const int64_t *idx, tensor_ref *x, tensor_ref *y);
 void cpu_bank_scores_backward(eng_backend *be, tensor_ref *bank, const int64_t *idx, tensor_ref *dy, tensor_ref *dx);
+void cpu_scale(eng_backend *be, float alpha, tensor_ref *x);
+void cpu_argmax_rows(eng_backend *be, tensor_ref *x, int64_t *out);
 double cpu_sum_squares(eng_backend *be, tensor_ref *x);
 void cpu_sum_squares_many(eng_backend *be, tensor_ref *const *xs, int n, double *out);
 double cpu_info_nce(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,

@@ -105,3 +105,16 @@ void cpu_add_backward(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tenso
     else if (da || db)
         add_grad_rows(y, g, cpu_ptr(da ? da : db), n);
 }
+
+CPU_HOT static void scale_rows(float alpha, float *x, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= alpha;
+}
+
+void cpu_scale(eng_backend *be, float alpha, tensor_ref *x)
+{
+    (void)be;
+    scale_rows(alpha, cpu_ptr(x), eng_numel(&x->shape));
+}

@@ -252,3 +252,21 @@ double cpu_soft_cross_entropy(eng_backend *be, tensor_ref *x, float scale, tenso
     }
     return total;
 }
+
+/* ---- the largest column of each row ------------------------------------------------------------ */
+
+void cpu_argmax_rows(eng_backend *be, tensor_ref *x, int64_t *out)
+{
+    (void)be;
+    int64_t n = x->shape.dim[0], c = x->shape.dim[1];
+    const float *px = cpu_ptr(x);
+#pragma omp parallel for schedule(static) if (n * c >= 65536)
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = px + i * c;
+        int64_t best = 0;
+        for (int64_t j = 1; j < c; j++)
+            if (row[j] > row[best])
+                best = j;
+        out[i] = best;
+    }
+}

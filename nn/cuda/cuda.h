@@ -141,6 +141,8 @@ void cuda_ema(eng_backend *be, float keep, float take, tensor_ref *src, tensor_r
 void cuda_bank_scores_forward(eng_backend *be, tensor_ref *bank, const int64_t *idx, tensor_ref *x, tensor_ref *y);
 void cuda_bank_scores_backward(eng_backend *be, tensor_ref *bank, const int64_t *idx, tensor_ref *dy,
                                tensor_ref *dx);
+void cuda_scale(eng_backend *be, float alpha, tensor_ref *x);
+void cuda_argmax_rows(eng_backend *be, tensor_ref *x, int64_t *out);
 double cuda_sum_squares(eng_backend *be, tensor_ref *x);
 void cuda_sum_squares_many(eng_backend *be, tensor_ref *const *xs, int n, double *out);
 double cuda_info_nce(eng_backend *be, tensor_ref *logits, float scale, tensor_ref *pos, tensor_ref *neg,

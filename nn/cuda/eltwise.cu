@@ -282,3 +282,17 @@ extern "C" void cuda_bias_add(eng_backend *be, float *y, const float *b, int64_t
     bias_add_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream(be)>>>(y, b, total, c, s);
     CUDA_LAUNCHED();
 }
+
+/* ---- scale ------------------------------------------------------------------------------------- */
+
+__global__ static void scale_kernel(float alpha, float *x, int64_t n)
+{
+    GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], alpha);
+}
+
+extern "C" void cuda_scale(eng_backend *be, float alpha, tensor_ref *x)
+{
+    int64_t n = eng_numel(&x->shape);
+    scale_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(alpha, cuda_ptr(x), n);
+    CUDA_LAUNCHED();
+}

@@ -635,3 +635,32 @@ extern "C" double cuda_soft_cross_entropy(eng_backend *be, tensor_ref *x, float 
     sum_doubles(be, loss, n, loss + n);
     return read_double(be, loss + n);
 }
+
+/* ---- the largest column of each row (k-means' E-step) ----------------------------------------- */
+
+__global__ static void argmax_rows_kernel(const float *x, int64_t c, int64_t *out)
+{
+    const float *row = x + blockIdx.x * c;
+    double best_v = -INFINITY;
+    int64_t best_i = INT64_MAX;
+    BLOCK_STRIDE(j, c)
+    {
+        if (best_i == INT64_MAX || (double)row[j] > best_v)
+            best_v = row[j], best_i = j;
+    }
+    int64_t best = block_argmax(best_v, best_i);
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = best;
+}
+
+extern "C" void cuda_argmax_rows(eng_backend *be, tensor_ref *x, int64_t *out)
+{
+    int64_t n = x->shape.dim[0], c = x->shape.dim[1];
+    if (n == 0)
+        return;
+    int64_t *dev = (int64_t *)cuda_scratch(be, 0, (size_t)n * sizeof *dev);
+    argmax_rows_kernel<<<(unsigned)n, THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), c, dev);
+    CUDA_LAUNCHED();
+    CUDA_CHECK(cudaMemcpyAsync(out, dev, (size_t)n * sizeof *out, cudaMemcpyDeviceToHost, cuda_stream(be)));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+}

@@ -18,10 +18,12 @@
  * masks give other ranks' columns neither role, so they add nothing to its value or gradient:
  * it computes on its own rows alone, the result VISSL's gives.
  * Cross-entropy and BCE run per output (each optionally L2-normalised first) and add up.
- * SwAV is in loss_swav.c, MoCo in loss_moco.c, NPID's and PIRL's NCE in loss_nce.c.
+ * SwAV is in loss_swav.c, MoCo in loss_moco.c, NPID's and PIRL's NCE in loss_nce.c, DeepClusterV2
+ * in loss_dc.c.
  */
 #include "train/loss_internal.h"
 
+#include "decode/dataset.h"
 #include "log.h"
 #include "train/momentum.h"
 #include "util.h"
@@ -41,6 +43,7 @@ static const char *const NAMES[] = {
     [LOSS_MOCO] = "moco_loss",
     [LOSS_NCE] = "nce_loss_with_memory",
     [LOSS_SWAV_MOMENTUM] = "swav_momentum_loss",
+    [LOSS_DEEPCLUSTER_V2] = "deepclusterv2_loss",
 };
 
 const char *loss_display_name(loss_name name) { return NAMES[name]; }
@@ -96,7 +99,7 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
         cfg_fail(err, cfg_get(config, "LOSS.name"), "config.LOSS.name",
                  "'%s' is not run by this trainer yet (CrossEntropyLoss, cross_entropy_multiple_output_single_target, "
                  "bce_logits_multiple_output_single_target, simclr_info_nce_loss, multicrop_simclr_info_nce_loss, "
-                 "swav_loss, swav_momentum_loss, moco_loss, nce_loss_with_memory)",
+                 "swav_loss, swav_momentum_loss, moco_loss, nce_loss_with_memory, deepclusterv2_loss)",
                  name);
         return false;
     }
@@ -122,9 +125,42 @@ bool loss_options_from_config(const cfg_node *config, loss_options *out, cfg_err
     case LOSS_SWAV_MOMENTUM: ok = swav_options_from_config(config, &o, err); break;
     case LOSS_MOCO: ok = moco_options_from_config(config, &o, err); break;
     case LOSS_NCE: ok = nce_options_from_config(config, &o, err); break;
+    case LOSS_DEEPCLUSTER_V2: ok = dc_options_from_config(config, &o, err); break;
     }
     if (ok)
         *out = o;
+    return ok;
+}
+
+bool loss_train_samples(const cfg_node *config, const cfg_node *node, const char *key, const char *what,
+                        int64_t most, int64_t *out, cfg_err *err)
+{
+    int64_t n = cfg_int(node, "num_train_samples");
+    const cfg_node *at = cfg_get(node, "num_train_samples");
+    decode_dataset ds;
+    char *why = NULL;
+    int64_t length = decode_dataset_load(&ds, config, "TRAIN", NULL, &why) == 0 ? (int64_t)ds.length : -1;
+    if (length >= 0)
+        decode_dataset_free(&ds);
+    bool ok = false;
+    if (n < 1 && length < 0)
+        cfg_fail(err, at, key, "is not set and the training set cannot be read to count it: %s",
+                 why ? why : "no DATA.TRAIN");
+    else if (n < 1 && length == 0)
+        cfg_fail(err, at, key, "is not set and the training set is empty");
+    else if (n < 1)
+        n = length, ok = true;
+    else if (length > n)
+        cfg_fail(err, at, key, "%lld: %s for each of the %lld training samples", (long long)n, what, (long long)length);
+    else
+        ok = true;
+    free(why);
+    if (ok && most > 0 && n > most) {
+        cfg_fail(err, at, key, "%lld: at most %lld samples (the checkpoint keeps sample indices as float32)",
+                 (long long)n, (long long)most);
+        ok = false;
+    }
+    *out = n;
     return ok;
 }
 
@@ -235,6 +271,7 @@ loss *loss_new(eng_backend *be, const loss_options *o, loss_state *st, const eng
              : is_swav(o)               ? swav_plan(be, l, err)
              : o->name == LOSS_MOCO     ? moco_plan(be, l, err)
              : o->name == LOSS_NCE      ? nce_plan(be, l, err)
+             : o->name == LOSS_DEEPCLUSTER_V2 ? dc_plan(be, l, err)
                                         : plan_per_output(be, l, err);
     if (rc != 0) {
         loss_free(be, l);
@@ -262,6 +299,7 @@ void loss_free(eng_backend *be, loss *l)
         if (l->codes[h].base)
             eng_tensor_free(be, &l->codes[h]);
     nce_free(be, l);
+    dc_free(be, l);
     free(l);
 }
 
@@ -279,6 +317,8 @@ loss_state *loss_state_new(eng_backend *be, const loss_options *o, uint64_t seed
         swav_state_init(be, s, seed);
     if (o->name == LOSS_NCE)
         nce_state_init(be, s);
+    if (o->name == LOSS_DEEPCLUSTER_V2)
+        dc_state_init(be, s);
     return s;
 }
 
@@ -293,6 +333,8 @@ int loss_state_loaded(eng_backend *be, loss_state *s, char **err)
 {
     if (s->momentum)
         momentum_loaded(s->momentum);
+    if (s->o.name == LOSS_DEEPCLUSTER_V2)
+        return dc_loaded(be, s, err);
     return s->o.name == LOSS_MOCO ? moco_loaded(be, s, err) : s->o.name == LOSS_NCE ? nce_loaded(be, s, err) : 0;
 }
 
@@ -337,6 +379,7 @@ void loss_state_free(eng_backend *be, loss_state *s)
     if (s->moco)
         moco_state_free(be, s);
     momentum_free(be, s->momentum);
+    dc_state_free(s);
     free(s->entries);
     free(s);
 }
@@ -345,6 +388,12 @@ int loss_state_entries(const loss_state *s, const eng_entry **entries)
 {
     *entries = s->entries;
     return s->nentries;
+}
+
+int loss_state_rank_entries(const loss_state *s, const eng_entry **entries)
+{
+    *entries = s->entries;
+    return s->nentries - s->nshared;
 }
 
 int64_t loss_state_iterations(const loss_state *s) { return s->iterations; }
@@ -362,6 +411,33 @@ int loss_on_forward(eng_backend *be, loss_state *s, struct model *m, const rec_v
 int loss_on_update(eng_backend *be, loss_state *s, struct model *m, char **err)
 {
     return is_swav(&s->o) ? swav_on_update(be, s, m, err) : 0;
+}
+
+int loss_on_phase_start(eng_backend *be, loss_state *s, int64_t epoch, char **err)
+{
+    return s->dc ? dc_on_phase_start(be, s, epoch, err) : 0;
+}
+
+void loss_state_resume_at(loss_state *s, int64_t batch_in_epoch)
+{
+    if (s->dc)
+        dc_resume_at(s, batch_in_epoch);
+}
+
+int loss_memory_crops(const loss_state *s, const int **crops)
+{
+    *crops = NULL;
+    return s->dc ? dc_memory_crops(s, crops) : 0;
+}
+
+int loss_memory_fill(eng_backend *be, loss_state *s, int bank, const eng_tensor *out, char **err)
+{
+    return dc_memory_fill(be, s, bank, out, err);
+}
+
+void loss_memory_advance(eng_backend *be, loss_state *s, const int64_t *samples, int64_t b)
+{
+    dc_memory_advance(be, s, samples, b);
 }
 
 /* ---- computing ---------------------------------------------------------------------------- */
@@ -473,5 +549,7 @@ int loss_compute(eng_backend *be, loss *l, const eng_tensor *const *outputs, con
         return moco_compute(be, l, outputs, value, err);
     if (l->o.name == LOSS_NCE)
         return nce_compute(be, l, outputs, b, value, err);
+    if (l->o.name == LOSS_DEEPCLUSTER_V2)
+        return dc_compute(be, l, outputs[0], b, value, err);
     return per_output(be, l, outputs, b, value, err);
 }

@@ -4,9 +4,9 @@
  *
  * Losses now: CrossEntropyLoss (ClassyVision's, ignore_index −1), cross_entropy_multiple_
  * output_single_target, bce_logits_multiple_output_single_target, simclr_info_nce_loss,
- * multicrop_simclr_info_nce_loss, swav_loss, swav_momentum_loss, moco_loss and
- * nce_loss_with_memory (NPID, NPID++, PIRL), each exactly VISSL 0.1.5's forward with its true
- * gradient.
+ * multicrop_simclr_info_nce_loss, swav_loss, swav_momentum_loss, moco_loss,
+ * nce_loss_with_memory (NPID, NPID++, PIRL) and deepclusterv2_loss, each exactly VISSL 0.1.5's
+ * forward with its true gradient.
  *
  * A loss is planned once for the model's output shapes (loss_new: its masks and buffers), then
  * loss_compute runs per step and leaves d(loss)/d(output k) in loss_grad(l, k), the seed for
@@ -14,7 +14,8 @@
  * the train and test plans share it as VISSL's one loss object is shared, a checkpoint saves
  * its tensors under VISSL's state-dict names (SwAV: the embedding queue, the queue's scores
  * and the iteration count; MoCo: the key queue, its pointer and the momentum encoder; NCE: the
- * memory bank and its params, Z among them), and the
+ * memory bank and its params, Z among them; DeepClusterV2: the memory banks, the centroids and
+ * the assignments), and the
  * method's own hooks act on it at VISSL's moments (SwAVUpdateQueueScoresHook and MoCoHook after
  * the forward, NormalizePrototypesHook after the update).
  * The batch carries labels AND sample indices (memory banks: NPID, PIRL) for the methods to come.
@@ -45,6 +46,7 @@ typedef enum {
     LOSS_MOCO,                /* moco_loss */
     LOSS_NCE,                 /* nce_loss_with_memory */
     LOSS_SWAV_MOMENTUM,       /* swav_momentum_loss */
+    LOSS_DEEPCLUSTER_V2,      /* deepclusterv2_loss */
 } loss_name;
 
 #define LOSS_MAX_CLASS_WEIGHTS 4096
@@ -93,6 +95,22 @@ typedef struct {
     int64_t ignore_index;
 } nce_options;
 
+/* LOSS.deepclusterv2_loss (vissl/losses/deepclusterv2_loss.py; temperature and embedding_dim,
+ * which is memory_params.embedding_dim, are loss_options'), after VISSL's inference (num_crops,
+ * BATCHSIZE_PER_REPLICA, DROP_LAST, num_train_samples). */
+typedef struct {
+    int64_t num_clusters[LOSS_MAX_PROTOTYPES]; /* K per head */
+    int nheads;
+    int kmeans_iters;
+    int crops_for_mb[LOSS_MAX_CROPS]; /* memory_params.crops_for_mb: one bank per crop */
+    int nbanks;
+    int num_crops;
+    int64_t batch; /* BATCHSIZE_PER_REPLICA */
+    bool drop_last;
+    int64_t num_train_samples;
+    int64_t memory_rows; /* per trainer, for the config's world: ceil(N / W), less its rest by B (DROP_LAST) */
+} dc_options;
+
 typedef struct {
     loss_name name;
     double temperature;           /* SimCLR losses (0.1); cross-entropy multi-output (1.0) */
@@ -107,6 +125,7 @@ typedef struct {
     swav_options swav;            /* swav_loss (with temperature, embedding_dim, num_crops) */
     moco_options moco;            /* moco_loss (with temperature, embedding_dim) */
     nce_options nce;              /* nce_loss_with_memory (with temperature, embedding_dim) */
+    dc_options dc;                /* deepclusterv2_loss (with temperature, embedding_dim) */
 } loss_options;
 
 /* LOSS of a composed config's `config` map (LOSS.name and LOSS.<name>). Refuses, with its line, a
@@ -151,6 +170,9 @@ int loss_state_loaded(eng_backend *be, loss_state *s, char **err);
  * loss's own forward count (SwAV's num_iteration: it counts test forwards too, as VISSL's; 0 for
  * the others). */
 int loss_state_entries(const loss_state *s, const eng_entry **entries);
+/* The first of those that are this rank's own (all of them, but DeepClusterV2's centroids and
+ * assignments, which are every rank's alike and go into the checkpoint once, as rank 0's). */
+int loss_state_rank_entries(const loss_state *s, const eng_entry **entries);
 int64_t loss_state_iterations(const loss_state *s);
 void loss_state_set_iterations(loss_state *s, int64_t n);
 
@@ -161,6 +183,22 @@ void loss_state_set_iterations(loss_state *s, int64_t n);
  * or the batch lacks what the hook needs. */
 int loss_on_forward(eng_backend *be, loss_state *s, struct model *m, const rec_view *batch, char **err);
 int loss_on_update(eng_backend *be, loss_state *s, struct model *m, char **err);
+
+/* DeepClusterV2's hooks. ClusterMemoryHook at the start of every training epoch: k-means of
+ * the memory banks into new centroids and assignments (nothing for the other losses). A run
+ * resumed inside an epoch instead goes on from the checkpoint's: loss_state_resume_at gives
+ * the batch it resumes at (where the memory's next rows go). 0, or -1 with *err. */
+int loss_on_phase_start(eng_backend *be, loss_state *s, int64_t epoch, char **err);
+void loss_state_resume_at(loss_state *s, int64_t batch_in_epoch);
+/* InitMemoryHook: the crops whose embeddings fill the memory banks before the first epoch of a
+ * fresh run (how many; 0: the loss keeps no such memory). The trainer runs the model on each
+ * crop of a batch alone (training mode, no backward) and hands its output here
+ * (loss_memory_fill, bank i for crops[i]), then the batch's b sample indices (data_idx.0's
+ * first b) to loss_memory_advance. -1 with *err when the rows do not fit the memory or the
+ * output is not the embedding's width. */
+int loss_memory_crops(const loss_state *s, const int **crops);
+int loss_memory_fill(eng_backend *be, loss_state *s, int bank, const eng_tensor *out, char **err);
+void loss_memory_advance(eng_backend *be, loss_state *s, const int64_t *samples, int64_t b);
 
 /* ---- planning and computing ----------------------------------------------------------------- */
 

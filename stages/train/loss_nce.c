@@ -33,7 +33,6 @@
  */
 #include "train/loss_internal.h"
 
-#include "decode/dataset.h"
 #include "rng.h"
 #include "util.h"
 
@@ -67,28 +66,6 @@ static bool read_weights(const cfg_node *l, nce_options *n, cfg_err *err)
                  LOSS_MAX_NCE_OUTPUTS);
     n->nweights = ok ? (int)w->len : 0;
     return ok;
-}
-
-/* num_train_samples: the config's, or the training set's size; never less than the set. */
-static bool memory_size(const cfg_node *config, const cfg_node *l, nce_options *n, cfg_err *err)
-{
-    n->memory_size = cfg_int(l, "num_train_samples");
-    decode_dataset ds;
-    char *why = NULL;
-    int64_t length = decode_dataset_load(&ds, config, "TRAIN", NULL, &why) == 0 ? (int64_t)ds.length : -1;
-    if (length >= 0)
-        decode_dataset_free(&ds);
-    if (n->memory_size < 1 && length < 0)
-        cfg_fail(err, cfg_get(l, "num_train_samples"), "config.LOSS.nce_loss_with_memory.num_train_samples",
-                 "is not set and the training set cannot be read to count it: %s", why ? why : "no DATA.TRAIN");
-    else if (n->memory_size < 1)
-        n->memory_size = length;
-    else if (length > n->memory_size)
-        cfg_fail(err, cfg_get(l, "num_train_samples"), "config.LOSS.nce_loss_with_memory.num_train_samples",
-                 "%lld: the memory bank needs a row for each of the %lld training samples", (long long)n->memory_size,
-                 (long long)length);
-    free(why);
-    return n->memory_size >= 1 && (length < 0 || length <= n->memory_size);
 }
 
 static const char *bad_value(const loss_options *o, const char *type, const char *sampling)
@@ -133,7 +110,9 @@ bool nce_options_from_config(const cfg_node *config, loss_options *o, cfg_err *e
                  "its target: set it to sample_index", cfg_str(config, "DATA.TRAIN.LABEL_TYPE"));
         return false;
     }
-    return read_weights(l, n, err) && memory_size(config, l, n, err);
+    return read_weights(l, n, err) &&
+           loss_train_samples(config, l, "config.LOSS.nce_loss_with_memory.num_train_samples",
+                              "the memory bank needs a row", 0, &n->memory_size, err);
 }
 
 /* ---- state -------------------------------------------------------------------------------- */

@@ -1,7 +1,8 @@
 /*
  * selfsup-train — VISSL's training loop: batches in, a trained model out.
  *
- *   selfsup-train -c CONFIG [--threads N] [--steps-per-epoch N] [--in URI] [--test-in URI] [overrides]
+ *   selfsup-train -c CONFIG [--threads N] [--steps-per-epoch N] [--in URI] [--test-in URI]
+ *                 [--memory-in URI] [overrides]
  *   selfsup-train -c CONFIG --check [overrides]
  *   selfsup-decode -c CONFIG --epochs E | selfsup-augment -c CONFIG | selfsup-collate -c CONFIG \
  *       | selfsup-train -c CONFIG
@@ -24,6 +25,11 @@
  * metrics.json gets its test_accuracy_list_meter line. Without --test-in the test phases are
  * skipped with a warning. TEST_ONLY: the --in batches are all test batches (no training).
  *
+ * DeepClusterV2 (deepclusterv2_loss) fills its memory banks before the first epoch of a fresh
+ * run with one epoch of training batches that it reads from a third input, --memory-in
+ * (selfsup run wires a chain that decodes epoch 0 once more for it; in a shell pipeline, give
+ * it a file of one epoch's batches). A resumed run does not read it.
+ *
  * The config is checked before the first batch is read: the model, the loss, the optimizer,
  * the schedules and the dataset's length (for the schedules' `where`) must all build, or the
  * stage exits 2 naming the key. A non-finite loss stops the run (exit 1) naming the iteration.
@@ -42,6 +48,7 @@
  *   --test-in URI        where the test phases' batches come from (shm:NAME, -, file:PATH,
  *                        tcp://…)
  *   --test-steps N       batches per test phase (default: counted from DATA.TEST)
+ *   --memory-in URI      the batches of DeepClusterV2's memory pass (one epoch of DATA.TRAIN)
  *   --check              check the config as a start would, then exit (0: it would start)
  *   --coll NAME          the world of trainers this one is a rank of (--rank, --world-size):
  *                        the shared segment NAME of shm/collective.h, where the trainers meet
@@ -58,12 +65,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A second input of the trainer (the test phases', the memory pass's). */
+typedef struct {
+    const char *uri, *what;
+    stage *s;
+    stage_input *in;
+    trainer_test_input cb;
+} extra_input;
+
 typedef struct {
     trainer_options opt;
-    const char *test_uri;
-    trainer_test_input test_cb;
+    extra_input test, memory;
     stage *s;
-    stage_input *test_in;
     trainer *t;
     bool check; /* --check: a dry start */
     const char *coll_name; /* --coll */
@@ -78,7 +91,11 @@ static int option(void *state, int argc, char **argv)
 {
     train_stage *ts = state;
     if (!strcmp(argv[0], "--test-in") && argc > 1) {
-        ts->test_uri = argv[1];
+        ts->test.uri = argv[1];
+        return 2;
+    }
+    if (!strcmp(argv[0], "--memory-in") && argc > 1) {
+        ts->memory.uri = argv[1];
         return 2;
     }
     if (!strcmp(argv[0], "--check")) {
@@ -108,21 +125,31 @@ static int option(void *state, int argc, char **argv)
     return 2;
 }
 
-/* The test input for the trainer: a record, 0 on a stop, -1 on a failure or an early end. */
-static int read_test(void *ctx, rec_view *v)
+/* A second input for the trainer: a record, 0 on a stop, -1 on a failure or an early end. */
+static int read_extra(void *ctx, rec_view *v)
 {
-    train_stage *ts = ctx;
-    int st = stage_input_read(ts->test_in, v);
+    extra_input *x = ctx;
+    int st = stage_input_read(x->in, v);
     if (st == STAGE_RECORD)
         return 1;
-    if (st == STAGE_END && stage_stopping(ts->s))
+    if (st == STAGE_END && stage_stopping(x->s))
         return 0;
     if (st == STAGE_END)
-        log_error("the test input %s ended before the test phase did", ts->test_uri);
+        log_error("the %s input %s ended before the %s did", x->what, x->uri,
+                  !strcmp(x->what, "test") ? "test phase" : "memory pass");
     return -1;
 }
 
-static void test_done(void *ctx) { stage_input_read_done(((train_stage *)ctx)->test_in); }
+static void extra_done(void *ctx) { stage_input_read_done(((extra_input *)ctx)->in); }
+
+static const trainer_test_input *extra_callbacks(extra_input *x, const char *what)
+{
+    if (!x->uri)
+        return NULL;
+    x->what = what;
+    x->cb = (trainer_test_input){.read = read_extra, .done = extra_done, .ctx = x};
+    return &x->cb;
+}
 
 /* --check: the config through trainer_check_config, then the end of the process. It exits
  * here because the stage framework runs a stage whenever prepare returns 0, and a dry start
@@ -144,10 +171,8 @@ static int prepare(stage *s, void *state)
     train_stage *ts = state;
     ts->opt.rank = stage_rank(s);
     ts->opt.world_size = stage_world_size(s);
-    if (ts->test_uri) { /* opened in run(), before the first batch */
-        ts->test_cb = (trainer_test_input){.read = read_test, .done = test_done, .ctx = ts};
-        ts->opt.test_input = &ts->test_cb;
-    }
+    ts->opt.test_input = extra_callbacks(&ts->test, "test"); /* opened in run(), before the first batch */
+    ts->opt.memory_input = extra_callbacks(&ts->memory, "memory");
     if (ts->check)
         return check(s, ts);
     if (ts->coll_name && ts->opt.world_size > 1) {
@@ -211,8 +236,10 @@ static int train_batches(stage *s, train_stage *ts, trainer_input *mine, trainer
 static int run(stage *s, void *state)
 {
     train_stage *ts = state;
-    ts->s = s;
-    if (ts->test_uri && !(ts->test_in = stage_open_input(s, ts->test_uri)))
+    ts->s = ts->test.s = ts->memory.s = s;
+    if (ts->test.uri && !(ts->test.in = stage_open_input(s, ts->test.uri)))
+        return EXIT_RUNTIME;
+    if (ts->memory.uri && !(ts->memory.in = stage_open_input(s, ts->memory.uri)))
         return EXIT_RUNTIME;
     trainer_input mine = TRAINER_INPUT_BATCH, all;
     char *err = NULL;
@@ -245,12 +272,14 @@ int main(int argc, char **argv)
                    "  --steps-per-epoch N  batches per epoch (default: counted from DATA.TRAIN)\n"
                    "  --test-in URI        the test phases' batches (TEST_MODEL)\n"
                    "  --test-steps N       batches per test phase (default: counted from DATA.TEST)\n"
+                   "  --memory-in URI      DeepClusterV2's memory pass: one epoch of training batches\n"
                    "  --check              check the config as a start would, then exit 0 or 2\n"
                    "  --coll NAME          the trainers' world (selfsup run gives it)\n",
     };
     train_stage ts = {0};
     int status = stage_main(argc, argv, &info, &ts, run);
-    stage_input_close(ts.test_in);
+    stage_input_close(ts.test.in);
+    stage_input_close(ts.memory.in);
     trainer_free(ts.t);
     coll_close(ts.opt.world);
     return status;

@@ -69,7 +69,8 @@ static const char *data_parallel_gap(const cfg_node *config, const char **key)
                                                "multicrop_simclr_info_nce_loss",
                                                "swav_loss",
                                                "moco_loss",
-                                               "nce_loss_with_memory"};
+                                               "nce_loss_with_memory",
+                                               "deepclusterv2_loss"};
     bool local = false;
     for (size_t k = 0; k < ARRAY_LEN(ready_losses); k++)
         local |= !strcmp(loss_key, ready_losses[k]);
@@ -394,6 +395,21 @@ static bool read_config(trainer *t, const cfg_node *config, const trainer_option
     return ok;
 }
 
+/* A fresh run of a loss with memory banks (DeepClusterV2) fills them first, from its own input. */
+static bool plan_memory_pass(trainer *t, cfg_err *err)
+{
+    const int *crops;
+    t->memory_due = !t->plan.test_only && t->batches_done == 0 && t->phase < 0 &&
+                    loss_memory_crops(t->loss_st, &crops) > 0;
+    if (!t->memory_due || t->memory_in.read)
+        return true;
+    cfg_fail(err, cfg_get(t->config, "LOSS.name"), "config.LOSS.name",
+             "%s fills its memory banks from one pass over the training data before the first epoch, and this "
+             "trainer has no input for it: give it those batches with --memory-in URI (selfsup run wires a chain "
+             "for it)", loss_display_name(t->lo.name));
+    return false;
+}
+
 bool trainer_check_config(const cfg_node *config, const trainer_options *o, cfg_err *err)
 {
     trainer *t = trainer_alloc(config, o);
@@ -410,11 +426,13 @@ trainer *trainer_new(const cfg_node *config, const trainer_options *o, cfg_err *
     bool ok = read_config(t, config, o, err);
     if (o->test_input)
         t->test_in = *o->test_input; /* test_in.read: whether there is a test input */
+    if (o->memory_input)
+        t->memory_in = *o->memory_input;
     ok = ok && build_model(t, o, err) && build_optimizer(t, err);
     if (ok) /* before prepare_dir: a resumed checkpoint restores it */
         t->loss_st = loss_state_new(t->be, &t->lo, (uint64_t)cfg_int(config, "SEED_VALUE"), &t->dist);
     ok = ok && attach_loss_state(t, err);
-    ok = ok && prepare_dir(t, err) && join_world(t, o, err) && monitor_open(t, err);
+    ok = ok && prepare_dir(t, err) && join_world(t, o, err) && monitor_open(t, err) && plan_memory_pass(t, err);
     if (!ok) {
         trainer_free(t);
         return NULL;
@@ -547,7 +565,7 @@ static int save_checkpoint(trainer *t, const char *file, const char *kind, int64
 {
     const eng_entry *mine;
     eng_entry *ranks = NULL;
-    int nranks = 0, nmine = loss_state_entries(t->loss_st, &mine);
+    int nranks = 0, nmine = loss_state_rank_entries(t->loss_st, &mine);
     if (dist_gather_entries(&t->dist, t->be, mine, nmine, &ranks, &nranks, err) != 0)
         return -1;
     if (t->rank != 0) { /* the ranks are one model: rank 0 writes it */
@@ -600,6 +618,7 @@ static int load_state(trainer *t, ckpt_state *cs, char **err)
         t->phase = cs->phase;
         t->in_phase = true;
         t->phase_batches = cs->next_batch;
+        loss_state_resume_at(t->loss_st, cs->next_batch);
     }
     /* VISSL resumes a phase checkpoint at the phase after it: the test phase, if one follows */
     if (!strcmp(cs->kind, "phase") && phase_plan_test_after(&t->plan, cs->phase))
@@ -841,6 +860,62 @@ static void dump_nan(trainer *t, const rec_view *batch)
     ts_dict_free(in);
 }
 
+/* ---- DeepClusterV2's memory pass (InitMemoryHook) ---------------------------------------- */
+
+/* The batch's crops, each alone through the model in training mode (no backward), into the
+ * memory banks; then its first b sample indices (data_idx.0) for the rows written. */
+static int memory_batch(trainer *t, const rec_view *v, const int *crops, int nbanks, char **err)
+{
+    int idx[MAX_INPUTS], ii = rec_find(v, "data_idx.0");
+    eng_shape shapes[MAX_INPUTS];
+    int n = batch_input_shapes(v, idx, shapes, err);
+    if (n < 0)
+        return -1;
+    int64_t b = shapes[0].dim[0];
+    if (ii < 0 || v->tensors[ii].dtype != REC_I64 || v->tensors[ii].ndim != 1 || (int64_t)v->tensors[ii].shape[0] < b)
+        return report_failure(err, "the memory pass's batch has no data_idx.0 of its %lld images", (long long)b);
+    for (int i = 0; i < nbanks; i++) {
+        if (crops[i] >= n)
+            return report_failure(err, "memory_params.crops_for_mb names crop %d, but the batch has %d", crops[i], n);
+        eng_tensor buffers = model_buffers(t->m);
+        if (model_plan(t->be, t->m, &shapes[crops[i]], 1, err) != 0 ||
+            batch_upload(t->be, t->m, &t->host, v, &idx[crops[i]], 1, err) != 0 ||
+            (t->broadcast_buffers && dist_broadcast(&t->dist, t->be, &buffers, err) != 0))
+            return -1;
+        model_forward(t->be, t->m, true);
+        if (dist_group_check(&t->bn_group, err) != 0 ||
+            loss_memory_fill(t->be, t->loss_st, i, model_output(t->m, 0), err) != 0)
+            return -1;
+    }
+    loss_memory_advance(t->be, t->loss_st, rec_data(v, ii), b);
+    return 0;
+}
+
+/* One epoch of the memory input's batches before the first epoch: 1 when done, 0 on a stop,
+ * -1 with *err (a batch the model cannot take, an input that failed or ended early). */
+static int fill_memory(trainer *t, char **err)
+{
+    const int *crops;
+    int nbanks = loss_memory_crops(t->loss_st, &crops);
+    log_info("filling the memory banks: %lld batches through the model before the first epoch",
+             (long long)t->steps_per_epoch);
+    for (int64_t k = 0; k < t->steps_per_epoch; k++) {
+        rec_view v;
+        int st = t->memory_in.read(t->memory_in.ctx, &v);
+        if (st <= 0)
+            return st == 0 ? 0
+                           : report_failure(err, "the memory input failed after %lld of the %lld batches of the "
+                                                 "memory pass", (long long)k, (long long)t->steps_per_epoch);
+        int rc = memory_batch(t, &v, crops, nbanks, err);
+        t->memory_in.done(t->memory_in.ctx);
+        if (rc != 0)
+            return -1;
+    }
+    t->memory_due = false;
+    log_info("the memory banks are filled");
+    return 1;
+}
+
 /* ---- the step ----------------------------------------------------------------------------- */
 
 static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err);
@@ -892,8 +967,15 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
 {
     if (t->plan.test_only)
         return test_only_step(t, batch, epoch, err);
-    if (t->test_interrupted) /* a stop came in the test phase: nothing more trains */
+    if (t->test_interrupted || t->memory_interrupted) /* a stop came in a test phase or the memory pass */
         return 0;
+    if (t->memory_due) {
+        int st = fill_memory(t, err);
+        if (st <= 0) {
+            t->memory_interrupted = st == 0;
+            return st;
+        }
+    }
     if (t->pending_test >= 0 && run_test_phase(t, t->pending_test, err) != 0)
         return -1;
     int64_t seq = (int64_t)batch->hdr->seq;
@@ -912,6 +994,8 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
         t->phase_batches = (int64_t)epoch == t->resume_epoch ? t->resume_batch : 0;
         log_info("Starting phase %lld [train]", (long long)phase_plan_train_index(&t->plan, epoch));
         monitor_train_phase_start(t, epoch);
+        if (loss_on_phase_start(t->be, t->loss_st, epoch, err) != 0) /* ClusterMemoryHook */
+            return -1;
     }
     t->phase = epoch;
     t->in_phase = true;

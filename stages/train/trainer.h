@@ -63,6 +63,10 @@ typedef struct {
      * warning), as in a shell pipeline, which has only the train batches. */
     const trainer_test_input *test_input;
     int64_t test_steps;      /* batches per test phase; 0: from the DATA.TEST dataset */
+    /* DeepClusterV2's InitMemoryHook: one epoch of training batches that fill the memory banks
+     * before the first epoch of a fresh run (selfsup-train --memory-in; selfsup run wires a
+     * chain that decodes epoch 0 for it). A fresh run of that loss without it is refused. */
+    const trainer_test_input *memory_input;
 } trainer_options;
 
 typedef struct trainer trainer;

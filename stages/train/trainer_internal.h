@@ -61,6 +61,9 @@ struct trainer {
     int64_t test_steps;     /* batches of a test phase (DATA.TEST); 0 without TEST_MODEL */
     trainer_test_input test_in;
     bool test_interrupted;
+    trainer_test_input memory_in; /* DeepClusterV2's pass before the first epoch (read: NULL without) */
+    bool memory_due;              /* that pass is still to run (a fresh start of a loss with memory banks) */
+    bool memory_interrupted;      /* a stop came during it: nothing trains */
     int64_t pending_test;   /* a resumed run owes the test phase after this epoch first; -1 */
     test_run test;
     int64_t checkpointed_batches; /* batches_done at the last checkpoint */

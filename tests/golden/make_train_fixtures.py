@@ -33,6 +33,11 @@ Cases:
   swav_momentum
                swav_momentum_loss with SwAVMomentumHook's network (SWAVM below); queue0.npy is
                the embedding queue's start; enc.npy the network's head parameters at the end
+  dc           deepclusterv2_loss with InitMemoryHook and ClusterMemoryHook (DC below):
+               memory.rec the memory pass's batch; memory.npy the banks after the 5 steps,
+               centroids.npy every head's centroids (rows stacked), assign.npy the assignments;
+               dc_half_batches.rec / dc_half_memory.rec: the first 3 epochs cut into batches of
+               4, for the exact-resume test (stops inside an epoch; no reference values)
 
 ce_multistep also has test phases, as VISSL runs them with TEST_MODEL and TEST_EVERY_NUM_EPOCH
 2 over its five epochs: after epochs 0, 2 and 4 the model (no update, no gradient) scores two
@@ -652,6 +657,127 @@ def swav_momentum_case(norm):
           f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
 
 
+# dc: DeepClusterV2 over five epochs of one batch each. A training set of 8 samples, batches of
+# all 8 (a new order and new crops every epoch), 2 crops of 16 px (multicrop_collator: label.0
+# and data_idx.0 are the 16 sample indices, crop-major); heads [mlp 512→64 ReLU], [mlp 64→16];
+# deepclusterv2_loss with T 0.1, num_clusters [3, 4], kmeans_iters 2, both crops in memory
+# (crops_for_mb [0, 1]: head 0 clusters bank 0, head 1 bank 1). InitMemoryHook's pass is one
+# batch, epoch 0's (selfsup's memory chain decodes epoch 0 again: the same crops); then every
+# epoch clusters first (ClusterMemoryHook; the first centroids are the rows selfsup's
+# permutation picks: stream (SEED 0, CLUSTER, epoch, head)), then trains its batch. SGD momentum
+# 0.9, weight decay 1e-4, cosine LR 0.3 → 0 per step.
+DC = dict(heads=[["mlp", {"dims": [512, 64], "use_relu": True}], ["mlp", {"dims": [64, 16]}]],
+          n=8, crops=2, K=[3, 4], iters=2, T=0.1, wd=1e-4,
+          lr=lambda k: 0.3 * (1 + math.cos(math.pi * k / STEPS)) / 2)
+
+
+def dc_batches(seed):
+    """Per epoch: the order of the 8 samples and the two crops' images."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(STEPS):
+        order = torch.randperm(DC["n"], generator=g)
+        crops = [torch.randint(0, 256, (DC["n"], SIZE, SIZE, 3), generator=g, dtype=torch.uint8)
+                 for _ in range(DC["crops"])]
+        out.append((order, crops))
+    return out
+
+
+def dc_kmeans(bank, K, iters, epoch, head, gaps):
+    """VISSL's cluster_memory for one head on one bank (world size 1), the first centroids from
+    selfsup's permutation; every E-step's smallest top-2 gap goes into gaps."""
+    perm = selfsup_rng.Stream(0, selfsup_rng.PURPOSE_CLUSTER, epoch=epoch, sample_index=head).permutation(len(bank))
+    centroids = bank[perm[:K]].clone()
+    for it in range(iters + 1):
+        dots = bank @ centroids.t()
+        top2 = dots.topk(2, dim=1).values
+        gaps.append((top2[:, 0] - top2[:, 1]).min().item())
+        assign = dots.argmax(dim=1)
+        if it == iters:
+            break
+        for k in range(K):
+            rows = bank[assign == k]
+            if len(rows):
+                centroids[k] = rows.sum(dim=0) / len(rows)
+        centroids = F.normalize(centroids, dim=1)
+    return centroids, assign
+
+
+def train_dc(data, dtype, gaps):
+    c = DC
+    t = Trained(c["heads"], c["wd"], dtype)
+    model = t.model
+    nb = len(c["K"])  # one bank per crop: as many as heads here
+    with torch.no_grad():  # InitMemoryHook: crop by crop, the model in training mode
+        order, crops = data[0]
+        bank = torch.stack([F.normalize(forward(model, to_input(x[order]).to(dtype)), dim=1) for x in crops])
+        index = order.clone()
+    losses = []
+    for k, (order, crops) in enumerate(data):
+        assign = torch.full((len(c["K"]), c["n"]), -100, dtype=torch.long)
+        cents = []
+        with torch.no_grad():
+            for h, K in enumerate(c["K"]):
+                cent, a = dc_kmeans(bank[h % nb], K, c["iters"], k, h, gaps)
+                cents.append(cent)
+                assign[h][index] = a
+        idx = order.repeat(c["crops"])
+        z = F.normalize(forward(model, torch.cat([to_input(x[order]) for x in crops]).to(dtype)), dim=1)
+        loss = sum(F.cross_entropy(z @ cent.t() / c["T"], assign[h][idx], ignore_index=-100)
+                   for h, cent in enumerate(cents)) / len(cents)
+        with torch.no_grad():
+            for i in range(nb):
+                bank[i] = z[i * c["n"]:(i + 1) * c["n"]].detach()
+            index = order.clone()
+        losses.append(loss.item())
+        t.step(loss, c["lr"](k))
+    return (np.array(losses), t.delta(), bank.double().numpy(), torch.cat(cents).double().numpy(),
+            assign.numpy().astype(np.float64))
+
+
+def dc_record(f, order, crops, norm, seq, epoch):
+    idx = np.tile(order.numpy(), DC["crops"]).astype(np.int64)
+    tensors = {f"data.0.{i}": x[order].numpy() for i, x in enumerate(crops)}
+    tensors.update({"label.0": idx, "data_idx.0": idx, "normalize": norm})
+    records.write_record(f, tensors, seq=seq, epoch=epoch)
+
+
+def dc_case(norm):
+    data = dc_batches(79)
+    gaps = []
+    losses, delta, memory, cents, assign = train_dc(data, torch.float64, gaps)
+    losses32, delta32, _, _, assign32 = train_dc(data, torch.float32, [])
+    # The embeddings of random images are close together, so the E-steps' margins are small; a
+    # float32 run must still land on every one of float64's assignments (it does, by > 200 ulp).
+    assert min(gaps) > 2e-5 and (assign32 == assign).all(), f"a k-means E-step nearly ties ({min(gaps):.3g})"
+    out = lambda n, a: golden.save_array(os.path.join(OUT, f"dc_{n}.npy"), a)
+    out("loss", losses)
+    out("loss32", losses32)
+    out("delta", delta)
+    out("memory", memory)
+    out("centroids", cents)
+    out("assign", assign)
+    out("floor", np.array([np.max(np.abs(losses32 - losses) / np.abs(losses)),
+                           np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta))]))
+    with open(os.path.join(OUT, "dc_batches.rec"), "wb") as f:
+        for k, (order, crops) in enumerate(data):
+            dc_record(f, order, crops, norm, 0, k)
+        records.write_eos(f, len(data))
+    with open(os.path.join(OUT, "dc_memory.rec"), "wb") as f:
+        dc_record(f, data[0][0], data[0][1], norm, 0, 0)
+        records.write_eos(f, 1)
+    half = DC["n"] // 2
+    for name, epochs in (("dc_half_batches", range(3)), ("dc_half_memory", range(1))):
+        with open(os.path.join(OUT, f"{name}.rec"), "wb") as f:
+            for e in epochs:
+                for s in range(2):
+                    dc_record(f, data[e][0][s * half:(s + 1) * half], data[e][1], norm, s, e)
+            records.write_eos(f, 2 * len(epochs))
+    print(f"dc: losses {losses.round(5)}; smallest E-step gap {min(gaps):.3g}; torch float32 vs float64: loss "
+          f"{np.max(np.abs(losses32 - losses) / np.abs(losses)):.2g}, update "
+          f"{np.max(np.abs(delta32 - delta)) / np.max(np.abs(delta)):.2g}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     norm = np.array([[255.0] * 3, MEAN, STD], dtype=np.float32)
@@ -690,6 +816,7 @@ def main():
     npid_case(norm, "npid_infonce", "cross_entropy")
     pirl_case(norm)
     swav_momentum_case(norm)
+    dc_case(norm)
 
 
 if __name__ == "__main__":

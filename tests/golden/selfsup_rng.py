@@ -1,12 +1,13 @@
 """selfsup_rng.py — lib/rng.c's counter-based generator restated in Python: Philox4x32-10,
-the stream a key names, and rng_randint (Lemire's multiply-and-reject, spans up to 2^32).
+the stream a key names, rng_randint (Lemire's multiply-and-reject, spans up to 2^32) and
+rng_permutation (Fisher-Yates from the top, each swap partner a randint).
 
 For the fixtures whose reference must make selfsup's own random choices (NPID's negatives):
 the same key gives the same numbers here and in C, word for word.
 """
 M0, M1, W0, W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
 MASK = 0xFFFFFFFF
-PURPOSE_DATASET, PURPOSE_TRAIN = 4, 6
+PURPOSE_DATASET, PURPOSE_TRAIN, PURPOSE_CLUSTER = 4, 6, 7
 
 
 def philox(ctr, key):
@@ -45,3 +46,11 @@ class Stream:
             while (m & MASK) < threshold:
                 m = self.u32() * span
         return lo + (m >> 32)
+
+    def permutation(self, n):
+        """rng_permutation: 0..n-1 shuffled from the last position down."""
+        a = list(range(n))
+        for i in range(n, 1, -1):
+            j = self.randint(0, i)
+            a[i - 1], a[j] = a[j], a[i - 1]
+        return a

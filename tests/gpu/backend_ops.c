@@ -42,6 +42,8 @@
  *   reduction (≤ 7)
  *   dropout's zero pattern                           exact  the same counter-based mask
  *   ema                                              exact  two float products and a sum
+ *   scale                                            exact  one float product
+ *   argmax_rows                                      exact  the same comparisons of floats
  *   bank_scores (fwd, bwd)                           1e-5   dot products summed in double
  *   upload_images                                    exact  the same table of 256 values
  *   conv (fwd, bwd), conv_bn_forward_eval,           1e-4   fp32 dot products of up to 25088
@@ -622,6 +624,31 @@ static void ema(ctx *c)
     check(c, "dst", dst);
 }
 
+/* A gradient's scale: one float product per element on both backends. */
+static void scale(ctx *c)
+{
+    eng_tensor *x = input(c, act_shape(c->p), -1, 1);
+    eng_scale(c->be, (float)c->p->f, x);
+    check(c, "x", x);
+}
+
+/* k-means' E-step: each row's largest column, as a result of one float per row (indices are
+ * small, so the float is exact). Rows that tie (F_ZERO: row 0 all equal) take the first. */
+static void argmax_rows(ctx *c)
+{
+    eng_shape s = eng_shape2(c->p->n, c->p->c);
+    eng_tensor *x = input(c, s, -1, 1);
+    if (has(c, F_ZERO))
+        eng_zero(c->be, x);
+    int64_t *idx = xmalloc((size_t)c->p->n * sizeof *idx);
+    eng_argmax_rows(c->be, x, idx);
+    result *r = new_result(c, "argmax", eng_shape2(c->p->n, 1));
+    r->v = xmalloc((size_t)c->p->n * sizeof *r->v);
+    for (int64_t i = 0; i < c->p->n; i++)
+        r->v[i] = (float)idx[i];
+    free(idx);
+}
+
 /* Adam and AdamW at their first step (m = v = 0) and at step 5 (moments already there). */
 static eng_adam_args adam_args(int v)
 {
@@ -1166,6 +1193,10 @@ static const test_case CASES[] = {
     {"bank_scores_bwd", bank_bwd, TOL_FP32, {.n = 64, .c = 128, .o = 10000, .w = 4097, .note = "npid,k=4097"}},
     {"ema", ema, 0, {ODD, .f = 0.999, .note = "m=0.999"}},
     {"ema", ema, 0, {NC(1, 11689512), .f = 0.99, .note = "m=0.99,resnet18_params"}},
+    {"scale", scale, 0, {ODD, .f = 1.0 / 3.0, .note = "1/3"}},
+    {"argmax_rows", argmax_rows, 0, {NC(7, 5)}},
+    {"argmax_rows", argmax_rows, 0, {NC(4, 9), .flags = F_ZERO, .note = "all_equal"}},
+    {"argmax_rows", argmax_rows, 0, {NC(20000, 3000), .note = "deepclusterv2_kmeans"}},
     {"adam_step_many", adam_step, TOL_FP32, {.variant = 0, .note = "6items,adam,step=1"}},
     {"adam_step_many", adam_step, TOL_FP32, {.variant = 1, .note = "6items,adam,step=5"}},
     {"adam_step_many", adam_step, TOL_FP32, {.variant = 2, .note = "6items,adamw,step=1"}},

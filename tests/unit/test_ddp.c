@@ -20,6 +20,7 @@
 #include "record.h"
 #include "safetensors.h"
 #include "ring.h"
+#include "rng.h"
 #include "train/dist.h"
 #include "train/loss.h"
 #include "train/meter.h"
@@ -1541,4 +1542,142 @@ Test(ddp, a_trainer_killed_mid_run_stops_the_run_naming_it, .timeout = 300)
     free(text), free(peer_log), free(tag), free(cmd), free(run), free(killer), free(out);
     test_rm_rf(dir);
     free(dir);
+}
+
+/* ---- DeepClusterV2's k-means over the ranks --------------------------------------------------- */
+
+#define DC_ROWS 6    /* memory rows per rank: 12 samples over 2 ranks, batches of 3 */
+#define DC_ITERS 3
+static const int64_t DC_K[2] = {3, 2}; /* two heads, both on the one bank */
+
+typedef struct {
+    rank_status st;
+    float centroids[(3 + 2) * LD];
+    float assign[2 * 2 * DC_ROWS]; /* heads × samples */
+} dc_result;
+
+static loss_options dc_test_options(void)
+{
+    loss_options o = {.name = LOSS_DEEPCLUSTER_V2, .temperature = 0.1, .embedding_dim = LD, .world_size = 1};
+    o.dc = (dc_options){.num_clusters = {DC_K[0], DC_K[1]}, .nheads = 2, .kmeans_iters = DC_ITERS,
+                        .crops_for_mb = {0}, .nbanks = 1, .num_crops = 2, .batch = 3, .drop_last = true,
+                        .num_train_samples = 2 * DC_ROWS};
+    return o;
+}
+
+/* Rank r's memory holds samples r, r + 2, …, each row embedding_value(sample, 0, ·). */
+static int dc_rank(rank_ctx *c, char **err)
+{
+    dc_result *res = c->res;
+    loss_options o = dc_test_options();
+    loss_state *st = loss_state_new(c->be, &o, 1, &c->d);
+    float *rows = xmalloc(DC_ROWS * LD * sizeof *rows);
+    int64_t samples[DC_ROWS];
+    for (int i = 0; i < DC_ROWS; i++) {
+        samples[i] = c->rank + 2 * i;
+        for (int k = 0; k < LD; k++)
+            rows[i * LD + k] = embedding_value((int)samples[i], 0, k);
+    }
+    eng_tensor out = eng_tensor_new(c->be, eng_shape2(DC_ROWS, LD));
+    eng_upload(c->be, &out, rows);
+    int rc = loss_memory_fill(c->be, st, 0, &out, err);
+    if (rc == 0) {
+        loss_memory_advance(c->be, st, samples, DC_ROWS);
+        rc = loss_on_phase_start(c->be, st, 0, err);
+    }
+    const eng_entry *e;
+    int n = loss_state_entries(st, &e); /* banks, index, assignments, centroids0, centroids1 */
+    if (rc == 0 && n == 5) {
+        eng_download(c->be, &e[2].value, res->assign);
+        eng_download(c->be, &e[3].value, res->centroids);
+        eng_download(c->be, &e[4].value, res->centroids + DC_K[0] * LD);
+    }
+    eng_tensor_free(c->be, &out);
+    loss_state_free(c->be, st);
+    free(rows);
+    return rc == 0 && n == 5 ? 0 : -1;
+}
+
+/* VISSL's cluster_memory over both ranks' rows, in double: rank 0's rows perm[:K] to start
+ * (the stream selfsup keys by seed, epoch and head), then E- and M-steps over all 12 rows.
+ * Writes the centroids and every sample's cluster; returns the smallest top-2 gap of any E-step. */
+static double dc_reference(int h, double *cent, int64_t *assign)
+{
+    enum { N = 2 * DC_ROWS };
+    double rows[N][LD], gap = INFINITY;
+    int64_t k_count = DC_K[h], sample[N];
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < DC_ROWS; i++) {
+            int at = r * DC_ROWS + i;
+            double norm = 0;
+            sample[at] = r + 2 * i;
+            for (int k = 0; k < LD; k++)
+                norm += (double)embedding_value((int)sample[at], 0, k) * embedding_value((int)sample[at], 0, k);
+            for (int k = 0; k < LD; k++)
+                rows[at][k] = (float)(embedding_value((int)sample[at], 0, k) / sqrt(norm));
+        }
+    size_t perm[DC_ROWS];
+    rng_stream s;
+    rng_stream_init(&s, (rng_key){.seed = 1, .purpose = RNG_PURPOSE_CLUSTER, .epoch = 0, .sample_index = (uint64_t)h});
+    rng_permutation(&s, DC_ROWS, perm);
+    for (int q = 0; q < k_count; q++)
+        for (int k = 0; k < LD; k++)
+            cent[q * LD + k] = rows[perm[q]][k];
+    for (int it = 0;; it++) {
+        for (int i = 0; i < N; i++) { /* E-step */
+            double best = -INFINITY, second = -INFINITY;
+            for (int q = 0; q < k_count; q++) {
+                double dot = 0;
+                for (int k = 0; k < LD; k++)
+                    dot += rows[i][k] * cent[q * LD + k];
+                if (dot > best)
+                    second = best, best = dot, assign[sample[i]] = q;
+                else if (dot > second)
+                    second = dot;
+            }
+            gap = fmin(gap, best - second);
+        }
+        if (it == DC_ITERS)
+            return gap;
+        for (int q = 0; q < k_count; q++) { /* M-step, then every centroid normalised */
+            double sum[LD] = {0}, count = 0, norm = 0;
+            for (int i = 0; i < N; i++)
+                if (assign[sample[i]] == q) {
+                    count++;
+                    for (int k = 0; k < LD; k++)
+                        sum[k] += rows[i][k];
+                }
+            for (int k = 0; k < LD; k++)
+                norm += (count ? sum[k] / count : cent[q * LD + k]) * (count ? sum[k] / count : cent[q * LD + k]);
+            for (int k = 0; k < LD; k++)
+                cent[q * LD + k] = (count ? sum[k] / count : cent[q * LD + k]) / sqrt(norm);
+        }
+    }
+}
+
+/* ClusterMemoryHook on 2 trainers of 6 memory rows each: every rank ends with the same centroids
+ * and the same assignments (bitwise), and they are k-means over both ranks' 12 rows as VISSL's
+ * distributed k-means computes it (rank 0's rows to start, every rank's sums and counts
+ * all-reduced, every rank's assignments gathered by sample index), against a double-precision
+ * restatement. */
+Test(ddp, deepclusterv2_kmeans_clusters_every_ranks_memory, .timeout = 60)
+{
+    dc_result *res = run_ranks(dc_rank, sizeof *res, 2, NULL);
+    cr_expect(!memcmp(res[0].centroids, res[1].centroids, sizeof res[0].centroids), "the ranks' centroids differ");
+    cr_expect(!memcmp(res[0].assign, res[1].assign, sizeof res[0].assign), "the ranks' assignments differ");
+    const float *got = res[0].centroids;
+    for (int h = 0; h < 2; h++) {
+        double cent[3 * LD];
+        int64_t assign[2 * DC_ROWS];
+        double gap = dc_reference(h, cent, assign);
+        cr_assert_gt(gap, 1e-4, "head %d: the reference's E-step nearly ties (%g)", h, gap);
+        for (int q = 0; q < DC_K[h] * LD; q++)
+            cr_expect_leq(fabs(got[q] - cent[q]), 1e-5, "head %d centroid value %d: %.9g, reference %.9g", h, q,
+                          (double)got[q], cent[q]);
+        for (int i = 0; i < 2 * DC_ROWS; i++)
+            cr_expect_eq((int64_t)res[0].assign[h * 2 * DC_ROWS + i], assign[i], "head %d sample %d: cluster %g, "
+                         "reference %lld", h, i, (double)res[0].assign[h * 2 * DC_ROWS + i], (long long)assign[i]);
+        got += DC_K[h] * LD;
+    }
+    munmap(res, 2 * sizeof *res);
 }

@@ -369,3 +369,29 @@ static void dropout_train_case(float p)
 
 Test(nn, dropout_train_mode_half) { dropout_train_case(0.5f); }
 Test(nn, dropout_train_mode_tenth) { dropout_train_case(0.1f); }
+
+/* ---- k-means' pieces: a scale and each row's largest column ------------------------------- */
+
+/* Hand-made rows: the first maximum wins a tie (torch's max(dim=1)), negatives and a single
+ * column included; the scale is one float product per element. */
+Test(nn, argmax_rows_takes_the_first_maximum_and_scale_rounds_once)
+{
+    eng_backend *be = nnt_open_cpu();
+    const float v[] = {0.5f, 2.0f, 2.0f, -1.0f, /* tie: column 1 */
+                       -3.0f, -2.5f, -7.0f, -2.5f, /* negatives: column 1 */
+                       1.0f, 1.0f, 1.0f, 1.0f, /* all equal: column 0 */
+                       0.0f, 0.0f, 0.0f, 1e-30f};
+    eng_tensor x = eng_tensor_new(be, eng_shape2(4, 4));
+    eng_upload(be, &x, v);
+    int64_t idx[4];
+    eng_argmax_rows(be, &x, idx);
+    cr_expect(idx[0] == 1 && idx[1] == 1 && idx[2] == 0 && idx[3] == 3, "argmax %lld %lld %lld %lld",
+              (long long)idx[0], (long long)idx[1], (long long)idx[2], (long long)idx[3]);
+    eng_scale(be, 1.0f / 3.0f, &x);
+    float got[16];
+    eng_download(be, &x, got);
+    for (int i = 0; i < 16; i++)
+        cr_expect_eq(got[i], v[i] * (1.0f / 3.0f), "element %d: %.9g", i, (double)got[i]);
+    eng_tensor_free(be, &x);
+    eng_backend_close(be);
+}

@@ -126,9 +126,27 @@ static const char SWAV_MOMENTUM_YAML[] =
 
 static npy_array load(const char *kase, const char *what) { return test_fixture_npy("train", kase, what); }
 
-/* The composed config with CHECKPOINT.DIR = dir; kept alive in *cfg. */
-static trainer *make_trainer_with(const char *yaml, const char *dir, int64_t steps, bool resume, const char *extra,
-                                  cfg_t *cfg)
+/* A records file as one of the trainer's other inputs (test phases, DeepClusterV2's memory pass). */
+typedef struct {
+    int fd;
+    rec_buf buf;
+} rec_file_input;
+
+static int read_record(void *ctx, rec_view *v)
+{
+    rec_file_input *in = ctx;
+    char *err = NULL;
+    int rc = rec_fd_read(in->fd, &in->buf, v, NULL, &err);
+    free(err);
+    return rc == 1 && v->hdr->kind == REC_DATA ? 1 : -1;
+}
+
+static void record_done(void *ctx) { (void)ctx; }
+
+/* The composed config with CHECKPOINT.DIR = dir (and `memory` as the memory pass's input);
+ * kept alive in *cfg. */
+static trainer *make_trainer_full(const char *yaml, const char *dir, int64_t steps, bool resume, const char *extra,
+                                  const trainer_test_input *memory, cfg_t *cfg)
 {
     char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s', AUTO_RESUME: %s%s}\n", yaml, dir, resume ? "true" : "false",
                            extra);
@@ -136,10 +154,16 @@ static trainer *make_trainer_with(const char *yaml, const char *dir, int64_t ste
     *cfg = (cfg_t){0};
     cr_assert(test_compose(cfg, &err, full, NULL), "%s", err.msg);
     free(full);
-    trainer_options o = {.world_size = 1, .threads = 2, .steps_per_epoch = steps};
+    trainer_options o = {.world_size = 1, .threads = 2, .steps_per_epoch = steps, .memory_input = memory};
     trainer *t = trainer_new(cfg_map_get(cfg->root, "config"), &o, &err);
     cr_assert(t, "%s", err.msg);
     return t;
+}
+
+static trainer *make_trainer_with(const char *yaml, const char *dir, int64_t steps, bool resume, const char *extra,
+                                  cfg_t *cfg)
+{
+    return make_trainer_full(yaml, dir, steps, resume, extra, NULL, cfg);
 }
 
 static trainer *make_trainer(const char *yaml, const char *dir, int64_t steps, bool resume, cfg_t *cfg)
@@ -462,6 +486,121 @@ Test(trainer, swav_momentum_matches_vissl, .timeout = 300)
     test_rm_dir(dir);
 }
 
+/* DeepClusterV2 (make_train_fixtures.py's DC): 8 samples, one batch of both crops per epoch, two
+ * heads of 3 and 4 clusters on a bank each. */
+#define DC_YAML(batch)                                                                                   \
+    "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"              \
+    "  TEST_MODEL: false\n"                                                                                    \
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: " batch ", LABEL_TYPE: sample_index, DROP_LAST: true,\n"            \
+    "    COLLATE_FUNCTION: multicrop_collator, TRANSFORMS: [{name: ImgPilToMultiCrop, total_num_crops: 2,\n"        \
+    "    size_crops: [16], num_crops: [2], crop_scales: [[0.5, 1]]}]}}\n"
+#define DC_LOSS_AND_OPTIMIZER(epochs)                                                                            \
+    "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"                  \
+    "  LOSS: {name: deepclusterv2_loss, deepclusterv2_loss: {num_train_samples: 8, temperature: 0.1,\n"           \
+    "    num_clusters: [3, 4], kmeans_iters: 2, memory_params: {crops_for_mb: [0, 1], embedding_dim: 16}}}\n"      \
+    "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: " epochs ",\n"                      \
+    "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"
+
+/* A records fixture opened as an input for the trainer (`in` keeps the file; close it after). */
+static trainer_test_input record_input(const char *file, rec_file_input *in)
+{
+    char *path = test_fixture("train", file);
+    *in = (rec_file_input){.fd = open(path, O_RDONLY)};
+    cr_assert(in->fd >= 0, "%s", path);
+    free(path);
+    return (trainer_test_input){.read = read_record, .done = record_done, .ctx = in};
+}
+
+static void record_input_close(rec_file_input *in)
+{
+    rec_buf_free(&in->buf);
+    close(in->fd);
+}
+
+/* The loss state's tensor `name` against the case's float64 fixture `what`: the error relative
+ * to the fixture's largest value. */
+static double state_error(trainer *t, const char *name, const char *kase, const char *what)
+{
+    const eng_entry *e = loss_entry(t, name);
+    size_t n = (size_t)eng_numel(&e->value.shape);
+    float *got = xmalloc(n * sizeof *got);
+    eng_download(trainer_backend(t), &e->value, got);
+    npy_array want = load(kase, what);
+    double err = relative_error(got, &want, n);
+    npy_close(&want);
+    free(got);
+    return err;
+}
+
+/* DeepClusterV2 through the trainer: the memory pass, k-means at every epoch's start (selfsup's
+ * first centroids), the loss over both heads, the banks' update, against VISSL's
+ * DeepClusterV2Loss and its hooks in float64. The assignments must be VISSL's exactly. */
+Test(trainer, deepclusterv2_with_its_memory_and_kmeans_matches_vissl, .timeout = 300)
+{
+    char *dir = test_make_tmpdir();
+    cfg_t cfg;
+    rec_file_input in;
+    trainer_test_input memory = record_input("dc_memory.rec", &in);
+    trainer *t = make_trainer_full(DC_YAML("8") MODEL_PART DC_LOSS_AND_OPTIMIZER("5"), dir, 1, false, "",
+                                   &memory, &cfg);
+    train_and_check(t, "dc");
+    double em = state_error(t, "loss.local_memory_embeddings", "dc", "memory");
+    const eng_entry *c1 = loss_entry(t, "loss.centroids1"), *as = loss_entry(t, "loss.assignments");
+    size_t nc = (size_t)eng_numel(&c1->value.shape) + 3 * 16, na = (size_t)eng_numel(&as->value.shape);
+    float *cents = xmalloc(nc * sizeof *cents), *assign = xmalloc(na * sizeof *assign);
+    eng_download(trainer_backend(t), &loss_entry(t, "loss.centroids0")->value, cents);
+    eng_download(trainer_backend(t), &c1->value, cents + 3 * 16);
+    eng_download(trainer_backend(t), &as->value, assign);
+    npy_array want_c = load("dc", "centroids"), want_a = load("dc", "assign");
+    double ec = relative_error(cents, &want_c, nc);
+    cr_assert_eq(na, want_a.count);
+    for (size_t i = 0; i < na; i++)
+        cr_expect_eq((double)assign[i], ((const double *)want_a.data)[i], "assignment %zu: %g, VISSL's %g", i,
+                     (double)assign[i], ((const double *)want_a.data)[i]);
+    if (getenv("TRAINER_VERBOSE"))
+        fprintf(stderr, "trainer: dc memory error %.3g, centroids error %.3g\n", em, ec);
+    cr_expect_leq(em, 1e-3, "the memory banks after 5 steps: error %g", em);
+    cr_expect_leq(ec, 1e-3, "the centroids of the last k-means: error %g", ec);
+    npy_close(&want_c), npy_close(&want_a);
+    free(cents), free(assign);
+    trainer_free(t);
+    record_input_close(&in);
+    cfg_destroy(&cfg);
+    test_rm_dir(dir);
+}
+
+/* A fresh DeepClusterV2 run without the memory pass's input is refused before it starts; a
+ * memory input that ends before its epoch is a failure of the first step, named. */
+Test(trainer, deepclusterv2_needs_its_memory_pass, .timeout = 120)
+{
+    char *dir = test_make_tmpdir();
+    cfg_t cfg = {0};
+    cfg_err err;
+    char *yaml = xasprintf("%s  CHECKPOINT: {DIR: '%s'}\n", DC_YAML("4") MODEL_PART DC_LOSS_AND_OPTIMIZER("3"),
+                           dir);
+    cr_assert(test_compose(&cfg, &err, yaml, NULL), "%s", err.msg);
+    trainer_options o = {.world_size = 1, .threads = 2, .steps_per_epoch = 2};
+    cr_expect_null(trainer_new(cfg_map_get(cfg.root, "config"), &o, &err));
+    cr_expect(strstr(err.msg, "--memory-in") != NULL, "%s", err.msg);
+    cfg_destroy(&cfg);
+    rec_file_input in;
+    trainer_test_input memory = record_input("dc_memory.rec", &in); /* one batch of 8: the pass wants 2 of 4 */
+    trainer *t = make_trainer_full(DC_YAML("4") MODEL_PART DC_LOSS_AND_OPTIMIZER("3"), dir, 2, false, "",
+                                   &memory, &cfg);
+    char *path = test_fixture("train", "dc_half_batches.rec"), *msg = NULL;
+    rec_file_input batches = {.fd = open(path, O_RDONLY)};
+    rec_view v;
+    cr_assert_eq(read_record(&batches, &v), 1);
+    cr_expect_eq(trainer_step(t, &v, v.hdr->epoch, &msg), -1);
+    cr_expect(msg && strstr(msg, "memory"), "%s", msg ? msg : "(no error)");
+    free(msg), free(path), free(yaml);
+    trainer_free(t);
+    record_input_close(&in);
+    record_input_close(&batches);
+    cfg_destroy(&cfg);
+    test_rm_dir(dir);
+}
+
 /* Five epochs of one batch: the multistep LR moves at epochs 2 and 4, every epoch ends with a
  * metrics.json line and a checkpoint, the last one final, and checkpoint.torch loads back. */
 Test(trainer, cross_entropy_multistep_over_five_epochs_with_checkpoints, .timeout = 300)
@@ -504,22 +643,6 @@ Test(trainer, cross_entropy_multistep_over_five_epochs_with_checkpoints, .timeou
 
 /* ---- test phases ----------------------------------------------------------------------------- */
 
-/* A records file as the trainer's test input. */
-typedef struct {
-    int fd;
-    rec_buf buf;
-} rec_file_input;
-
-static int read_record(void *ctx, rec_view *v)
-{
-    rec_file_input *in = ctx;
-    char *err = NULL;
-    int rc = rec_fd_read(in->fd, &in->buf, v, NULL, &err);
-    free(err);
-    return rc == 1 && v->hdr->kind == REC_DATA ? 1 : -1;
-}
-
-static void record_done(void *ctx) { (void)ctx; }
 
 /* The metrics.json lines that hold `key`, parsed. */
 static int metrics_lines(const char *dir, const char *key, json_t **out, int max)
@@ -993,16 +1116,18 @@ static const struct {
     const char *records;
     int64_t steps_per_epoch;
     const char *yaml;
+    int batches;         /* in the records (0: STEPS) */
+    const char *memory;  /* the memory pass's records (DeepClusterV2), or NULL */
 } RESUME_CASES[] = {
     {"simclr_larc", 5, /* one epoch of five batches: stops inside the epoch */
      TRAINING_TRUNK SIMCLR_MODEL
      "  OPTIMIZER: {name: sgd, use_larc: true, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
-     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n", 0, NULL},
     {"ce_multistep", 1, /* five epochs of one batch: stops at epoch boundaries */
      TRAINING_TRUNK "    HEAD: {PARAMS: [[mlp, {dims: [512, 10]}]]}\n  LOSS: {name: CrossEntropyLoss}\n"
      "  OPTIMIZER: {name: adamw, weight_decay: 0.05, num_epochs: 5,\n"
      "    param_schedulers: {lr: {name: multistep, values: [0.01, 0.001, 0.0001], milestones: [2, 4],\n"
-     "      update_interval: epoch}}}\n"},
+     "      update_interval: epoch}}}\n", 0, NULL},
     {"swav_queue", 5, /* the loss's queue and forward count must come back too */
      "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
      "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: multicrop_collator}}\n"
@@ -1011,7 +1136,7 @@ static const struct {
      "  LOSS: {name: swav_loss, swav_loss: {num_crops: 4, temp_hard_assignment_iters: 1, queue: {queue_length: 8, "
      "start_iter: 2}}}\n"
      "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
-     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n", 0, NULL},
     {"swav_queue", 5, /* swav_momentum_loss: the momentum network and the queue come back */
      "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
      "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: multicrop_collator}}\n"
@@ -1020,7 +1145,7 @@ static const struct {
      "  LOSS: {name: swav_momentum_loss, swav_momentum_loss: {num_crops: 4, momentum: 0.9,\n"
      "    momentum_eval_mode_iter_start: 2, queue: {queue_length: 8, start_iter: 2}}}\n"
      "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
-     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n", 0, NULL},
     {"moco", 5, /* the queue, its pointer and the momentum encoder (its own BN statistics) come back */
      "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
      "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: moco_collator}}\n"
@@ -1028,7 +1153,7 @@ static const struct {
      "    HEAD: {PARAMS: [[mlp, {dims: [512, 64], use_relu: true}], [mlp, {dims: [64, 16]}]]}\n"
      "  LOSS: {name: moco_loss, moco_loss: {embedding_dim: 16, queue_size: 8, momentum: 0.9, temperature: 0.2}}\n"
      "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, nesterov: true, num_epochs: 1,\n"
-     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n", 0, NULL},
     {"pirl", 5, /* two inputs, two terms, the memory updated by one of them */
      "config:\n  DISTRIBUTED: {NUM_PROC_PER_NODE: 1}\n  LOG_FREQUENCY: 1\n  MACHINE: {DEVICE: cpu}\n"
      "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: 4, COLLATE_FUNCTION: patch_and_image_collator,\n"
@@ -1041,14 +1166,30 @@ static const struct {
      "    update_mem_with_emb_index: 1, negative_sampling_params: {num_negatives: 8},\n"
      "    memory_params: {embedding_dim: 16, update_mem_on_forward: false}}}\n"
      "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
-     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n", 0, NULL},
     {"npid", 5, /* the memory bank, Z (set by the first batch) and the negatives' streams come back */
      TRAINING_TRUNK "    HEAD: {PARAMS: [[mlp, {dims: [512, 16]}]]}\n"
      "  LOSS: {name: nce_loss_with_memory, nce_loss_with_memory: {num_train_samples: 32,\n"
      "    negative_sampling_params: {num_negatives: 8}, memory_params: {embedding_dim: 16}}}\n"
      "  OPTIMIZER: {name: sgd, weight_decay: 0.0001, momentum: 0.9, num_epochs: 1,\n"
-     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n"},
+     "    param_schedulers: {lr: {name: cosine, start_value: 0.3, end_value: 0.0, update_interval: step}}}\n", 0, NULL},
+    {"dc_half", 2, /* three epochs of two batches: the banks' write position inside an epoch, the
+                    * centroids and assignments of its k-means, not clustered again on resume */
+     DC_YAML("4") "  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"
+     DC_LOSS_AND_OPTIMIZER("3"), 6, "dc_half_memory.rec"},
 };
+
+/* Case c's trainer in dir, with its memory pass's input (kept in *in while the trainer lives). */
+static trainer *resume_trainer(size_t c, const char *dir, bool resume, rec_file_input *in, cfg_t *cfg)
+{
+    trainer_test_input memory = {0};
+    if (RESUME_CASES[c].memory)
+        memory = record_input(RESUME_CASES[c].memory, in);
+    else
+        *in = (rec_file_input){.fd = -1};
+    return make_trainer_full(RESUME_CASES[c].yaml, dir, RESUME_CASES[c].steps_per_epoch, resume, "",
+                             RESUME_CASES[c].memory ? &memory : NULL, cfg);
+}
 
 /* Every tensor of the model (parameters and running statistics), then the loss state's
  * (queues, a momentum encoder), one array. */
@@ -1098,16 +1239,31 @@ static void rm_rf(char *dir)
  * again from the start (the ones already trained are skipped), finish: every weight, running
  * statistic and tensor of the loss's state is bitwise the uninterrupted run's, and so is
  * metrics.json. */
+/* One run of case c in dir: fresh (formula weights) or resumed from the checkpoint of
+ * `resumed_at` iterations, fed `limit` of its batches. */
+static trainer *resume_run(size_t c, const char *dir, bool resume, int resumed_at, int limit, bool stopped,
+                           cfg_t *cfg)
+{
+    rec_file_input in;
+    trainer *t = resume_trainer(c, dir, resume, &in, cfg);
+    if (resumed_at == 0)
+        model_init_formula(trainer_backend(t), trainer_model(t));
+    cr_assert_eq(trainer_iteration(t), resumed_at, "%s: resumed at iteration %lld", RESUME_CASES[c].records,
+                 (long long)trainer_iteration(t));
+    feed_some(t, RESUME_CASES[c].records, limit, stopped);
+    if (in.fd >= 0)
+        record_input_close(&in);
+    return t;
+}
+
 Test(trainer, resume_after_a_stop_at_any_iteration_is_bitwise_exact, .timeout = 600)
 {
     for (size_t c = 0; c < ARRAY_LEN(RESUME_CASES); c++) {
-        const char *records = RESUME_CASES[c].records, *yaml = RESUME_CASES[c].yaml;
-        int64_t steps = RESUME_CASES[c].steps_per_epoch;
+        const char *records = RESUME_CASES[c].records;
+        int batches = RESUME_CASES[c].batches ? RESUME_CASES[c].batches : STEPS;
         char *dir_a = test_make_tmpdir();
         cfg_t cfg;
-        trainer *t = make_trainer(yaml, dir_a, steps, false, &cfg);
-        model_init_formula(trainer_backend(t), trainer_model(t));
-        feed_some(t, records, STEPS, false);
+        trainer *t = resume_run(c, dir_a, false, 0, batches, false, &cfg);
         size_t na, nb;
         float *want = model_state(t, &na);
         trainer_free(t);
@@ -1115,17 +1271,12 @@ Test(trainer, resume_after_a_stop_at_any_iteration_is_bitwise_exact, .timeout = 
         char *metrics_a = path_join(dir_a, "metrics.json");
         size_t la, lb;
         char *ma = read_whole_file(metrics_a, &la);
-        for (int k = 1; k < STEPS; k++) {
+        for (int k = 1; k < batches; k++) {
             char *dir_b = test_make_tmpdir();
-            t = make_trainer(yaml, dir_b, steps, true, &cfg); /* nothing to resume yet */
-            model_init_formula(trainer_backend(t), trainer_model(t));
-            feed_some(t, records, k, true);
+            t = resume_run(c, dir_b, true, 0, k, true, &cfg); /* nothing to resume yet */
             trainer_free(t);
             cfg_destroy(&cfg);
-            t = make_trainer(yaml, dir_b, steps, true, &cfg);
-            cr_assert_eq(trainer_iteration(t), k, "%s: resumed at iteration %lld", records,
-                         (long long)trainer_iteration(t));
-            feed_some(t, records, STEPS, false);
+            t = resume_run(c, dir_b, true, k, batches, false, &cfg);
             float *got = model_state(t, &nb);
             cr_assert_eq(na, nb);
             cr_expect(memcmp(want, got, na * sizeof *got) == 0, "%s: stopped after %d batches, the weights differ",

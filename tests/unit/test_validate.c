@@ -152,8 +152,8 @@ Test(validate, show_only_warns_about_what_a_run_would_refuse, .timeout = 60)
 
 Test(validate, what_the_trainer_refuses_is_refused_in_its_words, .timeout = 120)
 {
-    expect_refused("quickstart/simclr", "config.LOSS.name=deepclusterv2_loss",
-                   "config.LOSS.name: 'deepclusterv2_loss' is not run by this trainer yet");
+    expect_refused("quickstart/simclr", "config.LOSS.name=MSELoss",
+                   "config.LOSS.name: 'MSELoss' is not run by this trainer yet");
     expect_refused("quickstart/swav", "config.LOSS.name=swav_momentum_loss config.DISTRIBUTED.NUM_PROC_PER_NODE=2",
                    "config.LOSS.name: world size 2: data-parallel training (several trainers as one model) is not "
                    "implemented yet: this loss across the trainers");
@@ -232,15 +232,15 @@ Test(validate, no_trainer_checks_when_another_program_takes_the_train_stage, .ti
 {
     char *out;
     int rc = config_cmd("validate", "quickstart/simclr",
-                        SYNTHETIC_DATA " config.LOSS.name=deepclusterv2_loss "
+                        SYNTHETIC_DATA " config.LOSS.name=MSELoss "
                         "'+config.SELFSUP.STAGES.train=selfsup-sink --save /dev/null'", &out);
     cr_expect_eq(rc, 0, "%s", out);
     free(out);
     rc = config_cmd("validate", "quickstart/simclr",
-                    SYNTHETIC_DATA " config.LOSS.name=deepclusterv2_loss '+config.SELFSUP.STAGES.train=/opt/x/selfsup-train'",
+                    SYNTHETIC_DATA " config.LOSS.name=MSELoss '+config.SELFSUP.STAGES.train=/opt/x/selfsup-train'",
                     &out);
     cr_expect_eq(rc, 2, "selfsup-train from elsewhere is still the trainer: %s", out);
-    cr_expect(strstr(out, "'deepclusterv2_loss' is not run by this trainer yet"), "%s", out);
+    cr_expect(strstr(out, "'MSELoss' is not run by this trainer yet"), "%s", out);
     free(out);
 }
 
