@@ -46,7 +46,8 @@ records() {
         "$build/selfsup-collate" -c "quickstart/$1" "${o[@]}" 2>/dev/null > "$3"
 }
 
-# What the end-to-end runs read: 2 epochs of 5 batches of SimCLR, SwAV, MoCo and NPID, the first epoch
+# What the end-to-end runs read: 2 epochs of 5 batches of SimCLR, SwAV, MoCo, NPID and DeepClusterV2
+# (and its epoch 0 again: the memory pass), the first epoch
 # alone (a run that stops after it, to resume from its checkpoint), 5 batches of the
 # extraction quickstart's evaluation crops, and the first 320 entries of the file lists (the
 # trainer counts its steps from them).
@@ -62,6 +63,8 @@ add_data() {
     records swav 2 "$stage/data/swav.rec" config.OPTIMIZER.num_epochs=2
     records moco 2 "$stage/data/moco.rec" config.OPTIMIZER.num_epochs=2
     records npid 2 "$stage/data/npid.rec" config.OPTIMIZER.num_epochs=2
+    records deepclusterv2 2 "$stage/data/deepclusterv2.rec" config.OPTIMIZER.num_epochs=2
+    records deepclusterv2 1 "$stage/data/deepclusterv2_e0.rec" config.OPTIMIZER.num_epochs=2
     records extract_features 1 "$stage/data/extract.rec" "config.MODEL.WEIGHTS_INIT.PARAMS_FILE=''"
 }
 [ "${BUNDLE_DATA:-1}" = 1 ] && add_data

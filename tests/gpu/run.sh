@@ -167,6 +167,10 @@ check swav-parity parity swav
 check moco-parity parity moco
 # (320 images: 256 negatives, not the quickstart's 4096, which would outnumber the memory's rows)
 check npid-parity parity npid config.LOSS.nce_loss_with_memory.negative_sampling_params.num_negatives=256
+# (its memory pass from epoch 0's records; 10 clusters a head: k-means' E-step on 320 rows, where
+# a row within rounding of two centroids would change its cluster between the devices)
+check dc-parity parity deepclusterv2 --memory-in "file:$data/deepclusterv2_e0.rec" \
+    "config.LOSS.deepclusterv2_loss.num_clusters=[10,10,10]"
 check gpu-memory device_memory "$work/simclr-gpu"
 check extract-parity extract_parity
 check resume-gpu-to-cpu cross gpu cpu
