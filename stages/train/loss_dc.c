@@ -45,7 +45,9 @@
  */
 #include "train/loss_internal.h"
 
+#include "log.h"
 #include "rng.h"
+#include "timer.h"
 #include "util.h"
 
 #include <math.h>
@@ -437,9 +439,13 @@ static int cluster_head(eng_backend *be, loss_state *s, int64_t epoch, int h, in
 int dc_on_phase_start(eng_backend *be, loss_state *s, int64_t epoch, char **err)
 {
     s->dc->start = 0;
+    double t0 = now_seconds();
     int rc = 0;
     for (int h = 0; rc == 0 && h < s->o.dc.nheads; h++)
         rc = cluster_head(be, s, epoch, h, h % s->o.dc.nbanks, err);
+    if (rc == 0)
+        log_info("k-means of epoch %lld: %d head(s) on %lld memory rows a rank, %d iterations, %.1f s", (long long)epoch,
+                 s->o.dc.nheads, (long long)s->dc->rows, s->o.dc.kmeans_iters, now_seconds() - t0);
     return rc;
 }
 

@@ -910,6 +910,8 @@ static int fill_memory(trainer *t, char **err)
         t->memory_in.done(t->memory_in.ctx);
         if (rc != 0)
             return -1;
+        if (t->log_frequency > 0 && (k + 1) % t->log_frequency == 0)
+            log_info("memory pass: %lld of %lld batches", (long long)(k + 1), (long long)t->steps_per_epoch);
     }
     t->memory_due = false;
     log_info("the memory banks are filled");
