@@ -8,8 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dist_rank(const dist *d) { return d && d->world ? coll_rank(d->world) : 0; }
-int dist_world(const dist *d) { return d && d->world ? coll_world(d->world) : 1; }
+/* One trainer: no dist at all (a loss state made without a world), or one that joined none. */
+static bool alone(const dist *d) { return !d || !d->world; }
+
+int dist_rank(const dist *d) { return alone(d) ? 0 : coll_rank(d->world); }
+int dist_world(const dist *d) { return alone(d) ? 1 : coll_world(d->world); }
 
 /* Host buffer k (0: what is sent, 1: what is received), room for n values. */
 static float *host_buffer(dist *d, int k, size_t n)
@@ -33,7 +36,7 @@ static float *staged(dist *d, eng_backend *be, const eng_tensor *t, bool downloa
 
 int dist_broadcast(dist *d, eng_backend *be, const eng_tensor *t, char **err)
 {
-    if (!d->world || eng_numel(&t->shape) == 0) /* every rank has the same model: all skip it */
+    if (alone(d) || eng_numel(&t->shape) == 0) /* every rank has the same model: all skip it */
         return 0;
     bool root = coll_rank(d->world) == 0;
     float *h = staged(d, be, t, root);
@@ -48,7 +51,7 @@ int dist_broadcast(dist *d, eng_backend *be, const eng_tensor *t, char **err)
  * unlike x · (1/W)) before it sums; divisor 1 leaves t as it is. */
 static int sum_divided(dist *d, eng_backend *be, const eng_tensor *t, float divisor, char **err)
 {
-    if (!d->world || eng_numel(&t->shape) == 0) /* a LayerNorm model's buffers: none */
+    if (alone(d) || eng_numel(&t->shape) == 0) /* a LayerNorm model's buffers: none */
         return 0;
     size_t n = (size_t)eng_numel(&t->shape);
     float *h = staged(d, be, t, true);
@@ -72,7 +75,7 @@ int dist_sum(dist *d, eng_backend *be, const eng_tensor *t, char **err)
 
 int dist_all_gather(dist *d, eng_backend *be, const eng_tensor *local, const eng_tensor *all, char **err)
 {
-    if (!d->world) {
+    if (alone(d)) {
         eng_copy(be, local, all);
         return 0;
     }
@@ -86,7 +89,7 @@ int dist_all_gather(dist *d, eng_backend *be, const eng_tensor *local, const eng
 
 int dist_reduce(dist *d, double *v, size_t n, bool max, char **err)
 {
-    if (!d->world)
+    if (alone(d))
         return 0;
     return coll_all_reduce(d->world, v, n, COLL_F64, max ? COLL_MAX : COLL_SUM, err);
 }
@@ -115,7 +118,7 @@ int dist_gather_entries(dist *d, eng_backend *be, const eng_entry *entries, int 
 {
     *out = NULL;
     *nout = 0;
-    if (!d->world || n == 0)
+    if (alone(d) || n == 0)
         return 0;
     int world = coll_world(d->world), got = coll_rank(d->world) == 0 ? (world - 1) * n : 0;
     eng_entry *all = got ? xcalloc((size_t)got, sizeof *all) : NULL; /* only rank 0 keeps them */
@@ -141,7 +144,7 @@ void dist_entries_free(eng_backend *be, eng_entry *entries, int n)
 
 int dist_mean(dist *d, double *v, char **err)
 {
-    if (!d->world)
+    if (alone(d))
         return 0;
     float x = (float)*v;
     if (coll_all_reduce(d->world, &x, 1, COLL_F32, COLL_MEAN, err) != 0)
@@ -154,7 +157,7 @@ int dist_mean(dist *d, double *v, char **err)
  * are summed here as integers, exactly at any size. */
 int dist_sum_counts(dist *d, int64_t *v, size_t n, char **err)
 {
-    if (!d->world)
+    if (alone(d))
         return 0;
     size_t world = (size_t)coll_world(d->world);
     int64_t *all = xmalloc((world * n + 1) * sizeof *all);
@@ -193,7 +196,7 @@ int dist_gather_rows(dist *d, const void *rows, size_t row_bytes, int64_t n, voi
     float *mine = xcalloc(words + 1, sizeof *mine), *every = xcalloc((size_t)world * words + 1, sizeof *every);
     if (n)
         memcpy(mine, rows, (size_t)n * row_bytes);
-    if (rc == 0 && d->world)
+    if (rc == 0 && !alone(d))
         rc = coll_all_gather(d->world, mine, every, words, COLL_F32, err);
     else if (rc == 0)
         memcpy(every, mine, words * sizeof *mine);

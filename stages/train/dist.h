@@ -25,7 +25,7 @@
 #include "params.h"
 
 typedef struct dist {
-    coll *world; /* NULL: one trainer, and every call below does nothing */
+    coll *world; /* NULL: one trainer, and every call below does nothing (so too for a NULL dist) */
     float *host[2]; /* what is sent, what is received (all-gather) */
     size_t cap[2];
 } dist;

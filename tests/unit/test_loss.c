@@ -332,3 +332,53 @@ Test(loss, options_from_the_config)
               err.msg);
     cfg_destroy(&cfg);
 }
+
+/* ---- DeepClusterV2's k-means, one trainer --------------------------------------------------- */
+
+/* Six memory rows in two tight groups (samples 0, 2, 4 near e0; 1, 3, 5 near e1), one trainer
+ * (no world: loss.h's NULL), two clusters: k-means finds the two groups whichever rows it
+ * starts from, and each centroid is its group's normalised mean. */
+Test(loss, deepclusterv2_kmeans_finds_two_groups_on_one_trainer)
+{
+    eng_backend *be = nnt_open_cpu();
+    loss_options o = {.name = LOSS_DEEPCLUSTER_V2, .temperature = 0.1, .embedding_dim = 4, .world_size = 1};
+    o.dc = (dc_options){.num_clusters = {2}, .nheads = 1, .kmeans_iters = 3, .crops_for_mb = {0}, .nbanks = 1,
+                        .num_crops = 2, .batch = 6, .num_train_samples = 6};
+    const float rows[6][4] = {{1, 0.1f, 0, 0}, {0, 1, 0.2f, 0}, {1, 0, 0.1f, 0},
+                              {0.1f, 1, 0, 0}, {1, 0, 0, 0.1f}, {0, 1, 0, 0.1f}};
+    const int64_t samples[6] = {0, 1, 2, 3, 4, 5};
+    loss_state *st = loss_state_new(be, &o, 7, NULL);
+    eng_tensor out = eng_tensor_new(be, eng_shape2(6, 4));
+    eng_upload(be, &out, &rows[0][0]);
+    char *err = NULL;
+    cr_assert_eq(loss_memory_fill(be, st, 0, &out, &err), 0, "%s", err);
+    loss_memory_advance(be, st, samples, 6);
+    cr_assert_eq(loss_on_phase_start(be, st, 0, &err), 0, "%s", err);
+    const eng_entry *e;
+    cr_assert_eq(loss_state_entries(st, &e), 4); /* banks, index, assignments, centroids0 */
+    float assign[6], cent[2][4];
+    eng_download(be, &e[2].value, assign);
+    eng_download(be, &e[3].value, &cent[0][0]);
+    for (int i = 0; i < 6; i++)
+        cr_expect_eq(assign[i], assign[i % 2], "sample %d: cluster %g, its group's %g", i, (double)assign[i],
+                     (double)assign[i % 2]);
+    cr_expect_neq(assign[0], assign[1], "the two groups share a cluster");
+    for (int g = 0; g < 2; g++) { /* the group's rows, each normalised, averaged, normalised */
+        double mean[4] = {0}, norm = 0;
+        for (int i = g; i < 6; i += 2) {
+            double n2 = 0;
+            for (int k = 0; k < 4; k++)
+                n2 += (double)rows[i][k] * rows[i][k];
+            for (int k = 0; k < 4; k++)
+                mean[k] += rows[i][k] / sqrt(n2) / 3.0;
+        }
+        for (int k = 0; k < 4; k++)
+            norm += mean[k] * mean[k];
+        const float *c = cent[(int)assign[g]];
+        for (int k = 0; k < 4; k++)
+            cr_expect_float_eq(c[k], mean[k] / sqrt(norm), 1e-6, "group %d centroid %d: %.9g", g, k, (double)c[k]);
+    }
+    eng_tensor_free(be, &out);
+    loss_state_free(be, st);
+    eng_backend_close(be);
+}
