@@ -130,6 +130,13 @@ LIBSELFSUP := $(BUILD)/libselfsup.a
 SELFSUP_SRC := $(wildcard orchestrator/*.c)
 SELFSUP_OBJ := $(SELFSUP_SRC:%.c=$(BUILD)/obj/%.o)
 
+# selfsup-cluster alone links FAISS (Debian's is a static C++ library, built against the
+# Fortran BLAS and LAPACK): its one C++ file (stages/cluster/kmeans_faiss.cpp) wraps it, and
+# sends FAISS's sgemm_ to oneDNN. Nothing else needs C++ or FAISS.
+CXXFLAGS   := -O2 -g -std=c++17 -Wall -Wextra -Werror -MMD -MP $(SANFLAGS)
+FAISS_OBJ  := $(BUILD)/obj/stages/cluster/kmeans_faiss.o
+FAISS_LIBS := -lfaiss -llapack -lblas -lstdc++
+
 # Every stages/NAME/main.c becomes selfsup-NAME.
 STAGE_DIRS := $(patsubst %/main.c,%,$(wildcard stages/*/main.c))
 STAGE_BINS := $(STAGE_DIRS:stages/%=$(BUILD)/selfsup-%)
@@ -170,6 +177,10 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -186,6 +197,9 @@ $(BUILD)/selfsup: $(SELFSUP_OBJ) $(LIBSELFSUP)
 
 $(BUILD)/selfsup-%: $(BUILD)/obj/stages/%/main.o $(LIBSELFSUP)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/selfsup-cluster: $(BUILD)/obj/stages/cluster/main.o $(FAISS_OBJ) $(LIBSELFSUP)
+	$(CC) $(LDFLAGS) $^ $(FAISS_LIBS) $(LDLIBS) -o $@
 
 $(BUILD)/tests/selfsup-test-%: $(BUILD)/obj/tests/stages/%.o $(LIBSELFSUP)
 	@mkdir -p $(@D)
@@ -222,12 +236,13 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
 # Build + run: compilers, libraries. Test: Criterion, clang (libFuzzer), numpy for golden
 # read-back. Golden generation and bench: PyTorch, torchvision, scikit-learn (Debian's).
 DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libzip-dev libjpeg62-turbo-dev \
-            libpng-dev zlib1g-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev libcriterion-dev \
+            libpng-dev zlib1g-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev libfaiss-dev libcriterion-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-sklearn \
             dataset-fashion-mnist mate-backgrounds
 
-# make golden also needs OpenCV (the Lab conversion's reference), which nothing else does.
-GOLDEN_PKGS := $(DEB_PKGS) python3-opencv
+# make golden also needs OpenCV (the Lab conversion's reference) and FAISS's Python module
+# (ClusterFit's reference), which nothing else does.
+GOLDEN_PKGS := $(DEB_PKGS) python3-opencv python3-faiss
 
 deps golden-deps:
 	@missing=$$(for p in $(if $(filter golden-deps,$@),$(GOLDEN_PKGS),$(DEB_PKGS)); do \

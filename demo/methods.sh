@@ -5,7 +5,8 @@
 #
 # Each method's quickstart (configs/quickstart/NAME.yaml: a ResNet-18 on Fashion-MNIST, sized
 # for a 2-core CPU) is pre-trained for the same budget, EPOCHS epochs (default 2) over its
-# quickstart's images, with `selfsup run`; then the features of its trunk (res4 pooled 2x2 and
+# quickstart's images, with `selfsup run` (ClusterFit: `selfsup clusterfit` of the RotNet
+# trunk, then EPOCHS epochs on its cluster labels); then the features of its trunk (res4 pooled 2x2 and
 # res5avg, eval mode, train and test splits) are extracted and judged by VISSL's kNN benchmark
 # (k = 20, sigma 0.1), as `make demo` judges SimCLR. The same trunk at random initialisation is
 # the baseline. One table: method, kNN top-1 on res5avg and res4, the lead over random init, the
@@ -16,7 +17,7 @@ build=${1:-build}
 epochs=${2:-2}
 cd "$(dirname "$0")/.."
 selfsup="$build/selfsup"
-methods=(${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet jigsaw})
+methods=(${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet clusterfit jigsaw})
 [[ -f data/fashion-mnist/disk_filelist/train_images.npy ]] || "$selfsup" dataset fashion-mnist data/fashion-mnist
 run="runs/methods-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$run"
@@ -32,12 +33,31 @@ evaluate() {
         { echo "  $1: kNN failed: see $out/knn.txt" >&2; exit 1; }
 }
 
+# pretrain NAME: EPOCHS epochs of quickstart/NAME into $run/NAME/checkpoints.
+pretrain() {
+    "$selfsup" run "quickstart/$1" --run-dir "$run/$1/pretrain" config.OPTIMIZER.num_epochs="$epochs" \
+        ${LIMIT:+config.DATA.TRAIN.DATA_LIMIT=$LIMIT} config.TEST_MODEL=False config.LOG_FREQUENCY=100 config.CHECKPOINT.DIR="$run/$1/checkpoints" >/dev/null 2>&1 ||
+        { echo "  $1: pre-training failed: see $run/$1/pretrain/logs" >&2; exit 1; }
+}
+
+# ClusterFit as VISSL's recipe has it: the RotNet trunk of this run (trained first if RotNet is
+# not in METHODS) clustered into quickstart/clusterfit's 100 groups, then EPOCHS epochs of
+# quickstart/clusterfit_train on those labels. Its time is the clustering's and the training's.
+pretrain_clusterfit() {
+    [[ -f $run/rotnet/checkpoints/checkpoint.torch ]] || { echo "  (RotNet first: ClusterFit clusters its features)"; pretrain rotnet; }
+    "$selfsup" clusterfit quickstart/clusterfit --run-dir "$run/clusterfit/extract" --quiet \
+        config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$run/rotnet/checkpoints/checkpoint.torch" config.CHECKPOINT.DIR="$run/clusterfit/labels" \
+        ${LIMIT:+config.DATA.TRAIN.DATA_LIMIT=$LIMIT} \
+        --then quickstart/clusterfit_train --run-dir "$run/clusterfit/pretrain" config.OPTIMIZER.num_epochs="$epochs" \
+        ${LIMIT:+config.DATA.TRAIN.DATA_LIMIT=$LIMIT} config.LOG_FREQUENCY=100 config.CHECKPOINT.DIR="$run/clusterfit/checkpoints" >"$run/clusterfit.log" 2>&1 ||
+        { echo "  clusterfit failed: see $run/clusterfit.log" >&2; exit 1; }
+}
+
 for m in "${methods[@]}"; do
     printf '== %s: %s epochs of quickstart/%s\n' "$m" "$epochs" "$m"
+    mkdir -p "$run/$m"
     t0=$SECONDS
-    "$selfsup" run "quickstart/$m" --run-dir "$run/$m/pretrain" config.OPTIMIZER.num_epochs="$epochs" \
-        ${LIMIT:+config.DATA.TRAIN.DATA_LIMIT=$LIMIT} config.TEST_MODEL=False config.LOG_FREQUENCY=100 config.CHECKPOINT.DIR="$run/$m/checkpoints" >/dev/null 2>&1 ||
-        { echo "  $m: pre-training failed: see $run/$m/pretrain/logs" >&2; exit 1; }
+    if [[ $m == clusterfit ]]; then pretrain_clusterfit; else pretrain "$m"; fi
     echo $((SECONDS - t0)) > "$run/$m/seconds"
     grep -h 'iter:' "$run/$m/pretrain/logs/train.0.log" | sed -n '1p;$p' | cut -d' ' -f5- | sed 's/^/  /'
     evaluate "$m" "$run/$m/checkpoints/checkpoint.torch"

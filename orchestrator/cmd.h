@@ -12,9 +12,11 @@ int cmd_config(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 /* The same with engine_name forced (NULL: the config's). */
 int cmd_run_engine(int argc, char **argv, const char *engine);
-/* selfsup svm|knn CONFIG [overrides...] [--run-dir DIR] [--no-extract]: extract the features
- * (engine extract_features), then run selfsup-svm or selfsup-knn on them, as VISSL's
- * tools/train_svm.py and tools/nearest_neighbor_test.py do. argv[0] is "svm" or "knn". */
+/* selfsup svm|knn|clusterfit CONFIG [overrides...] [--run-dir DIR] [--no-extract]: extract the
+ * features (engine extract_features), then run selfsup-svm, selfsup-knn or selfsup-cluster on
+ * them, as VISSL's tools/train_svm.py, tools/nearest_neighbor_test.py and
+ * tools/cluster_features_and_label.py do; clusterfit then trains on the labels with --then
+ * TRAIN_CONFIG [overrides...]. argv[0] is "svm", "knn" or "clusterfit". */
 int cmd_eval(int argc, char **argv);
 /* selfsup inspect [--values N] [--count] FILE|-: print records. */
 int cmd_inspect(int argc, char **argv);

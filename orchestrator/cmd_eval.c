@@ -1,17 +1,26 @@
 /*
- * cmd_eval.c — `selfsup svm|knn CONFIG [overrides...] [--run-dir DIR] [--no-extract]`: VISSL's
- * tools/train_svm.py and tools/nearest_neighbor_test.py in one command.
+ * cmd_eval.c — `selfsup svm|knn|clusterfit CONFIG [overrides...] [--run-dir DIR] [--no-extract]`:
+ * VISSL's tools/train_svm.py, tools/nearest_neighbor_test.py and
+ * tools/cluster_features_and_label.py in one command each.
  *
  * First the features: the config runs as `selfsup run` with engine_name extract_features
  * (decode → augment → collate → selfsup-extract per split), writing VISSL's feature files into
  * CHECKPOINT.DIR; --no-extract skips this and reads what a previous run left there. Then the
- * evaluator, selfsup-svm or selfsup-knn, runs on the same config and overrides (it reads the
- * SVM or NEAREST_NEIGHBOR keys and the files in CHECKPOINT.DIR). The exit status is the first
- * failing step's.
+ * tool, selfsup-svm, selfsup-knn or selfsup-cluster, runs on the same config and overrides (it
+ * reads the SVM, NEAREST_NEIGHBOR or CLUSTERFIT keys and the files in CHECKPOINT.DIR).
+ *
+ * ClusterFit's second step, training on the pseudo-labels, follows with `--then TRAIN_CONFIG
+ * [overrides...]` (everything after --then is that run's): `selfsup run TRAIN_CONFIG` with
+ * config.DATA.TRAIN.LABEL_PATHS set to the labels file. The CLUSTERFIT keys, the layer (one the
+ * extraction writes) and the training config are checked before the extraction starts, so a
+ * mistake in any of them costs no extraction. The exit status is the first failing step's.
  */
 #include "cmd.h"
 
+#include "cluster/clusterfit.h"
+#include "extract/extract.h"
 #include "log.h"
+#include "preflight.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -23,7 +32,7 @@
 static void usage(FILE *out, const char *tool)
 {
     fprintf(out,
-            "usage: selfsup %s CONFIG [overrides...] [--run-dir DIR] [--node-rank N] [--no-extract]\n"
+            "usage: selfsup %s CONFIG [overrides...] [--run-dir DIR] [--node-rank N] [--no-extract]%s\n"
             "\n"
             "Extract the features the config describes (engine extract_features, as selfsup run),\n"
             "then run selfsup-%s on them (see selfsup-%s --help). The features, and the results,\n"
@@ -32,8 +41,14 @@ static void usage(FILE *out, const char *tool)
             "  --run-dir DIR    where the extraction's config.yaml and logs/ go\n"
             "  --node-rank N    this node's index in a multi-node extraction\n"
             "  --no-extract     use the feature files already in CHECKPOINT.DIR\n"
-            "Other options, after CONFIG, go to selfsup-%s (e.g. --threads N, --layers a,b).\n",
-            tool, tool, tool, tool);
+            "Other options, after CONFIG, go to selfsup-%s (e.g. --threads N).\n"
+            "%s",
+            tool, strcmp(tool, "cluster") ? "" : "\n                          [--then TRAIN_CONFIG [overrides...]]",
+            tool, tool, tool,
+            strcmp(tool, "cluster") ? ""
+                                    : "  --then TRAIN_CONFIG [overrides...]\n"
+                                      "                   then train on the labels: selfsup run TRAIN_CONFIG with\n"
+                                      "                   config.DATA.TRAIN.LABEL_PATHS=[the labels file]\n");
 }
 
 /* Run selfsup-TOOL (beside this binary, else on PATH) with argv and wait for it. */
@@ -62,60 +77,208 @@ static int run_tool(const char *tool, char **argv)
     return WIFEXITED(st) ? WEXITSTATUS(st) : EXIT_RUNTIME;
 }
 
-int cmd_eval(int argc, char **argv)
+/* The command line split by destination: `selfsup run`'s (extraction), the tool's, and
+ * ClusterFit's training run after --then. */
+typedef struct {
+    char **run_argv, **tool_argv;
+    int nrun, ntool;
+    bool extract, help;
+    const char *config, *output; /* the tool's -c CONFIG and --output DIR */
+    int then;                    /* argv index of --then, or argc */
+} eval_args;
+
+/* An option of the tool's, with its value when one follows. */
+static int tool_option(eval_args *a, int argc, char **argv, int i)
 {
-    const char *tool = argv[0];
-    /* run_argv: what `selfsup run` takes; tool_argv: -c CONFIG and the overrides. */
-    char **run_argv = xcalloc((size_t)argc + 2, sizeof *run_argv), **tool_argv = xcalloc((size_t)argc + 3, sizeof *tool_argv);
-    int nrun = 0, ntool = 1;
-    bool extract = true, have_config = false;
-    run_argv[nrun++] = "run";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout, tool);
-            free(run_argv);
-            free(tool_argv);
-            return 0;
-        }
-        if (!strcmp(a, "--no-extract")) {
-            extract = false;
-            continue;
-        }
-        if ((!strcmp(a, "--run-dir") || !strcmp(a, "--node-rank")) && i + 1 < argc) {
-            run_argv[nrun++] = argv[i];
-            run_argv[nrun++] = argv[++i];
-            continue;
-        }
-        if (a[0] == '-') { /* the evaluator's own option, with its value when one follows */
-            tool_argv[ntool++] = argv[i];
-            if (have_config && i + 1 < argc && argv[i + 1][0] != '-' && !strchr(argv[i + 1], '='))
-                tool_argv[ntool++] = argv[++i];
-            continue;
-        }
-        run_argv[nrun++] = argv[i];
-        bool config_eq = !strncmp(a, "config=", 7);
-        if (!have_config && (config_eq || !strchr(a, '='))) {
-            tool_argv[ntool++] = "-c";
-            tool_argv[ntool++] = argv[i] + (config_eq ? 7 : 0);
-            have_config = true;
-        } else
-            tool_argv[ntool++] = argv[i];
+    a->tool_argv[a->ntool++] = argv[i];
+    if (a->config && i + 1 < argc && argv[i + 1][0] != '-' && !strchr(argv[i + 1], '=')) {
+        if (!strcmp(argv[i], "--output"))
+            a->output = argv[i + 1];
+        a->tool_argv[a->ntool++] = argv[++i];
     }
-    int status = 0;
-    if (!have_config) {
-        usage(stderr, tool);
-        status = EXIT_USAGE;
+    return i;
+}
+
+static void parse(eval_args *a, int argc, char **argv)
+{
+    a->run_argv = xcalloc((size_t)argc + 2, sizeof *a->run_argv);
+    a->tool_argv = xcalloc((size_t)argc + 3, sizeof *a->tool_argv);
+    a->ntool = 1, a->extract = true;
+    a->run_argv[a->nrun++] = "run";
+    for (int i = 1; i < a->then; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help"))
+            a->help = true;
+        else if (!strcmp(s, "--no-extract"))
+            a->extract = false;
+        else if ((!strcmp(s, "--run-dir") || !strcmp(s, "--node-rank")) && i + 1 < a->then) {
+            a->run_argv[a->nrun++] = argv[i];
+            a->run_argv[a->nrun++] = argv[++i];
+        } else if (s[0] == '-')
+            i = tool_option(a, a->then, argv, i);
+        else {
+            a->run_argv[a->nrun++] = argv[i];
+            bool config_eq = !strncmp(s, "config=", 7);
+            if (!a->config && (config_eq || !strchr(s, '='))) {
+                a->tool_argv[a->ntool++] = "-c";
+                a->tool_argv[a->ntool++] = argv[i] + (config_eq ? 7 : 0);
+                a->config = argv[i] + (config_eq ? 7 : 0);
+            } else
+                a->tool_argv[a->ntool++] = argv[i];
+        }
     }
-    if (status == 0 && extract) {
-        log_info("step 1 of 2: extracting features (engine extract_features)");
-        status = cmd_run_engine(nrun, run_argv, "extract_features");
+}
+
+/* ---- ClusterFit ------------------------------------------------------------------------------ */
+
+/* Whether the extraction writes the layer ClusterFit clusters. */
+static bool extracts_layer(const cfg_node *config, const char *layer, cfg_err *err)
+{
+    model_options mo;
+    const char *names[MODEL_MAX_FEATURES];
+    if (!model_options_from_config(cfg_get(config, "MODEL"), &mo, err))
+        return false;
+    int n = extractor_layer_names(config, &mo, names);
+    strbuf all = {0};
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(names[i], layer))
+            return sb_free(&all), true;
+        sb_printf(&all, "%s%s", i ? ", " : "", names[i]);
+    }
+    cfg_fail(err, cfg_get(config, "CLUSTERFIT.FEATURES.LAYER_NAME"), "config.CLUSTERFIT.FEATURES.LAYER_NAME",
+             "is '%s', but the extraction writes %s (MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP)",
+             layer, sb_str(&all));
+    sb_free(&all);
+    return false;
+}
+
+/* The labels file the clustering will write (NULL after logging why the CLUSTERFIT keys or the
+ * layer are refused). */
+static char *labels_path(const eval_args *a)
+{
+    cfg_t cfg = {0};
+    cfg_err err;
+    clusterfit_options o;
+    char *path = NULL, **overrides = xcalloc((size_t)a->ntool, sizeof *overrides);
+    int n = 0;
+    for (int i = 3; i < a->ntool; i++) /* after "-c CONFIG": the overrides, not the tool's options */
+        if (a->tool_argv[i][0] != '-' && strchr(a->tool_argv[i], '='))
+            overrides[n++] = a->tool_argv[i];
+    bool ok = cfg_compose_arg(&cfg, false, a->config, n, overrides, &err) &&
+              clusterfit_options_from_config(&cfg, &o, &err);
+    if (ok && (!a->extract || extracts_layer(cfg_map_get(cfg.root, "config"), o.layer, &err))) {
+        if (a->output)
+            free(o.dir), o.dir = xstrdup(a->output);
+        path = clusterfit_path(&o, "_lbls.npy");
+    }
+    if (ok)
+        clusterfit_options_free(&o);
+    if (!path)
+        log_error("%s", err.msg);
+    cfg_destroy(&cfg);
+    free(overrides);
+    return path;
+}
+
+/* `selfsup run` of the training config after --then, with the labels as DATA.TRAIN's
+ * (train_argv[0] is "run"). */
+static char **train_argv(int argc, char **argv, int then, const char *labels, int *n)
+{
+    char **t = xcalloc((size_t)(argc - then) + 3, sizeof *t);
+    *n = 0;
+    t[(*n)++] = "run";
+    for (int i = then + 1; i < argc; i++)
+        t[(*n)++] = argv[i];
+    t[(*n)++] = xasprintf("config.DATA.TRAIN.LABEL_PATHS=['%s']", labels);
+    return t;
+}
+
+/* A composed training config as it will read once the labels exist: until then its
+ * DATA.TRAIN reads no labels (they change no count the checks make; `selfsup run` checks the
+ * file itself when the training starts). */
+static void without_missing_labels(cfg_node *config, const char *labels)
+{
+    if (path_exists(labels))
+        return;
+    cfg_node *train = cfg_get(config, "DATA.TRAIN");
+    cfg_map_set(train, "LABEL_SOURCES", cfg_new(CFG_LIST, NULL, 0));
+    cfg_map_set(train, "LABEL_PATHS", cfg_new(CFG_LIST, NULL, 0));
+}
+
+/* The training config, checked as `selfsup run` will check it, but for its labels file, which
+ * the clustering has not written yet. */
+static bool train_config_ok(char **t, int n, const char *labels)
+{
+    cfg_t cfg = {0};
+    cfg_err err;
+    const char *config = NULL;
+    char **overrides = xcalloc((size_t)n, sizeof *overrides);
+    int no = 0;
+    for (int i = 1; i < n; i++)
+        if (t[i][0] == '-')
+            i += !strcmp(t[i], "--run-dir") || !strcmp(t[i], "--node-rank"); /* and its value */
+        else if (!config && !strchr(t[i], '='))
+            config = t[i];
+        else
+            overrides[no++] = t[i];
+    bool ok = config && cfg_compose_arg(&cfg, false, config, no, overrides, &err);
+    if (!config)
+        log_error("--then needs the training config");
+    else if (!ok)
+        log_error("%s", err.msg);
+    else {
+        without_missing_labels(cfg_map_get(cfg.root, "config"), labels);
+        ok = preflight_engine(cfg_map_get(cfg.root, "config"), cfg_str(cfg.root, "engine_name"));
+    }
+    free(overrides);
+    cfg_destroy(&cfg);
+    return ok;
+}
+
+/* The steps: extraction, the tool, then ClusterFit's training. */
+static int run_steps(eval_args *a, const char *tool, char **train, int ntrain, const char *labels)
+{
+    int steps = 1 + a->extract + (train != NULL), step = 0, status = 0;
+    if (a->extract) {
+        log_info("step %d of %d: extracting features (engine extract_features)", ++step, steps);
+        status = cmd_run_engine(a->nrun, a->run_argv, "extract_features");
     }
     if (status == 0) {
-        log_info("step %d of %d: selfsup-%s", extract ? 2 : 1, extract ? 2 : 1, tool);
-        status = run_tool(tool, tool_argv);
+        log_info("step %d of %d: selfsup-%s", ++step, steps, tool);
+        status = run_tool(tool, a->tool_argv);
     }
-    free(run_argv);
-    free(tool_argv);
+    if (status == 0 && train) {
+        log_info("step %d of %d: training on the cluster labels (%s)", ++step, steps, labels);
+        status = cmd_run_engine(ntrain, train, NULL);
+    }
+    return status;
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    const char *tool = strcmp(argv[0], "clusterfit") ? argv[0] : "cluster";
+    eval_args a = {.then = argc};
+    for (int i = 1; !strcmp(tool, "cluster") && i < argc; i++)
+        if (!strcmp(argv[i], "--then") && a.then == argc)
+            a.then = i;
+    parse(&a, argc, argv);
+    int status = 0, ntrain = 0;
+    char **train = NULL, *labels = NULL;
+    if (a.help)
+        usage(stdout, tool);
+    else if (!a.config) {
+        usage(stderr, tool);
+        status = EXIT_USAGE;
+    } else if (!strcmp(tool, "cluster") && !(labels = labels_path(&a)))
+        status = EXIT_USAGE;
+    if (status == 0 && labels && a.then < argc) {
+        train = train_argv(argc, argv, a.then, labels, &ntrain);
+        status = train_config_ok(train, ntrain, labels) ? 0 : EXIT_USAGE;
+    }
+    if (!a.help && status == 0)
+        status = run_steps(&a, tool, train, ntrain, labels);
+    if (train)
+        free(train[ntrain - 1]);
+    free(train), free(labels), free(a.run_argv), free(a.tool_argv);
     return status;
 }

@@ -7,6 +7,7 @@
  *   selfsup run CONFIG [overrides...]              run the pipeline: every stage, supervised
  *   selfsup svm CONFIG [overrides...]              extract features, then VISSL's SVM benchmark
  *   selfsup knn CONFIG [overrides...]              extract features, then VISSL's kNN benchmark
+ *   selfsup clusterfit CONFIG [overrides...]       extract, k-means (FAISS), pseudo-labels [--then TRAIN]
  *   selfsup inspect FILE|-                          print records (a record file or a stream)
  *   selfsup keygen DIR --clients NAME[:IDS]...      CURVE keys for tcp endpoints (control, data)
  *   selfsup dataset fashion-mnist DIR               Fashion-MNIST in VISSL's layouts
@@ -37,6 +38,8 @@ static void usage(FILE *out)
           "  run CONFIG [overrides...]              run the pipeline (see selfsup run --help)\n"
           "  svm CONFIG [overrides...]              extract features, then train and test SVMs\n"
           "  knn CONFIG [overrides...]              extract features, then the kNN benchmark\n"
+          "  clusterfit CONFIG [overrides...] [--then TRAIN_CONFIG [overrides...]]\n"
+          "                                         ClusterFit: extract, cluster (FAISS), label, train\n"
           "  inspect FILE|-                         print the records of a file or stream\n"
           "  keygen DIR --clients NAME[:IDS]...     make the CURVE keys a tcp endpoint needs\n"
           "  dataset fashion-mnist DIR              write Fashion-MNIST in VISSL's layouts\n"
@@ -82,7 +85,7 @@ int main(int argc, char **argv)
         return 0;
     }
     /* Every command but run (whose lines sit in logs beside its stages') speaks as a tool. */
-    static const char *const COMMANDS[] = {"config", "svm", "knn", "inspect", "keygen", "dataset", "convert"};
+    static const char *const COMMANDS[] = {"config", "svm", "knn", "clusterfit", "inspect", "keygen", "dataset", "convert"};
     static char command[64];
     for (size_t i = 0; i < ARRAY_LEN(COMMANDS); i++)
         if (!strcmp(argv[1], COMMANDS[i])) {
@@ -93,7 +96,7 @@ int main(int argc, char **argv)
         return cmd_config(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run"))
         return cmd_run(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "svm") || !strcmp(argv[1], "knn"))
+    if (!strcmp(argv[1], "svm") || !strcmp(argv[1], "knn") || !strcmp(argv[1], "clusterfit"))
         return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "inspect"))
         return cmd_inspect(argc - 1, argv + 1);

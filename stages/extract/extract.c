@@ -38,17 +38,16 @@ struct extractor {
     size_t out_floats;
 };
 
-/* VISSL's get_trunk_output_feature_names, or "heads". */
-static void name_layers(extractor *x, const cfg_node *config, const model_options *mo)
+int extractor_layer_names(const cfg_node *config, const model_options *mo, const char **names)
 {
-    x->nlayers = 1;
-    x->layers[0] = "heads";
+    names[0] = "heads";
     if (!model_is_feature_extractor(mo))
-        return;
+        return 1;
     const cfg_node *map = cfg_get(config, "MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP");
-    x->nlayers = 0;
-    for (size_t i = 0; i < map->len && x->nlayers < MAX_LAYERS; i++)
-        x->layers[x->nlayers++] = map->items[i]->items[0]->s; /* model_options_from_config checked the shape */
+    int n = 0;
+    for (size_t i = 0; i < map->len && n < MAX_LAYERS; i++)
+        names[n++] = map->items[i]->items[0]->s; /* model_options_from_config checked the shape */
+    return n;
 }
 
 /* An unlinked temp file in dir (which exists) for a layer's features. */
@@ -73,7 +72,7 @@ extractor *extractor_new(const cfg_node *config, int threads, const char *dir, c
         extractor_free(x);
         return NULL;
     }
-    name_layers(x, config, model_opts(x->m));
+    x->nlayers = extractor_layer_names(config, model_opts(x->m), x->layers);
     char *why = NULL;
     int rc = make_dirs(dir, 0777, &why);
     for (int k = 0; k < x->nlayers && rc == 0; k++)

@@ -23,6 +23,7 @@
 #define SELFSUP_EXTRACT_EXTRACT_H
 
 #include "config.h"
+#include "model.h"
 #include "record.h"
 
 #include <stddef.h>
@@ -39,6 +40,10 @@ extractor *extractor_new(const cfg_node *config, int threads, const char *dir, c
  * `selfsup config validate` and `selfsup run`'s preflight. */
 bool extractor_check_config(const cfg_node *config, const char *dir, cfg_err *err);
 void extractor_free(extractor *x);
+
+/* The layers a model of options mo writes (VISSL's get_trunk_output_feature_names, or
+ * "heads"): at most MODEL_MAX_FEATURES names, pointing into config; returns how many. */
+int extractor_layer_names(const cfg_node *config, const model_options *mo, const char **names);
 
 int extractor_layer_count(const extractor *x);
 const char *extractor_layer(const extractor *x, int i);

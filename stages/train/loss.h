@@ -108,7 +108,6 @@ typedef struct {
     int64_t batch; /* BATCHSIZE_PER_REPLICA */
     bool drop_last;
     int64_t num_train_samples;
-    int64_t memory_rows; /* per trainer, for the config's world: ceil(N / W), less its rest by B (DROP_LAST) */
 } dc_options;
 
 typedef struct {

@@ -155,13 +155,13 @@ bool dc_options_from_config(const cfg_node *config, loss_options *o, cfg_err *er
                             "the assignments need a place", DC_MAX_SAMPLES - 1, &d->num_train_samples, err))
         return false;
     int64_t world = cfg_int(config, "DISTRIBUTED.NUM_NODES") * cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
-    d->memory_rows = memory_rows(d, world < 1 ? 1 : world);
+    int64_t rows = memory_rows(d, world < 1 ? 1 : world);
     for (int h = 0; h < d->nheads; h++)
-        if (d->num_clusters[h] > d->memory_rows) {
+        if (d->num_clusters[h] > rows) {
             cfg_fail(err, cfg_get(l, "num_clusters"), "config.LOSS.deepclusterv2_loss.num_clusters",
                      "%lld clusters, but k-means starts from distinct rows of rank 0's memory bank of %lld (VISSL: "
                      "\"please reduce the number of centroids\")",
-                     (long long)d->num_clusters[h], (long long)d->memory_rows);
+                     (long long)d->num_clusters[h], (long long)rows);
             return false;
         }
     return true;
@@ -391,28 +391,27 @@ static int move_centroids(eng_backend *be, loss_state *s, const int64_t *assign,
     return 0;
 }
 
-/* Head h's assignments: every rank's rows' clusters at their samples, −100 elsewhere. */
-static int gather_assignments(eng_backend *be, loss_state *s, int h, const int64_t *assign, char **err)
+/* Head h's assignments: every rank's rows' clusters at their samples (idx: every rank's memory
+ * indices, gathered once an epoch), −100 elsewhere. */
+static int gather_assignments(eng_backend *be, loss_state *s, int h, const int64_t *assign, const int64_t *idx,
+                              char **err)
 {
     struct dc_state *d = s->dc;
-    int64_t n = s->o.dc.num_train_samples, total, total_i, *all = NULL, *idx = NULL;
-    if (dist_gather_rows(s->world, assign, sizeof *assign, d->rows, (void **)&all, &total, err) != 0 ||
-        dist_gather_rows(s->world, d->index, sizeof *d->index, d->rows, (void **)&idx, &total_i, err) != 0) {
-        free(all);
+    int64_t n = s->o.dc.num_train_samples, total, *all = NULL;
+    if (dist_gather_rows(s->world, assign, sizeof *assign, d->rows, (void **)&all, &total, err) != 0)
         return -1;
-    }
     int64_t *row = d->assign + h * n;
     for (int64_t i = 0; i < n; i++)
         row[i] = DC_IGNORE;
     for (int64_t r = 0; r < total; r++)
         row[idx[r]] = all[r];
-    free(all), free(idx);
+    free(all);
     upload_assignments(be, s, h);
     return 0;
 }
 
 /* One head's k-means on bank j (loss_dc.c's top comment). */
-static int cluster_head(eng_backend *be, loss_state *s, int64_t epoch, int h, int j, char **err)
+static int cluster_head(eng_backend *be, loss_state *s, int64_t epoch, int h, int j, const int64_t *idx, char **err)
 {
     struct dc_state *d = s->dc;
     const eng_tensor *c = centroids_of(s, h);
@@ -430,7 +429,7 @@ static int cluster_head(eng_backend *be, loss_state *s, int64_t epoch, int h, in
             break;
         rc = move_centroids(be, s, assign, ch, c, err);
     }
-    rc = rc == 0 ? gather_assignments(be, s, h, assign, err) : -1;
+    rc = rc == 0 ? gather_assignments(be, s, h, assign, idx, err) : -1;
     eng_tensor_free(be, &block);
     free(assign), free(ch);
     return rc;
@@ -440,9 +439,11 @@ int dc_on_phase_start(eng_backend *be, loss_state *s, int64_t epoch, char **err)
 {
     s->dc->start = 0;
     double t0 = now_seconds();
-    int rc = 0;
+    int64_t *idx = NULL, total;
+    int rc = dist_gather_rows(s->world, s->dc->index, sizeof *s->dc->index, s->dc->rows, (void **)&idx, &total, err);
     for (int h = 0; rc == 0 && h < s->o.dc.nheads; h++)
-        rc = cluster_head(be, s, epoch, h, h % s->o.dc.nbanks, err);
+        rc = cluster_head(be, s, epoch, h, h % s->o.dc.nbanks, idx, err);
+    free(idx);
     if (rc == 0)
         log_info("k-means of epoch %lld: %d head(s) on %lld memory rows a rank, %d iterations, %.1f s", (long long)epoch,
                  s->o.dc.nheads, (long long)s->dc->rows, s->o.dc.kmeans_iters, now_seconds() - t0);

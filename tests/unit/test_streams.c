@@ -68,6 +68,15 @@ static char *terminator(const char *dir, const char *name, double seconds)
     return xasprintf("( sleep %.2f; kill -TERM $(cat %s/%s.pid) ) &", seconds, dir, name);
 }
 
+/* The same, with the clock started once `path` exists (at most 60 s later): a stage that is
+ * slow to start (under TSan, on a busy machine) is then not killed before it made what the
+ * test is about. */
+static char *terminator_after(const char *dir, const char *name, double seconds, const char *path)
+{
+    return xasprintf("( for i in $(seq 1200); do [ -e %s ] && break; sleep 0.05; done; sleep %.2f; "
+                     "kill -TERM $(cat %s/%s.pid) ) &", path, seconds, dir, name);
+}
+
 /* Write `n` test records (the check stage's format is not needed: the readers here are the
  * transport and inspect) and then an end-of-stream record saying `says` records, `stopped`. */
 static void write_stream(const char *path, int n, uint64_t says, bool stopped, bool then_more)
@@ -282,14 +291,15 @@ Test(streams, a_stopped_writer_of_a_ring_fails_its_reader, .timeout = 120)
     snprintf(ring, sizeof ring, "selfsup-test-%d-stopped", (int)getpid());
     char *pcmd = xasprintf("%s --count 1000000 --size 100 --sleep-us 500 --out shm:%s --slot-bytes 65536 --depth 4",
                            produce, ring);
-    char *v = victim(dir, "produce", pcmd), *kill = terminator(dir, "produce", 0.5);
+    char *segment = xasprintf("/dev/shm/%s", ring);
+    char *v = victim(dir, "produce", pcmd), *kill = terminator_after(dir, "produce", 0.5, segment);
     char *cmd = xasprintf("%s %s & %s --in shm:%s; echo \"check status $?\" >&2; wait", kill, v, check, ring);
     char *out = NULL;
     test_run(cmd, &out);
     cr_expect_eq(status_in(out, "produce"), 128 + SIGTERM, "%s", out);
     cr_expect_eq(status_in(out, "check"), 1, "%s", out);
     cr_expect(strstr(out, "was stopped after"), "the reader should say its writer was stopped:\n%s", out);
-    free(cmd), free(out), free(kill), free(v), free(pcmd), free(produce), free(check);
+    free(cmd), free(out), free(kill), free(v), free(pcmd), free(produce), free(check), free(segment);
     test_rm_dir(dir);
 }
 
