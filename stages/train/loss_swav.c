@@ -375,6 +375,8 @@ int swav_momentum_attach(eng_backend *be, loss_state *s, const model *m, char **
     char *prefix = xasprintf("%sloss.momentum_encoder.", rank);
     s->momentum = momentum_new(be, m, s->seed, true, s, prefix, err);
     free(prefix);
+    if (s->momentum)
+        momentum_join_world(s->momentum, s->world); /* VISSL's convert_sync_batchnorm and DDP wrapper */
     return s->momentum ? 0 : -1;
 }
 
@@ -400,5 +402,7 @@ int swav_momentum_on_forward(eng_backend *be, loss_state *s, model *m, const rec
     if (momentum_load(be, s->momentum, batch, idx, picked, o->ncrops_for_assign, err) != 0)
         return -1;
     model_forward(be, enc, s->iterations < o->momentum_eval_mode_iter_start);
+    if (momentum_world_check(s->momentum, err) != 0)
+        return -1;
     return queue_on(s) ? score_queue(be, s, enc, err) : 0;
 }

@@ -56,26 +56,10 @@ static bool count_steps(const cfg_node *config, const char *split, const trainer
     return *out >= 1;
 }
 
-/* Why several trainers cannot train this config as one model yet, or NULL when they can: what
- * the data-parallel step does not do yet (the other methods' losses, NCCL on GPUs). *key
- * becomes the key to name. */
+/* Why several trainers cannot train this config as one model yet, or NULL when they can: every
+ * loss trains across CPU trainers; GPUs wait for NCCL. *key becomes the key to name. */
 static const char *data_parallel_gap(const cfg_node *config, const char **key)
 {
-    const char *loss_key = cfg_str(config, "LOSS.name");
-    static const char *const ready_losses[] = {"CrossEntropyLoss",
-                                               "cross_entropy_multiple_output_single_target",
-                                               "bce_logits_multiple_output_single_target",
-                                               "simclr_info_nce_loss",
-                                               "multicrop_simclr_info_nce_loss",
-                                               "swav_loss",
-                                               "moco_loss",
-                                               "nce_loss_with_memory",
-                                               "deepclusterv2_loss"};
-    bool local = false;
-    for (size_t k = 0; k < ARRAY_LEN(ready_losses); k++)
-        local |= !strcmp(loss_key, ready_losses[k]);
-    if (!local)
-        return *key = "config.LOSS.name", "this loss across the trainers";
     if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu"))
         return *key = "config.MACHINE.DEVICE", "on GPUs (NCCL)";
     return NULL;

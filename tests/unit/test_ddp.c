@@ -1040,18 +1040,18 @@ static const eng_entry *state_entry(trainer *t, const char *name)
     return NULL;
 }
 
-/* Rank `rank`'s half of every batch of the one-trainer fixture through trainer_step. */
-static int feed_half(trainer *t, const char *kase, int rank, double *losses, char **err)
+/* Images [first, first + n) of every batch of the one-trainer fixture through trainer_step. */
+static int feed_rows(trainer *t, const char *kase, int first, int n, double *losses, char **err)
 {
     char *file = xasprintf("%s_batches.rec", kase), *path = test_fixture("train", file);
     int fd = open(path, O_RDONLY), k = 0, rc = fd < 0 ? report_failure(err, "%s: cannot open", path) : 0;
     rec_buf buf = {0};
-    rec_view v, half;
+    rec_view v, part;
     size_t cap = 1 << 20, len;
     void *out = aligned_alloc(64, cap);
     while (rc == 0 && k < GOLDEN_STEPS && rec_fd_read(fd, &buf, &v, NULL, err) == 1 && v.hdr->kind == REC_DATA) {
-        rc = (len = rows_of(&v, 2 * rank, 2, out, cap)) && !rec_parse(out, len, &half, err) &&
-                     !trainer_step(t, &half, half.hdr->epoch, err)
+        rc = (len = rows_of(&v, first, n, out, cap)) && !rec_parse(out, len, &part, err) &&
+                     !trainer_step(t, &part, part.hdr->epoch, err)
                  ? 0
                  : -1;
         losses[k++] = trainer_last_loss(t);
@@ -1063,6 +1063,12 @@ static int feed_half(trainer *t, const char *kase, int rank, double *losses, cha
         close(fd);
     free(path), free(file);
     return rc;
+}
+
+/* Rank `rank`'s half of every batch of the one-trainer fixture through trainer_step. */
+static int feed_half(trainer *t, const char *kase, int rank, double *losses, char **err)
+{
+    return feed_rows(t, kase, 2 * rank, 2, losses, err);
 }
 
 static void split_rank_main(split_result *res, const split_case *c, int rank, const char *name, const char *dir)
@@ -1146,6 +1152,125 @@ Test(ddp, npid_with_two_trainers_trains_the_model_one_trainer_trains, .timeout =
 {
     expect_split_golden(&(split_case){"npid", GOLDEN_NPID, "loss.nce_average.memory", "memory0", "memory"});
     expect_split_golden(&(split_case){"pirl", GOLDEN_PIRL, "loss.nce_average.memory", "memory0", "memory"});
+}
+
+/* ---- swav_momentum_loss: the momentum network's batch norms over the world -------------------- */
+
+/* make_train_fixtures.py's swav_momentum model and batches (test_trainer.c holds one trainer of
+ * 4 to VISSL's code) without the queue: VISSL's queue takes rows / num_crops embeddings of the
+ * first crops' rows a step, so 2 trainers of 2 fill theirs with other images than one trainer
+ * of 4 does, in VISSL as here; without it, 2 trainers of 2 with SyncBN are one trainer of 4. */
+#define SWAVM_YAML(procs, batch)                                                                            \
+    "config:\n  DISTRIBUTED: {BACKEND: gloo, NUM_PROC_PER_NODE: " #procs "}\n  LOG_FREQUENCY: 1\n"         \
+    "  MACHINE: {DEVICE: cpu}\n"                                                                             \
+    "  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true}}}\n"          \
+    "    FEATURE_EVAL_SETTINGS: {EVAL_MODE_ON: true, FREEZE_TRUNK_ONLY: true}\n"                             \
+    "    SYNC_BN_CONFIG: {CONVERT_BN_TO_SYNC_BN: true}\n"                                                    \
+    "    HEAD: {PARAMS: [[swav_head, {dims: [512, 32, 16], use_bn: true, num_clusters: [20, 12]}]]}\n"      \
+    "  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: " #batch ", COLLATE_FUNCTION: multicrop_collator}}\n"           \
+    "  LOSS: {name: swav_momentum_loss, swav_momentum_loss: {num_crops: 4, crops_for_assign: [0, 1],\n"       \
+    "    momentum: 0.9, momentum_eval_mode_iter_start: 2}}\n" SPLIT_SGD
+
+#define SWAVM_ENC_MAX (32 * 1024) /* the network's head values: 17,552 */
+
+typedef struct {
+    golden_result g;
+    float enc[SWAVM_ENC_MAX];
+    size_t nenc;
+} swavm_result;
+
+/* The momentum network's head parameters (its trunk is frozen), as test_trainer.c reads them. */
+static size_t encoder_heads(trainer *t, const char *prefix, float *out)
+{
+    const eng_entry *e;
+    int ne = loss_state_entries(trainer_loss_state(t), &e);
+    size_t n = 0;
+    for (int i = 0; i < ne; i++) {
+        size_t k = (size_t)eng_numel(&e[i].value.shape);
+        if (strncmp(e[i].name, prefix, strlen(prefix)) || strstr(e[i].name, "running_"))
+            continue;
+        if (n + k <= SWAVM_ENC_MAX)
+            eng_download(trainer_backend(t), &e[i].value, out + n);
+        n += k;
+    }
+    return n;
+}
+
+/* Rank `rank` of `world` (1: the one trainer of 4, no world to join) on swav_queue's batches. */
+static void swavm_main(swavm_result *res, int rank, int world, const char *name, const char *dir)
+{
+    char *err = NULL, *enc = xasprintf("%sloss.momentum_encoder.heads.", rank ? "rank1." : "");
+    cfg_t cfg = {0};
+    trainer *t = NULL;
+    if (world == 2)
+        t = rank_trainer(SWAVM_YAML(2, 2), dir, rank, name, &cfg, &err);
+    else {
+        char *yaml = xasprintf("%s  CHECKPOINT: {DIR: '%s/one'}\n", SWAVM_YAML(1, 4), dir);
+        cfg_err cerr;
+        trainer_options o = {.world_size = 1, .threads = 1, .steps_per_epoch = GOLDEN_STEPS};
+        if (!test_compose(&cfg, &cerr, yaml, NULL) || !(t = trainer_new(cfg_map_get(cfg.root, "config"), &o, &cerr)))
+            err = xstrdup(cerr.msg);
+        free(yaml);
+    }
+    if (t) {
+        model_init_formula(trainer_backend(t), trainer_model(t));
+        res->g.n = head_values(t, res->g.w0);
+        res->g.ok = feed_rows(t, "swav_queue", 2 * rank, 4 / world, res->g.loss, &err) == 0 &&
+                    head_values(t, res->g.w1) == res->g.n;
+        res->nenc = encoder_heads(t, enc, res->enc);
+    }
+    snprintf(res->g.err, sizeof res->g.err, "%s", err ? err : res->nenc > SWAVM_ENC_MAX ? "network size" : "");
+    _exit(res->g.ok && res->nenc <= SWAVM_ENC_MAX ? 0 : 1);
+}
+
+/* SwAV's momentum variant: 2 trainers of 2 with SyncBN against one trainer of 4. The network's
+ * batch norms (VISSL converts them to SyncBatchNorm whatever the config says) must normalise
+ * over both ranks' crops in its train-mode iterations (the first 2) and hold rank 0's running
+ * statistics in its eval-mode ones (VISSL wraps it in DDP, which broadcasts them); the Sinkhorn
+ * codes sum over both ranks' scores. Losses, the update, and the network's heads after 5 steps,
+ * within float32's rounding. */
+Test(ddp, swav_momentum_with_two_trainers_is_one_trainer_of_their_batch, .timeout = 300)
+{
+    swavm_result *res = mmap(NULL, 3 * sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(res != MAP_FAILED);
+    memset(res, 0, 3 * sizeof *res);
+    char *dir = test_make_tmpdir(), *name = ring_name("ddpswavm");
+    pid_t pids[3];
+    for (int r = 0; r < 3; r++) { /* res[0]: the one trainer; res[1], res[2]: ranks 0 and 1 */
+        cr_assert((pids[r] = fork()) >= 0);
+        if (pids[r] == 0)
+            swavm_main(&res[r], r ? r - 1 : 0, r ? 2 : 1, name, dir);
+    }
+    int status[3];
+    for (int r = 0; r < 3; r++)
+        status[r] = test_wait_child(pids[r], 200000);
+    for (int r = 0; r < 3; r++)
+        cr_assert_eq(status[r], 0, "%s: %s", r ? "a rank" : "the one trainer", res[r].g.err);
+    cr_assert_arr_eq(res[1].g.w1, res[2].g.w1, res[1].g.n * sizeof(float), "the ranks are not one model");
+    cr_assert_arr_eq(res[1].enc, res[2].enc, res[1].nenc * sizeof(float), "the ranks' momentum networks differ");
+    cr_assert_eq(res[0].g.n, res[1].g.n);
+    cr_assert_eq(res[0].nenc, res[1].nenc);
+    for (int k = 0; k < GOLDEN_STEPS; k++)
+        cr_expect_leq(fabs(res[1].g.loss[k] - res[0].g.loss[k]), 1e-5 * fabs(res[0].g.loss[k]),
+                      "step %d: loss %.9g, one trainer's %.9g", k, res[1].g.loss[k], res[0].g.loss[k]);
+    double worst = 0, top = 0, worst_e = 0, top_e = 0;
+    for (size_t i = 0; i < res[0].g.n; i++) {
+        double d0 = (double)res[0].g.w1[i] - res[0].g.w0[i], d1 = (double)res[1].g.w1[i] - res[1].g.w0[i];
+        worst = fmax(worst, fabs(d1 - d0));
+        top = fmax(top, fabs(d0));
+    }
+    for (size_t i = 0; i < res[0].nenc; i++) {
+        worst_e = fmax(worst_e, fabs((double)res[1].enc[i] - res[0].enc[i]));
+        top_e = fmax(top_e, fabs((double)res[0].enc[i]));
+    }
+    cr_expect_gt(top, 0.0);
+    cr_expect_leq(worst, 1e-4 * top, "update error %.3g of %.3g", worst, top);
+    cr_expect_leq(worst_e, 1e-4 * top_e, "momentum network error %.3g of %.3g", worst_e, top_e);
+    if (getenv("DDP_VERBOSE"))
+        fprintf(stderr, "ddp swav_momentum: update error %.3g, network error %.3g\n", worst / top, worst_e / top_e);
+    test_rm_rf(dir);
+    free(dir), free(name);
+    munmap(res, 3 * sizeof *res);
 }
 
 /* ---- under selfsup run ------------------------------------------------------------------------- */

@@ -154,9 +154,6 @@ Test(validate, what_the_trainer_refuses_is_refused_in_its_words, .timeout = 120)
 {
     expect_refused("quickstart/simclr", "config.LOSS.name=MSELoss",
                    "config.LOSS.name: 'MSELoss' is not run by this trainer yet");
-    expect_refused("quickstart/swav", "config.LOSS.name=swav_momentum_loss config.DISTRIBUTED.NUM_PROC_PER_NODE=2",
-                   "config.LOSS.name: world size 2: data-parallel training (several trainers as one model) is not "
-                   "implemented yet: this loss across the trainers");
     expect_refused("quickstart/simclr", "config.OPTIMIZER.name=zero",
                    "config.OPTIMIZER.name: 'zero' is not run by this trainer");
     /* the quickstarts whose losses are not there yet: refused at the line that names them */
