@@ -88,13 +88,13 @@ LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljan
 # ---- CUDA: the GPU backend (nn/cuda/) is compiled wherever a CUDA toolkit is found ----------
 # Kernels (.cu) go through nvcc, for Hopper (sm_90a machine code) plus compute_90 PTX that
 # other cards compile when they load it; the cuDNN/cuBLAS calls (.c) through cc. cudart is
-# linked statically, so a binary needs only cuDNN and cuBLAS from the machine it runs on.
+# linked statically, so a binary needs only cuDNN, cuBLAS and NCCL from the machine it runs on.
 # The toolkit is the first of $(CUDA_HOME), /usr/local/cuda and the one nvcc on PATH lives in
-# that has nvcc, cudnn.h and cublas_v2.h together: an nvcc on PATH may be a wrapper script in
-# /usr/local/bin whose headers are elsewhere. Without one the build is the cpu-only one, and
+# that has nvcc, cudnn.h, cublas_v2.h and nccl.h (several GPUs as one model) together: an nvcc
+# on PATH may be a wrapper script in /usr/local/bin whose headers are elsewhere. Without one the build is the cpu-only one, and
 # MACHINE.DEVICE=gpu is refused as a config error. The RUNPATH lets a build find cuDNN where it
 # was built; LD_LIBRARY_PATH (the GPU bundle's env.sh) still comes first.
-cuda_toolkit = $(and $(wildcard $(1)/bin/nvcc),$(wildcard $(1)/include/cudnn.h),$(wildcard $(1)/include/cublas_v2.h),$(1))
+cuda_toolkit = $(and $(wildcard $(1)/bin/nvcc),$(wildcard $(1)/include/cudnn.h),$(wildcard $(1)/include/cublas_v2.h),$(wildcard $(1)/include/nccl.h),$(1))
 CUDA_PLACES := $(CUDA_HOME) /usr/local/cuda $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v nvcc 2>/dev/null)))
 CUDA_HOME  := $(firstword $(foreach d,$(CUDA_PLACES),$(call cuda_toolkit,$(d))))
 CUDA_SRC   := $(wildcard nn/cuda/*.cu)
@@ -105,7 +105,7 @@ ifneq ($(CUDA_HOME),)
   CPPFLAGS  += -DHAVE_CUDA=1
   NVCCFLAGS := -O3 -std=c++17 -g -lineinfo -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
                -Xcompiler -Wall,-Wextra -Werror all-warnings -MMD -MP
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,--enable-new-dtags,-rpath,$(CUDA_HOME)/lib64 -Wl,--as-needed -lcudnn -lcublas -lcudart_static -lstdc++ -ldl -lrt -Wl,--no-as-needed
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,--enable-new-dtags,-rpath,$(CUDA_HOME)/lib64 -Wl,--as-needed -lcudnn -lcublas -lnccl -lcudart_static -lstdc++ -ldl -lrt -Wl,--no-as-needed
 endif
 
 # ---- sources ------------------------------------------------------------------------------
@@ -155,6 +155,9 @@ BENCH_BINS := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 # The backend conformance test (tests/gpu/): every operation on the cuda backend against the
 # cpu one. Built everywhere; without a GPU it says so in one line and passes.
 GPU_TEST_BIN := $(BUILD)/tests/backend-ops
+# The NCCL world against the collectives' definitions, one rank per GPU (tests/gpu/nccl_world.c);
+# without a GPU it checks the world ids and passes.
+NCCL_TEST_BIN := $(BUILD)/tests/nccl-world
 
 UNIT_SRC   := $(wildcard tests/unit/*.c)
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(BUILD)/obj/%.o)
@@ -185,8 +188,8 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# The backend's plain-C parts include the CUDA headers.
-$(BUILD)/obj/nn/cuda/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
+# The backend's plain-C parts include the CUDA headers, and so does the NCCL world's test.
+$(BUILD)/obj/nn/cuda/%.o $(BUILD)/obj/tests/gpu/nccl_world.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
 
 $(LIBSELFSUP): $(LIB_OBJ) $(CUDA_OBJ)
 	@mkdir -p $(@D)
@@ -210,6 +213,10 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBSELFSUP)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(GPU_TEST_BIN): $(BUILD)/obj/tests/gpu/backend_ops.o $(LIBSELFSUP)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(NCCL_TEST_BIN): $(BUILD)/obj/tests/gpu/nccl_world.o $(LIBSELFSUP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -263,8 +270,9 @@ deps golden-deps:
 ifeq ($(SANITIZE),thread)
   UNIT_ENV := TSAN_OPTIONS="suppressions=$(abspath tests/tsan.supp) halt_on_error=1 exitcode=66 second_deadlock_stack=1 $$TSAN_OPTIONS"
 endif
-unit: $(UNIT_BIN) $(BINS) $(TSTAGE_BINS) $(GPU_TEST_BIN)
+unit: $(UNIT_BIN) $(BINS) $(TSTAGE_BINS) $(GPU_TEST_BIN) $(NCCL_TEST_BIN)
 	$(GPU_TEST_BIN)
+	$(NCCL_TEST_BIN)
 	SELFSUP_BUILD=$(abspath $(BUILD)) SELFSUP_CONFIGS=$(abspath configs) LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
 	  $(UNIT_ENV) $(UNIT_BIN) --jobs 2 $(UNIT_ARGS)
 
@@ -301,7 +309,7 @@ bench: deps
 # The GPU runbook's bundle (tests/gpu/bundle.sh): binaries, their Debian libraries and the
 # end-to-end records in one file; tests/gpu/run.sh runs it on a GPU machine.
 gpu-bundle: deps
-	$(MAKE) all $(GPU_TEST_BIN)
+	$(MAKE) all $(GPU_TEST_BIN) $(NCCL_TEST_BIN)
 	./tests/gpu/bundle.sh $(BUILD)
 
 install: all

@@ -29,6 +29,8 @@ typedef struct {
     void (*upload)(eng_backend *be, tensor_ref *dst, const float *src);
     void (*download)(eng_backend *be, tensor_ref *src, float *dst);
     void (*sync)(eng_backend *be);
+    /* Optional (NULL where tensors are host memory): t's device address, its queued work done. */
+    void *(*device_address)(eng_backend *be, tensor_ref *t);
     size_t (*memory_peak)(eng_backend *be);
     void (*copy)(eng_backend *be, tensor_ref *src, tensor_ref *dst);
     /* x[n, c, h, w] = lut[c·256 + src[((n·H + h)·W + w)·src_c + map[c]]]: nn.c works the table */

@@ -86,6 +86,11 @@ const char *eng_backend_name(const eng_backend *be) { return be->ops->name; }
 
 void eng_sync(eng_backend *be) { be->ops->sync(be); }
 
+void *eng_device_address(eng_backend *be, const eng_tensor *t)
+{
+    return be->ops->device_address ? be->ops->device_address(be, t) : NULL;
+}
+
 size_t eng_memory_peak(eng_backend *be) { return be->ops->memory_peak(be); }
 
 /* ---- shapes ------------------------------------------------------------------------------- */

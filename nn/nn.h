@@ -89,6 +89,10 @@ const char *eng_backend_name(const eng_backend *be);
  * asynchronously (the host only waits where a value comes back), so a timer around part of a
  * step must sync first to time the work rather than its queueing; the cpu runs them in place. */
 void eng_sync(eng_backend *be);
+/* t's address in the device's memory, once the work queued on it has run (eng_sync), for a
+ * library that moves device memory itself (NCCL: nn/cuda/coll_nccl.h); NULL on a backend whose
+ * tensors are host memory (cpu). */
+void *eng_device_address(eng_backend *be, const eng_tensor *t);
 /* The most device memory the backend has held at once, in bytes: its allocations, scratch and
  * workspace (torch.cuda.max_memory_allocated's figure, for the log lines). 0 on a backend whose
  * memory is the host's (cpu), where the process's peak resident size says it. */

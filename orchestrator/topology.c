@@ -4,7 +4,11 @@
 #include "topology.h"
 
 #include "augment/transforms.h"
+#include "log.h"
 #include "train/phases.h"
+#if HAVE_CUDA
+#include "cuda/coll_nccl.h"
+#endif
 
 #include "util.h"
 
@@ -69,8 +73,8 @@ size_t topology_slot_bytes(const cfg_node *config, const char *ring_label)
             return round_mib(sample + ((size_t)1 << 16));
         /* A batch: the samples' tensors stacked, plus metadata; mixup's floats are 2x (half
          * the samples, 4 bytes a value). */
-        const char *coll = cfg_str(data, "COLLATE_FUNCTION");
-        size_t factor = coll && !strcmp(coll, "multicrop_mixup_collator") ? 2 : 1;
+        const char *collator = cfg_str(data, "COLLATE_FUNCTION");
+        size_t factor = collator && !strcmp(collator, "multicrop_mixup_collator") ? 2 : 1;
         return round_mib((size_t)batch * sample * factor + ((size_t)1 << 20));
     }
     /* Sizes that depend on the image (e.g. Resize without a crop): 32 MiB a sample, and the
@@ -241,25 +245,42 @@ static bool add_chain(topology *t, const cfg_node *config, const chain *c, const
      * (selfsup-decode --crop; the same pixels come out). */
     if (ours && runs(t, first_aug, "selfsup-augment"))
         stage_add_args(&t->stages[dec], "--crop", NULL);
-    int coll = t->n_stages;
+    int collate = t->n_stages;
     if (!add_stage(t, config, "collate", c->index, opt->node_rank, 1, augmented, *batches, opt, err))
         return false;
-    for (int k = dec; k <= coll; k++)
+    for (int k = dec; k <= collate; k++)
         t->stages[k].split = c->split;
     if (strcmp(c->split, "train") != 0)
-        for (int k = dec; k <= coll; k++)
+        for (int k = dec; k <= collate; k++)
             if (runs(t, k, "selfsup-decode") || runs(t, k, "selfsup-augment") || runs(t, k, "selfsup-collate"))
                 stage_add_args(&t->stages[k], "--split", c->split);
     return true;
 }
 
-/* The trainers first_trainer … + procs - 1 (ours) meet at one collectives segment, named as a
- * ring is (so a run's leftovers are swept as its rings are), and share the cores: each
+/* The trainers' world: on GPUs an NCCL world, whose id (made here, once for the run) every
+ * trainer gets on its command line; else a collectives segment, named as a ring is (so a run's
+ * leftovers are swept as its rings are). */
+static char *world_name(const cfg_node *config)
+{
+#if HAVE_CUDA
+    if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu")) {
+        char hex[COLL_NCCL_ID_HEX + 1], *err = NULL;
+        if (coll_nccl_unique_id(hex, &err) == 0)
+            return xasprintf("nccl:%s", hex);
+        log_warn("%s: the trainers cannot meet", err); /* each trainer then fails to join, naming it */
+        free(err);
+        return xstrdup("nccl:none");
+    }
+#endif
+    return ring_name("world");
+}
+
+/* The trainers first_trainer … + procs - 1 (ours) meet in one world and share the cores: each
  * computes on cores / procs threads (torch's launcher likewise sets OMP_NUM_THREADS=1 for
  * several processes). */
-static void give_world(topology *t, int first_trainer, int procs)
+static void give_world(topology *t, const cfg_node *config, int first_trainer, int procs)
 {
-    char *name = ring_name("world"), threads[32];
+    char *name = world_name(config), threads[32];
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     snprintf(threads, sizeof threads, "%ld", cores / procs > 1 ? cores / procs : 1);
     for (int i = 0; i < procs; i++)
@@ -367,7 +388,7 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
             if (runs(t, first_trainer + i, "selfsup-extract"))
                 stage_add_args(&t->stages[first_trainer + i], "--split", "test");
     if (ok && per_rank)
-        give_world(t, first_trainer, procs);
+        give_world(t, config, first_trainer, procs);
     /* TEST_MODEL: a second chain makes the DATA.TEST batches of the test phases still to come
      * (phases.h), and our trainer reads them from --test-in (with several trainers, a chain
      * each, of its rank's shard); the extractor reads the test split there after the train

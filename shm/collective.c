@@ -90,6 +90,8 @@ typedef struct {
 } coll_shared;
 
 struct coll {
+    const coll_impl *impl; /* another kind of world (NCCL): every call goes to it */
+    void *impl_state;
     coll_shared *sh;
     uint8_t *data;
     size_t map_bytes, slot_bytes;
@@ -434,6 +436,8 @@ static void collect_other_shares(coll *c, uint64_t set, uint8_t *piece, size_t n
 
 int coll_all_reduce(coll *c, void *buf, size_t count, coll_dtype dtype, coll_op op, char **err)
 {
+    if (c->impl)
+        return c->impl->all_reduce(c->impl_state, buf, count, dtype, op, false, err);
     const char *what = begin_call(c, CALL_ALL_REDUCE, dtype, (int)op, count);
     size_t esz = coll_dtype_bytes(dtype), per = c->slot_bytes / esz, done = 0;
     do {
@@ -454,6 +458,8 @@ int coll_all_reduce(coll *c, void *buf, size_t count, coll_dtype dtype, coll_op 
 
 int coll_all_gather(coll *c, const void *send, void *recv, size_t count, coll_dtype dtype, char **err)
 {
+    if (c->impl)
+        return c->impl->all_gather(c->impl_state, send, recv, count, dtype, false, err);
     const char *what = begin_call(c, CALL_ALL_GATHER, dtype, 0, count);
     size_t esz = coll_dtype_bytes(dtype), per = c->slot_bytes / esz, done = 0;
     do {
@@ -474,6 +480,8 @@ int coll_broadcast(coll *c, void *buf, size_t count, coll_dtype dtype, int root,
     if (root < 0 || root >= c->world)
         return report_failure(err, "collectives %s: broadcast from rank %d of a world of %d", c->name, root,
                               c->world);
+    if (c->impl)
+        return c->impl->broadcast(c->impl_state, buf, count, dtype, root, false, err);
     const char *what = begin_call(c, CALL_BROADCAST, dtype, root, count);
     size_t esz = coll_dtype_bytes(dtype), per = c->slot_bytes / esz, done = 0;
     do {
@@ -492,8 +500,53 @@ int coll_broadcast(coll *c, void *buf, size_t count, coll_dtype dtype, int root,
 
 int coll_barrier(coll *c, char **err)
 {
+    if (c->impl)
+        return c->impl->barrier(c->impl_state, err);
     const char *what = begin_call(c, CALL_BARRIER, COLL_F32, 0, 0);
     return first_barrier(c, what, true, err);
+}
+
+/* ---- device memory (another kind of world) ---------------------------------------------------- */
+
+bool coll_takes_device(const coll *c) { return c->impl && c->impl->takes_device; }
+
+/* A device call on a world that cannot take device memory is a programming error. */
+static int device_call(const coll *c, const char *what, char **err)
+{
+    return coll_takes_device(c) ? 0
+                                : report_failure(err, "collectives %s: %s of device memory in a world of host memory",
+                                                 c->name ? c->name : "?", what);
+}
+
+int coll_all_reduce_device(coll *c, void *dev, size_t count, coll_dtype dtype, coll_op op, char **err)
+{
+    if (device_call(c, "all-reduce", err) != 0)
+        return -1;
+    return c->impl->all_reduce(c->impl_state, dev, count, dtype, op, true, err);
+}
+
+int coll_all_gather_device(coll *c, const void *send, void *recv, size_t count, coll_dtype dtype, char **err)
+{
+    if (device_call(c, "all-gather", err) != 0)
+        return -1;
+    return c->impl->all_gather(c->impl_state, send, recv, count, dtype, true, err);
+}
+
+int coll_broadcast_device(coll *c, void *dev, size_t count, coll_dtype dtype, int root, char **err)
+{
+    if (root < 0 || root >= c->world)
+        return report_failure(err, "collectives %s: broadcast from rank %d of a world of %d", c->name, root,
+                              c->world);
+    if (device_call(c, "broadcast", err) != 0)
+        return -1;
+    return c->impl->broadcast(c->impl_state, dev, count, dtype, root, true, err);
+}
+
+coll *coll_from_impl(const char *name, int rank, int world, const coll_impl *impl, void *state)
+{
+    coll *c = xcalloc(1, sizeof *c);
+    *c = (coll){.impl = impl, .impl_state = state, .rank = rank, .world = world, .name = xstrdup(name)};
+    return c;
 }
 
 /* ---- joining and leaving --------------------------------------------------------------------- */
@@ -608,6 +661,8 @@ void coll_close(coll *c)
 {
     if (!c)
         return;
+    if (c->impl)
+        c->impl->close(c->impl_state);
     if (c->sh) {
         atomic_store(&c->sh->ranks[c->rank].left, 1);
         futex(&c->sh->generation, FUTEX_WAKE, INT_MAX, NULL);

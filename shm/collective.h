@@ -20,11 +20,14 @@
  * call fails at once with the same message.
  *
  * The `shm` implementation (processes on one machine, gloo's role) works through one POSIX
- * shared-memory segment; see collective.c for its layout and algorithm.
+ * shared-memory segment; see collective.c for its layout and algorithm. Another kind of world
+ * (NCCL, one process per GPU: nn/cuda/coll_nccl.h) comes in through coll_from_impl and keeps
+ * its own promises, which its header states (NCCL sums in its own order, not in rank order).
  */
 #ifndef SELFSUP_COLLECTIVE_H
 #define SELFSUP_COLLECTIVE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,6 +63,32 @@ int coll_all_gather(coll *c, const void *send, void *recv, size_t count, coll_dt
 int coll_broadcast(coll *c, void *buf, size_t count, coll_dtype dtype, int root, char **err);
 /* Returns once every rank has called it. */
 int coll_barrier(coll *c, char **err);
+
+/* ---- worlds of device memory --------------------------------------------------------------- */
+
+/* Whether the *_device calls may be used: the world moves GPU memory itself (NCCL). The calls
+ * above still take host memory in every world. */
+bool coll_takes_device(const coll *c);
+/* The calls above on device pointers of this process's GPU (the world's device), in place; the
+ * caller's queued work on them has finished (eng_device_address waits for it). 0, or -1 with
+ * *err (also on a world of host memory: a programming error). */
+int coll_all_reduce_device(coll *c, void *dev, size_t count, coll_dtype dtype, coll_op op, char **err);
+int coll_all_gather_device(coll *c, const void *send, void *recv, size_t count, coll_dtype dtype, char **err);
+int coll_broadcast_device(coll *c, void *dev, size_t count, coll_dtype dtype, int root, char **err);
+
+/* Another kind of world: each call of the interface on `state`, `device` saying whether the
+ * pointers are device memory. */
+typedef struct {
+    bool takes_device;
+    int (*all_reduce)(void *state, void *buf, size_t count, coll_dtype dtype, coll_op op, bool device, char **err);
+    int (*all_gather)(void *state, const void *send, void *recv, size_t count, coll_dtype dtype, bool device,
+                      char **err);
+    int (*broadcast)(void *state, void *buf, size_t count, coll_dtype dtype, int root, bool device, char **err);
+    int (*barrier)(void *state, char **err);
+    void (*close)(void *state);
+} coll_impl;
+/* A world of that kind, named `name` in messages; coll_close closes `state` through impl. */
+coll *coll_from_impl(const char *name, int rank, int world, const coll_impl *impl, void *state);
 
 /* The bytes of one value. */
 size_t coll_dtype_bytes(coll_dtype dtype);

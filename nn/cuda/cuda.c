@@ -172,6 +172,12 @@ static void cuda_free(eng_backend *be, void *base)
 
 static size_t cuda_memory_peak(eng_backend *be) { return cuda_of(be)->held_peak; }
 
+static void *cuda_device_address(eng_backend *be, const eng_tensor *t)
+{
+    cuda_sync(be); /* another stream (NCCL's) reads or writes it next */
+    return cuda_ptr(t);
+}
+
 static void cuda_zero(eng_backend *be, const eng_tensor *t)
 {
     CUDA_CHECK(cudaMemsetAsync(cuda_ptr(t), 0, cuda_bytes(be, &t->shape), cuda_stream(be)));
@@ -244,6 +250,7 @@ const eng_ops eng_cuda_ops = {
     .upload = cuda_upload,
     .download = cuda_download,
     .sync = cuda_sync,
+    .device_address = cuda_device_address,
     .memory_peak = cuda_memory_peak,
     .copy = cuda_copy,
     .upload_images = cuda_upload_images,

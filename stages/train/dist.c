@@ -14,6 +14,13 @@ static bool alone(const dist *d) { return !d || !d->world; }
 int dist_rank(const dist *d) { return alone(d) ? 0 : coll_rank(d->world); }
 int dist_world(const dist *d) { return alone(d) ? 1 : coll_world(d->world); }
 
+/* t's device address when the world moves device memory itself (NCCL) and t is in a GPU's:
+ * then the tensor goes to the collective as it is, with no copy through the host. */
+static void *on_device(const dist *d, eng_backend *be, const eng_tensor *t)
+{
+    return coll_takes_device(d->world) ? eng_device_address(be, t) : NULL;
+}
+
 /* Host buffer k (0: what is sent, 1: what is received), room for n values. */
 static float *host_buffer(dist *d, int k, size_t n)
 {
@@ -38,6 +45,9 @@ int dist_broadcast(dist *d, eng_backend *be, const eng_tensor *t, char **err)
 {
     if (alone(d) || eng_numel(&t->shape) == 0) /* every rank has the same model: all skip it */
         return 0;
+    void *dev = on_device(d, be, t);
+    if (dev)
+        return coll_broadcast_device(d->world, dev, (size_t)eng_numel(&t->shape), COLL_F32, 0, err);
     bool root = coll_rank(d->world) == 0;
     float *h = staged(d, be, t, root);
     if (coll_broadcast(d->world, h, (size_t)eng_numel(&t->shape), COLL_F32, 0, err) != 0)
@@ -54,6 +64,9 @@ static int sum_divided(dist *d, eng_backend *be, const eng_tensor *t, float divi
     if (alone(d) || eng_numel(&t->shape) == 0) /* a LayerNorm model's buffers: none */
         return 0;
     size_t n = (size_t)eng_numel(&t->shape);
+    void *dev = on_device(d, be, t);
+    if (dev) /* NCCL's average scales the sum by 1/W (coll_nccl.h) */
+        return coll_all_reduce_device(d->world, dev, n, COLL_F32, divisor == 1.0f ? COLL_SUM : COLL_MEAN, err);
     float *h = staged(d, be, t, true);
     for (size_t i = 0; divisor != 1.0f && i < n; i++)
         h[i] = h[i] / divisor;
@@ -80,6 +93,9 @@ int dist_all_gather(dist *d, eng_backend *be, const eng_tensor *local, const eng
         return 0;
     }
     size_t n = (size_t)eng_numel(&local->shape), world = (size_t)coll_world(d->world);
+    void *send_dev = on_device(d, be, local), *recv_dev = send_dev ? eng_device_address(be, all) : NULL;
+    if (recv_dev)
+        return coll_all_gather_device(d->world, send_dev, recv_dev, n, COLL_F32, err);
     float *send = staged(d, be, local, true), *recv = host_buffer(d, 1, world * n);
     if (coll_all_gather(d->world, send, recv, n, COLL_F32, err) != 0)
         return -1;

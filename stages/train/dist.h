@@ -15,7 +15,8 @@
  * as VISSL's GatherLayer) and SwAV's Sinkhorn sums (dist_reduce, in double).
  *
  * Tensors move through host buffers (eng_download, the collective, eng_upload): the shm
- * collectives work on host memory, and on the cpu backend that is a copy each way.
+ * collectives work on host memory, and on the cpu backend that is a copy each way. A world of
+ * GPUs (NCCL) takes the tensors' device memory as it is (eng_device_address).
  */
 #ifndef SELFSUP_TRAIN_DIST_H
 #define SELFSUP_TRAIN_DIST_H

@@ -52,10 +52,14 @@
  *   --check              check the config as a start would, then exit (0: it would start)
  *   --coll NAME          the world of trainers this one is a rank of (--rank, --world-size):
  *                        the shared segment NAME of shm/collective.h, where the trainers meet
- *                        to be one model (train/dist.h); selfsup run gives it to each trainer
- *                        when DISTRIBUTED.NUM_PROC_PER_NODE > 1
+ *                        to be one model (train/dist.h), or nccl:ID, a world of GPUs
+ *                        (nn/cuda/coll_nccl.h); selfsup run gives it to each trainer when
+ *                        DISTRIBUTED.NUM_PROC_PER_NODE > 1
  */
 #include "collective.h"
+#if HAVE_CUDA
+#include "cuda/coll_nccl.h"
+#endif
 #include "log.h"
 #include "stage.h"
 #include "train/trainer.h"
@@ -166,6 +170,24 @@ static int check(stage *s, train_stage *ts)
     exit(0);
 }
 
+/* The world --coll names: "nccl:<id>" (GPUs, the trainer on its local GPU: rank mod
+ * NUM_PROC_PER_NODE) or a shared-memory segment. NULL with *err. */
+static coll *join_world(const char *name, int rank, int world, const cfg_node *config, char **err)
+{
+    if (!strncmp(name, "nccl:", 5)) {
+#if HAVE_CUDA
+        int64_t per_node = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+        return coll_nccl_join(name + 5, rank, world, per_node > 0 ? (int)(rank % per_node) : 0, err);
+#else
+        (void)config;
+        report_failure(err, "--coll nccl:…: this build has no CUDA, so no NCCL");
+        return NULL;
+#endif
+    }
+    coll_shm_options co = {.timeout_ms = WORLD_TIMEOUT_MS};
+    return coll_shm_join(name, rank, world, &co, err);
+}
+
 static int prepare(stage *s, void *state)
 {
     train_stage *ts = state;
@@ -176,9 +198,8 @@ static int prepare(stage *s, void *state)
     if (ts->check)
         return check(s, ts);
     if (ts->coll_name && ts->opt.world_size > 1) {
-        coll_shm_options co = {.timeout_ms = WORLD_TIMEOUT_MS};
         char *why = NULL;
-        if (!(ts->opt.world = coll_shm_join(ts->coll_name, ts->opt.rank, ts->opt.world_size, &co, &why))) {
+        if (!(ts->opt.world = join_world(ts->coll_name, ts->opt.rank, ts->opt.world_size, stage_config(s), &why))) {
             log_error("%s", why);
             free(why);
             return EXIT_RUNTIME;
@@ -274,7 +295,7 @@ int main(int argc, char **argv)
                    "  --test-steps N       batches per test phase (default: counted from DATA.TEST)\n"
                    "  --memory-in URI      DeepClusterV2's memory pass: one epoch of training batches\n"
                    "  --check              check the config as a start would, then exit 0 or 2\n"
-                   "  --coll NAME          the trainers' world (selfsup run gives it)\n",
+                   "  --coll NAME          the trainers' world: a segment, or nccl:ID (selfsup run gives it)\n",
     };
     train_stage ts = {0};
     int status = stage_main(argc, argv, &info, &ts, run);

@@ -57,11 +57,17 @@ static bool count_steps(const cfg_node *config, const char *split, const trainer
 }
 
 /* Why several trainers cannot train this config as one model yet, or NULL when they can: every
- * loss trains across CPU trainers; GPUs wait for NCCL. *key becomes the key to name. */
+ * loss trains across CPU trainers; on GPUs (NCCL) the batch norms are each rank's own, so SyncBN,
+ * and swav_momentum_loss, whose network is always SyncBN, wait for the cuda backend's
+ * reductions. *key becomes the key to name. */
 static const char *data_parallel_gap(const cfg_node *config, const char **key)
 {
-    if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu"))
-        return *key = "config.MACHINE.DEVICE", "on GPUs (NCCL)";
+    if (!strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu"))
+        return NULL;
+    if (cfg_bool(config, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
+        return *key = "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN", "SyncBN on GPUs";
+    if (!strcmp(cfg_str(config, "LOSS.name"), "swav_momentum_loss"))
+        return *key = "config.LOSS.name", "swav_momentum_loss on GPUs (its momentum network's batch norms are SyncBN)";
     return NULL;
 }
 
@@ -103,13 +109,14 @@ static bool check_world(const cfg_node *config, const trainer_options *o, cfg_er
     world = o->world_size > world ? o->world_size : world;
     if (world <= 1)
         return true;
-    if (!strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu") &&
-        strcmp(cfg_str(config, "DISTRIBUTED.BACKEND"), "gloo")) {
-        cfg_fail(
-            err, cfg_get(config, "DISTRIBUTED.BACKEND"), "config.DISTRIBUTED.BACKEND",
-            "%s needs GPUs (MACHINE.DEVICE: gpu); %lld trainers on the CPU share their model through gloo's "
-            "role (the shm collectives): set DISTRIBUTED.BACKEND: gloo",
-            cfg_str(config, "DISTRIBUTED.BACKEND"), (long long)world);
+    bool cpu = !strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu");
+    const char *backend = cfg_str(config, "DISTRIBUTED.BACKEND");
+    if (strcmp(backend, cpu ? "gloo" : "nccl")) {
+        cfg_fail(err, cfg_get(config, "DISTRIBUTED.BACKEND"), "config.DISTRIBUTED.BACKEND",
+                 cpu ? "%s needs GPUs (MACHINE.DEVICE: gpu); %lld trainers on the CPU share their model through gloo's "
+                       "role (the shm collectives): set DISTRIBUTED.BACKEND: gloo"
+                     : "is %s, but %lld GPU trainers share their model through NCCL: set DISTRIBUTED.BACKEND: nccl",
+                 backend, (long long)world);
         return false;
     }
     const char *key = nodes > 1 ? "config.DISTRIBUTED.NUM_NODES" : "config.DISTRIBUTED.NUM_PROC_PER_NODE";

@@ -4,7 +4,8 @@
 # A GPU machine here has the NVIDIA driver, CUDA 13 and PyTorch (whose Python packages carry
 # cuDNN, cuBLAS and NCCL), but none of the Debian libraries our binaries link and no package
 # registry. So the bundle holds:
-#   bin/   every selfsup binary and the backend conformance test (built here, with nvcc);
+#   bin/   every selfsup binary, the backend conformance test and the NCCL world's (built here,
+#          with nvcc);
 #   lib/   the shared libraries they need from this machine, found with ldd, except the C
 #          library family (the GPU machine's own is newer, and ours would fight its libstdc++)
 #          and the CUDA libraries (the machine's cuDNN/cuBLAS; cudart is linked in statically);
@@ -25,7 +26,7 @@ stage="$top/selfsup-gpu"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
 
 bins=()
-for f in "$build"/selfsup "$build"/selfsup-* "$build"/tests/backend-ops; do
+for f in "$build"/selfsup "$build"/selfsup-* "$build"/tests/backend-ops "$build"/tests/nccl-world; do
     [[ -f $f && -x $f ]] && bins+=("$f") # not the bundle itself (selfsup-gpu.tar.xz)
 done
 cp "${bins[@]}" "$stage/bin/"

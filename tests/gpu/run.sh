@@ -4,6 +4,7 @@
 # From the bundle `make gpu-bundle` made (default build/selfsup-gpu.tar.xz), on the GPU machine:
 #   1. the machine: the card, the driver, which cuDNN/cuBLAS the binaries load;
 #   2. backend conformance: every engine operation on cuda against cpu (tests/gpu/backend_ops.c);
+#      the NCCL world's collectives against their definitions, a rank per GPU (tests/gpu/nccl_world.c);
 #   3. end to end: the SimCLR, SwAV, MoCo and NPID quickstarts, 2 epochs of 5 steps from the same init and
 #      the same records, on the GPU and on the CPU: losses per step, the weights after the
 #      first step and at the end, against the drift between two cpu instruction sets;
@@ -162,6 +163,7 @@ bench_torch() {
 
 check machine machine
 check backend-ops backend-ops --summary "$out/backend_ops.txt"
+check nccl-world nccl-world
 check simclr-parity parity simclr
 check swav-parity parity swav
 check moco-parity parity moco

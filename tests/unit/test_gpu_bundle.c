@@ -41,12 +41,13 @@ Test(gpu_bundle, holds_the_binaries_and_their_libraries_but_not_the_machines_own
     char *list = make_bundle(dir, &size);
     static const char *const WANTED[] = {"selfsup-gpu/bin/selfsup\n", "selfsup-gpu/bin/selfsup-train\n",
                                          "selfsup-gpu/bin/selfsup-extract\n", "selfsup-gpu/bin/backend-ops\n",
+                                         "selfsup-gpu/bin/nccl-world\n", "selfsup-gpu/bin/selfsup-cluster\n",
                                          "selfsup-gpu/lib/libdnnl.so.2\n", "selfsup-gpu/lib/libzmq.so.5\n",
                                          "selfsup-gpu/lib/libyaml-0.so.2\n"};
     for (size_t i = 0; i < ARRAY_LEN(WANTED); i++)
         cr_expect(strstr(list, WANTED[i]), "missing %s", WANTED[i]);
     static const char *const UNWANTED[] = {"/libc.so", "/libstdc++", "/libm.so", "/libcudnn", "/libcublas",
-                                           "/libcuda.so", "/ld-linux"};
+                                           "/libnccl", "/libcuda.so", "/ld-linux"};
     for (size_t i = 0; i < ARRAY_LEN(UNWANTED); i++)
         cr_expect(!strstr(list, UNWANTED[i]), "the machine's own %s was bundled", UNWANTED[i]);
     cr_expect_lt(size, 40L << 20, "%lld bytes", (long long)size);

@@ -1,0 +1,202 @@
+/*
+ * coll_nccl.c — shm/collective.h's interface on NCCL (see coll_nccl.h).
+ *
+ * State: the communicator, a stream of the world's own (the trainer's kernels run on the
+ * backend's stream; a device call follows eng_device_address, which has waited for them), and a
+ * device staging buffer for the host calls, grown to the largest one. Each call queues its NCCL
+ * operation and waits for the stream: the collectives are synchronous, as the shm world's are.
+ */
+#include "cuda/coll_nccl.h"
+
+#include "util.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    void *staging;
+    size_t staging_bytes;
+    int rank, world;
+} nccl_world;
+
+static int nccl_failed(ncclResult_t r, const char *what, char **err)
+{
+    return report_failure(err, "NCCL %s: %s", what, ncclGetErrorString(r));
+}
+
+static int cuda_failed(cudaError_t e, const char *what, char **err)
+{
+    return report_failure(err, "NCCL world: %s: %s", what, cudaGetErrorString(e));
+}
+
+static ncclDataType_t nccl_type(coll_dtype d)
+{
+    return d == COLL_BF16 ? ncclBfloat16 : d == COLL_F64 ? ncclFloat64 : ncclFloat32;
+}
+
+static ncclRedOp_t nccl_op(coll_op op) { return op == COLL_MAX ? ncclMax : op == COLL_MEAN ? ncclAvg : ncclSum; }
+
+/* The operation queued (r), then the stream waited for. */
+static int finish(nccl_world *w, ncclResult_t r, const char *what, char **err)
+{
+    if (r != ncclSuccess)
+        return nccl_failed(r, what, err);
+    cudaError_t e = cudaStreamSynchronize(w->stream);
+    return e == cudaSuccess ? 0 : cuda_failed(e, what, err);
+}
+
+/* The staging buffer, at least `bytes` long. */
+static void *staging(nccl_world *w, size_t bytes, char **err)
+{
+    if (bytes <= w->staging_bytes)
+        return w->staging;
+    cudaFree(w->staging);
+    w->staging = NULL, w->staging_bytes = 0;
+    cudaError_t e = cudaMalloc(&w->staging, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cuda_failed(e, "the host calls' device buffer", err);
+        return NULL;
+    }
+    w->staging_bytes = bytes;
+    return w->staging;
+}
+
+static int copy(nccl_world *w, void *to, const void *from, size_t bytes, enum cudaMemcpyKind kind, char **err)
+{
+    cudaError_t e = cudaMemcpyAsync(to, from, bytes, kind, w->stream);
+    return e == cudaSuccess ? 0 : cuda_failed(e, "a copy between the host and the device", err);
+}
+
+/* The device's bytes back into host memory, waited for. */
+static int to_host(nccl_world *w, void *host, const void *dev, size_t bytes, char **err)
+{
+    if (copy(w, host, dev, bytes, cudaMemcpyDeviceToHost, err) != 0)
+        return -1;
+    cudaError_t e = cudaStreamSynchronize(w->stream);
+    return e == cudaSuccess ? 0 : cuda_failed(e, "a copy to the host", err);
+}
+
+static int all_reduce(void *state, void *buf, size_t count, coll_dtype dtype, coll_op op, bool device, char **err)
+{
+    nccl_world *w = state;
+    size_t bytes = count * coll_dtype_bytes(dtype);
+    void *dev = device ? buf : staging(w, bytes, err);
+    if (!dev || (!device && copy(w, dev, buf, bytes, cudaMemcpyHostToDevice, err) != 0))
+        return -1;
+    if (finish(w, ncclAllReduce(dev, dev, count, nccl_type(dtype), nccl_op(op), w->comm, w->stream), "all-reduce",
+               err) != 0)
+        return -1;
+    return device ? 0 : to_host(w, buf, dev, bytes, err);
+}
+
+static int all_gather(void *state, const void *send, void *recv, size_t count, coll_dtype dtype, bool device,
+                      char **err)
+{
+    nccl_world *w = state;
+    size_t bytes = count * coll_dtype_bytes(dtype), all = bytes * (size_t)w->world;
+    void *dev = device ? recv : staging(w, all, err);
+    const void *from = device ? send : (char *)dev + bytes * (size_t)w->rank; /* in place: NCCL allows it */
+    if (!dev || (!device && copy(w, (void *)from, send, bytes, cudaMemcpyHostToDevice, err) != 0))
+        return -1;
+    if (finish(w, ncclAllGather(from, dev, count, nccl_type(dtype), w->comm, w->stream), "all-gather", err) != 0)
+        return -1;
+    return device ? 0 : to_host(w, recv, dev, all, err);
+}
+
+static int broadcast(void *state, void *buf, size_t count, coll_dtype dtype, int root, bool device, char **err)
+{
+    nccl_world *w = state;
+    size_t bytes = count * coll_dtype_bytes(dtype);
+    void *dev = device ? buf : staging(w, bytes, err);
+    if (!dev || (!device && copy(w, dev, buf, bytes, cudaMemcpyHostToDevice, err) != 0))
+        return -1;
+    if (finish(w, ncclBroadcast(dev, dev, count, nccl_type(dtype), root, w->comm, w->stream), "broadcast", err) != 0)
+        return -1;
+    return device ? 0 : to_host(w, buf, dev, bytes, err);
+}
+
+static int barrier(void *state, char **err)
+{
+    float one = 1.0f;
+    return all_reduce(state, &one, 1, COLL_F32, COLL_SUM, false, err);
+}
+
+static void close_world(void *state)
+{
+    nccl_world *w = state;
+    if (w->comm)
+        ncclCommDestroy(w->comm);
+    if (w->stream)
+        cudaStreamDestroy(w->stream);
+    cudaFree(w->staging);
+    free(w);
+}
+
+static const coll_impl NCCL_IMPL = {.takes_device = true,
+                                    .all_reduce = all_reduce,
+                                    .all_gather = all_gather,
+                                    .broadcast = broadcast,
+                                    .barrier = barrier,
+                                    .close = close_world};
+
+int coll_nccl_unique_id(char *hex, char **err)
+{
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+        return nccl_failed(r, "cannot make a world id", err);
+    for (size_t i = 0; i < sizeof id.internal; i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id.internal[i]);
+    return 0;
+}
+
+/* The id back from its hex form; false for anything else. */
+static bool parse_id(const char *hex, ncclUniqueId *id)
+{
+    if (strlen(hex) != 2 * sizeof id->internal)
+        return false;
+    for (size_t i = 0; i < sizeof id->internal; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return false;
+        id->internal[i] = (char)v;
+    }
+    return true;
+}
+
+coll *coll_nccl_join(const char *hex, int rank, int world, int device, char **err)
+{
+    ncclUniqueId id;
+    if (!parse_id(hex, &id)) {
+        report_failure(err, "NCCL world id: '%.16s…' is not the %d hex digits selfsup run hands out", hex,
+                       COLL_NCCL_ID_HEX);
+        return NULL;
+    }
+    if (rank < 0 || rank >= world || world > COLL_MAX_WORLD) {
+        report_failure(err, "NCCL world: rank %d of a world of %d", rank, world);
+        return NULL;
+    }
+    nccl_world *w = xcalloc(1, sizeof *w);
+    w->rank = rank, w->world = world;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking);
+    ncclResult_t r = e == cudaSuccess ? ncclCommInitRank(&w->comm, world, id, rank) : ncclSuccess;
+    if (e != cudaSuccess || r != ncclSuccess) {
+        if (e != cudaSuccess)
+            cuda_failed(e, "GPU of this rank", err);
+        else
+            nccl_failed(r, "cannot join the world", err);
+        close_world(w);
+        return NULL;
+    }
+    char name[48];
+    snprintf(name, sizeof name, "nccl (GPU %d)", device);
+    return coll_from_impl(name, rank, world, &NCCL_IMPL, w);
+}

@@ -1,0 +1,35 @@
+/*
+ * coll_nccl.h — the collectives of shm/collective.h across GPUs, on NCCL: one process per GPU,
+ * on one node or several (DISTRIBUTED.BACKEND: nccl), as VISSL's torch.distributed runs them.
+ *
+ * The orchestrator makes the world's id once (coll_nccl_unique_id, printable as hex) and hands
+ * it to every trainer (--coll nccl:HEX); each joins as its rank on its local GPU. NCCL moves
+ * device memory itself, so the world takes device pointers (coll_*_device: the gradients, the
+ * weights and buffers broadcast from rank 0, SimCLR's gathered embeddings, with no copy through
+ * the host); the host calls (the losses' double sums, the meters' counts) are staged through a
+ * device buffer. Every call waits for NCCL to finish on the world's stream.
+ *
+ * What differs from the shm world: NCCL sums in the order of its ring or tree, not in rank
+ * order, so the bits depend on the world's size and NCCL's choice of algorithm (the same on
+ * every rank of one run, so the ranks stay one model; NCCL_ALGO pins it). MEAN is NCCL's
+ * average (the sum scaled by 1/W), where DDP divides first. A dead rank is found by the
+ * orchestrator, which stops the run; NCCL itself would wait for it.
+ */
+#ifndef SELFSUP_NN_CUDA_COLL_NCCL_H
+#define SELFSUP_NN_CUDA_COLL_NCCL_H
+
+#include "collective.h"
+
+/* ncclUniqueId is 128 bytes: 256 hex digits. */
+#define COLL_NCCL_ID_HEX 256
+
+/* A new world id, as hex (hex holds COLL_NCCL_ID_HEX + 1 chars). Needs no GPU. 0, or -1 with
+ * *err. */
+int coll_nccl_unique_id(char *hex, char **err);
+
+/* Join the world of `world` ranks the hex id names, as `rank`, on GPU `device` (made the
+ * process's current device). Returns once every rank has joined, or NULL with *err (a bad id,
+ * no such GPU, NCCL's own failure). */
+coll *coll_nccl_join(const char *hex, int rank, int world, int device, char **err);
+
+#endif
