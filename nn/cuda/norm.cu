@@ -21,13 +21,19 @@
  * dx, dgamma and dbeta; a NULL one is skipped; gamma/beta NULL mean 1/0.
  *
  * Scratch: slot 0 holds the partial sums, slot 1 one seg_info per segment (the statistics
- * and coefficients the map kernels read).
+ * and coefficients the map kernels read), slot 2 SyncBN's per-channel sums.
+ *
+ * SyncBN (a reducer, nn.h): the cpu's steps, with the per-channel sums going to the host and
+ * through the reducer between the passes (Σx and the count, then Σ(x − mean)²; backward Σg,
+ * Σg·x̂ and the count): C or 2C doubles a pass, a host round trip each.
  */
 #include "cuda.h"
 
 #include "../../lib/log.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Everything but the extern "C" entry points stays inside this file. */
 namespace {
@@ -329,6 +335,24 @@ typedef struct {
     float *running_mean, *running_var, *save_mean, *save_invstd;
 } stats_args;
 
+/* Segment g's statistics from its Σ(x − mean)² `sq` (info[g].mean set): see stats_args. */
+__device__ static void finish_stats(int64_t g, double sq, const stats_args &s, seg_info *info)
+{
+    double mean = info[g].mean, var = sq / s.count;
+    double invstd = 1.0 / sqrt(var + s.eps);
+    info[g].invstd = invstd;
+    if (s.save_mean)
+        s.save_mean[g] = (float)mean;
+    if (s.save_invstd)
+        s.save_invstd[g] = (float)invstd;
+    if (s.running_mean)
+        s.running_mean[g] = (float)((1.0 - s.momentum) * s.running_mean[g] + s.momentum * mean);
+    if (s.running_var)
+        s.running_var[g] = (float)((1.0 - s.momentum) * s.running_var[g] + s.momentum * var * s.count / (s.count - 1.0));
+    info[g].scale = at_or(s.gamma, g, 1.0) * invstd;
+    info[g].shift = at_or(s.beta, g, 0.0);
+}
+
 __global__ static void finish_stats_kernel(const double *part, int parts, int64_t segs, stats_args s,
                                            seg_info *info)
 {
@@ -336,20 +360,52 @@ __global__ static void finish_stats_kernel(const double *part, int parts, int64_
     {
         double sq, unused;
         parts_sum(part, parts, g, &sq, &unused);
-        double mean = info[g].mean, var = sq / s.count;
-        double invstd = 1.0 / sqrt(var + s.eps);
-        info[g].invstd = invstd;
-        if (s.save_mean)
-            s.save_mean[g] = (float)mean;
-        if (s.save_invstd)
-            s.save_invstd[g] = (float)invstd;
-        if (s.running_mean)
-            s.running_mean[g] = (float)((1.0 - s.momentum) * s.running_mean[g] + s.momentum * mean);
-        if (s.running_var)
-            s.running_var[g] = (float)((1.0 - s.momentum) * s.running_var[g] +
-                                       s.momentum * var * s.count / (s.count - 1.0));
-        info[g].scale = at_or(s.gamma, g, 1.0) * invstd;
-        info[g].shift = at_or(s.beta, g, 0.0);
+        finish_stats(g, sq, s, info);
+    }
+}
+
+/* ---- SyncBN: the group's sums, one double per segment (or two) between the passes ----------- */
+
+/* tot[g] = Σ over segment g's parts of the first sum. */
+__global__ static void totals_kernel(const double *part, int parts, int64_t segs, double *tot)
+{
+    GRID_STRIDE(g, segs)
+    {
+        double a, unused;
+        parts_sum(part, parts, g, &a, &unused);
+        tot[g] = a;
+    }
+}
+
+__global__ static void set_mean_kernel(const double *sum, int64_t segs, double count, seg_info *info)
+{
+    GRID_STRIDE(g, segs) { info[g].mean = sum[g] / count; }
+}
+
+__global__ static void stats_from_sums_kernel(const double *sq, int64_t segs, stats_args s, seg_info *info)
+{
+    GRID_STRIDE(g, segs) { finish_stats(g, sq[g], s, info); }
+}
+
+/* out = [Σg of every segment, Σg·x̂ of every segment] */
+__global__ static void pack_grads_kernel(const seg_info *info, int64_t segs, double *out)
+{
+    GRID_STRIDE(g, segs)
+    {
+        out[g] = info[g].sum_g;
+        out[segs + g] = info[g].sum_gxhat;
+    }
+}
+
+/* The group's sums back into info, and the dx factor k = γ·invstd/m with the group's count. */
+__global__ static void unpack_grads_kernel(const double *in, int64_t segs, double count, const float *gamma,
+                                           seg_info *info)
+{
+    GRID_STRIDE(g, segs)
+    {
+        info[g].sum_g = in[g];
+        info[g].sum_gxhat = in[segs + g];
+        info[g].k = at_or(gamma, g, 1.0) * info[g].invstd / count;
     }
 }
 
@@ -443,6 +499,64 @@ static void segment_grads(eng_backend *be, const walk &w, Op op, const seg_info 
 
 static bool empty(const walk &w) { return w.segs == 0 || w.count == 0; }
 
+/* dev[0..n) (device doubles) and *count summed over the group on the host, in place; a failed
+ * reducer leaves the rank's own values, as the cpu backend's batch norm does (nn.h). */
+static void over_group(eng_backend *be, double *dev, int64_t n, double *count, const eng_reducer *r)
+{
+    size_t len = (size_t)n + 1;
+    double *h = (double *)malloc(2 * len * sizeof(double));
+    if (!h)
+        die(EXIT_RUNTIME, "cuda: SyncBN: out of host memory for %lld sums", (long long)n);
+    cuda_read_doubles(be, dev, h, (int)n);
+    h[n] = *count;
+    memcpy(h + len, h, len * sizeof(double));
+    if (r->reduce(r->ctx, h, len, false) != 0)
+        memcpy(h, h + len, len * sizeof(double));
+    CUDA_CHECK(cudaMemcpyAsync(dev, h, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, cuda_stream(be)));
+    cuda_sync(be); /* h is freed next */
+    *count = h[n];
+    free(h);
+}
+
+/* SyncBN's forward (the cpu's steps): Σx and the count over the group, then Σ(x − mean)² around
+ * the group's mean, then the statistics with the group's count. */
+static void forward_synced(eng_backend *be, const walk &w, const float *x, stats_args s, seg_info *info,
+                           const eng_reducer *r)
+{
+    double *part = partials_scratch(be, w), *tot = (double *)cuda_scratch(be, 2, (size_t)w.segs * sizeof(double));
+    cudaStream_t st = cuda_stream(be);
+    launch_partials(be, w, sum_op{x}, NULL, part);
+    totals_kernel<<<seg_blocks(w), THREADS, 0, st>>>(part, w.parts, w.segs, tot);
+    CUDA_LAUNCHED();
+    double m = (double)w.count, unused = 0.0;
+    over_group(be, tot, w.segs, &m, r);
+    if (m < 2)
+        die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %.0f)", m);
+    set_mean_kernel<<<seg_blocks(w), THREADS, 0, st>>>(tot, w.segs, m, info);
+    CUDA_LAUNCHED();
+    launch_partials(be, w, sqdev_op{x}, info, part);
+    totals_kernel<<<seg_blocks(w), THREADS, 0, st>>>(part, w.parts, w.segs, tot);
+    CUDA_LAUNCHED();
+    over_group(be, tot, w.segs, &unused, r);
+    s.count = m;
+    stats_from_sums_kernel<<<seg_blocks(w), THREADS, 0, st>>>(tot, w.segs, s, info);
+    CUDA_LAUNCHED();
+}
+
+/* SyncBN's backward: dγ and dβ from this rank's sums (added by segment_grads), dx from the
+ * group's Σg, Σg·x̂ and count. info holds the saved statistics; returns the group's count. */
+static double backward_group_sums(eng_backend *be, const walk &w, const float *gamma, seg_info *info,
+                                  const eng_reducer *r)
+{
+    double *tot = (double *)cuda_scratch(be, 2, (size_t)(2 * w.segs) * sizeof(double)), m = (double)w.count;
+    pack_grads_kernel<<<seg_blocks(w), THREADS, 0, cuda_stream(be)>>>(info, w.segs, tot);
+    CUDA_LAUNCHED();
+    over_group(be, tot, 2 * w.segs, &m, r);
+    unpack_grads_kernel<<<seg_blocks(w), THREADS, 0, cuda_stream(be)>>>(tot, w.segs, m, gamma, info);
+    CUDA_LAUNCHED();
+    return m;
+}
+
 /* Running statistics (mean 0, var 1 where missing) make batch norm a per-channel affine map. */
 static seg_info *eval_info(eng_backend *be, const walk &w, double eps, tensor_ref *gamma, tensor_ref *beta,
                            tensor_ref *mean, tensor_ref *var)
@@ -462,13 +576,11 @@ extern "C" void cuda_batchnorm_forward_train(eng_backend *be, double momentum, d
                                              tensor_ref *save_invstd, bool relu, tensor_ref *y,
                                              const eng_reducer *across)
 {
-    if (across) /* the trainer refuses SyncBN on GPUs before it builds a model (issue: NCCL) */
-        invariant_failed("cuda: batch norm over several ranks (SyncBN) is not on this backend yet");
     walk w = channel_walk(x);
-    if (w.count < 2)
+    if (w.count < 2 && !across)
         die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %lld)",
             (long long)w.count);
-    if (empty(w))
+    if (empty(w) && !across) /* with a reducer every rank makes the group's calls */
         return;
     seg_info *info = info_scratch(be, w.segs);
     stats_args s = {};
@@ -481,7 +593,10 @@ extern "C" void cuda_batchnorm_forward_train(eng_backend *be, double momentum, d
     s.running_var = mut_or_null(running_var);
     s.save_mean = mut_or_null(save_mean);
     s.save_invstd = mut_or_null(save_invstd);
-    segment_stats(be, w, cuda_ptr(x), s, info);
+    if (across)
+        forward_synced(be, w, cuda_ptr(x), s, info, across);
+    else
+        segment_stats(be, w, cuda_ptr(x), s, info);
     launch_map(be, w, bn_affine_op{cuda_ptr(x), NULL, cuda_ptr(y), relu}, info);
 }
 
@@ -515,10 +630,8 @@ extern "C" void cuda_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_r
                                         tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta,
                                         const eng_reducer *across)
 {
-    if (across)
-        invariant_failed("cuda: batch norm over several ranks (SyncBN) is not on this backend yet");
     walk w = channel_walk(x);
-    if (empty(w))
+    if (empty(w) && !across)
         return;
     seg_info *info = info_scratch(be, w.segs);
     saved_info_kernel<<<seg_blocks(w), THREADS, 0, cuda_stream(be)>>>(
@@ -526,8 +639,9 @@ extern "C" void cuda_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_r
     CUDA_LAUNCHED();
     const float *px = cuda_ptr(x), *pdy = cuda_ptr(dy), *py = ptr_or_null(relu_y);
     segment_grads(be, w, bn_grad_op{px, pdy, py}, info, info, mut_or_null(dgamma), mut_or_null(dbeta));
+    double m = across ? backward_group_sums(be, w, ptr_or_null(gamma), info, across) : (double)w.count;
     if (dx)
-        launch_map(be, w, bn_dx_train_op{px, pdy, py, cuda_ptr(dx), (double)w.count}, info);
+        launch_map(be, w, bn_dx_train_op{px, pdy, py, cuda_ptr(dx), m}, info);
 }
 
 /* The eval forward is affine per channel, so: dx += dy·γ·invstd, dγ += Σ dy·x̂, dβ += Σ dy

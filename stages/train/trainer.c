@@ -56,21 +56,6 @@ static bool count_steps(const cfg_node *config, const char *split, const trainer
     return *out >= 1;
 }
 
-/* Why several trainers cannot train this config as one model yet, or NULL when they can: every
- * loss trains across CPU trainers; on GPUs (NCCL) the batch norms are each rank's own, so SyncBN,
- * and swav_momentum_loss, whose network is always SyncBN, wait for the cuda backend's
- * reductions. *key becomes the key to name. */
-static const char *data_parallel_gap(const cfg_node *config, const char **key)
-{
-    if (!strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu"))
-        return NULL;
-    if (cfg_bool(config, "MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN"))
-        return *key = "config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN", "SyncBN on GPUs";
-    if (!strcmp(cfg_str(config, "LOSS.name"), "swav_momentum_loss"))
-        return *key = "config.LOSS.name", "swav_momentum_loss on GPUs (its momentum network's batch norms are SyncBN)";
-    return NULL;
-}
-
 /* SyncBN's group size in a world of `world` trainers (MODEL.SYNC_BN_CONFIG.GROUP_SIZE, as
  * VISSL's convert_sync_bn reads it: −1, a node's trainers; 0, all of them; k > 0, k of them
  * at most), or 0 without SyncBN. */
@@ -122,7 +107,7 @@ static bool check_world(const cfg_node *config, const trainer_options *o, cfg_er
     const char *key = nodes > 1 ? "config.DISTRIBUTED.NUM_NODES" : "config.DISTRIBUTED.NUM_PROC_PER_NODE";
     const char *gap = nodes > 1                         ? "trainers on several nodes"
                       : !o->world && !o->world_promised ? "this trainer was given no world to share (--coll)"
-                                                        : data_parallel_gap(config, &key);
+                                                        : NULL;
     if (!gap)
         return check_sync_bn(config, world, err);
     cfg_fail(

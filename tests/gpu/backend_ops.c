@@ -133,6 +133,7 @@ enum {
     F_WEIGHT = 1 << 14,   /* cross_entropy's class weights */
     F_ZERO = 1 << 15,     /* the op's degenerate corner: a zero row, a dead column, all ignored */
     F_BF16 = 1 << 16,     /* on the tested backend opened for mixed precision (ENG_BF16) */
+    F_SYNCED = 1 << 17,   /* SyncBN: batch norm over a group of three ranks that hold this batch */
 };
 
 static const struct {
@@ -923,7 +924,22 @@ static eng_tensor *bn_relu_y(ctx *c, const float *hx, eng_shape s, const float *
     return upload(c, s, ENG_LAYOUT_LOGICAL, y);
 }
 
-/* F_RELU: batchnorm_relu. */
+/* SyncBN's group in one process: three ranks holding the same batch, so each sum over the group
+ * is three times this rank's (exact in double) and the group's batch norm is the one of the
+ * batch repeated three times: a larger count, the same mean and variance. */
+static int three_ranks(void *state, double *v, size_t n, bool max)
+{
+    (void)state;
+    for (size_t i = 0; !max && i < n; i++)
+        v[i] *= 3.0;
+    return 0;
+}
+
+static const eng_reducer THREE_RANKS = {.reduce = three_ranks, .world = 3};
+
+static const eng_reducer *reducer(const ctx *c) { return has(c, F_SYNCED) ? &THREE_RANKS : NULL; }
+
+/* F_RELU: batchnorm_relu; F_SYNCED: over THREE_RANKS. */
 static void bn_fwd_train(ctx *c)
 {
     eng_shape s = act_shape(c->p), cs = vec(c->p->c);
@@ -934,9 +950,9 @@ static void bn_fwd_train(ctx *c)
                *sinv = output(c, cs), *y = output(c, s);
     if (has(c, F_RELU))
         eng_batchnorm_relu_forward_train(c->be, 0.1, BN_EPS, x, gamma, beta, rmean, rvar, smean, sinv, y,
-                                         NULL);
+                                         reducer(c));
     else
-        eng_batchnorm_forward_train(c->be, 0.1, BN_EPS, x, gamma, beta, rmean, rvar, smean, sinv, y, NULL);
+        eng_batchnorm_forward_train(c->be, 0.1, BN_EPS, x, gamma, beta, rmean, rvar, smean, sinv, y, reducer(c));
     check(c, "y", y);
     check(c, "running_mean", rmean);
     check(c, "running_var", rvar);
@@ -957,7 +973,8 @@ static void bn_fwd_eval(ctx *c)
     check(c, "y", y);
 }
 
-/* The training backward (F_RELU: batchnorm_relu's), through the saved batch statistics. */
+/* The training backward (F_RELU: batchnorm_relu's), through the saved batch statistics
+ * (F_SYNCED: the group's sums for dx, this rank's for dγ and dβ). */
 static void bn_bwd(ctx *c)
 {
     eng_shape s = act_shape(c->p), cs = vec(c->p->c);
@@ -970,9 +987,9 @@ static void bn_bwd(ctx *c)
     eng_tensor *y = has(c, F_RELU) ? bn_relu_y(c, hx, s, hmean, hinvstd, hg, hb) : NULL, *dy = input(c, s, -1, 1),
                *dx = has(c, F_NODX) ? NULL : grad(c, s, 1), *dgamma = grad(c, cs, 1), *dbeta = grad(c, cs, 1);
     if (y)
-        eng_batchnorm_relu_backward(c->be, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta, NULL);
+        eng_batchnorm_relu_backward(c->be, x, gamma, mean, invstd, y, dy, dx, dgamma, dbeta, reducer(c));
     else
-        eng_batchnorm_backward(c->be, x, gamma, mean, invstd, dy, dx, dgamma, dbeta, NULL);
+        eng_batchnorm_backward(c->be, x, gamma, mean, invstd, dy, dx, dgamma, dbeta, reducer(c));
     check(c, "dx", dx);
     check(c, "dgamma", dgamma);
     check(c, "dbeta", dbeta);
@@ -1291,6 +1308,9 @@ static const test_case CASES[] = {
     {"bn_relu_fwd_train", bn_fwd_train, TOL_FP32, {ODD, .flags = F_RELU}},
     {"bn_relu_fwd_train", bn_fwd_train, TOL_SUM, {RES, .flags = F_RELU}},
     {"bn_relu_fwd_train", bn_fwd_train, TOL_FP32, {NC(7, 5), .flags = F_RELU}},
+    {"bn_fwd_train_synced", bn_fwd_train, TOL_FP32, {ODD, .flags = F_SYNCED}},
+    {"bn_fwd_train_synced", bn_fwd_train, TOL_SUM, {RES, .flags = F_SYNCED}},
+    {"bn_relu_fwd_train_synced", bn_fwd_train, TOL_FP32, {NC(7, 5), .flags = F_RELU | F_SYNCED}},
     {"bn_fwd_eval", bn_fwd_eval, TOL_FP32, {ODD}},
     {"bn_fwd_eval", bn_fwd_eval, TOL_FP32, {RES}},
     {"bn_fwd_eval", bn_fwd_eval, TOL_FP32, {NC(7, 5)}},
@@ -1305,6 +1325,10 @@ static const test_case CASES[] = {
     {"bn_relu_bwd", bn_bwd, TOL_FP32, {ODD, .flags = F_RELU}},
     {"bn_relu_bwd", bn_bwd, TOL_SUM, {RES, .flags = F_RELU}},
     {"bn_relu_bwd", bn_bwd, TOL_FP32, {NC(7, 5), .flags = F_RELU}},
+    {"bn_bwd_synced", bn_bwd, TOL_FP32, {ODD, .flags = F_SYNCED}},
+    {"bn_bwd_synced", bn_bwd, TOL_SUM, {RES, .flags = F_SYNCED}},
+    {"bn_bwd_synced", bn_bwd, TOL_FP32, {ODD, .flags = F_NODX | F_SYNCED}},
+    {"bn_relu_bwd_synced", bn_bwd, TOL_FP32, {NC(7, 5), .flags = F_RELU | F_SYNCED}},
     {"bn_bwd_eval", bn_bwd_eval, TOL_FP32, {ODD}},
     {"bn_bwd_eval", bn_bwd_eval, TOL_SUM, {RES}},
     {"bn_bwd_eval", bn_bwd_eval, TOL_FP32, {NC(7, 5)}},
