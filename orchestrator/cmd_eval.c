@@ -29,8 +29,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void usage(FILE *out, const char *tool)
+/* command: svm, knn or clusterfit; tool: the stage it runs (svm, knn, cluster). */
+static void usage(FILE *out, const char *command, const char *tool)
 {
+    bool clusterfit = !strcmp(tool, "cluster");
     fprintf(out,
             "usage: selfsup %s CONFIG [overrides...] [--run-dir DIR] [--node-rank N] [--no-extract]%s\n"
             "\n"
@@ -43,12 +45,12 @@ static void usage(FILE *out, const char *tool)
             "  --no-extract     use the feature files already in CHECKPOINT.DIR\n"
             "Other options, after CONFIG, go to selfsup-%s (e.g. --threads N).\n"
             "%s",
-            tool, strcmp(tool, "cluster") ? "" : "\n                          [--then TRAIN_CONFIG [overrides...]]",
+            command, clusterfit ? "\n                          [--then TRAIN_CONFIG [overrides...]]" : "",
             tool, tool, tool,
-            strcmp(tool, "cluster") ? ""
-                                    : "  --then TRAIN_CONFIG [overrides...]\n"
-                                      "                   then train on the labels: selfsup run TRAIN_CONFIG with\n"
-                                      "                   config.DATA.TRAIN.LABEL_PATHS=[the labels file]\n");
+            !clusterfit ? ""
+                        : "  --then TRAIN_CONFIG [overrides...]\n"
+                          "                   then train on the labels: selfsup run TRAIN_CONFIG with\n"
+                          "                   config.DATA.TRAIN.LABEL_PATHS=[the labels file]\n");
 }
 
 /* Run selfsup-TOOL (beside this binary, else on PATH) with argv and wait for it. */
@@ -265,9 +267,9 @@ int cmd_eval(int argc, char **argv)
     int status = 0, ntrain = 0;
     char **train = NULL, *labels = NULL;
     if (a.help)
-        usage(stdout, tool);
+        usage(stdout, argv[0], tool);
     else if (!a.config) {
-        usage(stderr, tool);
+        usage(stderr, argv[0], tool);
         status = EXIT_USAGE;
     } else if (!strcmp(tool, "cluster") && !(labels = labels_path(&a)))
         status = EXIT_USAGE;
