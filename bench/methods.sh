@@ -5,7 +5,7 @@
 # builds it — a DataLoader with its NUM_DATALOADER_WORKERS workers doing PIL decode and the
 # transforms, its collator, torchvision's ResNet with VISSL's heads, VISSL's loss and hooks
 # re-stated, SGD/LARC on VISSL's parameter groups — torch on as many threads as cores). One
-# epoch over the first N Fashion-MNIST images (default 5120) each, the two sides one after the
+# epoch over the first N Fashion-MNIST images (default 7680) each, the two sides one after the
 # other for each method in turn, so that both are measured in the same minutes.
 #
 # METHODS="simclr swav ..." picks the quickstarts (default: all of them; clusterfit_train trains
@@ -15,13 +15,13 @@
 # the timed steps spent waiting for data. Exits non-zero when a side fails; never on a time.
 set -euo pipefail
 build=${1:-build}
-n=${2:-${N:-5120}}
+n=${2:-${N:-7680}}
 cd "$(dirname "$0")/.."
 source bench/peers.sh
 peers_install
 python=/usr/bin/python3
 list=data/fashion-mnist/disk_filelist/train_images.npy
-methods=(${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet jigsaw supervised clusterfit_train})
+read -r -a methods <<<"${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet jigsaw supervised clusterfit_train}"
 [[ -x $build/selfsup ]] || { echo "bench/methods.sh: no $build/selfsup (make -j$(nproc) all)" >&2; exit 1; }
 [[ -f $list ]] || "$build/selfsup" dataset fashion-mnist data/fashion-mnist >&2
 work=$(mktemp -d)
@@ -29,6 +29,7 @@ trap 'rm -rf "$work"' EXIT
 labels=$work/cluster_labels.npy
 failed=0
 t_start=$SECONDS
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # Random "cluster" labels (100 classes) for clusterfit_train, one per file-list entry.
 "$python" -c 'import numpy as np, sys; n = len(np.load(sys.argv[1], allow_pickle=True))
@@ -71,6 +72,7 @@ for m in "${methods[@]}"; do
     selfsup_side "$m" >"$work/$m/selfsup.out" || side_failed "$m" selfsup "$work/$m/selfsup.log"
     echo "bench/methods.sh: $m: PyTorch ..." >&2
     torch_side "$m" >"$work/$m/torch.out" || side_failed "$m" PyTorch "$work/$m/torch.log"
+    echo "bench/methods.sh: $m done at $((SECONDS - t_start)) s, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done
 
 # line FILE KEY: the fields after KEY on FILE's line that starts with it (empty if none).
@@ -81,8 +83,8 @@ pct() { printf '%.1f%%' "$(echo "$1 * 100" | bc -l)"; }
 
 echo "## methods: every quickstart's training speed on the CPU, selfsup vs PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
 echo
-echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg);" \
-    "$n images per method, one epoch each side; $(date -u '+%Y-%m-%d %H:%M UTC')."
+echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load average $load_start at the start," \
+    "$(cut -d' ' -f1-3 /proc/loadavg) at the end; $n images per method, one epoch each side; $(date -u '+%Y-%m-%d %H:%M UTC')."
 selfsup_blas_line "$(onednn_version): its convolutions and dnnl_sgemm (own JIT kernels, no system BLAS)."
 peers_blas_line torch torchvision
 echo

@@ -33,7 +33,6 @@ Subcommands:
         and k-means come before the first.
   overrides NAME   the `selfsup run` overrides that make the quickstart one epoch long with the
                    LR it has in its first epoch (a multistep schedule keeps its first value)
-  batch NAME       BATCHSIZE_PER_REPLICA
   stats NAME FILE  selfsup's side from its stdout.json, in torch_train's format ("selfsup_train ...")
                    and breakdown ("selfsup_breakdown ...")
 
@@ -666,7 +665,8 @@ def stats(a):
           f"{sum(r['data_wait(ms)'] for r in timed) / sum(bt):.3f} {len(rows)}")
     mean = lambda *keys: sum(r[k] for r in timed for k in keys) / len(timed)
     print(f"selfsup_breakdown {mean('data_wait(ms)'):.1f} {mean('read_sample(ms)', 'forward(ms)'):.1f} "
-          f"{mean('loss_compute(ms)'):.1f} {mean('backward(ms)'):.1f} {mean('optimizer_step(ms)', 'meters_update(ms)'):.1f}")
+          f"{mean('loss_compute(ms)'):.1f} {mean('backward(ms)'):.1f} "
+          f"{mean('optimizer_step(ms)', 'meters_update(ms)'):.1f}")
 
 
 def main():
@@ -679,7 +679,6 @@ def main():
     t.add_argument("--threads", type=int, default=os.cpu_count())
     t.add_argument("--labels", help="the label file (default: the file list's _labels.npy)")
     sub.add_parser("overrides").add_argument("name")
-    sub.add_parser("batch").add_argument("name")
     s = sub.add_parser("stats")
     s.add_argument("name")
     s.add_argument("file")
@@ -688,8 +687,6 @@ def main():
         train(a)
     elif a.cmd == "overrides":
         overrides(a)
-    elif a.cmd == "batch":
-        print(config(a.name)["DATA"]["TRAIN"]["BATCHSIZE_PER_REPLICA"])
     else:
         stats(a)
 

@@ -207,7 +207,7 @@ static int cluster(clusterfit_options *o, const cfg_node *config, const args *a)
         rc = kmeans_faiss(f.features, (int64_t)f.n, (int64_t)f.dim, o->num_clusters, o->niter, !a->quiet, centroids,
                           labels, distances, &err) ? EXIT_RUNTIME : 0;
         if (rc == 0)
-            log_info("k-means done in %.1f s", now_seconds() - t0), report(o, &f, labels, distances);
+            log_info("k-means done in %.2f s", now_seconds() - t0), report(o, &f, labels, distances);
     }
     if (rc == 0 && clusterfit_write(o, f.n, f.dim, labels, centroids, distances, &err) != 0)
         rc = EXIT_RUNTIME;
