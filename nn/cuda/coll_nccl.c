@@ -101,8 +101,10 @@ static int all_gather(void *state, const void *send, void *recv, size_t count, c
     nccl_world *w = state;
     size_t bytes = count * coll_dtype_bytes(dtype), all = bytes * (size_t)w->world;
     void *dev = device ? recv : staging(w, all, err);
+    if (!dev)
+        return -1;
     const void *from = device ? send : (char *)dev + bytes * (size_t)w->rank; /* in place: NCCL allows it */
-    if (!dev || (!device && copy(w, (void *)from, send, bytes, cudaMemcpyHostToDevice, err) != 0))
+    if (!device && copy(w, (void *)from, send, bytes, cudaMemcpyHostToDevice, err) != 0)
         return -1;
     if (finish(w, ncclAllGather(from, dev, count, nccl_type(dtype), w->comm, w->stream), "all-gather", err) != 0)
         return -1;
