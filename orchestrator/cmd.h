@@ -4,6 +4,7 @@
 #ifndef SELFSUP_CMD_H
 #define SELFSUP_CMD_H
 
+#include "config.h"
 #include "version.h"
 
 /* selfsup config {show,validate,lr} CONFIG [overrides...]; argv[0] is "config". */
@@ -12,6 +13,11 @@ int cmd_config(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 /* The same with engine_name forced (NULL: the config's). */
 int cmd_run_engine(int argc, char **argv, const char *engine);
+/* What `selfsup run argv` would refuse before starting anything, checked without starting it:
+ * the command line parsed and the config composed as cmd_run does (but for the files its paths
+ * name, which may not exist yet), edit(config, ctx) applied, then the engine's preflight. false
+ * after logging the refusal. argv[0] is "run". */
+bool cmd_run_check(int argc, char **argv, void (*edit)(cfg_node *config, const void *ctx), const void *ctx);
 /* selfsup svm|knn|clusterfit CONFIG [overrides...] [--run-dir DIR] [--no-extract]: extract the
  * features (engine extract_features), then run selfsup-svm, selfsup-knn or selfsup-cluster on
  * them, as VISSL's tools/train_svm.py, tools/nearest_neighbor_test.py and

@@ -20,7 +20,6 @@
 #include "cluster/clusterfit.h"
 #include "extract/extract.h"
 #include "log.h"
-#include "preflight.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -198,43 +197,13 @@ static char **train_argv(int argc, char **argv, int then, const char *labels, in
 /* A composed training config as it will read once the labels exist: until then its
  * DATA.TRAIN reads no labels (they change no count the checks make; `selfsup run` checks the
  * file itself when the training starts). */
-static void without_missing_labels(cfg_node *config, const char *labels)
+static void without_missing_labels(cfg_node *config, const void *labels)
 {
     if (path_exists(labels))
         return;
     cfg_node *train = cfg_get(config, "DATA.TRAIN");
     cfg_map_set(train, "LABEL_SOURCES", cfg_new(CFG_LIST, NULL, 0));
     cfg_map_set(train, "LABEL_PATHS", cfg_new(CFG_LIST, NULL, 0));
-}
-
-/* The training config, checked as `selfsup run` will check it, but for its labels file, which
- * the clustering has not written yet. */
-static bool train_config_ok(char **t, int n, const char *labels)
-{
-    cfg_t cfg = {0};
-    cfg_err err;
-    const char *config = NULL;
-    char **overrides = xcalloc((size_t)n, sizeof *overrides);
-    int no = 0;
-    for (int i = 1; i < n; i++)
-        if (t[i][0] == '-')
-            i += !strcmp(t[i], "--run-dir") || !strcmp(t[i], "--node-rank"); /* and its value */
-        else if (!config && !strchr(t[i], '='))
-            config = t[i];
-        else
-            overrides[no++] = t[i];
-    bool ok = config && cfg_compose_arg(&cfg, false, config, no, overrides, &err);
-    if (!config)
-        log_error("--then needs the training config");
-    else if (!ok)
-        log_error("%s", err.msg);
-    else {
-        without_missing_labels(cfg_map_get(cfg.root, "config"), labels);
-        ok = preflight_engine(cfg_map_get(cfg.root, "config"), cfg_str(cfg.root, "engine_name"));
-    }
-    free(overrides);
-    cfg_destroy(&cfg);
-    return ok;
 }
 
 /* The steps: extraction, the tool, then ClusterFit's training. */
@@ -273,9 +242,12 @@ int cmd_eval(int argc, char **argv)
         status = EXIT_USAGE;
     } else if (!strcmp(tool, "cluster") && !(labels = labels_path(&a)))
         status = EXIT_USAGE;
-    if (status == 0 && labels && a.then < argc) {
+    if (status == 0 && labels && a.then == argc - 1) {
+        log_error("--then needs the training config");
+        status = EXIT_USAGE;
+    } else if (status == 0 && labels && a.then < argc) {
         train = train_argv(argc, argv, a.then, labels, &ntrain);
-        status = train_config_ok(train, ntrain, labels) ? 0 : EXIT_USAGE;
+        status = cmd_run_check(ntrain, train, without_missing_labels, labels) ? 0 : EXIT_USAGE;
     }
     if (!a.help && status == 0)
         status = run_steps(&a, tool, train, ntrain, labels);

@@ -96,9 +96,9 @@ static int parse_run_args(int argc, char **argv, run_args *a)
     return -1;
 }
 
-static bool compose(cfg_t *cfg, const run_args *a, char **file_out)
+static bool compose(cfg_t *cfg, const run_args *a, bool check_paths, char **file_out)
 {
-    cfg_options opt = {.check_paths = true};
+    cfg_options opt = {.check_paths = check_paths};
     char *dir = cfg_find_configs_dir();
     opt.configs_dir = dir;
     char *file = NULL;
@@ -508,11 +508,28 @@ int cmd_run_engine(int argc, char **argv, const char *engine)
     cfg_t cfg;
     char *file = NULL;
     status = EXIT_USAGE;
-    if (compose(&cfg, &a, &file)) {
+    if (compose(&cfg, &a, true, &file)) {
         status = start(&cfg, &a, file, engine);
         cfg_destroy(&cfg);
     }
     free(file);
     free(a.overrides);
     return status;
+}
+
+bool cmd_run_check(int argc, char **argv, void (*edit)(cfg_node *config, const void *ctx), const void *ctx)
+{
+    run_args a = {0};
+    cfg_t cfg;
+    char *file = NULL;
+    bool ok = parse_run_args(argc, argv, &a) < 0 && compose(&cfg, &a, false, &file);
+    if (ok) {
+        cfg_node *config = cfg_map_get(cfg.root, "config");
+        edit(config, ctx);
+        ok = preflight_engine(config, cfg_str(cfg.root, "engine_name"));
+        cfg_destroy(&cfg);
+    }
+    free(file);
+    free(a.overrides);
+    return ok;
 }

@@ -214,6 +214,8 @@ Test(cluster, clusterfit_refuses_before_extracting, .timeout = 60)
     expect_flow_refused("config.CLUSTERFIT.FEATURES.LAYER_NAME=res4", "writes res5");
     expect_flow_refused("config.CLUSTERFIT.N_ITER=-1", "CLUSTERFIT.N_ITER");
     expect_flow_refused("--then quickstart/clusterfit_train config.OPTIMIZER.num_epochs=1", "num_epochs");
+    /* the training's command line is selfsup run's: config=NAME names the config there too */
+    expect_flow_refused("--then config=quickstart/clusterfit_train config.OPTIMIZER.num_epochs=1", "num_epochs");
     expect_flow_refused("--then quickstart/clusterfit_train config.LOSS.name=nope", "nope");
     expect_flow_refused("--then", "--then needs the training config");
 }
