@@ -81,8 +81,8 @@ static int run_tool(const char *tool, char **argv)
 /* The command line split by destination: `selfsup run`'s (extraction), the tool's, and
  * ClusterFit's training run after --then. */
 typedef struct {
-    char **run_argv, **tool_argv;
-    int nrun, ntool;
+    char **run_argv, **tool_argv, **overrides; /* overrides: the config's, for composing it here */
+    int nrun, ntool, noverrides;
     bool extract, help;
     const char *config, *output; /* the tool's -c CONFIG and --output DIR */
     int then;                    /* argv index of --then, or argc */
@@ -104,6 +104,7 @@ static void parse(eval_args *a, int argc, char **argv)
 {
     a->run_argv = xcalloc((size_t)argc + 2, sizeof *a->run_argv);
     a->tool_argv = xcalloc((size_t)argc + 3, sizeof *a->tool_argv);
+    a->overrides = xcalloc((size_t)argc + 1, sizeof *a->overrides);
     a->ntool = 1, a->extract = true;
     a->run_argv[a->nrun++] = "run";
     for (int i = 1; i < a->then; i++) {
@@ -125,7 +126,7 @@ static void parse(eval_args *a, int argc, char **argv)
                 a->tool_argv[a->ntool++] = argv[i] + (config_eq ? 7 : 0);
                 a->config = argv[i] + (config_eq ? 7 : 0);
             } else
-                a->tool_argv[a->ntool++] = argv[i];
+                a->tool_argv[a->ntool++] = a->overrides[a->noverrides++] = argv[i];
         }
     }
 }
@@ -160,12 +161,8 @@ static char *labels_path(const eval_args *a)
     cfg_t cfg = {0};
     cfg_err err;
     clusterfit_options o;
-    char *path = NULL, **overrides = xcalloc((size_t)a->ntool, sizeof *overrides);
-    int n = 0;
-    for (int i = 3; i < a->ntool; i++) /* after "-c CONFIG": the overrides, not the tool's options */
-        if (a->tool_argv[i][0] != '-' && strchr(a->tool_argv[i], '='))
-            overrides[n++] = a->tool_argv[i];
-    bool ok = cfg_compose_arg(&cfg, false, a->config, n, overrides, &err) &&
+    char *path = NULL;
+    bool ok = cfg_compose_arg(&cfg, false, a->config, a->noverrides, a->overrides, &err) &&
               clusterfit_options_from_config(&cfg, &o, &err);
     if (ok && (!a->extract || extracts_layer(cfg_map_get(cfg.root, "config"), o.layer, &err))) {
         if (a->output)
@@ -177,7 +174,6 @@ static char *labels_path(const eval_args *a)
     if (!path)
         log_error("%s", err.msg);
     cfg_destroy(&cfg);
-    free(overrides);
     return path;
 }
 
@@ -253,6 +249,6 @@ int cmd_eval(int argc, char **argv)
         status = run_steps(&a, tool, train, ntrain, labels);
     if (train)
         free(train[ntrain - 1]);
-    free(train), free(labels), free(a.run_argv), free(a.tool_argv);
+    free(train), free(labels), free(a.run_argv), free(a.tool_argv), free(a.overrides);
     return status;
 }

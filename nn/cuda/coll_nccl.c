@@ -82,12 +82,22 @@ static int to_host(nccl_world *w, void *host, const void *dev, size_t bytes, cha
     return e == cudaSuccess ? 0 : cuda_failed(e, "a copy to the host", err);
 }
 
+/* The device buffer an in-place call works on: buf itself on device memory, else the staging
+ * buffer holding a copy of the host's `bytes`. NULL with *err. */
+static void *in_place(nccl_world *w, void *buf, size_t bytes, bool device, char **err)
+{
+    if (device)
+        return buf;
+    void *dev = staging(w, bytes, err);
+    return dev && copy(w, dev, buf, bytes, cudaMemcpyHostToDevice, err) == 0 ? dev : NULL;
+}
+
 static int all_reduce(void *state, void *buf, size_t count, coll_dtype dtype, coll_op op, bool device, char **err)
 {
     nccl_world *w = state;
     size_t bytes = count * coll_dtype_bytes(dtype);
-    void *dev = device ? buf : staging(w, bytes, err);
-    if (!dev || (!device && copy(w, dev, buf, bytes, cudaMemcpyHostToDevice, err) != 0))
+    void *dev = in_place(w, buf, bytes, device, err);
+    if (!dev)
         return -1;
     if (finish(w, ncclAllReduce(dev, dev, count, nccl_type(dtype), nccl_op(op), w->comm, w->stream), "all-reduce",
                err) != 0)
@@ -115,8 +125,8 @@ static int broadcast(void *state, void *buf, size_t count, coll_dtype dtype, int
 {
     nccl_world *w = state;
     size_t bytes = count * coll_dtype_bytes(dtype);
-    void *dev = device ? buf : staging(w, bytes, err);
-    if (!dev || (!device && copy(w, dev, buf, bytes, cudaMemcpyHostToDevice, err) != 0))
+    void *dev = in_place(w, buf, bytes, device, err);
+    if (!dev)
         return -1;
     if (finish(w, ncclBroadcast(dev, dev, count, nccl_type(dtype), root, w->comm, w->stream), "broadcast", err) != 0)
         return -1;

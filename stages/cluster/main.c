@@ -184,6 +184,29 @@ static void report(const clusterfit_options *o, const feat_set *f, const int64_t
     free(size);
 }
 
+/* The k-means of the normalised rows: the results, owned by r. 0, or -1 with *err. */
+typedef struct {
+    float *centroids, *distances;
+    int64_t *labels;
+} results;
+
+static int run_kmeans(const clusterfit_options *o, feat_set *f, bool verbose, results *r, char **err)
+{
+    r->centroids = xmalloc_large((size_t)o->num_clusters * f->dim * sizeof *r->centroids);
+    r->distances = xmalloc_large(f->n * sizeof *r->distances);
+    r->labels = xmalloc_large(f->n * sizeof *r->labels);
+    clusterfit_l2_normalize(f->features, f->n, f->dim);
+    log_info("k-means of %zu x %zu %s features (layer %s) into %lld clusters, %d iterations (FAISS)", f->n, f->dim,
+             o->split, o->layer, (long long)o->num_clusters, o->niter);
+    double t0 = now_seconds();
+    if (kmeans_faiss(f->features, (int64_t)f->n, (int64_t)f->dim, o->num_clusters, o->niter, verbose, r->centroids,
+                     r->labels, r->distances, err) != 0)
+        return -1;
+    log_info("k-means done in %.2f s", now_seconds() - t0);
+    report(o, f, r->labels, r->distances);
+    return 0;
+}
+
 static int cluster(clusterfit_options *o, const cfg_node *config, const args *a)
 {
     feat_set f = {0};
@@ -193,23 +216,10 @@ static int cluster(clusterfit_options *o, const cfg_node *config, const args *a)
         o->dir = xstrdup(a->output);
     }
     rc = rc ? rc : check_before_kmeans(o, config, &f, a->output != NULL);
-    float *centroids = NULL, *distances = NULL;
-    int64_t *labels = NULL;
+    results r = {0};
     char *err = NULL;
-    if (rc == 0) {
-        centroids = xmalloc_large((size_t)o->num_clusters * f.dim * sizeof *centroids);
-        distances = xmalloc_large(f.n * sizeof *distances);
-        labels = xmalloc_large(f.n * sizeof *labels);
-        clusterfit_l2_normalize(f.features, f.n, f.dim);
-        log_info("k-means of %zu x %zu %s features (layer %s) into %lld clusters, %d iterations (FAISS)", f.n, f.dim,
-                 o->split, o->layer, (long long)o->num_clusters, o->niter);
-        double t0 = now_seconds();
-        rc = kmeans_faiss(f.features, (int64_t)f.n, (int64_t)f.dim, o->num_clusters, o->niter, !a->quiet, centroids,
-                          labels, distances, &err) ? EXIT_RUNTIME : 0;
-        if (rc == 0)
-            log_info("k-means done in %.2f s", now_seconds() - t0), report(o, &f, labels, distances);
-    }
-    if (rc == 0 && clusterfit_write(o, f.n, f.dim, labels, centroids, distances, &err) != 0)
+    if (rc == 0 && (run_kmeans(o, &f, !a->quiet, &r, &err) != 0 ||
+                    clusterfit_write(o, f.n, f.dim, r.labels, r.centroids, r.distances, &err) != 0))
         rc = EXIT_RUNTIME;
     if (rc == 0) {
         char *npy = clusterfit_path(o, "_lbls.npy");
@@ -218,7 +228,7 @@ static int cluster(clusterfit_options *o, const cfg_node *config, const args *a)
     }
     if (err)
         log_error("%s", err);
-    free(err), free(centroids), free(distances), free(labels);
+    free(err), free(r.centroids), free(r.distances), free(r.labels);
     feat_free(&f);
     return rc;
 }
