@@ -24,6 +24,9 @@
  * steady-state step allocates nothing. Memory objects are made once and re-pointed at the
  * caller's tensors on every call.
  *
+ * The backward of a convolution whose output is one pixel (res5 of small images) skips all
+ * of this: it is two matrix products (conv_gemm.c), oneDNN's direct kernels being slow there.
+ *
  * Evaluation (conv_bn_forward_eval): an eval-mode conv → batch norm [→ + residual] [→ ReLU]
  * is one oneDNN primitive. Batch norm is folded into the weights and a bias (w·γ/√(var+ε) and
  * β − mean·γ/√(var+ε), computed per call into the plan's gradient temporaries, which
@@ -99,7 +102,8 @@ typedef struct {
     void *scratch;
     size_t scratch_size;
     conv_geom geom;
-    fused_eval *fused; /* made by the first conv_bn_forward_eval */
+    fused_eval *fused;   /* made by the first conv_bn_forward_eval */
+    cpu_conv_gemm *gemm; /* a 1 × 1 output's backward (conv_gemm.c), or NULL */
 } conv_plan;
 
 static void check(dnnl_status_t st, const char *what)
@@ -211,6 +215,7 @@ static void conv_destroy(struct eng_plan *base)
 {
     conv_plan *p = (conv_plan *)base;
     fused_destroy(p->fused);
+    cpu_conv_gemm_free(p->gemm);
     for (int i = 0; i < NPORT; i++)
         port_destroy(&p->port[i]);
     for (int i = 0; i < NMEM; i++)
@@ -386,6 +391,7 @@ eng_plan *cpu_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape
     check(dnnl_stream_create(&p->stream, p->engine, dnnl_stream_default_flags), "stream");
     conv_geom g = geometry(d, x, w);
     p->geom = g;
+    p->gemm = cpu_conv_gemm_new(d, x, w, bias);
     size_t scratch = make_primitives(p, &g);
 
     p->x_count = (size_t)eng_numel(x);
@@ -538,6 +544,11 @@ void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_re
     conv_plan *p = as_conv(plan);
     if (db && !p->bias)
         invariant_failed("conv backward: a bias gradient from a plan made without a bias");
+    if (p->gemm) {
+        cpu_conv_gemm_backward(p->gemm, cpu_ptr(x), cpu_ptr(w), cpu_ptr(dy), dx ? cpu_ptr(dx) : NULL,
+                               dw ? cpu_ptr(dw) : NULL);
+        return;
+    }
     if (dx)
         backward_data(p, w, dy, dx);
     if (dw || db)

@@ -35,6 +35,11 @@ double cpu_at_or(const eng_tensor *t, int64_t c, double fallback);
 #define CPU_HOT
 #endif
 
+/* C = op(A)·op(B) + beta·C on oneDNN's sgemm, row-major; op is 'N' or 'T', A is M×K and B is
+ * K×N after op (linear.c). */
+void cpu_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+               int64_t ldb, float beta, float *c, int64_t ldc);
+
 void cpu_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
 void cpu_relu_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
 void cpu_linear_forward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *b, tensor_ref *y);
@@ -83,6 +88,13 @@ void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_re
 void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
                               tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
                               tensor_ref *residual, bool relu, tensor_ref *y);
+/* The backward of a convolution with a 1 × 1 output as two matrix products (conv_gemm.c): made
+ * for groups 1 and no bias, else cpu_conv_gemm_new gives NULL and oneDNN's primitives do the
+ * work. Same contract as cpu_conv_backward (dx, dw may be NULL; they accumulate). */
+typedef struct cpu_conv_gemm cpu_conv_gemm;
+cpu_conv_gemm *cpu_conv_gemm_new(const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias);
+void cpu_conv_gemm_free(cpu_conv_gemm *g);
+void cpu_conv_gemm_backward(cpu_conv_gemm *g, const float *x, const float *w, const float *dy, float *dx, float *dw);
 void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
                                  tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
                                  tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,

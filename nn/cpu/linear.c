@@ -9,9 +9,9 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-/* C = alpha·op(A)·op(B) + beta·C, row-major; A is M×K, B is K×N after op. */
-static void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                 int64_t ldb, float beta, float *c, int64_t ldc)
+/* C = op(A)·op(B) + beta·C, row-major; A is M×K, B is K×N after op. */
+void cpu_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+               int64_t ldb, float beta, float *c, int64_t ldc)
 {
     dnnl_status_t st = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
     if (st != dnnl_success)
@@ -24,7 +24,7 @@ void cpu_linear_forward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_re
     (void)be;
     int64_t n = x->shape.dim[0], in = x->shape.dim[1], out = w->shape.dim[0];
     float *py = cpu_ptr(y);
-    gemm('N', 'T', n, out, in, cpu_ptr(x), in, cpu_ptr(w), in, 0.0f, py, out);
+    cpu_sgemm('N', 'T', n, out, in, cpu_ptr(x), in, cpu_ptr(w), in, 0.0f, py, out);
     if (!b)
         return;
     const float *pb = cpu_ptr(b);
@@ -40,9 +40,9 @@ void cpu_linear_backward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_r
     int64_t n = x->shape.dim[0], in = x->shape.dim[1], out = w->shape.dim[0];
     const float *g = cpu_ptr(dy);
     if (dx) /* dx (n×in) += dy (n×out) · W (out×in) */
-        gemm('N', 'N', n, in, out, g, out, cpu_ptr(w), in, 1.0f, cpu_ptr(dx), in);
+        cpu_sgemm('N', 'N', n, in, out, g, out, cpu_ptr(w), in, 1.0f, cpu_ptr(dx), in);
     if (dw) /* dW (out×in) += dyᵀ (out×n) · x (n×in) */
-        gemm('T', 'N', out, in, n, g, out, cpu_ptr(x), in, 1.0f, cpu_ptr(dw), in);
+        cpu_sgemm('T', 'N', out, in, n, g, out, cpu_ptr(x), in, 1.0f, cpu_ptr(dw), in);
     if (!db)
         return;
     float *pdb = cpu_ptr(db);

@@ -81,6 +81,12 @@ def main():
     bn_train("train4d", (3, 5, 4, 7))
     bn_train("train2d", (6, 9))
     bn_eval()
+    # One output pixel (res5 of 32 px images): the cpu backend's matrix-product path (conv_gemm.c).
+    conv("point3x3", (5, 16, 1, 1), (12, 16, 3, 3), 1, 1, 1, 1, False)  # every tap but the centre in the padding
+    conv("point_s2", (5, 8, 2, 2), (12, 8, 3, 3), 2, 1, 1, 1, False)  # res5's first conv: 2 x 2 -> 1 x 1
+    conv("point_down", (5, 8, 2, 2), (12, 8, 1, 1), 2, 0, 1, 1, False)  # its shortcut: reads pixel (0, 0) only
+    conv("point_dil", (3, 4, 3, 3), (6, 4, 3, 3), 1, 1, 2, 1, False)  # dilated: the corners and centre of 3 x 3
+    conv("point_bias", (3, 4, 1, 1), (6, 4, 3, 3), 1, 1, 1, 1, True)  # a bias keeps oneDNN's path
     print(f"make_nn_conv_fixtures: wrote to {OUT} (torch {torch.__version__})")
 
 

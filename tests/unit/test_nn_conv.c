@@ -94,38 +94,59 @@ Test(nn_conv, downsample_1x1_stride2_matches_torch) { conv_case("down", false); 
 Test(nn_conv, downsample_1x1_stride2_on_even_input_matches_torch) { conv_case("down_even", false); }
 Test(nn_conv, grouped_conv_matches_torch) { conv_case("group", true); }
 Test(nn_conv, dilated_conv_matches_torch) { conv_case("dil", true); }
+/* One output pixel: the cpu backend's matrix product (conv_gemm.c), x in place or gathered. */
+Test(nn_conv, conv3x3_on_one_pixel_matches_torch) { conv_case("point3x3", false); }
+Test(nn_conv, conv3x3_stride2_to_one_pixel_matches_torch) { conv_case("point_s2", false); }
+Test(nn_conv, shortcut_1x1_stride2_to_one_pixel_matches_torch) { conv_case("point_down", false); }
+Test(nn_conv, dilated_conv_to_one_pixel_matches_torch) { conv_case("point_dil", false); }
+Test(nn_conv, conv_to_one_pixel_with_bias_matches_torch) { conv_case("point_bias", true); }
 
 /* Backward twice doubles every gradient; dx NULL skips backward-data and leaves dw right;
- * db NULL on a plan with a bias is allowed. */
-Test(nn_conv, gradients_accumulate_and_null_skips)
+ * db NULL on a plan with a bias is allowed (pass bias = false for a case without one). */
+static void accumulate_case(const char *name, bool bias)
 {
     eng_backend *be = nnt_open_cpu();
-    nnt_fixture g = nnt_load(be, "conv_group", "geom"), x = nnt_load(be, "conv_group", "x"), w = nnt_load(be, "conv_group", "w"),
-            b = nnt_load(be, "conv_group", "b"), dy = nnt_load(be, "conv_group", "dy"), dx = nnt_load(be, "conv_group", "dx"),
-            dw = nnt_load(be, "conv_group", "dw"), db = nnt_load(be, "conv_group", "db");
+    char *kase = xasprintf("conv_%s", name), what[64];
+    nnt_fixture g = nnt_load(be, kase, "geom"), x = nnt_load(be, kase, "x"), w = nnt_load(be, kase, "w"),
+            dy = nnt_load(be, kase, "dy"), dx = nnt_load(be, kase, "dx"), dw = nnt_load(be, kase, "dw"), b = {0}, db = {0};
+    if (bias)
+        b = nnt_load(be, kase, "b"), db = nnt_load(be, kase, "db");
     eng_conv_desc d = geom_of(&g);
-    eng_plan *plan = eng_conv_plan(be, &d, &x.t.shape, &w.t.shape, true);
-    eng_tensor gx = nnt_zeros_like(be, &x.t), gw = nnt_zeros_like(be, &w.t), gb = nnt_zeros_like(be, &b.t);
+    eng_plan *plan = eng_conv_plan(be, &d, &x.t.shape, &w.t.shape, bias);
+    eng_tensor gx = nnt_zeros_like(be, &x.t), gw = nnt_zeros_like(be, &w.t), gb = {0};
+    if (bias)
+        gb = nnt_zeros_like(be, &b.t);
     eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, NULL, &gw, NULL);
-    expect_close(be, &gw, &dw, GRAD_TOL, "group dw (dx NULL)");
-    eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, &gx, &gw, &gb);
-    eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, &gx, NULL, &gb);
+    snprintf(what, sizeof what, "%s dw (dx NULL)", name);
+    expect_close(be, &gw, &dw, GRAD_TOL, what);
+    eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, &gx, &gw, bias ? &gb : NULL);
+    eng_conv_backward(be, plan, &x.t, &w.t, &dy.t, &gx, NULL, bias ? &gb : NULL);
     /* dw was accumulated twice, dx and db twice: compare with 2× PyTorch's. */
     nnt_fixture *twice[] = {&dx, &dw, &db};
     for (size_t i = 0; i < ARRAY_LEN(twice); i++)
         for (size_t k = 0; k < twice[i]->a.count; k++)
             ((float *)twice[i]->a.data)[k] *= 2.0f;
-    expect_close(be, &gx, &dx, GRAD_TOL, "group 2×dx");
-    expect_close(be, &gw, &dw, GRAD_TOL, "group 2×dw");
-    expect_close(be, &gb, &db, GRAD_TOL, "group 2×db");
+    eng_tensor *got[] = {&gx, &gw, &gb};
+    const char *names[] = {"2×dx", "2×dw", "2×db"};
+    for (size_t i = 0; i < (bias ? 3u : 2u); i++) {
+        snprintf(what, sizeof what, "%s %s", name, names[i]);
+        expect_close(be, got[i], twice[i], GRAD_TOL, what);
+        eng_tensor_free(be, got[i]);
+    }
     eng_plan_free(be, plan);
-    eng_tensor *mine[] = {&gx, &gw, &gb};
-    for (size_t i = 0; i < ARRAY_LEN(mine); i++)
-        eng_tensor_free(be, mine[i]);
-    nnt_fixture *all[] = {&g, &x, &w, &b, &dy, &dx, &dw, &db};
-    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+    nnt_fixture *all[] = {&g, &x, &w, &dy, &dx, &dw, &b, &db};
+    for (size_t i = 0; i < ARRAY_LEN(all) - (bias ? 0 : 2); i++)
         nnt_unload(be, all[i]);
+    free(kase);
     eng_backend_close(be);
+}
+
+Test(nn_conv, gradients_accumulate_and_null_skips) { accumulate_case("group", true); }
+Test(nn_conv, one_pixel_gradients_accumulate_and_null_skips)
+{
+    accumulate_case("point3x3", false); /* x in place: dx through the product's beta = 1 */
+    accumulate_case("point_s2", false);
+    accumulate_case("point_down", false); /* x gathered: dx through the scatter-add */
 }
 
 /* ---- finite differences ---------------------------------------------------------------------- */
