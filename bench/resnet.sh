@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/resnet.sh BUILD_DIR — the model engine (build/bench/resnet_bench) beside PyTorch
 # (bench/resnet_bench.py, Debian's python3-torch) on the same ResNet trunks, same threads,
-# in one run: ResNet-50 at 224 batch 16 and ResNet-18 small-stem at 32 px batch 128.
+# in one run: ResNet-50 at 224 batch 16, ResNet-18 small-stem at 32 px batch 128, and ResNet-18
+# at 32 px through the ImageNet stem, batch 256 (the quickstarts' trunk; res5 is a 1 × 1 map).
 # train = forward (train mode) + backward, no optimizer step on either side; infer = eval
 # forward. RESNET_ROUNDS rounds (default 3) alternate the two sides; prints a Markdown table
 # with the median images/s and the median ratio = selfsup / PyTorch (> 1: faster), and the
@@ -53,3 +54,4 @@ run() {
 }
 run "ResNet-50, 224 px, batch 16" --depth 50 --size 224 --batch 16
 run "ResNet-18 small stem, 32 px, batch 128" --depth 18 --size 32 --batch 128 --small-stem
+run "ResNet-18, 32 px, batch 256" --depth 18 --size 32 --batch 256
