@@ -31,7 +31,6 @@
 #include "util.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 struct cpu_conv_gemm {
     int64_t n, in, out; /* batch, input and output channels */
