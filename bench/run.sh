@@ -4,7 +4,7 @@
 # Runs each benchmark script in turn and prints their Markdown tables:
 #   bench/npy.sh BUILD_DIR [SIZE...]  lib/npy against numpy (SIZEs: see bench/npy.sh --help)
 #   bench/ring.sh BUILD_DIR           shm/ring against one core's memcpy and a pipe
-#   bench/resnet.sh BUILD_DIR         the model engine against PyTorch
+#   bench/trunks.sh BUILD_DIR         the model engine against PyTorch
 #   bench/data.sh BUILD_DIR           decode + augment + collate against PIL + torchvision
 #   bench/knn.sh BUILD_DIR            selfsup-knn against VISSL's kNN in torch and FAISS
 #   bench/svm.sh BUILD_DIR            selfsup-svm against VISSL's SVMTrainer on sklearn
@@ -28,7 +28,7 @@ peers_install
 echo
 ./bench/ring.sh "$build"
 echo
-./bench/resnet.sh "$build"
+./bench/trunks.sh "$build"
 echo
 ./bench/data.sh "$build"
 echo

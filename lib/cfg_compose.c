@@ -28,6 +28,22 @@ static const char *const OPEN_MAPS[] = {
     "config.MODEL.AMP_PARAMS.AMP_ARGS",
 };
 
+/* Open maps whose keys VISSL's own command lines set without '+': the trunks' parameter maps
+ * (VISSL's documentation trains RegNets with config.MODEL.TRUNK.TRUNK_PARAMS.REGNET.name=…).
+ * The model checks their keys against the trunk's parameter list (nn/model_config.c). */
+static const char *const KEYWORD_MAPS[] = {
+    "config.MODEL.TRUNK.TRUNK_PARAMS.REGNET", "config.MODEL.TRUNK.TRUNK_PARAMS.EFFICIENT_NETS",
+    "config.MODEL.TRUNK.REGNET", "config.MODEL.TRUNK.EFFICIENT_NETS",
+};
+
+static bool is_keyword_map(const char *path)
+{
+    for (size_t k = 0; k < ARRAY_LEN(KEYWORD_MAPS); k++)
+        if (!strcmp(KEYWORD_MAPS[k], path))
+            return true;
+    return false;
+}
+
 static const char CMDLINE[] = "<command line>";
 
 /* Mark a subtree as set by the current composition step (see cfg_node.stamp). */
@@ -510,6 +526,10 @@ static bool may_set(cfg_t *cfg, const override *ov, const slot *at, cfg_err *err
 {
     if (ov->op == OV_SET && !at->old) {
         char *parent_path = cfg_path_parent(ov->key);
+        if (is_keyword_map(parent_path)) {
+            free(parent_path);
+            return true;
+        }
         char *near = suggest_key(cfg, at->schema_parent, parent_path, at->leaf);
         if (near && !strcmp(near, ov->key))
             ov_fail(err, ov, "'%s' is no longer in the config: an earlier value replaced the map that held it",

@@ -39,6 +39,14 @@ typedef struct {
 
     void (*relu_forward)(eng_backend *be, tensor_ref *x, tensor_ref *y);
     void (*relu_backward)(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
+    void (*sigmoid_forward)(eng_backend *be, tensor_ref *x, tensor_ref *y);
+    void (*sigmoid_backward)(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
+    void (*silu_forward)(eng_backend *be, tensor_ref *x, tensor_ref *y);
+    void (*silu_backward)(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
+    /* x N×C×H×W, s N·C values (N×C×1×1 or N×C); dx or ds NULL, not both (nn.c skips that) */
+    void (*channel_scale_forward)(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *y);
+    void (*channel_scale_backward)(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *dy, tensor_ref *dx,
+                                   tensor_ref *ds);
     void (*linear_forward)(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *b, tensor_ref *y);
     void (*linear_backward)(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *dy, tensor_ref *dx,
                             tensor_ref *dw, tensor_ref *db);

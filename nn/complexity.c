@@ -251,6 +251,141 @@ int resnet_costs(const resnet *net, const eng_shape *input, eng_layer_cost **out
     return resnet_costs_upto(net, input, NULL, RESNET_FLATTEN, NULL, out, n, err);
 }
 
+/* ---- RegNet ----------------------------------------------------------------------------------- */
+
+/* SiLU is in none of the profiler's lists: NotImplementedError (unknown FLOPs). */
+static void activation(walk *w, const char *module, unit_act a)
+{
+    if (a == UNIT_ACT_SILU)
+        row(w, module, "silu", ENG_COST_UNKNOWN, 0, 0);
+    else
+        relu(w, module);
+}
+
+/* A convolution whose groups are what its weight's shape says (the grouped 3×3). */
+static void conv_grouped(walk *w, const char *module, int64_t stride)
+{
+    const eng_shape *ws = param_shape(w, module, "weight");
+    if (ws)
+        conv(w, module, stride, ws->dim[1] ? w->x.dim[1] / ws->dim[1] : 1);
+}
+
+/* SqueezeAndExcitationLayer: avgpool, excitation.0 (conv with bias), .1, .2, .3 (sigmoid); the
+ * product with x is a tensor op (no row) and leaves x's shape. */
+static void squeeze_excitation(walk *w, const char *p, unit_act a)
+{
+    char m[160];
+    eng_shape x = w->x;
+    snprintf(m, sizeof m, "%sf.se.avgpool", p);
+    adaptive_avgpool(w, m);
+    for (int i = 0; i < 3 && !w->err; i += 2) {
+        snprintf(m, sizeof m, "%sf.se.excitation.%d", p, i);
+        conv(w, m, 1, 1);
+        if (!w->err)
+            w->rows[w->n - 1].params += param_numel(w, m, "bias");
+        snprintf(m, sizeof m, "%sf.se.excitation.%d", p, i + 1);
+        if (i == 0)
+            activation(w, m, a);
+        else
+            row(w, m, "sigmoid", eng_numel(&w->x), 0, 0);
+    }
+    w->x = x;
+}
+
+/* conv, norm[, activation] under "<p><conv>", "<p><norm>", "<p><act>". */
+static void conv_norm(walk *w, const char *p, const char *c, const char *nm, const char *act, int64_t stride,
+                      unit_act a)
+{
+    char m[160];
+    snprintf(m, sizeof m, "%s%s", p, c);
+    conv_grouped(w, m, stride);
+    snprintf(m, sizeof m, "%s%s", p, nm);
+    norm(w, m, false);
+    if (act) {
+        snprintf(m, sizeof m, "%s%s", p, act);
+        activation(w, m, a);
+    }
+}
+
+/* One block in ClassyVision's call order: [proj, bn,] f's modules, [activation]. */
+static void regnet_block_costs(walk *w, const regnet_options *o, int64_t width, int s, int j)
+{
+    char p[96], m[160];
+    snprintf(p, sizeof p, "_feature_blocks.res%d.block%d-%d.", s + 2, s + 1, j);
+    int64_t stride = j == 0 ? 2 : 1;
+    regnet_block t = o->block_type;
+    bool residual = t == REGNET_RES_BASIC_BLOCK || t == REGNET_RES_BOTTLENECK_BLOCK;
+    eng_shape in = w->x;
+    if (residual && (in.dim[1] != width || stride != 1)) {
+        conv_norm(w, p, "proj", "bn", NULL, stride, o->activation);
+        w->x = in;
+    }
+    if (t == REGNET_VANILLA_BLOCK) {
+        conv_norm(w, p, "a.0", "a.1", "a.2", stride, o->activation);
+        conv_norm(w, p, "b.0", "b.1", "b.2", 1, o->activation);
+    } else if (t == REGNET_RES_BASIC_BLOCK) {
+        conv_norm(w, p, "f.a.0", "f.a.1", "f.a.2", stride, o->activation);
+        conv_norm(w, p, "f.a.3", "f.final_bn", NULL, 1, o->activation);
+    } else {
+        conv_norm(w, p, "f.a.0", "f.a.1", "f.a.2", 1, o->activation);
+        conv_norm(w, p, "f.b.0", "f.b.1", "f.b.2", stride, o->activation);
+        if (o->use_se && o->se_ratio > 0)
+            squeeze_excitation(w, p, o->activation);
+        conv_norm(w, p, "f.c", "f.final_bn", NULL, 1, o->activation);
+    }
+    if (residual) {
+        snprintf(m, sizeof m, "%sactivation", p);
+        activation(w, m, o->activation);
+    }
+}
+
+static const eng_entry *regnet_entry_fn(const void *m, int i)
+{
+    return &regnet_param_table((regnet *)m)->entries[i];
+}
+
+int regnet_costs_upto(const regnet *net, const eng_shape *input, const char *prefix, int last, eng_shape *feat,
+                      eng_layer_cost **out, int *n, char **err)
+{
+    const regnet_options *o = regnet_get_options(net);
+    const regnet_stages *st = regnet_get_stages(net);
+    walk w = {.x = *input, .entry = regnet_entry_fn, .nentries = regnet_param_table((regnet *)net)->nentries,
+              .model = net, .prefix = prefix};
+    if (input->ndim != 4 || input->dim[1] != 3 || input->dim[0] < 1)
+        return report_failure(err, "complexity: the trunk's input must be N × 3 × H × W");
+    eng_shape shapes[REGNET_MAX_STAGES + 3];
+    bool pool = o->stem_type == REGNET_STEM_RES_IN;
+    conv_norm(&w, "_feature_blocks.conv1.", "stem.0", "stem.1", "stem.2", o->stem_type == REGNET_STEM_RES_CIFAR ? 1 : 2,
+              o->activation);
+    if (pool)
+        maxpool(&w, "_feature_blocks.conv1.stem.3", 3, 2, 1);
+    shapes[0] = w.x;
+    for (int s = 0; s < st->n && !w.err && last >= s + 1; s++) {
+        for (int j = 0; j < st->depth[s]; j++)
+            regnet_block_costs(&w, o, st->width[s], s, j);
+        shapes[s + 1] = w.x;
+    }
+    if (!w.err && last >= st->n + 1) {
+        adaptive_avgpool(&w, "_feature_blocks.avgpool");
+        shapes[st->n + 1] = w.x;
+    }
+    if (!w.err && last >= st->n + 2) {
+        row(&w, "_feature_blocks.flatten", "flatten", 0, 0, 0);
+        shapes[st->n + 2] = eng_shape2(w.x.dim[0], eng_numel(&w.x) / w.x.dim[0]);
+    }
+    if (feat && !w.err)
+        memcpy(feat, shapes, (size_t)(last + 1) * sizeof *feat);
+    return finish(&w, out, n, err);
+}
+
+int trunk_costs_upto(const trunk *t, const eng_shape *input, const char *prefix, int last, eng_shape *feat,
+                     eng_layer_cost **out, int *n, char **err)
+{
+    if (trunk_regnet(t))
+        return regnet_costs_upto(trunk_regnet(t), input, prefix, last, feat, out, n, err);
+    return resnet_costs_upto(trunk_resnet(t), input, prefix, (resnet_feature_id)last, feat, out, n, err);
+}
+
 /* ---- pool ops --------------------------------------------------------------------------------- */
 
 int64_t eng_pool_flops(const eng_pool_desc *d, const eng_shape *x)

@@ -32,6 +32,7 @@
 #include "heads.h"
 #include "nn.h"
 #include "resnet.h"
+#include "trunk.h"
 
 #include <stdint.h>
 
@@ -53,6 +54,13 @@ int resnet_costs(const resnet *net, const eng_shape *input, eng_layer_cost **out
  * none); feat[0..last] (may be NULL) receive the feature shapes. */
 int resnet_costs_upto(const resnet *net, const eng_shape *input, const char *prefix, resnet_feature_id last,
                       eng_shape *feat, eng_layer_cost **out, int *n, char **err);
+/* The same for a RegNet (ClassyVision's module names and call order; SiLU, in none of the
+ * profiler's lists, has unknown FLOPs; Sigmoid counts numel(x)), features numbered as regnet.h's. */
+int regnet_costs_upto(const regnet *net, const eng_shape *input, const char *prefix, int last, eng_shape *feat,
+                      eng_layer_cost **out, int *n, char **err);
+/* Whichever trunk t is. */
+int trunk_costs_upto(const trunk *t, const eng_shape *input, const char *prefix, int last, eng_shape *feat,
+                     eng_layer_cost **out, int *n, char **err);
 /* AvgPool2d / MaxPool2d on x (N × C × H × W): N·C·OH·OW·KH·KW, OH = 1 + int((H + 2p − KH)/s) (the
  * profiler's floor size whatever ceil_mode; stride 0 means the kernel, PyTorch's default). */
 int64_t eng_pool_flops(const eng_pool_desc *d, const eng_shape *x);

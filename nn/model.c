@@ -2,12 +2,12 @@
  * model.c — VISSL's BaseSSLMultiInputOutputModel on the model engine (see model.h).
  *
  * How it is put together:
- *   - construction builds the trunk (resnet.c) and one head_list per "branch" (heads.c), then
+ *   - construction builds the trunk (trunk.h) and one head_list per "branch" (heads.c), then
  *     re-homes every tensor of every part into the model's three allocations (params.c), in
  *     state-dict order, under its full VISSL name;
  *   - planning splits the inputs into "streams" (one without MULTI_INPUT_HEAD_MAPPING, one
  *     per mapping entry) and each stream into "groups" (consecutive inputs of one shape).
- *     Every group runs through its own trunk view: a second resnet whose tensors are the
+ *     Every group runs through its own trunk view: a second trunk whose tensors are the
  *     master trunk's (eng_params_share), planned for the group's shape. So two resolutions
  *     share one set of weights and one gradient buffer, exactly as VISSL's one trunk module
  *     called twice, and backward needs no bookkeeping: gradients accumulate;
@@ -33,7 +33,7 @@
 typedef struct {
     int first, n;           /* the inputs (model_input indices) */
     int64_t batch;          /* Σ N of those inputs */
-    resnet *trunk;          /* a view of the master trunk, planned for this group */
+    trunk *trunk;           /* a view of the master trunk, planned for this group */
     eng_tensor input;       /* batch × C × H × W, owned */
     eng_tensor pooled[MODEL_MAX_FEATURES]; /* pool-op outputs, owned (base NULL: none) */
     eng_tensor out[MODEL_MAX_FEATURES];    /* the group's features as the stream sees them */
@@ -52,7 +52,7 @@ typedef struct {
     int first_input, ninputs;
     group groups[MODEL_MAX_INPUTS];
     int ngroups;
-    resnet_feature_id layer[MODEL_MAX_FEATURES];
+    int layer[MODEL_MAX_FEATURES]; /* trunk features */
     int pool_op[MODEL_MAX_FEATURES]; /* index into pool_ops, or -1 */
     int nfeat;
     eng_tensor feat[MODEL_MAX_FEATURES];  /* owned when ngroups > 1 (the concatenation) */
@@ -63,8 +63,8 @@ typedef struct {
 struct model {
     model_options opt;
     eng_params params;   /* every tensor, full names, three allocations */
-    resnet *trunk;       /* the master: its entries point into params */
-    resnet **views;      /* more trunks sharing the master's tensors, one per extra group */
+    trunk *trunk;        /* the master: its entries point into params */
+    trunk **views;      /* more trunks sharing the master's tensors, one per extra group */
     int nviews;
     const eng_reducer *bn_across; /* SyncBN over the ranks (NULL: each rank's batch) */
     branch branches[MODEL_MAX_HEADS];
@@ -86,7 +86,7 @@ struct model {
 
 model_options model_defaults(void)
 {
-    return (model_options){.trunk = resnet_defaults(), .head_params_multiplier = 1.0, .should_flatten_feats = true};
+    return (model_options){.trunk = trunk_defaults(), .head_params_multiplier = 1.0, .should_flatten_feats = true};
 }
 
 bool model_is_feature_extractor(const model_options *o)
@@ -173,8 +173,8 @@ static void add_part(eng_backend *be, eng_params *into, const eng_params *part, 
 static void rehome(eng_backend *be, model *m)
 {
     const char *trunk_prefix = model_is_feature_extractor(&m->opt) ? "trunk.base_model." : "trunk.";
-    eng_params *trunk = resnet_param_table(m->trunk);
-    add_part(be, &m->params, trunk, trunk_prefix);
+    eng_params *tp = trunk_param_table(m->trunk);
+    add_part(be, &m->params, tp, trunk_prefix);
     char prefix[64];
     for (int b = 0; b < m->nbranches; b++)
         for (int k = 0; k < m->branches[b].chain.n; k++) {
@@ -183,7 +183,7 @@ static void rehome(eng_backend *be, model *m)
         }
     eng_params_alloc(be, &m->params);
     int at = 0;
-    at = eng_params_rehome(be, trunk, &m->params, at);
+    at = eng_params_rehome(be, tp, &m->params, at);
     for (int b = 0; b < m->nbranches; b++)
         for (int k = 0; k < m->branches[b].chain.n; k++)
             at = eng_params_rehome(be, head_param_table(m->branches[b].chain.heads[k]), &m->params, at);
@@ -225,7 +225,7 @@ model *model_new(eng_backend *be, const model_options *o, uint64_t seed, char **
     }
     model *m = xcalloc(1, sizeof *m);
     m->opt = *o;
-    m->trunk = resnet_new(be, &o->trunk, seed, err);
+    m->trunk = trunk_new(be, &o->trunk, seed, err);
     if (!m->trunk || make_branches(be, m, seed, err) != 0) {
         model_free(be, m);
         return NULL;
@@ -237,7 +237,7 @@ model *model_new(eng_backend *be, const model_options *o, uint64_t seed, char **
 
 void model_init_formula(eng_backend *be, model *m)
 {
-    resnet_init_formula(be, m->trunk);
+    trunk_init_formula(be, m->trunk);
     for (int b = 0; b < m->nbranches; b++)
         for (int k = 0; k < m->branches[b].chain.n; k++)
             head_init_formula(be, m->branches[b].chain.heads[k]);
@@ -275,9 +275,9 @@ void model_free(eng_backend *be, model *m)
     for (int b = 0; b < m->nbranches; b++)
         head_list_free(be, &m->branches[b].chain);
     for (int v = 0; v < m->nviews; v++)
-        resnet_free(be, m->views[v]);
+        trunk_free(be, m->views[v]);
     free(m->views);
-    resnet_free(be, m->trunk);
+    trunk_free(be, m->trunk);
     eng_params_free(be, &m->params);
     free(m);
 }
@@ -295,9 +295,9 @@ int model_load_weights(eng_backend *be, model *m, const model_weights_init *w, c
 void model_set_batchnorm_reducer(model *m, const eng_reducer *across)
 {
     m->bn_across = across;
-    resnet_set_batchnorm_reducer(m->trunk, across);
+    trunk_set_batchnorm_reducer(m->trunk, across);
     for (int v = 0; v < m->nviews; v++)
-        resnet_set_batchnorm_reducer(m->views[v], across);
+        trunk_set_batchnorm_reducer(m->views[v], across);
     for (int b = 0; b < m->nbranches; b++)
         head_list_set_batchnorm_reducer(&m->branches[b].chain, across);
 }
@@ -316,7 +316,7 @@ eng_tensor model_grads(const model *m) { return eng_params_grads(&m->params); }
 eng_tensor model_buffers(const model *m) { return eng_params_buffers(&m->params); }
 int64_t model_param_count(const model *m) { return eng_params_count(&m->params); }
 void model_zero_grad(eng_backend *be, model *m) { eng_params_zero_grad(be, &m->params); }
-resnet *model_trunk(const model *m) { return m->trunk; }
+trunk *model_trunk(const model *m) { return m->trunk; }
 int model_head_entry_count(const model *m) { return m->opt.nheads; }
 
 /* ---- planning ------------------------------------------------------------------------------- */
@@ -335,17 +335,17 @@ static eng_tensor batch_slice(eng_backend *be, const eng_tensor *t, int64_t n0, 
 
 /* The trunk that group number `k` (over all streams) runs on: the master for the first,
  * views sharing its tensors for the others, made on first need and kept. */
-static resnet *trunk_for_group(eng_backend *be, model *m, int k)
+static trunk *trunk_for_group(eng_backend *be, model *m, int k)
 {
     if (k == 0)
         return m->trunk;
     while (m->nviews < k) {
         char *err = NULL;
-        resnet *v = resnet_new(be, &m->opt.trunk, 0, &err);
+        trunk *v = trunk_new(be, &m->opt.trunk, 0, &err);
         if (!v)
             die(EXIT_RUNTIME, "model: a second trunk with the same options failed: %s", err);
-        eng_params_share(be, resnet_param_table(v), resnet_param_table(m->trunk));
-        resnet_set_batchnorm_reducer(v, m->bn_across);
+        eng_params_share(be, trunk_param_table(v), trunk_param_table(m->trunk));
+        trunk_set_batchnorm_reducer(v, m->bn_across);
         m->views = xrealloc(m->views, (size_t)(m->nviews + 1) * sizeof *m->views);
         m->views[m->nviews++] = v;
     }
@@ -377,7 +377,7 @@ static void plan_groups(eng_backend *be, model *m, stream *st, int *trunk_index)
         for (int k = g->first, n0 = 0; k < g->first + g->n; n0 += (int)m->in_shape[k].dim[0], k++)
             m->input_view[k] = batch_slice(be, &g->input, n0, m->in_shape[k].dim[0]);
         g->trunk = trunk_for_group(be, m, (*trunk_index)++);
-        resnet_plan(be, g->trunk, &g->input.shape);
+        trunk_plan(be, g->trunk, &g->input.shape);
         st->ngroups++;
     }
 }
@@ -393,8 +393,8 @@ static eng_shape flat2(const eng_shape *s)
 /* A group's feature f: the trunk tensor, pooled by its op and flattened where asked. */
 static int plan_group_feature(eng_backend *be, model *m, stream *st, group *g, int f, char **err)
 {
-    resnet_expose(g->trunk, st->layer[f]);
-    const eng_tensor *t = resnet_feature(g->trunk, st->layer[f]);
+    trunk_expose(g->trunk, st->layer[f]);
+    const eng_tensor *t = trunk_feature(g->trunk, st->layer[f]);
     int p = st->pool_op[f];
     if (p < 0) {
         g->out[f] = *t;
@@ -453,8 +453,9 @@ static int check_trainable_features(const model *m, const stream *st, char **err
     if (st->nfeat != 1)
         return report_failure(err, "model: a trunk that trains passes gradients from one feature; %d are read", st->nfeat);
     for (int f = 0; f < st->nfeat; f++)
-        if ((st->layer[f] != RESNET_FLATTEN && st->layer[f] != RESNET_RES5AVG) || st->pool_op[f] >= 0)
-            return report_failure(err, "model: a trunk that trains passes gradients from its last feature (flatten or res5avg); "
+        if (!trunk_feature_is_last(&m->opt.trunk, st->layer[f]) || st->pool_op[f] >= 0)
+            return report_failure(err, "model: a trunk that trains passes gradients from its last feature (flatten, or "
+                                       "res5avg / avgpool); "
                                 "heads on other layers need FEATURE_EVAL_SETTINGS with a frozen trunk");
     return 0;
 }
@@ -533,7 +534,7 @@ static void define_streams(model *m)
         st->nfeat = stream_feature_count(o, s);
         for (int f = 0; f < st->nfeat; f++) {
             st->pool_op[f] = -1;
-            st->layer[f] = RESNET_FLATTEN;
+            st->layer[f] = trunk_feature_count(&o->trunk) - 1; /* flatten */
             if (o->nmapping)
                 st->layer[f] = o->mapping[s].feat[f];
             else if (model_is_feature_extractor(o)) {
@@ -657,10 +658,10 @@ static void stream_forward(eng_backend *be, model *m, stream *st, bool train)
     int64_t row = 0;
     for (int g = 0; g < st->ngroups; g++) {
         group *gr = &st->groups[g];
-        resnet_forward(be, gr->trunk, &gr->input, trunk_train);
+        trunk_forward(be, gr->trunk, &gr->input, trunk_train);
         for (int f = 0; f < st->nfeat; f++) {
             if (st->pool_op[f] >= 0)
-                pool_forward(be, &m->opt.pool_ops[st->pool_op[f]], resnet_feature(gr->trunk, st->layer[f]),
+                pool_forward(be, &m->opt.pool_ops[st->pool_op[f]], trunk_feature(gr->trunk, st->layer[f]),
                              &gr->pooled[f]);
             if (st->ngroups > 1) {
                 eng_tensor dst = batch_slice(be, &st->feat[f], row, gr->out[f].shape.dim[0]);
@@ -704,7 +705,7 @@ static void stream_backward(eng_backend *be, model *m, stream *st, const eng_ten
         group *gr = &st->groups[g];
         eng_tensor d = batch_slice(be, &st->dfeat[0], row, gr->batch);
         eng_tensor dflat = eng_reshape(&d, flat2(&d.shape));
-        resnet_backward(be, gr->trunk, &dflat);
+        trunk_backward(be, gr->trunk, &dflat);
         row += gr->batch;
     }
 }
@@ -745,7 +746,7 @@ static int pool_op_costs(const model *m, const eng_shape *trunk_feat, eng_layer_
                          eng_shape *feat, char **err)
 {
     const model_options *o = &m->opt;
-    resnet_feature_id order[MODEL_MAX_FEATURES];
+    int order[MODEL_MAX_FEATURES];
     bool distinct = true;
     for (int i = 0; i < o->npool_ops; i++) {
         order[i] = o->pool_ops[i].layer;
@@ -754,7 +755,7 @@ static int pool_op_costs(const model *m, const eng_shape *trunk_feat, eng_layer_
     }
     for (int i = 1; distinct && i < o->npool_ops; i++) /* insertion sort: network order */
         for (int j = i; j > 0 && order[j - 1] > order[j]; j--) {
-            resnet_feature_id t = order[j];
+            int t = order[j];
             order[j] = order[j - 1], order[j - 1] = t;
         }
     *rows = xrealloc(*rows, (size_t)(*n + o->npool_ops) * sizeof **rows);
@@ -826,27 +827,27 @@ int model_costs(const model *m, const eng_shape *input, eng_layer_cost **rows, i
 {
     const model_options *o = &m->opt;
     bool fe = model_is_feature_extractor(o);
-    eng_shape trunk_feat[RESNET_NFEATURES], feat[MODEL_MAX_FEATURES];
+    eng_shape trunk_feat[TRUNK_MAX_FEATURES], feat[MODEL_MAX_FEATURES];
     *rows = NULL, *n = 0;
     if (fe && o->nmapping > 0)
         return report_failure(err, "complexity: a feature extractor with MULTI_INPUT_HEAD_MAPPING is not counted");
     if (fe) {
-        resnet_feature_id last = RESNET_CONV1;
+        int last = 0;
         for (int i = 0; i < o->npool_ops; i++)
             if (o->pool_ops[i].layer > last)
                 last = o->pool_ops[i].layer;
-        if (resnet_costs_upto(m->trunk, input, "trunk.base_model.", last, trunk_feat, rows, n, err) != 0)
+        if (trunk_costs_upto(m->trunk, input, "trunk.base_model.", last, trunk_feat, rows, n, err) != 0)
             return -1;
         if (pool_op_costs(m, trunk_feat, rows, n, feat, err) != 0) {
             eng_costs_free(*rows, *n);
             return -1;
         }
-    } else if (resnet_costs_upto(m->trunk, input, "trunk.", RESNET_FLATTEN, NULL, rows, n, err) != 0) {
+    } else if (trunk_costs_upto(m->trunk, input, "trunk.", trunk_feature_count(&o->trunk) - 1, NULL, rows, n, err) != 0) {
         return -1;
     }
     for (int b = 0; b < m->nbranches && !extract_only(o); b++) {
         const head_list *l = &m->branches[b].chain;
-        eng_shape x = fe ? feat[m->branches[b].feat] : eng_shape2(input->dim[0], resnet_out_dim(m->trunk));
+        eng_shape x = fe ? feat[m->branches[b].feat] : eng_shape2(input->dim[0], trunk_out_dim(m->trunk));
         int entry = m->branches[b].first_entry, j = 0; /* head i is entry's j-th */
         for (int i = 0; i < l->n; i++, j++) {
             if (j == o->heads[entry].n)

@@ -47,7 +47,7 @@
 #include "heads.h"
 #include "nn.h"
 #include "params.h"
-#include "resnet.h"
+#include "trunk.h"
 #include "weights.h"
 
 #include <stdbool.h>
@@ -70,7 +70,7 @@ typedef enum {
 
 /* One entry of LINEAR_EVAL_FEAT_POOL_OPS_MAP: [layer, [op, args]]. */
 typedef struct {
-    resnet_feature_id layer;
+    int layer;           /* a trunk feature (trunk.h: network order) */
     model_pool_kind kind;
     eng_pool_desc pool;  /* AvgPool2d / MaxPool2d (PyTorch's defaults for omitted args) */
     int64_t out_hw[2];   /* adaptive pools: the output size */
@@ -84,7 +84,7 @@ typedef struct {
 } model_head_entry;
 
 typedef struct {
-    resnet_options trunk;
+    trunk_options trunk;
     model_input_type input_type;
     model_head_entry heads[MODEL_MAX_HEADS];
     int nheads;
@@ -93,7 +93,7 @@ typedef struct {
     int nmapping;
     struct {
         char key[32];
-        resnet_feature_id feat[MODEL_MAX_FEATURES];
+        int feat[MODEL_MAX_FEATURES]; /* trunk features */
         int nfeat;
     } mapping[MODEL_MAX_HEADS];
     bool single_pass_every_crop;
@@ -178,7 +178,7 @@ eng_tensor model_buffers(const model *m);
 int64_t model_param_count(const model *m);
 void model_zero_grad(eng_backend *be, model *m);
 /* The parts, for tests and for tools that need one of them. */
-resnet *model_trunk(const model *m);
+trunk *model_trunk(const model *m);
 int model_head_entry_count(const model *m);
 
 /* Plan for this list of inputs (shapes N_i × 3 × H_i × W_i, before INPUT_TYPE). Returns 0, or

@@ -12,6 +12,7 @@
 
 #include "util.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,18 +65,11 @@ static const char *get_str(reader *r, const cfg_node *map, const char *path)
 
 /* ---- the trunk ---------------------------------------------------------------------------- */
 
-static void read_trunk(reader *r, const cfg_node *mc, model_options *o)
+static void read_resnet(reader *r, const cfg_node *mc, resnet_options *t)
 {
-    const char *name = get_str(r, mc, "TRUNK.NAME");
-    if (!r->failed && strcmp(name, "resnet") != 0) {
-        fail(r, cfg_path(mc, "TRUNK.NAME"), "TRUNK.NAME",
-             "this engine builds the 'resnet' trunk (ResNet/ResNeXt) only");
-        return;
-    }
     const cfg_node *rn = need(r, mc, "TRUNK.TRUNK_PARAMS.RESNETS");
     if (!rn)
         return;
-    resnet_options *t = &o->trunk;
     t->depth = (int)get_int(r, rn, "DEPTH");
     t->width_multiplier = (int)get_int(r, rn, "WIDTH_MULTIPLIER");
     t->groups = (int)get_int(r, rn, "GROUPS");
@@ -90,9 +84,146 @@ static void read_trunk(reader *r, const cfg_node *mc, model_options *o)
     if (get_bool(r, rn, "STANDARDIZE_CONVOLUTIONS"))
         fail(r, cfg_map_get(rn, "STANDARDIZE_CONVOLUTIONS"), "TRUNK.TRUNK_PARAMS.RESNETS.STANDARDIZE_CONVOLUTIONS",
              "weight-standardised convolutions are not built by this engine");
+}
+
+/* ---- RegNet: ClassyVision's keyword arguments ----------------------------------------------- */
+
+static bool arg_bool(reader *r, const cfg_node *v, const char *key, bool *out);
+static bool arg_pos_int(reader *r, const cfg_node *v, const char *key, int64_t *out);
+
+/* RegNet.from_config's keys (ClassyVision), each with where it goes in regnet_options. */
+typedef enum { RK_INT, RK_NUMBER, RK_BOOL, RK_STEM, RK_BLOCK, RK_ACTIVATION } regnet_key_kind;
+static const struct {
+    const char *name;
+    regnet_key_kind kind;
+    size_t offset;
+} REGNET_KEYS[] = {
+    {"depth", RK_INT, offsetof(regnet_options, depth)},
+    {"w_0", RK_INT, offsetof(regnet_options, w_0)},
+    {"w_a", RK_NUMBER, offsetof(regnet_options, w_a)},
+    {"w_m", RK_NUMBER, offsetof(regnet_options, w_m)},
+    {"group_width", RK_INT, offsetof(regnet_options, group_width)},
+    {"bottleneck_multiplier", RK_NUMBER, offsetof(regnet_options, bottleneck_multiplier)},
+    {"stem_type", RK_STEM, offsetof(regnet_options, stem_type)},
+    {"stem_width", RK_INT, offsetof(regnet_options, stem_width)},
+    {"block_type", RK_BLOCK, offsetof(regnet_options, block_type)},
+    {"activation", RK_ACTIVATION, offsetof(regnet_options, activation)},
+    {"use_se", RK_BOOL, offsetof(regnet_options, use_se)},
+    {"se_ratio", RK_NUMBER, offsetof(regnet_options, se_ratio)},
+    {"bn_epsilon", RK_NUMBER, offsetof(regnet_options, bn_epsilon)},
+    {"bn_momentum", RK_NUMBER, offsetof(regnet_options, bn_momentum)},
+};
+
+/* A stem_type / block_type / activation value: its enum, or a failure naming the choices. */
+static bool regnet_enum(reader *r, const cfg_node *v, const char *key, regnet_key_kind kind, int *out)
+{
+    static const char *const CHOICES[] = {
+        [RK_STEM] = "must be res_stem_cifar, res_stem_in or simple_stem_in",
+        [RK_BLOCK] = "must be vanilla_block, res_basic_block, res_bottleneck_block or res_bottleneck_linear_block",
+        [RK_ACTIVATION] = "must be relu or silu",
+    };
+    const char *s = v->kind == CFG_STR ? v->s : "";
+    *out = kind == RK_STEM ? regnet_stem_by_name(s) : kind == RK_BLOCK ? regnet_block_by_name(s)
+                                                                      : regnet_activation_by_name(s);
+    return *out >= 0 || fail(r, v, key, CHOICES[kind]);
+}
+
+/* One key of the REGNET map into *o: false (and a failure) for a key RegNet.from_config does not
+ * read, or a value of the wrong kind. */
+static bool regnet_key(reader *r, const char *name, const cfg_node *v, const char *key, regnet_options *o)
+{
+    for (size_t i = 0; i < ARRAY_LEN(REGNET_KEYS); i++) {
+        if (strcmp(REGNET_KEYS[i].name, name) != 0)
+            continue;
+        void *at = (char *)o + REGNET_KEYS[i].offset;
+        int64_t n;
+        int e;
+        switch (REGNET_KEYS[i].kind) {
+        case RK_INT: return arg_pos_int(r, v, key, &n) && (*(int *)at = (int)n, true);
+        case RK_NUMBER: return cfg_is_number(v) ? (*(double *)at = cfg_number(v), true) : fail(r, v, key, "must be a number");
+        case RK_BOOL: return arg_bool(r, v, key, (bool *)at);
+        default: return regnet_enum(r, v, key, REGNET_KEYS[i].kind, &e) && (*(int *)at = e, true);
+        }
+    }
+    return fail(r, v, key, "RegNet takes name, depth, w_0, w_a, w_m, group_width, bottleneck_multiplier, stem_type, "
+                           "stem_width, block_type, activation, use_se, se_ratio, bn_epsilon, bn_momentum");
+}
+
+/* A preset: VISSL builds ClassyVision's registered model from the name alone and ignores every
+ * other key of the map, which would silently train another network than the config says, so
+ * other keys are refused here. */
+static void read_regnet_preset(reader *r, const cfg_node *map, const char *path, regnet_options *o)
+{
+    const cfg_node *name = cfg_map_get(map, "name");
+    char key[96];
+    snprintf(key, sizeof key, "%s.name", path);
+    if (name->kind != CFG_STR || regnet_preset(name->s, o) != 0) {
+        char list[512] = "";
+        for (const char *const *p = regnet_preset_names(); *p; p++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", p == regnet_preset_names() ? "" : ", ", *p);
+        char why[640];
+        snprintf(why, sizeof why, "is not one of ClassyVision's RegNets: %s", list);
+        fail(r, name, key, why);
+        return;
+    }
+    if (map->len > 1)
+        fail(r, map, path, "with a preset `name`, VISSL builds that RegNet and ignores the other keys: give the name "
+                           "alone, or the parameters (depth, w_0, w_a, w_m, group_width, ...) without a name");
+}
+
+static void read_regnet(reader *r, const cfg_node *mc, regnet_options *o)
+{
+    /* VISSL 0.1.5 reads TRUNK_PARAMS.REGNET; later VISSL moved it to TRUNK.REGNET. The composer
+     * mirrors moved keys, so both usually hold the same map; where they differ, the one set last. */
+    const cfg_node *old = cfg_path(mc, "TRUNK.TRUNK_PARAMS.REGNET"), *newer = cfg_path(mc, "TRUNK.REGNET");
+    bool has_old = old && old->kind == CFG_MAP && old->len, has_new = newer && newer->kind == CFG_MAP && newer->len;
+    bool use_new = has_new && (!has_old || newer->stamp > old->stamp);
+    const cfg_node *map = use_new ? newer : old;
+    const char *path = use_new ? "TRUNK.REGNET" : "TRUNK.TRUNK_PARAMS.REGNET";
+    if (!map || map->kind != CFG_MAP || map->len == 0) {
+        fail(r, map ? map : mc, path, "the regnet trunk needs a `name` (regnet_y_400mf, ...) or depth, w_0, w_a, w_m "
+                                      "and group_width");
+        return;
+    }
+    if (cfg_map_get(map, "name")) {
+        read_regnet_preset(r, map, path, o);
+        return;
+    }
+    for (size_t i = 0; i < map->len && !r->failed; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.%s", path, map->keys[i]);
+        regnet_key(r, map->keys[i], map->items[i], key, o);
+    }
+    static const char *const REQUIRED[] = {"depth", "w_0", "w_a", "w_m", "group_width"};
+    for (size_t i = 0; i < ARRAY_LEN(REQUIRED) && !r->failed; i++)
+        if (!cfg_map_get(map, REQUIRED[i]))
+            fail(r, map, path, "RegNet's parameters need depth, w_0, w_a, w_m and group_width (or a preset `name`)");
+}
+
+static void read_trunk(reader *r, const cfg_node *mc, model_options *o)
+{
+    const char *name = get_str(r, mc, "TRUNK.NAME");
     const char *input = get_str(r, mc, "INPUT_TYPE");
     o->input_type = !strcmp(input, "bgr") ? MODEL_INPUT_BGR : !strcmp(input, "lab") ? MODEL_INPUT_LAB : MODEL_INPUT_RGB;
-    t->in_channels = o->input_type == MODEL_INPUT_LAB ? 1 : 3;
+    if (!r->failed && !strcmp(name, "regnet")) {
+        o->trunk.kind = TRUNK_REGNET;
+        if (o->input_type == MODEL_INPUT_LAB)
+            fail(r, cfg_path(mc, "INPUT_TYPE"), "INPUT_TYPE", "the regnet trunk takes rgb or bgr input (VISSL asserts it)");
+        read_regnet(r, mc, &o->trunk.regnet);
+    } else if (!r->failed && !strcmp(name, "resnet")) {
+        o->trunk.kind = TRUNK_RESNET;
+        read_resnet(r, mc, &o->trunk.resnet);
+        o->trunk.resnet.in_channels = o->input_type == MODEL_INPUT_LAB ? 1 : 3;
+    } else if (!r->failed) {
+        fail(r, cfg_path(mc, "TRUNK.NAME"), "TRUNK.NAME", "this engine builds the 'resnet' (ResNet/ResNeXt) and 'regnet' "
+                                                          "trunks");
+        return;
+    }
+    char *why = NULL;
+    if (!r->failed && trunk_options_check(&o->trunk, &why) != 0) {
+        fail(r, cfg_path(mc, "TRUNK.NAME"), "TRUNK", why);
+        free(why);
+    }
 }
 
 /* ---- heads -------------------------------------------------------------------------------- */
@@ -230,12 +361,15 @@ static void read_heads(reader *r, const cfg_node *mc, model_options *o)
 
 /* ---- mapping and feature evaluation ---------------------------------------------------------- */
 
-static bool feature_name(reader *r, const cfg_node *n, const char *key, resnet_feature_id *out)
+static bool feature_name(reader *r, const model_options *o, const cfg_node *n, const char *key, int *out)
 {
-    int f = n->kind == CFG_STR ? resnet_feature_by_name(n->s) : -1;
-    if (f < 0)
-        return fail(r, n, key, "a trunk feature is one of conv1, res1, res2, res3, res4, res5, res5avg, flatten");
-    *out = (resnet_feature_id)f;
+    int f = n->kind == CFG_STR ? trunk_feature_by_name(&o->trunk, n->s) : -1;
+    if (f < 0) {
+        char list[256], why[320];
+        snprintf(why, sizeof why, "this trunk's features are %s", trunk_feature_list(&o->trunk, list, sizeof list));
+        return fail(r, n, key, why);
+    }
+    *out = f;
     return true;
 }
 
@@ -261,7 +395,7 @@ static void read_mapping(reader *r, const cfg_node *mc, model_options *o)
         snprintf(o->mapping[i].key, sizeof o->mapping[i].key, "%s", e->items[0]->s);
         o->mapping[i].nfeat = (int)e->items[1]->len;
         for (size_t j = 0; j < e->items[1]->len; j++)
-            if (!feature_name(r, e->items[1]->items[j], key, &o->mapping[i].feat[j]))
+            if (!feature_name(r, o, e->items[1]->items[j], key, &o->mapping[i].feat[j]))
                 return;
     }
 }
@@ -354,7 +488,7 @@ static void read_feature_eval(reader *r, const cfg_node *mc, model_options *o)
             fail(r, e, key, "an entry is [layer, [pool op, [arguments]]]");
             return;
         }
-        if (feature_name(r, e->items[0], key, &o->pool_ops[i].layer))
+        if (feature_name(r, o, e->items[0], key, &o->pool_ops[i].layer))
             read_pool_op(r, e->items[1], &o->pool_ops[i]);
     }
 }

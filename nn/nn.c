@@ -30,8 +30,9 @@ static const struct {
     size_t at;
 } OPS[] = {
     OP(open), OP(close), OP(bytes), OP(alloc), OP(free), OP(zero), OP(upload), OP(download), OP(sync),
-    OP(memory_peak), OP(copy), OP(upload_images), OP(relu_forward), OP(relu_backward), OP(linear_forward),
-    OP(linear_backward), OP(add_forward), OP(add_backward), OP(l2norm_forward), OP(l2norm_backward), OP(bank_scores_forward), OP(bank_scores_backward), OP(dropout_forward), OP(dropout_backward),
+    OP(memory_peak), OP(copy), OP(upload_images), OP(relu_forward), OP(relu_backward), OP(sigmoid_forward),
+    OP(sigmoid_backward), OP(silu_forward), OP(silu_backward), OP(channel_scale_forward),
+    OP(channel_scale_backward), OP(linear_forward), OP(linear_backward), OP(add_forward), OP(add_backward), OP(l2norm_forward), OP(l2norm_backward), OP(bank_scores_forward), OP(bank_scores_backward), OP(dropout_forward), OP(dropout_backward),
     OP(sgd_step_many), OP(adam_step_many), OP(ema), OP(scale), OP(argmax_rows), OP(sum_squares), OP(sum_squares_many), OP(info_nce), OP(cross_entropy),
     OP(bce_logits), OP(sinkhorn), OP(soft_cross_entropy), OP(plan_free), OP(conv_plan), OP(conv_forward),
     OP(conv_backward), OP(conv_bn_forward_eval), OP(batchnorm_forward_train), OP(batchnorm_forward_eval),
@@ -252,6 +253,68 @@ void eng_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *d
     LOGICAL("relu backward", y, dy, dx);
     if (dx)
         be->ops->relu_backward(be, y, dy, dx);
+}
+
+void eng_sigmoid_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
+{
+    expect_same("sigmoid", "output", y, x);
+    LOGICAL("sigmoid", x, y);
+    be->ops->sigmoid_forward(be, x, y);
+}
+
+void eng_sigmoid_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *dy, const eng_tensor *dx)
+{
+    expect_same("sigmoid backward", "dy", dy, y);
+    expect_same("sigmoid backward", "dx", dx, y);
+    LOGICAL("sigmoid backward", y, dy, dx);
+    if (dx)
+        be->ops->sigmoid_backward(be, y, dy, dx);
+}
+
+void eng_silu_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
+{
+    expect_same("silu", "output", y, x);
+    LOGICAL("silu", x, y);
+    be->ops->silu_forward(be, x, y);
+}
+
+void eng_silu_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *dy, const eng_tensor *dx)
+{
+    expect_same("silu backward", "dy", dy, x);
+    expect_same("silu backward", "dx", dx, x);
+    LOGICAL("silu backward", x, dy, dx);
+    if (dx)
+        be->ops->silu_backward(be, x, dy, dx);
+}
+
+/* x N×C×H×W and s N×C×1×1 or N×C. */
+static void check_channel_scale(const char *layer, const eng_tensor *x, const eng_tensor *s)
+{
+    if (x->shape.ndim != 4)
+        invariant_failed("%s: input must be N×C×H×W", layer);
+    eng_shape s4 = eng_shape4(x->shape.dim[0], x->shape.dim[1], 1, 1),
+              s2 = eng_shape2(x->shape.dim[0], x->shape.dim[1]);
+    expect_shape(layer, "scale", s, s->shape.ndim == 2 ? &s2 : &s4);
+}
+
+void eng_channel_scale_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *s, const eng_tensor *y)
+{
+    check_channel_scale("channel scale", x, s);
+    expect_same("channel scale", "output", y, x);
+    LOGICAL("channel scale", x, s, y);
+    be->ops->channel_scale_forward(be, x, s, y);
+}
+
+void eng_channel_scale_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *s, const eng_tensor *dy,
+                                const eng_tensor *dx, const eng_tensor *ds)
+{
+    check_channel_scale("channel scale backward", x, s);
+    expect_same("channel scale backward", "dy", dy, x);
+    expect_same("channel scale backward", "dx", dx, x);
+    expect_same("channel scale backward", "ds", ds, s);
+    LOGICAL("channel scale backward", x, s, dy, dx, ds);
+    if (dx || ds)
+        be->ops->channel_scale_backward(be, x, s, dy, dx, ds);
 }
 
 static void check_linear(const char *layer, const eng_tensor *x, const eng_tensor *w, const eng_tensor *b,

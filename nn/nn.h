@@ -154,6 +154,24 @@ void eng_upload_images(eng_backend *be, const eng_tensor *x, const uint8_t *src,
 void eng_relu_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y);
 void eng_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *dy, const eng_tensor *dx);
 
+/* y = sigmoid(x) = 1 / (1 + e^{−x}) (torch.sigmoid), in float as PyTorch's cpu kernel: a large
+ * −x makes e^{−x} infinite and y 0, never NaN. Backward from y (the output, as PyTorch's):
+ * dx += dy·(1 − y)·y. x and y may be the same tensor. */
+void eng_sigmoid_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y);
+void eng_sigmoid_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *dy, const eng_tensor *dx);
+
+/* y = x·sigmoid(x) (torch.nn.SiLU, "swish"), computed x / (1 + e^{−x}) as PyTorch does. Backward
+ * from x (the input): dx += dy·s·(1 + x·(1 − s)), s = sigmoid(x). */
+void eng_silu_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y);
+void eng_silu_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *dy, const eng_tensor *dx);
+
+/* Squeeze-and-excitation's product: y[n, c, h, w] = x[n, c, h, w]·s[n, c] for x N×C×H×W and s
+ * N×C×1×1 (or N×C). Backward: dx += dy·s, ds[n, c] += Σ_{h,w} dy·x (summed in double, then
+ * added as float); dx or ds may be NULL. */
+void eng_channel_scale_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *s, const eng_tensor *y);
+void eng_channel_scale_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *s, const eng_tensor *dy,
+                                const eng_tensor *dx, const eng_tensor *ds);
+
 /* y = x·Wᵀ + b for x N×I, W O×I, b O (may be NULL). */
 void eng_linear_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *w, const eng_tensor *b,
                        const eng_tensor *y);

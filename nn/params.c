@@ -142,3 +142,30 @@ double eng_params_weyl(int64_t i, int k)
     double x = (double)i * 0.7548776662466927 + (double)k * 0.5698402909980532;
     return x - floor(x);
 }
+
+/* The formula of tests/golden/make_resnet_fixtures.py on the Weyl sequence. */
+static double formula_value(const eng_entry *e, int64_t i, int k)
+{
+    double u = eng_params_weyl(i, k);
+    const eng_shape *s = &e->value.shape;
+    if (e->kind == ENG_BUFFER)
+        return eng_name_ends_with(e->name, "running_mean") ? 0.1 * (2.0 * u - 1.0) : 1.0 + 0.5 * u;
+    if (s->ndim == 4)
+        return sqrt(6.0 / (double)(s->dim[1] * s->dim[2] * s->dim[3])) * (2.0 * u - 1.0);
+    return eng_name_ends_with(e->name, ".weight") ? 1.0 + 0.25 * (2.0 * u - 1.0) : 0.1 * (2.0 * u - 1.0);
+}
+
+void eng_params_init_formula(eng_backend *be, eng_params *p)
+{
+    float *h = eng_params_host_scratch(p);
+    int counter[2] = {0, 0}; /* parameters and buffers are numbered separately */
+    for (int i = 0; i < p->nentries; i++) {
+        eng_entry *e = &p->entries[i];
+        int k = counter[e->kind]++;
+        int64_t n = eng_numel(&e->value.shape);
+        for (int64_t j = 0; j < n; j++)
+            h[j] = (float)formula_value(e, j, k);
+        eng_upload(be, &e->value, h);
+    }
+    free(h);
+}

@@ -62,5 +62,10 @@ bool eng_name_ends_with(const char *name, const char *tail);
  * identically in C and in the tests/golden scripts (same float64 operations, so both sides
  * round to the same float32). i = element, k = tensor number. */
 double eng_params_weyl(int64_t i, int k);
+/* Every entry set by the convolutional trunks' test formula on that sequence (documented in
+ * tests/golden/make_resnet_fixtures.py): conv weights √(6/fan_in)·(2u−1), 1-D ".weight"
+ * 1 + 0.25·(2u−1), other 1-D parameters 0.1·(2u−1), running means 0.1·(2u−1), running variances
+ * 1 + 0.5·u; parameters and buffers numbered separately, in entry order. */
+void eng_params_init_formula(eng_backend *be, eng_params *p);
 
 #endif

@@ -24,6 +24,7 @@
  */
 #include "resnet.h"
 #include "test_hooks.h"
+#include "unit.h"
 
 #include "log.h"
 #include "rng.h"
@@ -37,23 +38,8 @@
 
 #define BN_MOMENTUM 0.1
 #define BN_EPS 1e-5
-#define ACT_ALIGN 64 /* bytes between activation views: cache lines, SIMD loads */
-enum { GRAD_ARENAS = 3, STEM_ARENA = 2 }; /* arenas 0 and 1 take turns between blocks */
 
-/* conv → norm (→ ReLU): the building brick of every block. Indices name entries; rmean and rvar
- * are -1 for LayerNorm, which has no running statistics. */
-typedef struct {
-    int w, gamma, beta, rmean, rvar;
-    bool layer_norm;
-    eng_conv_desc desc;
-    bool relu;
-    eng_plan *plan;
-    eng_tensor conv_out, conv_grad; /* the BN's input and its gradient */
-    eng_tensor out, out_grad;       /* the unit's output (after ReLU when relu) and its gradient */
-    eng_tensor pre_grad;            /* layer norm + relu only: gradient of the norm's output */
-    eng_tensor mean, invstd;        /* statistics kept for the norm's backward: per channel (BN's
-                                       batch statistics) or per sample (LayerNorm) */
-} unit;
+typedef conv_unit unit;
 
 /* out = ReLU(last unit + identity or downsample(x)), ReLU'd in place. */
 typedef struct {
@@ -79,14 +65,7 @@ struct resnet {
     /* planned for one input shape */
     bool planned;
     eng_shape in_shape;
-    void *act_base;
-    size_t act_bytes;
-    eng_tensor **acts;   /* every activation view, re-pointed after allocation */
-    eng_tensor **grads;  /* the gradients, laid out in the arenas */
-    int *grad_arena;     /* grads[i]'s arena */
-    int nacts, ngrads, acap, gcap;
-    int arena;                             /* the arena gradients are being laid out in */
-    size_t arena_at[GRAD_ARENAS], arena_size[GRAD_ARENAS]; /* its bump pointer; each one's size */
+    act_plan acts;       /* every activation and gradient view, one allocation */
     eng_tensor pool_out, pool_grad, avg, flat;
     eng_tensor last_x; /* the image of the last forward: conv1's weight gradient reads it */
     bool last_train;
@@ -102,24 +81,16 @@ resnet_options resnet_defaults(void)
 
 /* ---- construction: named entries in state-dict order ------------------------------------------ */
 
-static eng_shape shape1(int64_t n) { return (eng_shape){.ndim = 1, .dim = {n}}; }
-
-/* Entries are reserved while the trunk is built and allocated together afterwards. The
- * default init computes fan-in from the conv weight's shape, so none is stored. */
-#define add_entry(be, net, kind, s, ...) eng_params_add((be), &(net)->params, (kind), (s), 0, __VA_ARGS__)
-
+/* conv → norm (→ ReLU), named "<prefix><conv>" and "<prefix><bn>". */
 static void unit_make(eng_backend *be, resnet *net, unit *u, const char *prefix, const char *conv, const char *bn,
                       int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, bool relu)
 {
-    *u = (unit){.relu = relu, .layer_norm = net->opt.norm == RESNET_NORM_LAYER, .rmean = -1, .rvar = -1,
-                .desc = {.stride = {stride, stride}, .pad = {k / 2, k / 2}, .dilation = {1, 1}, .groups = groups}};
-    u->w = add_entry(be, net, RESNET_PARAM, eng_shape4(out, in / groups, k, k), "%s%s.weight", prefix, conv);
-    u->gamma = add_entry(be, net, RESNET_PARAM, shape1(out), "%s%s.weight", prefix, bn);
-    u->beta = add_entry(be, net, RESNET_PARAM, shape1(out), "%s%s.bias", prefix, bn);
-    if (u->layer_norm) /* GroupNorm's state dict: weight and bias only */
-        return;
-    u->rmean = add_entry(be, net, RESNET_BUFFER, shape1(out), "%s%s.running_mean", prefix, bn);
-    u->rvar = add_entry(be, net, RESNET_BUFFER, shape1(out), "%s%s.running_var", prefix, bn);
+    char cname[96], bname[96];
+    snprintf(cname, sizeof cname, "%s%s", prefix, conv);
+    snprintf(bname, sizeof bname, "%s%s", prefix, bn);
+    unit_norm nm = {.eps = BN_EPS, .momentum = BN_MOMENTUM, .layer_norm = net->opt.norm == RESNET_NORM_LAYER};
+    conv_unit_make(be, &net->params, u, cname, bname, in, out, k, stride, groups, relu ? UNIT_ACT_RELU : UNIT_ACT_NONE,
+                   nm);
 }
 
 /* torchvision's Bottleneck / BasicBlock; the stride sits on the 3×3 conv (v1.5). */
@@ -281,108 +252,23 @@ void resnet_init(eng_backend *be, resnet *net, uint64_t seed)
     free(h);
 }
 
-/* The formula of tests/golden/make_resnet_fixtures.py on the shared Weyl sequence. */
-static double formula_value(const resnet_entry *e, int64_t i, int k)
-{
-    double u = eng_params_weyl(i, k);
-    if (e->kind == RESNET_BUFFER)
-        return eng_name_ends_with(e->name, "running_mean") ? 0.1 * (2.0 * u - 1.0) : 1.0 + 0.5 * u;
-    if (e->value.shape.ndim == 4)
-        return sqrt(6.0 / (double)fan_in(&e->value.shape)) * (2.0 * u - 1.0);
-    return eng_name_ends_with(e->name, ".weight") ? 1.0 + 0.25 * (2.0 * u - 1.0) : 0.1 * (2.0 * u - 1.0);
-}
-
-void resnet_init_formula(eng_backend *be, resnet *net)
-{
-    float *h = eng_params_host_scratch(&net->params);
-    int counter[2] = {0, 0}; /* parameters and buffers are numbered separately */
-    for (int i = 0; i < net->params.nentries; i++) {
-        resnet_entry *e = &net->params.entries[i];
-        int k = counter[e->kind]++;
-        int64_t n = eng_numel(&e->value.shape);
-        for (int64_t j = 0; j < n; j++)
-            h[j] = (float)formula_value(e, j, k);
-        eng_upload(be, &e->value, h);
-    }
-    free(h);
-}
+void resnet_init_formula(eng_backend *be, resnet *net) { eng_params_init_formula(be, &net->params); }
 
 /* ---- planning: every activation laid out, then one allocation ------------------------------ */
 
-static void track(eng_tensor ***list, int *n, int *cap, eng_tensor *t)
-{
-    if (*n == *cap) {
-        *cap = *cap ? 2 * *cap : 256;
-        *list = realloc(*list, (size_t)*cap * sizeof **list);
-        if (!*list)
-            die(EXIT_RUNTIME, "resnet: out of memory");
-    }
-    (*list)[(*n)++] = t;
-}
-
-static size_t aligned_bytes(eng_backend *be, const eng_shape *s)
-{
-    return (eng_bytes(be, s) + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
-}
-
-/* Lay out `t`: a value in the activation buffer, a gradient in the current arena (its offset
- * within the arena until resnet_plan places the arenas after the activations). */
 static void act(eng_backend *be, resnet *net, eng_tensor *t, eng_shape s, bool is_grad)
 {
-    size_t *at = is_grad ? &net->arena_at[net->arena] : &net->act_bytes;
-    *t = (eng_tensor){.shape = s, .base = NULL, .offset = *at};
-    *at += aligned_bytes(be, &s);
-    track(&net->acts, &net->nacts, &net->acap, t);
-    if (!is_grad)
-        return;
-    int n = net->ngrads, cap = net->gcap;
-    track(&net->grads, &net->ngrads, &net->gcap, t);
-    if (net->gcap != cap)
-        net->grad_arena = xrealloc(net->grad_arena, (size_t)net->gcap * sizeof *net->grad_arena);
-    net->grad_arena[n] = net->arena;
-    if (*at > net->arena_size[net->arena])
-        net->arena_size[net->arena] = *at;
-}
-
-/* Gradients from here on go to arena a, from its start. */
-static void enter_arena(resnet *net, int a)
-{
-    net->arena = a;
-    net->arena_at[a] = 0;
-}
-
-/* The arenas after the activations: every gradient's offset made absolute. */
-static void place_arenas(resnet *net)
-{
-    size_t start[GRAD_ARENAS];
-    for (int a = 0; a < GRAD_ARENAS; a++) {
-        start[a] = net->act_bytes;
-        net->act_bytes += net->arena_size[a];
-    }
-    for (int i = 0; i < net->ngrads; i++)
-        net->grads[i]->offset += start[net->grad_arena[i]];
+    act_plan_add(be, &net->acts, t, s, is_grad);
 }
 
 static eng_shape unit_plan(eng_backend *be, resnet *net, unit *u, const eng_shape *x)
 {
-    const eng_shape *ws = &net->params.entries[u->w].value.shape;
-    eng_shape y = eng_conv_output_shape(x, ws, &u->desc);
-    u->plan = eng_conv_plan(be, &u->desc, x, ws, false);
-    act(be, net, &u->conv_out, y, false);
-    act(be, net, &u->conv_grad, y, true);
-    act(be, net, &u->out, y, false);
-    act(be, net, &u->out_grad, y, true);
-    if (u->relu && u->layer_norm) /* batch norm fuses its ReLU (no buffer between them) */
-        act(be, net, &u->pre_grad, y, true);
-    int64_t nstats = u->layer_norm ? y.dim[0] : y.dim[1]; /* per sample : per channel */
-    act(be, net, &u->mean, shape1(nstats), false);
-    act(be, net, &u->invstd, shape1(nstats), false);
-    return y;
+    return conv_unit_plan(be, &net->acts, &net->params, u, x);
 }
 
 static eng_shape block_plan(eng_backend *be, resnet *net, block *b, int index, const eng_shape *x)
 {
-    enter_arena(net, index % 2);
+    act_plan_enter_arena(&net->acts, index % 2);
     eng_shape s = *x;
     for (int i = 0; i < b->nu; i++)
         s = unit_plan(be, net, &b->u[i], &s);
@@ -393,34 +279,19 @@ static eng_shape block_plan(eng_backend *be, resnet *net, block *b, int index, c
     return s;
 }
 
-static void unit_unplan(eng_backend *be, unit *u)
-{
-    eng_plan_free(be, u->plan);
-    u->plan = NULL;
-}
-
 static void unplan(eng_backend *be, resnet *net)
 {
     if (!net->planned)
         return;
-    unit_unplan(be, &net->stem);
+    conv_unit_unplan(be, &net->stem);
     for (int i = 0; i < net->nblocks; i++) {
         block *b = &net->blocks[i];
         for (int j = 0; j < b->nu; j++)
-            unit_unplan(be, &b->u[j]);
+            conv_unit_unplan(be, &b->u[j]);
         if (b->has_down)
-            unit_unplan(be, &b->down);
+            conv_unit_unplan(be, &b->down);
     }
-    eng_free(be, net->act_base);
-    free(net->acts);
-    free(net->grads);
-    free(net->grad_arena);
-    net->act_base = NULL;
-    net->acts = net->grads = NULL;
-    net->grad_arena = NULL;
-    net->nacts = net->ngrads = net->acap = net->gcap = 0;
-    net->act_bytes = 0;
-    memset(net->arena_size, 0, sizeof net->arena_size);
+    act_plan_release(be, &net->acts);
     net->planned = false;
 }
 
@@ -431,7 +302,7 @@ void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input)
     unplan(be, net);
     if (input->ndim != 4 || input->dim[1] != net->opt.in_channels)
         die(EXIT_RUNTIME, "resnet: input must be N × %d × H × W", net->opt.in_channels);
-    enter_arena(net, STEM_ARENA); /* the stem's and the pool's gradients live the whole backward */
+    act_plan_enter_arena(&net->acts, ACT_STEM_ARENA); /* the stem's and the pool's gradients live the whole backward */
     eng_shape s = unit_plan(be, net, &net->stem, input);
     if (!net->opt.small_stem) {
         s = eng_pool_output_shape(&s, &net->pool);
@@ -442,10 +313,7 @@ void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input)
         s = block_plan(be, net, &net->blocks[i], i, &s);
     eng_shape avg = eng_shape4(s.dim[0], s.dim[1], 1, 1);
     act(be, net, &net->avg, avg, false);
-    place_arenas(net);
-    net->act_base = eng_alloc(be, net->act_bytes);
-    for (int i = 0; i < net->nacts; i++)
-        net->acts[i]->base = net->act_base;
+    act_plan_commit(be, &net->acts);
     net->flat = eng_reshape(&net->avg, eng_shape2(s.dim[0], s.dim[1]));
     net->in_shape = *input;
     net->planned = true;
@@ -454,39 +322,9 @@ void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input)
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-static const eng_tensor *ent(const resnet *net, int i) { return &net->params.entries[i].value; }
-static const eng_tensor *grad(const resnet *net, int i) { return &net->params.entries[i].grad; }
-
-/* Evaluation with batch norm: conv, norm, [residual,] [ReLU] in one backend step into y. */
-static void unit_forward_eval(eng_backend *be, resnet *net, unit *u, const eng_tensor *x,
-                              const eng_tensor *residual, bool relu, const eng_tensor *y)
-{
-    eng_conv_bn_forward_eval(be, u->plan, x, ent(net, u->w), BN_EPS, ent(net, u->gamma), ent(net, u->beta),
-                             ent(net, u->rmean), ent(net, u->rvar), residual, relu, y);
-}
-
 static void unit_forward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, bool train)
 {
-    if (!train && !u->layer_norm) {
-        unit_forward_eval(be, net, u, x, NULL, u->relu, &u->out);
-        return;
-    }
-    eng_conv_forward(be, u->plan, x, ent(net, u->w), NULL, &u->conv_out);
-    if (u->layer_norm) { /* the same in training and evaluation: no running statistics */
-        eng_layernorm2d_forward(be, BN_EPS, &u->conv_out, ent(net, u->gamma), ent(net, u->beta), &u->mean,
-                                &u->invstd, &u->out);
-        if (u->relu)
-            eng_relu_forward(be, &u->out, &u->out);
-        return;
-    }
-    const eng_tensor *g = ent(net, u->gamma), *b = ent(net, u->beta), *rm = ent(net, u->rmean),
-                     *rv = ent(net, u->rvar);
-    if (u->relu)
-        eng_batchnorm_relu_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, g, b, rm, rv, &u->mean,
-                                         &u->invstd, &u->out, net->bn_across);
-    else
-        eng_batchnorm_forward_train(be, BN_MOMENTUM, BN_EPS, &u->conv_out, g, b, rm, rv, &u->mean, &u->invstd,
-                                    &u->out, net->bn_across);
+    conv_unit_forward(be, &net->params, u, x, train, net->bn_across);
 }
 
 static void block_forward(eng_backend *be, resnet *net, block *b, const eng_tensor *x, bool train)
@@ -502,8 +340,8 @@ static void block_forward(eng_backend *be, resnet *net, block *b, const eng_tens
         h = &b->u[i].out;
     }
     unit *last = &b->u[b->nu - 1];
-    if (!train && !last->layer_norm) { /* the residual add and the ReLU join the last conv */
-        unit_forward_eval(be, net, last, h, identity, true, &b->out);
+    if (!train && !last->norm.layer_norm) { /* the residual add and the ReLU join the last conv */
+        conv_unit_forward_eval_fused(be, &net->params, last, h, identity, true, &b->out);
         return;
     }
     unit_forward(be, net, last, h, train);
@@ -596,43 +434,19 @@ int resnet_feature_by_name(const char *name)
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
-static void zero_unit_grads(eng_backend *be, const unit *u)
-{
-    eng_zero(be, &u->conv_grad);
-    eng_zero(be, &u->out_grad);
-    if (u->relu && u->layer_norm)
-        eng_zero(be, &u->pre_grad);
-}
-
 /* A block's own gradients but its output's (which the next block has filled), just before its
  * backward: their arena held the gradients of the block two after it until now. */
 static void zero_block_grads(eng_backend *be, const block *b)
 {
     for (int j = 0; j < b->nu; j++)
-        zero_unit_grads(be, &b->u[j]);
+        conv_unit_zero_grads(be, &b->u[j]);
     if (b->has_down)
-        zero_unit_grads(be, &b->down);
+        conv_unit_zero_grads(be, &b->down);
 }
 
-/* The unit's upstream gradient is in out_grad; dx (NULL: skip) receives the input gradient. */
 static void unit_backward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, const eng_tensor *dx)
 {
-    const eng_tensor *dy = &u->out_grad, *g = ent(net, u->gamma), *dg = grad(net, u->gamma),
-                     *db = grad(net, u->beta);
-    if (u->layer_norm) {
-        if (u->relu) {
-            eng_relu_backward(be, &u->out, &u->out_grad, &u->pre_grad);
-            dy = &u->pre_grad;
-        }
-        eng_layernorm2d_backward(be, &u->conv_out, g, &u->mean, &u->invstd, dy, &u->conv_grad, dg, db);
-    } else if (u->relu) {
-        eng_batchnorm_relu_backward(be, &u->conv_out, g, &u->mean, &u->invstd, &u->out, dy, &u->conv_grad, dg,
-                                    db, net->bn_across);
-    } else {
-        eng_batchnorm_backward(be, &u->conv_out, g, &u->mean, &u->invstd, dy, &u->conv_grad, dg, db,
-                               net->bn_across);
-    }
-    eng_conv_backward(be, u->plan, x, ent(net, u->w), &u->conv_grad, dx, grad(net, u->w), NULL);
+    conv_unit_backward(be, &net->params, u, x, dx, net->bn_across);
 }
 
 static void block_backward(eng_backend *be, resnet *net, block *b, const eng_tensor *x, const eng_tensor *dx)
@@ -648,7 +462,7 @@ void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat)
 {
     if (!net->planned || !net->last_train)
         die(EXIT_RUNTIME, "resnet: backward needs a training-mode forward first");
-    zero_unit_grads(be, &net->stem);
+    conv_unit_zero_grads(be, &net->stem);
     if (!net->opt.small_stem)
         eng_zero(be, &net->pool_grad);
     eng_tensor d4 = eng_reshape(dfeat, net->avg.shape);

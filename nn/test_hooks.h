@@ -9,11 +9,16 @@
 #define SELFSUP_NN_TEST_HOOKS_H
 
 #include "model.h"
+#include "regnet.h"
 #include "resnet.h"
+#include "trunk.h"
 
 /* Every parameter and running statistic set by the closed formula documented in
  * tests/golden/make_resnet_fixtures.py. */
 void resnet_init_formula(eng_backend *be, resnet *net);
+/* The same formula for the other trunks (eng_params_init_formula; make_regnet_fixtures.py). */
+void regnet_init_formula(eng_backend *be, regnet *net);
+void trunk_init_formula(eng_backend *be, trunk *t);
 /* The trunk by resnet_init_formula, the heads by head_init_formula
  * (tests/golden/make_model_fixtures.py reproduces both in PyTorch). */
 void model_init_formula(eng_backend *be, model *m);

@@ -42,6 +42,13 @@ void cpu_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a
 
 void cpu_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
 void cpu_relu_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
+void cpu_sigmoid_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cpu_sigmoid_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
+void cpu_silu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cpu_silu_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
+void cpu_channel_scale_forward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *y);
+void cpu_channel_scale_backward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *dy, tensor_ref *dx,
+                                tensor_ref *ds);
 void cpu_linear_forward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *b, tensor_ref *y);
 void cpu_linear_backward(eng_backend *be, tensor_ref *x, tensor_ref *w, tensor_ref *dy, tensor_ref *dx,
                          tensor_ref *dw, tensor_ref *db);

@@ -1,17 +1,26 @@
 /*
- * eltwise.c — the cpu backend's elementwise layers: ReLU and the residual add (optionally
- * fused with the ReLU that ends a ResNet block).
+ * eltwise.c — the cpu backend's elementwise layers: ReLU, sigmoid, SiLU, the residual add
+ * (optionally fused with the ReLU that ends a ResNet block) and squeeze-and-excitation's
+ * per-channel product.
  *
  * ReLU's backward reads the output, not the input (PyTorch's in-place ReLU does the same),
  * so the input's memory may be reused once the forward is done. max(x, 0) is written
  * x < 0 ? 0 : x so that a NaN passes through, as it does in PyTorch (the trainer's NaN check
  * must see it).
  *
+ * Sigmoid and SiLU are PyTorch's cpu formulas in float, operation for operation:
+ * 1 / (1 + e^{−x}) and x / (1 + e^{−x}); backward dy·(1 − y)·y from sigmoid's output and
+ * dy·s·(1 + x·(1 − s)) from SiLU's input. A large −x makes e^{−x} infinite: the sigmoid is
+ * then 0 and the SiLU −0, never NaN. The channel product's ds sums each plane's dy·x in
+ * double, one plane per thread, so it does not depend on the thread count either.
+ *
  * Every loop is split over the OpenMP threads (each element is one thread's, so the result
  * does not depend on their number) when the tensor is big enough to pay for waking them, and
  * is SIMD (CPU_HOT).
  */
 #include "cpu.h"
+
+#include <math.h>
 
 /* Below this many elements one thread is faster than waking the others. */
 #define PARALLEL_MIN 32768
@@ -29,6 +38,41 @@ CPU_HOT static void relu_grad_rows(const float *y, const float *g, float *gx, in
 #pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++)
         gx[i] += y[i] > 0.0f ? g[i] : 0.0f;
+}
+
+/* 1 / (1 + e^{−x}), in float as torch.sigmoid's cpu kernel. */
+static inline float sigmoid_of(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+CPU_HOT static void sigmoid_rows(const float *in, float *out, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = sigmoid_of(in[i]);
+}
+
+/* dx += dy·(1 − y)·y (torch's sigmoid_backward, in its order) */
+CPU_HOT static void sigmoid_grad_rows(const float *y, const float *g, float *gx, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        gx[i] += g[i] * (1.0f - y[i]) * y[i];
+}
+
+CPU_HOT static void silu_rows(const float *in, float *out, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = in[i] / (1.0f + expf(-in[i]));
+}
+
+/* dx += dy·s·(1 + x·(1 − s)), s = sigmoid(x) (torch's silu_backward, in its order) */
+CPU_HOT static void silu_grad_rows(const float *x, const float *g, float *gx, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float s = sigmoid_of(x[i]);
+        gx[i] += g[i] * s * (1.0f + x[i] * (1.0f - s));
+    }
 }
 
 CPU_HOT static void add_rows(const float *a, const float *b, float *out, int64_t n, bool relu)
@@ -87,6 +131,83 @@ void cpu_relu_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_re
 {
     (void)be;
     relu_grad_rows(cpu_ptr(y), cpu_ptr(dy), cpu_ptr(dx), eng_numel(&y->shape));
+}
+
+void cpu_sigmoid_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
+{
+    (void)be;
+    sigmoid_rows(cpu_ptr(x), cpu_ptr(y), eng_numel(&x->shape));
+}
+
+void cpu_sigmoid_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx)
+{
+    (void)be;
+    sigmoid_grad_rows(cpu_ptr(y), cpu_ptr(dy), cpu_ptr(dx), eng_numel(&y->shape));
+}
+
+void cpu_silu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
+{
+    (void)be;
+    silu_rows(cpu_ptr(x), cpu_ptr(y), eng_numel(&x->shape));
+}
+
+void cpu_silu_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
+{
+    (void)be;
+    silu_grad_rows(cpu_ptr(x), cpu_ptr(dy), cpu_ptr(dx), eng_numel(&x->shape));
+}
+
+/* ---- the per-channel product (squeeze-and-excitation) ---------------------------------------- */
+
+/* y[p·hw + i] = x[p·hw + i]·s[p] over `planes` planes of hw values. */
+CPU_HOT static void channel_scale_rows(const float *x, const float *s, float *y, int64_t planes, int64_t hw)
+{
+#pragma omp parallel for schedule(static) if (planes * hw >= PARALLEL_MIN)
+    for (int64_t p = 0; p < planes; p++) {
+        const float *in = x + p * hw, sp = s[p];
+        float *out = y + p * hw;
+#pragma omp simd
+        for (int64_t i = 0; i < hw; i++)
+            out[i] = in[i] * sp;
+    }
+}
+
+/* dx += dy·s[p] and ds[p] += Σ dy·x (in double) per plane; either may be NULL. */
+CPU_HOT static void channel_scale_grad_rows(const float *x, const float *s, const float *g, float *gx, float *gs,
+                                            int64_t planes, int64_t hw)
+{
+#pragma omp parallel for schedule(static) if (planes * hw >= PARALLEL_MIN)
+    for (int64_t p = 0; p < planes; p++) {
+        const float *in = x + p * hw, *gp = g + p * hw;
+        if (gx) {
+            float sp = s[p], *out = gx + p * hw;
+#pragma omp simd
+            for (int64_t i = 0; i < hw; i++)
+                out[i] += gp[i] * sp;
+        }
+        if (gs) {
+            double sum = 0.0;
+            for (int64_t i = 0; i < hw; i++)
+                sum += (double)gp[i] * in[i];
+            gs[p] += (float)sum;
+        }
+    }
+}
+
+void cpu_channel_scale_forward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *y)
+{
+    (void)be;
+    int64_t planes = x->shape.dim[0] * x->shape.dim[1], hw = x->shape.dim[2] * x->shape.dim[3];
+    channel_scale_rows(cpu_ptr(x), cpu_ptr(s), cpu_ptr(y), planes, hw);
+}
+
+void cpu_channel_scale_backward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *dy, tensor_ref *dx,
+                                tensor_ref *ds)
+{
+    (void)be;
+    int64_t planes = x->shape.dim[0] * x->shape.dim[1], hw = x->shape.dim[2] * x->shape.dim[3];
+    channel_scale_grad_rows(cpu_ptr(x), cpu_ptr(s), cpu_ptr(dy), dx ? cpu_ptr(dx) : NULL, ds ? cpu_ptr(ds) : NULL,
+                            planes, hw);
 }
 
 void cpu_add_forward(eng_backend *be, tensor_ref *a, tensor_ref *b, bool relu, tensor_ref *y)

@@ -121,6 +121,13 @@ void cuda_from_nhwc_bf16(eng_backend *be, const void *src, float *dst, int64_t n
 /* ---- elementwise (eltwise.cu) ------------------------------------------------------------------ */
 void cuda_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
 void cuda_relu_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
+void cuda_sigmoid_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cuda_sigmoid_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx);
+void cuda_silu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);
+void cuda_silu_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
+void cuda_channel_scale_forward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *y);
+void cuda_channel_scale_backward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *dy, tensor_ref *dx,
+                                 tensor_ref *ds);
 void cuda_add_forward(eng_backend *be, tensor_ref *a, tensor_ref *b, bool relu, tensor_ref *y);
 void cuda_add_backward(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *da, tensor_ref *db);
 void cuda_l2norm_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);

@@ -1,13 +1,17 @@
 /*
- * eltwise.cu — the cuda backend's elementwise layers: ReLU, the residual add (optionally
- * fused with the ReLU ending a ResNet block), L2-normalise, dropout, and the bias helpers the
- * matrix products use.
+ * eltwise.cu — the cuda backend's elementwise layers: ReLU, sigmoid, SiLU, the residual add
+ * (optionally fused with the ReLU ending a ResNet block), squeeze-and-excitation's per-channel
+ * product, L2-normalise, dropout, and the bias helpers the matrix products use.
  *
  * Each element is one thread's (grid-stride loops), so results do not depend on the launch
- * shape, and they equal the cpu backend's: the same float operations in the same order.
+ * shape, and they equal the cpu backend's: the same float operations in the same order
+ * (written with __f*_rn so nvcc fuses no multiply-add the cpu does not). Sigmoid and SiLU
+ * differ from the cpu only by expf (CUDA's and glibc's are each within 2 ulp), the formulas
+ * being PyTorch's: 1 / (1 + e^{−x}), x / (1 + e^{−x}), backward dy·(1 − y)·y and
+ * dy·s·(1 + x·(1 − s)); an infinite e^{−x} gives 0, not NaN.
  * ReLU is written x < 0 ? 0 : x so a NaN passes through, as in PyTorch and on the cpu.
- * Row reductions (L2 norms, bias gradients) sum in double in a fixed order: one block per
- * output, each thread striding over it, then a fixed tree in shared memory.
+ * Row reductions (L2 norms, bias and channel-scale gradients) sum in double in a fixed order:
+ * one block per output, each thread striding over it, then a fixed tree in shared memory.
  *
  * Dropout's mask is the cpu's: Philox4x32-10 keyed by the backend's seed with the counter
  * (i / 4, RNG_PURPOSE_TRAIN << 16, step), a 24-bit uniform against p. So a run keeps the same
@@ -101,6 +105,121 @@ extern "C" void cuda_add_backward(eng_backend *be, tensor_ref *relu_y, tensor_re
     int64_t n = eng_numel(&dy->shape);
     add_grad_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(
         relu_y ? cuda_ptr(relu_y) : NULL, cuda_ptr(dy), da ? cuda_ptr(da) : NULL, db ? cuda_ptr(db) : NULL, n);
+    CUDA_LAUNCHED();
+}
+
+/* ---- sigmoid, SiLU ------------------------------------------------------------------------------- */
+
+/* 1 / (1 + e^{−x}) in float, as torch.sigmoid and the cpu. */
+__device__ static float sigmoid_of(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+__global__ static void sigmoid_kernel(const float *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = sigmoid_of(x[i]);
+}
+
+/* dx += dy·(1 − y)·y */
+__global__ static void sigmoid_grad_kernel(const float *y, const float *dy, float *dx, int64_t n)
+{
+    GRID_STRIDE(i, n) dx[i] = __fadd_rn(dx[i], __fmul_rn(__fmul_rn(dy[i], __fsub_rn(1.0f, y[i])), y[i]));
+}
+
+__global__ static void silu_kernel(const float *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = __fdiv_rn(x[i], __fadd_rn(1.0f, expf(-x[i])));
+}
+
+/* dx += dy·s·(1 + x·(1 − s)), s = sigmoid(x) */
+__global__ static void silu_grad_kernel(const float *x, const float *dy, float *dx, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float s = sigmoid_of(x[i]);
+        float g = __fmul_rn(__fmul_rn(dy[i], s), __fadd_rn(1.0f, __fmul_rn(x[i], __fsub_rn(1.0f, s))));
+        dx[i] = __fadd_rn(dx[i], g);
+    }
+}
+
+extern "C" void cuda_sigmoid_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
+{
+    int64_t n = eng_numel(&x->shape);
+    sigmoid_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(y), n);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_sigmoid_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx)
+{
+    int64_t n = eng_numel(&y->shape);
+    sigmoid_grad_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(y), cuda_ptr(dy),
+                                                                                   cuda_ptr(dx), n);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_silu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
+{
+    int64_t n = eng_numel(&x->shape);
+    silu_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(y), n);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_silu_backward(eng_backend *be, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
+{
+    int64_t n = eng_numel(&x->shape);
+    silu_grad_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(dy),
+                                                                                cuda_ptr(dx), n);
+    CUDA_LAUNCHED();
+}
+
+/* ---- the per-channel product (squeeze-and-excitation) ------------------------------------------- */
+
+/* y = x·s[plane] over planes of hw values. */
+__global__ static void channel_scale_kernel(const float *x, const float *s, float *y, int64_t n, int64_t hw)
+{
+    GRID_STRIDE(i, n) y[i] = __fmul_rn(x[i], s[i / hw]);
+}
+
+/* One block per plane p: dx += dy·s[p] and ds[p] += Σ dy·x, in double in a fixed tree, rounded
+ * once (as the cpu); dx or ds may be NULL. */
+__global__ static void channel_scale_grad_kernel(const float *x, const float *s, const float *dy, float *dx,
+                                                 float *ds, int64_t hw)
+{
+    __shared__ double shared[REDUCE_THREADS];
+    int64_t at = (int64_t)blockIdx.x * hw;
+    float sp = s[blockIdx.x];
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) {
+        if (dx)
+            dx[at + i] = __fadd_rn(dx[at + i], __fmul_rn(dy[at + i], sp));
+        if (ds)
+            sum += (double)dy[at + i] * x[at + i];
+    }
+    if (!ds)
+        return; /* the same for the whole block: no thread waits in block_sum alone */
+    double total = block_sum(sum, shared);
+    if (threadIdx.x == 0)
+        ds[blockIdx.x] += (float)total;
+}
+
+extern "C" void cuda_channel_scale_forward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *y)
+{
+    int64_t n = eng_numel(&x->shape), hw = x->shape.dim[2] * x->shape.dim[3];
+    channel_scale_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(s),
+                                                                                    cuda_ptr(y), n, hw);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_channel_scale_backward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *dy,
+                                            tensor_ref *dx, tensor_ref *ds)
+{
+    int64_t planes = x->shape.dim[0] * x->shape.dim[1], hw = x->shape.dim[2] * x->shape.dim[3];
+    if (planes == 0)
+        return;
+    /* a power of two (block_sum's tree), no wider than a small plane needs (SE at 7×7) */
+    unsigned threads = 32;
+    while (threads < hw && threads < REDUCE_THREADS)
+        threads *= 2;
+    channel_scale_grad_kernel<<<(unsigned)planes, threads, 0, cuda_stream(be)>>>(
+        cuda_ptr(x), cuda_ptr(s), cuda_ptr(dy), dx ? cuda_ptr(dx) : NULL, ds ? cuda_ptr(ds) : NULL, hw);
     CUDA_LAUNCHED();
 }
 

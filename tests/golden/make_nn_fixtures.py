@@ -51,12 +51,48 @@ def l2norm():
     save("l2norm", x=x, y=y, dy=dy, dx=x.grad)
 
 
+def with_extremes(x):
+    """x with ±30 and ±100 in its first elements: e^{−x} near float's top (e^30 ≈ 1e13) and past
+    it (e^100 is inf in float), where sigmoid and SiLU must give 0 or x, never NaN."""
+    x.view(-1)[:6] = torch.tensor([30.0, -30.0, 100.0, -100.0, 0.0, -1.2785])  # SiLU's dx kink near -1.28
+    return x
+
+
+def sigmoid():
+    x = with_extremes(torch.randn(3, 5, 7, 9) * 4).requires_grad_(True)
+    y = torch.sigmoid(x)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    save("sigmoid", x=x, y=y, dy=dy, dx=x.grad)
+
+
+def silu():
+    x = with_extremes(torch.randn(3, 5, 7, 9) * 4).requires_grad_(True)
+    y = F.silu(x)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    save("silu", x=x, y=y, dy=dy, dx=x.grad)
+
+
+def channel_scale():
+    """Squeeze-and-excitation's product x·s, s N×C×1×1 broadcast over the plane."""
+    x = with_extremes(torch.randn(3, 5, 7, 9) * 4).requires_grad_(True)
+    s = torch.sigmoid(torch.randn(3, 5, 1, 1) * 2).requires_grad_(True)
+    y = x * s
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    save("channel_scale", x=x, s=s, y=y, dy=dy, dx=x.grad, ds=s.grad)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(0)
     relu()
     linear()
     l2norm()
+    sigmoid()
+    silu()
+    channel_scale()
     print(f"make_nn_fixtures: wrote {len(os.listdir(OUT))} files to {OUT} (torch {torch.__version__})")
 
 

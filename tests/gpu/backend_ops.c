@@ -34,8 +34,10 @@
  * Tolerances (the TOL_* each case names):
  *   op                                               tol    why
  *   relu, add, add_relu, l2norm, dropout,            1e-5   elementwise, or sums short or
- *   sgd_step_many, adam_step_many, sum_squares(_many),      taken in double: float rounding
- *   info_nce, cross_entropy, bce_logits,                    of a few operations
+ *   sigmoid, silu (expf within 2 ulp on either),            taken in double: float rounding
+ *   channel_scale (ds summed in double),                    of a few operations
+ *   sgd_step_many, adam_step_many, sum_squares(_many),
+ *   info_nce, cross_entropy, bce_logits,
  *   soft_cross_entropy, maxpool, avgpool, adaptive
  *   pools, and batch norm / layer norm on the small
  *   shapes (every variant); linear with a small
@@ -118,7 +120,8 @@ enum { MAX_INPUTS = 40, MAX_OWNED = 40, MAX_RESULTS = 24, MAX_PLANS = 2, LINE_MA
 enum {
     F_BIAS = 1 << 0,      /* conv / linear with a bias */
     F_NODX = 1 << 1,      /* the input's gradient is NULL (not needed) */
-    F_NODB = 1 << 2,      /* the other gradients are NULL: add's db, conv's db, a norm's dγ and dβ */
+    F_NODB = 1 << 2,      /* the other gradients are NULL: add's db, conv's db, a norm's dγ and dβ,
+                             channel_scale's ds */
     F_RELU = 1 << 3,      /* the fused ReLU variant */
     F_RESID = 1 << 4,     /* conv_bn_forward_eval with a residual */
     F_NATIVE = 1 << 5,    /* activations (x, residual, y) in the backend's native layout */
@@ -404,6 +407,75 @@ static void relu_bwd(ctx *c)
     eng_tensor *y = input_edit(c, s, -1, 1, edit_relu), *dy = input(c, s, -1, 1), *dx = grad(c, s, 1);
     eng_relu_backward(c->be, y, dy, dx);
     check(c, "dx", dx);
+}
+
+/* ±30 and ±100 among the first elements: e^{−x} near float's top and past it (inf), where
+ * sigmoid and SiLU must give 0 or x on both backends, never NaN. */
+static void edit_extremes(float *h, const eng_shape *s)
+{
+    static const float EXTREMES[] = {30.0f, -30.0f, 100.0f, -100.0f};
+    for (int64_t i = 0; i < eng_numel(s) && i < (int64_t)ARRAY_LEN(EXTREMES); i++)
+        h[i] = EXTREMES[i];
+}
+
+static void sigmoid_fwd(ctx *c)
+{
+    eng_shape s = act_shape(c->p);
+    eng_tensor *x = input_edit(c, s, -8, 8, edit_extremes), *y = output(c, s);
+    eng_sigmoid_forward(c->be, x, y);
+    check(c, "y", y);
+}
+
+/* from y, a sigmoid's output in (0, 1); dy·(1 − y)·y is at most dy/4 */
+static void sigmoid_bwd(ctx *c)
+{
+    eng_shape s = act_shape(c->p);
+    eng_tensor *y = input(c, s, 0, 1), *dy = input(c, s, -1, 1), *dx = grad(c, s, 0.25f);
+    eng_sigmoid_backward(c->be, y, dy, dx);
+    check(c, "dx", dx);
+}
+
+static void silu_fwd(ctx *c)
+{
+    eng_shape s = act_shape(c->p);
+    eng_tensor *x = input_edit(c, s, -8, 8, edit_extremes), *y = output(c, s);
+    eng_silu_forward(c->be, x, y);
+    check(c, "y", y);
+}
+
+static void silu_bwd(ctx *c)
+{
+    eng_shape s = act_shape(c->p);
+    eng_tensor *x = input_edit(c, s, -8, 8, edit_extremes), *dy = input(c, s, -1, 1), *dx = grad(c, s, 1);
+    eng_silu_backward(c->be, x, dy, dx);
+    check(c, "dx", dx);
+}
+
+/* Squeeze-and-excitation's scale: N×C×1×1, or N×C with variant 1; in (0, 1), a sigmoid's. */
+static eng_shape channel_scale_shape(const params *p)
+{
+    return p->variant == 1 ? eng_shape2(p->n, p->c) : eng_shape4(p->n, p->c, 1, 1);
+}
+
+static void channel_scale_fwd(ctx *c)
+{
+    eng_shape xs = act_shape(c->p), ss = channel_scale_shape(c->p);
+    eng_tensor *x = input(c, xs, -1, 1), *sc = input(c, ss, 0, 1), *y = output(c, xs);
+    eng_channel_scale_forward(c->be, x, sc, y);
+    check(c, "y", y);
+}
+
+/* F_NODX: dx NULL; F_NODB: ds NULL. ds[n, c] sums H·W products of two uniform(−1, 1) values,
+ * about √(H·W / 9) in size. */
+static void channel_scale_bwd(ctx *c)
+{
+    eng_shape xs = act_shape(c->p), ss = channel_scale_shape(c->p);
+    float sum = sqrtf((float)(c->p->h * c->p->w) / 9.0f);
+    eng_tensor *x = input(c, xs, -1, 1), *sc = input(c, ss, 0, 1), *dy = input(c, xs, -1, 1),
+               *dx = has(c, F_NODX) ? NULL : grad(c, xs, 1), *ds = has(c, F_NODB) ? NULL : grad(c, ss, sum);
+    eng_channel_scale_backward(c->be, x, sc, dy, dx, ds);
+    check(c, "dx", dx);
+    check(c, "ds", ds);
 }
 
 /* uint8 images (N×H×W×3) through the records' normalize rows: a table lookup on both sides,
@@ -1160,6 +1232,24 @@ static const test_case CASES[] = {
     {"relu_fwd", relu_fwd, TOL_FP32, {RES}},
     {"relu_bwd", relu_bwd, TOL_FP32, {ODD}},
     {"relu_bwd", relu_bwd, TOL_FP32, {RES}},
+    {"sigmoid_fwd", sigmoid_fwd, TOL_FP32, {ODD, .note = "x=±30,±100"}},
+    {"sigmoid_fwd", sigmoid_fwd, TOL_FP32, {RES, .note = "x=±30,±100"}},
+    {"sigmoid_bwd", sigmoid_bwd, TOL_FP32, {ODD}},
+    {"sigmoid_bwd", sigmoid_bwd, TOL_FP32, {RES}},
+    {"silu_fwd", silu_fwd, TOL_FP32, {ODD, .note = "x=±30,±100"}},
+    {"silu_fwd", silu_fwd, TOL_FP32, {RES, .note = "x=±30,±100"}},
+    {"silu_bwd", silu_bwd, TOL_FP32, {ODD, .note = "x=±30,±100"}},
+    {"silu_bwd", silu_bwd, TOL_FP32, {RES, .note = "x=±30,±100"}},
+    {"channel_scale_fwd", channel_scale_fwd, TOL_FP32, {ODD}},
+    {"channel_scale_fwd", channel_scale_fwd, TOL_FP32, {ODD, .variant = 1, .note = "s_NxC"}},
+    {"channel_scale_fwd", channel_scale_fwd, TOL_FP32, {RES}},
+    {"channel_scale_fwd", channel_scale_fwd, TOL_FP32, {NCHW(8, 1512, 7, 7), .note = "se_7x7"}},
+    {"channel_scale_bwd", channel_scale_bwd, TOL_FP32, {ODD}},
+    {"channel_scale_bwd", channel_scale_bwd, TOL_FP32, {ODD, .variant = 1, .note = "s_NxC"}},
+    {"channel_scale_bwd", channel_scale_bwd, TOL_FP32, {ODD, .flags = F_NODX}},
+    {"channel_scale_bwd", channel_scale_bwd, TOL_FP32, {ODD, .flags = F_NODB, .note = "ds=NULL"}},
+    {"channel_scale_bwd", channel_scale_bwd, TOL_FP32, {RES}},
+    {"channel_scale_bwd", channel_scale_bwd, TOL_FP32, {NCHW(8, 1512, 7, 7), .note = "se_7x7"}},
 
     {"linear_fwd", linear_fwd, TOL_FP32, {NC(3, 5), .o = 7, .flags = F_BIAS}},
     {"linear_fwd", linear_fwd, TOL_FP32, {NC(5, 7), .o = 3}},

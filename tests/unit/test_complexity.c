@@ -68,7 +68,7 @@ static void expect_rows(const char *kase, const eng_layer_cost *rows, int n)
     free(file);
 }
 
-static resnet *trunk(eng_backend *be, int depth, resnet_norm norm)
+static resnet *make_trunk(eng_backend *be, int depth, resnet_norm norm)
 {
     resnet_options o = resnet_defaults();
     o.depth = depth;
@@ -98,7 +98,7 @@ static head_options dims_opts(head_type t, const int64_t *dims, int n)
 Test(complexity, resnet50_224_matches_the_profiler_row_by_row)
 {
     eng_backend *be = nnt_open_cpu();
-    resnet *net = trunk(be, 50, RESNET_NORM_BATCH);
+    resnet *net = make_trunk(be, 50, RESNET_NORM_BATCH);
     eng_shape in = eng_shape4(1, 3, 224, 224);
     eng_layer_cost *rows;
     int n;
@@ -133,7 +133,7 @@ Test(complexity, resnet50_224_matches_the_profiler_row_by_row)
 Test(complexity, batch_size_scales_everything_but_parameters)
 {
     eng_backend *be = nnt_open_cpu();
-    resnet *net = trunk(be, 50, RESNET_NORM_BATCH);
+    resnet *net = make_trunk(be, 50, RESNET_NORM_BATCH);
     eng_shape one = eng_shape4(1, 3, 224, 224), four = eng_shape4(4, 3, 224, 224);
     eng_layer_cost *a, *b;
     int na, nb;
@@ -154,7 +154,7 @@ Test(complexity, batch_size_scales_everything_but_parameters)
 Test(complexity, layernorm_trunk_rows_match_and_flops_are_unknown)
 {
     eng_backend *be = nnt_open_cpu();
-    resnet *net = trunk(be, 18, RESNET_NORM_LAYER);
+    resnet *net = make_trunk(be, 18, RESNET_NORM_LAYER);
     eng_shape in = eng_shape4(1, 3, 224, 224);
     eng_layer_cost *rows;
     int n;
@@ -241,7 +241,7 @@ Test(complexity, siamese_flops_are_unknown_and_bad_inputs_are_errors)
     err = NULL;
     head_free(be, h);
 
-    resnet *net = trunk(be, 18, RESNET_NORM_BATCH);
+    resnet *net = make_trunk(be, 18, RESNET_NORM_BATCH);
     eng_shape gray = eng_shape4(1, 1, 224, 224);
     cr_expect_eq(resnet_costs(net, &gray, &rows, &n, &err), -1);
     cr_expect(err && strstr(err, "3"), "%s", err ? err : "(no message)");

@@ -510,15 +510,15 @@ Test(model, a_frozen_trunk_keeps_its_statistics_and_gets_no_gradient)
     model_forward(be, m, true);
     cr_expect_eq(host_sum(be, &model_entry_at(m, 2)->value), before, "the trunk ran in eval mode");
     backward_formula(be, m);
-    double trunk = 0, heads = 0;
+    double trunk_grads = 0, heads = 0;
     for (int i = 0; i < model_entry_count(m); i++) {
         const eng_entry *e = model_entry_at(m, i);
         if (e->kind != ENG_PARAM)
             continue;
         double s = fabs(host_sum(be, &e->grad));
-        *(strncmp(e->name, "trunk.", 6) ? &heads : &trunk) += s;
+        *(strncmp(e->name, "trunk.", 6) ? &heads : &trunk_grads) += s;
     }
-    cr_expect_eq(trunk, 0.0);
+    cr_expect_eq(trunk_grads, 0.0);
     cr_expect_gt(heads, 0.0);
     model_free(be, m);
     eng_backend_close(be);
@@ -544,12 +544,28 @@ Test(model, configs_it_cannot_build_are_refused_with_their_line)
             "one [input_key, [feature names]] entry per head");
     refused("config:\n  MODEL:\n    MULTI_INPUT_HEAD_MAPPING: [[images, [res9]]]\n"
             "    HEAD:\n      PARAMS: [[mlp, {dims: [2048, 128]}]]\n",
-            "a trunk feature is one of");
+            "this trunk's features are conv1, res1, res2, res3, res4, res5, res5avg, flatten");
     refused("config:\n  MODEL:\n    FEATURE_EVAL_SETTINGS:\n      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [[res5, [AvgPool3d, [2]]]]\n",
             "a pool op is AvgPool2d");
     refused("config:\n  MODEL:\n    FEATURE_EVAL_SETTINGS:\n      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [[res5, [AvgPool2d, [2, 1, 3]]]]\n",
             "half the kernel");
-    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n", "builds the 'resnet' trunk");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: efficientnet\n", "builds the 'resnet' (ResNet/ResNeXt) and 'regnet'");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n", "the regnet trunk needs a `name`");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n        REGNET: {name: regnet_y_400mf, "
+            "depth: 4}\n", "give the name alone");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n        REGNET: {name: regnet_y_40mf}\n",
+            "is not one of ClassyVision's RegNets: regnet_y_400mf");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n        REGNET: {depth: 4, w_0: 16, "
+            "w_a: 8, w_m: 2, group_width: 8, widht: 3}\n", "REGNET.widht: RegNet takes name, depth");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n        REGNET: {depth: 4, w_0: 12, "
+            "w_a: 8, w_m: 2, group_width: 8}\n", "w_0 > 0 and a multiple of 8");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n        REGNET: {depth: 4, w_0: 16, "
+            "w_a: 8, w_m: 2, group_width: 8, block_type: res_bottleneck}\n", "must be vanilla_block");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n        REGNET: {depth: 4, w_0: 16, "
+            "w_a: 8, w_m: 2}\n", "need depth, w_0, w_a, w_m and group_width");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n        REGNET: {name: regnet_y_400mf}\n"
+            "    MULTI_INPUT_HEAD_MAPPING: [[images, [res5avg]]]\n    HEAD:\n      PARAMS: [[mlp, {dims: [440, 128]}]]\n",
+            "this trunk's features are conv1, res2, res3, res4, res5, avgpool, flatten");
     char *msg = refusal("config:\n  MODEL:\n    HEAD:\n      PARAMS: [[mlp, {dims: [2048, 128], use_bnn: true}]]\n");
     cr_expect(strstr(msg, ".yaml:4"), "points at the line: %s", msg);
     free(msg);

@@ -4,14 +4,18 @@
  *
  * Golden: tests/golden/make_nn_fixtures.py saved PyTorch's forward outputs and autograd
  * gradients for fixed inputs (fixtures/nn/CASE_TENSOR.npy); every layer must match them within
- * 1e-4 (forward) and 1e-3 (gradients) relative to the largest reference value.
+ * 1e-4 (forward) and 1e-3 (gradients) relative to the largest reference value, and sigmoid,
+ * SiLU and the channel scale (PyTorch's float formulas, inputs up to ±100) within 1e-6 of each
+ * element (forward) and 4e-6 (gradients), every element finite where PyTorch's is.
  * Finite differences: for a loss L = Σ y·r with a fixed random r, every analytic gradient
  * element must match (L(θ+h) − L(θ−h)) / 2h, the loss summed in double: linear, L2 norm, ReLU
- * (inputs kept 0.1 from the kink), residual add, dropout (train mode, mask fixed by (seed, step)).
+ * (inputs kept 0.1 from the kink), residual add, dropout (train mode, mask fixed by (seed, step)),
+ * sigmoid, SiLU, channel scale (dx and ds).
  * Dropout in train mode: exact 0 or x·(1/(1−p)), kept count within a binomial bound, the mask
  * replayed by backward and independent of the thread count.
  * Conventions of nn.h: gradients accumulate, NULL input gradients are skipped, dropout's mask
- * is a pure function of (seed, step, index).
+ * is a pure function of (seed, step, index), sigmoid runs in place, a wrong shape or a native
+ * tensor aborts.
  */
 #include "nn.h"
 #include "npy.h"
@@ -22,6 +26,7 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -395,3 +400,239 @@ Test(nn, argmax_rows_takes_the_first_maximum_and_scale_rounds_once)
     eng_tensor_free(be, &x);
     eng_backend_close(be);
 }
+
+/* ---- sigmoid, SiLU, squeeze-and-excitation's channel scale ------------------------------------- */
+
+/* PyTorch's fp32 formulas, operation for operation (nn/cpu/eltwise.c): only exp's last bit may
+ * differ (glibc's expf against Sleef's), so the bounds are a few float roundings of the largest
+ * value, tighter than FWD_TOL / GRAD_TOL. */
+#define ELT_FWD_TOL 1e-6
+#define ELT_GRAD_TOL 4e-6
+
+/* got against PyTorch's: the same elements finite (nnt_rel_error's fmax passes over a NaN), and
+ * max |got − want| / max |want| within tol; with `each`, also every element within tol of its
+ * own magnitude (a forward's tail, sigmoid(−30) ≈ 9e-14, must be right too; a gradient's
+ * elements near a cancellation, SiLU's at x ≈ −1.28, carry more relative error and skip this). */
+static void expect_golden(const float *got, const nnt_fixture *want, double tol, bool each, const char *what)
+{
+    const float *w = want->a.data;
+    for (size_t i = 0; i < want->a.count; i++) {
+        cr_assert(isfinite(got[i]) == isfinite(w[i]), "%s[%zu] = %g, torch %g", what, i, (double)got[i],
+                  (double)w[i]);
+        cr_assert(!each || fabs((double)got[i] - w[i]) <= tol * fabs((double)w[i]), "%s[%zu] = %.9g, torch %.9g",
+                  what, i, (double)got[i], (double)w[i]);
+    }
+    double e = nnt_rel_error_host(got, w, want->a.count);
+    cr_expect_leq(e, tol, "%s: max error %.3g of max |torch|", what, e);
+}
+
+static void expect_golden_t(eng_backend *be, const eng_tensor *got, const nnt_fixture *want, double tol, bool each,
+                            const char *what)
+{
+    cr_assert_eq((size_t)eng_numel(&got->shape), want->a.count);
+    float *h = nnt_download(be, got);
+    expect_golden(h, want, tol, each, what);
+    free(h);
+}
+
+/* A forward output, element by element; a gradient, against its largest value. */
+static void expect_forward(eng_backend *be, const eng_tensor *got, const nnt_fixture *want, const char *what)
+{
+    expect_golden_t(be, got, want, ELT_FWD_TOL, true, what);
+}
+
+static void expect_gradient(eng_backend *be, const eng_tensor *got, const nnt_fixture *want, const char *what)
+{
+    expect_golden_t(be, got, want, ELT_GRAD_TOL, false, what);
+}
+
+/* t holds exactly `times` (1 or 2) times the values of `once`: a second backward into the same
+ * gradient adds the same float again, which doubles it exactly. */
+static void expect_times(eng_backend *be, const eng_tensor *t, const float *once, float times, const char *what)
+{
+    float *h = nnt_download(be, t);
+    for (int64_t i = 0; i < eng_numel(&t->shape); i++)
+        cr_assert_eq(h[i], times * once[i], "%s[%lld]: %g, want %g × %g", what, (long long)i, (double)h[i],
+                     (double)times, (double)once[i]);
+    free(h);
+}
+
+static void unload_all(eng_backend *be, nnt_fixture *const *all, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        nnt_unload(be, all[i]);
+}
+
+/* On 3×5×7×9 with ±30 and ±100 among the inputs (e^100 is inf in float: y is 0, not NaN):
+ * forward and backward as torch's; a second backward doubles the gradient; in place (y = x)
+ * gives the same bits; a NULL dx is skipped. */
+Test(nn, sigmoid_matches_torch_with_extremes_in_place_and_accumulating)
+{
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture x = nnt_load(be, "sigmoid", "x"), y = nnt_load(be, "sigmoid", "y"),
+                dy = nnt_load(be, "sigmoid", "dy"), dx = nnt_load(be, "sigmoid", "dx");
+    eng_tensor out = nnt_zeros_like(be, &x.t), grad = nnt_zeros_like(be, &x.t), inplace = nnt_zeros_like(be, &x.t);
+    eng_sigmoid_forward(be, &x.t, &out);
+    expect_forward(be, &out, &y, "sigmoid y");
+    eng_sigmoid_backward(be, &y.t, &dy.t, &grad); /* from torch's y, so the gradient is tested alone */
+    expect_gradient(be, &grad, &dx, "sigmoid dx");
+    float *once = nnt_download(be, &grad), *ref = nnt_download(be, &out);
+    eng_sigmoid_backward(be, &y.t, &dy.t, &grad);
+    expect_times(be, &grad, once, 2.0f, "sigmoid dx");
+    eng_sigmoid_backward(be, &y.t, &dy.t, NULL);
+    eng_copy(be, &x.t, &inplace);
+    eng_sigmoid_forward(be, &inplace, &inplace);
+    float *in_place = nnt_download(be, &inplace);
+    cr_expect_eq(memcmp(in_place, ref, x.a.count * sizeof *ref), 0, "in place must give the same bits");
+    free(once), free(ref), free(in_place);
+    eng_tensor_free(be, &out), eng_tensor_free(be, &grad), eng_tensor_free(be, &inplace);
+    nnt_fixture *all[] = {&x, &y, &dy, &dx};
+    unload_all(be, all, ARRAY_LEN(all));
+    eng_backend_close(be);
+}
+
+/* The same for SiLU (backward from x), the gradient accumulated onto torch's own dx. */
+Test(nn, silu_matches_torch_with_extremes_and_accumulates)
+{
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture x = nnt_load(be, "silu", "x"), y = nnt_load(be, "silu", "y"), dy = nnt_load(be, "silu", "dy"),
+                dx = nnt_load(be, "silu", "dx");
+    eng_tensor out = nnt_zeros_like(be, &x.t), grad = nnt_zeros_like(be, &x.t);
+    eng_silu_forward(be, &x.t, &out);
+    expect_forward(be, &out, &y, "silu y");
+    eng_silu_backward(be, &x.t, &dy.t, &grad);
+    expect_gradient(be, &grad, &dx, "silu dx");
+    float *once = nnt_download(be, &grad);
+    eng_silu_backward(be, &x.t, &dy.t, &grad);
+    expect_times(be, &grad, once, 2.0f, "silu dx");
+    /* pre-filled with torch's dx: the backward adds its own, twice torch's within rounding */
+    eng_copy(be, &dx.t, &grad);
+    eng_silu_backward(be, &x.t, &dy.t, &grad);
+    eng_silu_backward(be, &x.t, &dy.t, NULL);
+    float *sum = nnt_download(be, &grad);
+    for (size_t i = 0; i < x.a.count; i++)
+        sum[i] *= 0.5f;
+    expect_golden(sum, &dx, ELT_GRAD_TOL, false, "silu dx added to a filled gradient, halved");
+    free(once), free(sum);
+    eng_tensor_free(be, &out), eng_tensor_free(be, &grad);
+    nnt_fixture *all[] = {&x, &y, &dy, &dx};
+    unload_all(be, all, ARRAY_LEN(all));
+    eng_backend_close(be);
+}
+
+/* x·s with s N×C×1×1 (torch's broadcast) and the same s seen as N×C; dx and ds as autograd's,
+ * each accumulating, each skipped when NULL. */
+Test(nn, channel_scale_matches_torch_accumulates_and_skips_null)
+{
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture x = nnt_load(be, "channel_scale", "x"), s = nnt_load(be, "channel_scale", "s"),
+                y = nnt_load(be, "channel_scale", "y"), dy = nnt_load(be, "channel_scale", "dy"),
+                dx = nnt_load(be, "channel_scale", "dx"), ds = nnt_load(be, "channel_scale", "ds");
+    eng_tensor out = nnt_zeros_like(be, &x.t), gx = nnt_zeros_like(be, &x.t), gs = nnt_zeros_like(be, &s.t);
+    eng_shape nc = eng_shape2(s.t.shape.dim[0], s.t.shape.dim[1]);
+    eng_tensor s2 = eng_reshape(&s.t, nc), gs2 = eng_reshape(&gs, nc);
+    eng_channel_scale_forward(be, &x.t, &s.t, &out);
+    expect_forward(be, &out, &y, "channel scale y");
+    eng_zero(be, &out);
+    eng_channel_scale_forward(be, &x.t, &s2, &out);
+    expect_forward(be, &out, &y, "channel scale y, s N×C");
+    eng_channel_scale_backward(be, &x.t, &s.t, &dy.t, &gx, &gs);
+    expect_gradient(be, &gx, &dx, "channel scale dx");
+    expect_gradient(be, &gs, &ds, "channel scale ds");
+    float *gx1 = nnt_download(be, &gx), *gs1 = nnt_download(be, &gs);
+    /* ds alone (dx NULL), through the N×C view: only ds doubles */
+    eng_channel_scale_backward(be, &x.t, &s2, &dy.t, NULL, &gs2);
+    expect_times(be, &gs, gs1, 2.0f, "channel scale ds");
+    expect_times(be, &gx, gx1, 1.0f, "channel scale dx, untouched by a NULL-dx backward");
+    /* dx alone (ds NULL): only dx doubles */
+    eng_channel_scale_backward(be, &x.t, &s.t, &dy.t, &gx, NULL);
+    expect_times(be, &gx, gx1, 2.0f, "channel scale dx");
+    expect_times(be, &gs, gs1, 2.0f, "channel scale ds, untouched by a NULL-ds backward");
+    eng_channel_scale_backward(be, &x.t, &s.t, &dy.t, NULL, NULL);
+    free(gx1), free(gs1);
+    eng_tensor_free(be, &out), eng_tensor_free(be, &gx), eng_tensor_free(be, &gs);
+    nnt_fixture *all[] = {&x, &s, &y, &dy, &dx, &ds};
+    unload_all(be, all, ARRAY_LEN(all));
+    eng_backend_close(be);
+}
+
+/* ---- finite differences: sigmoid, SiLU, channel scale --------------------------------------------- */
+
+static void run_sigmoid(eng_backend *be, void *arg)
+{
+    linear_args *a = arg;
+    eng_sigmoid_forward(be, a->x, a->y);
+}
+
+static void run_silu(eng_backend *be, void *arg)
+{
+    linear_args *a = arg;
+    eng_silu_forward(be, a->x, a->y);
+}
+
+/* x in a->x, s in a->w */
+static void run_channel_scale(eng_backend *be, void *arg)
+{
+    linear_args *a = arg;
+    eng_channel_scale_forward(be, a->x, a->w, a->y);
+}
+
+Test(nn, sigmoid_and_silu_gradients_match_finite_differences)
+{
+    eng_backend *be = nnt_open_cpu();
+    float *hx, *r;
+    eng_tensor x = nnt_host_tensor(be, eng_shape4(2, 3, 2, 3), 83, &hx), dy = nnt_host_tensor(be, x.shape, 84, &r);
+    eng_tensor y = nnt_zeros_like(be, &x), gx = nnt_zeros_like(be, &x);
+    linear_args a = {.x = &x, .y = &y};
+    run_sigmoid(be, &a);
+    eng_sigmoid_backward(be, &y, &dy, &gx);
+    check_fd(be, run_sigmoid, &a, &x, hx, &gx, &y, r, "sigmoid dx");
+    eng_zero(be, &gx);
+    eng_silu_backward(be, &x, &dy, &gx);
+    check_fd(be, run_silu, &a, &x, hx, &gx, &y, r, "silu dx");
+    eng_tensor *all[] = {&x, &dy, &y, &gx};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    free(hx), free(r);
+    eng_backend_close(be);
+}
+
+Test(nn, channel_scale_gradients_match_finite_differences)
+{
+    eng_backend *be = nnt_open_cpu();
+    float *hx, *hs, *r;
+    eng_tensor x = nnt_host_tensor(be, eng_shape4(2, 3, 3, 2), 85, &hx),
+               s = nnt_host_tensor(be, eng_shape4(2, 3, 1, 1), 86, &hs), dy = nnt_host_tensor(be, x.shape, 87, &r);
+    eng_tensor y = nnt_zeros_like(be, &x), gx = nnt_zeros_like(be, &x), gs = nnt_zeros_like(be, &s);
+    eng_channel_scale_backward(be, &x, &s, &dy, &gx, &gs);
+    linear_args a = {.x = &x, .w = &s, .y = &y};
+    check_fd(be, run_channel_scale, &a, &x, hx, &gx, &y, r, "channel scale dx");
+    check_fd(be, run_channel_scale, &a, &s, hs, &gs, &y, r, "channel scale ds");
+    eng_tensor *all[] = {&x, &s, &dy, &y, &gx, &gs};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    free(hx), free(hs), free(r);
+    eng_backend_close(be);
+}
+
+/* A scale that is not one value per (sample, channel) is model code's mistake: an abort. */
+Test(nn, channel_scale_refuses_a_scale_of_the_wrong_shape, .signal = SIGABRT)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_tensor x = eng_tensor_new(be, eng_shape4(2, 3, 4, 4)), s = eng_tensor_new(be, eng_shape4(2, 3, 2, 1)),
+               y = eng_tensor_new(be, x.shape);
+    eng_zero(be, &x);
+    eng_zero(be, &s);
+    eng_channel_scale_forward(be, &x, &s, &y);
+}
+
+/* Like every layer not documented to take one, SiLU refuses a tensor in the native layout. */
+Test(nn, silu_refuses_a_native_tensor, .signal = SIGABRT)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_tensor x = eng_tensor_new(be, eng_shape4(1, 16, 2, 2));
+    eng_zero(be, &x);
+    x.layout = ENG_LAYOUT_NATIVE;
+    eng_silu_forward(be, &x, &x);
+}
+

@@ -145,3 +145,31 @@ double nnt_fd_error(eng_backend *be, void (*forward)(eng_backend *, void *), voi
     free(g);
     return worst;
 }
+
+float *nnt_formula_fill(int64_t n, double alpha, int phase)
+{
+    float *h = xmalloc((size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++) {
+        double x = (double)i * alpha + (double)phase * 0.5698402909980532;
+        h[i] = (float)(2.0 * (x - floor(x)) - 1.0);
+    }
+    return h;
+}
+
+float *nnt_buffer_sums(eng_backend *be, const eng_params *p, int *n)
+{
+    float *sums = xmalloc((size_t)(p->nentries ? p->nentries : 1) * sizeof *sums);
+    *n = 0;
+    for (int i = 0; i < p->nentries; i++) {
+        const eng_entry *e = &p->entries[i];
+        if (e->kind != ENG_BUFFER)
+            continue;
+        float *h = nnt_download(be, &e->value);
+        double s = 0.0;
+        for (int64_t j = 0; j < eng_numel(&e->value.shape); j++)
+            s += h[j];
+        sums[(*n)++] = (float)s;
+        free(h);
+    }
+    return sums;
+}

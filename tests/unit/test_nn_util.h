@@ -39,6 +39,11 @@ void nnt_fill_normal(float *p, int64_t n, unsigned seed);
 /* A tensor filled by nnt_fill_normal, and its host copy in *host (free it). */
 eng_tensor nnt_host_tensor(eng_backend *be, eng_shape s, unsigned seed, float **host);
 /* L = Σ y·r, summed in double. */
+/* 2·frac(i·alpha + phase·β) − 1 for i < n in float64, rounded to float (β the Weyl sequence's, as
+ * make_resnet_fixtures.py and make_regnet_fixtures.py fill inputs and upstream gradients). */
+float *nnt_formula_fill(int64_t n, double alpha, int phase);
+/* Σ of each buffer entry of p (BN running statistics), in entry order; *n their count. */
+float *nnt_buffer_sums(eng_backend *be, const eng_params *p, int *n);
 double nnt_loss(eng_backend *be, const eng_tensor *y, const float *r);
 
 /* Every element of the analytic gradient `grad` of L = Σ y·r with respect to `param` (whose

@@ -57,7 +57,6 @@
 #define GRAD_CASE "r18_64_f64"
 #define X_ALPHA 0.6180339887498949
 #define R_ALPHA 0.3247179572447460
-#define PHASE_BETA 0.5698402909980532
 
 static void report(const char *what, double e, double tol)
 {
@@ -106,21 +105,10 @@ static resnet *make(eng_backend *be, int depth, bool small_stem)
     return make_norm(be, depth, small_stem, RESNET_NORM_BATCH);
 }
 
-/* 2·frac(i·alpha + phase·β) − 1 in float64, as make_resnet_fixtures.py computes it. */
-static float *formula_fill(int64_t n, double alpha, int phase)
-{
-    float *h = xmalloc((size_t)n * sizeof *h);
-    for (int64_t i = 0; i < n; i++) {
-        double x = (double)i * alpha + (double)phase * PHASE_BETA;
-        h[i] = (float)(2.0 * (x - floor(x)) - 1.0);
-    }
-    return h;
-}
-
 static eng_tensor make_input(eng_backend *be, int64_t size, int phase)
 {
     eng_tensor x = eng_tensor_new(be, eng_shape4(2, 3, size, size));
-    float *h = formula_fill(eng_numel(&x.shape), X_ALPHA, phase);
+    float *h = nnt_formula_fill(eng_numel(&x.shape), X_ALPHA, phase);
     eng_upload(be, &x, h);
     free(h);
     return x;
@@ -178,19 +166,8 @@ static void check_forward(eng_backend *be, resnet *net, const eng_tensor *x, boo
 /* Per BN layer [Σ running_mean, Σ running_var], in state-dict order. */
 static void check_stats(eng_backend *be, resnet *net, const char *kase)
 {
-    int nbn = 0;
-    float *sums = xmalloc((size_t)resnet_entry_count(net) * sizeof *sums);
-    for (int i = 0; i < resnet_entry_count(net); i++) {
-        const resnet_entry *e = resnet_entry_at(net, i);
-        if (e->kind != RESNET_BUFFER)
-            continue;
-        float *h = nnt_download(be, &e->value);
-        double s = 0.0;
-        for (int64_t j = 0; j < eng_numel(&e->value.shape); j++)
-            s += h[j];
-        sums[nbn++] = (float)s;
-        free(h);
-    }
+    int n;
+    float *sums = nnt_buffer_sums(be, resnet_param_table(net), &n);
     expect_array(sums, kase, "stats", FWD_TOL);
     free(sums);
 }
@@ -400,7 +377,7 @@ Test(resnet, r18_64_backward_matches_torchvision_accumulates_and_allocates_nothi
     check_forward(be, net, &x, false, GRAD_CASE);
     const eng_tensor *feat = resnet_forward(be, net, &x, true);
     eng_tensor r = eng_tensor_new(be, feat->shape);
-    float *rh = formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
+    float *rh = nnt_formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
     eng_upload(be, &r, rh);
     free(rh);
     float *f = nnt_download(be, feat);
@@ -539,7 +516,7 @@ Test(resnet, layernorm_r18_64_forward_backward_match_torchvision)
         free(m);
     }
     eng_tensor r = eng_tensor_new(be, resnet_feature(net, RESNET_FLATTEN)->shape);
-    float *rh = formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
+    float *rh = nnt_formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
     eng_upload(be, &r, rh);
     free(rh);
     resnet_zero_grad(be, net);

@@ -326,7 +326,7 @@ Test(validate, the_extractors_checks_are_made_before_it_starts, .timeout = 60)
         "%s", out);
     free(out);
     rc = config_cmd("validate", "quickstart/extract_features",
-                    SYNTHETIC_DATA " config.MODEL.TRUNK.NAME=regnet", &out);
+                    SYNTHETIC_DATA " config.MODEL.TRUNK.NAME=efficientnet", &out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "config.MODEL.TRUNK.NAME"), "%s", out);
     free(out);

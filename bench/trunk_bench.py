@@ -1,5 +1,9 @@
 #!/usr/bin/python3
-"""resnet_bench.py — PyTorch's side of bench/resnet.sh: the same ResNet trunk, the same work.
+"""trunk_bench.py — PyTorch's side of bench/trunks.sh: the same trunk, the same work.
+
+ResNets are torchvision's resnetD; RegNets torchvision's regnet_* (the same network as
+ClassyVision's where their widths agree, which they do for the presets benchmarked: see
+tests/golden/fixtures/nn/regnet_presets_torchvision.txt), without the classifier.
 
 train = forward in train mode + backward of (features · 0) (no optimizer step, as on the
 selfsup side); infer = forward in eval mode under no_grad. Prints
@@ -13,7 +17,11 @@ import torch
 import torchvision
 
 
-def trunk(depth, small_stem):
+def trunk(depth, small_stem, regnet):
+    if regnet:
+        net = getattr(torchvision.models, regnet.replace(".", "_"))()
+        net.fc = torch.nn.Identity()
+        return net
     net = getattr(torchvision.models, f"resnet{depth}")()
     if small_stem:
         net.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
@@ -40,10 +48,11 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--small-stem", action="store_true")
+    ap.add_argument("--regnet", default=None)
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    net = trunk(a.depth, a.small_stem)
+    net = trunk(a.depth, a.small_stem, a.regnet)
     x = torch.rand(a.batch, 3, a.size, a.size) * 2 - 1
 
     def train():

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# bench/resnet.sh BUILD_DIR — the model engine (build/bench/resnet_bench) beside PyTorch
-# (bench/resnet_bench.py, Debian's python3-torch) on the same ResNet trunks, same threads,
-# in one run: ResNet-50 at 224 batch 16, ResNet-18 small-stem at 32 px batch 128, and ResNet-18
-# at 32 px through the ImageNet stem, batch 256 (the quickstarts' trunk; res5 is a 1 × 1 map).
+# bench/trunks.sh BUILD_DIR — the model engine (build/bench/trunk_bench) beside PyTorch
+# (bench/trunk_bench.py, Debian's python3-torch + torchvision) on the same trunks, same threads,
+# in one run: ResNet-50 at 224 batch 16, ResNet-18 small-stem at 32 px batch 128, ResNet-18 at
+# 32 px through the ImageNet stem, batch 256 (the quickstarts' trunk; res5 is a 1 × 1 map), and
+# RegNetY-400MF at 224 batch 16 (torchvision's regnet_y_400mf is ClassyVision's network).
 # train = forward (train mode) + backward, no optimizer step on either side; infer = eval
-# forward. RESNET_ROUNDS rounds (default 3) alternate the two sides; prints a Markdown table
+# forward. TRUNKS_ROUNDS rounds (default 3) alternate the two sides; prints a Markdown table
 # with the median images/s and the median ratio = selfsup / PyTorch (> 1: faster), and the
 # BLAS each side used (bench/peers.sh installs OpenBLAS for torch when missing).
 set -euo pipefail
@@ -12,14 +13,14 @@ build=${1:-build}
 cd "$(dirname "$0")/.."
 source bench/peers.sh
 peers_install
-bench="$build/bench/resnet_bench"
+bench="$build/bench/trunk_bench"
 python=/usr/bin/python3
-[[ -x $bench ]] || { echo "bench/resnet.sh: $bench not found (make $bench)" >&2; exit 2; }
+[[ -x $bench ]] || { echo "bench/trunks.sh: $bench not found (make $bench)" >&2; exit 2; }
 threads=$(nproc)
-reps=${RESNET_REPS:-1}
-rounds=${RESNET_ROUNDS:-3}
+reps=${TRUNKS_REPS:-${RESNET_REPS:-1}}
+rounds=${TRUNKS_ROUNDS:-${RESNET_ROUNDS:-3}}
 
-echo "## resnet: model engine (cpu) vs PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
+echo "## trunks: model engine (cpu) vs PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
 echo
 echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $threads threads on both sides; $rounds alternating rounds (selfsup, then PyTorch, each the median of $reps after a warm-up), medians; $(date -u '+%Y-%m-%d %H:%M UTC')."
 selfsup_blas_line "$(onednn_version): its convolutions and dnnl_sgemm (own JIT kernels, no system BLAS)."
@@ -38,7 +39,7 @@ run() {
     for ((k = 0; k < rounds; k++)); do
         local ours theirs
         ours=$("$bench" --threads "$threads" --reps "$reps" "$@")
-        theirs=$("$python" bench/resnet_bench.py --threads "$threads" --reps "$reps" "$@")
+        theirs=$("$python" bench/trunk_bench.py --threads "$threads" --reps "$reps" "$@")
         for mode in train infer; do
             local x y
             x=$(awk -v m=$mode '$2 == m {print $3}' <<<"$ours")
@@ -55,3 +56,4 @@ run() {
 run "ResNet-50, 224 px, batch 16" --depth 50 --size 224 --batch 16
 run "ResNet-18 small stem, 32 px, batch 128" --depth 18 --size 32 --batch 128 --small-stem
 run "ResNet-18, 32 px, batch 256" --depth 18 --size 32 --batch 256
+run "RegNetY-400MF, 224 px, batch 16" --regnet regnet_y_400mf --size 224 --batch 16

@@ -1,0 +1,70 @@
+/*
+ * trunk.h — the trunk a model is built on, whichever MODEL.TRUNK.NAME chose: one interface over
+ * resnet.h and regnet.h, so model.c, the complexity counter and the configuration reader do not
+ * care which.
+ *
+ * Features are numbered in network order (0 is the stem's) and named as VISSL names them for
+ * that trunk: resnet's conv1, res1 … res5, res5avg, flatten; regnet's conv1, res2 … res{S+1},
+ * avgpool, flatten. The last feature is always `flatten` (N × C), and the one before it the
+ * same numbers as N × C × 1 × 1 (res5avg / avgpool): a trainable trunk passes gradients from
+ * those two only.
+ */
+#ifndef SELFSUP_NN_TRUNK_H
+#define SELFSUP_NN_TRUNK_H
+
+#include "nn.h"
+#include "params.h"
+#include "regnet.h"
+#include "resnet.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum { TRUNK_RESNET, TRUNK_REGNET } trunk_kind;
+
+enum { TRUNK_MAX_FEATURES = REGNET_MAX_STAGES + 3 }; /* conv1, the stages, avgpool, flatten */
+
+/* What MODEL.TRUNK says: the kind and that kind's options (the other's are unused). */
+typedef struct {
+    trunk_kind kind;
+    resnet_options resnet;
+    regnet_options regnet;
+    regnet_stages stages; /* regnet: regnet_expand's, filled by trunk_options_check */
+} trunk_options;
+
+/* resnet's defaults (VISSL's MODEL.TRUNK default). */
+trunk_options trunk_defaults(void);
+/* Check the options and work out what depends on them (a RegNet's stages). 0, or -1 with *err. */
+int trunk_options_check(trunk_options *o, char **err);
+/* The trunk's features: how many, by name (-1 when it has none of that name), and names. */
+int trunk_feature_count(const trunk_options *o);
+int trunk_feature_by_name(const trunk_options *o, const char *name);
+const char *trunk_feature_name(const trunk_options *o, int f, char *buf, size_t len);
+/* The feature names, comma-separated, into buf (for a message). */
+const char *trunk_feature_list(const trunk_options *o, char *buf, size_t len);
+/* flatten, or its N × C × 1 × 1 twin: the features a trainable trunk passes gradients from. */
+bool trunk_feature_is_last(const trunk_options *o, int f);
+
+typedef struct trunk trunk;
+
+/* Build and initialise (the trunk's own VISSL init). NULL with *err for impossible options. */
+trunk *trunk_new(eng_backend *be, const trunk_options *o, uint64_t seed, char **err);
+void trunk_free(eng_backend *be, trunk *t);
+const trunk_options *trunk_opts(const trunk *t);
+/* The named-tensor table (params.h), for re-homing into a model or sharing with a view. */
+eng_params *trunk_param_table(trunk *t);
+/* The pooled feature's channels. */
+int64_t trunk_out_dim(const trunk *t);
+/* The ResNet underneath, or NULL (the complexity counter and tools that need it). */
+resnet *trunk_resnet(const trunk *t);
+regnet *trunk_regnet(const trunk *t);
+
+/* As resnet.h's functions of the same names. */
+void trunk_plan(eng_backend *be, trunk *t, const eng_shape *input);
+const eng_tensor *trunk_forward(eng_backend *be, trunk *t, const eng_tensor *x, bool train);
+const eng_tensor *trunk_feature(const trunk *t, int f);
+void trunk_expose(trunk *t, int f);
+void trunk_backward(eng_backend *be, trunk *t, const eng_tensor *dfeat);
+void trunk_set_batchnorm_reducer(trunk *t, const eng_reducer *across);
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * unit.h — what the convolutional trunks (resnet.c, regnet.c) are built from: the
+ * conv → norm → activation brick, and the planner that lays out their activation memory.
+ *
+ * A `conv_unit` is one convolution without bias, its norm (BatchNorm2d, or VISSL's LayerNorm2d)
+ * and an optional activation (ReLU, or SiLU for ClassyVision's RegNetZ). Its tensors are
+ * entries of the trunk's eng_params, named as the trunk's state dict names them; its
+ * activations are views laid out by an `act_plan`. Forward and backward follow nn.h: the
+ * backward reads the activations of a training forward and accumulates into the parameter
+ * gradients and into dx.
+ *
+ * The `act_plan` lays out every activation of a trunk by bump allocation, then makes ONE
+ * allocation and points all the views at it, so forward and backward allocate nothing.
+ * Gradients go to "arenas": a trunk's blocks take turns in arenas 0 and 1 (block i in arena
+ * i % 2: a block's gradients are live only while backward is in that block or the next one
+ * down), and arena 2 holds what lives through the whole backward (the stem's). Each arena is
+ * as big as the largest block that used it, not the sum.
+ */
+#ifndef SELFSUP_NN_UNIT_H
+#define SELFSUP_NN_UNIT_H
+
+#include "nn.h"
+#include "params.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* ---- activation memory ---------------------------------------------------------------------- */
+
+enum { ACT_ARENAS = 3, ACT_STEM_ARENA = 2 };
+
+typedef struct {
+    size_t bytes;                /* the activations' bytes, then (after commit) everything's */
+    void *base;                  /* the one allocation (after commit) */
+    eng_tensor **views;          /* every view laid out, re-pointed at commit */
+    eng_tensor **grads;          /* the gradient views, and their arenas */
+    int *grad_arena;
+    int nviews, ngrads, vcap, gcap;
+    int arena;                   /* where gradients are being laid out now */
+    size_t arena_at[ACT_ARENAS], arena_size[ACT_ARENAS];
+} act_plan;
+
+/* Lay out t with shape s: an activation, or (is_grad) a gradient in the current arena. */
+void act_plan_add(eng_backend *be, act_plan *p, eng_tensor *t, eng_shape s, bool is_grad);
+/* Gradients from here on go to arena a, from its start. */
+void act_plan_enter_arena(act_plan *p, int a);
+/* Place the arenas after the activations, make the allocation and point every view at it. */
+void act_plan_commit(eng_backend *be, act_plan *p);
+/* Free the allocation and forget every view (the plan can be used again). */
+void act_plan_release(eng_backend *be, act_plan *p);
+
+/* ---- conv → norm → activation --------------------------------------------------------------- */
+
+typedef enum { UNIT_ACT_NONE, UNIT_ACT_RELU, UNIT_ACT_SILU } unit_act;
+
+typedef struct {
+    double eps, momentum;  /* the norm's (PyTorch's BatchNorm2d arguments) */
+    bool layer_norm;       /* VISSL's LayerNorm2d (GroupNorm(1, C)) instead of batch norm */
+} unit_norm;
+
+typedef struct {
+    int w, gamma, beta, rmean, rvar; /* entries of the trunk's params; rmean/rvar -1 for LayerNorm */
+    unit_norm norm;
+    unit_act act;
+    eng_conv_desc desc;
+    eng_plan *plan;
+    eng_tensor conv_out, conv_grad; /* the norm's input and its gradient */
+    eng_tensor normed;              /* SiLU only: the norm's output (SiLU's backward reads it) */
+    eng_tensor out, out_grad;       /* the unit's output and its gradient */
+    eng_tensor pre_grad;            /* an unfused activation's input gradient (LayerNorm + ReLU, SiLU) */
+    eng_tensor mean, invstd;        /* the norm's saved statistics: per channel (BN), per sample (LN) */
+} conv_unit;
+
+/* Declare the unit's tensors in p, state-dict order: "<conv>.weight" (out × in/groups × k × k),
+ * then "<norm>.weight", ".bias" and, for batch norm, ".running_mean", ".running_var".
+ * Padding is k / 2. */
+void conv_unit_make(eng_backend *be, eng_params *p, conv_unit *u, const char *conv, const char *norm, int64_t in,
+                    int64_t out, int64_t k, int64_t stride, int64_t groups, unit_act act, unit_norm nm);
+/* Plan the convolution for input x and lay out the unit's activations; returns its output shape. */
+eng_shape conv_unit_plan(eng_backend *be, act_plan *ap, const eng_params *p, conv_unit *u, const eng_shape *x);
+void conv_unit_unplan(eng_backend *be, conv_unit *u);
+
+/* Forward into u->out. train: batch statistics (over the ranks of `across`, NULL: this rank's),
+ * running statistics updated; else the running statistics. */
+void conv_unit_forward(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x, bool train,
+                       const eng_reducer *across);
+/* Evaluation with batch norm into y: conv, norm, [+ residual], [ReLU] as one backend step
+ * (eng_conv_bn_forward_eval); relu applies after the residual. Not for LayerNorm or SiLU units. */
+void conv_unit_forward_eval_fused(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x,
+                                  const eng_tensor *residual, bool relu, const eng_tensor *y);
+/* Zero the unit's own gradient views (before its first backward use: they accumulate). */
+void conv_unit_zero_grads(eng_backend *be, const conv_unit *u);
+/* The same but for out_grad (a block whose output is its last unit's keeps what arrived there). */
+void conv_unit_zero_inner_grads(eng_backend *be, const conv_unit *u);
+/* Backward from u->out_grad: parameter gradients accumulate into p's, the input gradient into
+ * dx (NULL: skipped). x is the forward's input. */
+void conv_unit_backward(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x,
+                        const eng_tensor *dx, const eng_reducer *across);
+
+#endif

@@ -1,0 +1,611 @@
+/*
+ * test_regnet.c — the RegNet trunk (nn/regnet.c) against ClassyVision's RegNet as VISSL wraps it,
+ * re-stated in PyTorch by tests/golden/make_regnet_fixtures.py (whose docstring documents every
+ * fixture and the closed formula that sets weights and inputs on both sides).
+ *
+ * What is checked:
+ *   - the width arithmetic: every ClassyVision preset and a set of free parameter choices give
+ *     ClassyVision's stage widths, depths, group widths and bottleneck multipliers;
+ *   - names, order and shapes of the state dict (VISSL's `_feature_blocks.…` names), and the
+ *     parameter counts, for four small cases covering every stem, block type and activation,
+ *     and for regnet_y_400mf;
+ *   - forward (eval and train), the BN running statistics, and the backward's gradients of the
+ *     four cases against a float64 reference, per parameter within FLOOR_FACTOR × max(GRAD_TOL,
+ *     torch float32's own error) as test_resnet.c measures them; regnet_y_400mf's eval features;
+ *   - gradients accumulate and a second step allocates nothing;
+ *   - a config with MODEL.TRUNK.NAME regnet builds the model, with VISSL's feature names, and
+ *     VISSL's SwAV model files for RegNets compose;
+ *   - the complexity rows (FLOPs, parameters, activations per module call) follow ClassyVision's
+ *     profiler on the same networks.
+ * REGNET_VERBOSE=1 prints every measured error.
+ */
+#include "backend.h"
+#include "complexity.h"
+#include "nn.h"
+#include "regnet.h"
+#include "util.h"
+
+#include "test_nn_util.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FWD_TOL 1e-4
+#define GRAD_TOL 1e-3
+#define FLOOR_FACTOR 2.0
+#define ZERO_GRAD_SQ 1e-20 /* a gradient that is mathematically zero (make_regnet_fixtures.py) */
+#define X_ALPHA 0.6180339887498949
+#define R_ALPHA 0.3247179572447460
+
+static void report(const char *what, double e, double tol)
+{
+    if (getenv("REGNET_VERBOSE"))
+        fprintf(stderr, "regnet: %-40s error %.3g\n", what, e);
+    cr_expect_leq(e, tol, "%s: error %g > %g", what, e, tol);
+}
+
+/* ---- fixtures ------------------------------------------------------------------------------- */
+
+/* regnet_KASE_NAME.npy, float32. */
+static npy_array load_npy(const char *kase, const char *name)
+{
+    char *prefix = xasprintf("regnet_%s", kase);
+    npy_array a = test_fixture_npy("nn", prefix, name);
+    cr_assert_eq(a.dtype, NPY_F4, "%s_%s", prefix, name);
+    free(prefix);
+    return a;
+}
+
+static void expect_array(const float *got, const char *kase, const char *name, double tol)
+{
+    npy_array want = load_npy(kase, name);
+    char *what = xasprintf("%s %s", kase, name);
+    report(what, nnt_rel_error_host(got, want.data, want.count), tol);
+    free(what);
+    npy_close(&want);
+}
+
+/* The line of regnet_cases.txt for `kase`, read into options (and n, size, params). */
+static void parse_option(regnet_options *o, const char *k, const char *v)
+{
+    if (!strcmp(k, "depth")) o->depth = atoi(v);
+    else if (!strcmp(k, "w_0")) o->w_0 = atoi(v);
+    else if (!strcmp(k, "w_a")) o->w_a = atof(v);
+    else if (!strcmp(k, "w_m")) o->w_m = atof(v);
+    else if (!strcmp(k, "group_width")) o->group_width = atoi(v);
+    else if (!strcmp(k, "bottleneck_multiplier")) o->bottleneck_multiplier = atof(v);
+    else if (!strcmp(k, "stem_type")) o->stem_type = (regnet_stem)regnet_stem_by_name(v);
+    else if (!strcmp(k, "stem_width")) o->stem_width = atoi(v);
+    else if (!strcmp(k, "block_type")) o->block_type = (regnet_block)regnet_block_by_name(v);
+    else if (!strcmp(k, "activation")) o->activation = (unit_act)regnet_activation_by_name(v);
+    else if (!strcmp(k, "use_se")) o->use_se = !strcmp(v, "True");
+    else if (!strcmp(k, "se_ratio")) o->se_ratio = atof(v);
+    else if (!strcmp(k, "bn_epsilon")) o->bn_epsilon = atof(v);
+    else if (!strcmp(k, "bn_momentum")) o->bn_momentum = atof(v);
+}
+
+typedef struct {
+    regnet_options opt;
+    int n, size;
+    int64_t params;
+} regnet_case;
+
+static regnet_case load_case(const char *kase)
+{
+    char *path = test_fixture("nn", "regnet_cases.txt");
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char line[1024];
+    regnet_case c = {.opt = regnet_defaults()};
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        char *save = NULL, *tok = strtok_r(line, " \n", &save);
+        if (!tok || strcmp(tok, kase) != 0)
+            continue;
+        found = true;
+        while ((tok = strtok_r(NULL, " \n", &save))) {
+            char *eq = strchr(tok, '=');
+            *eq = '\0';
+            parse_option(&c.opt, tok, eq + 1);
+            c.n = !strcmp(tok, "n") ? atoi(eq + 1) : c.n;
+            c.size = !strcmp(tok, "size") ? atoi(eq + 1) : c.size;
+            c.params = !strcmp(tok, "params") ? atoll(eq + 1) : c.params;
+        }
+    }
+    fclose(f);
+    free(path);
+    cr_assert(found, "no case %s in regnet_cases.txt", kase);
+    return c;
+}
+
+static regnet *make(eng_backend *be, const regnet_options *o)
+{
+    char *err = NULL;
+    regnet *net = regnet_new(be, o, 7, &err);
+    cr_assert(net, "%s", err);
+    regnet_init_formula(be, net);
+    return net;
+}
+
+static int fixture_phase(const char *kase)
+{
+    npy_array ph = load_npy(kase, "phase");
+    int phase = (int)((const float *)ph.data)[0];
+    npy_close(&ph);
+    return phase;
+}
+
+static eng_tensor make_input(eng_backend *be, int n, int size, int phase)
+{
+    eng_tensor x = eng_tensor_new(be, eng_shape4(n, 3, size, size));
+    float *h = nnt_formula_fill(eng_numel(&x.shape), X_ALPHA, phase);
+    eng_upload(be, &x, h);
+    free(h);
+    return x;
+}
+
+/* ---- the width arithmetic --------------------------------------------------------------------- */
+
+/* "custom:depth=27,w_0=640,..." into o; a preset name through regnet_preset. */
+static void preset_options(const char *name, regnet_options *o)
+{
+    *o = regnet_defaults();
+    if (strncmp(name, "custom:", 7) != 0) {
+        cr_assert_eq(regnet_preset(name, o), 0, "%s is a preset", name);
+        return;
+    }
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", name + 7);
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        *eq = '\0';
+        parse_option(o, tok, eq + 1);
+    }
+}
+
+static void list_of(const regnet_stages *st, int what, char *out, size_t len)
+{
+    out[0] = '\0';
+    for (int s = 0; s < st->n; s++) {
+        char v[32];
+        if (what == 3) /* as Python prints a float: 1.0, 0.25 */
+            snprintf(v, sizeof v, st->bottleneck[s] == floor(st->bottleneck[s]) ? "%.1f" : "%g", st->bottleneck[s]);
+        else
+            snprintf(v, sizeof v, "%lld", (long long)(what == 0 ? st->width[s] : what == 1 ? st->depth[s]
+                                                                                        : st->group_width[s]));
+        snprintf(out + strlen(out), len - strlen(out), "%s%s", s ? "," : "", v);
+    }
+}
+
+Test(regnet, presets_and_free_parameters_expand_as_classyvision)
+{
+    char *path = test_fixture("nn", "regnet_presets.txt");
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char name[256], want[4][256];
+    int lines = 0;
+    while (fscanf(f, "%255s %255s %255s %255s %255s", name, want[0], want[1], want[2], want[3]) == 5) {
+        regnet_options o;
+        preset_options(name, &o);
+        regnet_stages st;
+        char *err = NULL;
+        cr_assert_eq(regnet_expand(&o, &st, &err), 0, "%s: %s", name, err);
+        for (int w = 0; w < 4; w++) {
+            char got[256];
+            list_of(&st, w, got, sizeof got);
+            cr_expect_str_eq(got, want[w], "%s list %d", name, w);
+        }
+        lines++;
+    }
+    fclose(f);
+    free(path);
+    cr_expect_geq(lines, 29, "every preset and custom set");
+    for (const char *const *p = regnet_preset_names(); *p; p++)
+        lines--;
+    cr_expect_geq(lines, 0);
+}
+
+Test(regnet, refuses_what_regnetparams_refuses)
+{
+    regnet_options o = regnet_defaults();
+    regnet_preset("regnet_y_400mf", &o);
+    regnet_stages st;
+    char *err = NULL;
+    o.w_0 = 44;
+    cr_expect_eq(regnet_expand(&o, &st, &err), -1);
+    cr_expect(err && strstr(err, "multiple of 8"), "%s", err);
+    free(err);
+    err = NULL;
+    o.w_0 = 48, o.w_m = 1.0;
+    cr_expect_eq(regnet_expand(&o, &st, &err), -1);
+    free(err);
+    cr_expect_eq(regnet_preset("regnet_y_400gf", &o), -1);
+    cr_expect_eq(regnet_stem_by_name("SIMPLE_STEM_IN"), REGNET_STEM_SIMPLE_IN, "names are case-blind, as .upper()");
+    cr_expect_eq(regnet_activation_by_name("gelu"), -1);
+}
+
+/* ---- names, order and shapes ------------------------------------------------------------------ */
+
+static void check_names(const regnet_options *o, const char *tag, int64_t want_params)
+{
+    eng_backend *be = nnt_open_cpu();
+    regnet *net = make(be, o);
+    eng_params *p = regnet_param_table(net);
+    char *file = xasprintf("regnet_%s_names.txt", tag);
+    char *path = test_fixture("nn", file);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char name[256], kind[16], shape[64];
+    int i = 0;
+    while (fscanf(f, "%255s %15s %63s", name, kind, shape) == 3) {
+        cr_assert_lt(i, p->nentries, "%s: more entries in ClassyVision (%s)", tag, name);
+        const eng_entry *e = &p->entries[i++];
+        cr_expect_str_eq(e->name, name, "%s: entry %d", tag, i - 1);
+        cr_expect_eq(e->kind, strcmp(kind, "param") == 0 ? ENG_PARAM : ENG_BUFFER, "%s kind", name);
+        char mine[64] = "";
+        for (int d = 0; d < e->value.shape.ndim; d++)
+            snprintf(mine + strlen(mine), sizeof mine - strlen(mine), "%s%lld", d ? "," : "",
+                     (long long)e->value.shape.dim[d]);
+        cr_expect_str_eq(mine, shape, "%s shape", name);
+    }
+    fclose(f);
+    cr_expect_eq(i, p->nentries, "%s: entry count", tag);
+    cr_expect_eq(eng_params_count(p), want_params, "%s: parameters", tag);
+    free(path);
+    free(file);
+    regnet_free(be, net);
+    eng_backend_close(be);
+}
+
+Test(regnet, state_dict_names_order_shapes_match_classyvision)
+{
+    const char *cases[] = {"y", "x_basic", "z", "vanilla"};
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        regnet_case c = load_case(cases[i]);
+        check_names(&c.opt, cases[i], c.params);
+    }
+    regnet_options o = regnet_defaults();
+    regnet_preset("regnet_y_400mf", &o);
+    check_names(&o, "y400", 3903144); /* torchvision's regnet_y_400mf, 4344144, less its fc's 441000 */
+}
+
+Test(regnet, feature_names_are_vissls)
+{
+    regnet_options o = regnet_defaults();
+    regnet_preset("regnet_y_400mf", &o);
+    regnet_stages st;
+    cr_assert_eq(regnet_expand(&o, &st, NULL), 0);
+    const char *names[] = {"conv1", "res2", "res3", "res4", "res5", "avgpool", "flatten"};
+    cr_expect_eq(regnet_feature_count(&st), 7);
+    for (int i = 0; i < (int)ARRAY_LEN(names); i++)
+        cr_expect_eq(regnet_feature_by_name(&st, names[i]), i, "%s", names[i]);
+    cr_expect_eq(regnet_feature_by_name(&st, "res5avg"), -1, "VISSL's RegNet has no res5avg");
+    cr_expect_eq(regnet_feature_by_name(&st, "res1"), -1);
+}
+
+/* ---- forward and backward against the float64 reference ----------------------------------------- */
+
+/* Per-channel means over N, H, W of conv1, res2, ... concatenated (the fixture's means_eval). */
+static float *feature_means(eng_backend *be, regnet *net, int64_t *n)
+{
+    const regnet_stages *st = regnet_get_stages(net);
+    float *m = NULL;
+    *n = 0;
+    for (int f = 0; f <= st->n; f++) {
+        const eng_tensor *t = regnet_feature(net, f);
+        float *h = nnt_download(be, t);
+        int64_t nb = t->shape.dim[0], c = t->shape.dim[1], s = t->shape.dim[2] * t->shape.dim[3];
+        m = xrealloc(m, (size_t)(*n + c) * sizeof *m);
+        for (int64_t k = 0; k < c; k++) {
+            double sum = 0.0;
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t j = 0; j < s; j++)
+                    sum += h[(b * c + k) * s + j];
+            m[(*n)++] = (float)(sum / (double)(nb * s));
+        }
+        free(h);
+    }
+    return m;
+}
+
+static void check_stats(eng_backend *be, regnet *net, const char *kase)
+{
+    int n;
+    float *sums = nnt_buffer_sums(be, regnet_param_table(net), &n);
+    expect_array(sums, kase, "stats", FWD_TOL);
+    free(sums);
+}
+
+/* One parameter's error over its bound: Σg against √Σg², Σg² against itself; a gradient that is
+ * mathematically zero (Σg*² below ZERO_GRAD_SQ) is held to the floor's absolute size instead. */
+static double grad_error(const eng_entry *e, eng_backend *be, const float *want, double floor, double factor,
+                         double *sq_err)
+{
+    float *g = nnt_download(be, &e->grad);
+    double s = 0.0, ss = 0.0;
+    for (int64_t j = 0; j < eng_numel(&e->grad.shape); j++)
+        s += g[j], ss += (double)g[j] * g[j];
+    free(g);
+    double ws = factor * want[0], wss = factor * factor * want[1];
+    if (want[1] < ZERO_GRAD_SQ) {
+        *sq_err = 0.0;
+        return sqrt(ss) / (FLOOR_FACTOR * factor * floor);
+    }
+    double bound = FLOOR_FACTOR * fmax(GRAD_TOL, floor);
+    *sq_err = fabs(ss - wss) / wss / bound;
+    return fabs(s - ws) / sqrt(wss) / bound;
+}
+
+static void check_grads(eng_backend *be, regnet *net, const char *kase, double factor)
+{
+    npy_array want = load_npy(kase, "grads"), floor = load_npy(kase, "grad_floor");
+    eng_params *p = regnet_param_table(net);
+    double worst_sum = 0.0, worst_sq = 0.0;
+    int k = 0;
+    for (int i = 0; i < p->nentries; i++) {
+        const eng_entry *e = &p->entries[i];
+        if (e->kind != ENG_PARAM)
+            continue;
+        cr_assert_lt((size_t)(2 * k + 1), want.count);
+        double sq, es = grad_error(e, be, (const float *)want.data + 2 * k, ((const float *)floor.data)[k], factor, &sq);
+        if (getenv("REGNET_VERBOSE") && getenv("REGNET_VERBOSE")[0] == '2')
+            fprintf(stderr, "regnet: %-56s sum %.3g sumsq %.3g (of the bound)\n", e->name, es, sq);
+        worst_sum = fmax(worst_sum, es), worst_sq = fmax(worst_sq, sq);
+        k++;
+    }
+    cr_expect_eq((size_t)(2 * k), want.count, "%s: gradient count", kase);
+    char what[96];
+    snprintf(what, sizeof what, "%s %.0f× grad sums / bound", kase, factor);
+    report(what, worst_sum, 1.0);
+    snprintf(what, sizeof what, "%s %.0f× grad sums of squares / bound", kase, factor);
+    report(what, worst_sq, 1.0);
+    npy_array stem = load_npy(kase, "stem_grad");
+    float *g = nnt_download(be, &p->entries[0].grad);
+    for (size_t j = 0; j < stem.count; j++)
+        ((float *)stem.data)[j] *= (float)factor;
+    snprintf(what, sizeof what, "%s %.0f× stem weight grad", kase, factor);
+    report(what, nnt_rel_error_host(g, stem.data, stem.count), GRAD_TOL);
+    free(g);
+    npy_close(&stem);
+    npy_close(&want);
+    npy_close(&floor);
+}
+
+/* Eval forward, train forward, the statistics, the backward of L = Σ feat·r. */
+static void check_case(const char *kase)
+{
+    regnet_case c = load_case(kase);
+    eng_backend *be = nnt_open_cpu();
+    regnet *net = make(be, &c.opt);
+    eng_tensor x = make_input(be, c.n, c.size, fixture_phase(kase));
+    regnet_plan(be, net, &x.shape);
+    float *f = nnt_download(be, regnet_forward(be, net, &x, false));
+    expect_array(f, kase, "feat_eval", FWD_TOL);
+    free(f);
+    int64_t nm;
+    float *m = feature_means(be, net, &nm);
+    expect_array(m, kase, "means_eval", FWD_TOL);
+    free(m);
+    const eng_tensor *feat = regnet_forward(be, net, &x, true);
+    f = nnt_download(be, feat);
+    expect_array(f, kase, "feat_train", FWD_TOL);
+    free(f);
+    check_stats(be, net, kase);
+    eng_tensor r = eng_tensor_new(be, feat->shape);
+    float *rh = nnt_formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
+    eng_upload(be, &r, rh);
+    free(rh);
+    eng_params_zero_grad(be, regnet_param_table(net));
+    regnet_backward(be, net, &r);
+    check_grads(be, net, kase, 1.0);
+    eng_tensor_free(be, &r);
+    eng_tensor_free(be, &x);
+    regnet_free(be, net);
+    eng_backend_close(be);
+}
+
+Test(regnet, y_bottleneck_se_matches_classyvision) { check_case("y"); }
+Test(regnet, x_basic_cifar_stem_matches_classyvision) { check_case("x_basic"); }
+Test(regnet, z_linear_blocks_silu_res_stem_matches_classyvision) { check_case("z"); }
+Test(regnet, vanilla_blocks_bn_settings_match_classyvision) { check_case("vanilla"); }
+
+Test(regnet, y400_eval_features_match_classyvision)
+{
+    regnet_options o = regnet_defaults();
+    regnet_preset("regnet_y_400mf", &o);
+    eng_backend *be = nnt_open_cpu();
+    regnet *net = make(be, &o);
+    eng_tensor x = make_input(be, 2, 64, 0);
+    regnet_plan(be, net, &x.shape);
+    float *f = nnt_download(be, regnet_forward(be, net, &x, false));
+    expect_array(f, "y400", "feat_eval", FWD_TOL);
+    cr_expect_eq(regnet_out_dim(net), 440);
+    free(f);
+    eng_tensor_free(be, &x);
+    regnet_free(be, net);
+    eng_backend_close(be);
+}
+
+/* ---- accumulation, memory ------------------------------------------------------------------------ */
+
+static int allocations;
+static eng_ops counting_ops;
+
+static void *counting_alloc(eng_backend *be, size_t bytes)
+{
+    allocations++;
+    return eng_cpu_ops.alloc(be, bytes);
+}
+
+/* Two backward passes without zeroing give twice the gradients, and a second step at the
+ * planned shape (plan again, eval and train forwards, backward) allocates nothing. */
+Test(regnet, gradients_accumulate_and_a_step_allocates_nothing)
+{
+    const char *kase = "z"; /* SE, SiLU, max pool, blocks with and without a shortcut */
+    regnet_case c = load_case(kase);
+    eng_backend *be = nnt_open_cpu();
+    counting_ops = eng_cpu_ops;
+    counting_ops.alloc = counting_alloc;
+    be->ops = &counting_ops;
+    regnet *net = make(be, &c.opt);
+    eng_tensor x = make_input(be, c.n, c.size, fixture_phase(kase));
+    regnet_plan(be, net, &x.shape);
+    const eng_tensor *feat = regnet_forward(be, net, &x, true);
+    eng_tensor r = eng_tensor_new(be, feat->shape);
+    float *rh = nnt_formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
+    eng_upload(be, &r, rh);
+    free(rh);
+    regnet_backward(be, net, &r);
+    int before = allocations;
+    regnet_plan(be, net, &x.shape);
+    regnet_forward(be, net, &x, false);
+    regnet_forward(be, net, &x, true); /* the running statistics move again: not compared */
+    regnet_backward(be, net, &r);
+    cr_expect_eq(allocations, before, "a planned step allocates nothing");
+    check_grads(be, net, kase, 2.0);
+    eng_tensor_free(be, &r);
+    eng_tensor_free(be, &x);
+    regnet_free(be, net);
+    eng_backend_close(be);
+}
+
+/* ---- from a config ------------------------------------------------------------------------------ */
+
+Test(regnet, a_config_builds_the_trunk_with_vissl_names)
+{
+    model_options o = nnt_model_options("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n"
+                                        "        REGNET: {name: regnet_x_400mf}\n"
+                                        "    FEATURE_EVAL_SETTINGS:\n      EVAL_MODE_ON: True\n"
+                                        "      FREEZE_TRUNK_ONLY: True\n      EXTRACT_TRUNK_FEATURES_ONLY: True\n"
+                                        "      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [[res4, [AdaptiveAvgPool2d, [[2, 2]]]],"
+                                        " [avgpool, [Identity, []]]]\n",
+                                        NULL);
+    cr_assert_eq(o.trunk.kind, TRUNK_REGNET);
+    cr_expect_eq(o.trunk.regnet.use_se, false, "RegNetX: no squeeze-excitation");
+    eng_backend *be = nnt_open_cpu();
+    char *err = NULL;
+    model *m = model_new(be, &o, 1, &err);
+    cr_assert(m, "%s", err);
+    cr_expect_str_eq(model_entry_at(m, 0)->name, "trunk.base_model._feature_blocks.conv1.stem.0.weight");
+    eng_shape in[1] = {eng_shape4(2, 3, 64, 64)};
+    cr_assert_eq(model_plan(be, m, in, 1, &err), 0, "%s", err);
+    model_forward(be, m, false);
+    cr_assert_eq(model_output_count(m), 2);
+    cr_expect_eq(model_output(m, 0)->shape.dim[1], 160 * 4, "res4 (x_400mf: 160 channels) pooled to 2 × 2");
+    cr_expect_eq(model_output(m, 1)->shape.dim[1], 384, "avgpool: the last stage's 384 channels (ClassyVision; "
+                                                        "torchvision rounds it to 400)");
+    model_free(be, m);
+    eng_backend_close(be);
+}
+
+/* VISSL's SwAV model files for RegNets (configs/pretrain/swav/models/): each composes, and its
+ * swav_head takes the trunk's feature width. */
+Test(regnet, swav_model_files_give_the_widths_their_heads_take)
+{
+    static const struct {
+        const char *file;
+        int64_t width;
+    } FILES[] = {
+        {"configs/pretrain/swav/models/regnet400mf.yaml", 440},
+        {"configs/pretrain/swav/models/regnet16Gf.yaml", 3024},
+        {"configs/pretrain/swav/models/regnet128Gf.yaml", 7392},
+        {"configs/pretrain/swav/models/regnet256Gf.yaml", 10444},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(FILES); i++) {
+        model_options o = nnt_model_options(NULL, FILES[i].file);
+        cr_assert_eq(o.trunk.kind, TRUNK_REGNET, "%s", FILES[i].file);
+        const regnet_stages *st = &o.trunk.stages;
+        cr_expect_eq(st->width[st->n - 1], FILES[i].width, "%s", FILES[i].file);
+        cr_expect_eq(o.heads[0].chain[0].dims[0], FILES[i].width, "%s: the head's input", FILES[i].file);
+    }
+}
+
+/* ---- complexity ---------------------------------------------------------------------------------- */
+
+/* regnet_costs_upto's rows against ClassyVision's profiler rules run on the re-stated model:
+ * regnet_TAG_complexity.txt, "name kind flops params activations" per module call, then the total. */
+static void check_costs(const regnet_options *o, const char *tag, int64_t size)
+{
+    eng_backend *be = nnt_open_cpu();
+    regnet *net = make(be, o);
+    eng_shape in = eng_shape4(1, 3, size, size);
+    eng_layer_cost *rows;
+    int n;
+    char *err = NULL;
+    cr_assert_eq(regnet_costs_upto(net, &in, NULL, regnet_feature_count(regnet_get_stages(net)) - 1, NULL, &rows, &n,
+                                   &err), 0, "%s: %s", tag, err);
+    char *file = xasprintf("regnet_%s_complexity.txt", tag), *path = test_fixture("nn", file);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char name[160], kind[32];
+    long long flops, params, acts;
+    int i = 0;
+    while (fscanf(f, "%159s %31s %lld %lld %lld", name, kind, &flops, &params, &acts) == 5 && strcmp(name, "total")) {
+        cr_assert_lt(i, n, "%s: more rows in the profiler's (%s)", tag, name);
+        const eng_layer_cost *r = &rows[i++];
+        cr_expect_str_eq(r->name, name, "%s row %d", tag, i - 1);
+        cr_expect_str_eq(r->kind, kind, "%s %s", tag, name);
+        cr_expect(r->flops == flops && r->params == params && r->activations == acts,
+                  "%s %s: %lld %lld %lld, profiler %lld %lld %lld", tag, name, (long long)r->flops,
+                  (long long)r->params, (long long)r->activations, flops, params, acts);
+    }
+    cr_expect_eq(i, n, "%s: row count", tag);
+    eng_layer_cost t = eng_costs_total(rows, n);
+    cr_expect(t.flops == flops && t.params == params && t.activations == acts, "%s total", tag);
+    fclose(f);
+    free(path);
+    free(file);
+    eng_costs_free(rows, n);
+    regnet_free(be, net);
+    eng_backend_close(be);
+}
+
+Test(regnet, complexity_rows_follow_classyvisions_profiler)
+{
+    const char *cases[] = {"y", "x_basic", "z", "vanilla"};
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        regnet_case c = load_case(cases[i]);
+        check_costs(&c.opt, cases[i], 32);
+    }
+    const char *presets[][2] = {{"regnet_y_400mf", "y400"}, {"regnet_x_400mf", "x400"}};
+    for (size_t i = 0; i < ARRAY_LEN(presets); i++) {
+        regnet_options o = regnet_defaults();
+        regnet_preset(presets[i][0], &o);
+        check_costs(&o, presets[i][1], 224);
+    }
+}
+
+/* ---- a checkpoint written by PyTorch ------------------------------------------------------------ */
+
+/* regnet_y_vissl.pt is case y's weights saved by torch as VISSL saves a checkpoint; loaded through
+ * MODEL.WEIGHTS_INIT into a model built from the same parameters, it gives the case's features. */
+Test(regnet, a_vissl_checkpoint_written_by_pytorch_loads_and_gives_its_features)
+{
+    char *path = test_fixture("nn", "regnet_y_vissl.pt");
+    model_options o = nnt_model_options("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n"
+                                        "        REGNET: {depth: 4, w_0: 16, w_a: 8, w_m: 2.0, group_width: 8, "
+                                        "stem_width: 16}\n", NULL);
+    eng_backend *be = nnt_open_cpu();
+    char *err = NULL;
+    model *m = model_new(be, &o, 3, &err); /* random init, which the file replaces */
+    cr_assert(m, "%s", err);
+    model_weights_init w = {.opt = weights_init_defaults()};
+    w.opt.params_file = path;
+    cr_assert_eq(model_load_weights(be, m, &w, &err), 0, "%s", err);
+    eng_shape in[1] = {eng_shape4(4, 3, 32, 32)};
+    cr_assert_eq(model_plan(be, m, in, 1, &err), 0, "%s", err);
+    float *x = nnt_formula_fill(eng_numel(&in[0]), X_ALPHA, fixture_phase("y"));
+    model_upload_input(be, m, 0, x);
+    model_forward(be, m, false);
+    float *f = nnt_download(be, model_output(m, 0));
+    expect_array(f, "y", "feat_eval", FWD_TOL);
+    free(f);
+    free(x);
+    model_free(be, m);
+    eng_backend_close(be);
+    free(path);
+}
