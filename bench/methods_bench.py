@@ -11,7 +11,7 @@ the way VISSL 0.1.5 builds it, with Debian's torch and torchvision:
             here), then COLLATE_FUNCTION (bench/data_bench.py and
             tests/golden/make_collate_fixtures.py hold VISSL's collators); shuffled, DROP_LAST
   model     torchvision's ResNet of TRUNK DEPTH as VISSL's trunk (SMALL_STEM and
-            ZERO_INIT_RESIDUAL honoured), MODEL.HEAD.PARAMS from tests/golden's VISSL heads
+            ZERO_INIT_RESIDUAL honoured), or torchvision's regnet_* for a `regnet` preset, MODEL.HEAD.PARAMS from tests/golden's VISSL heads
             (mlp, swav_head, siamese_concat_view), MULTI_INPUT_HEAD_MAPPING (PIRL), VISSL's
             multi-resolution forward (one trunk pass per crop size: SwAV)
   loss      LOSS.name re-stated from VISSL (tests/golden/make_loss_fixtures.py and
@@ -228,10 +228,17 @@ def loader(cfg, paths, labels):
 # ---- the model ---------------------------------------------------------------------------
 
 class Trunk(nn.Module):
-    """VISSL's ResNe(X)t trunk: torchvision's ResNet without fc, the pooled features flattened."""
+    """VISSL's trunk, the pooled features flattened: torchvision's ResNet without fc, or for a
+    `regnet` trunk named by a preset torchvision's regnet_* of that name without fc (the same
+    network as ClassyVision's where their widths agree: regnet_y_400mf, among others)."""
 
-    def __init__(self, resnets):
+    def __init__(self, trunk):
         super().__init__()
+        if trunk.get("NAME") == "regnet":
+            self.net = getattr(torchvision.models, trunk["TRUNK_PARAMS"]["REGNET"]["name"].replace(".", "_"))()
+            self.net.fc = nn.Identity()
+            return
+        resnets = trunk["TRUNK_PARAMS"]["RESNETS"]
         self.net = getattr(torchvision.models, f"resnet{resnets.get('DEPTH', 50)}")()
         self.net.fc = nn.Identity()
         if resnets.get("SMALL_STEM", False):  # selfsup's stem for 28-64 px images
@@ -264,7 +271,7 @@ class Model(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         m = cfg["MODEL"]
-        self.trunk = Trunk(m["TRUNK"]["TRUNK_PARAMS"]["RESNETS"])
+        self.trunk = Trunk(m["TRUNK"])
         self.heads = nn.ModuleList(
             nn.Sequential(*[head(n, kw) for n, kw in e]) if isinstance(e[0], list) else head(*e)
             for e in m["HEAD"]["PARAMS"])

@@ -17,7 +17,9 @@
  * the block's activation, a second 1×1 conv, a sigmoid, and the channels of b's output scaled by
  * the result.
  *
- * Memory is planned as in resnet.c: activations once, gradients in arenas (unit.h).
+ * Memory is planned as in resnet.c: activations once, gradients in arenas (unit.h). Layouts are
+ * too: evaluation keeps the backend's native layout from convolution to convolution, save where
+ * a layer that takes only logical tensors reads (set_layouts).
  */
 #include "regnet.h"
 #include "test_hooks.h"

@@ -5,7 +5,8 @@
 #   1. the machine: the card, the driver, which cuDNN/cuBLAS the binaries load;
 #   2. backend conformance: every engine operation on cuda against cpu (tests/gpu/backend_ops.c);
 #      the NCCL world's collectives against their definitions, a rank per GPU (tests/gpu/nccl_world.c);
-#   3. end to end: the SimCLR, SwAV, MoCo and NPID quickstarts, 2 epochs of 5 steps from the same init and
+#   3. end to end: the SimCLR, SwAV (on ResNet-18 and on RegNetY-400MF), MoCo and NPID
+#      quickstarts, 2 epochs of 5 steps from the same init and
 #      the same records, on the GPU and on the CPU: losses per step, the weights after the
 #      first step and at the end, against the drift between two cpu instruction sets;
 #   4. selfsup-extract's features on both devices, from the same weights;
@@ -166,6 +167,7 @@ check backend-ops backend-ops --summary "$out/backend_ops.txt"
 check nccl-world nccl-world
 check simclr-parity parity simclr
 check swav-parity parity swav
+check regnet-parity parity swav_regnet
 check moco-parity parity moco
 # (320 images: 256 negatives, not the quickstart's 4096, which would outnumber the memory's rows)
 check npid-parity parity npid config.LOSS.nce_loss_with_memory.negative_sampling_params.num_negatives=256
