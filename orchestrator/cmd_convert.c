@@ -7,9 +7,12 @@
  * tensors as they are). Names are then mapped:
  *   --to vissl        torchvision names get "trunk._feature_blocks."; torchvision's classifier
  *                     (fc.*) is dropped, since VISSL configures heads separately; names that
- *                     already start with "trunk." or "heads." are kept.
+ *                     already start with "trunk." or "heads." are kept. A RegNet's names
+ *                     (torchvision's regnet_* or ClassyVision's: stem.*, trunk_output.*) become
+ *                     VISSL's regnet trunk's (regnet_to_vissl).
  *   --to torchvision  "trunk._feature_blocks." and "trunk.base_model._feature_blocks." are
- *                     stripped; heads are dropped; other names are kept as torchvision's.
+ *                     stripped; heads are dropped; other names are kept as torchvision's, but
+ *                     a RegNet's, which become torchvision's regnet_* names.
  * Tensors keep their dtype and bytes exactly. OUT's format comes from --format or its
  * extension (.safetensors; .torch, .pth, .pt). A torch file in VISSL's layout is a VISSL
  * checkpoint ({"classy_state_dict": {"base_model": {"model": {"trunk": …, "heads": …}}}}),
@@ -129,6 +132,63 @@ static int parse_args(int argc, char **argv, convert_args *a)
 
 static bool starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
+/* ---- RegNet names: torchvision's and ClassyVision's module paths against VISSL's ------------------- */
+
+/* Inside a block, torchvision's path (the first column) against ClassyVision's, which VISSL keeps:
+ * torchvision wraps each conv and its norm in one Conv2dNormActivation and names SE's convs. */
+static const char *const REGNET_BLOCK_NAMES[][2] = {
+    {"proj.0.", "proj."},          {"proj.1.", "bn."},
+    {"f.se.fc1.", "f.se.excitation.0."}, {"f.se.fc2.", "f.se.excitation.2."},
+    {"f.c.0.", "f.c."},            {"f.c.1.", "f.final_bn."},
+};
+
+/* rest with its leading `from` (column `from_col` of the table) replaced by the other column. */
+static char *rename_in_block(const char *rest, int from_col)
+{
+    for (size_t i = 0; i < ARRAY_LEN(REGNET_BLOCK_NAMES); i++) {
+        const char *from = REGNET_BLOCK_NAMES[i][from_col], *to = REGNET_BLOCK_NAMES[i][!from_col];
+        if (starts_with(rest, from))
+            return xasprintf("%s%s", to, rest + strlen(from));
+    }
+    return xstrdup(rest);
+}
+
+/* "stem.N.x" (torchvision) or "stem.stem.N.x" (ClassyVision) → "conv1.stem.N.x";
+ * "trunk_output.blockS.blockS-J.rest" → "res{S+1}.blockS-J.rest'"; NULL when name is neither. */
+static char *regnet_to_vissl(const char *name)
+{
+    if (starts_with(name, "stem."))
+        return xasprintf(VISSL_TRUNK "conv1.stem.%s",
+                         name + strlen(starts_with(name, "stem.stem.") ? "stem.stem." : "stem."));
+    int stage, used = 0;
+    if (sscanf(name, "trunk_output.block%d.%n", &stage, &used) != 1 || !used)
+        return NULL;
+    const char *block = name + used, *dot = strchr(block, '.');
+    if (!starts_with(block, "block") || !dot)
+        return NULL;
+    char *rest = rename_in_block(dot + 1, 0);
+    char *out = xasprintf(VISSL_TRUNK "res%d.%.*s.%s", stage + 1, (int)(dot - block), block, rest);
+    free(rest);
+    return out;
+}
+
+/* The reverse, for a name after "_feature_blocks." (NULL when it is not a RegNet's). */
+static char *regnet_to_torchvision(const char *name)
+{
+    if (starts_with(name, "conv1.stem."))
+        return xasprintf("stem.%s", name + strlen("conv1.stem."));
+    int res, used = 0;
+    if (sscanf(name, "res%d.%n", &res, &used) != 1 || !used || !starts_with(name + used, "block"))
+        return NULL;
+    const char *block = name + used, *dot = strchr(block, '.');
+    if (!dot)
+        return NULL;
+    char *rest = rename_in_block(dot + 1, 1);
+    char *out = xasprintf("trunk_output.block%d.%.*s.%s", res - 1, (int)(dot - block), block, rest);
+    free(rest);
+    return out;
+}
+
 /* The tensor's name in the target layout, or NULL to drop it (with *why), or NULL with *why
  * NULL when it cannot be mapped. */
 static char *map_name(const char *name, convert_layout to, const char **why)
@@ -141,12 +201,15 @@ static char *map_name(const char *name, convert_layout to, const char **why)
             *why = "torchvision's classifier; VISSL's heads are configured separately";
             return NULL;
         }
-        return xasprintf(VISSL_TRUNK "%s", name);
+        char *regnet = regnet_to_vissl(name);
+        return regnet ? regnet : xasprintf(VISSL_TRUNK "%s", name);
     }
-    if (starts_with(name, VISSL_TRUNK))
-        return xstrdup(name + strlen(VISSL_TRUNK));
-    if (starts_with(name, VISSL_FE_TRUNK))
-        return xstrdup(name + strlen(VISSL_FE_TRUNK));
+    const char *trunk = starts_with(name, VISSL_TRUNK) ? name + strlen(VISSL_TRUNK)
+                        : starts_with(name, VISSL_FE_TRUNK) ? name + strlen(VISSL_FE_TRUNK) : NULL;
+    if (trunk) {
+        char *regnet = regnet_to_torchvision(trunk);
+        return regnet ? regnet : xstrdup(trunk);
+    }
     if (starts_with(name, "heads.")) {
         *why = "VISSL heads have no place in a torchvision state dict";
         return NULL;

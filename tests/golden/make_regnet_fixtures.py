@@ -74,6 +74,11 @@ formula values were set (the exact answer to the float32 inputs and weights), st
                               ({"classy_state_dict": {"base_model": {"model": {"trunk": state_dict,
                               "heads": {}}}}}, torch.save's zip format): the C side loads it through
                               WEIGHTS_INIT and must reproduce regnet_y_feat_eval
+  regnet_y_torchvision.pth    the same weights in torchvision's RegNet (its regnet_* names, a
+                              10-class fc), torch.save's state dict: `selfsup convert` turns it
+                              into VISSL's names, which must give regnet_y_feat_eval too
+  regnet_y_classy.pth         the same weights under ClassyVision's own RegNet names (stem.stem.*,
+                              trunk_output.blockS.*), which `selfsup convert` maps as well
   regnet_y400_names.txt       names of the preset regnet_y_400mf (all options at their defaults)
   regnet_y400_feat_eval.npy   its 2 × 440 features, eval mode, torch float32, 2 images of 64 px,
                               input phase 0
@@ -768,6 +773,64 @@ def grad_case(case, phase, runs):
               f"torch float32's √Σg² is at most {floor[p]:.3g}")
 
 
+# torchvision's module paths inside a RegNet block against ClassyVision's (VISSL's).
+TV_BLOCK_NAMES = (("proj.0.", "proj."), ("proj.1.", "bn."), ("f.se.fc1.", "f.se.excitation.0."),
+                  ("f.se.fc2.", "f.se.excitation.2."), ("f.c.0.", "f.c."), ("f.c.1.", "f.final_bn."))
+
+
+def vissl_name_of_torchvision(name):
+    """torchvision's regnet_* state-dict name → VISSL's trunk name (without "trunk.")."""
+    if name.startswith("stem."):
+        return "_feature_blocks.conv1." + name
+    _, stage, block, rest = name.split(".", 3)
+    for tv, classy in TV_BLOCK_NAMES:
+        if rest.startswith(tv):
+            rest = classy + rest[len(tv):]
+    return f"_feature_blocks.res{int(stage[len('block'):]) + 1}.{block}.{rest}"
+
+
+def write_torchvision(case):
+    """CASE's formula weights in torchvision's RegNet (torchvision.models.regnet.RegNet with the
+    case's parameters and a 10-class fc), its state dict as torch.save writes it: what `selfsup
+    convert` must turn into VISSL's names. Asserts torchvision builds the same network (the same
+    features from the same weights) first."""
+    config = CASES[case]
+    ours = build(config)
+    tv = torchvision.models.regnet
+    params = tv.BlockParams.from_init_params(depth=config["depth"], w_0=config["w_0"], w_a=config["w_a"],
+                                             w_m=config["w_m"], group_width=config["group_width"],
+                                             se_ratio=config["se_ratio"] if config.get("use_se", True) else None)
+    m = tv.RegNet(params, num_classes=10, stem_width=config["stem_width"])
+    mine = ours.state_dict()
+    with torch.no_grad():
+        for name, t in m.state_dict().items():
+            if name.startswith("fc."):
+                t.zero_()  # not a trunk tensor (convert drops it); zero, so the file repeats
+            else:
+                t.copy_(mine[vissl_name_of_torchvision(name)])
+    m.eval()
+    ours.eval()
+    x = inputs(2, SIZE)
+    with torch.no_grad():
+        assert torch.equal(torch.flatten(m.avgpool(m.trunk_output(m.stem(x))), 1), ours(x)), case
+    torch.save(m.state_dict(), os.path.join(OUT, f"regnet_{case}_torchvision.pth"))
+
+
+def write_classy(case):
+    """CASE's formula weights in ClassyVision's own RegNet (its state dict: stem.stem.*,
+    trunk_output.blockS.*), as a ClassyVision checkpoint's model holds them."""
+    mine = build(CASES[case]).state_dict()
+    m = RegNet(params_from_config(CASES[case]))
+    with torch.no_grad():
+        for name, t in m.state_dict().items():
+            if name.startswith("stem.stem."):
+                t.copy_(mine["_feature_blocks.conv1.stem." + name[len("stem.stem."):]])
+            else:
+                _, stage, rest = name.split(".", 2)
+                t.copy_(mine[f"_feature_blocks.res{int(stage[len('block'):]) + 1}.{rest}"])
+    torch.save(m.state_dict(), os.path.join(OUT, f"regnet_{case}_classy.pth"))
+
+
 def write_checkpoint(case):
     """CASE's formula weights as VISSL writes a checkpoint (classy_state_dict → base_model → model
     → trunk, num_batches_tracked included), torch.save's zip format."""
@@ -940,6 +1003,8 @@ def main():
     for case in CASES:
         grad_case(case, phases[case], runs[case])
     write_checkpoint("y")
+    write_torchvision("y")
+    write_classy("y")
     m = build(PRESETS["regnet_y_400mf"])
     save_names("y400", m)
     m.eval()

@@ -16,7 +16,9 @@
  *   - a config with MODEL.TRUNK.NAME regnet builds the model, with VISSL's feature names, and
  *     VISSL's SwAV model files for RegNets compose;
  *   - the complexity rows (FLOPs, parameters, activations per module call) follow ClassyVision's
- *     profiler on the same networks.
+ *     profiler on the same networks;
+ *   - weights written by PyTorch load: a VISSL checkpoint, and torchvision's RegNet through
+ *     `selfsup convert` (and back to torchvision's names).
  * REGNET_VERBOSE=1 prints every measured error.
  */
 #include "backend.h"
@@ -24,6 +26,7 @@
 #include "nn.h"
 #include "regnet.h"
 #include "util.h"
+#include "weights.h"
 
 #include "test_nn_util.h"
 #include "test_util.h"
@@ -581,11 +584,10 @@ Test(regnet, complexity_rows_follow_classyvisions_profiler)
 
 /* ---- a checkpoint written by PyTorch ------------------------------------------------------------ */
 
-/* regnet_y_vissl.pt is case y's weights saved by torch as VISSL saves a checkpoint; loaded through
- * MODEL.WEIGHTS_INIT into a model built from the same parameters, it gives the case's features. */
-Test(regnet, a_vissl_checkpoint_written_by_pytorch_loads_and_gives_its_features)
+/* Case y's model (its parameters from a config) with the weights of `path` loaded through
+ * MODEL.WEIGHTS_INIT's defaults: its eval features must be the case's. */
+static void expect_case_y_features_from(const char *path)
 {
-    char *path = test_fixture("nn", "regnet_y_vissl.pt");
     model_options o = nnt_model_options("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n"
                                         "        REGNET: {depth: 4, w_0: 16, w_a: 8, w_m: 2.0, group_width: 8, "
                                         "stem_width: 16}\n", NULL);
@@ -607,5 +609,60 @@ Test(regnet, a_vissl_checkpoint_written_by_pytorch_loads_and_gives_its_features)
     free(x);
     model_free(be, m);
     eng_backend_close(be);
+}
+
+/* regnet_y_vissl.pt is case y's weights saved by torch as VISSL saves a checkpoint. */
+Test(regnet, a_vissl_checkpoint_written_by_pytorch_loads_and_gives_its_features)
+{
+    char *path = test_fixture("nn", "regnet_y_vissl.pt");
+    expect_case_y_features_from(path);
     free(path);
+}
+
+static int convert(const char *in, const char *out, const char *to, char **output)
+{
+    char *bin = test_build_path("selfsup");
+    char *cmd = xasprintf("'%s' convert '%s' '%s' --to %s", bin, in, out, to);
+    int rc = test_run(cmd, output);
+    free(cmd);
+    free(bin);
+    return rc;
+}
+
+/* regnet_y_torchvision.pth holds the same weights in torchvision's RegNet: `selfsup convert`
+ * gives them VISSL's names, and the way back gives torchvision's names again, every one;
+ * regnet_y_classy.pth holds them under ClassyVision's names, which convert maps too. */
+Test(regnet, selfsup_convert_maps_torchvision_regnet_names_both_ways, .timeout = 120)
+{
+    char *tv = test_fixture("nn", "regnet_y_torchvision.pth"), *dir = test_make_tmpdir(), *out = NULL;
+    char *vissl = xasprintf("%s/vissl.torch", dir), *back = xasprintf("%s/back.safetensors", dir);
+    cr_assert_eq(convert(tv, vissl, "vissl", &out), 0, "%s", out);
+    cr_expect(strstr(out, "dropped 2 tensors (fc.weight, fc.bias)"), "%s", out);
+    free(out);
+    expect_case_y_features_from(vissl);
+    cr_assert_eq(convert(vissl, back, "torchvision", &out), 0, "%s", out);
+    free(out);
+    weights_file *a, *b;
+    char *err = NULL;
+    cr_assert_eq(weights_read(tv, NULL, &a, &err), 0, "%s", err);
+    cr_assert_eq(weights_read(back, NULL, &b, &err), 0, "%s", err);
+    size_t matched = 0;
+    for (size_t i = 0; i < weights_count(b); i++)
+        for (size_t j = 0; j < weights_count(a); j++)
+            matched += !strcmp(weights_at(b, i)->name, weights_at(a, j)->name);
+    cr_expect_eq(matched, weights_count(b), "every name back in torchvision's");
+    cr_expect_eq(weights_count(b) + 2, weights_count(a), "all but fc.weight and fc.bias");
+    weights_close(a);
+    weights_close(b);
+    char *classy = test_fixture("nn", "regnet_y_classy.pth"); /* ClassyVision's own names */
+    cr_assert_eq(convert(classy, vissl, "vissl", &out), 0, "%s", out);
+    free(out);
+    expect_case_y_features_from(vissl);
+    free(classy);
+    remove(vissl);
+    remove(back);
+    free(vissl);
+    free(back);
+    free(tv);
+    test_rm_dir(dir);
 }
