@@ -633,20 +633,6 @@ static bool check_weights(checker *ck)
  * `show`, which VISSL's own recipes (SwAV's and DeepClusterV2's set USE_AMP) must still pass. */
 static bool check_unimplemented(checker *ck)
 {
-    static const struct {
-        const char *path, *what;
-    } on[] = {
-        {"MODEL.ACTIVATION_CHECKPOINTING.USE_ACTIVATION_CHECKPOINTING",
-         "activation checkpointing is not implemented yet; set USE_ACTIVATION_CHECKPOINTING: False"},
-    };
-    for (size_t k = 0; k < ARRAY_LEN(on); k++) {
-        char *full = xasprintf("config.%s", on[k].path);
-        bool ok = !config_true(ck, on[k].path) ||
-                  report_unusable(ck, config_at(ck, on[k].path), full, "%s", on[k].what);
-        free(full);
-        if (!ok)
-            return false;
-    }
     /* VISSL's only train step; its name is what its registry looks up, ours is fixed. */
     cfg_node *step = config_at(ck, "TRAINER.TRAIN_STEP_NAME");
     if (step && step->kind == CFG_STR && strcmp(step->s, "standard_train_step"))

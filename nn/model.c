@@ -225,7 +225,9 @@ model *model_new(eng_backend *be, const model_options *o, uint64_t seed, char **
     }
     model *m = xcalloc(1, sizeof *m);
     m->opt = *o;
-    m->trunk = trunk_new(be, &o->trunk, seed, err);
+    if (model_trunk_frozen(o) || extract_only(o)) /* no backward to save memory for; features kept */
+        m->opt.trunk.resnet.checkpoint_splits = m->opt.trunk.regnet.checkpoint_splits = 0;
+    m->trunk = trunk_new(be, &m->opt.trunk, seed, err);
     if (!m->trunk || make_branches(be, m, seed, err) != 0) {
         model_free(be, m);
         return NULL;

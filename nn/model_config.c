@@ -219,6 +219,13 @@ static void read_trunk(reader *r, const cfg_node *mc, model_options *o)
                                                           "trunks");
         return;
     }
+    if (get_bool(r, mc, "ACTIVATION_CHECKPOINTING.USE_ACTIVATION_CHECKPOINTING")) {
+        int64_t splits = get_int(r, mc, "ACTIVATION_CHECKPOINTING.NUM_ACTIVATION_CHECKPOINTING_SPLITS");
+        if (!r->failed && splits < 1)
+            fail(r, cfg_path(mc, "ACTIVATION_CHECKPOINTING.NUM_ACTIVATION_CHECKPOINTING_SPLITS"),
+                 "ACTIVATION_CHECKPOINTING.NUM_ACTIVATION_CHECKPOINTING_SPLITS", "must be at least 1");
+        o->trunk.resnet.checkpoint_splits = o->trunk.regnet.checkpoint_splits = (int)splits;
+    }
     char *why = NULL;
     if (!r->failed && trunk_options_check(&o->trunk, &why) != 0) {
         fail(r, cfg_path(mc, "TRUNK.NAME"), "TRUNK", why);

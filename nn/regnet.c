@@ -76,6 +76,7 @@ struct regnet {
     eng_tensor pool_out, pool_grad, avg, flat;
     eng_tensor last_x;
     unsigned exposed; /* features (bit per number) the caller reads: kept logical */
+    bool recomputing; /* activation checkpointing's second forward of a segment */
     const eng_reducer *bn_across;
 };
 
@@ -350,7 +351,7 @@ regnet *regnet_new(eng_backend *be, const regnet_options *o, uint64_t seed, char
 {
     regnet *net = xcalloc(1, sizeof *net);
     net->opt = *o;
-    if (o->stem_width < 1 || (int)o->stem_type < 0 || o->stem_type > REGNET_STEM_SIMPLE_IN || (int)o->block_type < 0 ||
+    if (o->stem_width < 1 || o->checkpoint_splits < 0 || (int)o->stem_type < 0 || o->stem_type > REGNET_STEM_SIMPLE_IN || (int)o->block_type < 0 ||
         o->block_type > REGNET_RES_BOTTLENECK_LINEAR_BLOCK) {
         report_failure(err, "regnet: stem_width must be ≥ 1, and the stem and block types ClassyVision's");
         free(net);
@@ -439,11 +440,20 @@ static void se_plan(eng_backend *be, regnet *net, se_layer *se, const eng_shape 
     act(be, net, &se->out_grad, *x, true);
 }
 
+/* With activation checkpointing a block's activations go to the segment arena, but for the
+ * output of its segment's last block (the last unit's whole, where that is the output), which
+ * the next segment's recompute starts from. */
 static eng_shape block_plan(eng_backend *be, regnet *net, block *b, int index, const eng_shape *x)
 {
+    int splits = net->opt.checkpoint_splits;
+    bool ends = splits && act_segment_ends(index, net->nblocks, splits);
     act_plan_enter_arena(&net->acts, index % 2);
+    if (splits && act_segment_starts(index, net->nblocks, splits))
+        act_plan_segment_begin(&net->acts);
     eng_shape s = *x;
     for (int i = 0; i < b->nu; i++) {
+        if (ends && !b->add && i == b->nu - 1)
+            act_plan_segment_end(&net->acts);
         s = conv_unit_plan(be, &net->acts, &net->params, &b->u[i], &s);
         if (i == 1 && b->has_se)
             se_plan(be, net, &b->se, &s);
@@ -457,6 +467,8 @@ static eng_shape block_plan(eng_backend *be, regnet *net, block *b, int index, c
         act(be, net, &b->sum, s, false);
         act(be, net, &b->sum_grad, s, true);
     }
+    if (ends)
+        act_plan_segment_end(&net->acts);
     act(be, net, &b->own, s, false);
     act(be, net, &b->own_grad, s, true);
     b->out = &b->own, b->out_grad = &b->own_grad;
@@ -533,12 +545,20 @@ static void se_forward(eng_backend *be, regnet *net, se_layer *se, const eng_ten
     eng_channel_scale_forward(be, x, &se->gate, &se->out);
 }
 
+static void unit_forward(eng_backend *be, regnet *net, conv_unit *u, const eng_tensor *x, bool train)
+{
+    if (net->recomputing)
+        conv_unit_recompute(be, &net->params, u, x, net->bn_across);
+    else
+        conv_unit_forward(be, &net->params, u, x, train, net->bn_across);
+}
+
 /* The block's residual path up to the input of its last unit (b's output, or SE's). */
 static const eng_tensor *residual_head(eng_backend *be, regnet *net, block *b, const eng_tensor *x, bool train)
 {
     const eng_tensor *h = x;
     for (int i = 0; i < b->nu - 1; i++) {
-        conv_unit_forward(be, &net->params, &b->u[i], h, train, net->bn_across);
+        unit_forward(be, net, &b->u[i], h, train);
         h = &b->u[i].out;
         if (i == 1 && b->has_se) {
             se_forward(be, net, &b->se, h);
@@ -553,19 +573,19 @@ static void block_forward(eng_backend *be, regnet *net, block *b, const eng_tens
     const eng_tensor *h = residual_head(be, net, b, x, train);
     conv_unit *last = &b->u[b->nu - 1];
     if (!b->add) {
-        conv_unit_forward(be, &net->params, last, h, train, net->bn_across);
+        unit_forward(be, net, last, h, train);
         return;
     }
     const eng_tensor *shortcut = x;
     if (b->has_proj) {
-        conv_unit_forward(be, &net->params, &b->proj, x, train, net->bn_across);
+        unit_forward(be, net, &b->proj, x, train);
         shortcut = &b->proj.out;
     }
     if (!train && b->act != UNIT_ACT_SILU) { /* evaluation: the add and the ReLU join the last conv */
         conv_unit_forward_eval_fused(be, &net->params, last, h, shortcut, b->act == UNIT_ACT_RELU, &b->own);
         return;
     }
-    conv_unit_forward(be, &net->params, last, h, train, net->bn_across);
+    unit_forward(be, net, last, h, train);
     if (b->act == UNIT_ACT_RELU) {
         eng_add_relu_forward(be, &last->out, shortcut, &b->own);
     } else if (b->act == UNIT_ACT_SILU) {
@@ -617,6 +637,8 @@ static void set_layouts(regnet *net, bool train)
         if (net->exposed & 1u << (s + 1))
             net->blocks[net->stage_end[s]].out->layout = ENG_LAYOUT_LOGICAL;
 }
+
+size_t regnet_activation_bytes(const regnet *net) { return net->planned ? net->acts.bytes : 0; }
 
 const eng_tensor *regnet_forward(eng_backend *be, regnet *net, const eng_tensor *x, bool train)
 {
@@ -726,6 +748,19 @@ static void block_backward(eng_backend *be, regnet *net, block *b, const eng_ten
         conv_unit_backward(be, &net->params, &b->proj, x, dx, net->bn_across);
 }
 
+/* Activation checkpointing: the activations of the segment that ends with block `last`, again
+ * from its input. The last segment's are still there from the forward. */
+static void recompute_segment(eng_backend *be, regnet *net, int last)
+{
+    int first = last, n = net->nblocks, splits = net->opt.checkpoint_splits;
+    while (!act_segment_starts(first, n, splits))
+        first--;
+    net->recomputing = true;
+    for (int j = first; j <= last; j++)
+        block_forward(be, net, &net->blocks[j], j ? net->blocks[j - 1].out : stem_out(net), true);
+    net->recomputing = false;
+}
+
 void regnet_backward(eng_backend *be, regnet *net, const eng_tensor *dfeat)
 {
     if (!net->planned || !net->last_train)
@@ -740,6 +775,9 @@ void regnet_backward(eng_backend *be, regnet *net, const eng_tensor *dfeat)
     for (int i = net->nblocks - 1; i >= 0; i--) {
         const eng_tensor *x = i ? net->blocks[i - 1].out : stem_out(net);
         const eng_tensor *dx = i ? net->blocks[i - 1].out_grad : stem_grad(net);
+        int splits = net->opt.checkpoint_splits;
+        if (splits && i < net->nblocks - 1 && act_segment_ends(i, net->nblocks, splits))
+            recompute_segment(be, net, i);
         zero_block_grads(be, &net->blocks[i]);
         if (i)
             eng_zero(be, dx);

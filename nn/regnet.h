@@ -55,6 +55,7 @@ typedef struct {
     bool use_se;                  /* true */
     double se_ratio;              /* 0.25 */
     double bn_epsilon, bn_momentum; /* 1e-5, 0.1 */
+    int checkpoint_splits;        /* activation checkpointing, as resnet_options' */
 } regnet_options;
 
 /* The stages get_expanded_params yields: width, depth, group width, bottleneck multiplier. */
@@ -105,6 +106,7 @@ int64_t regnet_out_dim(const regnet *net);
 
 /* As resnet_plan / resnet_forward / resnet_feature / resnet_backward. */
 void regnet_plan(eng_backend *be, regnet *net, const eng_shape *input);
+size_t regnet_activation_bytes(const regnet *net);
 const eng_tensor *regnet_forward(eng_backend *be, regnet *net, const eng_tensor *x, bool train);
 const eng_tensor *regnet_feature(const regnet *net, int f);
 /* The caller will read feature f with any layer: every forward leaves it logical. (Evaluation

@@ -70,6 +70,7 @@ struct resnet {
     eng_tensor last_x; /* the image of the last forward: conv1's weight gradient reads it */
     bool last_train;
     unsigned exposed; /* features (bit per resnet_feature_id) the caller reads: kept logical */
+    bool recomputing; /* activation checkpointing's second forward of a segment */
     const eng_reducer *bn_across; /* SyncBN: batch norm over the group's ranks (NULL: this rank's batch) */
 };
 
@@ -148,6 +149,8 @@ static int check_options(const resnet_options *o, int layers[4], char **err)
         return report_failure(err, "resnet: input channels must be 3 (rgb/bgr) or 1 (lab)");
     if (o->norm != RESNET_NORM_BATCH && o->norm != RESNET_NORM_LAYER)
         return report_failure(err, "resnet: NORM must be BatchNorm or LayerNorm");
+    if (o->checkpoint_splits < 0)
+        return report_failure(err, "resnet: NUM_ACTIVATION_CHECKPOINTING_SPLITS must be ≥ 1");
     return 0;
 }
 
@@ -266,14 +269,21 @@ static eng_shape unit_plan(eng_backend *be, resnet *net, unit *u, const eng_shap
     return conv_unit_plan(be, &net->acts, &net->params, u, x);
 }
 
+/* With activation checkpointing a block's activations go to the segment arena, but for the
+ * output of its segment's last block, which the next segment's recompute starts from. */
 static eng_shape block_plan(eng_backend *be, resnet *net, block *b, int index, const eng_shape *x)
 {
+    int splits = net->opt.checkpoint_splits;
     act_plan_enter_arena(&net->acts, index % 2);
+    if (splits && act_segment_starts(index, net->nblocks, splits))
+        act_plan_segment_begin(&net->acts);
     eng_shape s = *x;
     for (int i = 0; i < b->nu; i++)
         s = unit_plan(be, net, &b->u[i], &s);
     if (b->has_down)
         unit_plan(be, net, &b->down, x);
+    if (splits && act_segment_ends(index, net->nblocks, splits))
+        act_plan_segment_end(&net->acts);
     act(be, net, &b->out, s, false);
     act(be, net, &b->out_grad, s, true);
     return s;
@@ -324,7 +334,10 @@ void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input)
 
 static void unit_forward(eng_backend *be, resnet *net, unit *u, const eng_tensor *x, bool train)
 {
-    conv_unit_forward(be, &net->params, u, x, train, net->bn_across);
+    if (net->recomputing)
+        conv_unit_recompute(be, &net->params, u, x, net->bn_across);
+    else
+        conv_unit_forward(be, &net->params, u, x, train, net->bn_across);
 }
 
 static void block_forward(eng_backend *be, resnet *net, block *b, const eng_tensor *x, bool train)
@@ -387,6 +400,8 @@ void resnet_expose(resnet *net, resnet_feature_id f)
         die(EXIT_RUNTIME, "resnet: no feature number %d", (int)f);
     net->exposed |= 1u << f;
 }
+
+size_t resnet_activation_bytes(const resnet *net) { return net->planned ? net->acts.bytes : 0; }
 
 const eng_tensor *resnet_forward(eng_backend *be, resnet *net, const eng_tensor *x, bool train)
 {
@@ -458,6 +473,19 @@ static void block_backward(eng_backend *be, resnet *net, block *b, const eng_ten
         unit_backward(be, net, &b->down, x, dx);
 }
 
+/* Activation checkpointing: the activations of the segment that ends with block `last`, again
+ * from its input. The last segment's are still there from the forward. */
+static void recompute_segment(eng_backend *be, resnet *net, int last)
+{
+    int first = last, n = net->nblocks, splits = net->opt.checkpoint_splits;
+    while (!act_segment_starts(first, n, splits))
+        first--;
+    net->recomputing = true;
+    for (int j = first; j <= last; j++)
+        block_forward(be, net, &net->blocks[j], j ? &net->blocks[j - 1].out : res1(net), true);
+    net->recomputing = false;
+}
+
 void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat)
 {
     if (!net->planned || !net->last_train)
@@ -473,6 +501,9 @@ void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat)
         const eng_tensor *x = i ? &net->blocks[i - 1].out : res1(net);
         const eng_tensor *dx = i ? &net->blocks[i - 1].out_grad : net->opt.small_stem ? &net->stem.out_grad
                                                                                        : &net->pool_grad;
+        int splits = net->opt.checkpoint_splits;
+        if (splits && i < net->nblocks - 1 && act_segment_ends(i, net->nblocks, splits))
+            recompute_segment(be, net, i);
         zero_block_grads(be, &net->blocks[i]);
         if (i)
             eng_zero(be, dx);

@@ -47,6 +47,9 @@ typedef struct {
     int in_channels;         /* 3 (rgb/bgr), 1 (lab) */
     resnet_norm norm;        /* BatchNorm (default) or LayerNorm: every norm of the trunk, stem,
                                 blocks and downsamples alike, as VISSL passes norm_layer */
+    int checkpoint_splits;   /* activation checkpointing: 0 off, else the blocks in this many
+                                segments, only each segment's output kept for the backward (the
+                                rest recomputed); the trunk's inner features are then not kept */
 } resnet_options;
 
 /* "BatchNorm" / "LayerNorm" (the config's spelling) → resnet_norm; -1 when unknown. */
@@ -102,6 +105,8 @@ int64_t resnet_out_dim(const resnet *net);
 /* Plan every conv and allocate all activations and their gradients for input N × C × H × W.
  * Calling it again with the same shape does nothing; another shape replans. */
 void resnet_plan(eng_backend *be, resnet *net, const eng_shape *input);
+/* The planned activation memory: activations, their gradients and the arenas (0 unplanned). */
+size_t resnet_activation_bytes(const resnet *net);
 
 /* Forward over x (the planned shape). train: batch statistics and a running-stat update
  * (momentum 0.1, eps 1e-5); else the running statistics. Returns the N × C flatten feature

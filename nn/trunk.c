@@ -112,6 +112,11 @@ void trunk_plan(eng_backend *be, trunk *t, const eng_shape *input)
         resnet_plan(be, t->resnet, input);
 }
 
+size_t trunk_activation_bytes(const trunk *t)
+{
+    return t->regnet ? regnet_activation_bytes(t->regnet) : resnet_activation_bytes(t->resnet);
+}
+
 const eng_tensor *trunk_forward(eng_backend *be, trunk *t, const eng_tensor *x, bool train)
 {
     return t->regnet ? regnet_forward(be, t->regnet, x, train) : resnet_forward(be, t->resnet, x, train);

@@ -61,6 +61,7 @@ regnet *trunk_regnet(const trunk *t);
 
 /* As resnet.h's functions of the same names. */
 void trunk_plan(eng_backend *be, trunk *t, const eng_shape *input);
+size_t trunk_activation_bytes(const trunk *t);
 const eng_tensor *trunk_forward(eng_backend *be, trunk *t, const eng_tensor *x, bool train);
 const eng_tensor *trunk_feature(const trunk *t, int f);
 void trunk_expose(trunk *t, int f);

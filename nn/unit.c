@@ -37,10 +37,15 @@ static size_t aligned_bytes(eng_backend *be, const eng_shape *s)
 /* A gradient's offset is within its arena until commit places the arenas. */
 void act_plan_add(eng_backend *be, act_plan *p, eng_tensor *t, eng_shape s, bool is_grad)
 {
-    size_t *at = is_grad ? &p->arena_at[p->arena] : &p->bytes;
+    bool segment = !is_grad && p->in_segment;
+    size_t *at = is_grad ? &p->arena_at[p->arena] : segment ? &p->segment_at : &p->bytes;
     *t = (eng_tensor){.shape = s, .base = NULL, .offset = *at};
     *at += aligned_bytes(be, &s);
     track(&p->views, &p->nviews, &p->vcap, t);
+    if (segment) {
+        track(&p->seg_views, &p->nseg, &p->segcap, t);
+        p->segment_size = p->segment_at > p->segment_size ? p->segment_at : p->segment_size;
+    }
     if (!is_grad)
         return;
     int n = p->ngrads, cap = p->gcap;
@@ -58,8 +63,19 @@ void act_plan_enter_arena(act_plan *p, int a)
     p->arena_at[a] = 0;
 }
 
+void act_plan_segment_begin(act_plan *p)
+{
+    p->in_segment = true;
+    p->segment_at = 0;
+}
+
+void act_plan_segment_end(act_plan *p) { p->in_segment = false; }
+
 void act_plan_commit(eng_backend *be, act_plan *p)
 {
+    for (int i = 0; i < p->nseg; i++)
+        p->seg_views[i]->offset += p->bytes;
+    p->bytes += p->segment_size;
     size_t start[ACT_ARENAS];
     for (int a = 0; a < ACT_ARENAS; a++) {
         start[a] = p->bytes;
@@ -78,6 +94,7 @@ void act_plan_release(eng_backend *be, act_plan *p)
     free(p->views);
     free(p->grads);
     free(p->grad_arena);
+    free(p->seg_views);
     *p = (act_plan){0};
 }
 
@@ -140,8 +157,8 @@ void conv_unit_forward_eval_fused(eng_backend *be, const eng_params *p, conv_uni
 }
 
 /* conv_out → the norm → y, with batch norm's fused ReLU when `relu`. */
-static void norm_forward(eng_backend *be, const eng_params *p, conv_unit *u, bool relu, const eng_tensor *y,
-                         const eng_reducer *across)
+static void norm_forward(eng_backend *be, const eng_params *p, conv_unit *u, bool relu, double momentum,
+                         const eng_tensor *y, const eng_reducer *across)
 {
     const eng_tensor *g = ent(p, u->gamma), *b = ent(p, u->beta);
     if (u->norm.layer_norm) { /* the same in training and evaluation: no running statistics */
@@ -150,27 +167,41 @@ static void norm_forward(eng_backend *be, const eng_params *p, conv_unit *u, boo
     }
     const eng_tensor *rm = ent(p, u->rmean), *rv = ent(p, u->rvar);
     if (relu)
-        eng_batchnorm_relu_forward_train(be, u->norm.momentum, u->norm.eps, &u->conv_out, g, b, rm, rv, &u->mean,
+        eng_batchnorm_relu_forward_train(be, momentum, u->norm.eps, &u->conv_out, g, b, rm, rv, &u->mean,
                                          &u->invstd, y, across);
     else
-        eng_batchnorm_forward_train(be, u->norm.momentum, u->norm.eps, &u->conv_out, g, b, rm, rv, &u->mean,
+        eng_batchnorm_forward_train(be, momentum, u->norm.eps, &u->conv_out, g, b, rm, rv, &u->mean,
                                     &u->invstd, y, across);
 }
 
-void conv_unit_forward(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x, bool train,
-                       const eng_reducer *across)
+/* The forward with the running statistics moved by `momentum` (batch norm in training). */
+static void unit_forward(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x, bool train,
+                         double momentum, const eng_reducer *across)
 {
     const eng_tensor *normed = u->act == UNIT_ACT_SILU ? &u->normed : &u->out;
     if (!train && !u->norm.layer_norm) {
         conv_unit_forward_eval_fused(be, p, u, x, NULL, u->act == UNIT_ACT_RELU, normed);
     } else {
         eng_conv_forward(be, u->plan, x, ent(p, u->w), NULL, &u->conv_out);
-        norm_forward(be, p, u, act_fused(u) && u->act == UNIT_ACT_RELU, normed, across);
+        norm_forward(be, p, u, act_fused(u) && u->act == UNIT_ACT_RELU, momentum, normed, across);
         if (u->act == UNIT_ACT_RELU && u->norm.layer_norm)
             eng_relu_forward(be, &u->out, &u->out);
     }
     if (u->act == UNIT_ACT_SILU)
         eng_silu_forward(be, &u->normed, &u->out);
+}
+
+void conv_unit_forward(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x, bool train,
+                       const eng_reducer *across)
+{
+    unit_forward(be, p, u, x, train, u->norm.momentum, across);
+}
+
+/* Momentum 0: running = 1·running + 0·batch, the running statistics' bits unchanged. */
+void conv_unit_recompute(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x,
+                         const eng_reducer *across)
+{
+    unit_forward(be, p, u, x, true, 0.0, across);
 }
 
 /* ---- backward ----------------------------------------------------------------------------- */

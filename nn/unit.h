@@ -15,6 +15,12 @@
  * i % 2: a block's gradients are live only while backward is in that block or the next one
  * down), and arena 2 holds what lives through the whole backward (the stem's). Each arena is
  * as big as the largest block that used it, not the sum.
+ *
+ * Activation checkpointing adds one more arena, for activations: between act_plan_segment_begin
+ * and act_plan_segment_end, activations are laid out from the start of the "segment arena", which
+ * every segment reuses. Only one segment's activations are alive at a time: training overwrites
+ * them segment by segment, and the backward recomputes a segment's from its input (kept outside
+ * the arena) just before it needs them.
  */
 #ifndef SELFSUP_NN_UNIT_H
 #define SELFSUP_NN_UNIT_H
@@ -38,12 +44,19 @@ typedef struct {
     int nviews, ngrads, vcap, gcap;
     int arena;                   /* where gradients are being laid out now */
     size_t arena_at[ACT_ARENAS], arena_size[ACT_ARENAS];
+    bool in_segment;             /* activations go to the segment arena */
+    size_t segment_at, segment_size;
+    eng_tensor **seg_views;      /* the views laid out there (their offsets move at commit) */
+    int nseg, segcap;
 } act_plan;
 
 /* Lay out t with shape s: an activation, or (is_grad) a gradient in the current arena. */
 void act_plan_add(eng_backend *be, act_plan *p, eng_tensor *t, eng_shape s, bool is_grad);
 /* Gradients from here on go to arena a, from its start. */
 void act_plan_enter_arena(act_plan *p, int a);
+/* Activations from here on go to the segment arena, from its start; _end: back to their own room. */
+void act_plan_segment_begin(act_plan *p);
+void act_plan_segment_end(act_plan *p);
 /* Place the arenas after the activations, make the allocation and point every view at it. */
 void act_plan_commit(eng_backend *be, act_plan *p);
 /* Free the allocation and forget every view (the plan can be used again). */
@@ -84,6 +97,22 @@ void conv_unit_unplan(eng_backend *be, conv_unit *u);
  * running statistics updated; else the running statistics. */
 void conv_unit_forward(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x, bool train,
                        const eng_reducer *across);
+/* The training forward again, for activation checkpointing's backward: the same batch
+ * statistics and outputs, bit for bit, but the running statistics are left as they are (the
+ * forward already moved them once; torch.utils.checkpoint, VISSL's, moves them twice). */
+void conv_unit_recompute(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x,
+                         const eng_reducer *across);
+/* Which of `splits` segments block i of n is in (consecutive blocks, as even as can be), and
+ * whether block i is the first or the last of its segment. */
+static inline int act_segment_of(int i, int n, int splits) { return (int)((long)i * splits / n); }
+static inline bool act_segment_starts(int i, int n, int splits)
+{
+    return i == 0 || act_segment_of(i, n, splits) != act_segment_of(i - 1, n, splits);
+}
+static inline bool act_segment_ends(int i, int n, int splits)
+{
+    return i == n - 1 || act_segment_of(i, n, splits) != act_segment_of(i + 1, n, splits);
+}
 /* Evaluation with batch norm into y: conv, norm, [+ residual], [ReLU] as one backend step
  * (eng_conv_bn_forward_eval); relu applies after the residual. Not for LayerNorm or SiLU units. */
 void conv_unit_forward_eval_fused(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x,

@@ -1,7 +1,7 @@
 /*
  * test_validate.c — `selfsup config validate` makes every check a run makes (issue 20).
  *
- *  - keys that ask for what nothing implements yet (AMP, activation checkpointing, another
+ *  - keys that ask for what nothing implements yet (AMP on the cpu, another
  *    train step) are refused with exit 2 naming the key; SyncBN passes with a warning that it
  *    changes nothing on one trainer; `show` only warns, so VISSL's recipes still compose;
  *  - what the trainer refuses before it builds the model (a loss or an optimizer it does not
@@ -118,9 +118,6 @@ Test(validate, features_nothing_implements_are_refused_naming_the_key, .timeout 
     expect_refused("quickstart/simclr", "config.MODEL.AMP_PARAMS.USE_AMP=true",
                    "config.MODEL.AMP_PARAMS.USE_AMP: mixed precision runs on the GPU (MACHINE.DEVICE: gpu); the cpu "
                    "trains in fp32: set USE_AMP: False");
-    expect_refused("quickstart/simclr", "config.MODEL.ACTIVATION_CHECKPOINTING.USE_ACTIVATION_CHECKPOINTING=true",
-                   "config.MODEL.ACTIVATION_CHECKPOINTING.USE_ACTIVATION_CHECKPOINTING: activation checkpointing is "
-                   "not implemented yet");
     expect_refused("quickstart/simclr", "config.TRAINER.TRAIN_STEP_NAME=foo",
                    "config.TRAINER.TRAIN_STEP_NAME: 'foo': train steps other than standard_train_step are not "
                    "implemented yet");

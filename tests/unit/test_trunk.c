@@ -1,0 +1,107 @@
+/*
+ * test_trunk.c — what holds for every trunk behind nn/trunk.h: activation checkpointing
+ * (MODEL.ACTIVATION_CHECKPOINTING) gives bit for bit the gradients and the running statistics of
+ * the run that keeps every activation, with less activation memory, whatever the number of
+ * segments and whatever the blocks are (ResNet's, RegNet's with squeeze-excitation and SiLU,
+ * blocks without a shortcut). TRUNK_VERBOSE=1 prints the memory figures.
+ */
+#include "nn.h"
+#include "trunk.h"
+#include "util.h"
+
+#include "test_nn_util.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The whole parameter-gradient and buffer allocations after one training step from the formula
+ * weights on input x; *bytes: the trunk's planned activation memory. */
+static float *step(eng_backend *be, trunk_options o, const eng_tensor *x, size_t *bytes, int64_t *n)
+{
+    char *err = NULL;
+    trunk *t = trunk_new(be, &o, 1, &err);
+    cr_assert(t, "%s", err);
+    eng_params_init_formula(be, trunk_param_table(t));
+    trunk_plan(be, t, &x->shape);
+    const eng_tensor *feat = trunk_forward(be, t, x, true);
+    eng_tensor r = eng_tensor_new(be, feat->shape);
+    float *rh = nnt_formula_fill(eng_numel(&r.shape), 0.3247179572447460, 0);
+    eng_upload(be, &r, rh);
+    trunk_backward(be, t, &r);
+    eng_tensor g = eng_params_grads(trunk_param_table(t)), b = eng_params_buffers(trunk_param_table(t));
+    *n = eng_numel(&g.shape) + eng_numel(&b.shape);
+    float *out = xmalloc((size_t)*n * sizeof *out);
+    eng_download(be, &g, out);
+    eng_download(be, &b, out + eng_numel(&g.shape));
+    *bytes = trunk_activation_bytes(t);
+    free(rh);
+    eng_tensor_free(be, &r);
+    trunk_free(be, t);
+    return out;
+}
+
+static void expect_same_with_checkpointing(const char *what, trunk_options o, int64_t n, int64_t size)
+{
+    eng_backend *be = nnt_open_cpu();
+    float *xh;
+    eng_tensor x = nnt_host_tensor(be, eng_shape4(n, 3, size, size), 5, &xh);
+    size_t whole, part;
+    int64_t count, count2;
+    float *want = step(be, o, &x, &whole, &count);
+    for (int splits = 1; splits <= 4; splits++) {
+        o.resnet.checkpoint_splits = o.regnet.checkpoint_splits = splits;
+        float *got = step(be, o, &x, &part, &count2);
+        cr_assert_eq(count2, count);
+        cr_expect(!memcmp(got, want, (size_t)count * sizeof *got), "%s, %d segments: gradients or running "
+                  "statistics differ", what, splits);
+        if (splits == 1) /* one segment holds every block: nothing is saved */
+            cr_expect_leq(part, whole, "%s, 1 segment: activation memory", what);
+        else
+            cr_expect_lt(part, whole, "%s, %d segments: activation memory", what, splits);
+        if (getenv("TRUNK_VERBOSE"))
+            fprintf(stderr, "trunk: %-28s %d segments: activation memory %.2f MB of %.2f MB (%.0f%%)\n", what,
+                    splits, part / 1e6, whole / 1e6, 100.0 * part / whole);
+        free(got);
+    }
+    free(want);
+    free(xh);
+    eng_tensor_free(be, &x);
+    eng_backend_close(be);
+}
+
+Test(trunk, activation_checkpointing_gives_the_same_gradients_with_less_memory, .timeout = 300)
+{
+    trunk_options o = trunk_defaults();
+    o.resnet.depth = 18;
+    expect_same_with_checkpointing("ResNet-18, 4 x 64 px", o, 4, 64);
+    o.resnet.depth = 50;
+    expect_same_with_checkpointing("ResNet-50, 2 x 64 px", o, 2, 64);
+
+    o = trunk_defaults();
+    o.kind = TRUNK_REGNET;
+    regnet_preset("regnet_y_400mf", &o.regnet);
+    expect_same_with_checkpointing("RegNetY-400MF, 4 x 64 px", o, 4, 64);
+    o.regnet = regnet_defaults();
+    regnet_preset("regnet_z_500mf", &o.regnet); /* SiLU, blocks without a shortcut */
+    expect_same_with_checkpointing("RegNetZ-500MF, 4 x 64 px", o, 4, 64);
+    o.regnet = regnet_defaults();
+    o.regnet.depth = 4, o.regnet.w_0 = 8, o.regnet.w_a = 8, o.regnet.w_m = 2, o.regnet.group_width = 8;
+    o.regnet.block_type = REGNET_VANILLA_BLOCK, o.regnet.use_se = false;
+    expect_same_with_checkpointing("RegNet of vanilla blocks", o, 4, 32);
+}
+
+/* From the config: VISSL's keys turn it on, with the number of segments; a feature extractor
+ * (no backward) keeps every activation. */
+Test(trunk, activation_checkpointing_comes_from_the_config)
+{
+    model_options o = nnt_model_options("config:\n  MODEL:\n    ACTIVATION_CHECKPOINTING:\n"
+                                        "      USE_ACTIVATION_CHECKPOINTING: True\n"
+                                        "      NUM_ACTIVATION_CHECKPOINTING_SPLITS: 3\n", NULL);
+    cr_expect_eq(o.trunk.resnet.checkpoint_splits, 3);
+    o = nnt_model_options("config:\n  MODEL:\n    ACTIVATION_CHECKPOINTING:\n"
+                          "      NUM_ACTIVATION_CHECKPOINTING_SPLITS: 3\n", NULL);
+    cr_expect_eq(o.trunk.resnet.checkpoint_splits, 0, "USE_ACTIVATION_CHECKPOINTING is off by default");
+}
