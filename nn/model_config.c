@@ -140,7 +140,8 @@ static bool regnet_key(reader *r, const char *name, const cfg_node *v, const cha
         int e;
         switch (REGNET_KEYS[i].kind) {
         case RK_INT: return arg_pos_int(r, v, key, &n) && (*(int *)at = (int)n, true);
-        case RK_NUMBER: return cfg_is_number(v) ? (*(double *)at = cfg_number(v), true) : fail(r, v, key, "must be a number");
+        case RK_NUMBER:
+            return cfg_is_number(v) ? (*(double *)at = cfg_number(v), true) : fail(r, v, key, "must be a number");
         case RK_BOOL: return arg_bool(r, v, key, (bool *)at);
         default: return regnet_enum(r, v, key, REGNET_KEYS[i].kind, &e) && (*(int *)at = e, true);
         }
@@ -208,7 +209,8 @@ static void read_trunk(reader *r, const cfg_node *mc, model_options *o)
     if (!r->failed && !strcmp(name, "regnet")) {
         o->trunk.kind = TRUNK_REGNET;
         if (o->input_type == MODEL_INPUT_LAB)
-            fail(r, cfg_path(mc, "INPUT_TYPE"), "INPUT_TYPE", "the regnet trunk takes rgb or bgr input (VISSL asserts it)");
+            fail(r, cfg_path(mc, "INPUT_TYPE"), "INPUT_TYPE",
+                 "the regnet trunk takes rgb or bgr input (VISSL asserts it)");
         read_regnet(r, mc, &o->trunk.regnet);
     } else if (!r->failed && !strcmp(name, "resnet")) {
         o->trunk.kind = TRUNK_RESNET;

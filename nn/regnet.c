@@ -268,10 +268,11 @@ static void se_make(eng_backend *be, regnet *net, se_layer *se, const char *pref
 {
     eng_params *p = &net->params;
     se->act = net->opt.activation;
-    se->w1 = eng_params_add(be, p, ENG_PARAM, eng_shape4(reduced, channels, 1, 1), 0, "%sf.se.excitation.0.weight", prefix);
-    se->b1 = eng_params_add(be, p, ENG_PARAM, shape1(reduced), 0, "%sf.se.excitation.0.bias", prefix);
-    se->w2 = eng_params_add(be, p, ENG_PARAM, eng_shape4(channels, reduced, 1, 1), 0, "%sf.se.excitation.2.weight", prefix);
-    se->b2 = eng_params_add(be, p, ENG_PARAM, shape1(channels), 0, "%sf.se.excitation.2.bias", prefix);
+    const char *name = "%sf.se.excitation.%d.%s";
+    se->w1 = eng_params_add(be, p, ENG_PARAM, eng_shape4(reduced, channels, 1, 1), 0, name, prefix, 0, "weight");
+    se->b1 = eng_params_add(be, p, ENG_PARAM, shape1(reduced), 0, name, prefix, 0, "bias");
+    se->w2 = eng_params_add(be, p, ENG_PARAM, eng_shape4(channels, reduced, 1, 1), 0, name, prefix, 2, "weight");
+    se->b2 = eng_params_add(be, p, ENG_PARAM, shape1(channels), 0, name, prefix, 2, "bias");
 }
 
 /* BottleneckTransform: f.a (1×1), f.b (grouped 3×3), [f.se], f.c (1×1) with f.final_bn. */
@@ -351,8 +352,8 @@ regnet *regnet_new(eng_backend *be, const regnet_options *o, uint64_t seed, char
 {
     regnet *net = xcalloc(1, sizeof *net);
     net->opt = *o;
-    if (o->stem_width < 1 || o->checkpoint_splits < 0 || (int)o->stem_type < 0 || o->stem_type > REGNET_STEM_SIMPLE_IN || (int)o->block_type < 0 ||
-        o->block_type > REGNET_RES_BOTTLENECK_LINEAR_BLOCK) {
+    if (o->stem_width < 1 || o->checkpoint_splits < 0 || (int)o->stem_type < 0 || o->stem_type > REGNET_STEM_SIMPLE_IN ||
+        (int)o->block_type < 0 || o->block_type > REGNET_RES_BOTTLENECK_LINEAR_BLOCK) {
         report_failure(err, "regnet: stem_width must be ≥ 1, and the stem and block types ClassyVision's");
         free(net);
         return NULL;
@@ -399,7 +400,9 @@ static void init_values(const eng_entry *e, rng_stream *r, float *h)
     float fill = e->kind == ENG_BUFFER ? (eng_name_ends_with(e->name, "running_var") ? 1.0f : 0.0f)
                                        : (eng_name_ends_with(e->name, ".weight") ? 1.0f : 0.0f);
     for (int64_t j = 0; j < n; j++)
-        h[j] = s->ndim == 4 ? (float)rng_normal(r, 0.0, std) : se_bias ? (float)rng_uniform_range(r, -bound, bound) : fill;
+        h[j] = s->ndim == 4 ? (float)rng_normal(r, 0.0, std)
+               : se_bias    ? (float)rng_uniform_range(r, -bound, bound)
+                            : fill;
 }
 
 void regnet_init(eng_backend *be, regnet *net, uint64_t seed)
@@ -409,7 +412,8 @@ void regnet_init(eng_backend *be, regnet *net, uint64_t seed)
     for (int i = 0; i < net->params.nentries; i++) {
         const eng_entry *e = &net->params.entries[i];
         rng_stream r;
-        rng_stream_init(&r, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_MODEL_INIT, .sample_index = (uint64_t)param});
+        rng_key key = {.seed = seed, .purpose = RNG_PURPOSE_MODEL_INIT, .sample_index = (uint64_t)param};
+        rng_stream_init(&r, key);
         init_values(e, &r, h);
         param += e->kind == ENG_PARAM;
         eng_upload(be, &e->value, h);

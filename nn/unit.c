@@ -117,7 +117,10 @@ void conv_unit_make(eng_backend *be, eng_params *p, conv_unit *u, const char *co
 }
 
 /* Batch norm + ReLU is one step each way; any other activation is a step of its own. */
-static bool act_fused(const conv_unit *u) { return u->act == UNIT_ACT_NONE || (u->act == UNIT_ACT_RELU && !u->norm.layer_norm); }
+static bool act_fused(const conv_unit *u)
+{
+    return u->act == UNIT_ACT_NONE || (u->act == UNIT_ACT_RELU && !u->norm.layer_norm);
+}
 
 eng_shape conv_unit_plan(eng_backend *be, act_plan *ap, const eng_params *p, conv_unit *u, const eng_shape *x)
 {

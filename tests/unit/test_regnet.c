@@ -354,7 +354,8 @@ static void check_grads(eng_backend *be, regnet *net, const char *kase, double f
         if (e->kind != ENG_PARAM)
             continue;
         cr_assert_lt((size_t)(2 * k + 1), want.count);
-        double sq, es = grad_error(e, be, (const float *)want.data + 2 * k, ((const float *)floor.data)[k], factor, &sq);
+        const float *w = (const float *)want.data + 2 * k;
+        double sq, es = grad_error(e, be, w, ((const float *)floor.data)[k], factor, &sq);
         if (getenv("REGNET_VERBOSE") && getenv("REGNET_VERBOSE")[0] == '2')
             fprintf(stderr, "regnet: %-56s sum %.3g sumsq %.3g (of the bound)\n", e->name, es, sq);
         worst_sum = fmax(worst_sum, es), worst_sq = fmax(worst_sq, sq);
