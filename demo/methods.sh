@@ -4,7 +4,8 @@
 # METHODS="a b" runs those quickstarts only.)
 #
 # Each method's quickstart (configs/quickstart/NAME.yaml: a ResNet-18 on Fashion-MNIST, sized
-# for a 2-core CPU) is pre-trained for the same budget, EPOCHS epochs (default 2) over its
+# for a 2-core CPU; swav_regnet: SwAV on a RegNetY-400MF, judged on its avgpool against the
+# RegNet at random init) is pre-trained for the same budget, EPOCHS epochs (default 2) over its
 # quickstart's images, with `selfsup run` (ClusterFit: `selfsup clusterfit` of the RotNet
 # trunk, then EPOCHS epochs on its cluster labels); then the features of its trunk (res4 pooled 2x2 and
 # res5avg, eval mode, train and test splits) are extracted and judged by VISSL's kNN benchmark
@@ -17,18 +18,28 @@ build=${1:-build}
 epochs=${2:-2}
 cd "$(dirname "$0")/.."
 selfsup="$build/selfsup"
-methods=(${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet clusterfit jigsaw})
+methods=(${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet clusterfit jigsaw swav_regnet})
 [[ -f data/fashion-mnist/disk_filelist/train_images.npy ]] || "$selfsup" dataset fashion-mnist data/fashion-mnist
 run="runs/methods-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$run"
 
-# evaluate NAME WEIGHTS: extract with the quickstart's evaluation config, then kNN.
+# A RegNet quickstart's trunk for the extraction (quickstart/swav_regnet's: regnet_y_400mf's
+# parameters with the CIFAR stem), read at res4 pooled 2x2 and avgpool, the RegNet's res5avg.
+REGNET_TRUNK=(config.MODEL.TRUNK.NAME=regnet config.MODEL.TRUNK.TRUNK_PARAMS.REGNET.depth=16
+    config.MODEL.TRUNK.TRUNK_PARAMS.REGNET.w_0=48 config.MODEL.TRUNK.TRUNK_PARAMS.REGNET.w_a=27.89
+    config.MODEL.TRUNK.TRUNK_PARAMS.REGNET.w_m=2.09 config.MODEL.TRUNK.TRUNK_PARAMS.REGNET.group_width=8
+    config.MODEL.TRUNK.TRUNK_PARAMS.REGNET.stem_type=res_stem_cifar
+    'config.MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP=[["res4",["AdaptiveAvgPool2d",[[2,2]]]],["avgpool",["Identity",[]]]]')
+is_regnet() { [[ $1 == *regnet* ]]; }
+
+# evaluate NAME WEIGHTS [overrides...]: extract with the quickstart's evaluation config, then kNN.
 evaluate() {
-    local out="$run/$1"
+    local out="$run/$1" weights=$2
+    shift 2
     "$selfsup" run quickstart/extract_features --run-dir "$out/extract" \
-        config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$2" config.CHECKPOINT.DIR="$out/features" >/dev/null 2>&1 ||
+        config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$weights" config.CHECKPOINT.DIR="$out/features" "$@" >/dev/null 2>&1 ||
         { echo "  $1: extraction failed: see $out/extract/logs" >&2; exit 1; }
-    "$build/selfsup-knn" -c quickstart/eval_knn config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$2" \
+    "$build/selfsup-knn" -c quickstart/eval_knn config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$weights" \
         --features "$out/features" --output "$out/knn.json" > "$out/knn.txt" 2>&1 ||
         { echo "  $1: kNN failed: see $out/knn.txt" >&2; exit 1; }
 }
@@ -60,23 +71,35 @@ for m in "${methods[@]}"; do
     if [[ $m == clusterfit ]]; then pretrain_clusterfit; else pretrain "$m"; fi
     echo $((SECONDS - t0)) > "$run/$m/seconds"
     grep -h 'iter:' "$run/$m/pretrain/logs/train.0.log" | sed -n '1p;$p' | cut -d' ' -f5- | sed 's/^/  /'
-    evaluate "$m" "$run/$m/checkpoints/checkpoint.torch"
+    if is_regnet "$m"; then
+        evaluate "$m" "$run/$m/checkpoints/checkpoint.torch" "${REGNET_TRUNK[@]}"
+    else
+        evaluate "$m" "$run/$m/checkpoints/checkpoint.torch"
+    fi
 done
 echo "== random init"
 evaluate random ""
+if printf '%s\n' "${methods[@]}" | grep -q regnet; then evaluate random_regnet "" "${REGNET_TRUNK[@]}"; fi
 
 /usr/bin/python3 - "$run" "$epochs" "${methods[@]}" <<'PY'
 import json, sys
 run, epochs, methods = sys.argv[1], sys.argv[2], sys.argv[3:]
 top1 = lambda name, layer: json.load(open(f"{run}/{name}/knn.json"))["layers"][layer]["top1"]
+# A RegNet's pooled last stage is avgpool (VISSL's name), judged against the RegNet at random init.
+last = lambda name: "avgpool" if "regnet" in name else "res5avg"
+base = lambda m: "random_regnet" if "regnet" in m else "random"
 base5, base4 = top1("random", "res5avg"), top1("random", "res4")
 print(f"\nkNN top-1 on the Fashion-MNIST test split (10,000 images) after {epochs} epochs of each quickstart:\n")
 print("| method | res5avg | vs random | res4 | vs random | pre-training |")
 print("|---|--:|--:|--:|--:|--:|")
 for m in methods:
     s = int(open(f"{run}/{m}/seconds").read())
-    r5, r4 = top1(m, "res5avg"), top1(m, "res4")
-    print(f"| {m} | {r5:.2f} | {r5 - base5:+.2f} | {r4:.2f} | {r4 - base4:+.2f} | {s} s |")
+    r5, r4 = top1(m, last(m)), top1(m, "res4")
+    b5, b4 = top1(base(m), last(m)), top1(base(m), "res4")
+    print(f"| {m} | {r5:.2f} | {r5 - b5:+.2f} | {r4:.2f} | {r4 - b4:+.2f} | {s} s |")
 print(f"| random init | {base5:.2f} | | {base4:.2f} | | |")
+if any("regnet" in m for m in methods):
+    print(f"| random init (the RegNet; avgpool) | {top1('random_regnet', 'avgpool'):.2f} | | "
+          f"{top1('random_regnet', 'res4'):.2f} | | |")
 print(f"\neverything is in {run}")
 PY
