@@ -82,6 +82,8 @@ formula values were set (the exact answer to the float32 inputs and weights), st
   regnet_y400_names.txt       names of the preset regnet_y_400mf (all options at their defaults)
   regnet_y400_feat_eval.npy   its 2 × 440 features, eval mode, torch float32, 2 images of 64 px,
                               input phase 0
+  regnet_y16_names.txt        the same for a large preset, regnet_y_16gf (VISSL's SwAV RegNet),
+  regnet_y16_feat_eval.npy    its 1 × 3024 features for 1 image of 32 px
 
 Model complexity (what VISSL's SSLModelComplexityHook reports for the trunk: ClassyVision's
 profiler, classy_vision/generic/profiler.py, run on one zero image in eval mode). One file per
@@ -1010,6 +1012,11 @@ def main():
     m.eval()
     with torch.no_grad():
         save("y400_feat_eval", m(inputs(2, 64)))
+    m = build(PRESETS["regnet_y_16gf"])  # a large preset: VISSL's SwAV RegNet, 80M parameters
+    save_names("y16", m)
+    m.eval()
+    with torch.no_grad():
+        save("y16_feat_eval", m(inputs(1, 32)))
     write_complexity()
     print(f"make_regnet_fixtures: wrote to {OUT} (torch {torch.__version__}, torchvision {torchvision.__version__})")
 

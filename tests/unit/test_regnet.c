@@ -274,6 +274,9 @@ Test(regnet, state_dict_names_order_shapes_match_classyvision)
     regnet_options o = regnet_defaults();
     regnet_preset("regnet_y_400mf", &o);
     check_names(&o, "y400", 3903144); /* torchvision's regnet_y_400mf, 4344144, less its fc's 441000 */
+    o = regnet_defaults();
+    regnet_preset("regnet_y_16gf", &o);
+    check_names(&o, "y16", 80565140); /* torchvision's regnet_y_16gf, 83590140, less its fc's 3025000 */
 }
 
 Test(regnet, feature_names_are_vissls)
@@ -428,6 +431,24 @@ Test(regnet, y400_eval_features_match_classyvision)
     float *f = nnt_download(be, regnet_forward(be, net, &x, false));
     expect_array(f, "y400", "feat_eval", FWD_TOL);
     cr_expect_eq(regnet_out_dim(net), 440);
+    free(f);
+    eng_tensor_free(be, &x);
+    regnet_free(be, net);
+    eng_backend_close(be);
+}
+
+/* A large preset: VISSL's SwAV RegNet, 80 M parameters, one 32 px image. */
+Test(regnet, y16gf_eval_features_match_classyvision, .timeout = 120)
+{
+    regnet_options o = regnet_defaults();
+    regnet_preset("regnet_y_16gf", &o);
+    eng_backend *be = nnt_open_cpu();
+    regnet *net = make(be, &o);
+    eng_tensor x = make_input(be, 1, 32, 0);
+    regnet_plan(be, net, &x.shape);
+    float *f = nnt_download(be, regnet_forward(be, net, &x, false));
+    expect_array(f, "y16", "feat_eval", FWD_TOL);
+    cr_expect_eq(regnet_out_dim(net), 3024);
     free(f);
     eng_tensor_free(be, &x);
     regnet_free(be, net);
