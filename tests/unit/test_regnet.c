@@ -420,39 +420,30 @@ Test(regnet, x_basic_cifar_stem_matches_classyvision) { check_case("x_basic"); }
 Test(regnet, z_linear_blocks_silu_res_stem_matches_classyvision) { check_case("z"); }
 Test(regnet, vanilla_blocks_bn_settings_match_classyvision) { check_case("vanilla"); }
 
-Test(regnet, y400_eval_features_match_classyvision)
+/* A preset's eval features for n images of `size` px (input phase 0), the fixture's TAG_feat_eval. */
+static void check_preset_features(const char *name, const char *tag, int n, int size, int64_t out_dim)
 {
     regnet_options o = regnet_defaults();
-    regnet_preset("regnet_y_400mf", &o);
+    regnet_preset(name, &o);
     eng_backend *be = nnt_open_cpu();
     regnet *net = make(be, &o);
-    eng_tensor x = make_input(be, 2, 64, 0);
+    eng_tensor x = make_input(be, n, size, 0);
     regnet_plan(be, net, &x.shape);
     float *f = nnt_download(be, regnet_forward(be, net, &x, false));
-    expect_array(f, "y400", "feat_eval", FWD_TOL);
-    cr_expect_eq(regnet_out_dim(net), 440);
+    expect_array(f, tag, "feat_eval", FWD_TOL);
+    cr_expect_eq(regnet_out_dim(net), out_dim, "%s", name);
     free(f);
     eng_tensor_free(be, &x);
     regnet_free(be, net);
     eng_backend_close(be);
 }
 
+Test(regnet, y400_eval_features_match_classyvision) { check_preset_features("regnet_y_400mf", "y400", 2, 64, 440); }
+
 /* A large preset: VISSL's SwAV RegNet, 80 M parameters, one 32 px image. */
 Test(regnet, y16gf_eval_features_match_classyvision, .timeout = 120)
 {
-    regnet_options o = regnet_defaults();
-    regnet_preset("regnet_y_16gf", &o);
-    eng_backend *be = nnt_open_cpu();
-    regnet *net = make(be, &o);
-    eng_tensor x = make_input(be, 1, 32, 0);
-    regnet_plan(be, net, &x.shape);
-    float *f = nnt_download(be, regnet_forward(be, net, &x, false));
-    expect_array(f, "y16", "feat_eval", FWD_TOL);
-    cr_expect_eq(regnet_out_dim(net), 3024);
-    free(f);
-    eng_tensor_free(be, &x);
-    regnet_free(be, net);
-    eng_backend_close(be);
+    check_preset_features("regnet_y_16gf", "y16", 1, 32, 3024);
 }
 
 /* ---- accumulation, memory ------------------------------------------------------------------------ */
