@@ -473,13 +473,9 @@ static void block_backward(eng_backend *be, resnet *net, block *b, const eng_ten
         unit_backward(be, net, &b->down, x, dx);
 }
 
-/* Activation checkpointing: the activations of the segment that ends with block `last`, again
- * from its input. The last segment's are still there from the forward. */
-static void recompute_segment(eng_backend *be, resnet *net, int last)
+/* Activation checkpointing: blocks first..last's activations again, from first's input. */
+static void recompute_segment(eng_backend *be, resnet *net, int first, int last)
 {
-    int first = last, n = net->nblocks, splits = net->opt.checkpoint_splits;
-    while (!act_segment_starts(first, n, splits))
-        first--;
     net->recomputing = true;
     for (int j = first; j <= last; j++)
         block_forward(be, net, &net->blocks[j], j ? &net->blocks[j - 1].out : res1(net), true);
@@ -501,9 +497,9 @@ void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat)
         const eng_tensor *x = i ? &net->blocks[i - 1].out : res1(net);
         const eng_tensor *dx = i ? &net->blocks[i - 1].out_grad : net->opt.small_stem ? &net->stem.out_grad
                                                                                        : &net->pool_grad;
-        int splits = net->opt.checkpoint_splits;
-        if (splits && i < net->nblocks - 1 && act_segment_ends(i, net->nblocks, splits))
-            recompute_segment(be, net, i);
+        int first = act_segment_to_recompute(i, net->nblocks, net->opt.checkpoint_splits);
+        if (first >= 0)
+            recompute_segment(be, net, first, i);
         zero_block_grads(be, &net->blocks[i]);
         if (i)
             eng_zero(be, dx);

@@ -113,6 +113,17 @@ static inline bool act_segment_ends(int i, int n, int splits)
 {
     return i == n - 1 || act_segment_of(i, n, splits) != act_segment_of(i + 1, n, splits);
 }
+/* The backward is about to enter block i: the first block of the segment to recompute now (the
+ * one that ends at i), or -1 when there is none (no checkpointing, not a segment's end, or the
+ * last segment, whose activations the forward left in place). */
+static inline int act_segment_to_recompute(int i, int n, int splits)
+{
+    if (!splits || i == n - 1 || !act_segment_ends(i, n, splits))
+        return -1;
+    while (!act_segment_starts(i, n, splits))
+        i--;
+    return i;
+}
 /* Evaluation with batch norm into y: conv, norm, [+ residual], [ReLU] as one backend step
  * (eng_conv_bn_forward_eval); relu applies after the residual. Not for LayerNorm or SiLU units. */
 void conv_unit_forward_eval_fused(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x,
