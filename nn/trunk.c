@@ -91,7 +91,6 @@ void trunk_free(eng_backend *be, trunk *t)
     free(t);
 }
 
-const trunk_options *trunk_opts(const trunk *t) { return &t->opt; }
 resnet *trunk_resnet(const trunk *t) { return t->resnet; }
 regnet *trunk_regnet(const trunk *t) { return t->regnet; }
 

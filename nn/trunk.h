@@ -50,7 +50,6 @@ typedef struct trunk trunk;
 /* Build and initialise (the trunk's own VISSL init). NULL with *err for impossible options. */
 trunk *trunk_new(eng_backend *be, const trunk_options *o, uint64_t seed, char **err);
 void trunk_free(eng_backend *be, trunk *t);
-const trunk_options *trunk_opts(const trunk *t);
 /* The named-tensor table (params.h), for re-homing into a model or sharing with a view. */
 eng_params *trunk_param_table(trunk *t);
 /* The pooled feature's channels. */
