@@ -4,6 +4,7 @@
  *
  *   trunk_bench --depth 50 --size 224 --batch 16 [--small-stem] [--threads N] [--reps N]
  *   trunk_bench --regnet regnet_y_400mf --size 224 --batch 16 [--threads N] [--reps N]
+ *   trunk_bench --efficientnet B0 --size 224 --batch 16 [--threads N] [--reps N]
  *
  * Prints "trunk_bench MODE images_per_second" for MODE = train (forward in train mode +
  * backward into the gradient buffer; no optimizer step on either side) and infer (forward in
@@ -21,7 +22,8 @@
 typedef struct {
     int depth, size, batch, threads, reps;
     bool small_stem;
-    const char *regnet; /* a ClassyVision preset, or NULL for a ResNet */
+    const char *regnet;       /* a ClassyVision preset, or NULL */
+    const char *efficientnet; /* an EfficientNet model_version, or NULL */
 } options;
 
 static int cmp_double(const void *a, const void *b)
@@ -54,7 +56,8 @@ static options parse(int argc, char **argv)
         {"depth", required_argument, NULL, 'd'}, {"size", required_argument, NULL, 's'},
         {"batch", required_argument, NULL, 'b'}, {"threads", required_argument, NULL, 't'},
         {"reps", required_argument, NULL, 'r'},  {"small-stem", no_argument, NULL, 'S'},
-        {"regnet", required_argument, NULL, 'g'}, {NULL, 0, NULL, 0}};
+        {"regnet", required_argument, NULL, 'g'},
+        {"efficientnet", required_argument, NULL, 'e'}, {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -65,7 +68,8 @@ static options parse(int argc, char **argv)
         case 'r': o.reps = atoi(optarg); break;
         case 'S': o.small_stem = true; break;
         case 'g': o.regnet = optarg; break;
-        default: fprintf(stderr, "usage: trunk_bench [--depth N | --regnet NAME] [--size N] [--batch N] "
+        case 'e': o.efficientnet = optarg; break;
+        default: fprintf(stderr, "usage: trunk_bench [--depth N | --regnet NAME | --efficientnet B0..B7] [--size N] [--batch N] "
                                  "[--threads N] [--reps N] [--small-stem]\n");
                  exit(2);
         }
@@ -84,6 +88,13 @@ static trunk_options trunk_of(const options *o)
         t.kind = TRUNK_REGNET;
         if (regnet_preset(o->regnet, &t.regnet) != 0) {
             fprintf(stderr, "trunk_bench: no RegNet preset %s\n", o->regnet);
+            exit(2);
+        }
+    }
+    if (o->efficientnet) {
+        t.kind = TRUNK_EFFICIENTNET;
+        if (efficientnet_preset(o->efficientnet, &t.efficientnet) != 0) {
+            fprintf(stderr, "trunk_bench: no EfficientNet %s\n", o->efficientnet);
             exit(2);
         }
     }

@@ -4,6 +4,10 @@
 ResNets are torchvision's resnetD; RegNets torchvision's regnet_* (the same network as
 ClassyVision's where their widths agree, which they do for the presets benchmarked: see
 tests/golden/fixtures/nn/regnet_presets_torchvision.txt), without the classifier.
+EfficientNets are torchvision's efficientnet_bN features + pooling + dropout: ClassyVision's
+network but for the padding (symmetric (k − 1)/2 where ClassyVision pads TensorFlow's "same",
+one pixel more at the bottom/right of its stride-2 convs: the same work within a pixel row) and
+for stochastic depth in place of drop-connect (the same per-sample rule, linear in depth).
 
 train = forward in train mode + backward of (features · 0) (no optimizer step, as on the
 selfsup side); infer = forward in eval mode under no_grad. Prints
@@ -17,7 +21,11 @@ import torch
 import torchvision
 
 
-def trunk(depth, small_stem, regnet):
+def trunk(depth, small_stem, regnet, efficientnet=None):
+    if efficientnet:
+        net = getattr(torchvision.models, f"efficientnet_{efficientnet.lower()}")()
+        net.classifier = torch.nn.Sequential(net.classifier[0])  # the dropout, not the fc
+        return net
     if regnet:
         net = getattr(torchvision.models, regnet.replace(".", "_"))()
         net.fc = torch.nn.Identity()
@@ -49,10 +57,11 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--small-stem", action="store_true")
     ap.add_argument("--regnet", default=None)
+    ap.add_argument("--efficientnet", default=None)
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    net = trunk(a.depth, a.small_stem, a.regnet)
+    net = trunk(a.depth, a.small_stem, a.regnet, a.efficientnet)
     x = torch.rand(a.batch, 3, a.size, a.size) * 2 - 1
 
     def train():

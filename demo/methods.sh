@@ -5,7 +5,8 @@
 #
 # Each method's quickstart (configs/quickstart/NAME.yaml: a ResNet-18 on Fashion-MNIST, sized
 # for a 2-core CPU; swav_regnet: SwAV on a RegNetY-400MF, judged on its avgpool against the
-# RegNet at random init) is pre-trained for the same budget, EPOCHS epochs (default 2) over its
+# RegNet at random init; rotnet_alexnet: RotNet on alexnet_rotnet at 96 px, judged on pool5 and
+# conv5 against the AlexNet at random init) is pre-trained for the same budget, EPOCHS epochs (default 2) over its
 # quickstart's images, with `selfsup run` (ClusterFit: `selfsup clusterfit` of the RotNet
 # trunk, then EPOCHS epochs on its cluster labels); then the features of its trunk (res4 pooled 2x2 and
 # res5avg, eval mode, train and test splits) are extracted and judged by VISSL's kNN benchmark
@@ -18,7 +19,7 @@ build=${1:-build}
 epochs=${2:-2}
 cd "$(dirname "$0")/.."
 selfsup="$build/selfsup"
-methods=(${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet clusterfit jigsaw swav_regnet})
+methods=(${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet clusterfit jigsaw swav_regnet rotnet_alexnet})
 [[ -f data/fashion-mnist/disk_filelist/train_images.npy ]] || "$selfsup" dataset fashion-mnist data/fashion-mnist
 run="runs/methods-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$run"
@@ -31,6 +32,14 @@ REGNET_TRUNK=(config.MODEL.TRUNK.NAME=regnet config.MODEL.TRUNK.TRUNK_PARAMS.REG
     config.MODEL.TRUNK.TRUNK_PARAMS.REGNET.stem_type=res_stem_cifar
     'config.MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP=[["res4",["AdaptiveAvgPool2d",[[2,2]]]],["avgpool",["Identity",[]]]]')
 is_regnet() { [[ $1 == *regnet* ]]; }
+
+# The AlexNet quickstart's trunk (quickstart/rotnet_alexnet: alexnet_rotnet on 96 px images), read
+# at conv5 pooled 2x2 and at pool5 (256 x 2 x 2 at 96 px), in place of res4 and res5avg.
+ALEXNET_IMAGES='[{"name":"Resize","size":96},{"name":"ToTensor"},{"name":"Normalize","mean":[0.286,0.286,0.286],"std":[0.353,0.353,0.353]}]'
+ALEXNET_TRUNK=(config.MODEL.TRUNK.NAME=alexnet_rotnet "config.DATA.TRAIN.TRANSFORMS=$ALEXNET_IMAGES"
+    "config.DATA.TEST.TRANSFORMS=$ALEXNET_IMAGES"
+    'config.MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP=[["conv5",["AdaptiveAvgPool2d",[[2,2]]]],["pool5",["Identity",[]]]]')
+is_alexnet() { [[ $1 == *alexnet* ]]; }
 
 # evaluate NAME WEIGHTS [overrides...]: extract with the quickstart's evaluation config, then kNN.
 evaluate() {
@@ -73,6 +82,8 @@ for m in "${methods[@]}"; do
     grep -h 'iter:' "$run/$m/pretrain/logs/train.0.log" | sed -n '1p;$p' | cut -d' ' -f5- | sed 's/^/  /'
     if is_regnet "$m"; then
         evaluate "$m" "$run/$m/checkpoints/checkpoint.torch" "${REGNET_TRUNK[@]}"
+    elif is_alexnet "$m"; then
+        evaluate "$m" "$run/$m/checkpoints/checkpoint.torch" "${ALEXNET_TRUNK[@]}"
     else
         evaluate "$m" "$run/$m/checkpoints/checkpoint.torch"
     fi
@@ -80,26 +91,33 @@ done
 echo "== random init"
 evaluate random ""
 if printf '%s\n' "${methods[@]}" | grep -q regnet; then evaluate random_regnet "" "${REGNET_TRUNK[@]}"; fi
+if printf '%s\n' "${methods[@]}" | grep -q alexnet; then evaluate random_alexnet "" "${ALEXNET_TRUNK[@]}"; fi
 
 /usr/bin/python3 - "$run" "$epochs" "${methods[@]}" <<'PY'
 import json, sys
 run, epochs, methods = sys.argv[1], sys.argv[2], sys.argv[3:]
 top1 = lambda name, layer: json.load(open(f"{run}/{name}/knn.json"))["layers"][layer]["top1"]
-# A RegNet's pooled last stage is avgpool (VISSL's name), judged against the RegNet at random init.
-last = lambda name: "avgpool" if "regnet" in name else "res5avg"
-base = lambda m: "random_regnet" if "regnet" in m else "random"
+# A RegNet's pooled last stage is avgpool (VISSL's name), an AlexNet's pool5 and conv5 stand for
+# res5avg and res4; each is judged against the same trunk at random init.
+kind = lambda name: "regnet" if "regnet" in name else "alexnet" if "alexnet" in name else ""
+last = lambda name: {"regnet": "avgpool", "alexnet": "pool5"}.get(kind(name), "res5avg")
+mid = lambda name: "conv5" if kind(name) == "alexnet" else "res4"
+base = lambda m: f"random_{kind(m)}" if kind(m) else "random"
 base5, base4 = top1("random", "res5avg"), top1("random", "res4")
 print(f"\nkNN top-1 on the Fashion-MNIST test split (10,000 images) after {epochs} epochs of each quickstart:\n")
 print("| method | res5avg | vs random | res4 | vs random | pre-training |")
 print("|---|--:|--:|--:|--:|--:|")
 for m in methods:
     s = int(open(f"{run}/{m}/seconds").read())
-    r5, r4 = top1(m, last(m)), top1(m, "res4")
-    b5, b4 = top1(base(m), last(m)), top1(base(m), "res4")
+    r5, r4 = top1(m, last(m)), top1(m, mid(m))
+    b5, b4 = top1(base(m), last(m)), top1(base(m), mid(m))
     print(f"| {m} | {r5:.2f} | {r5 - b5:+.2f} | {r4:.2f} | {r4 - b4:+.2f} | {s} s |")
 print(f"| random init | {base5:.2f} | | {base4:.2f} | | |")
 if any("regnet" in m for m in methods):
     print(f"| random init (the RegNet; avgpool) | {top1('random_regnet', 'avgpool'):.2f} | | "
           f"{top1('random_regnet', 'res4'):.2f} | | |")
+if any("alexnet" in m for m in methods):
+    print(f"| random init (the AlexNet; pool5, conv5) | {top1('random_alexnet', 'pool5'):.2f} | | "
+          f"{top1('random_alexnet', 'conv5'):.2f} | | |")
 print(f"\neverything is in {run}")
 PY

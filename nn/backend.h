@@ -109,6 +109,9 @@ typedef struct {
     void (*layernorm2d_backward)(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
                                  tensor_ref *save_invstd, tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma,
                                  tensor_ref *dbeta);
+    /* x N×C×H×W, y not x, size odd; dx not NULL (nn.c checks and skips) */
+    void (*lrn_forward)(eng_backend *be, const eng_lrn_desc *d, tensor_ref *x, tensor_ref *y);
+    void (*lrn_backward)(eng_backend *be, const eng_lrn_desc *d, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
 
     void (*maxpool_forward)(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y);
     void (*maxpool_backward)(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy,

@@ -45,31 +45,31 @@ static void fail(walk *w, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Elements of the named parameter `module`.`tail` (0 with an error when the model lacks it). */
-static int64_t param_numel(walk *w, const char *module, const char *tail)
+/* The shape of the named parameter `module`.`tail` (NULL with an error when the model lacks it).
+ * fixed: a parameter PyTorch does not train (DeepCluster's Sobel weights), a buffer here. */
+static const eng_shape *tensor_shape(walk *w, const char *module, const char *tail, bool fixed)
 {
     char name[160];
     snprintf(name, sizeof name, "%s.%s", module, tail);
     for (int i = 0; i < w->nentries; i++) {
         const eng_entry *e = w->entry(w->model, i);
-        if (e->kind == ENG_PARAM && strcmp(e->name, name) == 0)
-            return eng_numel(&e->value.shape);
-    }
-    fail(w, "complexity: the model has no parameter %s", name);
-    return 0;
-}
-
-static const eng_shape *param_shape(walk *w, const char *module, const char *tail)
-{
-    char name[160];
-    snprintf(name, sizeof name, "%s.%s", module, tail);
-    for (int i = 0; i < w->nentries; i++) {
-        const eng_entry *e = w->entry(w->model, i);
-        if (e->kind == ENG_PARAM && strcmp(e->name, name) == 0)
+        if (e->kind == (fixed ? ENG_BUFFER : ENG_PARAM) && strcmp(e->name, name) == 0)
             return &e->value.shape;
     }
     fail(w, "complexity: the model has no parameter %s", name);
     return NULL;
+}
+
+static const eng_shape *param_shape(walk *w, const char *module, const char *tail)
+{
+    return tensor_shape(w, module, tail, false);
+}
+
+/* Elements of the named parameter `module`.`tail` (0 with an error when the model lacks it). */
+static int64_t param_numel(walk *w, const char *module, const char *tail)
+{
+    const eng_shape *s = param_shape(w, module, tail);
+    return s ? eng_numel(s) : 0;
 }
 
 static void row(walk *w, const char *module, const char *kind, int64_t flops, int64_t params, int64_t acts)
@@ -84,13 +84,23 @@ static void row(walk *w, const char *module, const char *kind, int64_t flops, in
 
 /* ---- the profiler's rules, one per module type ---------------------------------------------- */
 
-/* Conv2d (no dilation in these models): the profiler's int((H + 2p − K)/s + 1). */
-static void conv(walk *w, const char *module, int64_t stride, int64_t groups)
+/* How a Conv2d is built beyond its weight: its padding (-1: k / 2), whether it has a bias, and
+ * whether its tensors are fixed (buffers here). */
+typedef struct {
+    int64_t stride, pad, groups;
+    bool bias, fixed;
+} conv_args;
+
+/* Conv2d (no dilation in these models): the profiler's int((H + 2p − K)/s + 1); a bias adds
+ * parameters, not FLOPs. */
+static void conv_with(walk *w, const char *module, conv_args a)
 {
-    const eng_shape *ws = param_shape(w, module, "weight");
-    if (!ws)
+    const eng_shape *ws = tensor_shape(w, module, "weight", a.fixed);
+    const eng_shape *bs = a.bias ? tensor_shape(w, module, "bias", a.fixed) : NULL;
+    if (!ws || (a.bias && !bs))
         return;
-    int64_t n = w->x.dim[0], cin = w->x.dim[1], cout = ws->dim[0], k = ws->dim[2], pad = k / 2;
+    int64_t n = w->x.dim[0], cin = w->x.dim[1], cout = ws->dim[0], k = ws->dim[2], groups = a.groups;
+    int64_t stride = a.stride, pad = a.pad < 0 ? k / 2 : a.pad;
     if (cin != ws->dim[1] * groups) {
         fail(w, "complexity: %s receives %lld channels", module, (long long)cin);
         return;
@@ -103,7 +113,12 @@ static void conv(walk *w, const char *module, int64_t stride, int64_t groups)
     }
     int64_t flops = n * cin * cout * k * k * oh * ow / groups;
     w->x = eng_shape4(n, cout, oh, ow);
-    row(w, module, "conv", flops, eng_numel(ws), eng_numel(&w->x));
+    row(w, module, "conv", flops, eng_numel(ws) + (bs ? eng_numel(bs) : 0), eng_numel(&w->x));
+}
+
+static void conv(walk *w, const char *module, int64_t stride, int64_t groups)
+{
+    conv_with(w, module, (conv_args){.stride = stride, .pad = -1, .groups = groups});
 }
 
 /* BatchNorm1d/2d: 2·numel(x). LayerNorm2d: not in the profiler's list (unknown). */
@@ -378,11 +393,182 @@ int regnet_costs_upto(const regnet *net, const eng_shape *input, const char *pre
     return finish(&w, out, n, err);
 }
 
+/* ---- AlexNet ---------------------------------------------------------------------------------- */
+
+static const eng_entry *alexnet_entry_fn(const void *m, int i)
+{
+    return &alexnet_param_table((alexnet *)m)->entries[i];
+}
+
+/* LocalResponseNorm is in none of the profiler's lists: NotImplementedError (unknown FLOPs). */
+static void lrn(walk *w, const char *module) { row(w, module, "lrn", ENG_COST_UNKNOWN, 0, 0); }
+
+/* Feature block b: "_feature_blocks.b.0" Conv2d, ".1" BatchNorm2d or ReLU, ".2" ReLU; or the
+ * pool block's MaxPool2d with its LRN before or after it. */
+static void alexnet_block_costs(walk *w, const alexnet_spec *v, int b)
+{
+    char m0[40], m1[40], m2[40];
+    snprintf(m0, sizeof m0, "_feature_blocks.%d.0", b);
+    snprintf(m1, sizeof m1, "_feature_blocks.%d.1", b);
+    snprintf(m2, sizeof m2, "_feature_blocks.%d.2", b);
+    int c = alexnet_block_conv(b);
+    if (c < 0) {
+        bool has_lrn = v->lrn != ALEXNET_LRN_NONE && b < 7, before = v->lrn == ALEXNET_LRN_BEFORE_POOL;
+        if (!has_lrn) { /* the MaxPool2d is the ModuleList's item itself */
+            snprintf(m0, sizeof m0, "_feature_blocks.%d", b);
+            maxpool(w, m0, 3, 2, 0);
+            return;
+        }
+        if (before)
+            lrn(w, m0);
+        maxpool(w, before ? m1 : m0, 3, 2, 0);
+        if (!before)
+            lrn(w, m1);
+        return;
+    }
+    const alexnet_conv *k = &v->conv[c];
+    conv_with(w, m0, (conv_args){.stride = k->stride, .pad = k->pad, .groups = k->groups, .bias = true});
+    if (k->bn)
+        norm(w, m1, false);
+    relu(w, k->bn ? m2 : m1);
+}
+
+int alexnet_costs_upto(const alexnet *net, const eng_shape *input, const char *prefix, int last, eng_shape *feat,
+                       eng_layer_cost **out, int *n, char **err)
+{
+    const alexnet_spec *v = alexnet_spec_of(alexnet_get_variant(net));
+    walk w = {.x = *input, .entry = alexnet_entry_fn, .nentries = alexnet_param_table((alexnet *)net)->nentries,
+              .model = net, .prefix = prefix};
+    if (alexnet_check_input(alexnet_get_variant(net), input, err) != 0)
+        return -1;
+    eng_shape shapes[ALEXNET_NFEATURES];
+    if (v->sobel) {
+        conv_with(&w, "sobel.0", (conv_args){.stride = 1, .pad = 0, .groups = 1, .bias = true, .fixed = true});
+        conv_with(&w, "sobel.1", (conv_args){.stride = 1, .pad = 1, .groups = 1, .bias = true, .fixed = true});
+    }
+    for (int b = 0; b < ALEXNET_NFEATURES - 1 && b <= last && !w.err; b++) {
+        alexnet_block_costs(&w, v, b);
+        shapes[b] = w.x;
+    }
+    if (!w.err && last >= ALEXNET_NFEATURES - 1) {
+        row(&w, "_feature_blocks.8", "flatten", 0, 0, 0);
+        shapes[ALEXNET_NFEATURES - 1] = eng_shape2(w.x.dim[0], eng_numel(&w.x) / w.x.dim[0]);
+    }
+    if (feat && !w.err)
+        memcpy(feat, shapes, (size_t)(last + 1) * sizeof *feat);
+    return finish(&w, out, n, err);
+}
+
+/* ---- EfficientNet ----------------------------------------------------------------------------- */
+
+static const eng_entry *efficientnet_entry_fn(const void *m, int i)
+{
+    return &efficientnet_param_table((efficientnet *)m)->entries[i];
+}
+
+/* Conv2dSamePadding's own flops(): N·Cin·Cout·K·K·ceil(H/s)·ceil(W/s)/groups, its padding being
+ * whatever gives ceil(H/s) outputs. Where that padding is not zero, its ZeroPad2d child runs
+ * first: a row of its own, with no rule (unknown FLOPs). */
+static void conv_same(walk *w, const char *module, int64_t stride, int64_t groups, bool bias)
+{
+    const eng_shape *ws = param_shape(w, module, "weight");
+    if (!ws)
+        return;
+    int64_t n = w->x.dim[0], cin = w->x.dim[1], cout = ws->dim[0], k = ws->dim[2];
+    int64_t oh = (w->x.dim[2] + stride - 1) / stride, ow = (w->x.dim[3] + stride - 1) / stride;
+    if ((oh - 1) * stride + k > w->x.dim[2] || (ow - 1) * stride + k > w->x.dim[3]) {
+        char pad[128];
+        snprintf(pad, sizeof pad, "%s.same_padding", module);
+        row(w, pad, "zeropad", ENG_COST_UNKNOWN, 0, 0);
+    }
+    int64_t params = eng_numel(ws) + (bias ? param_numel(w, module, "bias") : 0);
+    w->x = eng_shape4(n, cout, oh, ow);
+    row(w, module, "conv", n * cin * cout * k * k * oh * ow / groups, params, eng_numel(&w->x));
+}
+
+/* VISSL's Wrap(swish) module: no rule and no flops() (unknown FLOPs). */
+static void swish(walk *w, const char *module) { row(w, module, "swish", ENG_COST_UNKNOWN, 0, 0); }
+
+/* MBConvBlock's modules in forward order: [expand_conv bn0] depthwise_conv bn1
+ * [se_avgpool se_reduce se_expand] project_conv bn2 (swish, sigmoid and drop-connect are
+ * functions: no rows). */
+static void mbconv_costs(walk *w, const efficientnet_options *o, int index, int64_t expand, int64_t stride)
+{
+    char p[48], m[96];
+    snprintf(p, sizeof p, "_feature_blocks.block%d.", index);
+#define MOD(name) (snprintf(m, sizeof m, "%s%s", p, name), m)
+    int64_t c = w->x.dim[1];
+    if (expand != 1) {
+        conv_same(w, MOD("expand_conv"), 1, 1, false);
+        norm(w, MOD("bn0"), false);
+    }
+    conv_same(w, MOD("depthwise_conv"), stride, c * expand, false);
+    norm(w, MOD("bn1"), false);
+    if (o->use_se) {
+        eng_shape x = w->x;
+        adaptive_avgpool(w, MOD("se_avgpool"));
+        conv_same(w, MOD("se_reduce"), 1, 1, true);
+        conv_same(w, MOD("se_expand"), 1, 1, true);
+        w->x = x;
+    }
+    conv_same(w, MOD("project_conv"), 1, 1, false);
+    norm(w, MOD("bn2"), false);
+#undef MOD
+}
+
+int efficientnet_costs_upto(const efficientnet *net, const eng_shape *input, const char *prefix, int last,
+                            eng_shape *feat, eng_layer_cost **out, int *n, char **err)
+{
+    const efficientnet_options *o = efficientnet_get_options(net);
+    walk w = {.x = *input, .entry = efficientnet_entry_fn, .model = net, .prefix = prefix,
+              .nentries = efficientnet_param_table((efficientnet *)net)->nentries};
+    if (input->ndim != 4 || input->dim[1] != 3 || input->dim[0] < 1)
+        return report_failure(err, "complexity: the trunk's input must be N × 3 × H × W");
+    int nb = efficientnet_block_count(o);
+    eng_shape shapes[TRUNK_MAX_FEATURES];
+    conv_same(&w, "_feature_blocks.conv1.0", 2, 1, false);
+    norm(&w, "_feature_blocks.conv1.1", false);
+    swish(&w, "_feature_blocks.conv1.2");
+    shapes[0] = w.x;
+    for (int b = 0; b < nb && b + 1 <= last && !w.err; b++) {
+        int64_t expand, stride;
+        efficientnet_block_geometry(o, b, &expand, &stride);
+        mbconv_costs(&w, o, b, expand, stride);
+        shapes[b + 1] = w.x;
+    }
+    if (!w.err && last >= nb + 1) {
+        conv_same(&w, "_feature_blocks.conv_final.0", 1, 1, false);
+        norm(&w, "_feature_blocks.conv_final.1", false);
+        swish(&w, "_feature_blocks.conv_final.2");
+        shapes[nb + 1] = w.x;
+    }
+    if (!w.err && last >= nb + 2) {
+        adaptive_avgpool(&w, "_feature_blocks.avgpool");
+        shapes[nb + 2] = w.x;
+    }
+    if (!w.err && last >= nb + 3) {
+        row(&w, "_feature_blocks.flatten", "flatten", 0, 0, 0);
+        w.x = eng_shape2(w.x.dim[0], eng_numel(&w.x) / w.x.dim[0]);
+        shapes[nb + 3] = w.x;
+    }
+    if (!w.err && last >= nb + 4 && o->dropout_rate > 0) { /* ClassyVision has no module at rate 0 */
+        dropout(&w, "_feature_blocks.dropout");
+        shapes[nb + 4] = w.x;
+    }
+    if (feat && !w.err)
+        memcpy(feat, shapes, (size_t)(last + 1) * sizeof *feat);
+    return finish(&w, out, n, err);
+}
+
 int trunk_costs_upto(const trunk *t, const eng_shape *input, const char *prefix, int last, eng_shape *feat,
                      eng_layer_cost **out, int *n, char **err)
 {
     if (trunk_regnet(t))
         return regnet_costs_upto(trunk_regnet(t), input, prefix, last, feat, out, n, err);
+    if (trunk_alexnet(t))
+        return alexnet_costs_upto(trunk_alexnet(t), input, prefix, last, feat, out, n, err);
+    if (trunk_efficientnet(t))
+        return efficientnet_costs_upto(trunk_efficientnet(t), input, prefix, last, feat, out, n, err);
     return resnet_costs_upto(trunk_resnet(t), input, prefix, (resnet_feature_id)last, feat, out, n, err);
 }
 

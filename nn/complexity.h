@@ -58,6 +58,14 @@ int resnet_costs_upto(const resnet *net, const eng_shape *input, const char *pre
  * profiler's lists, has unknown FLOPs; Sigmoid counts numel(x)), features numbered as regnet.h's. */
 int regnet_costs_upto(const regnet *net, const eng_shape *input, const char *prefix, int last, eng_shape *feat,
                       eng_layer_cost **out, int *n, char **err);
+/* The same for an AlexNet (VISSL's _feature_blocks; LocalResponseNorm, in none of the profiler's
+ * lists, has unknown FLOPs; DeepCluster's Sobel convolutions count their fixed parameters). */
+int alexnet_costs_upto(const alexnet *net, const eng_shape *input, const char *prefix, int last, eng_shape *feat,
+                       eng_layer_cost **out, int *n, char **err);
+/* The same for an EfficientNet (Conv2dSamePadding's own flops(); VISSL's Wrap(swish) modules have
+ * unknown FLOPs; swish, sigmoid and drop-connect inside the blocks are functions: no rows). */
+int efficientnet_costs_upto(const efficientnet *net, const eng_shape *input, const char *prefix, int last,
+                            eng_shape *feat, eng_layer_cost **out, int *n, char **err);
 /* Whichever trunk t is. */
 int trunk_costs_upto(const trunk *t, const eng_shape *input, const char *prefix, int last, eng_shape *feat,
                      eng_layer_cost **out, int *n, char **err);

@@ -58,7 +58,8 @@ struct head {
 head_options head_defaults(head_type type)
 {
     return (head_options){.type = type, .use_bias = true, .return_embeddings = true, .skip_last_bn = true,
-                          .normalize_feats = true, .num_towers = 2};
+                          .normalize_feats = true, .num_towers = 2, .bn_eps = HEAD_BN_EPS,
+                          .bn_momentum = HEAD_BN_MOMENTUM};
 }
 
 int head_type_by_name(const char *name)
@@ -438,11 +439,11 @@ static void layer_forward(eng_backend *be, head *h, layer *L, bool train)
     case OP_LINEAR: eng_linear_forward(be, &x, val(h, L->w), L->b >= 0 ? val(h, L->b) : NULL, &L->out); break;
     case OP_BN:
         if (train)
-            eng_batchnorm_forward_train(be, HEAD_BN_MOMENTUM, HEAD_BN_EPS, &x, val(h, L->w), val(h, L->b),
+            eng_batchnorm_forward_train(be, h->opt.bn_momentum, h->opt.bn_eps, &x, val(h, L->w), val(h, L->b),
                                         val(h, L->rm), val(h, L->rv), &L->mean, &L->invstd, &L->out,
                                         h->bn_across);
         else
-            eng_batchnorm_forward_eval(be, HEAD_BN_EPS, &x, val(h, L->w), val(h, L->b), val(h, L->rm),
+            eng_batchnorm_forward_eval(be, h->opt.bn_eps, &x, val(h, L->w), val(h, L->b), val(h, L->rm),
                                        val(h, L->rv), &L->out);
         break;
     case OP_RELU: eng_relu_forward(be, &x, &L->out); break;

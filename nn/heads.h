@@ -33,8 +33,8 @@
 
 #define HEAD_MAX_DIMS 16
 #define HEAD_MAX_PROTOTYPES 16
-#define HEAD_BN_EPS 1e-5      /* HEAD.BATCHNORM_EPS */
-#define HEAD_BN_MOMENTUM 0.1  /* HEAD.BATCHNORM_MOMENTUM */
+#define HEAD_BN_EPS 1e-5      /* HEAD.BATCHNORM_EPS's default */
+#define HEAD_BN_MOMENTUM 0.1  /* HEAD.BATCHNORM_MOMENTUM's default */
 #define HEAD_DROPOUT_P 0.5f   /* nn.Dropout() */
 
 typedef enum { HEAD_MLP, HEAD_EVAL_MLP, HEAD_SIAMESE_CONCAT_VIEW, HEAD_SWAV } head_type;
@@ -51,9 +51,11 @@ typedef struct {
     int64_t num_clusters[HEAD_MAX_PROTOTYPES]; /* swav_head */
     int nclusters;
     bool return_embeddings, skip_last_bn, normalize_feats; /* swav_head (VISSL defaults: true) */
+    double bn_eps, bn_momentum;         /* every BatchNorm's: HEAD.BATCHNORM_EPS, HEAD.BATCHNORM_MOMENTUM */
 } head_options;
 
-/* VISSL's defaults for a type: use_bias, return_embeddings, skip_last_bn, normalize_feats on. */
+/* VISSL's defaults for a type: use_bias, return_embeddings, skip_last_bn, normalize_feats on; BN
+ * eps 1e-5 and momentum 0.1. */
 head_options head_defaults(head_type type);
 /* "mlp", "eval_mlp", "siamese_concat_view", "swav_head" → type; -1 when unknown. */
 int head_type_by_name(const char *name);

@@ -306,6 +306,9 @@ void model_set_batchnorm_reducer(model *m, const eng_reducer *across)
 
 void model_set_train_step(model *m, uint64_t step)
 {
+    trunk_set_train_step(m->trunk, step, 0);
+    for (int v = 0; v < m->nviews; v++)
+        trunk_set_train_step(m->views[v], step, (uint64_t)v + 1);
     for (int b = 0; b < m->nbranches; b++)
         for (int i = 0; i < m->branches[b].chain.n; i++)
             head_set_step(m->branches[b].chain.heads[i], step);
@@ -557,9 +560,13 @@ static int check_inputs(const model *m, const eng_shape *in, int n, char **err)
         return report_failure(err, "model: %d inputs (1 to %d)", n, MODEL_MAX_INPUTS);
     if (m->opt.nmapping && n != m->opt.nmapping)
         return report_failure(err, "model: MULTI_INPUT_HEAD_MAPPING names %d inputs, the batch has %d", m->opt.nmapping, n);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (in[i].ndim != 4 || in[i].dim[0] < 1 || in[i].dim[1] != 3 || in[i].dim[2] < 1 || in[i].dim[3] < 1)
             return report_failure(err, "model: input %d must be N x 3 x H x W (RGB)", i);
+        eng_shape t = eng_shape4(in[i].dim[0], channels_after_input_type(m), in[i].dim[2], in[i].dim[3]);
+        if (trunk_check_input(&m->opt.trunk, &t, err) != 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -844,12 +851,14 @@ int model_costs(const model *m, const eng_shape *input, eng_layer_cost **rows, i
             eng_costs_free(*rows, *n);
             return -1;
         }
-    } else if (trunk_costs_upto(m->trunk, input, "trunk.", trunk_feature_count(&o->trunk) - 1, NULL, rows, n, err) != 0) {
+    } else if (trunk_costs_upto(m->trunk, input, "trunk.", trunk_feature_count(&o->trunk) - 1, trunk_feat, rows, n,
+                                err) != 0) {
         return -1;
     }
+    eng_shape flat = fe ? (eng_shape){0} : trunk_feat[trunk_feature_count(&o->trunk) - 1];
     for (int b = 0; b < m->nbranches && !extract_only(o); b++) {
         const head_list *l = &m->branches[b].chain;
-        eng_shape x = fe ? feat[m->branches[b].feat] : eng_shape2(input->dim[0], trunk_out_dim(m->trunk));
+        eng_shape x = fe ? feat[m->branches[b].feat] : flat;
         int entry = m->branches[b].first_entry, j = 0; /* head i is entry's j-th */
         for (int i = 0; i < l->n; i++, j++) {
             if (j == o->heads[entry].n)

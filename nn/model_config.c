@@ -172,15 +172,25 @@ static void read_regnet_preset(reader *r, const cfg_node *map, const char *path,
                            "alone, or the parameters (depth, w_0, w_a, w_m, group_width, ...) without a name");
 }
 
-static void read_regnet(reader *r, const cfg_node *mc, regnet_options *o)
+/* A trunk's parameter map: VISSL 0.1.5 reads TRUNK_PARAMS.<name>; later VISSL moved it to
+ * TRUNK.<name>. The composer mirrors moved keys, so both usually hold the same map; where they
+ * differ, the one set last. Its path goes to *path (a buffer of 64). */
+static const cfg_node *trunk_param_map(const cfg_node *mc, const char *name, char *path)
 {
-    /* VISSL 0.1.5 reads TRUNK_PARAMS.REGNET; later VISSL moved it to TRUNK.REGNET. The composer
-     * mirrors moved keys, so both usually hold the same map; where they differ, the one set last. */
-    const cfg_node *old = cfg_path(mc, "TRUNK.TRUNK_PARAMS.REGNET"), *newer = cfg_path(mc, "TRUNK.REGNET");
+    char old_path[64], new_path[64];
+    snprintf(old_path, sizeof old_path, "TRUNK.TRUNK_PARAMS.%s", name);
+    snprintf(new_path, sizeof new_path, "TRUNK.%s", name);
+    const cfg_node *old = cfg_path(mc, old_path), *newer = cfg_path(mc, new_path);
     bool has_old = old && old->kind == CFG_MAP && old->len, has_new = newer && newer->kind == CFG_MAP && newer->len;
     bool use_new = has_new && (!has_old || newer->stamp > old->stamp);
-    const cfg_node *map = use_new ? newer : old;
-    const char *path = use_new ? "TRUNK.REGNET" : "TRUNK.TRUNK_PARAMS.REGNET";
+    snprintf(path, 64, "%s", use_new ? new_path : old_path);
+    return use_new ? newer : old;
+}
+
+static void read_regnet(reader *r, const cfg_node *mc, regnet_options *o)
+{
+    char path[64];
+    const cfg_node *map = trunk_param_map(mc, "REGNET", path);
     if (!map || map->kind != CFG_MAP || map->len == 0) {
         fail(r, map ? map : mc, path, "the regnet trunk needs a `name` (regnet_y_400mf, ...) or depth, w_0, w_a, w_m "
                                       "and group_width");
@@ -201,6 +211,61 @@ static void read_regnet(reader *r, const cfg_node *mc, regnet_options *o)
             fail(r, map, path, "RegNet's parameters need depth, w_0, w_a, w_m and group_width (or a preset `name`)");
 }
 
+/* One key of TRUNK_PARAMS.EFFICIENT_NETS (ClassyVision's EfficientNet arguments). */
+static bool efficientnet_key(reader *r, const char *name, const cfg_node *v, const char *key, efficientnet_options *o)
+{
+    int64_t n;
+    if (!strcmp(name, "model_version"))
+        return v->kind == CFG_STR && efficientnet_preset(v->s, o) == 0 ? true
+                                                                        : fail(r, v, key, "must be B0, B1, ... or B7");
+    if (!strcmp(name, "width_divisor"))
+        return arg_pos_int(r, v, key, &n) && (o->width_divisor = (int)n, true);
+    if (!strcmp(name, "min_width"))
+        return v->kind == CFG_NULL ? (o->min_width = 0, true) : arg_pos_int(r, v, key, &n) && (o->min_width = (int)n, true);
+    if (!strcmp(name, "use_se"))
+        return arg_bool(r, v, key, &o->use_se);
+    double *number = !strcmp(name, "bn_momentum")         ? &o->bn_momentum
+                     : !strcmp(name, "bn_epsilon")        ? &o->bn_epsilon
+                     : !strcmp(name, "drop_connect_rate") ? &o->drop_connect_rate
+                                                          : NULL;
+    if (number)
+        return cfg_is_number(v) ? (*number = cfg_number(v), true) : fail(r, v, key, "must be a number");
+    return fail(r, v, key, "EfficientNet takes model_version, bn_momentum, bn_epsilon, drop_connect_rate, "
+                           "width_divisor, min_width, use_se");
+}
+
+/* VISSL requires model_version; the other keys default to ClassyVision's efficientnet_bN values
+ * (bn_momentum 0.01, bn_epsilon 1e-3, drop_connect_rate 0.2, width_divisor 8, min_width None,
+ * use_se True), which every VISSL config spells out anyway. */
+static void read_efficientnet(reader *r, const cfg_node *mc, efficientnet_options *o)
+{
+    char path[64];
+    const cfg_node *map = trunk_param_map(mc, "EFFICIENT_NETS", path);
+    if (!map || map->kind != CFG_MAP || !cfg_map_get(map, "model_version")) {
+        fail(r, map ? map : mc, path, "the efficientnet trunk needs a model_version (B0 ... B7)");
+        return;
+    }
+    *o = efficientnet_defaults();
+    for (size_t i = 0; i < map->len && !r->failed; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.%s", path, map->keys[i]);
+        efficientnet_key(r, map->keys[i], map->items[i], key, o);
+    }
+}
+
+/* The colorization AlexNet reads the L of a LAB image, as VISSL asserts; the others read all
+ * three channels, which the model's LAB input (the L channel only) cannot give them. */
+static void read_alexnet(reader *r, const cfg_node *mc, const char *name, model_options *o)
+{
+    o->trunk.kind = TRUNK_ALEXNET;
+    o->trunk.alexnet = (alexnet_variant)alexnet_variant_by_name(name);
+    bool lab = o->input_type == MODEL_INPUT_LAB, wants_lab = o->trunk.alexnet == ALEXNET_COLORIZATION;
+    if (lab != wants_lab)
+        fail(r, cfg_path(mc, "INPUT_TYPE"), "INPUT_TYPE",
+             wants_lab ? "alexnet_colorization takes lab input only (VISSL asserts it)"
+                       : "this AlexNet takes rgb or bgr input; only alexnet_colorization reads lab");
+}
+
 static void read_trunk(reader *r, const cfg_node *mc, model_options *o)
 {
     const char *name = get_str(r, mc, "TRUNK.NAME");
@@ -216,9 +281,18 @@ static void read_trunk(reader *r, const cfg_node *mc, model_options *o)
         o->trunk.kind = TRUNK_RESNET;
         read_resnet(r, mc, &o->trunk.resnet);
         o->trunk.resnet.in_channels = o->input_type == MODEL_INPUT_LAB ? 1 : 3;
+    } else if (!r->failed && !strcmp(name, "efficientnet")) {
+        o->trunk.kind = TRUNK_EFFICIENTNET;
+        if (o->input_type == MODEL_INPUT_LAB)
+            fail(r, cfg_path(mc, "INPUT_TYPE"), "INPUT_TYPE",
+                 "the efficientnet trunk takes rgb or bgr input (VISSL asserts it)");
+        read_efficientnet(r, mc, &o->trunk.efficientnet);
+    } else if (!r->failed && alexnet_variant_by_name(name) >= 0) {
+        read_alexnet(r, mc, name, o);
     } else if (!r->failed) {
-        fail(r, cfg_path(mc, "TRUNK.NAME"), "TRUNK.NAME", "this engine builds the 'resnet' (ResNet/ResNeXt) and 'regnet' "
-                                                          "trunks");
+        fail(r, cfg_path(mc, "TRUNK.NAME"), "TRUNK.NAME", "this engine builds the 'resnet' (ResNet/ResNeXt), 'regnet', "
+                                                          "'efficientnet', 'alexnet_bvlc', 'alexnet_colorization', 'alexnet_deepcluster', "
+                                                          "'alexnet_jigsaw' and 'alexnet_rotnet' trunks");
         return;
     }
     if (get_bool(r, mc, "ACTIVATION_CHECKPOINTING.USE_ACTIVATION_CHECKPOINTING")) {
@@ -362,10 +436,17 @@ static void read_heads(reader *r, const cfg_node *mc, model_options *o)
         read_head_entry(r, params->items[i], &o->heads[i]);
     const cfg_node *mult = cfg_path(mc, "HEAD.PARAMS_MULTIPLIER");
     o->head_params_multiplier = mult && cfg_is_number(mult) ? cfg_number(mult) : 1.0;
+    /* Every head's BatchNorm (mlp's, eval_mlp's channel_bn, swav_head's) takes these two. */
     const cfg_node *eps = cfg_path(mc, "HEAD.BATCHNORM_EPS"), *mom = cfg_path(mc, "HEAD.BATCHNORM_MOMENTUM");
-    if ((eps && cfg_is_number(eps) && cfg_number(eps) != HEAD_BN_EPS) ||
-        (mom && cfg_is_number(mom) && cfg_number(mom) != HEAD_BN_MOMENTUM))
-        fail(r, eps, "HEAD.BATCHNORM_EPS", "this engine's heads use VISSL's defaults (eps 1e-5, momentum 0.1) only");
+    if (eps && (!cfg_is_number(eps) || cfg_number(eps) <= 0))
+        fail(r, eps, "HEAD.BATCHNORM_EPS", "must be a positive number");
+    if (mom && (!cfg_is_number(mom) || cfg_number(mom) < 0 || cfg_number(mom) > 1))
+        fail(r, mom, "HEAD.BATCHNORM_MOMENTUM", "must be a number in [0, 1]");
+    for (int i = 0; i < o->nheads && !r->failed; i++)
+        for (int j = 0; j < o->heads[i].n; j++) {
+            o->heads[i].chain[j].bn_eps = eps ? cfg_number(eps) : HEAD_BN_EPS;
+            o->heads[i].chain[j].bn_momentum = mom ? cfg_number(mom) : HEAD_BN_MOMENTUM;
+        }
 }
 
 /* ---- mapping and feature evaluation ---------------------------------------------------------- */

@@ -37,6 +37,7 @@ static const struct {
     OP(bce_logits), OP(sinkhorn), OP(soft_cross_entropy), OP(plan_free), OP(conv_plan), OP(conv_forward),
     OP(conv_backward), OP(conv_bn_forward_eval), OP(batchnorm_forward_train), OP(batchnorm_forward_eval),
     OP(batchnorm_backward), OP(batchnorm_backward_eval), OP(layernorm2d_forward), OP(layernorm2d_backward),
+    OP(lrn_forward), OP(lrn_backward),
     OP(maxpool_forward), OP(maxpool_backward), OP(avgpool_forward), OP(avgpool_backward),
     OP(adaptive_avgpool_forward), OP(adaptive_avgpool_backward), OP(adaptive_maxpool_forward),
     OP(adaptive_maxpool_backward),
@@ -646,9 +647,13 @@ eng_shape eng_conv_output_shape(const eng_shape *x, const eng_shape *w, const en
     if (x->dim[1] != w->dim[1] * groups || w->dim[0] % groups)
         die(EXIT_RUNTIME, "conv: %lld input channels do not fit a weight of %lld×%lld with %lld groups",
             (long long)x->dim[1], (long long)w->dim[0], (long long)w->dim[1], (long long)groups);
+    if (d->pad_extra[0] < 0 || d->pad_extra[1] < 0)
+        invariant_failed("conv: pad_extra (%lld, %lld) must not be negative", (long long)d->pad_extra[0],
+            (long long)d->pad_extra[1]);
     eng_shape y = eng_shape4(x->dim[0], w->dim[0], 0, 0);
+    /* the extra zeros below and right of the image count as a taller and wider input */
     for (int i = 0; i < 2; i++)
-        y.dim[2 + i] = out_size(x->dim[2 + i], w->dim[2 + i], or_one(d->stride[i]), d->pad[i],
+        y.dim[2 + i] = out_size(x->dim[2 + i] + d->pad_extra[i], w->dim[2 + i], or_one(d->stride[i]), d->pad[i],
                                 or_one(d->dilation[i]), false);
     if (y.dim[2] < 1 || y.dim[3] < 1)
         die(EXIT_RUNTIME, "conv: a %lldx%lld input is smaller than the %lldx%lld kernel", (long long)x->dim[2],
@@ -853,6 +858,39 @@ void eng_layernorm2d_backward(eng_backend *be, const eng_tensor *x, const eng_te
     expect_same("layernorm backward", "dx", dx, x);
     LOGICAL("layernorm backward", x, dy, dx);
     be->ops->layernorm2d_backward(be, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta);
+}
+
+/* x N×C×H×W and an odd window (nn.h: an even one is PyTorch's one-sided window, which the cpu's
+ * oneDNN does not compute). */
+static void check_lrn(const char *layer, const eng_lrn_desc *d, const eng_tensor *x)
+{
+    if (x->shape.ndim != 4)
+        invariant_failed("%s: input must be N×C×H×W", layer);
+    if (d->size < 1 || d->size % 2 == 0)
+        invariant_failed("%s: size %lld; the window must be an odd number of channels", layer, (long long)d->size);
+}
+
+void eng_lrn_forward(eng_backend *be, const eng_lrn_desc *d, const eng_tensor *x, const eng_tensor *y)
+{
+    NEED(be, lrn_forward);
+    check_lrn("lrn", d, x);
+    expect_same("lrn", "output", y, x);
+    if (x->base == y->base && x->offset == y->offset)
+        invariant_failed("lrn: the output must not be the input (its window reads the neighbouring channels)");
+    LOGICAL("lrn", x, y);
+    be->ops->lrn_forward(be, d, x, y);
+}
+
+void eng_lrn_backward(eng_backend *be, const eng_lrn_desc *d, const eng_tensor *x, const eng_tensor *dy,
+                      const eng_tensor *dx)
+{
+    NEED(be, lrn_backward);
+    check_lrn("lrn backward", d, x);
+    expect_same("lrn backward", "dy", dy, x);
+    expect_same("lrn backward", "dx", dx, x);
+    LOGICAL("lrn backward", x, dy, dx);
+    if (dx)
+        be->ops->lrn_backward(be, d, x, dy, dx);
 }
 
 eng_shape eng_pool_output_shape(const eng_shape *x, const eng_pool_desc *d)

@@ -319,10 +319,15 @@ void eng_sum_squares_many(eng_backend *be, const eng_tensor *const *xs, int n, d
 /* ---- convolution ------------------------------------------------------------------------------ */
 
 /* PyTorch's Conv2d arguments; the kernel size comes from the weight's shape
- * (O × I/groups × KH × KW). */
+ * (O × I/groups × KH × KW). pad_extra makes the padding asymmetric: pad[i] zeros above (left
+ * of) the input and pad[i] + pad_extra[i] below (right of) it, what F.conv2d(F.pad(x, (pad_w,
+ * pad_w + extra_w, pad_h, pad_h + extra_h)), w) computes: TensorFlow's "same" padding, whose
+ * odd total puts the extra zero at the end (EfficientNet's stride-2 depthwise convolutions). */
 typedef struct {
     int64_t stride[2], pad[2], dilation[2]; /* (h, w); 0 in stride/dilation means 1 */
     int64_t groups;                         /* 0 means 1 */
+    int64_t pad_extra[2]; /* extra zero rows/columns at the bottom/right beyond pad (TensorFlow's "same"
+                             padding, ClassyVision's Conv2dSamePadding); 0: symmetric */
 } eng_conv_desc;
 
 /* A backend's prepared state for one layer at one input shape (oneDNN primitives today,
@@ -426,6 +431,25 @@ void eng_layernorm2d_forward(eng_backend *be, double eps, const eng_tensor *x, c
 void eng_layernorm2d_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *gamma,
                               const eng_tensor *save_mean, const eng_tensor *save_invstd, const eng_tensor *dy,
                               const eng_tensor *dx, const eng_tensor *dgamma, const eng_tensor *dbeta);
+
+/* ---- local response normalisation -------------------------------------------------------------- */
+
+/* PyTorch's LocalResponseNorm(size, alpha, beta, k) across the channels of x (N×C×H×W; AlexNet's):
+ *   y[n, c] = x[n, c] / s[n, c]^β,  s[n, c] = k + α/size · Σ_{c'} x[n, c']²,
+ * c' from c − ⌊size/2⌋ to c + ⌊(size − 1)/2⌋, clipped to [0, C): PyTorch pads the squares with
+ * zero channels and averages them over `size` whatever the clipping. size must be odd: PyTorch's
+ * window for an even size has one more channel below c than above, where oneDNN's (the cpu
+ * backend's) is centred on size − 1 channels, so an even size aborts (invariant_failed) rather
+ * than give two answers. y must not be x (the window reads x's neighbouring channels). */
+typedef struct {
+    int64_t size;          /* channels in the window, odd */
+    double alpha, beta, k; /* k: PyTorch's default 1 */
+} eng_lrn_desc;
+void eng_lrn_forward(eng_backend *be, const eng_lrn_desc *d, const eng_tensor *x, const eng_tensor *y);
+/* dx += ∂ (dx may be NULL: nothing). Recomputed from x (nothing saved), as eng_maxpool_backward:
+ *   dx[c] += dy[c]·s[c]^(−β) − (2αβ/size)·x[c]·Σ_{c': c in the window of c'} dy[c']·x[c']·s[c']^(−β−1). */
+void eng_lrn_backward(eng_backend *be, const eng_lrn_desc *d, const eng_tensor *x, const eng_tensor *dy,
+                      const eng_tensor *dx);
 
 /* ---- pooling ---------------------------------------------------------------------------------- */
 

@@ -38,19 +38,10 @@
 #define PREFIX "_feature_blocks."
 
 typedef struct {
-    int w1, b1, w2, b2;               /* excitation.0 and excitation.2 (entries) */
-    unit_act act;
-    eng_tensor pooled, pooled_grad;   /* N × Cb × 1 × 1 */
-    eng_tensor hidden_pre, hidden_pre_grad, hidden, hidden_grad; /* N × reduced */
-    eng_tensor gate, gate_grad, gate_pre_grad;                   /* N × Cb, after the sigmoid */
-    eng_tensor out, out_grad;         /* b's output, scaled */
-} se_layer;
-
-typedef struct {
     conv_unit u[3];
     int nu;
     bool has_se;
-    se_layer se;           /* between u[1] and u[2] */
+    se_unit se;           /* between u[1] and u[2] */
     bool has_proj, add;    /* a projection unit; an add of a shortcut */
     conv_unit proj;
     unit_act act;          /* after the add */
@@ -250,8 +241,6 @@ int regnet_feature_by_name(const regnet_stages *st, const char *name)
 
 /* ---- construction: named entries in state-dict order ------------------------------------------ */
 
-static eng_shape shape1(int64_t n) { return (eng_shape){.ndim = 1, .dim = {n}}; }
-
 static void unit(eng_backend *be, regnet *net, conv_unit *u, const char *prefix, const char *conv, const char *norm,
                  int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, bool act)
 {
@@ -263,16 +252,13 @@ static void unit(eng_backend *be, regnet *net, conv_unit *u, const char *prefix,
                    nm);
 }
 
-static void se_make(eng_backend *be, regnet *net, se_layer *se, const char *prefix, int64_t channels,
+static void se_make(eng_backend *be, regnet *net, se_unit *se, const char *prefix, int64_t channels,
                     int64_t reduced)
 {
-    eng_params *p = &net->params;
-    se->act = net->opt.activation;
-    const char *name = "%sf.se.excitation.%d.%s";
-    se->w1 = eng_params_add(be, p, ENG_PARAM, eng_shape4(reduced, channels, 1, 1), 0, name, prefix, 0, "weight");
-    se->b1 = eng_params_add(be, p, ENG_PARAM, shape1(reduced), 0, name, prefix, 0, "bias");
-    se->w2 = eng_params_add(be, p, ENG_PARAM, eng_shape4(channels, reduced, 1, 1), 0, name, prefix, 2, "weight");
-    se->b2 = eng_params_add(be, p, ENG_PARAM, shape1(channels), 0, name, prefix, 2, "bias");
+    char reduce[128], expand[128];
+    snprintf(reduce, sizeof reduce, "%sf.se.excitation.0", prefix);
+    snprintf(expand, sizeof expand, "%sf.se.excitation.2", prefix);
+    se_unit_make(be, &net->params, se, reduce, expand, channels, reduced, net->opt.activation);
 }
 
 /* BottleneckTransform: f.a (1×1), f.b (grouped 3×3), [f.se], f.c (1×1) with f.final_bn. */
@@ -428,22 +414,6 @@ static void act(eng_backend *be, regnet *net, eng_tensor *t, eng_shape s, bool i
     act_plan_add(be, &net->acts, t, s, is_grad);
 }
 
-static void se_plan(eng_backend *be, regnet *net, se_layer *se, const eng_shape *x)
-{
-    int64_t n = x->dim[0], c = x->dim[1], r = net->params.entries[se->b1].value.shape.dim[0];
-    act(be, net, &se->pooled, eng_shape4(n, c, 1, 1), false);
-    act(be, net, &se->pooled_grad, eng_shape4(n, c, 1, 1), true);
-    act(be, net, &se->hidden_pre, eng_shape2(n, r), false);
-    act(be, net, &se->hidden_pre_grad, eng_shape2(n, r), true);
-    act(be, net, &se->hidden, eng_shape2(n, r), false);
-    act(be, net, &se->hidden_grad, eng_shape2(n, r), true);
-    act(be, net, &se->gate, eng_shape2(n, c), false);
-    act(be, net, &se->gate_grad, eng_shape2(n, c), true);
-    act(be, net, &se->gate_pre_grad, eng_shape2(n, c), true);
-    act(be, net, &se->out, *x, false);
-    act(be, net, &se->out_grad, *x, true);
-}
-
 /* With activation checkpointing a block's activations go to the segment arena, but for the
  * output of its segment's last block (the last unit's whole, where that is the output), which
  * the next segment's recompute starts from. */
@@ -460,7 +430,7 @@ static eng_shape block_plan(eng_backend *be, regnet *net, block *b, int index, c
             act_plan_segment_end(&net->acts);
         s = conv_unit_plan(be, &net->acts, &net->params, &b->u[i], &s);
         if (i == 1 && b->has_se)
-            se_plan(be, net, &b->se, &s);
+            se_unit_plan(be, &net->acts, &net->params, &b->se, &s);
     }
     if (b->has_proj)
         conv_unit_plan(be, &net->acts, &net->params, &b->proj, x);
@@ -520,35 +490,6 @@ void regnet_plan(eng_backend *be, regnet *net, const eng_shape *input)
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-static const eng_tensor *ent(const regnet *net, int i) { return &net->params.entries[i].value; }
-static const eng_tensor *grad(const regnet *net, int i) { return &net->params.entries[i].grad; }
-
-/* A 1×1 convolution's weight (or its gradient) O × I × 1 × 1 seen as the linear layer's O × I. */
-static eng_tensor as_matrix(const eng_tensor *w)
-{
-    return eng_reshape(w, eng_shape2(w->shape.dim[0], w->shape.dim[1]));
-}
-
-static void activation_forward(eng_backend *be, unit_act a, const eng_tensor *x, const eng_tensor *y)
-{
-    if (a == UNIT_ACT_SILU)
-        eng_silu_forward(be, x, y);
-    else
-        eng_relu_forward(be, x, y);
-}
-
-static void se_forward(eng_backend *be, regnet *net, se_layer *se, const eng_tensor *x)
-{
-    eng_adaptive_avgpool_forward(be, x, &se->pooled);
-    eng_tensor p = eng_reshape(&se->pooled, eng_shape2(x->shape.dim[0], x->shape.dim[1]));
-    eng_tensor w1 = as_matrix(ent(net, se->w1)), w2 = as_matrix(ent(net, se->w2));
-    eng_linear_forward(be, &p, &w1, ent(net, se->b1), &se->hidden_pre);
-    activation_forward(be, se->act, &se->hidden_pre, &se->hidden);
-    eng_linear_forward(be, &se->hidden, &w2, ent(net, se->b2), &se->gate);
-    eng_sigmoid_forward(be, &se->gate, &se->gate);
-    eng_channel_scale_forward(be, x, &se->gate, &se->out);
-}
-
 static void unit_forward(eng_backend *be, regnet *net, conv_unit *u, const eng_tensor *x, bool train)
 {
     if (net->recomputing)
@@ -565,7 +506,7 @@ static const eng_tensor *residual_head(eng_backend *be, regnet *net, block *b, c
         unit_forward(be, net, &b->u[i], h, train);
         h = &b->u[i].out;
         if (i == 1 && b->has_se) {
-            se_forward(be, net, &b->se, h);
+            se_unit_forward(be, &net->params, &b->se, h);
             h = &b->se.out;
         }
     }
@@ -679,14 +620,6 @@ const eng_tensor *regnet_feature(const regnet *net, int f)
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
-static void se_zero_grads(eng_backend *be, const se_layer *se)
-{
-    const eng_tensor *g[] = {&se->pooled_grad, &se->hidden_pre_grad, &se->hidden_grad, &se->gate_grad,
-                             &se->gate_pre_grad, &se->out_grad};
-    for (size_t i = 0; i < ARRAY_LEN(g); i++)
-        eng_zero(be, g[i]);
-}
-
 /* Every gradient of the block but its output's, which the block above has filled. */
 static void zero_block_grads(eng_backend *be, const block *b)
 {
@@ -699,27 +632,9 @@ static void zero_block_grads(eng_backend *be, const block *b)
     if (b->has_proj)
         conv_unit_zero_grads(be, &b->proj);
     if (b->has_se)
-        se_zero_grads(be, &b->se);
+        se_unit_zero_grads(be, &b->se);
     if (b->add && b->act == UNIT_ACT_SILU)
         eng_zero(be, &b->sum_grad);
-}
-
-/* SE's backward from se->out_grad: into the parameters and into dx (x: b's output). */
-static void se_backward(eng_backend *be, regnet *net, se_layer *se, const eng_tensor *x, const eng_tensor *dx)
-{
-    eng_tensor w1 = as_matrix(ent(net, se->w1)), w2 = as_matrix(ent(net, se->w2));
-    eng_tensor gw1 = as_matrix(grad(net, se->w1)), gw2 = as_matrix(grad(net, se->w2));
-    eng_channel_scale_backward(be, x, &se->gate, &se->out_grad, dx, &se->gate_grad);
-    eng_sigmoid_backward(be, &se->gate, &se->gate_grad, &se->gate_pre_grad);
-    eng_linear_backward(be, &se->hidden, &w2, &se->gate_pre_grad, &se->hidden_grad, &gw2, grad(net, se->b2));
-    if (se->act == UNIT_ACT_SILU)
-        eng_silu_backward(be, &se->hidden_pre, &se->hidden_grad, &se->hidden_pre_grad);
-    else
-        eng_relu_backward(be, &se->hidden, &se->hidden_grad, &se->hidden_pre_grad);
-    eng_tensor p = eng_reshape(&se->pooled, eng_shape2(x->shape.dim[0], x->shape.dim[1]));
-    eng_tensor pg = eng_reshape(&se->pooled_grad, p.shape);
-    eng_linear_backward(be, &p, &w1, &se->hidden_pre_grad, &pg, &gw1, grad(net, se->b1));
-    eng_adaptive_avgpool_backward(be, &se->pooled_grad, dx);
 }
 
 /* The add's backward: the gradients of the residual path's end and of the shortcut's. */
@@ -746,7 +661,7 @@ static void block_backward(eng_backend *be, regnet *net, block *b, const eng_ten
         const eng_tensor *din = i == 0 ? dx : after_se ? &b->se.out_grad : &b->u[i - 1].out_grad;
         conv_unit_backward(be, &net->params, &b->u[i], in, din, net->bn_across);
         if (after_se)
-            se_backward(be, net, &b->se, &b->u[1].out, &b->u[1].out_grad);
+            se_unit_backward(be, &net->params, &b->se, &b->u[1].out, &b->u[1].out_grad);
     }
     if (b->has_proj)
         conv_unit_backward(be, &net->params, &b->proj, x, dx, net->bn_across);

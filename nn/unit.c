@@ -248,3 +248,80 @@ void conv_unit_backward(eng_backend *be, const eng_params *p, conv_unit *u, cons
         eng_batchnorm_backward(be, &u->conv_out, g, &u->mean, &u->invstd, dy, &u->conv_grad, dg, db, across);
     eng_conv_backward(be, u->plan, x, ent(p, u->w), &u->conv_grad, dx, grad(p, u->w), NULL);
 }
+
+/* ---- squeeze-excitation ---------------------------------------------------------------------- */
+
+void se_unit_make(eng_backend *be, eng_params *p, se_unit *se, const char *reduce, const char *expand,
+                  int64_t channels, int64_t reduced, unit_act act)
+{
+    se->act = act;
+    se->w1 = eng_params_add(be, p, ENG_PARAM, eng_shape4(reduced, channels, 1, 1), 0, "%s.weight", reduce);
+    se->b1 = eng_params_add(be, p, ENG_PARAM, shape1(reduced), 0, "%s.bias", reduce);
+    se->w2 = eng_params_add(be, p, ENG_PARAM, eng_shape4(channels, reduced, 1, 1), 0, "%s.weight", expand);
+    se->b2 = eng_params_add(be, p, ENG_PARAM, shape1(channels), 0, "%s.bias", expand);
+}
+
+void se_unit_plan(eng_backend *be, act_plan *ap, const eng_params *p, se_unit *se, const eng_shape *x)
+{
+    int64_t n = x->dim[0], c = x->dim[1], r = p->entries[se->b1].value.shape.dim[0];
+    act_plan_add(be, ap, &se->pooled, eng_shape4(n, c, 1, 1), false);
+    act_plan_add(be, ap, &se->pooled_grad, eng_shape4(n, c, 1, 1), true);
+    act_plan_add(be, ap, &se->hidden_pre, eng_shape2(n, r), false);
+    act_plan_add(be, ap, &se->hidden_pre_grad, eng_shape2(n, r), true);
+    act_plan_add(be, ap, &se->hidden, eng_shape2(n, r), false);
+    act_plan_add(be, ap, &se->hidden_grad, eng_shape2(n, r), true);
+    act_plan_add(be, ap, &se->gate, eng_shape2(n, c), false);
+    act_plan_add(be, ap, &se->gate_grad, eng_shape2(n, c), true);
+    act_plan_add(be, ap, &se->gate_pre_grad, eng_shape2(n, c), true);
+    act_plan_add(be, ap, &se->out, *x, false);
+    act_plan_add(be, ap, &se->out_grad, *x, true);
+}
+
+static const eng_tensor *value_of(const eng_params *p, int i) { return &p->entries[i].value; }
+static const eng_tensor *grad_of(const eng_params *p, int i) { return &p->entries[i].grad; }
+
+/* A 1×1 convolution's weight (or its gradient) O × I × 1 × 1 seen as the linear layer's O × I. */
+static eng_tensor as_matrix(const eng_tensor *w)
+{
+    return eng_reshape(w, eng_shape2(w->shape.dim[0], w->shape.dim[1]));
+}
+
+void se_unit_forward(eng_backend *be, const eng_params *p, se_unit *se, const eng_tensor *x)
+{
+    eng_adaptive_avgpool_forward(be, x, &se->pooled);
+    eng_tensor pooled = eng_reshape(&se->pooled, eng_shape2(x->shape.dim[0], x->shape.dim[1]));
+    eng_tensor w1 = as_matrix(value_of(p, se->w1)), w2 = as_matrix(value_of(p, se->w2));
+    eng_linear_forward(be, &pooled, &w1, value_of(p, se->b1), &se->hidden_pre);
+    if (se->act == UNIT_ACT_SILU)
+        eng_silu_forward(be, &se->hidden_pre, &se->hidden);
+    else
+        eng_relu_forward(be, &se->hidden_pre, &se->hidden);
+    eng_linear_forward(be, &se->hidden, &w2, value_of(p, se->b2), &se->gate);
+    eng_sigmoid_forward(be, &se->gate, &se->gate);
+    eng_channel_scale_forward(be, x, &se->gate, &se->out);
+}
+
+void se_unit_zero_grads(eng_backend *be, const se_unit *se)
+{
+    const eng_tensor *g[] = {&se->pooled_grad, &se->hidden_pre_grad, &se->hidden_grad, &se->gate_grad,
+                             &se->gate_pre_grad, &se->out_grad};
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        eng_zero(be, g[i]);
+}
+
+void se_unit_backward(eng_backend *be, const eng_params *p, se_unit *se, const eng_tensor *x, const eng_tensor *dx)
+{
+    eng_tensor w1 = as_matrix(value_of(p, se->w1)), w2 = as_matrix(value_of(p, se->w2));
+    eng_tensor gw1 = as_matrix(grad_of(p, se->w1)), gw2 = as_matrix(grad_of(p, se->w2));
+    eng_channel_scale_backward(be, x, &se->gate, &se->out_grad, dx, &se->gate_grad);
+    eng_sigmoid_backward(be, &se->gate, &se->gate_grad, &se->gate_pre_grad);
+    eng_linear_backward(be, &se->hidden, &w2, &se->gate_pre_grad, &se->hidden_grad, &gw2, grad_of(p, se->b2));
+    if (se->act == UNIT_ACT_SILU)
+        eng_silu_backward(be, &se->hidden_pre, &se->hidden_grad, &se->hidden_pre_grad);
+    else
+        eng_relu_backward(be, &se->hidden, &se->hidden_grad, &se->hidden_pre_grad);
+    eng_tensor pooled = eng_reshape(&se->pooled, eng_shape2(x->shape.dim[0], x->shape.dim[1]));
+    eng_tensor pooled_grad = eng_reshape(&se->pooled_grad, pooled.shape);
+    eng_linear_backward(be, &pooled, &w1, &se->hidden_pre_grad, &pooled_grad, &gw1, grad_of(p, se->b1));
+    eng_adaptive_avgpool_backward(be, &se->pooled_grad, dx);
+}

@@ -9,6 +9,11 @@
  * backward reads the activations of a training forward and accumulates into the parameter
  * gradients and into dx.
  *
+ * A `se_unit` is squeeze-excitation as ClassyVision writes it for RegNet and EfficientNet: pool
+ * to 1 × 1, a 1×1 conv with bias, an activation, a second 1×1 conv with bias, a sigmoid, and the
+ * input's channels scaled by the result. On a 1 × 1 map the 1×1 convs are the linear layers they
+ * are (weights O × I × 1 × 1 read as O × I).
+ *
  * The `act_plan` lays out every activation of a trunk by bump allocation, then makes ONE
  * allocation and points all the views at it, so forward and backward allocate nothing.
  * Gradients go to "arenas": a trunk's blocks take turns in arenas 0 and 1 (block i in arena
@@ -136,5 +141,25 @@ void conv_unit_zero_inner_grads(eng_backend *be, const conv_unit *u);
  * dx (NULL: skipped). x is the forward's input. */
 void conv_unit_backward(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x,
                         const eng_tensor *dx, const eng_reducer *across);
+
+/* ---- squeeze-excitation ---------------------------------------------------------------------- */
+
+typedef struct {
+    int w1, b1, w2, b2;               /* the reducing and the expanding 1×1 conv (entries) */
+    unit_act act;
+    eng_tensor pooled, pooled_grad;   /* N × C × 1 × 1 */
+    eng_tensor hidden_pre, hidden_pre_grad, hidden, hidden_grad; /* N × reduced */
+    eng_tensor gate, gate_grad, gate_pre_grad;                   /* N × C, after the sigmoid */
+    eng_tensor out, out_grad;         /* the input, scaled */
+} se_unit;
+
+/* Declare "<reduce>.weight", "<reduce>.bias", "<expand>.weight", "<expand>.bias" in p. */
+void se_unit_make(eng_backend *be, eng_params *p, se_unit *se, const char *reduce, const char *expand,
+                  int64_t channels, int64_t reduced, unit_act act);
+void se_unit_plan(eng_backend *be, act_plan *ap, const eng_params *p, se_unit *se, const eng_shape *x);
+void se_unit_forward(eng_backend *be, const eng_params *p, se_unit *se, const eng_tensor *x);
+void se_unit_zero_grads(eng_backend *be, const se_unit *se);
+/* Backward from se->out_grad into the parameters and into dx (x: the forward's input). */
+void se_unit_backward(eng_backend *be, const eng_params *p, se_unit *se, const eng_tensor *x, const eng_tensor *dx);
 
 #endif

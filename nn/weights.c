@@ -370,12 +370,25 @@ static void free_keys(file_key *keys, size_t n)
     free(keys);
 }
 
-/* VISSL's check_model_compatibilty, with the offending key named. */
-static int check_compatible(const file_key *keys, size_t n, const weights_init_options *o, char **err)
+/* Whether the model has an entry of that name. */
+static bool model_has(const eng_entry *entries, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(entries[i].name, name))
+            return true;
+    return false;
+}
+
+/* VISSL's check_model_compatibilty, with the offending key named. A trunk tensor outside
+ * _feature_blocks that the model has (DeepCluster's `trunk.sobel.*`) is compatible too: VISSL's
+ * own DeepCluster checkpoints hold it, and VISSL loads them (it checks only other files). */
+static int check_compatible(const file_key *keys, size_t n, const weights_init_options *o, const eng_entry *entries,
+                            int nentries, char **err)
 {
     const char *trunk = o->feature_extractor ? TRUNK_FE_PREFIX : TRUNK_PREFIX;
     for (size_t i = 0; i < n; i++)
-        if (!starts_with(keys[i].name, trunk) && !starts_with(keys[i].name, HEADS_PREFIX))
+        if (!starts_with(keys[i].name, trunk) && !starts_with(keys[i].name, HEADS_PREFIX) &&
+            !model_has(entries, nentries, keys[i].name))
             return report_failure(err,
                                   "%s: not compatible with VISSL: key '%s' starts with neither '%s' nor '%s'. Set "
                                   "MODEL.WEIGHTS_INIT.APPEND_PREFIX and MODEL.WEIGHTS_INIT.REMOVE_PREFIX to make "
@@ -443,14 +456,22 @@ static bool skipped_by_name(const char *name, const weights_init_options *o)
 }
 
 typedef struct {
-    name_list missing_trunk, missing_heads, unexpected_trunk, unexpected_heads, classifier, bad_shape, bad_dtype;
+    name_list missing_trunk, missing_heads, missing_fixed, unexpected_trunk, unexpected_heads, classifier, bad_shape,
+        bad_dtype;
     int loaded, skipped_layers, skipped_heads;
 } load_report;
 
+/* A tensor the architecture fixes, not training: DeepCluster's Sobel filters (alexnet.h), which
+ * VISSL's converter leaves out of converted models and VISSL then keeps at their fixed values. */
+static bool fixed_by_architecture(const eng_entry *e)
+{
+    return e->kind == ENG_BUFFER && strstr(e->name, "trunk.sobel.") != NULL;
+}
+
 static void free_report(load_report *r)
 {
-    name_list *lists[] = {&r->missing_trunk, &r->missing_heads,  &r->unexpected_trunk, &r->unexpected_heads,
-                          &r->classifier,    &r->bad_shape,      &r->bad_dtype};
+    name_list *lists[] = {&r->missing_trunk, &r->missing_heads, &r->missing_fixed, &r->unexpected_trunk,
+                          &r->unexpected_heads, &r->classifier, &r->bad_shape, &r->bad_dtype};
     for (size_t i = 0; i < ARRAY_LEN(lists); i++)
         sb_free(&lists[i]->names);
 }
@@ -471,7 +492,8 @@ static void match_entries(const eng_entry *entries, int n, file_key *keys, size_
         } else if (head && !o->load_heads) {
             r->skipped_heads++;
         } else if (!k) {
-            nl_add(head ? &r->missing_heads : &r->missing_trunk, "%s", name);
+            nl_add(head ? &r->missing_heads : fixed_by_architecture(&entries[i]) ? &r->missing_fixed : &r->missing_trunk,
+                   "%s", name);
         } else if (!weights_dtype_is_float(k->t->dtype)) {
             nl_add(&r->bad_dtype, "%s is %s", k->name, st_dtype_name(k->t->dtype));
         } else if (!shape_matches(&entries[i].value.shape, k->t)) {
@@ -525,6 +547,7 @@ static void log_notes(const load_report *r, const char *path)
 {
     strbuf sb = {0};
     nl_describe(&sb, &r->missing_heads, "head tensors not in the file keep their initial values");
+    nl_describe(&sb, &r->missing_fixed, "fixed trunk tensors not in the file keep the architecture's values");
     nl_describe(&sb, &r->unexpected_heads, "head keys in the file that the model does not have");
     if (sb.len)
         log_warn("weights: %s: %s", path, sb_str(&sb));
@@ -577,7 +600,7 @@ int weights_load(eng_backend *be, const eng_entry *entries, int n, const weights
         return report_failure(err, "%s: the state dict holds no tensors", o->params_file);
     }
     file_key *keys = renamed_keys(f, o);
-    int rc = check_compatible(keys, f->n, o, err);
+    int rc = check_compatible(keys, f->n, o, entries, n, err);
     rc = rc ? rc : sort_keys(keys, f->n, o->params_file, err);
     load_report r = {0};
     const file_key **match = xcalloc(n > 0 ? (size_t)n : 1, sizeof *match);

@@ -5,6 +5,7 @@
  * and backward-weights (with the bias gradient when the layer has a bias). Groups use
  * oneDNN's 5-D goihw weight descriptor: the same bytes as PyTorch's O × I/groups × KH × KW.
  * oneDNN's dilation counts the gaps (PyTorch's minus one).
+ * Asymmetric padding (pad_extra) is oneDNN's own: its right padding may differ from its left.
  *
  * Layout. Our tensors are plain nchw / oihw, but on plain memory oneDNN falls back to its
  * slow GEMM-based kernels. So the primitives are created with format_tag_any for the
@@ -26,6 +27,8 @@
  *
  * The backward of a convolution whose output is one pixel (res5 of small images) skips all
  * of this: it is two matrix products (conv_gemm.c), oneDNN's direct kernels being slow there.
+ * So does the weight gradient of a depthwise convolution for which oneDNN chose a GEMM-based
+ * implementation (it has direct ones for 3 × 3 only): conv_dw.c's sums per channel and tap.
  *
  * Evaluation (conv_bn_forward_eval): an eval-mode conv → batch norm [→ + residual] [→ ReLU]
  * is one oneDNN primitive. Batch norm is folded into the weights and a bias (w·γ/√(var+ε) and
@@ -95,6 +98,7 @@ typedef struct {
     dnnl_memory_t mem[NMEM];
     bool bias;
     bool dy_shared; /* backward-weights reads the blocked dy that backward-data reordered */
+    bool weights_by_gemm; /* oneDNN's backward-weights is its GEMM-based fallback */
     size_t x_count, w_count, o_count; /* elements of x, w, and output channels */
     float *tmp_dx, *tmp_dw, *tmp_db;  /* gradients land here; we add into the caller's */
     void *buf[NBUF];                  /* blocked copies (NULL when no port needs one) */
@@ -104,6 +108,7 @@ typedef struct {
     conv_geom geom;
     fused_eval *fused;   /* made by the first conv_bn_forward_eval */
     cpu_conv_gemm *gemm; /* a 1 × 1 output's backward (conv_gemm.c), or NULL */
+    cpu_conv_dw *dw;     /* a depthwise weight gradient oneDNN has no direct kernel for, or NULL */
 } conv_plan;
 
 static void check(dnnl_status_t st, const char *what)
@@ -145,10 +150,13 @@ static conv_geom geometry(const eng_conv_desc *d, const eng_shape *x, const eng_
         int64_t stride = d->stride[i] ? d->stride[i] : 1, dil = d->dilation[i] ? d->dilation[i] : 1;
         g.strides[i] = stride;
         g.dilates[i] = dil - 1;
-        /* Symmetric, as PyTorch pads (and as its own oneDNN path passes it): oneDNN floors
-         * (in + pad_l + pad_r − span) / stride exactly as PyTorch does, so the output sizes
-         * agree even when the stride drops the last columns. */
-        g.pad_l[i] = g.pad_r[i] = d->pad[i];
+        /* pad above and left, pad + pad_extra below and right (TensorFlow's "same" padding;
+         * symmetric, as PyTorch pads, when pad_extra is 0): oneDNN floors (in + pad_l + pad_r −
+         * span) / stride exactly as eng_conv_output_shape does, so the output sizes agree even
+         * when the stride drops the last columns. The three primitives and the evaluation one
+         * all take these, so every path pads alike. */
+        g.pad_l[i] = d->pad[i];
+        g.pad_r[i] = d->pad[i] + d->pad_extra[i];
     }
     return g;
 }
@@ -216,6 +224,7 @@ static void conv_destroy(struct eng_plan *base)
     conv_plan *p = (conv_plan *)base;
     fused_destroy(p->fused);
     cpu_conv_gemm_free(p->gemm);
+    cpu_conv_dw_free(p->dw);
     for (int i = 0; i < NPORT; i++)
         port_destroy(&p->port[i]);
     for (int i = 0; i < NMEM; i++)
@@ -346,6 +355,14 @@ static size_t make_port(conv_plan *p, const conv_geom *g, dnnl_primitive_desc_t 
                      specs[i].in, i != P_FWD_DST);
 }
 
+/* Whether oneDNN implements pd with its GEMM-based fallback ("gemm:jit", "gemm:ref", ...). */
+static bool uses_gemm(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    check(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), "implementation name");
+    return impl && strstr(impl, "gemm") != NULL;
+}
+
 /* The primitives and their ports; returns the largest scratchpad any of them needs. */
 static size_t make_primitives(conv_plan *p, const conv_geom *g)
 {
@@ -357,6 +374,7 @@ static size_t make_primitives(conv_plan *p, const conv_geom *g)
         scratch = max_size(scratch, make_port(p, g, pd, i));
     p->dy_shared = p->port[P_BD_DDST].reorder && p->port[P_BW_DDST].reorder &&
                    dnnl_memory_desc_equal(chosen_md(pd, P_BD_DDST), chosen_md(pd, P_BW_DDST));
+    p->weights_by_gemm = uses_gemm(pd[BWD_WEIGHTS]);
     for (int i = 0; i < NPRIM; i++) {
         scratch = max_size(scratch, scratch_bytes(pd[i]));
         check(dnnl_primitive_create(&p->prim[i], pd[i]), "convolution primitive");
@@ -393,6 +411,8 @@ eng_plan *cpu_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape
     p->geom = g;
     p->gemm = cpu_conv_gemm_new(d, x, w, bias);
     size_t scratch = make_primitives(p, &g);
+    if (p->weights_by_gemm)
+        p->dw = cpu_conv_dw_new(d, x, w, bias);
 
     p->x_count = (size_t)eng_numel(x);
     p->w_count = (size_t)eng_numel(w);
@@ -551,7 +571,9 @@ void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_re
     }
     if (dx)
         backward_data(p, w, dy, dx);
-    if (dw || db)
+    if (p->dw && dw)
+        cpu_conv_dw_backward_weights(p->dw, cpu_ptr(x), cpu_ptr(dy), cpu_ptr(dw));
+    else if (dw || db)
         backward_weights(p, x, dy, dw, db, dx && p->dy_shared);
 }
 

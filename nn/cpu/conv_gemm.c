@@ -44,7 +44,9 @@ struct cpu_conv_gemm {
 };
 
 /* The kernel positions of output pixel (0, 0) that land inside the image, row by row; returns
- * their count. Their input pixels increase with t, so all H·W of them means pixel[t] = t. */
+ * their count. Their input pixels increase with t, so all H·W of them means pixel[t] = t. Only
+ * the top and left padding place the window; extra zeros below and right (pad_extra) are more
+ * taps outside the image, skipped like the rest, so an asymmetric padding needs nothing else. */
 static int64_t live_taps(const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, int64_t *pixel,
                          int64_t *tap)
 {

@@ -231,6 +231,9 @@ const eng_ops eng_cpu_ops = {
     /* layer norm (layernorm.c) */
     .layernorm2d_forward = cpu_layernorm2d_forward,
     .layernorm2d_backward = cpu_layernorm2d_backward,
+    /* local response normalisation (lrn.c) */
+    .lrn_forward = cpu_lrn_forward,
+    .lrn_backward = cpu_lrn_backward,
     /* pooling (pool.c) */
     .maxpool_forward = cpu_maxpool_forward,
     .maxpool_backward = cpu_maxpool_backward,

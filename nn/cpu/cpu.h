@@ -102,6 +102,13 @@ typedef struct cpu_conv_gemm cpu_conv_gemm;
 cpu_conv_gemm *cpu_conv_gemm_new(const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias);
 void cpu_conv_gemm_free(cpu_conv_gemm *g);
 void cpu_conv_gemm_backward(cpu_conv_gemm *g, const float *x, const float *w, const float *dy, float *dx, float *dw);
+/* The weight gradient of a depthwise convolution (groups = channels, one filter each, no bias,
+ * no dilation, square kernel) by sums per channel and tap (conv_dw.c); NULL for any other. */
+typedef struct cpu_conv_dw cpu_conv_dw;
+cpu_conv_dw *cpu_conv_dw_new(const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias);
+void cpu_conv_dw_free(cpu_conv_dw *g);
+/* dw += ∂L/∂w for x and dy in PyTorch's layout. */
+void cpu_conv_dw_backward_weights(cpu_conv_dw *g, const float *x, const float *dy, float *dw);
 void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
                                  tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
                                  tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,
@@ -122,6 +129,10 @@ void cpu_layernorm2d_forward(eng_backend *be, double eps, tensor_ref *x, tensor_
 void cpu_layernorm2d_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
                               tensor_ref *save_invstd, tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma,
                               tensor_ref *dbeta);
+
+/* local response normalisation (lrn.c) */
+void cpu_lrn_forward(eng_backend *be, const eng_lrn_desc *d, tensor_ref *x, tensor_ref *y);
+void cpu_lrn_backward(eng_backend *be, const eng_lrn_desc *d, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
 
 /* pooling (pool.c) */
 void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y);

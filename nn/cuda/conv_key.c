@@ -19,6 +19,7 @@ conv_key conv_key_of(const eng_conv_desc *d, const eng_shape *x, const eng_shape
     for (int i = 0; i < 2; i++) {
         k.stride[i] = one_if_zero(d->stride[i]);
         k.pad[i] = d->pad[i];
+        k.pad_extra[i] = d->pad_extra[i];
         k.dilation[i] = one_if_zero(d->dilation[i]);
     }
     k.groups = one_if_zero(d->groups);
@@ -33,7 +34,8 @@ bool conv_key_equal(const conv_key *a, const conv_key *b)
         if (a->x[i] != b->x[i] || a->w[i] != b->w[i])
             return false;
     for (int i = 0; i < 2; i++)
-        if (a->stride[i] != b->stride[i] || a->pad[i] != b->pad[i] || a->dilation[i] != b->dilation[i])
+        if (a->stride[i] != b->stride[i] || a->pad[i] != b->pad[i] || a->dilation[i] != b->dilation[i] ||
+            a->pad_extra[i] != b->pad_extra[i])
             return false;
     return a->groups == b->groups && a->deterministic == b->deterministic && a->precision == b->precision;
 }

@@ -21,6 +21,7 @@ extern "C" {
 typedef struct {
     int64_t x[4], w[4];                     /* input N×C×H×W, weight O×I/g×KH×KW */
     int64_t stride[2], pad[2], dilation[2]; /* with PyTorch's defaults filled in (0 → 1) */
+    int64_t pad_extra[2];                   /* cuDNN then sees x with these zeros appended */
     int64_t groups;
     bool deterministic;
     eng_precision precision;

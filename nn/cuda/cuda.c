@@ -297,6 +297,9 @@ const eng_ops eng_cuda_ops = {
     .batchnorm_backward_eval = cuda_batchnorm_backward_eval,
     .layernorm2d_forward = cuda_layernorm2d_forward,
     .layernorm2d_backward = cuda_layernorm2d_backward,
+    /* local response normalisation (lrn.cu) */
+    .lrn_forward = cuda_lrn_forward,
+    .lrn_backward = cuda_lrn_backward,
     /* pooling (pool.cu) */
     .maxpool_forward = cuda_maxpool_forward,
     .maxpool_backward = cuda_maxpool_backward,

@@ -138,6 +138,13 @@ void cuda_dropout_backward(eng_backend *be, float p, uint64_t step, tensor_ref *
 void cuda_bias_grad(eng_backend *be, const float *dy, int64_t n, int64_t c, int64_t s, float *db);
 /* y[n, c, s] += b[c] (a linear's or a convolution's bias after the product). */
 void cuda_bias_add(eng_backend *be, float *y, const float *b, int64_t n, int64_t c, int64_t s);
+/* An asymmetric padding's convolution (dnn.c): xp (planes × (h + eh) × (w + ew)) = x (planes ×
+ * h × w) with eh zero rows below and ew zero columns right; and back, dx += the h × w corner of
+ * each plane of dxp. */
+void cuda_pad_bottom_right(eng_backend *be, const float *x, float *xp, int64_t planes, int64_t h, int64_t w,
+                           int64_t eh, int64_t ew);
+void cuda_crop_add(eng_backend *be, const float *dxp, float *dx, int64_t planes, int64_t h, int64_t w, int64_t eh,
+                   int64_t ew);
 
 /* ---- optimizer (optim.cu) ---------------------------------------------------------------------- */
 void cuda_sgd_step_many(eng_backend *be, const eng_sgd_item *items, int n);
@@ -198,6 +205,10 @@ void cuda_layernorm2d_forward(eng_backend *be, double eps, tensor_ref *x, tensor
 void cuda_layernorm2d_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,
                                tensor_ref *save_invstd, tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma,
                                tensor_ref *dbeta);
+
+/* ---- local response normalisation (lrn.cu) ------------------------------------------------------- */
+void cuda_lrn_forward(eng_backend *be, const eng_lrn_desc *d, tensor_ref *x, tensor_ref *y);
+void cuda_lrn_backward(eng_backend *be, const eng_lrn_desc *d, tensor_ref *x, tensor_ref *dy, tensor_ref *dx);
 
 /* ---- pooling (pool.cu) ------------------------------------------------------------------------- */
 void cuda_maxpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y);

@@ -21,6 +21,15 @@
  * written by a forward and added by a backward (the data and the filter gradient are computed
  * in bf16 with beta 0, then accumulated in fp32). That is torch.autocast's arithmetic for a
  * convolution; the rest of the step stays fp32. Linear layers stay fp32 (the heads' few GFLOP).
+ *
+ * Asymmetric padding (eng_conv_desc's pad_extra, TensorFlow's "same"): cuDNN pads symmetrically
+ * only, so such a plan describes x with the extra zero rows and columns appended (H + extra_h by
+ * W + extra_w) and keeps the symmetric pad: top/left get pad, bottom/right pad + extra. Each call
+ * copies x into that padded shape in a scratch slot (eltwise.cu's cuda_pad_bottom_right), which
+ * the forward and the filter gradient read; the data gradient is computed for the padded x (beta
+ * 0, into the same slot once the copy is consumed: the stream orders them) and its image part
+ * added into dx (cuda_crop_add). In bf16 the padded fp32 copy is what is converted. The algorithm
+ * cache's key holds pad_extra: the padded shape is another convolution to cuDNN.
  */
 #include "cuda.h"
 
@@ -70,7 +79,8 @@ struct eng_plan {
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
     conv_algos a;
-    eng_shape xshape, wshape, yshape;
+    eng_shape xshape, wshape, yshape; /* as cuDNN sees them: x with the extra zeros appended */
+    int64_t extra[2];                 /* pad_extra: rows, columns appended to x (0, 0: none) */
     bool bias;
     bool bf16; /* mixed precision: cuDNN sees bf16 NHWC copies (conv_forward_bf16) */
 };
@@ -197,12 +207,13 @@ eng_plan *cuda_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shap
 {
     cuda_impl *c = cuda_of(be);
     eng_plan *p = xcalloc(1, sizeof *p);
-    p->xshape = *x;
+    p->extra[0] = d->pad_extra[0], p->extra[1] = d->pad_extra[1];
+    p->xshape = eng_shape4(x->dim[0], x->dim[1], x->dim[2] + p->extra[0], x->dim[3] + p->extra[1]);
     p->wshape = *w;
     p->yshape = eng_conv_output_shape(x, w, d);
     p->bias = bias;
     p->bf16 = c->precision == ENG_BF16;
-    describe(p, d, x, w);
+    describe(p, d, &p->xshape, w);
     conv_key key = conv_key_of(d, x, w, c->deterministic, c->precision);
     p->a = choose_algorithms(be, p, &key);
     reserve_workspace(be, p->a.workspace);
@@ -221,11 +232,40 @@ void cuda_plan_free(eng_backend *be, eng_plan *p)
     free(p);
 }
 
-/* ---- the bf16 path: copies in the scratch slots ------------------------------------------------------ */
+/* ---- asymmetric padding: x with its extra zeros, in a scratch slot ---------------------------------- */
 
-/* The scratch slots a bf16 convolution's copies take: the input (or the output's gradient),
- * the weight (or its gradient), and the third activation-sized one. */
-enum { SLOT_FIRST = 0, SLOT_WEIGHT = 1, SLOT_SECOND = 2 };
+/* The scratch slots a convolution's copies take: for bf16, the input (or the output's gradient),
+ * the weight (or its gradient), and the third activation-sized one; for an asymmetric padding,
+ * x with its extra zeros (or the gradient of that padded x), in fp32. */
+enum { SLOT_FIRST = 0, SLOT_WEIGHT = 1, SLOT_SECOND = 2, SLOT_PADDED = 3 };
+
+static bool padded(const eng_plan *p) { return p->extra[0] || p->extra[1]; }
+
+/* The padded x's slot (its copy, or its gradient). */
+static float *padded_slot(eng_backend *be, const eng_plan *p)
+{
+    return cuda_scratch(be, SLOT_PADDED, (size_t)eng_numel(&p->xshape) * sizeof(float));
+}
+
+/* x as cuDNN reads it: the caller's tensor, or a copy with the extra zero rows and columns. */
+static const float *x_as_read(eng_backend *be, const eng_plan *p, tensor_ref *x)
+{
+    if (!padded(p))
+        return cuda_ptr(x);
+    float *xp = padded_slot(be, p);
+    const int64_t *s = x->shape.dim;
+    cuda_pad_bottom_right(be, cuda_ptr(x), xp, s[0] * s[1], s[2], s[3], p->extra[0], p->extra[1]);
+    return xp;
+}
+
+/* dx += the image part of dxp, the gradient of the padded x (the extra zeros' part is dropped). */
+static void crop_into(eng_backend *be, const eng_plan *p, const float *dxp, tensor_ref *dx)
+{
+    const int64_t *s = dx->shape.dim;
+    cuda_crop_add(be, dxp, cuda_ptr(dx), s[0] * s[1], s[2], s[3], p->extra[0], p->extra[1]);
+}
+
+/* ---- the bf16 path: copies in the scratch slots ------------------------------------------------------ */
 
 static size_t bf16_bytes(const eng_shape *s) { return (size_t)eng_numel(s) * 2; }
 
@@ -246,13 +286,26 @@ static void from_bf16(eng_backend *be, const void *src, const eng_shape *s, floa
 static void conv_forward_bf16(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, tensor_ref *y)
 {
     cuda_impl *c = cuda_of(be);
-    void *xb = nhwc_bf16_copy(be, SLOT_FIRST, &p->xshape, cuda_ptr(x)),
+    void *xb = nhwc_bf16_copy(be, SLOT_FIRST, &p->xshape, x_as_read(be, p, x)),
          *wb = nhwc_bf16_copy(be, SLOT_WEIGHT, &p->wshape, cuda_ptr(w)),
          *yb = cuda_scratch(be, SLOT_SECOND, bf16_bytes(&p->yshape));
     cuda_dnn_check(cudnnConvolutionForward(c->dnn, &ONE, p->x, xb, p->w, wb, p->conv, p->a.fwd, c->workspace,
                                            c->workspace_bytes, &ZERO, p->y, yb),
                    "cudnnConvolutionForward (bf16)");
     from_bf16(be, yb, &p->yshape, cuda_ptr(y), false);
+}
+
+/* dx += a bf16 NHWC gradient of x as cuDNN saw it: widened straight into dx, or into the padded
+ * slot and then cropped in. */
+static void dx_from_bf16(eng_backend *be, const eng_plan *p, const void *dxb, tensor_ref *dx)
+{
+    if (!padded(p)) {
+        from_bf16(be, dxb, &p->xshape, cuda_ptr(dx), true);
+        return;
+    }
+    float *dxp = padded_slot(be, p);
+    from_bf16(be, dxb, &p->xshape, dxp, false);
+    crop_into(be, p, dxp, dx);
 }
 
 static void conv_backward_bf16(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, tensor_ref *dy,
@@ -266,10 +319,10 @@ static void conv_backward_bf16(eng_backend *be, eng_plan *p, tensor_ref *x, tens
         cuda_dnn_check(cudnnConvolutionBackwardData(c->dnn, &ONE, p->w, wb, p->y, dyb, p->conv, p->a.bwd_data,
                                                     c->workspace, c->workspace_bytes, &ZERO, p->x, dxb),
                        "cudnnConvolutionBackwardData (bf16)");
-        from_bf16(be, dxb, &p->xshape, cuda_ptr(dx), true);
+        dx_from_bf16(be, p, dxb, dx);
     }
     if (dw) {
-        void *xb = nhwc_bf16_copy(be, SLOT_SECOND, &p->xshape, cuda_ptr(x)),
+        void *xb = nhwc_bf16_copy(be, SLOT_SECOND, &p->xshape, x_as_read(be, p, x)),
              *dwb = cuda_scratch(be, SLOT_WEIGHT, bf16_bytes(&p->wshape));
         cuda_dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &ONE, p->x, xb, p->y, dyb, p->conv, p->a.bwd_filter,
                                                       c->workspace, c->workspace_bytes, &ZERO, p->w, dwb),
@@ -294,32 +347,49 @@ void cuda_conv_forward(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *
     if (p->bf16)
         conv_forward_bf16(be, p, x, w, y);
     else
-        cuda_dnn_check(cudnnConvolutionForward(c->dnn, &ONE, p->x, cuda_ptr(x), p->w, cuda_ptr(w), p->conv, p->a.fwd,
-                                               c->workspace, c->workspace_bytes, &ZERO, p->y, cuda_ptr(y)),
+        cuda_dnn_check(cudnnConvolutionForward(c->dnn, &ONE, p->x, x_as_read(be, p, x), p->w, cuda_ptr(w), p->conv,
+                                               p->a.fwd, c->workspace, c->workspace_bytes, &ZERO, p->y,
+                                               cuda_ptr(y)),
                        "cudnnConvolutionForward");
     if (b)
         cuda_bias_add(be, cuda_ptr(y), cuda_ptr(b), p->yshape.dim[0], p->yshape.dim[1],
                       p->yshape.dim[2] * p->yshape.dim[3]);
 }
 
+/* dx += ∂: beta = 1 straight into dx, or beta = 0 into the padded x's gradient, then cropped in. */
+static void backward_data_fp32(eng_backend *be, eng_plan *p, tensor_ref *w, tensor_ref *dy, tensor_ref *dx)
+{
+    cuda_impl *c = cuda_of(be);
+    float *out = padded(p) ? padded_slot(be, p) : cuda_ptr(dx);
+    cuda_dnn_check(cudnnConvolutionBackwardData(c->dnn, &ONE, p->w, cuda_ptr(w), p->y, cuda_ptr(dy), p->conv,
+                                                p->a.bwd_data, c->workspace, c->workspace_bytes,
+                                                padded(p) ? &ZERO : &ONE, p->x, out),
+                   "cudnnConvolutionBackwardData");
+    if (padded(p))
+        crop_into(be, p, out, dx);
+}
+
+/* dw += ∂ (beta = 1), from x as the forward read it. */
+static void backward_filter_fp32(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *dy, tensor_ref *dw)
+{
+    cuda_impl *c = cuda_of(be);
+    cuda_dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &ONE, p->x, x_as_read(be, p, x), p->y, cuda_ptr(dy),
+                                                  p->conv, p->a.bwd_filter, c->workspace, c->workspace_bytes, &ONE,
+                                                  p->w, cuda_ptr(dw)),
+                   "cudnnConvolutionBackwardFilter");
+}
+
 void cuda_conv_backward(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, tensor_ref *dy,
                         tensor_ref *dx, tensor_ref *dw, tensor_ref *db)
 {
-    cuda_impl *c = cuda_of(be);
     if (db)
         expect_bias(p, true);
     if (p->bf16)
         conv_backward_bf16(be, p, x, w, dy, dx, dw);
-    if (dx && !p->bf16) /* beta = 1: dx += ∂ */
-        cuda_dnn_check(cudnnConvolutionBackwardData(c->dnn, &ONE, p->w, cuda_ptr(w), p->y, cuda_ptr(dy), p->conv,
-                                                    p->a.bwd_data, c->workspace, c->workspace_bytes, &ONE, p->x,
-                                                    cuda_ptr(dx)),
-                       "cudnnConvolutionBackwardData");
+    if (dx && !p->bf16)
+        backward_data_fp32(be, p, w, dy, dx);
     if (dw && !p->bf16)
-        cuda_dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &ONE, p->x, cuda_ptr(x), p->y, cuda_ptr(dy), p->conv,
-                                                      p->a.bwd_filter, c->workspace, c->workspace_bytes, &ONE, p->w,
-                                                      cuda_ptr(dw)),
-                       "cudnnConvolutionBackwardFilter");
+        backward_filter_fp32(be, p, x, dy, dw);
     if (db)
         cuda_bias_grad(be, cuda_ptr(dy), p->yshape.dim[0], p->yshape.dim[1], p->yshape.dim[2] * p->yshape.dim[3],
                        cuda_ptr(db));

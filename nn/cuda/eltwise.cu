@@ -1,7 +1,9 @@
 /*
  * eltwise.cu — the cuda backend's elementwise layers: ReLU, sigmoid, SiLU, the residual add
  * (optionally fused with the ReLU ending a ResNet block), squeeze-and-excitation's per-channel
- * product, L2-normalise, dropout, and the bias helpers the matrix products use.
+ * product, L2-normalise, dropout, and the bias and padding helpers the matrix products and
+ * convolutions use (an asymmetric padding's copy of x with its extra zeros, and the crop of its
+ * gradient back into dx: dnn.c).
  *
  * Each element is one thread's (grid-stride loops), so results do not depend on the launch
  * shape, and they equal the cpu backend's: the same float operations in the same order
@@ -399,6 +401,48 @@ extern "C" void cuda_bias_add(eng_backend *be, float *y, const float *b, int64_t
 {
     int64_t total = n * c * s;
     bias_add_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream(be)>>>(y, b, total, c, s);
+    CUDA_LAUNCHED();
+}
+
+/* ---- asymmetric padding (dnn.c) ------------------------------------------------------------------- */
+
+/* One thread per element of the padded planes (h + eh rows of w + ew): x's value, or 0 in the
+ * extra rows and columns. */
+__global__ static void pad_kernel(const float *x, float *xp, int64_t total, int64_t h, int64_t w, int64_t eh,
+                                  int64_t ew)
+{
+    int64_t pw = w + ew, ph = h + eh;
+    GRID_STRIDE(i, total)
+    {
+        int64_t col = i % pw, row = (i / pw) % ph, plane = i / (pw * ph);
+        xp[i] = row < h && col < w ? x[(plane * h + row) * w + col] : 0.0f;
+    }
+}
+
+/* One thread per element of dx: dx += the same row and column of the padded gradient. */
+__global__ static void crop_add_kernel(const float *dxp, float *dx, int64_t total, int64_t h, int64_t w, int64_t eh,
+                                       int64_t ew)
+{
+    GRID_STRIDE(i, total)
+    {
+        int64_t col = i % w, row = (i / w) % h, plane = i / (w * h);
+        dx[i] = __fadd_rn(dx[i], dxp[(plane * (h + eh) + row) * (w + ew) + col]);
+    }
+}
+
+extern "C" void cuda_pad_bottom_right(eng_backend *be, const float *x, float *xp, int64_t planes, int64_t h,
+                                      int64_t w, int64_t eh, int64_t ew)
+{
+    int64_t total = planes * (h + eh) * (w + ew);
+    pad_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream(be)>>>(x, xp, total, h, w, eh, ew);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_crop_add(eng_backend *be, const float *dxp, float *dx, int64_t planes, int64_t h, int64_t w,
+                              int64_t eh, int64_t ew)
+{
+    int64_t total = planes * h * w;
+    crop_add_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream(be)>>>(dxp, dx, total, h, w, eh, ew);
     CUDA_LAUNCHED();
 }
 

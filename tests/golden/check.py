@@ -53,6 +53,7 @@ GENERATORS = (
     "make_collate_fixtures.py", "make_nn_fixtures.py", "make_nn_conv_fixtures.py",
     "make_nn_norm_fixtures.py", "make_nn_pool_fixtures.py", "make_heads_fixtures.py",
     "make_resnet_fixtures.py", "make_resnet_ln_fixtures.py", "make_regnet_fixtures.py",
+    "make_efficientnet_fixtures.py", "make_alexnet_fixtures.py",
     "make_complexity_fixtures.py", "make_model_fixtures.py", "make_loss_fixtures.py", "make_optim_fixtures.py",
     "make_train_fixtures.py", "make_extract_fixtures.py", "make_knn_fixtures.py",
     "make_svm_fixtures.py", "make_svm_solver_fixtures.py", "make_ddp_fixtures.py",

@@ -5,7 +5,8 @@
 Each conv case saves its input x, weight w (and bias b), the output y, an upstream gradient dy,
 and autograd's dx, dw (db) as float32 .npy files in tests/golden/fixtures/nn/ named
 conv_CASE_TENSOR.npy, plus conv_CASE_geom.npy: [stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
-groups] as float32. Batch norm cases save x, gamma, beta, running stats before (rm0, rv0) and
+groups] as float32, and for the asymmetric ("same") cases conv_same_* two more entries, pad_extra_h and
+pad_extra_w. Batch norm cases save x, gamma, beta, running stats before (rm0, rv0) and
 after (rm1, rv1) one training step, y, dy and dx, dgamma, dbeta (bn_CASE_TENSOR.npy); the eval
 case saves x, gamma, beta, rm, rv, y. Shapes are small and odd on purpose.
 
@@ -35,6 +36,21 @@ def conv(case, x_shape, w_shape, stride, pad, dil, groups, bias):
     geom = [stride, stride, pad, pad, dil, dil, groups]
     extra = dict(b=b, db=b.grad) if bias else {}
     save(f"conv_{case}", x=x, w=w, y=y, dy=dy, dx=x.grad, dw=w.grad, geom=geom, **extra)
+
+
+def conv_same(case, x_shape, w_shape, stride, pads, groups):
+    """TensorFlow's "same" padding as ClassyVision's Conv2dSamePadding computes it: F.pad by
+    pads = (left, right, top, bottom), then an unpadded convolution; autograd's dx is the gradient
+    of the unpadded x. The engine's geometry: pad = (top, left), pad_extra = (bottom − top,
+    right − left)."""
+    left, right, top, bottom = pads
+    x = torch.randn(*x_shape, requires_grad=True)
+    w = torch.randn(*w_shape, requires_grad=True)
+    y = F.conv2d(F.pad(x, (left, right, top, bottom)), w, stride=stride, groups=groups)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    geom = [stride, stride, top, left, 1, 1, groups, bottom - top, right - left]
+    save(f"conv_same_{case}", x=x, w=w, y=y, dy=dy, dx=x.grad, dw=w.grad, geom=geom)
 
 
 def bn_train(case, x_shape):
@@ -87,6 +103,12 @@ def main():
     conv("point_down", (5, 8, 2, 2), (12, 8, 1, 1), 2, 0, 1, 1, False)  # its shortcut: reads pixel (0, 0) only
     conv("point_dil", (3, 4, 3, 3), (6, 4, 3, 3), 1, 1, 2, 1, False)  # dilated: the corners and centre of 3 x 3
     conv("point_bias", (3, 4, 1, 1), (6, 4, 3, 3), 1, 1, 1, 1, True)  # a bias keeps oneDNN's path
+    # TensorFlow's "same" padding (EfficientNet): the odd total's extra zero goes below and right.
+    conv_same("s2", (2, 4, 8, 8), (6, 4, 3, 3), 2, (0, 1, 0, 1), 1)  # 3x3/2 on 8x8: 0 above, 1 below
+    conv_same("dw5_s2", (2, 6, 8, 8), (6, 1, 5, 5), 2, (1, 2, 1, 2), 6)  # depthwise 5x5/2: 1 above, 2 below
+    conv_same("sym", (2, 4, 8, 8), (5, 4, 3, 3), 1, (1, 1, 1, 1), 1)  # 3x3/1: symmetric, for contrast
+    conv_same("rect", (2, 4, 8, 7), (6, 4, 3, 3), 2, (1, 1, 0, 1), 1)  # rows 0/1, columns 1/1: h and w apart
+    conv_same("point_s2", (3, 4, 2, 2), (5, 4, 3, 3), 2, (0, 1, 0, 1), 1)  # 2x2 -> 1x1: the cpu's product path
     print(f"make_nn_conv_fixtures: wrote to {OUT} (torch {torch.__version__})")
 
 

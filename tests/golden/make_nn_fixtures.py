@@ -84,6 +84,24 @@ def channel_scale():
     save("channel_scale", x=x, s=s, y=y, dy=dy, dx=x.grad, ds=s.grad)
 
 
+def lrn_case(case, shape, scale, size, alpha, beta, k):
+    x = (torch.randn(*shape) * scale).requires_grad_(True)
+    y = F.local_response_norm(x, size, alpha=alpha, beta=beta, k=k)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    save(case, x=x, y=y, dy=dy, dx=x.grad)
+
+
+def lrn():
+    """LocalResponseNorm across channels. "lrn": AlexNet's (5, 1e-4, 0.75, 1) on inputs ×100, where
+    the scale term k + α/5·Σx² is about 2 (far from 1, so x/s^β is not x), on 16 channels (oneDNN's
+    JIT kernels, which keep a workspace, take a multiple of 8). "lrn_strong": (5, 0.5, 0.75, 2) on
+    unit inputs and 7 channels (oneDNN's reference kernels), where the backward's cross-channel
+    term is as large as its own term."""
+    lrn_case("lrn", (2, 16, 5, 7), 100.0, 5, 1e-4, 0.75, 1.0)
+    lrn_case("lrn_strong", (3, 7, 4, 5), 1.0, 5, 0.5, 0.75, 2.0)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(0)
@@ -93,6 +111,7 @@ def main():
     sigmoid()
     silu()
     channel_scale()
+    lrn()
     print(f"make_nn_fixtures: wrote {len(os.listdir(OUT))} files to {OUT} (torch {torch.__version__})")
 
 

@@ -36,6 +36,8 @@
  *   relu, add, add_relu, l2norm, dropout,            1e-5   elementwise, or sums short or
  *   sigmoid, silu (expf within 2 ulp on either),            taken in double: float rounding
  *   channel_scale (ds summed in double),                    of a few operations
+ *   lrn (fwd, bwd: ≤ size squares and a power each,
+ *   in oneDNN's order on the cpu, PyTorch's on cuda),
  *   sgd_step_many, adam_step_many, sum_squares(_many),
  *   info_nce, cross_entropy, bce_logits,
  *   soft_cross_entropy, maxpool, avgpool, adaptive
@@ -155,6 +157,7 @@ typedef struct {
     int64_t o;          /* conv's and linear's outputs; sinkhorn's queue rows */
     int64_t kh, kw;     /* conv's kernel, a pool's window */
     int64_t stride, pad, dil, groups;
+    int64_t extra[2];   /* conv's pad_extra: zero rows below, columns right (TensorFlow's "same") */
     int64_t oh, ow;     /* an adaptive pool's output plane */
     int64_t step;       /* dropout's step; sinkhorn's iterations */
     int variant;        /* an op's numbered variant (optimizer settings, masks, ignore_index) */
@@ -864,7 +867,8 @@ static void soft_cross_entropy(ctx *c)
 static eng_conv_desc conv_desc(const params *p)
 {
     return (eng_conv_desc){.stride = {p->stride, p->stride}, .pad = {p->pad, p->pad},
-                           .dilation = {p->dil, p->dil}, .groups = p->groups};
+                           .dilation = {p->dil, p->dil}, .groups = p->groups,
+                           .pad_extra = {p->extra[0], p->extra[1]}};
 }
 
 static eng_shape conv_weight_shape(const params *p)
@@ -1123,6 +1127,38 @@ static void ln_bwd(ctx *c)
     check(c, "dx", dx);
     check(c, "dgamma", dgamma);
     check(c, "dbeta", dbeta);
+}
+
+/* ---- local response normalisation ------------------------------------------------------------- */
+
+/* The layers a case's variant names: AlexNet's (on inputs ±100, so the scale term is far from
+ * 1), a strong one (the backward's cross-channel term as large as its own), another window and
+ * β, and a window of 1. */
+static const eng_lrn_desc LRN_DESCS[] = {
+    {.size = 5, .alpha = 1e-4, .beta = 0.75, .k = 1.0},
+    {.size = 5, .alpha = 0.5, .beta = 0.75, .k = 2.0},
+    {.size = 3, .alpha = 1.0, .beta = 0.5, .k = 1.0},
+    {.size = 1, .alpha = 0.3, .beta = 0.75, .k = 1.0},
+};
+
+static float lrn_range(const ctx *c) { return c->p->variant == 0 ? 100.0f : 2.0f; }
+
+static void lrn_fwd(ctx *c)
+{
+    eng_shape s = act_shape(c->p);
+    float r = lrn_range(c);
+    eng_tensor *x = input(c, s, -r, r), *y = output(c, s);
+    eng_lrn_forward(c->be, &LRN_DESCS[c->p->variant], x, y);
+    check(c, "y", y);
+}
+
+static void lrn_bwd(ctx *c)
+{
+    eng_shape s = act_shape(c->p);
+    float r = lrn_range(c);
+    eng_tensor *x = input(c, s, -r, r), *dy = input(c, s, -1, 1), *dx = grad(c, s, 1);
+    eng_lrn_backward(c->be, &LRN_DESCS[c->p->variant], x, dy, dx);
+    check(c, "dx", dx);
 }
 
 /* ---- pooling ------------------------------------------------------------------------------------ */
@@ -1390,6 +1426,43 @@ static const test_case CASES[] = {
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_BF16, {RES, .o = 64, K(3), .pad = 1,
                                                   .flags = F_RESID | F_RELU | F_NATIVE | F_BF16}},
 
+    /* TensorFlow's "same" padding: pad above and left, pad + extra below and right (EfficientNet's
+     * stride-2 convolutions; cuda pads x into scratch, the cpu hands oneDNN its right padding) */
+    {"conv_fwd", conv_fwd, TOL_GEMM, {NCHW(2, 4, 8, 8), .o = 6, K(3), .stride = 2, .extra = {1, 1}}},
+    {"conv_fwd", conv_fwd, TOL_GEMM, {NCHW(2, 6, 8, 8), .o = 6, K(5), .stride = 2, .pad = 1, .groups = 6,
+                                      .extra = {1, 1}}},
+    {"conv_fwd", conv_fwd, TOL_GEMM, {NCHW(2, 4, 8, 7), .o = 6, K(3), .stride = 2, .extra = {1, 2},
+                                      .flags = F_BIAS}},
+    {"conv_fwd", conv_fwd, TOL_GEMM, {NCHW(5, 8, 2, 2), .o = 12, K(3), .stride = 2, .extra = {1, 1},
+                                      .note = "one_pixel"}},
+    {"conv_fwd", conv_fwd, TOL_GEMM, {NCHW(2, 96, 112, 112), .o = 96, K(3), .stride = 2, .groups = 96,
+                                      .extra = {1, 1}, .note = "effnet_dw3"}},
+    {"conv_fwd", conv_fwd, TOL_GEMM, {NCHW(2, 144, 28, 28), .o = 144, K(5), .stride = 2, .pad = 1, .groups = 144,
+                                      .extra = {1, 1}, .note = "effnet_dw5"}},
+    {"conv_bwd", conv_bwd, TOL_GEMM, {NCHW(2, 4, 8, 8), .o = 6, K(3), .stride = 2, .extra = {1, 1}}},
+    {"conv_bwd", conv_bwd, TOL_GEMM, {NCHW(2, 6, 8, 8), .o = 6, K(5), .stride = 2, .pad = 1, .groups = 6,
+                                      .extra = {1, 1}}},
+    {"conv_bwd", conv_bwd, TOL_GEMM, {NCHW(2, 4, 8, 7), .o = 6, K(3), .stride = 2, .extra = {1, 2},
+                                      .flags = F_BIAS}},
+    {"conv_bwd", conv_bwd, TOL_GEMM, {NCHW(2, 4, 8, 7), .o = 6, K(3), .stride = 2, .extra = {1, 2},
+                                      .flags = F_NODX}},
+    {"conv_bwd", conv_bwd, TOL_GEMM, {NCHW(5, 8, 2, 2), .o = 12, K(3), .stride = 2, .extra = {1, 1},
+                                      .note = "one_pixel"}},
+    {"conv_bwd", conv_bwd, TOL_GEMM, {NCHW(2, 96, 112, 112), .o = 96, K(3), .stride = 2, .groups = 96,
+                                      .extra = {1, 1}, .note = "effnet_dw3"}},
+    {"conv_bwd", conv_bwd, TOL_GEMM, {NCHW(2, 144, 28, 28), .o = 144, K(5), .stride = 2, .pad = 1, .groups = 144,
+                                      .extra = {1, 1}, .note = "effnet_dw5"}},
+    {"conv_fwd", conv_fwd, TOL_BF16, {NCHW(2, 6, 8, 8), .o = 6, K(5), .stride = 2, .pad = 1, .groups = 6,
+                                      .extra = {1, 1}, .flags = F_BF16}},
+    {"conv_bwd", conv_bwd, TOL_BF16, {NCHW(2, 6, 8, 8), .o = 6, K(5), .stride = 2, .pad = 1, .groups = 6,
+                                      .extra = {1, 1}, .flags = F_BF16}},
+    {"conv_bwd", conv_bwd, TOL_BF16, {NCHW(2, 4, 8, 7), .o = 6, K(3), .stride = 2, .extra = {1, 2},
+                                      .flags = F_NODX | F_BF16}},
+    {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {NCHW(2, 16, 8, 8), .o = 32, K(3), .stride = 2, .extra = {1, 1},
+                                                  .flags = F_RELU}},
+    {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {NCHW(2, 16, 8, 8), .o = 32, K(3), .stride = 2, .extra = {1, 1},
+                                                  .flags = F_RESID | F_RELU | F_NATIVE}},
+
     {"bn_fwd_train", bn_fwd_train, TOL_FP32, {ODD}},
     {"bn_fwd_train", bn_fwd_train, TOL_SUM, {RES}},
     {"bn_fwd_train", bn_fwd_train, TOL_FP32, {NC(7, 5)}},
@@ -1434,6 +1507,20 @@ static const test_case CASES[] = {
     {"layernorm_bwd", ln_bwd, TOL_FP32, {NC(7, 5)}},
     {"layernorm_bwd", ln_bwd, TOL_FP32, {ODD, .flags = F_NOAFFINE | F_NODB}},
     {"layernorm_bwd", ln_bwd, TOL_FP32, {ODD, .flags = F_NODX}},
+
+    {"lrn_fwd", lrn_fwd, TOL_FP32, {ODD, .note = "alexnet"}},
+    {"lrn_fwd", lrn_fwd, TOL_FP32, {ODD, .variant = 1, .note = "strong"}},
+    {"lrn_fwd", lrn_fwd, TOL_FP32, {NCHW(3, 3, 5, 4), .variant = 2, .note = "window3"}},
+    {"lrn_fwd", lrn_fwd, TOL_FP32, {NCHW(2, 16, 6, 5), .variant = 3, .note = "window1"}},
+    {"lrn_fwd", lrn_fwd, TOL_FP32, {NCHW(8, 96, 55, 55), .note = "alexnet_lrn1"}},
+    {"lrn_fwd", lrn_fwd, TOL_FP32, {NCHW(8, 256, 27, 27), .note = "alexnet_lrn2"}},
+    {"lrn_bwd", lrn_bwd, TOL_FP32, {ODD, .note = "alexnet"}},
+    {"lrn_bwd", lrn_bwd, TOL_FP32, {ODD, .variant = 1, .note = "strong"}},
+    {"lrn_bwd", lrn_bwd, TOL_FP32, {NCHW(3, 3, 5, 4), .variant = 2, .note = "window3"}},
+    {"lrn_bwd", lrn_bwd, TOL_FP32, {NCHW(2, 16, 6, 5), .variant = 3, .note = "window1"}},
+    {"lrn_bwd", lrn_bwd, TOL_FP32, {NCHW(2, 16, 6, 5), .variant = 1, .note = "strong"}},
+    {"lrn_bwd", lrn_bwd, TOL_FP32, {NCHW(8, 96, 55, 55), .note = "alexnet_lrn1"}},
+    {"lrn_bwd", lrn_bwd, TOL_FP32, {NCHW(8, 256, 27, 27), .note = "alexnet_lrn2"}},
 
     {"maxpool_fwd", maxpool_fwd, TOL_FP32, {STEM, K(3), .stride = 2, .pad = 1}},
     {"maxpool_fwd", maxpool_fwd, TOL_FP32, {STEM, K(3), .stride = 2, .pad = 1, .flags = F_NATIVE}},
@@ -1504,6 +1591,8 @@ static void case_label(int i, char *out, size_t size)
         sb_printf(&sb, ",d%lld", (long long)p->dil);
     if (p->groups > 1)
         sb_printf(&sb, ",g%lld", (long long)p->groups);
+    if (p->extra[0] || p->extra[1])
+        sb_printf(&sb, ",e%lldx%lld", (long long)p->extra[0], (long long)p->extra[1]);
     if (p->oh)
         sb_printf(&sb, ",out%lldx%lld", (long long)p->oh, (long long)p->ow);
     for (size_t k = 0; k < ARRAY_LEN(FLAG_WORDS); k++)

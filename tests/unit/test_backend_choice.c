@@ -138,5 +138,8 @@ Test(backend_choice, conv_keys_name_the_convolution_not_its_spelling)
     eng_conv_desc padded = {.pad = {1, 0}}, dilated = {.pad = {1, 1}, .dilation = {2, 2}};
     conv_key pw = conv_key_of(&padded, &x, &w, true, ENG_FP32), dl = conv_key_of(&dilated, &x, &w, true, ENG_FP32);
     cr_expect(!conv_key_equal(&a, &pw) && !conv_key_equal(&a, &dl));
+    eng_conv_desc same = {.pad = {1, 1}, .pad_extra = {1, 0}};
+    conv_key sm = conv_key_of(&same, &x, &w, true, ENG_FP32);
+    cr_expect(!conv_key_equal(&a, &sm), "extra zeros below make cuDNN see a taller input: another convolution");
 }
 #endif

@@ -516,3 +516,49 @@ Test(heads, swav_two_prototypes_gradients_match_finite_differences)
     o.num_clusters[1] = 3;
     head_fd(&o, eng_shape2(4, 6), "swav fd");
 }
+
+/* HEAD.BATCHNORM_EPS and HEAD.BATCHNORM_MOMENTUM reach every head's BatchNorm: one train forward
+ * of an mlp with use_bn moves the running mean by momentum × the batch mean (the running mean
+ * starts at 0), and the output is the batch normalised with that eps (γ = 1, β = 0 at init). */
+Test(heads, batchnorm_eps_and_momentum_come_from_the_options)
+{
+    eng_backend *be = nnt_open_cpu();
+    head_options o = head_defaults(HEAD_MLP);
+    o.dims[0] = 3, o.dims[1] = 2, o.ndims = 2, o.use_bn = true, o.bn_eps = 0.5, o.bn_momentum = 0.001;
+    char *err = NULL;
+    head *h = head_new(be, &o, 1, &err);
+    cr_assert(h, "%s", err);
+    float *hx;
+    eng_tensor x = nnt_host_tensor(be, eng_shape2(4, 3), 5, &hx);
+    cr_assert_eq(head_plan(be, h, &x.shape, NULL), 0);
+    const eng_tensor *y = head_forward(be, h, &x, true);
+    float *hy = download(be, y);
+    /* the Linear's output, by hand, then its batch statistics */
+    const head_entry *w = head_entry_at(h, 0), *b = head_entry_at(h, 1);
+    float *hw = download(be, &w->value), *hb = download(be, &b->value);
+    for (int j = 0; j < 2; j++) {
+        double z[4], mean = 0, var = 0;
+        for (int n = 0; n < 4; n++) {
+            z[n] = hb[j];
+            for (int i = 0; i < 3; i++)
+                z[n] += (double)hw[j * 3 + i] * hx[n * 3 + i];
+            mean += z[n] / 4;
+        }
+        for (int n = 0; n < 4; n++)
+            var += (z[n] - mean) * (z[n] - mean) / 4;
+        for (int n = 0; n < 4; n++)
+            cr_expect_float_eq(hy[n * 2 + j], (z[n] - mean) / sqrt(var + 0.5), 1e-5, "output %d %d", n, j);
+        for (int e = 0; e < head_entry_count(h); e++) {
+            const head_entry *rm = head_entry_at(h, e);
+            if (!eng_name_ends_with(rm->name, "running_mean"))
+                continue;
+            float *hr = download(be, &rm->value);
+            cr_expect_float_eq(hr[j], 0.001 * mean, 1e-7, "running mean %d", j);
+            free(hr);
+        }
+    }
+    free(hx), free(hy), free(hw), free(hb);
+    eng_tensor_free(be, &x);
+    head_free(be, h);
+    eng_backend_close(be);
+}

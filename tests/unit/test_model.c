@@ -549,7 +549,19 @@ Test(model, configs_it_cannot_build_are_refused_with_their_line)
             "a pool op is AvgPool2d");
     refused("config:\n  MODEL:\n    FEATURE_EVAL_SETTINGS:\n      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [[res5, [AvgPool2d, [2, 1, 3]]]]\n",
             "half the kernel");
-    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: efficientnet\n", "builds the 'resnet' (ResNet/ResNeXt) and 'regnet'");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: vision_transformer\n",
+            "builds the 'resnet' (ResNet/ResNeXt), 'regnet', 'efficientnet', 'alexnet_bvlc'");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: efficientnet\n",
+            "EFFICIENT_NETS: the efficientnet trunk needs a model_version");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: efficientnet\n      TRUNK_PARAMS:\n        EFFICIENT_NETS:\n"
+            "          model_version: B9\n", "must be B0, B1, ... or B7");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: efficientnet\n      TRUNK_PARAMS:\n        EFFICIENT_NETS:\n"
+            "          model_version: B0\n          width: 2\n", "EfficientNet takes model_version");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: alexnet_rotnet\n    INPUT_TYPE: lab\n",
+            "only alexnet_colorization reads lab");
+    refused("config:\n  MODEL:\n    TRUNK:\n      NAME: alexnet_colorization\n",
+            "alexnet_colorization takes lab input only");
+    refused("config:\n  MODEL:\n    HEAD:\n      BATCHNORM_MOMENTUM: 2\n", "must be a number in [0, 1]");
     refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n", "the regnet trunk needs a `name`");
     refused("config:\n  MODEL:\n    TRUNK:\n      NAME: regnet\n      TRUNK_PARAMS:\n        REGNET: {name: regnet_y_400mf, "
             "depth: 4}\n", "give the name alone");

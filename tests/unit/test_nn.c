@@ -6,16 +6,17 @@
  * gradients for fixed inputs (fixtures/nn/CASE_TENSOR.npy); every layer must match them within
  * 1e-4 (forward) and 1e-3 (gradients) relative to the largest reference value, and sigmoid,
  * SiLU and the channel scale (PyTorch's float formulas, inputs up to ±100) within 1e-6 of each
- * element (forward) and 4e-6 (gradients), every element finite where PyTorch's is.
+ * element (forward) and 4e-6 (gradients), every element finite where PyTorch's is; local response
+ * normalisation (oneDNN's float formula in another order) within 2e-6 of the largest value.
  * Finite differences: for a loss L = Σ y·r with a fixed random r, every analytic gradient
  * element must match (L(θ+h) − L(θ−h)) / 2h, the loss summed in double: linear, L2 norm, ReLU
  * (inputs kept 0.1 from the kink), residual add, dropout (train mode, mask fixed by (seed, step)),
- * sigmoid, SiLU, channel scale (dx and ds).
+ * sigmoid, SiLU, channel scale (dx and ds), local response normalisation (windows of 1, 3, 5).
  * Dropout in train mode: exact 0 or x·(1/(1−p)), kept count within a binomial bound, the mask
  * replayed by backward and independent of the thread count.
  * Conventions of nn.h: gradients accumulate, NULL input gradients are skipped, dropout's mask
  * is a pure function of (seed, step, index), sigmoid runs in place, a wrong shape or a native
- * tensor aborts.
+ * tensor aborts, and so do an even LRN window and an LRN in place.
  */
 #include "nn.h"
 #include "npy.h"
@@ -27,6 +28,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -636,3 +638,110 @@ Test(nn, silu_refuses_a_native_tensor, .signal = SIGABRT)
     eng_silu_forward(be, &x, &x);
 }
 
+
+/* ---- local response normalisation -------------------------------------------------------------- */
+
+/* The fixtures' layers (make_nn_fixtures.py's lrn()): AlexNet's on inputs ×100, on 16 channels
+ * (oneDNN's JIT kernels and their workspace), and a strong one (α = 0.5, k = 2) on 7 channels
+ * (its reference kernels), where the backward's cross-channel term is as large as its own. */
+static const eng_lrn_desc LRN_ALEXNET = {.size = 5, .alpha = 1e-4, .beta = 0.75, .k = 1.0};
+static const eng_lrn_desc LRN_STRONG = {.size = 5, .alpha = 0.5, .beta = 0.75, .k = 2.0};
+
+/* oneDNN's float formula against PyTorch's: the same operations in another order (α/size·Σ
+ * against (Σ/size)·α, its own power), a few roundings of the largest value. */
+#define LRN_FWD_TOL 2e-6
+#define LRN_GRAD_TOL 2e-6
+
+/* Forward and backward as torch's; a second backward doubles dx exactly; one added onto torch's
+ * own dx gives twice torch's; a NULL dx is skipped. */
+static void lrn_case(const char *kase, const eng_lrn_desc *d)
+{
+    eng_backend *be = nnt_open_cpu();
+    nnt_fixture x = nnt_load(be, kase, "x"), y = nnt_load(be, kase, "y"), dy = nnt_load(be, kase, "dy"),
+                dx = nnt_load(be, kase, "dx");
+    eng_tensor out = nnt_zeros_like(be, &x.t), grad = nnt_zeros_like(be, &x.t);
+    char what[64];
+    eng_lrn_forward(be, d, &x.t, &out);
+    snprintf(what, sizeof what, "%s y", kase);
+    expect_golden_t(be, &out, &y, LRN_FWD_TOL, false, what);
+    eng_lrn_backward(be, d, &x.t, &dy.t, &grad);
+    snprintf(what, sizeof what, "%s dx", kase);
+    expect_golden_t(be, &grad, &dx, LRN_GRAD_TOL, false, what);
+    float *once = nnt_download(be, &grad);
+    eng_lrn_backward(be, d, &x.t, &dy.t, &grad);
+    expect_times(be, &grad, once, 2.0f, "lrn dx");
+    eng_lrn_backward(be, d, &x.t, &dy.t, NULL);
+    eng_copy(be, &dx.t, &grad);
+    eng_lrn_backward(be, d, &x.t, &dy.t, &grad);
+    float *sum = nnt_download(be, &grad);
+    for (size_t i = 0; i < x.a.count; i++)
+        sum[i] *= 0.5f;
+    expect_golden(sum, &dx, LRN_GRAD_TOL, false, "lrn dx added to a filled gradient, halved");
+    free(once), free(sum);
+    eng_tensor_free(be, &out), eng_tensor_free(be, &grad);
+    nnt_fixture *all[] = {&x, &y, &dy, &dx};
+    unload_all(be, all, ARRAY_LEN(all));
+    eng_backend_close(be);
+}
+
+Test(nn, lrn_alexnet_matches_torch_and_accumulates) { lrn_case("lrn", &LRN_ALEXNET); }
+Test(nn, lrn_strong_matches_torch_and_accumulates) { lrn_case("lrn_strong", &LRN_STRONG); }
+
+typedef struct {
+    const eng_lrn_desc *d;
+    eng_tensor *x, *y;
+} lrn_args;
+
+static void run_lrn(eng_backend *be, void *arg)
+{
+    lrn_args *a = arg;
+    eng_lrn_forward(be, a->d, a->x, a->y);
+}
+
+static void lrn_fd(const eng_lrn_desc *d, eng_shape xs, const char *what)
+{
+    eng_backend *be = nnt_open_cpu();
+    float *hx, *r;
+    eng_tensor x = nnt_host_tensor(be, xs, 88, &hx), dy = nnt_host_tensor(be, xs, 89, &r);
+    eng_tensor y = nnt_zeros_like(be, &x), gx = nnt_zeros_like(be, &x);
+    eng_lrn_backward(be, d, &x, &dy, &gx);
+    lrn_args a = {d, &x, &y};
+    check_fd(be, run_lrn, &a, &x, hx, &gx, &y, r, what);
+    eng_tensor *all[] = {&x, &dy, &y, &gx};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    free(hx), free(r);
+    eng_backend_close(be);
+}
+
+/* β = 0.75 (oneDNN's AVX-512 kernels, whose backward reads the recomputed forward's workspace) on
+ * 8 channels and, with a window of 3, on 5; a window wider than the 3 channels, clipped at both
+ * ends, with another β (its reference kernels); a window of 1 (x / (k + α·x²)^β, kept in nchw). */
+Test(nn, lrn_gradients_match_finite_differences)
+{
+    lrn_fd(&LRN_STRONG, eng_shape4(2, 8, 2, 3), "lrn dx, 8 channels");
+    lrn_fd(&(eng_lrn_desc){.size = 3, .alpha = 0.7, .beta = 0.75, .k = 1.5}, eng_shape4(2, 5, 2, 2),
+           "lrn dx, window 3");
+    lrn_fd(&(eng_lrn_desc){.size = 5, .alpha = 1.0, .beta = 0.5, .k = 1.0}, eng_shape4(2, 3, 3, 2),
+           "lrn dx, window past both ends");
+    lrn_fd(&(eng_lrn_desc){.size = 1, .alpha = 0.3, .beta = 0.75, .k = 1.0}, eng_shape4(1, 4, 2, 2),
+           "lrn dx, window 1");
+}
+
+/* An even window is one-sided in PyTorch and centred in oneDNN: refused, not answered twice. */
+Test(nn, lrn_refuses_an_even_size, .signal = SIGABRT)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_tensor x = eng_tensor_new(be, eng_shape4(1, 8, 2, 2)), y = eng_tensor_new(be, x.shape);
+    eng_zero(be, &x);
+    eng_lrn_forward(be, &(eng_lrn_desc){.size = 4, .alpha = 1e-4, .beta = 0.75, .k = 1.0}, &x, &y);
+}
+
+/* Each output reads its neighbours' inputs: y = x would read values already normalised. */
+Test(nn, lrn_refuses_to_run_in_place, .signal = SIGABRT)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_tensor x = eng_tensor_new(be, eng_shape4(1, 8, 2, 2));
+    eng_zero(be, &x);
+    eng_lrn_forward(be, &LRN_ALEXNET, &x, &x);
+}

@@ -6,7 +6,9 @@
  * and running statistics (fixtures/nn/conv_* and bn_*); each must match within 1e-4
  * (forward) and 1e-3 (gradients) relative to the largest reference value, as in test_nn.c.
  * Conv cases: 3×3 with bias, the 7×7/2 ResNet stem, a 1×1/2 downsample (odd and even input),
- * groups = 4, dilation 2.
+ * groups = 4, dilation 2; TensorFlow's "same" padding (pad_extra: PyTorch's F.pad then an
+ * unpadded convolution) on a 3×3/2, a depthwise 5×5/2, a symmetric 3×3/1 for contrast, rows and
+ * columns padded apart, and a 2×2 → 1×1 one that takes the cpu's matrix-product backward.
  * Finite differences: for L = Σ y·r, each analytic gradient element must match central
  * differences of L (summed in double). Conventions: gradients accumulate, NULL skips.
  * NN_CONV_VERBOSE=1 prints every measured error.
@@ -38,12 +40,15 @@ static void expect_close(eng_backend *be, const eng_tensor *got, const nnt_fixtu
 
 /* ---- convolution against PyTorch ---------------------------------------------------------- */
 
+/* Seven entries, or nine with pad_extra (the conv_same_* cases). */
 static eng_conv_desc geom_of(const nnt_fixture *g)
 {
     const float *v = g->a.data;
-    cr_assert_eq(g->a.count, 7u);
+    cr_assert(g->a.count == 7u || g->a.count == 9u, "geom: %zu entries", g->a.count);
     eng_conv_desc d = {.stride = {(int64_t)v[0], (int64_t)v[1]}, .pad = {(int64_t)v[2], (int64_t)v[3]},
                        .dilation = {(int64_t)v[4], (int64_t)v[5]}, .groups = (int64_t)v[6]};
+    if (g->a.count == 9u)
+        d.pad_extra[0] = (int64_t)v[7], d.pad_extra[1] = (int64_t)v[8];
     return d;
 }
 
@@ -100,6 +105,12 @@ Test(nn_conv, conv3x3_stride2_to_one_pixel_matches_torch) { conv_case("point_s2"
 Test(nn_conv, shortcut_1x1_stride2_to_one_pixel_matches_torch) { conv_case("point_down", false); }
 Test(nn_conv, dilated_conv_to_one_pixel_matches_torch) { conv_case("point_dil", false); }
 Test(nn_conv, conv_to_one_pixel_with_bias_matches_torch) { conv_case("point_bias", true); }
+/* TensorFlow's "same" padding: the odd total's extra zero below and right (pad_extra). */
+Test(nn_conv, same_padding_3x3_stride2_matches_torch) { conv_case("same_s2", false); }
+Test(nn_conv, same_padding_depthwise_5x5_stride2_matches_torch) { conv_case("same_dw5_s2", false); }
+Test(nn_conv, same_padding_symmetric_3x3_matches_torch) { conv_case("same_sym", false); }
+Test(nn_conv, same_padding_rows_and_columns_apart_matches_torch) { conv_case("same_rect", false); }
+Test(nn_conv, same_padding_to_one_pixel_matches_torch) { conv_case("same_point_s2", false); }
 
 /* Backward twice doubles every gradient; dx NULL skips backward-data and leaves dw right;
  * db NULL on a plan with a bias is allowed (pass bias = false for a case without one). */
@@ -148,6 +159,22 @@ Test(nn_conv, one_pixel_gradients_accumulate_and_null_skips)
     accumulate_case("point_s2", false);
     accumulate_case("point_down", false); /* x gathered: dx through the scatter-add */
 }
+Test(nn_conv, same_padding_gradients_accumulate_and_null_skips)
+{
+    accumulate_case("same_s2", false);
+    accumulate_case("same_dw5_s2", false);
+    accumulate_case("same_point_s2", false);
+}
+
+/* The output size counts the extra zeros: a 3×3/2 on 8×8 is 3×3 without them, 4×4 with one. */
+Test(nn_conv, output_shape_counts_pad_extra)
+{
+    eng_shape x = eng_shape4(1, 2, 8, 8), w = eng_shape4(3, 2, 3, 3);
+    eng_conv_desc plain = {.stride = {2, 2}}, same = {.stride = {2, 2}, .pad_extra = {1, 0}};
+    eng_shape a = eng_conv_output_shape(&x, &w, &plain), b = eng_conv_output_shape(&x, &w, &same);
+    cr_expect(a.dim[2] == 3 && a.dim[3] == 3, "unpadded: %lldx%lld", (long long)a.dim[2], (long long)a.dim[3]);
+    cr_expect(b.dim[2] == 4 && b.dim[3] == 3, "one extra row: %lldx%lld", (long long)b.dim[2], (long long)b.dim[3]);
+}
 
 /* ---- finite differences ---------------------------------------------------------------------- */
 
@@ -195,6 +222,30 @@ Test(nn_conv, conv_gradients_match_finite_differences)
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
         eng_tensor_free(be, all[i]);
     free(hx), free(hw), free(hb), free(r);
+    eng_backend_close(be);
+}
+
+/* The same with pad_extra, rows and columns unlike (EfficientNet's depthwise stride 2 and more). */
+Test(nn_conv, same_padding_gradients_match_finite_differences)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_conv_desc d = {.stride = {2, 2}, .pad = {1, 0}, .groups = 4, .pad_extra = {1, 2}};
+    float *hx, *hw, *r;
+    eng_tensor x = nnt_host_tensor(be, eng_shape4(2, 4, 6, 5), 15, &hx),
+               w = nnt_host_tensor(be, eng_shape4(4, 1, 5, 3), 16, &hw);
+    eng_shape ys = eng_conv_output_shape(&x.shape, &w.shape, &d);
+    eng_tensor dy = nnt_host_tensor(be, ys, 17, &r), y = nnt_zeros_like(be, &dy);
+    eng_tensor gx = nnt_zeros_like(be, &x), gw = nnt_zeros_like(be, &w);
+    eng_plan *plan = eng_conv_plan(be, &d, &x.shape, &w.shape, false);
+    eng_conv_backward(be, plan, &x, &w, &dy, &gx, &gw, NULL);
+    conv_args a = {plan, &x, &w, NULL, &y};
+    check_fd(be, run_conv, &a, &x, hx, &gx, &y, r, "same conv fd dx");
+    check_fd(be, run_conv, &a, &w, hw, &gw, &y, r, "same conv fd dw");
+    eng_plan_free(be, plan);
+    eng_tensor *all[] = {&x, &w, &dy, &y, &gx, &gw};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        eng_tensor_free(be, all[i]);
+    free(hx), free(hw), free(r);
     eng_backend_close(be);
 }
 

@@ -212,6 +212,9 @@ static const conv_case CONV_CASES[] = {
     {"1x1/2 downsample 32->64", 3, 32, 9, 8, 64, 1, {.stride = {2, 2}}},
     {"3x3 groups 4", 2, 32, 7, 7, 32, 3, {.pad = {1, 1}, .groups = 4}},
     {"3x3 odd channels", 1, 5, 6, 7, 7, 3, {.pad = {1, 1}}},
+    {"3x3/2 TensorFlow same, 0 above, 1 below", 2, 16, 8, 8, 32, 3, {.stride = {2, 2}, .pad_extra = {1, 1}}},
+    {"5x5/2 depthwise TensorFlow same, 1 above, 2 below", 2, 16, 8, 8, 16, 5,
+     {.stride = {2, 2}, .pad = {1, 1}, .groups = 16, .pad_extra = {1, 1}}},
 };
 
 /* A case's input, weight and output shapes, and its plan. */

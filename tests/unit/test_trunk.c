@@ -3,8 +3,13 @@
  * (MODEL.ACTIVATION_CHECKPOINTING) gives bit for bit the gradients and the running statistics of
  * the run that keeps every activation, with less activation memory, whatever the number of
  * segments and whatever the blocks are (ResNet's, RegNet's with squeeze-excitation and SiLU,
- * blocks without a shortcut). TRUNK_VERBOSE=1 prints the memory figures.
+ * blocks without a shortcut). TRUNK_VERBOSE=1 prints the memory figures. And VISSL's own config
+ * files for the AlexNet and EfficientNet trunks (linear and SVM benchmarks, SimCLR's and SwAV's
+ * model files) compose, build their model and plan it at their input size: every head takes the
+ * feature width its config says.
  */
+#include "config.h"
+#include "model.h"
 #include "nn.h"
 #include "trunk.h"
 #include "util.h"
@@ -104,4 +109,80 @@ Test(trunk, activation_checkpointing_comes_from_the_config)
     o = nnt_model_options("config:\n  MODEL:\n    ACTIVATION_CHECKPOINTING:\n"
                           "      NUM_ACTIVATION_CHECKPOINTING_SPLITS: 3\n", NULL);
     cr_expect_eq(o.trunk.resnet.checkpoint_splits, 0, "USE_ACTIVATION_CHECKPOINTING is off by default");
+}
+
+/* ---- VISSL's config files for the other trunks ---------------------------------------------- */
+
+/* `base` with `+config/<group>=<model>` composed on top, as VISSL's command lines do it. */
+static model_options compose_with_model(const char *base, const char *group, const char *file_name)
+{
+    char *override = xasprintf("+config/%s=%s", group, file_name), *file = test_path(base), *dir = test_path("configs");
+    char *overrides[] = {override};
+    cfg_t cfg = {0};
+    cfg_err err;
+    cfg_options opt = {.configs_dir = dir, .check_paths = false};
+    cr_assert(cfg_compose(&cfg, &opt, file, 1, overrides, &err), "%s + %s: %s", base, file_name, err.msg);
+    model_options o;
+    cr_assert(model_options_from_config(cfg_path(cfg.root, "config.MODEL"), &o, &err), "%s: %s", file_name, err.msg);
+    cfg_destroy(&cfg);
+    free(override), free(file), free(dir);
+    return o;
+}
+
+/* Build the model and plan it for one image of `size` px: the heads' widths must fit. */
+static void expect_plans(const model_options *o, int64_t size, const char *what)
+{
+    eng_backend *be = nnt_open_cpu();
+    char *err = NULL;
+    model *m = model_new(be, o, 1, &err);
+    cr_assert(m, "%s: %s", what, err);
+    eng_shape in = eng_shape4(2, 3, size, size);
+    cr_expect_eq(model_plan(be, m, &in, 1, &err), 0, "%s at %lld px: %s", what, (long long)size, err);
+    model_free(be, m);
+    eng_backend_close(be);
+}
+
+Test(trunk, vissl_alexnet_benchmark_configs_build_and_plan, .timeout = 300)
+{
+    static const char *const MODELS[] = {"alexnet_bvlc_supervised", "alexnet_colorization", "alexnet_deepcluster",
+                                         "alexnet_jigsaw", "alexnet_rotnet"};
+    static const char *const BENCH[][2] = {
+        {"configs/benchmark/linear_image_classification/imagenet1k/eval_alexnet_8gpu_transfer_in1k_linear.yaml",
+         "benchmark/linear_image_classification/imagenet1k/models"},
+        {"configs/benchmark/linear_image_classification/voc07/eval_alexnet_8gpu_transfer_voc07_svm.yaml",
+         "benchmark/linear_image_classification/voc07/models"},
+    };
+    for (size_t b = 0; b < ARRAY_LEN(BENCH); b++)
+        for (size_t i = 0; i < ARRAY_LEN(MODELS); i++) {
+            model_options o = compose_with_model(BENCH[b][0], BENCH[b][1], MODELS[i]);
+            cr_expect_eq(o.trunk.kind, TRUNK_ALEXNET, "%s", MODELS[i]);
+            /* HEAD.BATCHNORM_MOMENTUM: the base file's 0.1, the Caffe2 models' files' 0.001 */
+            bool caffe2_bn = b == 0 && (strstr(MODELS[i], "bvlc") || strstr(MODELS[i], "jigsaw"));
+            cr_expect_float_eq(o.heads[0].chain[0].bn_momentum, caffe2_bn ? 0.001 : 0.1, 1e-12, "%s", MODELS[i]);
+            /* the model files' crops: 227 px for the Caffe2 models (bvlc, colorization, jigsaw) */
+            bool crop227 = !strstr(MODELS[i], "rotnet") && !strstr(MODELS[i], "deepcluster");
+            expect_plans(&o, crop227 ? 227 : 224, MODELS[i]);
+        }
+}
+
+Test(trunk, vissl_efficientnet_configs_build_and_plan, .timeout = 300)
+{
+    model_options o = compose_with_model(
+        "configs/benchmark/linear_image_classification/imagenet1k/eval_resnet_8gpu_transfer_in1k_linear.yaml",
+        "benchmark/linear_image_classification/imagenet1k/models", "efficientNet_B0");
+    cr_assert_eq(o.trunk.kind, TRUNK_EFFICIENTNET);
+    cr_expect_eq(efficientnet_block_count(&o.trunk.efficientnet), 16);
+    expect_plans(&o, 224, "efficientNet_B0 linear");
+    static const char *const PRETRAIN[][2] = {{"configs/pretrain/simclr/simclr_8node_resnet.yaml", "pretrain/simclr/models"},
+                                              {"configs/pretrain/swav/swav_8node_resnet.yaml", "pretrain/swav/models"}};
+    static const int64_t WIDTH[] = {1280, 1280, 1408}; /* scale_width(1280) for B0, B1, B2 */
+    for (size_t p = 0; p < ARRAY_LEN(PRETRAIN); p++)
+        for (int v = 0; v < 3; v++) {
+            char *name = xasprintf("efficientnet_B%d", v);
+            o = compose_with_model(PRETRAIN[p][0], PRETRAIN[p][1], name);
+            cr_expect_eq(o.trunk.kind, TRUNK_EFFICIENTNET, "%s", name);
+            cr_expect_eq(o.heads[0].chain[0].dims[0], WIDTH[v], "%s: the head's input", name);
+            cr_expect_eq(efficientnet_scale_width(1280, &o.trunk.efficientnet), WIDTH[v], "%s", name);
+            free(name);
+        }
 }

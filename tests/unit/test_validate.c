@@ -325,7 +325,7 @@ Test(validate, the_extractors_checks_are_made_before_it_starts, .timeout = 60)
     rc = config_cmd("validate", "quickstart/extract_features",
                     SYNTHETIC_DATA " config.MODEL.TRUNK.NAME=efficientnet", &out);
     cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "config.MODEL.TRUNK.NAME"), "%s", out);
+    cr_expect(strstr(out, "EFFICIENT_NETS: the efficientnet trunk needs a model_version"), "%s", out);
     free(out);
     expect_run_refused("quickstart/extract_features", "config.CHECKPOINT.DIR=/etc/passwd/f",
                        "/etc/passwd is not a folder");

@@ -1,0 +1,670 @@
+#!/usr/bin/python3
+"""make_alexnet_fixtures.py — VISSL's five AlexNet trunks, for the C AlexNet trunks (nn/alexnet.c,
+tests/unit/test_alexnet.c).
+
+VISSL is not installed here, so its trunks are re-stated below from vissl/models/trunks/
+alexnet_{bvlc,colorization,deepcluster,jigsaw,rotnet}.py (v0.1.5): the same nn.Sequential blocks
+in a `_feature_blocks` nn.ModuleList and, for deepcluster, the `sobel` nn.Sequential (registered
+first, as VISSL registers it), so state_dict() names and order are VISSL's
+(`sobel.0.weight`, …, `_feature_blocks.0.0.weight`, `_feature_blocks.4.1.running_var`). Two
+departures, both outside the modules: colorization's forward starts at the L channel (VISSL's
+trunk does torch.split(x, [1, 2], dim=1)[0] first; selfsup's model.c does that split, so the C
+trunk and these cases take N × 1 × H × W), and the features are written as N × (C·H·W).
+VISSL's `Flatten()` in these trunks is model_helpers.Flatten with its default dim=-1, i.e.
+torch.flatten(x, start_dim=-1): on a 4-D tensor that changes nothing, so VISSL's "flatten"
+feature is N × C × H × W (the same numbers, in the same order, as N × (C·H·W)). It is re-stated
+as it is (flops() = 0).
+
+No weights are stored: every parameter, BN running statistic, input image and upstream gradient is
+set by the closed formula of make_resnet_fixtures.py (same constants, formula_param /
+formula_buffer imported from it), a Weyl sequence computed in float64 and rounded to float32. Let
+u(i, k) = frac(i·ALPHA + k·BETA) for flat element index i of tensor k:
+  4-D conv weight (parameter k)  sqrt(6/fan_in)·(2u−1), fan_in = shape[1]·shape[2]·shape[3]
+                                 (grouped convs: shape[1] is the group's input width)
+  1-D parameter named *weight    1 + 0.25·(2u−1)                 (BN weight)
+  other 1-D parameter            0.1·(2u−1)                      (conv bias, BN bias)
+  running_mean / running_var     (k = buffer index) 0.1·(2u−1) / 1 + 0.5·u
+  input image x                  2·frac(i·X_ALPHA + phase·BETA) − 1, N × C × H × W (C = 1 for
+                                 colorization, else 3)
+  upstream gradient r            2·frac(i·R_ALPHA) − 1, over the N·C·H·W flatten features
+THE NUMBERING RULE (as nn/params.c's eng_params_init_formula numbers the C entries, which are
+declared in VISSL's state-dict order, with deepcluster's four Sobel tensors as buffers):
+  - parameters: k counts named_parameters() in order, SKIPPING `sobel.*` (in PyTorch they are
+    requires_grad=False parameters, in C buffers), from 0;
+  - buffers: k counts the C buffers in order, from 0: deepcluster's four Sobel tensors first
+    (sobel.0.weight, sobel.0.bias, sobel.1.weight, sobel.1.bias take buffer numbers 0..3, but
+    keep VISSL's fixed values: grayscale 1/3, Sobel kernels, zero biases; alexnet_init_formula
+    skips their values, not their numbers), then named_buffers() in order (num_batches_tracked
+    left out), so deepcluster's first running_mean is buffer 4; every other variant's is 0.
+
+Files (tests/golden/fixtures/nn/alexnet_*):
+  alexnet_cases.txt      "CASE variant=V n=N size=S params=P min_input=M" per case: the five
+                         small cases (CASE = the variant's name) and the two large ones
+                         (rotnet224, bvlc224); params is the trainable parameter count (Sobel's
+                         24 left out), min_input the smallest square input whose every
+                         MaxPool2d(3, 2) gets at least 3 × 3 (found by trying each size).
+  alexnet_CASE_names.txt "name kind shape" per state-dict entry, kind param or buffer (Sobel's
+                         buffer), num_batches_tracked left out, shape comma-separated.
+For each small CASE (N = 2 images of S px, S in SIZES: bvlc 99, colorization 99, deepcluster 96,
+jigsaw 56, rotnet 95, where pool5 is 2 × 2, so the flatten order over H, W and a last max-pool
+with several windows are exercised; input phase from
+alexnet_CASE_phase.npy), computed in float64 on the model converted to double after the float32
+formula values were set (the exact answer to the float32 inputs and weights), stored as float32:
+  alexnet_CASE_feat_eval.npy   N × (C·H·W) flatten features, eval mode
+  alexnet_CASE_means_eval.npy  eval mode, for each feature conv1, pool1, conv2, pool2, conv3,
+                               conv4, conv5, pool5 (block outputs, network order) the per-channel
+                               mean over N, H, W, concatenated into one 1-D array
+  alexnet_CASE_feat_train.npy  N × (C·H·W) features of one train-mode forward from the formula
+                               state (after the eval forward, which changes nothing)
+  alexnet_CASE_stats.npy       Σ of each C buffer after that train forward, in the C buffer
+                               order above: deepcluster's four Sobel tensors first (unchanged:
+                               1.0000001 = 3·fp32(1/3), 0, 0, 0), then per BN layer
+                               Σ running_mean, Σ running_var (empty for bvlc: no buffers)
+  alexnet_CASE_grads.npy       per parameter (the numbering above: Sobel's left out)
+                               [Σ g, Σ g²] of L = Σ feat·r after that train forward
+  alexnet_CASE_grad_floor.npy  per parameter, torch float32's own error on grads, the largest
+                               under oneDNN's ISAS caps: max(|Σg − Σg*| / √Σg*², |Σg² − Σg*²| /
+                               Σg*²) (test_resnet.c's measure). Except where Σg*² < ZERO_GRAD_SQ
+                               = 1e-20: a conv bias followed by train-mode BN, whose gradient is
+                               mathematically zero (BN removes any per-channel shift), left at
+                               float64 roundoff in grads.npy: there the entry is torch float32's
+                               largest √Σg², an absolute size to hold the engine's √Σg² to
+  alexnet_CASE_dx.npy          the full gradient of L with respect to the input image x
+                               (N × C × S × S; through the Sobel stage for deepcluster)
+  alexnet_CASE_dx_floor.npy    [torch float32's largest max|dx32 − dx*| / max|dx*|] under ISAS
+  alexnet_CASE_phase.npy       [phase]: the input phase (see MIN_BAND_MARGIN below)
+Large cases, eval features only: alexnet_rotnet224_feat_eval.npy and alexnet_bvlc224_feat_eval.npy
+  (2 images of 224 px, input phase 0, float64 from the float32 formula values: 2 × 9216 and
+  2 × 6400).
+
+Model complexity (what VISSL's SSLModelComplexityHook reports for the trunk: ClassyVision's
+profiler, classy_vision/generic/profiler.py, on one zero image in eval mode), one file per
+variant, alexnet_VARIANT_complexity.txt, at VISSL's INPUT_SHAPE 224 × 224 (1 × 3 × 224 × 224; 1 × 1 ×
+224 × 224 for colorization, whose torch.split is a function, not a module: no row). Each row
+"name kind flops params activations", one per leaf-module call in call order (forward hooks;
+every module is called once), then "total - FLOPS PARAMS ACTIVATIONS" (FLOPS -1 when any row's
+is -1; PARAMS is count_params: EVERY parameter of the trunk, so deepcluster's includes Sobel's
+4 + 20, which are requires_grad=False parameters in PyTorch). kind is conv, batchnorm, relu, lrn,
+maxpool or flatten. The rules (multiply-adds; layer_flops and layer_activations imported from
+make_complexity_fixtures.py, which restates the profiler):
+  Conv2d              N·Cin·Cout·KH·KW·OH·OW/groups, OH = int((H + 2p − K)/s + 1); the bias is
+                      not counted; the division by groups is asserted exact
+  BatchNorm2d         2·numel(x)
+  ReLU                numel(x)
+  LocalResponseNorm   in none of the profiler's lists and without a flops method: it raises
+                      NotImplementedError, written -1 (bvlc's and jigsaw's FLOPs are unknown,
+                      VISSL logs that it skipped them)
+  MaxPool2d           N·C·OH·OW·KH·KW, OH = 1 + int((H + 2p − K)/s)
+  Flatten             0 (VISSL's Flatten defines flops() = 0)
+Activations: numel of Conv2d outputs only. Params: the module's own (Sobel's convs: 3 + 1 and
+18 + 2). Names are the modules' paths in the trunk: sobel.0, sobel.1, _feature_blocks.0.0 (conv1's
+conv), _feature_blocks.1 (a bare MaxPool2d), _feature_blocks.1.0 / .1.1 (bvlc's LRN and pool,
+jigsaw's pool and LRN), …, _feature_blocks.8 (flatten).
+
+VISSL checkpoints are NOT committed (a trunk's formula weights are 9-15 MB of float32: 2.3 M
+parameters for bvlc, colorization and jigsaw, 2.5 M for rotnet, 3.7 M for deepcluster): `make_alexnet_fixtures.py --checkpoint DIR` writes them at
+test time into DIR (test_alexnet.c runs it, as test_weights.c runs make_weights_fixtures.py):
+  alexnet_rotnet_vissl.torch       case rotnet's float32 formula weights as VISSL writes a
+                                   checkpoint ({"classy_state_dict": {"base_model": {"model":
+                                   {"trunk": state_dict, "heads": {}}}}}, num_batches_tracked
+                                   included, torch.save's zip format): loaded through
+                                   WEIGHTS_INIT it must reproduce alexnet_rotnet_feat_eval
+  alexnet_deepcluster_vissl.torch  the same for deepcluster (its trunk state dict holds the four
+                                   sobel.* tensors, as VISSL's does)
+  alexnet_deepcluster_converted.torch
+                                   deepcluster's weights as extra_scripts/
+                                   convert_caffe2_to_vissl_alexnet.py writes a converted model:
+                                   {"model_state_dict": {"_feature_blocks.…": tensor}}, the
+                                   "sobel" tensors skipped (its _SKIP_LAYERS) and no
+                                   num_batches_tracked; VISSL loads it with STATE_DICT_KEY_NAME
+                                   model_state_dict and APPEND_PREFIX "trunk.", logging the model's
+                                   sobel.* as "Not found" and keeping their fixed values
+
+`make_alexnet_fixtures.py --search CASE LO HI` prints each phase's band margin (measured in this
+process only) for LO..HI−1.
+
+Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_alexnet_fixtures.py
+"""
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections import OrderedDict
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
+# ClassyVision's profiler rules as make_complexity_fixtures.py restates them; importing it only
+# defines things (and creates the same fixtures/nn folder).
+from make_complexity_fixtures import layer_activations, layer_flops  # noqa: E402
+from make_resnet_fixtures import formula_buffer, formula_param, weyl  # noqa: E402  (the shared formulas)
+
+OUT = golden.out_dir("nn")
+X_ALPHA, R_ALPHA = 0.6180339887498949, 0.3247179572447460
+N_IMAGES = 2
+# Each small case's input size: the smallest at which pool5 is 2 × 2 (conv1's output at least
+# 23 px: (S + 2·pad − 11)/stride + 1 ≥ 23), but deepcluster's 96 (at 95 no phase of
+# 0..SEARCH_PHASES−1 keeps MIN_BAND_MARGIN under every cap of ISAS: the best, 5, keeps 1.43) and
+# jigsaw's 56: 55 is a Fibonacci number, frac(55·X_ALPHA) ≈ 0.008, so each row of a 55 px input
+# nearly repeats the row above and pool1's windows nearly tie (no phase of 0..127 gets past 1.14). At
+# alexnet_min_input pool5 would be 1 × 1 and conv3-5 see 3 × 3 maps, every pixel on the border.
+SIZES = OrderedDict([("bvlc", 99), ("colorization", 99), ("deepcluster", 96), ("jigsaw", 56), ("rotnet", 95)])
+LARGE = OrderedDict([("rotnet224", ("rotnet", 224)), ("bvlc224", ("bvlc", 224))])
+COMPLEXITY_SIZE = 224
+# The input phase of each case. Train-mode BN amplifies float32 rounding, and a decision that
+# sits inside that noise is taken by the engine's accumulation order: a ReLU whose input is within
+# its noise band of zero (the band: the largest |x32 − x64| over that ReLU call's input, torch
+# float32 against float64), or a 3×3 max-pool window whose two largest inputs are within twice the
+# band of its input. Either flip moves gradients far beyond the tests' tolerance. Max-pool windows
+# whose largest input is exactly 0 are left out: every pool input here is ≥ 0 (a ReLU, then at
+# most an LRN, which keeps signs, comes before every pool), so such a window is all ReLU zeros,
+# and whichever of them takes the gradient passes it to a ReLU that stops it (through bvlc's LRN
+# too: LRN's gradient at a zero output reaches only that output's own input). A case's margin is
+# the smallest |x| / band over every ReLU input x (and gap / (2·band) over every other max-pool
+# window) in a train-mode forward, the band being the worst under each oneDNN cap of ISAS; the
+# phase is the one of 0..SEARCH_PHASES−1 with the largest margin in this process that keeps at
+# least MIN_BAND_MARGIN under every cap. golden.kept_choice keeps the committed phase
+# (SELFSUP_GOLDEN_REPICK=1 searches again); the margin is asserted every run.
+SEARCH_PHASES = 256
+MIN_BAND_MARGIN = 2.0
+# oneDNN picks its kernels, and with them the rounding, by instruction set; ONEDNN_MAX_CPU_ISA
+# caps the choice (a cap above the machine's is the machine's). Each cap runs in a child process
+# (oneDNN reads the cap once).
+ISAS = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
+# Σg² below this: a gradient that is zero but for float64 roundoff (a conv bias before
+# train-mode BN); every other parameter's Σg² is far above it (asserted: ≥ NONZERO_GRAD_SQ).
+ZERO_GRAD_SQ = 1e-20
+NONZERO_GRAD_SQ = 1e-8
+
+# ---------------------------------------------------------------------------------------------
+# VISSL's trunks, re-stated (vissl/models/trunks/alexnet_*.py, v0.1.5).
+
+
+class Flatten(nn.Module):
+    """vissl/models/model_helpers.py's Flatten: torch.flatten from `dim` (default -1)."""
+
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, feat):
+        return torch.flatten(feat, start_dim=self.dim)
+
+    def flops(self, x):
+        return 0
+
+
+def _lrn():
+    return nn.LocalResponseNorm(size=5, alpha=0.0001, beta=0.75)
+
+
+def _pool():
+    return nn.MaxPool2d(kernel_size=3, stride=2)
+
+
+class AlexNet(nn.Module):
+    """The forward every variant shares (get_trunk_forward_outputs_module_list with the default
+    out_feat_keys: every block in order, the last one's output returned)."""
+
+    def forward(self, x, means=None):
+        """The flatten features; with a list `means`, each of conv1 … pool5's per-channel mean over
+        N, H, W appended to it."""
+        if hasattr(self, "sobel"):
+            x = self.sobel(x)
+        for i, block in enumerate(self._feature_blocks):
+            x = block(x)
+            if means is not None and i < 8:
+                means.append(x.mean(dim=(0, 2, 3)))
+        return x
+
+
+class AlexNetBvlc(AlexNet):
+    def __init__(self):
+        super().__init__()
+        conv1_relu = nn.Sequential(nn.Conv2d(3, 96, kernel_size=11, stride=4, padding=0), nn.ReLU(inplace=True))
+        lrn_pool1 = nn.Sequential(_lrn(), _pool())
+        conv2_relu = nn.Sequential(nn.Conv2d(96, 256, kernel_size=5, padding=2, groups=2), nn.ReLU(inplace=True))
+        lrn_pool2 = nn.Sequential(_lrn(), _pool())
+        conv3_relu = nn.Sequential(nn.Conv2d(256, 384, kernel_size=3, padding=1), nn.ReLU(inplace=True))
+        conv4_relu = nn.Sequential(nn.Conv2d(384, 384, kernel_size=3, padding=1, groups=2), nn.ReLU(inplace=True))
+        conv5_relu = nn.Sequential(nn.Conv2d(384, 256, kernel_size=3, padding=1, groups=2), nn.ReLU(inplace=True))
+        self._feature_blocks = nn.ModuleList([conv1_relu, lrn_pool1, conv2_relu, lrn_pool2, conv3_relu,
+                                              conv4_relu, conv5_relu, _pool(), Flatten()])
+
+
+class AlexNetColorization(AlexNet):
+    """Without the trunk's torch.split: the input is already the L channel."""
+
+    def __init__(self):
+        super().__init__()
+        self._feature_blocks = nn.ModuleList([
+            nn.Sequential(nn.Conv2d(1, 96, kernel_size=11, stride=4, padding=0), nn.BatchNorm2d(96), nn.ReLU(inplace=True)),
+            _pool(),
+            nn.Sequential(nn.Conv2d(96, 256, kernel_size=5, padding=2, groups=2), nn.BatchNorm2d(256), nn.ReLU(inplace=True)),
+            _pool(),
+            nn.Sequential(nn.Conv2d(256, 384, kernel_size=3, stride=1, padding=1), nn.BatchNorm2d(384), nn.ReLU(inplace=True)),
+            nn.Sequential(nn.Conv2d(384, 384, kernel_size=3, stride=1, padding=1, groups=2), nn.BatchNorm2d(384),
+                          nn.ReLU(inplace=True)),
+            nn.Sequential(nn.Conv2d(384, 256, kernel_size=3, stride=1, padding=1, groups=2), nn.BatchNorm2d(256),
+                          nn.ReLU(inplace=True)),
+            _pool(),
+            Flatten(),
+        ])
+
+
+class AlexNetDeepCluster(AlexNet):
+    def __init__(self):
+        super().__init__()
+        grayscale = nn.Conv2d(3, 1, kernel_size=1, stride=1, padding=0)
+        grayscale.weight.data.fill_(1.0 / 3.0)
+        grayscale.bias.data.zero_()
+        sobel_filter = nn.Conv2d(1, 2, kernel_size=3, stride=1, padding=1)
+        sobel_filter.weight.data[0, 0].copy_(torch.FloatTensor([[1, 0, -1], [2, 0, -2], [1, 0, -1]]))
+        sobel_filter.weight.data[1, 0].copy_(torch.FloatTensor([[1, 2, 1], [0, 0, 0], [-1, -2, -1]]))
+        sobel_filter.bias.data.zero_()
+        self.sobel = nn.Sequential(grayscale, sobel_filter)
+        for p in self.sobel.parameters():
+            p.requires_grad = False
+        self._feature_blocks = nn.ModuleList([
+            nn.Sequential(nn.Conv2d(2, 96, kernel_size=11, stride=4, padding=2), nn.BatchNorm2d(96), nn.ReLU(inplace=True)),
+            _pool(),
+            nn.Sequential(nn.Conv2d(96, 256, kernel_size=5, stride=1, padding=2), nn.BatchNorm2d(256), nn.ReLU(inplace=True)),
+            _pool(),
+            nn.Sequential(nn.Conv2d(256, 384, kernel_size=3, stride=1, padding=1), nn.BatchNorm2d(384), nn.ReLU(inplace=True)),
+            nn.Sequential(nn.Conv2d(384, 384, kernel_size=3, stride=1, padding=1), nn.BatchNorm2d(384), nn.ReLU(inplace=True)),
+            nn.Sequential(nn.Conv2d(384, 256, kernel_size=3, stride=1, padding=1), nn.BatchNorm2d(256), nn.ReLU(inplace=True)),
+            _pool(),
+            Flatten(),
+        ])
+
+
+class AlexNetJigsaw(AlexNet):
+    def __init__(self):
+        super().__init__()
+        self._feature_blocks = nn.ModuleList([
+            nn.Sequential(nn.Conv2d(3, 96, kernel_size=11, stride=2, padding=0), nn.ReLU(inplace=True)),
+            nn.Sequential(_pool(), _lrn()),
+            nn.Sequential(nn.Conv2d(96, 256, kernel_size=5, padding=2, groups=2), nn.ReLU(inplace=True)),
+            nn.Sequential(_pool(), _lrn()),
+            nn.Sequential(nn.Conv2d(256, 384, kernel_size=3, padding=1), nn.BatchNorm2d(384), nn.ReLU(inplace=True)),
+            nn.Sequential(nn.Conv2d(384, 384, kernel_size=3, padding=1, groups=2), nn.BatchNorm2d(384), nn.ReLU(inplace=True)),
+            nn.Sequential(nn.Conv2d(384, 256, kernel_size=3, padding=1, groups=2), nn.BatchNorm2d(256), nn.ReLU(inplace=True)),
+            _pool(),
+            Flatten(),
+        ])
+
+
+class AlexNetRotNet(AlexNet):
+    def __init__(self):
+        super().__init__()
+        self._feature_blocks = nn.ModuleList([
+            nn.Sequential(nn.Conv2d(3, 64, kernel_size=11, stride=4, padding=2), nn.BatchNorm2d(64), nn.ReLU(inplace=True)),
+            _pool(),
+            nn.Sequential(nn.Conv2d(64, 192, kernel_size=5, padding=2), nn.BatchNorm2d(192), nn.ReLU(inplace=True)),
+            _pool(),
+            nn.Sequential(nn.Conv2d(192, 384, kernel_size=3, padding=1), nn.BatchNorm2d(384), nn.ReLU(inplace=True)),
+            nn.Sequential(nn.Conv2d(384, 256, kernel_size=3, padding=1), nn.BatchNorm2d(256), nn.ReLU(inplace=True)),
+            nn.Sequential(nn.Conv2d(256, 256, kernel_size=3, padding=1), nn.BatchNorm2d(256), nn.ReLU(inplace=True)),
+            _pool(),
+            Flatten(),
+        ])
+
+
+TRUNKS = OrderedDict([("bvlc", AlexNetBvlc), ("colorization", AlexNetColorization),
+                      ("deepcluster", AlexNetDeepCluster), ("jigsaw", AlexNetJigsaw), ("rotnet", AlexNetRotNet)])
+
+
+def in_channels(variant):
+    return 1 if variant == "colorization" else 3
+
+
+def is_sobel(name):
+    return name.startswith("sobel.")
+
+
+def build(variant):
+    """VISSL's trunk, every value but Sobel's set by the formula (float32), numbered by the rule
+    of the docstring."""
+    m = TRUNKS[variant]()
+    with torch.no_grad():
+        params = [(n, p) for n, p in m.named_parameters() if not is_sobel(n)]
+        for k, (name, p) in enumerate(params):
+            p.copy_(formula_param(name, tuple(p.shape), k))
+        first = sum(1 for n, _ in m.named_parameters() if is_sobel(n))  # Sobel's buffer numbers
+        bufs = [(n, b) for n, b in m.named_buffers() if not n.endswith("num_batches_tracked")]
+        for k, (name, b) in enumerate(bufs, start=first):
+            b.copy_(formula_buffer(name, tuple(b.shape), k))
+    return m
+
+
+def trainable(m):
+    """The parameters the C side has as ENG_PARAM, in order: named_parameters() less Sobel's."""
+    return [(n, p) for n, p in m.named_parameters() if not is_sobel(n)]
+
+
+def inputs(variant, n, size, phase=0):
+    count = n * in_channels(variant) * size * size
+    v = (2.0 * weyl(count, phase, X_ALPHA) - 1.0).astype(np.float32)
+    return torch.from_numpy(v.reshape(n, in_channels(variant), size, size))
+
+
+def upstream(feat):
+    return torch.from_numpy((2.0 * weyl(feat.numel(), 0, R_ALPHA) - 1.0).astype(np.float32).reshape(feat.shape))
+
+
+def min_input(variant):
+    """The smallest square size every MaxPool2d(3, 2) fits (each pool's input at least 3 × 3)."""
+    m = TRUNKS[variant]()
+    m.eval()
+    for size in range(11, 400):
+        try:
+            with torch.no_grad():
+                m(torch.zeros(1, in_channels(variant), size, size))
+            return size
+        except RuntimeError:
+            continue
+    raise SystemExit(f"{variant}: no size below 400 fits")
+
+
+def flat(feat):
+    return feat.reshape(feat.shape[0], -1)
+
+
+def save(name, arr):
+    golden.save_f32(os.path.join(OUT, f"alexnet_{name}.npy"), arr)
+
+
+def save_names(tag, m):
+    """names.txt in the C entry order: Sobel's four (buffers) first, then the state dict."""
+    with open(os.path.join(OUT, f"alexnet_{tag}_names.txt"), "w") as f:
+        params = dict(trainable(m))
+        for name, t in m.state_dict().items():
+            if name.endswith("num_batches_tracked"):
+                continue
+            kind = "param" if name in params else "buffer"
+            f.write(f"{name} {kind} {','.join(str(d) for d in t.shape)}\n")
+
+
+def buffer_sums(m):
+    """Σ of each C buffer, in the C order (Sobel's tensors, then the running statistics)."""
+    out = [t.sum().item() for n, t in m.named_parameters() if is_sobel(n)]
+    return out + [b.sum().item() for n, b in m.named_buffers() if not n.endswith("num_batches_tracked")]
+
+
+def grad_summaries(m):
+    return [[p.grad.double().sum().item(), (p.grad.double() ** 2).sum().item()] for _, p in trainable(m)]
+
+
+def grad_error(got, want):
+    """test_resnet.c's measure: |Σg − Σg*| / √Σg*² and |Σg² − Σg*²| / Σg*², the larger."""
+    (s, s2), (rs, rs2) = got, want
+    return 0.0 if rs2 == 0 else max(abs(s - rs) / np.sqrt(rs2), abs(s2 - rs2) / rs2)
+
+
+def train_step(m, x):
+    """Train forward and backward of L = Σ feat·r (the parameters' .grad set); the features and
+    the input's gradient."""
+    m.train()
+    x = x.clone().requires_grad_(True)
+    feat = m(x)
+    (feat * upstream(feat).to(feat.dtype)).sum().backward()
+    return feat.detach(), x.grad.detach()
+
+
+def decisions(m, x):
+    """[(kind, input)] of every ReLU and max-pool call in a train-mode forward, in call order."""
+    seen = []
+    hooks = []
+    for mod in m.modules():
+        kind = "relu" if isinstance(mod, nn.ReLU) else "maxpool" if isinstance(mod, nn.MaxPool2d) else None
+        if kind:
+            hooks.append(mod.register_forward_pre_hook(
+                lambda mod, i, kind=kind: seen.append((kind, i[0].detach().clone()))))
+    m.train()
+    with torch.no_grad():
+        m(x)
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+def maxpool_gap(a):
+    """The smallest gap between the largest and second-largest input of any 3×3 stride-2
+    unpadded window of a (N × C × H × W, every value ≥ 0), windows whose largest is 0 left out
+    (see the phase comment above)."""
+    assert float(a.min()) >= 0.0
+    n, c = a.shape[:2]
+    cols = F.unfold(a, 3, stride=2).view(n, c, 9, -1)
+    top = cols.topk(2, dim=2).values
+    gap = top[:, :, 0] - top[:, :, 1]
+    gap = torch.where(top[:, :, 0] > 0, gap, torch.full_like(gap, math.inf))
+    return gap.min().item()
+
+
+def band_margin(exact, runs):
+    """The smallest distance / band over every decision of the float64 run `exact` ([(kind,
+    tensor)]), the band being that call's largest |x32 − x64| in any float32 run of `runs` (each a
+    list of arrays, in the same order): |x| / band for a ReLU input, gap / (2·band) for a max-pool
+    window. Also the per-kind minima {kind: margin}."""
+    per_kind = {}
+    for k, (kind, a) in enumerate(exact):
+        band = max(float(np.abs(r[k].astype(np.float64) - a.numpy()).max()) for r in runs)
+        dist = float(a.abs().min()) if kind == "relu" else maxpool_gap(a) / 2.0
+        margin = math.inf if band == 0 else dist / band
+        per_kind[kind] = min(per_kind.get(kind, math.inf), margin)
+    return min(per_kind.values(), default=math.inf), per_kind
+
+
+def fp32_child(path, specs):
+    """In a child process: per CASE:PHASE, torch float32's decision inputs, gradient summaries
+    and input gradient."""
+    out = {}
+    for spec in specs:
+        case, phase = spec.split(":")
+        x = inputs(case, N_IMAGES, SIZES[case], int(phase))
+        for i, (_, a) in enumerate(decisions(build(case), x)):
+            out[f"{case}.d{i}"] = a.numpy()
+        m = build(case)
+        _, dx = train_step(m, x)
+        out[f"{case}.g"] = np.array(grad_summaries(m))
+        out[f"{case}.dx"] = dx.numpy()
+    np.savez(path, **out)
+
+
+def fp32_runs(phases):
+    """{case: [(decision inputs, gradient summaries, dx)]} of torch float32, one per cap of ISAS."""
+    runs = {case: [] for case in phases}
+    with tempfile.TemporaryDirectory() as tmp:
+        for isa in ISAS:
+            path = os.path.join(tmp, f"{isa}.npz")
+            args = [sys.executable, os.path.abspath(__file__), "--fp32", path] + [f"{c}:{p}" for c, p in phases.items()]
+            subprocess.run(args, env=dict(os.environ, ONEDNN_MAX_CPU_ISA=isa), check=True)
+            with np.load(path) as z:
+                for case in phases:
+                    count = sum(1 for f in z.files if f.startswith(f"{case}.d") and f[len(case) + 2:].isdigit())
+                    runs[case].append(([z[f"{case}.d{i}"] for i in range(count)], z[f"{case}.g"], z[f"{case}.dx"]))
+    return runs
+
+
+def exact_decisions(case, phase):
+    return decisions(build(case).double(), inputs(case, N_IMAGES, SIZES[case], phase).double())
+
+
+def phase_margins(case, phases):
+    """{phase: margin} measured in this process (its own ISA only)."""
+    m64, m32 = build(case).double(), build(case)
+    out = {}
+    for phase in phases:
+        x = inputs(case, N_IMAGES, SIZES[case], phase)
+        exact = decisions(m64, x.double())
+        out[phase] = band_margin(exact, [[a.numpy() for _, a in decisions(m32, x)]])[0]
+    return out
+
+
+def choose_phase(case):
+    """The phase of 0..SEARCH_PHASES−1 with the largest margin here that keeps MIN_BAND_MARGIN
+    under every cap of ISAS."""
+    margins = phase_margins(case, range(SEARCH_PHASES))
+    for phase in sorted(margins, key=lambda p: (-margins[p], p)):
+        if margins[phase] < MIN_BAND_MARGIN:
+            break
+        runs = fp32_runs({case: phase})[case]
+        margin = band_margin(exact_decisions(case, phase), [r[0] for r in runs])[0]
+        print(f"{case}: phase {phase}: margin {margins[phase]:.2f} here, {margin:.2f} under every cap")
+        if margin >= MIN_BAND_MARGIN:
+            return phase
+    raise SystemExit(f"{case}: no phase of 0..{SEARCH_PHASES - 1} keeps every decision "
+                     f"{MIN_BAND_MARGIN}x its float32 noise away")
+
+
+def grad_case(case, phase, runs):
+    """Every per-case fixture, in float64; torch float32's worst gradient error under the caps of
+    ISAS as the floor."""
+    margin, per_kind = band_margin(exact_decisions(case, phase), [r[0] for r in runs])
+    assert margin >= MIN_BAND_MARGIN, f"{case}: a decision lies {margin:.2f}x its float32 noise from zero"
+    m = build(case)
+    save_names(case, m)
+    m = m.double()
+    x = inputs(case, N_IMAGES, SIZES[case], phase).double()
+    m.eval()
+    means = []
+    with torch.no_grad():
+        feat = m(x, means)
+    save(f"{case}_feat_eval", flat(feat))
+    save(f"{case}_means_eval", torch.cat(means))
+    feat, dx = train_step(m, x)
+    save(f"{case}_feat_train", flat(feat))
+    save(f"{case}_stats", buffer_sums(m))
+    exact = grad_summaries(m)
+    save(f"{case}_grads", exact)
+    save(f"{case}_dx", dx)
+    names = [n for n, _ in trainable(m)]
+    for name, (_, s2) in zip(names, exact):
+        assert s2 < ZERO_GRAD_SQ or s2 >= NONZERO_GRAD_SQ, f"{case}: {name}: Σg² {s2:.3g} is neither zero nor clear of it"
+    floor = [max(np.sqrt(r[1][p][1]) for r in runs) if exact[p][1] < ZERO_GRAD_SQ
+             else max(grad_error(r[1][p], exact[p]) for r in runs) for p in range(len(exact))]
+    save(f"{case}_grad_floor", floor)
+    dx64 = dx.numpy()
+    dx_floor = max(float(np.abs(r[2].astype(np.float64) - dx64).max()) / float(np.abs(dx64).max()) for r in runs)
+    save(f"{case}_dx_floor", [dx_floor])
+    save(f"{case}_phase", [phase])
+    zero = [name for name, (_, s2) in zip(names, exact) if s2 < ZERO_GRAD_SQ]
+    kinds = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per_kind.items()))
+    print(f"{case}: {SIZES[case]} px, phase {phase}, every decision at least {margin:.2f}x its float32 noise away "
+          f"({kinds}); grad floor max {max(floor):.3g}, dx floor {dx_floor:.3g}; "
+          f"{sum(p.numel() for _, p in trainable(m))} parameters; features {tuple(feat.shape)}; "
+          f"zero gradients (conv biases before BN): {len(zero)}")
+
+
+def write_cases():
+    with open(os.path.join(OUT, "alexnet_cases.txt"), "w") as f:
+        rows = [(case, case, SIZES[case]) for case in SIZES] + [(tag, v, s) for tag, (v, s) in LARGE.items()]
+        for tag, variant, size in rows:
+            params = sum(p.numel() for _, p in trainable(TRUNKS[variant]()))
+            f.write(f"{tag} variant={variant} n={N_IMAGES} size={size} params={params} "
+                    f"min_input={min_input(variant)}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Model complexity: ClassyVision's profiler over the trunk, one row per leaf-module call.
+
+COMPLEXITY_KINDS = {"Conv2d": "conv", "BatchNorm2d": "batchnorm", "ReLU": "relu", "LocalResponseNorm": "lrn",
+                    "MaxPool2d": "maxpool", "Flatten": "flatten"}
+
+
+def complexity_flops(mod, x):
+    """The profiler's _layer_flops for the trunk's module types (-1: NotImplementedError)."""
+    kind = type(mod).__name__
+    if kind == "LocalResponseNorm":
+        return -1  # in no list and without a flops method
+    if kind == "Flatten":
+        return mod.flops(x)  # VISSL's Flatten: 0
+    return layer_flops(mod, x)
+
+
+def complexity_rows(m, x):
+    """[(name, kind, flops, params, activations)] per leaf-module call of m(x), eval mode."""
+    names = {mod: name for name, mod in m.named_modules()}
+    rows, hooks = [], []
+    for mod in names:
+        if next(mod.children(), None) is None:
+            hooks.append(mod.register_forward_hook(lambda mod, inp, out: rows.append(
+                (names[mod], COMPLEXITY_KINDS[type(mod).__name__], complexity_flops(mod, inp[0]),
+                 sum(p.numel() for p in mod.parameters(recurse=False)), layer_activations(mod, out)))))
+    m.eval()
+    with torch.no_grad():
+        m(x)
+    for h in hooks:
+        h.remove()
+    return rows
+
+
+def write_complexity():
+    for variant in TRUNKS:
+        m = TRUNKS[variant]()  # shapes only: the values do not matter
+        rows = complexity_rows(m, torch.zeros(1, in_channels(variant), COMPLEXITY_SIZE, COMPLEXITY_SIZE))
+        params = sum(p.numel() for p in m.parameters())  # count_params: Sobel's included
+        assert sum(r[3] for r in rows) == params  # every parameter's module was called
+        flops = -1 if any(r[2] < 0 for r in rows) else sum(r[2] for r in rows)
+        acts = sum(r[4] for r in rows)
+        with open(os.path.join(OUT, f"alexnet_{variant}_complexity.txt"), "w") as f:
+            for r in rows + [("total", "-", flops, params, acts)]:
+                f.write(" ".join(str(v) for v in r) + "\n")
+        conv = sum(r[2] for r in rows if r[1] == "conv")
+        print(f"complexity {variant} (1 x {in_channels(variant)} x {COMPLEXITY_SIZE}^2): {len(rows)} rows, "
+              f"{flops} multiply-adds (conv rows {conv}), {params} parameters, {acts} activations")
+
+
+# ---------------------------------------------------------------------------------------------
+# VISSL checkpoints, written at test time.
+
+def write_checkpoints(out):
+    """The three files of the docstring into `out`."""
+    os.makedirs(out, exist_ok=True)
+    for variant in ("rotnet", "deepcluster"):
+        trunk = build(variant).state_dict()
+        state = {"classy_state_dict": {"base_model": {"model": {"trunk": trunk, "heads": {}}}}}
+        torch.save(state, os.path.join(out, f"alexnet_{variant}_vissl.torch"))
+    skip = ["_momentum", "sobel", "classifier", "top_layer", "pred", "fc", "data"]  # the converter's _SKIP_LAYERS
+    converted = OrderedDict((k, v.clone()) for k, v in build("deepcluster").state_dict().items()
+                            if not any(s in k for s in skip) and not k.endswith("num_batches_tracked"))
+    torch.save({"model_state_dict": converted}, os.path.join(out, "alexnet_deepcluster_converted.torch"))
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "--fp32":
+        return fp32_child(sys.argv[2], sys.argv[3:])
+    if len(sys.argv) == 3 and sys.argv[1] == "--checkpoint":
+        return write_checkpoints(sys.argv[2])
+    if len(sys.argv) == 5 and sys.argv[1] == "--search":
+        for phase, margin in phase_margins(sys.argv[2], range(int(sys.argv[3]), int(sys.argv[4]))).items():
+            print(f"phase {phase}: margin {margin:.2f}")
+        return
+    os.makedirs(OUT, exist_ok=True)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    for case, size in SIZES.items():
+        shape = tuple(build(case).eval()(inputs(case, 1, size)).shape)
+        assert shape[2:] == (2, 2), (case, size, shape)
+        print(f"{case}: min_input {min_input(case)}, {size} px -> pool5 {shape[1:]}")
+    phases = OrderedDict((case, golden.kept_choice("nn", f"alexnet_{case}_phase.npy", lambda c=case: choose_phase(c)))
+                         for case in SIZES)
+    write_cases()
+    runs = fp32_runs(phases)
+    for case in SIZES:
+        grad_case(case, phases[case], runs[case])
+    for tag, (variant, size) in LARGE.items():
+        m = build(variant).double()
+        m.eval()
+        with torch.no_grad():
+            feat = flat(m(inputs(variant, N_IMAGES, size).double()))
+        save(f"{tag}_feat_eval", feat)
+        print(f"{tag}: features {tuple(feat.shape)}")
+    write_complexity()
+    print(f"make_alexnet_fixtures: wrote to {OUT} (torch {torch.__version__})")
+
+
+if __name__ == "__main__":
+    main()
