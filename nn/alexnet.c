@@ -291,18 +291,7 @@ static void init_values(const eng_entry *e, rng_stream *r, float *h)
 
 void alexnet_init(eng_backend *be, alexnet *net, uint64_t seed)
 {
-    float *h = eng_params_host_scratch(&net->params);
-    int param = 0;
-    for (int i = 0; i < net->params.nentries; i++) {
-        const eng_entry *e = &net->params.entries[i];
-        rng_stream r;
-        rng_stream_init(&r, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_MODEL_INIT,
-                                      .sample_index = (uint64_t)param});
-        init_values(e, &r, h);
-        param += e->kind == ENG_PARAM;
-        eng_upload(be, &e->value, h);
-    }
-    free(h);
+    eng_params_init_with(be, &net->params, seed, init_values);
     sobel_values(be, net);
 }
 

@@ -262,31 +262,18 @@ void head_zero_grad(eng_backend *be, head *h) { eng_params_zero_grad(be, &h->par
 
 /* ---- initialisation -------------------------------------------------------------------------- */
 
-void head_init(eng_backend *be, head *h, uint64_t seed)
+/* nn.Linear.reset_parameters: both weight and bias U(±1/√in_features); BN weight 1, bias 0,
+ * running mean 0, running var 1. */
+static void init_values(const eng_entry *e, rng_stream *r, float *h)
 {
-    float *buf = eng_params_host_scratch(&h->params);
-    int param = 0;
-    for (int i = 0; i < h->params.nentries; i++) {
-        const eng_entry *en = &h->params.entries[i];
-        int64_t n = eng_numel(&en->value.shape);
-        if (en->fan_in > 0) {
-            /* nn.Linear.reset_parameters: both weight and bias U(±1/√in_features). */
-            double bound = 1.0 / sqrt((double)en->fan_in);
-            rng_stream s;
-            rng_stream_init(&s, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_MODEL_INIT,
-                                          .sample_index = (uint64_t)param});
-            for (int64_t j = 0; j < n; j++)
-                buf[j] = (float)rng_uniform_range(&s, -bound, bound);
-        } else {
-            float v = eng_name_ends_with(en->name, ".weight") || eng_name_ends_with(en->name, "running_var") ? 1.0f : 0.0f;
-            for (int64_t j = 0; j < n; j++)
-                buf[j] = v;
-        }
-        param += en->kind == HEAD_PARAM;
-        eng_upload(be, &en->value, buf);
-    }
-    free(buf);
+    int64_t n = eng_numel(&e->value.shape);
+    double bound = e->fan_in > 0 ? 1.0 / sqrt((double)e->fan_in) : 0.0;
+    float v = eng_name_ends_with(e->name, ".weight") || eng_name_ends_with(e->name, "running_var") ? 1.0f : 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        h[j] = e->fan_in > 0 ? (float)rng_uniform_range(r, -bound, bound) : v;
 }
+
+void head_init(eng_backend *be, head *h, uint64_t seed) { eng_params_init_with(be, &h->params, seed, init_values); }
 
 /* The formula of make_heads_fixtures.py on the shared Weyl sequence (params.h). */
 static double formula_value(const head_entry *e, int64_t i, int k)

@@ -131,6 +131,21 @@ float *eng_params_host_scratch(const eng_params *p)
     return xmalloc((size_t)most * sizeof(float));
 }
 
+void eng_params_init_with(eng_backend *be, eng_params *p, uint64_t seed, eng_init_values_fn fn)
+{
+    float *h = eng_params_host_scratch(p);
+    int param = 0;
+    for (int i = 0; i < p->nentries; i++) {
+        const eng_entry *e = &p->entries[i];
+        rng_stream r;
+        rng_stream_init(&r, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_MODEL_INIT, .sample_index = (uint64_t)param});
+        fn(e, &r, h);
+        param += e->kind == ENG_PARAM;
+        eng_upload(be, &e->value, h);
+    }
+    free(h);
+}
+
 bool eng_name_ends_with(const char *name, const char *tail)
 {
     size_t n = strlen(name), m = strlen(tail);

@@ -12,6 +12,7 @@
 #define SELFSUP_NN_PARAMS_H
 
 #include "nn.h"
+#include "rng.h"
 
 typedef enum { ENG_PARAM, ENG_BUFFER } eng_entry_kind;
 
@@ -53,6 +54,13 @@ int eng_params_rehome(eng_backend *be, eng_params *part, const eng_params *into,
 /* Point every entry of `view` at the same entry of `master` (same names and shapes) and free
  * view's allocations: two modules, one set of weights and gradients. */
 void eng_params_share(eng_backend *be, eng_params *view, const eng_params *master);
+
+/* One entry's initial values into h (its element count), drawn from r if at all. */
+typedef void (*eng_init_values_fn)(const eng_entry *e, rng_stream *r, float *h);
+/* Every entry set by fn, uploaded. Entry i draws from its own stream (RNG_PURPOSE_MODEL_INIT,
+ * seed, sample index = the number of parameters before it), so a model's initial values do not
+ * depend on how its entries are drawn or on which were drawn at all. */
+void eng_params_init_with(eng_backend *be, eng_params *p, uint64_t seed, eng_init_values_fn fn);
 
 /* A host buffer big enough for the largest entry (for initialisation; free it). */
 float *eng_params_host_scratch(const eng_params *p);

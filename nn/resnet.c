@@ -223,36 +223,25 @@ void resnet_zero_grad(eng_backend *be, resnet *net) { eng_params_zero_grad(be, &
 
 static int64_t fan_in(const eng_shape *s) { return s->dim[1] * s->dim[2] * s->dim[3]; }
 
+/* PyTorch's reset_parameters: conv weights kaiming_uniform_(a=√5) — gain √(1/3), bound =
+ * gain·√3/√fan_in = 1/√fan_in; BN weight 1, bias 0, running mean 0, running var 1. */
+static void init_values(const eng_entry *e, rng_stream *r, float *h)
+{
+    int64_t n = eng_numel(&e->value.shape);
+    double bound = e->value.shape.ndim == 4 ? 1.0 / sqrt((double)fan_in(&e->value.shape)) : 0.0;
+    float v = eng_name_ends_with(e->name, ".weight") || eng_name_ends_with(e->name, "running_var") ? 1.0f : 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        h[j] = e->value.shape.ndim == 4 ? (float)rng_uniform_range(r, -bound, bound) : v;
+}
+
 void resnet_init(eng_backend *be, resnet *net, uint64_t seed)
 {
-    float *h = eng_params_host_scratch(&net->params);
-    int param = 0;
-    for (int i = 0; i < net->params.nentries; i++) {
-        resnet_entry *e = &net->params.entries[i];
-        int64_t n = eng_numel(&e->value.shape);
-        if (e->value.shape.ndim == 4) {
-            /* kaiming_uniform_(a=√5): gain √(1/3), bound = gain·√3/√fan_in = 1/√fan_in. */
-            double bound = 1.0 / sqrt((double)fan_in(&e->value.shape));
-            rng_stream s;
-            rng_stream_init(&s, (rng_key){.seed = seed, .purpose = RNG_PURPOSE_MODEL_INIT,
-                                          .sample_index = (uint64_t)param});
-            for (int64_t j = 0; j < n; j++)
-                h[j] = (float)rng_uniform_range(&s, -bound, bound);
-        } else {
-            /* BN: weight 1, bias 0, running mean 0, running var 1. */
-            float v = eng_name_ends_with(e->name, ".weight") || eng_name_ends_with(e->name, "running_var") ? 1.0f : 0.0f;
-            for (int64_t j = 0; j < n; j++)
-                h[j] = v;
-        }
-        param += e->kind == RESNET_PARAM;
-        eng_upload(be, &e->value, h);
-    }
+    eng_params_init_with(be, &net->params, seed, init_values);
     if (net->opt.zero_init_residual)
         for (int b = 0; b < net->nblocks; b++) {
             const eng_tensor *g = &net->params.entries[net->blocks[b].u[net->blocks[b].nu - 1].gamma].value;
             eng_zero(be, g);
         }
-    free(h);
 }
 
 void resnet_init_formula(eng_backend *be, resnet *net) { eng_params_init_formula(be, &net->params); }

@@ -16,9 +16,9 @@ feature is N × C × H × W (the same numbers, in the same order, as N × (C·H�
 as it is (flops() = 0).
 
 No weights are stored: every parameter, BN running statistic, input image and upstream gradient is
-set by the closed formula of make_resnet_fixtures.py (same constants, formula_param /
-formula_buffer imported from it), a Weyl sequence computed in float64 and rounded to float32. Let
-u(i, k) = frac(i·ALPHA + k·BETA) for flat element index i of tensor k:
+set by the closed formula of trunk_golden.py (make_resnet_fixtures.py's, the same constants;
+set_formula numbers the tensors as below), a Weyl sequence computed in float64 and rounded to
+float32. Let u(i, k) = frac(i·ALPHA + k·BETA) for flat element index i of tensor k:
   4-D conv weight (parameter k)  sqrt(6/fan_in)·(2u−1), fan_in = shape[1]·shape[2]·shape[3]
                                  (grouped convs: shape[1] is the group's input width)
   1-D parameter named *weight    1 + 0.25·(2u−1)                 (BN weight)
@@ -125,25 +125,25 @@ process only) for LO..HI−1.
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_alexnet_fixtures.py
 """
+import functools
 import math
 import os
-import subprocess
 import sys
-import tempfile
 from collections import OrderedDict
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 # ClassyVision's profiler rules as make_complexity_fixtures.py restates them; importing it only
 # defines things (and creates the same fixtures/nn folder).
 from make_complexity_fixtures import layer_activations, layer_flops  # noqa: E402
-from make_resnet_fixtures import formula_buffer, formula_param, weyl  # noqa: E402  (the shared formulas)
+# tests/golden/trunk_golden.py: the formula, the float64/float32 summaries, the float32 child
+# runs and the phase search, the profiler's rows: what every trunk generator shares.
+import trunk_golden  # noqa: E402
+from trunk_golden import (OUT, ZERO_GRAD_SQ, Flatten, PhaseSearch, decisions, eval_features, fp32_runs,  # noqa: E402
+                          grad_floor, named_buffers, profile, save_vissl_checkpoint, set_formula)
 
-OUT = golden.out_dir("nn")
-X_ALPHA, R_ALPHA = 0.6180339887498949, 0.3247179572447460
 N_IMAGES = 2
 # Each small case's input size: the smallest at which pool5 is 2 × 2 (conv1's output at least
 # 23 px: (S + 2·pad − 11)/stride + 1 ≥ 23), but deepcluster's 96 (at 95 no phase of
@@ -164,37 +164,21 @@ COMPLEXITY_SIZE = 224
 # and whichever of them takes the gradient passes it to a ReLU that stops it (through bvlc's LRN
 # too: LRN's gradient at a zero output reaches only that output's own input). A case's margin is
 # the smallest |x| / band over every ReLU input x (and gap / (2·band) over every other max-pool
-# window) in a train-mode forward, the band being the worst under each oneDNN cap of ISAS; the
-# phase is the one of 0..SEARCH_PHASES−1 with the largest margin in this process that keeps at
-# least MIN_BAND_MARGIN under every cap. golden.kept_choice keeps the committed phase
-# (SELFSUP_GOLDEN_REPICK=1 searches again); the margin is asserted every run.
+# window) in a train-mode forward, the band being the worst under each oneDNN cap of
+# trunk_golden.ISAS; the phase is the one of 0..SEARCH_PHASES−1 with the largest margin in this
+# process that keeps at least MIN_BAND_MARGIN under every cap (SEARCH below).
+# golden.kept_choice keeps the committed phase (SELFSUP_GOLDEN_REPICK=1 searches again); the
+# margin is asserted every run.
 SEARCH_PHASES = 256
 MIN_BAND_MARGIN = 2.0
-# oneDNN picks its kernels, and with them the rounding, by instruction set; ONEDNN_MAX_CPU_ISA
-# caps the choice (a cap above the machine's is the machine's). Each cap runs in a child process
-# (oneDNN reads the cap once).
-ISAS = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
-# Σg² below this: a gradient that is zero but for float64 roundoff (a conv bias before
-# train-mode BN); every other parameter's Σg² is far above it (asserted: ≥ NONZERO_GRAD_SQ).
-ZERO_GRAD_SQ = 1e-20
+# Σg² below ZERO_GRAD_SQ (trunk_golden's, 1e-20): a gradient that is zero but for float64
+# roundoff (a conv bias before train-mode BN); every other parameter's Σg² is far above it
+# (asserted: ≥ NONZERO_GRAD_SQ).
 NONZERO_GRAD_SQ = 1e-8
 
 # ---------------------------------------------------------------------------------------------
-# VISSL's trunks, re-stated (vissl/models/trunks/alexnet_*.py, v0.1.5).
-
-
-class Flatten(nn.Module):
-    """vissl/models/model_helpers.py's Flatten: torch.flatten from `dim` (default -1)."""
-
-    def __init__(self, dim=-1):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, feat):
-        return torch.flatten(feat, start_dim=self.dim)
-
-    def flops(self, x):
-        return 0
+# VISSL's trunks, re-stated (vissl/models/trunks/alexnet_*.py, v0.1.5; model_helpers.Flatten is
+# trunk_golden's).
 
 
 def _lrn():
@@ -329,15 +313,8 @@ def build(variant):
     """VISSL's trunk, every value but Sobel's set by the formula (float32), numbered by the rule
     of the docstring."""
     m = TRUNKS[variant]()
-    with torch.no_grad():
-        params = [(n, p) for n, p in m.named_parameters() if not is_sobel(n)]
-        for k, (name, p) in enumerate(params):
-            p.copy_(formula_param(name, tuple(p.shape), k))
-        first = sum(1 for n, _ in m.named_parameters() if is_sobel(n))  # Sobel's buffer numbers
-        bufs = [(n, b) for n, b in m.named_buffers() if not n.endswith("num_batches_tracked")]
-        for k, (name, b) in enumerate(bufs, start=first):
-            b.copy_(formula_buffer(name, tuple(b.shape), k))
-    return m
+    first = sum(1 for n, _ in m.named_parameters() if is_sobel(n))  # Sobel's buffer numbers
+    return set_formula(m, trainable, first)
 
 
 def trainable(m):
@@ -346,13 +323,7 @@ def trainable(m):
 
 
 def inputs(variant, n, size, phase=0):
-    count = n * in_channels(variant) * size * size
-    v = (2.0 * weyl(count, phase, X_ALPHA) - 1.0).astype(np.float32)
-    return torch.from_numpy(v.reshape(n, in_channels(variant), size, size))
-
-
-def upstream(feat):
-    return torch.from_numpy((2.0 * weyl(feat.numel(), 0, R_ALPHA) - 1.0).astype(np.float32).reshape(feat.shape))
+    return trunk_golden.inputs(n, size, phase, in_channels(variant))
 
 
 def min_input(variant):
@@ -373,62 +344,27 @@ def flat(feat):
     return feat.reshape(feat.shape[0], -1)
 
 
-def save(name, arr):
-    golden.save_f32(os.path.join(OUT, f"alexnet_{name}.npy"), arr)
-
-
-def save_names(tag, m):
-    """names.txt in the C entry order: Sobel's four (buffers) first, then the state dict."""
-    with open(os.path.join(OUT, f"alexnet_{tag}_names.txt"), "w") as f:
-        params = dict(trainable(m))
-        for name, t in m.state_dict().items():
-            if name.endswith("num_batches_tracked"):
-                continue
-            kind = "param" if name in params else "buffer"
-            f.write(f"{name} {kind} {','.join(str(d) for d in t.shape)}\n")
+save = functools.partial(trunk_golden.save_f32, "alexnet")
+# names.txt in the C entry order: Sobel's four (buffers) first, then the state dict.
+save_names = functools.partial(trunk_golden.save_names, "alexnet", params=trainable)
 
 
 def buffer_sums(m):
     """Σ of each C buffer, in the C order (Sobel's tensors, then the running statistics)."""
     out = [t.sum().item() for n, t in m.named_parameters() if is_sobel(n)]
-    return out + [b.sum().item() for n, b in m.named_buffers() if not n.endswith("num_batches_tracked")]
+    return out + [b.sum().item() for _, b in named_buffers(m)]
 
 
 def grad_summaries(m):
-    return [[p.grad.double().sum().item(), (p.grad.double() ** 2).sum().item()] for _, p in trainable(m)]
-
-
-def grad_error(got, want):
-    """test_resnet.c's measure: |Σg − Σg*| / √Σg*² and |Σg² − Σg*²| / Σg*², the larger."""
-    (s, s2), (rs, rs2) = got, want
-    return 0.0 if rs2 == 0 else max(abs(s - rs) / np.sqrt(rs2), abs(s2 - rs2) / rs2)
+    return trunk_golden.grad_summaries(m, trainable)
 
 
 def train_step(m, x):
     """Train forward and backward of L = Σ feat·r (the parameters' .grad set); the features and
     the input's gradient."""
-    m.train()
     x = x.clone().requires_grad_(True)
-    feat = m(x)
-    (feat * upstream(feat).to(feat.dtype)).sum().backward()
-    return feat.detach(), x.grad.detach()
-
-
-def decisions(m, x):
-    """[(kind, input)] of every ReLU and max-pool call in a train-mode forward, in call order."""
-    seen = []
-    hooks = []
-    for mod in m.modules():
-        kind = "relu" if isinstance(mod, nn.ReLU) else "maxpool" if isinstance(mod, nn.MaxPool2d) else None
-        if kind:
-            hooks.append(mod.register_forward_pre_hook(
-                lambda mod, i, kind=kind: seen.append((kind, i[0].detach().clone()))))
-    m.train()
-    with torch.no_grad():
-        m(x)
-    for h in hooks:
-        h.remove()
-    return seen
+    feat = trunk_golden.train_step(m, x)
+    return feat, x.grad.detach()
 
 
 def maxpool_gap(a):
@@ -444,96 +380,32 @@ def maxpool_gap(a):
     return gap.min().item()
 
 
-def band_margin(exact, runs):
-    """The smallest distance / band over every decision of the float64 run `exact` ([(kind,
-    tensor)]), the band being that call's largest |x32 − x64| in any float32 run of `runs` (each a
-    list of arrays, in the same order): |x| / band for a ReLU input, gap / (2·band) for a max-pool
-    window. Also the per-kind minima {kind: margin}."""
-    per_kind = {}
-    for k, (kind, a) in enumerate(exact):
-        band = max(float(np.abs(r[k].astype(np.float64) - a.numpy()).max()) for r in runs)
-        dist = float(a.abs().min()) if kind == "relu" else maxpool_gap(a) / 2.0
-        margin = math.inf if band == 0 else dist / band
-        per_kind[kind] = min(per_kind.get(kind, math.inf), margin)
-    return min(per_kind.values(), default=math.inf), per_kind
-
-
-def fp32_child(path, specs):
-    """In a child process: per CASE:PHASE, torch float32's decision inputs, gradient summaries
-    and input gradient."""
-    out = {}
-    for spec in specs:
-        case, phase = spec.split(":")
-        x = inputs(case, N_IMAGES, SIZES[case], int(phase))
-        for i, (_, a) in enumerate(decisions(build(case), x)):
-            out[f"{case}.d{i}"] = a.numpy()
-        m = build(case)
-        _, dx = train_step(m, x)
-        out[f"{case}.g"] = np.array(grad_summaries(m))
-        out[f"{case}.dx"] = dx.numpy()
-    np.savez(path, **out)
-
-
-def fp32_runs(phases):
-    """{case: [(decision inputs, gradient summaries, dx)]} of torch float32, one per cap of ISAS."""
-    runs = {case: [] for case in phases}
-    with tempfile.TemporaryDirectory() as tmp:
-        for isa in ISAS:
-            path = os.path.join(tmp, f"{isa}.npz")
-            args = [sys.executable, os.path.abspath(__file__), "--fp32", path] + [f"{c}:{p}" for c, p in phases.items()]
-            subprocess.run(args, env=dict(os.environ, ONEDNN_MAX_CPU_ISA=isa), check=True)
-            with np.load(path) as z:
-                for case in phases:
-                    count = sum(1 for f in z.files if f.startswith(f"{case}.d") and f[len(case) + 2:].isdigit())
-                    runs[case].append(([z[f"{case}.d{i}"] for i in range(count)], z[f"{case}.g"], z[f"{case}.dx"]))
-    return runs
-
-
-def exact_decisions(case, phase):
-    return decisions(build(case).double(), inputs(case, N_IMAGES, SIZES[case], phase).double())
-
-
-def phase_margins(case, phases):
-    """{phase: margin} measured in this process (its own ISA only)."""
-    m64, m32 = build(case).double(), build(case)
-    out = {}
-    for phase in phases:
-        x = inputs(case, N_IMAGES, SIZES[case], phase)
-        exact = decisions(m64, x.double())
-        out[phase] = band_margin(exact, [[a.numpy() for _, a in decisions(m32, x)]])[0]
+def fp32_measure(case, phase):
+    """In a child process (trunk_golden.fp32_runs): torch float32's decision inputs, gradient
+    summaries and input gradient."""
+    x = inputs(case, N_IMAGES, SIZES[case], phase)
+    out = {"decisions": [a.numpy() for _, a in decisions(build(case), x)]}
+    m = build(case)
+    _, dx = train_step(m, x)
+    out["grads"] = np.array(grad_summaries(m))
+    out["dx"] = dx.numpy()
     return out
 
 
-def choose_phase(case):
-    """The phase of 0..SEARCH_PHASES−1 with the largest margin here that keeps MIN_BAND_MARGIN
-    under every cap of ISAS."""
-    margins = phase_margins(case, range(SEARCH_PHASES))
-    for phase in sorted(margins, key=lambda p: (-margins[p], p)):
-        if margins[phase] < MIN_BAND_MARGIN:
-            break
-        runs = fp32_runs({case: phase})[case]
-        margin = band_margin(exact_decisions(case, phase), [r[0] for r in runs])[0]
-        print(f"{case}: phase {phase}: margin {margins[phase]:.2f} here, {margin:.2f} under every cap")
-        if margin >= MIN_BAND_MARGIN:
-            return phase
-    raise SystemExit(f"{case}: no phase of 0..{SEARCH_PHASES - 1} keeps every decision "
-                     f"{MIN_BAND_MARGIN}x its float32 noise away")
+SEARCH = PhaseSearch(__file__, build, lambda case, phase: inputs(case, N_IMAGES, SIZES[case], phase),
+                     maxpool_gap, SEARCH_PHASES, MIN_BAND_MARGIN)
 
 
 def grad_case(case, phase, runs):
     """Every per-case fixture, in float64; torch float32's worst gradient error under the caps of
     ISAS as the floor."""
-    margin, per_kind = band_margin(exact_decisions(case, phase), [r[0] for r in runs])
-    assert margin >= MIN_BAND_MARGIN, f"{case}: a decision lies {margin:.2f}x its float32 noise from zero"
+    margin, per_kind = SEARCH.checked(case, phase, runs)
     m = build(case)
     save_names(case, m)
     m = m.double()
     x = inputs(case, N_IMAGES, SIZES[case], phase).double()
-    m.eval()
     means = []
-    with torch.no_grad():
-        feat = m(x, means)
-    save(f"{case}_feat_eval", flat(feat))
+    save(f"{case}_feat_eval", flat(eval_features(m, x, means)))
     save(f"{case}_means_eval", torch.cat(means))
     feat, dx = train_step(m, x)
     save(f"{case}_feat_train", flat(feat))
@@ -544,11 +416,10 @@ def grad_case(case, phase, runs):
     names = [n for n, _ in trainable(m)]
     for name, (_, s2) in zip(names, exact):
         assert s2 < ZERO_GRAD_SQ or s2 >= NONZERO_GRAD_SQ, f"{case}: {name}: Σg² {s2:.3g} is neither zero nor clear of it"
-    floor = [max(np.sqrt(r[1][p][1]) for r in runs) if exact[p][1] < ZERO_GRAD_SQ
-             else max(grad_error(r[1][p], exact[p]) for r in runs) for p in range(len(exact))]
+    floor = grad_floor(exact, [r["grads"] for r in runs])
     save(f"{case}_grad_floor", floor)
     dx64 = dx.numpy()
-    dx_floor = max(float(np.abs(r[2].astype(np.float64) - dx64).max()) / float(np.abs(dx64).max()) for r in runs)
+    dx_floor = max(float(np.abs(r["dx"].astype(np.float64) - dx64).max()) / float(np.abs(dx64).max()) for r in runs)
     save(f"{case}_dx_floor", [dx_floor])
     save(f"{case}_phase", [phase])
     zero = [name for name, (_, s2) in zip(names, exact) if s2 < ZERO_GRAD_SQ]
@@ -585,34 +456,14 @@ def complexity_flops(mod, x):
     return layer_flops(mod, x)
 
 
-def complexity_rows(m, x):
-    """[(name, kind, flops, params, activations)] per leaf-module call of m(x), eval mode."""
-    names = {mod: name for name, mod in m.named_modules()}
-    rows, hooks = [], []
-    for mod in names:
-        if next(mod.children(), None) is None:
-            hooks.append(mod.register_forward_hook(lambda mod, inp, out: rows.append(
-                (names[mod], COMPLEXITY_KINDS[type(mod).__name__], complexity_flops(mod, inp[0]),
-                 sum(p.numel() for p in mod.parameters(recurse=False)), layer_activations(mod, out)))))
-    m.eval()
-    with torch.no_grad():
-        m(x)
-    for h in hooks:
-        h.remove()
-    return rows
-
-
 def write_complexity():
     for variant in TRUNKS:
         m = TRUNKS[variant]()  # shapes only: the values do not matter
-        rows = complexity_rows(m, torch.zeros(1, in_channels(variant), COMPLEXITY_SIZE, COMPLEXITY_SIZE))
-        params = sum(p.numel() for p in m.parameters())  # count_params: Sobel's included
-        assert sum(r[3] for r in rows) == params  # every parameter's module was called
-        flops = -1 if any(r[2] < 0 for r in rows) else sum(r[2] for r in rows)
-        acts = sum(r[4] for r in rows)
-        with open(os.path.join(OUT, f"alexnet_{variant}_complexity.txt"), "w") as f:
-            for r in rows + [("total", "-", flops, params, acts)]:
-                f.write(" ".join(str(v) for v in r) + "\n")
+        # one row per leaf-module call, named by the module's path
+        rows = profile(m, torch.zeros(1, in_channels(variant), COMPLEXITY_SIZE, COMPLEXITY_SIZE), COMPLEXITY_KINDS,
+                       complexity_flops, layer_activations)
+        path = os.path.join(OUT, f"alexnet_{variant}_complexity.txt")
+        flops, params, acts = trunk_golden.write_complexity(path, m, rows)  # params: count_params, Sobel's included
         conv = sum(r[2] for r in rows if r[1] == "conv")
         print(f"complexity {variant} (1 x {in_channels(variant)} x {COMPLEXITY_SIZE}^2): {len(rows)} rows, "
               f"{flops} multiply-adds (conv rows {conv}), {params} parameters, {acts} activations")
@@ -625,9 +476,7 @@ def write_checkpoints(out):
     """The three files of the docstring into `out`."""
     os.makedirs(out, exist_ok=True)
     for variant in ("rotnet", "deepcluster"):
-        trunk = build(variant).state_dict()
-        state = {"classy_state_dict": {"base_model": {"model": {"trunk": trunk, "heads": {}}}}}
-        torch.save(state, os.path.join(out, f"alexnet_{variant}_vissl.torch"))
+        save_vissl_checkpoint(os.path.join(out, f"alexnet_{variant}_vissl.torch"), build(variant).state_dict())
     skip = ["_momentum", "sobel", "classifier", "top_layer", "pred", "fc", "data"]  # the converter's _SKIP_LAYERS
     converted = OrderedDict((k, v.clone()) for k, v in build("deepcluster").state_dict().items()
                             if not any(s in k for s in skip) and not k.endswith("num_batches_tracked"))
@@ -635,31 +484,22 @@ def write_checkpoints(out):
 
 
 def main():
-    if len(sys.argv) >= 3 and sys.argv[1] == "--fp32":
-        return fp32_child(sys.argv[2], sys.argv[3:])
+    if trunk_golden.fp32_main(sys.argv, fp32_measure) or SEARCH.search_main(sys.argv):
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "--checkpoint":
         return write_checkpoints(sys.argv[2])
-    if len(sys.argv) == 5 and sys.argv[1] == "--search":
-        for phase, margin in phase_margins(sys.argv[2], range(int(sys.argv[3]), int(sys.argv[4]))).items():
-            print(f"phase {phase}: margin {margin:.2f}")
-        return
-    os.makedirs(OUT, exist_ok=True)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    trunk_golden.start()
     for case, size in SIZES.items():
         shape = tuple(build(case).eval()(inputs(case, 1, size)).shape)
         assert shape[2:] == (2, 2), (case, size, shape)
         print(f"{case}: min_input {min_input(case)}, {size} px -> pool5 {shape[1:]}")
-    phases = OrderedDict((case, golden.kept_choice("nn", f"alexnet_{case}_phase.npy", lambda c=case: choose_phase(c)))
-                         for case in SIZES)
+    phases = SEARCH.kept("alexnet", SIZES)
     write_cases()
-    runs = fp32_runs(phases)
+    runs = fp32_runs(__file__, phases)
     for case in SIZES:
         grad_case(case, phases[case], runs[case])
     for tag, (variant, size) in LARGE.items():
-        m = build(variant).double()
-        m.eval()
-        with torch.no_grad():
-            feat = flat(m(inputs(variant, N_IMAGES, size).double()))
+        feat = flat(eval_features(build(variant).double(), inputs(variant, N_IMAGES, size).double()))
         save(f"{tag}_feat_eval", feat)
         print(f"{tag}: features {tuple(feat.shape)}")
     write_complexity()

@@ -69,18 +69,10 @@ import torch
 import torch.nn as nn
 import torchvision
 import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
+import trunk_golden  # noqa: E402  (tests/golden/trunk_golden.py: the profiler's rows, shared with the trunk generators)
+from trunk_golden import Flatten  # noqa: E402  (VISSL's, which defines flops() = 0)
 
 OUT = golden.out_dir("nn")
-
-
-class Flatten(nn.Module):
-    """VISSL's Flatten(dim=1), which defines flops() = 0."""
-
-    def forward(self, x):
-        return torch.flatten(x, start_dim=1)
-
-    def flops(self, x):
-        return 0
 
 
 class LayerNorm2d(nn.GroupNorm):
@@ -138,19 +130,8 @@ def layer_activations(layer, out):
 
 
 def profile(model, x):
-    rows = []
-    names = {m: name for name, m in model.named_modules()}
-    hooks = []
-    for m in model.modules():
-        if next(m.children(), None) is None:
-            hooks.append(m.register_forward_hook(lambda mod, inp, out: rows.append(
-                (names[mod], KINDS[type(mod).__name__], layer_flops(mod, inp[0]),
-                 sum(p.numel() for p in mod.parameters(recurse=False)), layer_activations(mod, out)))))
-    model.eval()
-    with torch.no_grad():
-        model(x)
-    for h in hooks:
-        h.remove()
+    """A row per leaf-module call (named by the module's path), then the uncalled rows."""
+    rows = trunk_golden.profile(model, x, KINDS, layer_flops, layer_activations)
     called = {r[0] for r in rows}
     for name, m in model.named_modules():  # count_params: every parameter, called or not
         own = sum(p.numel() for p in m.parameters(recurse=False))
@@ -164,7 +145,7 @@ class Trunk(nn.Module):
         super().__init__()
         self._feature_blocks = nn.ModuleDict(collections.OrderedDict(
             conv1=tv.conv1, bn1=tv.bn1, conv1_relu=tv.relu, maxpool=tv.maxpool, layer1=tv.layer1,
-            layer2=tv.layer2, layer3=tv.layer3, layer4=tv.layer4, avgpool=tv.avgpool, flatten=Flatten()))
+            layer2=tv.layer2, layer3=tv.layer3, layer4=tv.layer4, avgpool=tv.avgpool, flatten=Flatten(1)))
 
     def forward(self, x):
         for m in self._feature_blocks.values():

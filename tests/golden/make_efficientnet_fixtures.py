@@ -22,7 +22,7 @@ values as flatten's; their complexity rows, which re-state what the profiler see
 dropout row, as VISSL's module has none.
 
 No weights are stored: every parameter, BN running statistic, input image and upstream gradient is
-set by the closed formula of make_resnet_fixtures.py (same constants, imported from it, and
+set by the closed formula of trunk_golden.py (make_resnet_fixtures.py's, the same constants; and
 nn/params.c's eng_params_init_formula on the C side), a Weyl sequence computed in float64 and
 rounded to float32. Let u(i, k) = frac(i·ALPHA + k·BETA) for flat element index i of tensor k:
   4-D conv weight (parameter k)  sqrt(6/fan_in)·(2u−1), fan_in = shape[1]·shape[2]·shape[3]
@@ -140,11 +140,10 @@ coefficient whose rounding goes up by the 10 % rule (0.35).
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_efficientnet_fixtures.py
 """
+import functools
 import math
 import os
-import subprocess
 import sys
-import tempfile
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -152,23 +151,21 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
-from make_resnet_fixtures import formula_buffer, formula_param, inputs, weyl  # noqa: E402  (the shared formulas)
+# tests/golden/trunk_golden.py: the formula, the float64/float32 summaries, the float32 child
+# runs, the profiler's rows: what every trunk generator shares.
+import trunk_golden  # noqa: E402
+from trunk_golden import (OUT, ZERO_GRAD_SQ, Flatten, bn_stats, call_site_names, eval_features, fmt,  # noqa: E402
+                          fp32_runs, grad_summaries, inputs, is_leaf, print_zero_grads, profile,
+                          save_train_fixtures, save_vissl_checkpoint, set_formula, train_step)
 
-OUT = golden.out_dir("nn")
-R_ALPHA = 0.3247179572447460
-# oneDNN picks its kernels, and with them the rounding, by instruction set; ONEDNN_MAX_CPU_ISA
-# caps the choice (a cap above the machine's is the machine's). Each cap runs in a child process
-# (oneDNN reads the cap once).
-ISAS = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
-# A parameter whose float64 Σg² is below ZERO_GRAD_SQ has a gradient that is zero but for float64
+# The float32 runs are made under each oneDNN cap of trunk_golden.ISAS. A parameter whose float64
+# Σg² is below ZERO_GRAD_SQ (trunk_golden's) has a gradient that is zero but for float64
 # roundoff (every other one has Σg² far above): a bias whose shift reaches the loss only through
 # a 1×1 convolution followed by train-mode BN, which cancels any per-channel shift of its input:
 # the bn2.bias of a block whose output goes into the next block's expand_conv (or the head's
 # conv_head) and nowhere else, or also into skip blocks whose outputs do the same. The relative
 # measure is meaningless there, so its grad_floor entry is instead torch float32's largest √Σg²
 # (an absolute size).
-ZERO_GRAD_SQ = 1e-20
 
 # ---------------------------------------------------------------------------------------------
 # ClassyVision's efficientnet.py, re-stated (init_weights is kept for the b0 complexity/shape
@@ -397,7 +394,8 @@ class EfficientNet(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# VISSL's wrapper (vissl/models/trunks/efficientnet.py, model_helpers.Flatten / Wrap).
+# VISSL's wrapper (vissl/models/trunks/efficientnet.py, model_helpers.Wrap; model_helpers.Flatten
+# is trunk_golden's).
 
 
 class Wrap(nn.Module):
@@ -407,18 +405,6 @@ class Wrap(nn.Module):
 
     def forward(self, x):
         return self.function(x)
-
-
-class Flatten(nn.Module):
-    def __init__(self, dim=-1):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, feat):
-        return torch.flatten(feat, start_dim=self.dim)
-
-    def flops(self, x):
-        return 0
 
 
 class Trunk(nn.Module):
@@ -505,14 +491,7 @@ def make_model(config):
 
 def build(config):
     """VISSL's trunk around ClassyVision's EfficientNet, every value set by the formula (float32)."""
-    m = Trunk(make_model(config))
-    with torch.no_grad():
-        for k, (name, p) in enumerate(m.named_parameters()):
-            p.copy_(formula_param(name, tuple(p.shape), k))
-        bufs = [(n, b) for n, b in m.named_buffers() if not n.endswith("num_batches_tracked")]
-        for k, (name, b) in enumerate(bufs):
-            b.copy_(formula_buffer(name, tuple(b.shape), k))
-    return m
+    return set_formula(Trunk(make_model(config)))
 
 
 def stage_lists(config):
@@ -530,26 +509,12 @@ def trunk_params(config):
     return n, len(model.blocks)
 
 
-def fmt(xs):
-    return ",".join(str(x) for x in xs)
-
-
 def option_text(config):
     return " ".join(f"{k}={config[k]}" for k in OPTION_KEYS)
 
 
-def save(name, arr):
-    golden.save_f32(os.path.join(OUT, f"efficientnet_{name}.npy"), arr)
-
-
-def save_names(tag, m):
-    with open(os.path.join(OUT, f"efficientnet_{tag}_names.txt"), "w") as f:
-        params = dict(m.named_parameters())
-        for name, t in m.state_dict().items():
-            if name.endswith("num_batches_tracked"):
-                continue
-            kind = "param" if name in params else "buffer"
-            f.write(f"{name} {kind} {','.join(str(d) for d in t.shape)}\n")
+save = functools.partial(trunk_golden.save_f32, "efficientnet")
+save_names = functools.partial(trunk_golden.save_names, "efficientnet")
 
 
 def write_presets():
@@ -578,61 +543,17 @@ def write_cases():
 # Forward, backward and torch float32's own error.
 
 
-def upstream(feat):
-    return torch.from_numpy((2.0 * weyl(feat.numel(), 0, R_ALPHA) - 1.0).astype(np.float32).reshape(feat.shape))
-
-
-def bn_stats(m):
-    return [[bn.running_mean.sum().item(), bn.running_var.sum().item()]
-            for bn in m.modules() if isinstance(bn, nn.BatchNorm2d)]
-
-
-def grad_summaries(m):
-    return [[p.grad.double().sum().item(), (p.grad.double() ** 2).sum().item()] for p in m.parameters()]
-
-
-def grad_error(got, want):
-    """test_resnet.c's measure: |Σg − Σg*| / √Σg*² and |Σg² − Σg*²| / Σg*², the larger."""
-    (s, s2), (rs, rs2) = got, want
-    return 0.0 if rs2 == 0 else max(abs(s - rs) / np.sqrt(rs2), abs(s2 - rs2) / rs2)
-
-
-def train_step(m, x):
-    """Train forward and backward of L = Σ feat·r (the parameters' and x's .grad set); the
-    features."""
-    m.train()
-    feat = m(x)
-    (feat * upstream(feat).to(feat.dtype)).sum().backward()
-    return feat.detach()
-
-
 def case_input(case, dtype=torch.float32):
     c = CASES[case]
     return inputs(c["n"], c["size"]).to(dtype)
 
 
-def fp32_child(path, cases):
-    """In a child process: per case, torch float32's gradient summaries."""
-    out = {}
-    for case in cases:
-        m = build(CASES[case])
-        train_step(m, case_input(case))
-        out[case] = np.array(grad_summaries(m))
-    np.savez(path, **out)
-
-
-def fp32_runs(cases):
-    """{case: [gradient summaries]} of torch float32, one per cap of ISAS."""
-    runs = {case: [] for case in cases}
-    with tempfile.TemporaryDirectory() as tmp:
-        for isa in ISAS:
-            path = os.path.join(tmp, f"{isa}.npz")
-            args = [sys.executable, os.path.abspath(__file__), "--fp32", path] + list(cases)
-            subprocess.run(args, env=dict(os.environ, ONEDNN_MAX_CPU_ISA=isa), check=True)
-            with np.load(path) as z:
-                for case in cases:
-                    runs[case].append(z[case])
-    return runs
+def fp32_measure(case, phase):
+    """In a child process (trunk_golden.fp32_runs): torch float32's gradient summaries (phase is
+    always 0: no phase is chosen)."""
+    m = build(CASES[case])
+    train_step(m, case_input(case))
+    return np.array(grad_summaries(m))
 
 
 def feature_means(feats):
@@ -650,38 +571,21 @@ def grad_case(case, runs):
     save_names(case, m)
     m = m.double()
     x = case_input(case, torch.float64)
-    m.eval()
     feats = OrderedDict()
-    with torch.no_grad():
-        feat = m(x, feats)
-    save(f"{case}_feat_eval", feat)
+    save(f"{case}_feat_eval", eval_features(m, x, feats))
     save(f"{case}_means_eval", feature_means(feats))
     x.requires_grad_(True)
-    save(f"{case}_feat_train", train_step(m, x))
-    save(f"{case}_stats", bn_stats(m))
-    exact = grad_summaries(m)
-    save(f"{case}_grads", exact)
-    save(f"{case}_stem_grad", m._feature_blocks.conv1[0].weight.grad)
-    floor = [max(np.sqrt(g[p][1]) for g in runs) if exact[p][1] < ZERO_GRAD_SQ
-             else max(grad_error(g[p], exact[p]) for g in runs) for p in range(len(exact))]
-    save(f"{case}_grad_floor", floor)
-    zero = [name for (name, _), (_, s2) in zip(m.named_parameters(), exact) if s2 < ZERO_GRAD_SQ]
+    exact, floor = save_train_fixtures(save, case, m, x, runs, "stem", m._feature_blocks.conv1[0].weight)
     small = min(s2 for _, s2 in exact if s2 >= ZERO_GRAD_SQ)
     print(f"{case}: {sum(p.numel() for p in m.parameters())} parameters, {len(bn_stats(m))} BN layers, "
           f"features {[(n, tuple(t.shape[1:])) for n, t in feats.items()]}; grad floor max "
           f"{max(f for f, (_, s2) in zip(floor, exact) if s2 >= ZERO_GRAD_SQ):.3g}; smallest nonzero Σg² {small:.3g}")
-    for name in zero:
-        p = [n for n, _ in m.named_parameters()].index(name)
-        print(f"{case}: {name}'s gradient is zero (float64 Σg² {exact[p][1]:.3g}); "
-              f"torch float32's √Σg² is at most {floor[p]:.3g}")
+    print_zero_grads(case, [n for n, _ in m.named_parameters()], exact, floor)
 
 
 def write_checkpoint(case):
-    """CASE's formula weights as VISSL writes a checkpoint (classy_state_dict → base_model → model
-    → trunk, num_batches_tracked included), torch.save's zip format."""
-    trunk = build(CASES[case]).state_dict()
-    state = {"classy_state_dict": {"base_model": {"model": {"trunk": trunk, "heads": {}}}}}
-    torch.save(state, os.path.join(OUT, f"efficientnet_{case}_vissl.torch"))
+    """CASE's formula weights as a VISSL checkpoint."""
+    save_vissl_checkpoint(os.path.join(OUT, f"efficientnet_{case}_vissl.torch"), build(CASES[case]).state_dict())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -714,57 +618,16 @@ def profiler_activations(mod, out):
     return mod.activations(None, out) if hasattr(mod, "activations") else 0
 
 
-def complexity_rows(m, x):
-    """[(name, kind, flops, params, activations)] per profiled call of m(x), eval mode: every module
-    that is a leaf or has a flops method (modify_forward's rule), reported when its forward
-    returns. A call is named by its calling container (the innermost module running) and the
-    module's name among that container's children, so the shared activation gets one name per
-    call site."""
-    names = {mod: name for name, mod in m.named_modules()}
-    paths = {}
-    for name, mod in m.named_modules(remove_duplicate=False):
-        paths.setdefault(mod, set()).add(name)
-    stack, rows, hooks = [], [], []
-
-    def enter(mod, inp):
-        stack.append(mod)
-
-    def leave(mod, inp, out):
-        assert stack.pop() is mod
-        if next(mod.children(), None) is None or hasattr(mod, "flops"):
-            # a module the trunk's own forward calls is a _feature_blocks entry (the ModuleDict
-            # never runs itself): named in it, not by the trunk's `dropout` attribute
-            parent = stack[-1] if stack[-1] is not m else m._feature_blocks
-            keys = [k for k, c in parent._modules.items() if c is mod]
-            assert len(keys) == 1, keys
-            name = ".".join(p for p in (names[parent], keys[0]) if p)
-            assert name in paths[mod] and (len(paths[mod]) > 1 or name == names[mod]), (name, paths[mod])
-            rows.append((name, COMPLEXITY_KINDS[type(mod).__name__], profiler_flops(mod, inp[0]),
-                         sum(p.numel() for p in mod.parameters(recurse=False)), profiler_activations(mod, out)))
-
-    for mod in names:
-        hooks += [mod.register_forward_pre_hook(enter), mod.register_forward_hook(leave)]
-    m.eval()
-    with torch.no_grad():
-        m(x)
-    for h in hooks:
-        h.remove()
-    assert not stack
-    return rows
-
-
 def write_complexity():
     for case, config in CASES.items():
         m = Trunk(make_model(config))  # shapes only: the values do not matter
         size = config["size"]
-        rows = complexity_rows(m, torch.zeros(1, 3, size, size))
-        params = sum(p.numel() for p in m.parameters())
-        assert sum(r[3] for r in rows) == params  # every parameter's module was called
-        flops = -1 if any(r[2] < 0 for r in rows) else sum(r[2] for r in rows)
-        acts = sum(r[4] for r in rows)
-        with open(os.path.join(OUT, f"efficientnet_{case}_complexity.txt"), "w") as f:
-            for r in rows + [("total", "-", flops, params, acts)]:
-                f.write(" ".join(str(v) for v in r) + "\n")
+        # every module that is a leaf or has a flops method (modify_forward's rule), reported when
+        # its forward returns; the shared activation gets one name per call site
+        rows = profile(m, torch.zeros(1, 3, size, size), COMPLEXITY_KINDS, profiler_flops, profiler_activations,
+                       named=call_site_names(m), profiled=lambda mod: is_leaf(mod) or hasattr(mod, "flops"))
+        path = os.path.join(OUT, f"efficientnet_{case}_complexity.txt")
+        flops, params, acts = trunk_golden.write_complexity(path, m, rows)
         known = sum(r[2] for r in rows if r[2] >= 0)
         conv = sum(r[2] for r in rows if r[1] == "conv")
         print(f"{case} (1 x 3 x {size} x {size}): {len(rows)} rows, FLOPs {flops} (the rows the profiler can "
@@ -772,13 +635,12 @@ def write_complexity():
 
 
 def main():
-    if len(sys.argv) >= 3 and sys.argv[1] == "--fp32":
-        return fp32_child(sys.argv[2], sys.argv[3:])
-    os.makedirs(OUT, exist_ok=True)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if trunk_golden.fp32_main(sys.argv, fp32_measure):
+        return
+    trunk_golden.start()
     write_presets()
     write_cases()
-    runs = fp32_runs(TRAIN_CASES)
+    runs = fp32_runs(__file__, {case: 0 for case in TRAIN_CASES})
     for case in TRAIN_CASES:
         grad_case(case, runs[case])
     write_checkpoint("tiny")
@@ -786,10 +648,7 @@ def main():
     save_names("b0", m)
     params = sum(p.numel() for p in m.parameters())
     assert params == 4007548, params  # EfficientNet-B0's 5,288,548 less its 1280 × 1000 fc's 1,281,000
-    m = m.double()
-    m.eval()
-    with torch.no_grad():
-        save("b0_feat_eval", m(case_input("b0", torch.float64)))
+    save("b0_feat_eval", eval_features(m.double(), case_input("b0", torch.float64)))
     write_complexity()
     print(f"make_efficientnet_fixtures: wrote to {OUT} (torch {torch.__version__})")
 

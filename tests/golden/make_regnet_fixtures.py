@@ -11,9 +11,9 @@ RegNetParams.get_expanded_params (numpy float64, np.round = round-half-even) fol
 _adjust_widths_groups_compatibilty (Python round(), also half-even), re-stated line for line.
 
 No weights are stored: every parameter, BN running statistic, input image and upstream gradient is
-set by the closed formula of make_resnet_fixtures.py (same constants), a Weyl sequence computed in
-float64 and rounded to float32. Let u(i, k) = frac(i·ALPHA + k·BETA) for flat element index i of
-tensor k:
+set by the closed formula of trunk_golden.py (make_resnet_fixtures.py's, the same constants), a
+Weyl sequence computed in float64 and rounded to float32. Let u(i, k) = frac(i·ALPHA + k·BETA)
+for flat element index i of tensor k:
   4-D conv weight (parameter k)  sqrt(6/fan_in)·(2u−1), fan_in = shape[1]·shape[2]·shape[3]
                                  (grouped 3×3 convs: shape[1] is the group's input width; the
                                  SE convs are 4-D 1×1 convs too)
@@ -136,11 +136,10 @@ process only) for LO..HI−1.
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_regnet_fixtures.py
 """
+import functools
 import math
 import os
-import subprocess
 import sys
-import tempfile
 from collections import OrderedDict
 from enum import Enum, auto
 from typing import Optional
@@ -150,15 +149,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
-import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 # ClassyVision's profiler rules (_layer_flops, _layer_activations) as make_complexity_fixtures.py
 # restates them; importing it only defines things (and creates the same fixtures/nn folder).
 from make_complexity_fixtures import layer_activations, layer_flops  # noqa: E402
-from make_resnet_fixtures import formula_buffer, formula_param, inputs, weyl  # noqa: E402  (the shared formulas)
+# tests/golden/trunk_golden.py: the formula, the float64/float32 summaries, the float32 child
+# runs and the phase search, the profiler's rows: what every trunk generator shares.
+import trunk_golden  # noqa: E402
+from trunk_golden import (OUT, PhaseSearch, bn_stats, call_site_names, decisions,  # noqa: E402
+                          eval_features, fmt, fp32_runs, grad_summaries, inputs, print_zero_grads,
+                          profile, save_train_fixtures, save_vissl_checkpoint, set_formula, train_step)
 
-OUT = golden.out_dir("nn")
-ALPHA, BETA = 0.7548776662466927, 0.5698402909980532
-X_ALPHA, R_ALPHA = 0.6180339887498949, 0.3247179572447460
 N_IMAGES, SIZE = 4, 32
 # The input phase of each case. Train-mode BN over 4 images amplifies float32 rounding, and a
 # decision that sits inside that noise is taken by the engine's accumulation order: a ReLU whose
@@ -167,21 +167,18 @@ N_IMAGES, SIZE = 4, 32
 # within twice the band of its input. Either flip moves gradients far beyond the tests'
 # tolerance. A case's margin is the smallest |x| / band over every ReLU input x (and gap /
 # (2·band) over every max-pool window) in a train-mode forward, the band being the worst under
-# each oneDNN cap of ISAS; the phase is the one of 0..SEARCH_PHASES−1 with the largest margin in
-# this process that keeps at least MIN_BAND_MARGIN under every cap. golden.kept_choice keeps the
-# committed phase (SELFSUP_GOLDEN_REPICK=1 searches again); the margin is asserted every run.
+# each oneDNN cap of trunk_golden.ISAS; the phase is the one of 0..SEARCH_PHASES−1 with the largest
+# margin in this process that keeps at least MIN_BAND_MARGIN under every cap (SEARCH below).
+# golden.kept_choice keeps the committed phase (SELFSUP_GOLDEN_REPICK=1 searches again); the
+# margin is asserted every run.
 SEARCH_PHASES = 64
 MIN_BAND_MARGIN = 2.0
-# oneDNN picks its kernels, and with them the rounding, by instruction set; ONEDNN_MAX_CPU_ISA
-# caps the choice (a cap above the machine's is the machine's). Each cap runs in a child process
-# (oneDNN reads the cap once).
-ISAS = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
-# A parameter whose float64 Σg² is below ZERO_GRAD_SQ has a gradient that is zero but for float64
-# roundoff (every other one has Σg² ≥ 1): in z, the final_bn.bias of a stage's last block when the
-# next block is a linear bottleneck without skip: its first op, a 1×1 convolution followed by
-# train-mode BN, cancels any per-channel shift of its input. The relative measure is meaningless
-# there, so its grad_floor entry is instead torch float32's largest √Σg² (an absolute size).
-ZERO_GRAD_SQ = 1e-20
+# A parameter whose float64 Σg² is below ZERO_GRAD_SQ (trunk_golden's) has a gradient that is zero
+# but for float64 roundoff (every other one has Σg² ≥ 1): in z, the final_bn.bias of a stage's
+# last block when the next block is a linear bottleneck without skip: its first op, a 1×1
+# convolution followed by train-mode BN, cancels any per-channel shift of its input. The relative
+# measure is meaningless there, so its grad_floor entry is instead torch float32's largest √Σg²
+# (an absolute size).
 
 # ---------------------------------------------------------------------------------------------
 # ClassyVision's anynet.py / regnet.py / squeeze_and_excitation_layer.py, re-stated (init_weights
@@ -574,14 +571,7 @@ class Trunk(nn.Module):
 
 def build(config):
     """VISSL's trunk around RegNet.from_config(config), every value set by the formula (float32)."""
-    m = Trunk(RegNet(params_from_config(config)))
-    with torch.no_grad():
-        for k, (name, p) in enumerate(m.named_parameters()):
-            p.copy_(formula_param(name, tuple(p.shape), k))
-        bufs = [(n, b) for n, b in m.named_buffers() if not n.endswith("num_batches_tracked")]
-        for k, (name, b) in enumerate(bufs):
-            b.copy_(formula_buffer(name, tuple(b.shape), k))
-    return m
+    return set_formula(Trunk(RegNet(params_from_config(config))))
 
 
 def stage_lists(config):
@@ -597,63 +587,8 @@ def torchvision_lists(config):
     return list(bp.widths), list(bp.depths), list(bp.group_widths), list(bp.bottleneck_multipliers)
 
 
-def save(name, arr):
-    golden.save_f32(os.path.join(OUT, f"regnet_{name}.npy"), arr)
-
-
-def save_names(tag, m):
-    with open(os.path.join(OUT, f"regnet_{tag}_names.txt"), "w") as f:
-        params = dict(m.named_parameters())
-        for name, t in m.state_dict().items():
-            if name.endswith("num_batches_tracked"):
-                continue
-            kind = "param" if name in params else "buffer"
-            f.write(f"{name} {kind} {','.join(str(d) for d in t.shape)}\n")
-
-
-def bn_stats(m):
-    return [[bn.running_mean.sum().item(), bn.running_var.sum().item()]
-            for bn in m.modules() if isinstance(bn, nn.BatchNorm2d)]
-
-
-def grad_summaries(m):
-    return [[p.grad.double().sum().item(), (p.grad.double() ** 2).sum().item()] for p in m.parameters()]
-
-
-def grad_error(got, want):
-    """test_resnet.c's measure: |Σg − Σg*| / √Σg*² and |Σg² − Σg*²| / Σg*², the larger."""
-    (s, s2), (rs, rs2) = got, want
-    return 0.0 if rs2 == 0 else max(abs(s - rs) / np.sqrt(rs2), abs(s2 - rs2) / rs2)
-
-
-def upstream(feat):
-    return torch.from_numpy((2.0 * weyl(feat.numel(), 0, R_ALPHA) - 1.0).astype(np.float32).reshape(feat.shape))
-
-
-def train_step(m, x):
-    """Train forward and backward of L = Σ feat·r (the parameters' .grad set); the features."""
-    m.train()
-    feat = m(x)
-    (feat * upstream(feat).to(feat.dtype)).sum().backward()
-    return feat.detach()
-
-
-def decisions(m, x):
-    """[(kind, input)] of every ReLU and max-pool call in a train-mode forward, in call order
-    (copies; the shared activation module fires once per use)."""
-    seen = []
-    hooks = []
-    for mod in m.modules():
-        kind = "relu" if isinstance(mod, nn.ReLU) else "maxpool" if isinstance(mod, nn.MaxPool2d) else None
-        if kind:
-            hooks.append(mod.register_forward_pre_hook(
-                lambda mod, i, kind=kind: seen.append((kind, i[0].detach().clone()))))
-    m.train()
-    with torch.no_grad():
-        m(x)
-    for h in hooks:
-        h.remove()
-    return seen
+save = functools.partial(trunk_golden.save_f32, "regnet")
+save_names = functools.partial(trunk_golden.save_names, "regnet")
 
 
 def maxpool_gap(a):
@@ -665,114 +600,40 @@ def maxpool_gap(a):
     return (top[:, :, 0] - top[:, :, 1]).min().item()
 
 
-def band_margin(exact, runs):
-    """The smallest distance / band over every decision of the float64 run `exact` ([(kind,
-    tensor)]), the band being that call's largest |x32 − x64| in any float32 run of `runs` (each a
-    list of arrays, in the same order): |x| / band for a ReLU input, gap / (2·band) for a max-pool
-    window. Also the per-kind minima {kind: margin}."""
-    per_kind = {}
-    for k, (kind, a) in enumerate(exact):
-        band = max(float(np.abs(r[k].astype(np.float64) - a.numpy()).max()) for r in runs)
-        dist = float(a.abs().min()) if kind == "relu" else maxpool_gap(a) / 2.0
-        margin = math.inf if band == 0 else dist / band
-        per_kind[kind] = min(per_kind.get(kind, math.inf), margin)
-    return min(per_kind.values(), default=math.inf), per_kind
-
-
-def fp32_child(path, specs):
-    """In a child process: per CASE:PHASE, torch float32's decision inputs and gradient summaries."""
-    out = {}
-    for spec in specs:
-        case, phase = spec.split(":")
-        x = inputs(N_IMAGES, SIZE, int(phase))
-        for i, (_, a) in enumerate(decisions(build(CASES[case]), x)):
-            out[f"{case}.d{i}"] = a.numpy()
-        m = build(CASES[case])
-        train_step(m, x)
-        out[f"{case}.g"] = np.array(grad_summaries(m))
-    np.savez(path, **out)
-
-
-def fp32_runs(phases):
-    """{case: [(decision inputs, gradient summaries)]} of torch float32, one per cap of ISAS."""
-    runs = {case: [] for case in phases}
-    with tempfile.TemporaryDirectory() as tmp:
-        for isa in ISAS:
-            path = os.path.join(tmp, f"{isa}.npz")
-            args = [sys.executable, os.path.abspath(__file__), "--fp32", path] + [f"{c}:{p}" for c, p in phases.items()]
-            subprocess.run(args, env=dict(os.environ, ONEDNN_MAX_CPU_ISA=isa), check=True)
-            with np.load(path) as z:
-                for case in phases:
-                    count = sum(1 for f in z.files if f.startswith(f"{case}.d"))
-                    runs[case].append(([z[f"{case}.d{i}"] for i in range(count)], z[f"{case}.g"]))
-    return runs
-
-
-def exact_decisions(case, phase):
-    return decisions(build(CASES[case]).double(), inputs(N_IMAGES, SIZE, phase).double())
-
-
-def phase_margins(case, phases):
-    """{phase: margin} measured in this process (its own ISA only)."""
-    m64, m32 = build(CASES[case]).double(), build(CASES[case])
-    out = {}
-    for phase in phases:
-        x = inputs(N_IMAGES, SIZE, phase)
-        exact = decisions(m64, x.double())
-        out[phase] = band_margin(exact, [[a.numpy() for _, a in decisions(m32, x)]])[0]
+def fp32_measure(case, phase):
+    """In a child process (trunk_golden.fp32_runs): torch float32's decision inputs and gradient
+    summaries."""
+    x = inputs(N_IMAGES, SIZE, phase)
+    out = {"decisions": [a.numpy() for _, a in decisions(build(CASES[case]), x)]}
+    m = build(CASES[case])
+    train_step(m, x)
+    out["grads"] = np.array(grad_summaries(m))
     return out
 
 
-def choose_phase(case):
-    """The phase of 0..SEARCH_PHASES−1 with the largest margin here that keeps MIN_BAND_MARGIN
-    under every cap of ISAS."""
-    margins = phase_margins(case, range(SEARCH_PHASES))
-    for phase in sorted(margins, key=lambda p: (-margins[p], p)):
-        if margins[phase] < MIN_BAND_MARGIN:
-            break
-        runs = fp32_runs({case: phase})[case]
-        margin = band_margin(exact_decisions(case, phase), [r for r, _ in runs])[0]
-        print(f"{case}: phase {phase}: margin {margins[phase]:.2f} here, {margin:.2f} under every cap")
-        if margin >= MIN_BAND_MARGIN:
-            return phase
-    raise SystemExit(f"{case}: no phase of 0..{SEARCH_PHASES - 1} keeps every decision "
-                     f"{MIN_BAND_MARGIN}x its float32 noise away")
+SEARCH = PhaseSearch(__file__, lambda case: build(CASES[case]), lambda case, phase: inputs(N_IMAGES, SIZE, phase),
+                     maxpool_gap, SEARCH_PHASES, MIN_BAND_MARGIN)
 
 
 def grad_case(case, phase, runs):
     """Every per-case fixture, in float64; torch float32's worst gradient error under the caps of
     ISAS as the floor."""
-    config = CASES[case]
-    margin, per_kind = band_margin(exact_decisions(case, phase), [r for r, _ in runs])
-    assert margin >= MIN_BAND_MARGIN, f"{case}: a decision lies {margin:.2f}x its float32 noise from zero"
-    m = build(config)
+    margin, per_kind = SEARCH.checked(case, phase, runs)
+    m = build(CASES[case])
     save_names(case, m)
     m = m.double()
     x = inputs(N_IMAGES, SIZE, phase).double()
-    m.eval()
     means = []
-    with torch.no_grad():
-        feat = m(x, means)
-    save(f"{case}_feat_eval", feat)
+    save(f"{case}_feat_eval", eval_features(m, x, means))
     save(f"{case}_means_eval", torch.cat(means))
-    save(f"{case}_feat_train", train_step(m, x))
-    save(f"{case}_stats", bn_stats(m))
-    exact = grad_summaries(m)
-    save(f"{case}_grads", exact)
-    save(f"{case}_stem_grad", m._feature_blocks.conv1.stem[0].weight.grad)
-    floor = [max(np.sqrt(g[p][1]) for _, g in runs) if exact[p][1] < ZERO_GRAD_SQ
-             else max(grad_error(g[p], exact[p]) for _, g in runs) for p in range(len(exact))]
-    zero = [name for (name, _), (_, s2) in zip(m.named_parameters(), exact) if s2 < ZERO_GRAD_SQ]
-    save(f"{case}_grad_floor", floor)
+    exact, floor = save_train_fixtures(save, case, m, x, [r["grads"] for r in runs], "stem",
+                                       m._feature_blocks.conv1.stem[0].weight)
     save(f"{case}_phase", [phase])
     kinds = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per_kind.items()))
     print(f"{case}: phase {phase}, every decision at least {margin:.2f}x its float32 noise away "
           f"({kinds}); grad floor max {max(floor):.3g}; {sum(p.numel() for p in m.parameters())} parameters; "
           f"features {[tuple(t.shape) for t in means]} channels, {len(bn_stats(m))} BN layers")
-    for name in zero:
-        p = [n for n, _ in m.named_parameters()].index(name)
-        print(f"{case}: {name}'s gradient is zero (float64 Σg² {exact[p][1]:.3g}); "
-              f"torch float32's √Σg² is at most {floor[p]:.3g}")
+    print_zero_grads(case, [n for n, _ in m.named_parameters()], exact, floor)
 
 
 # torchvision's module paths inside a RegNet block against ClassyVision's (VISSL's).
@@ -811,10 +672,9 @@ def write_torchvision(case):
             else:
                 t.copy_(mine[vissl_name_of_torchvision(name)])
     m.eval()
-    ours.eval()
     x = inputs(2, SIZE)
     with torch.no_grad():
-        assert torch.equal(torch.flatten(m.avgpool(m.trunk_output(m.stem(x))), 1), ours(x)), case
+        assert torch.equal(torch.flatten(m.avgpool(m.trunk_output(m.stem(x))), 1), eval_features(ours, x)), case
     torch.save(m.state_dict(), os.path.join(OUT, f"regnet_{case}_torchvision.pth"))
 
 
@@ -834,11 +694,8 @@ def write_classy(case):
 
 
 def write_checkpoint(case):
-    """CASE's formula weights as VISSL writes a checkpoint (classy_state_dict → base_model → model
-    → trunk, num_batches_tracked included), torch.save's zip format."""
-    trunk = build(CASES[case]).state_dict()
-    state = {"classy_state_dict": {"base_model": {"model": {"trunk": trunk, "heads": {}}}}}
-    torch.save(state, os.path.join(OUT, f"regnet_{case}_vissl.pt"))
+    """CASE's formula weights as a VISSL checkpoint."""
+    save_vissl_checkpoint(os.path.join(OUT, f"regnet_{case}_vissl.pt"), build(CASES[case]).state_dict())
 
 
 def shapes(m, size):
@@ -852,10 +709,6 @@ def shapes(m, size):
             if name == "conv1" or name.startswith("res"):
                 out.append((name, tuple(x.shape[1:])))
     return out
-
-
-def fmt(xs):
-    return ",".join(str(x) for x in xs)
 
 
 def write_presets():
@@ -918,58 +771,15 @@ def complexity_flops(mod, x):
     return layer_flops(mod, x)
 
 
-def complexity_rows(m, x):
-    """[(name, kind, flops, params, activations)] per leaf-module call of m(x), eval mode. A call
-    is named by its calling container (the innermost one running) and the module's name among
-    that container's children, so the shared activation gets one name per call site."""
-    names = {mod: name for name, mod in m.named_modules()}
-    paths = {}
-    for name, mod in m.named_modules(remove_duplicate=False):
-        paths.setdefault(mod, set()).add(name)
-    stack, rows, hooks = [], [], []
-
-    def leaf(mod, inp, out):
-        parent = stack[-1]
-        keys = [k for k, c in parent._modules.items() if c is mod]
-        assert len(keys) <= 1, keys
-        name = ".".join(p for p in (names[parent], keys[0]) if p) if keys else names[mod]
-        assert name in paths[mod] and (len(paths[mod]) > 1 or name == names[mod]), (name, paths[mod])
-        rows.append((name, COMPLEXITY_KINDS[type(mod).__name__], complexity_flops(mod, inp[0]),
-                     sum(p.numel() for p in mod.parameters(recurse=False)), layer_activations(mod, out)))
-
-    def enter(mod, inp):
-        stack.append(mod)
-
-    def leave(mod, inp, out):
-        assert stack.pop() is mod
-
-    for mod in names:
-        if next(mod.children(), None) is None:
-            hooks.append(mod.register_forward_hook(leaf))
-        else:
-            hooks += [mod.register_forward_pre_hook(enter), mod.register_forward_hook(leave)]
-    m.eval()
-    with torch.no_grad():
-        m(x)
-    for h in hooks:
-        h.remove()
-    assert not stack
-    return rows
-
-
 def write_complexity():
     """regnet_TAG_complexity.txt per COMPLEXITY_MODELS entry; the 400MF totals beside pycls's."""
     for tag, (name, size) in COMPLEXITY_MODELS.items():
         config = PRESETS[name] if name in PRESETS else CASES[name]
         m = Trunk(RegNet(params_from_config(config)))  # shapes only: the values do not matter
-        rows = complexity_rows(m, torch.zeros(1, 3, size, size))
-        params = sum(p.numel() for p in m.parameters())
-        assert sum(r[3] for r in rows) == params  # every parameter's module was called
-        flops = -1 if any(r[2] < 0 for r in rows) else sum(r[2] for r in rows)
-        acts = sum(r[4] for r in rows)
-        with open(os.path.join(OUT, f"regnet_{tag}_complexity.txt"), "w") as f:
-            for r in rows + [("total", "-", flops, params, acts)]:
-                f.write(" ".join(str(v) for v in r) + "\n")
+        # one row per leaf-module call; the shared activation gets one name per call site
+        rows = profile(m, torch.zeros(1, 3, size, size), COMPLEXITY_KINDS, complexity_flops, layer_activations,
+                       named=call_site_names(m))
+        flops, params, acts = trunk_golden.write_complexity(os.path.join(OUT, f"regnet_{tag}_complexity.txt"), m, rows)
         print(f"{tag} ({name}, 1 x 3 x {size} x {size}): {len(rows)} rows, {flops} multiply-adds, "
               f"{params} parameters, {acts} activations")
         if size == 224:
@@ -983,14 +793,9 @@ def write_complexity():
 
 
 def main():
-    if len(sys.argv) >= 3 and sys.argv[1] == "--fp32":
-        return fp32_child(sys.argv[2], sys.argv[3:])
-    if len(sys.argv) == 5 and sys.argv[1] == "--search":
-        for phase, margin in phase_margins(sys.argv[2], range(int(sys.argv[3]), int(sys.argv[4]))).items():
-            print(f"phase {phase}: margin {margin:.2f}")
+    if trunk_golden.fp32_main(sys.argv, fp32_measure) or SEARCH.search_main(sys.argv):
         return
-    os.makedirs(OUT, exist_ok=True)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    trunk_golden.start()
     write_presets()
     for case, config in CASES.items():
         widths, depths, gws, bms = stage_lists(config)
@@ -998,10 +803,9 @@ def main():
         assert len(widths) >= 2 and all(min(s[1:]) >= 1 for _, s in feats), (case, feats)
         print(f"{case}: widths {fmt(widths)} depths {fmt(depths)} group_widths {fmt(gws)} "
               f"bottleneck_multipliers {fmt(bms)}; at {SIZE} px {feats}")
-    phases = OrderedDict((case, golden.kept_choice("nn", f"regnet_{case}_phase.npy", lambda c=case: choose_phase(c)))
-                         for case in CASES)
+    phases = SEARCH.kept("regnet", CASES)
     write_cases()
-    runs = fp32_runs(phases)
+    runs = fp32_runs(__file__, phases)
     for case in CASES:
         grad_case(case, phases[case], runs[case])
     write_checkpoint("y")
@@ -1009,14 +813,10 @@ def main():
     write_classy("y")
     m = build(PRESETS["regnet_y_400mf"])
     save_names("y400", m)
-    m.eval()
-    with torch.no_grad():
-        save("y400_feat_eval", m(inputs(2, 64)))
+    save("y400_feat_eval", eval_features(m, inputs(2, 64)))
     m = build(PRESETS["regnet_y_16gf"])  # a large preset: VISSL's SwAV RegNet, 80M parameters
     save_names("y16", m)
-    m.eval()
-    with torch.no_grad():
-        save("y16_feat_eval", m(inputs(1, 32)))
+    save("y16_feat_eval", eval_features(m, inputs(1, 32)))
     write_complexity()
     print(f"make_regnet_fixtures: wrote to {OUT} (torch {torch.__version__}, torchvision {torchvision.__version__})")
 

@@ -47,7 +47,8 @@ records() {
         "$build/selfsup-collate" -c "quickstart/$1" "${o[@]}" 2>/dev/null > "$3"
 }
 
-# What the end-to-end runs read: 2 epochs of 5 batches of SimCLR, SwAV (also SwAV on a RegNet), MoCo, NPID and DeepClusterV2
+# What the end-to-end runs read: 2 epochs of 5 batches of SimCLR, SwAV (also SwAV on a RegNet and on
+# an EfficientNet), RotNet on an AlexNet, MoCo, NPID and DeepClusterV2
 # (and its epoch 0 again: the memory pass), the first epoch
 # alone (a run that stops after it, to resume from its checkpoint), 5 batches of the
 # extraction quickstart's evaluation crops, and the first 320 entries of the file lists (the
@@ -63,6 +64,8 @@ add_data() {
     records simclr 1 "$stage/data/simclr_e0.rec" config.OPTIMIZER.num_epochs=2
     records swav 2 "$stage/data/swav.rec" config.OPTIMIZER.num_epochs=2
     cp "$stage/data/swav.rec" "$stage/data/swav_regnet.rec" # the same crops: only the trunk differs
+    cp "$stage/data/swav.rec" "$stage/data/swav_efficientnet.rec"
+    records rotnet_alexnet 2 "$stage/data/rotnet_alexnet.rec" config.OPTIMIZER.num_epochs=2
     records moco 2 "$stage/data/moco.rec" config.OPTIMIZER.num_epochs=2
     records npid 2 "$stage/data/npid.rec" config.OPTIMIZER.num_epochs=2
     records deepclusterv2 2 "$stage/data/deepclusterv2.rec" config.OPTIMIZER.num_epochs=2

@@ -168,6 +168,8 @@ check nccl-world nccl-world
 check simclr-parity parity simclr
 check swav-parity parity swav
 check regnet-parity parity swav_regnet
+check efficientnet-parity parity swav_efficientnet
+check alexnet-parity parity rotnet_alexnet
 check moco-parity parity moco
 # (320 images: 256 negatives, not the quickstart's 4096, which would outnumber the memory's rows)
 check npid-parity parity npid config.LOSS.nce_loss_with_memory.negative_sampling_params.num_negatives=256

@@ -42,6 +42,7 @@
 #include "weights.h"
 
 #include "test_nn_util.h"
+#include "test_trunk_util.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -50,46 +51,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FWD_TOL 1e-4
-#define GRAD_TOL 1e-3
-#define FLOOR_FACTOR 2.0
-#define ZERO_GRAD_SQ 1e-20 /* a gradient that is mathematically zero (make_alexnet_fixtures.py) */
-#define X_ALPHA 0.6180339887498949
-#define R_ALPHA 0.3247179572447460
+#define TRUNK "alexnet" /* the fixtures' prefix (test_trunk_util.h) */
 #define SCRIPT "tests/golden/make_alexnet_fixtures.py"
-
 
 static const char *const VARIANTS[] = {"bvlc", "colorization", "deepcluster", "jigsaw", "rotnet"};
 
-static void report(const char *what, double e, double tol)
-{
-    if (getenv("ALEXNET_VERBOSE"))
-        fprintf(stderr, "alexnet: %-48s error %.3g (tolerance %.3g)\n", what, e, tol);
-    cr_expect_leq(e, tol, "%s: error %g > %g", what, e, tol);
-}
-
 /* ---- fixtures ------------------------------------------------------------------------------- */
-
-/* alexnet_KASE_NAME.npy, float32. */
-static npy_array load_npy(const char *kase, const char *name)
-{
-    char *prefix = xasprintf("alexnet_%s", kase);
-    npy_array a = test_fixture_npy("nn", prefix, name);
-    cr_assert_eq(a.dtype, NPY_F4, "%s_%s", prefix, name);
-    free(prefix);
-    return a;
-}
-
-static void expect_array(const float *got, size_t n, const char *kase, const char *name, double tol)
-{
-    npy_array want = load_npy(kase, name);
-    char *what = xasprintf("%s %s", kase, name);
-    cr_expect_eq(n, want.count, "%s: %zu values, PyTorch %zu", what, n, want.count);
-    if (n == want.count)
-        report(what, nnt_rel_error_host(got, want.data, want.count), tol);
-    free(what);
-    npy_close(&want);
-}
 
 /* A line of alexnet_cases.txt: "CASE variant=V n=N size=S params=P min_input=M". */
 typedef struct {
@@ -98,42 +65,29 @@ typedef struct {
     int64_t params, min_input;
 } alexnet_case;
 
+/* One key=value of alexnet_cases.txt into the case (the variant without its "alexnet_"). */
+static void set_case(void *into, const char *k, const char *v)
+{
+    alexnet_case *c = into;
+    if (!strcmp(k, "variant")) {
+        char *name = xasprintf("alexnet_%s", v);
+        c->variant = (alexnet_variant)alexnet_variant_by_name(name);
+        cr_assert_neq((int)c->variant, -1, "%s is a variant", name);
+        free(name);
+    } else if (!strcmp(k, "n"))
+        c->n = atoi(v);
+    else if (!strcmp(k, "size"))
+        c->size = atoi(v);
+    else if (!strcmp(k, "params"))
+        c->params = atoll(v);
+    else if (!strcmp(k, "min_input"))
+        c->min_input = atoll(v);
+}
+
 static alexnet_case load_case(const char *kase)
 {
-    char *path = test_fixture("nn", "alexnet_cases.txt");
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    char line[512];
     alexnet_case c = {.variant = (alexnet_variant)-1};
-    bool found = false;
-    while (!found && fgets(line, sizeof line, f)) {
-        char *save = NULL, *tok = strtok_r(line, " \n", &save);
-        if (!tok || strcmp(tok, kase) != 0)
-            continue;
-        found = true;
-        while ((tok = strtok_r(NULL, " \n", &save))) {
-            char *eq = strchr(tok, '=');
-            cr_assert(eq, "alexnet_cases.txt: %s", tok);
-            *eq = '\0';
-            const char *v = eq + 1;
-            if (!strcmp(tok, "variant")) {
-                char *name = xasprintf("alexnet_%s", v);
-                c.variant = (alexnet_variant)alexnet_variant_by_name(name);
-                cr_assert_neq((int)c.variant, -1, "%s is a variant", name);
-                free(name);
-            } else if (!strcmp(tok, "n"))
-                c.n = atoi(v);
-            else if (!strcmp(tok, "size"))
-                c.size = atoi(v);
-            else if (!strcmp(tok, "params"))
-                c.params = atoll(v);
-            else if (!strcmp(tok, "min_input"))
-                c.min_input = atoll(v);
-        }
-    }
-    fclose(f);
-    free(path);
-    cr_assert(found, "no case %s in alexnet_cases.txt", kase);
+    tt_load_line(TRUNK "_cases.txt", kase, set_case, &c);
     return c;
 }
 
@@ -145,35 +99,9 @@ static alexnet *make(eng_backend *be, alexnet_variant v)
     return net;
 }
 
-static int fixture_phase(const char *kase)
-{
-    npy_array ph = load_npy(kase, "phase");
-    int phase = (int)((const float *)ph.data)[0];
-    npy_close(&ph);
-    return phase;
-}
-
 static eng_shape case_input_shape(const alexnet_case *c)
 {
     return eng_shape4(c->n, alexnet_in_channels(c->variant), c->size, c->size);
-}
-
-static eng_tensor make_input(eng_backend *be, eng_shape s, int phase)
-{
-    eng_tensor x = eng_tensor_new(be, s);
-    float *h = nnt_formula_fill(eng_numel(&x.shape), X_ALPHA, phase);
-    eng_upload(be, &x, h);
-    free(h);
-    return x;
-}
-
-static eng_tensor make_upstream(eng_backend *be, const eng_tensor *feat)
-{
-    eng_tensor r = eng_tensor_new(be, feat->shape);
-    float *rh = nnt_formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
-    eng_upload(be, &r, rh);
-    free(rh);
-    return r;
 }
 
 static const eng_entry *find_entry(eng_params *p, const char *name)
@@ -253,29 +181,7 @@ static void check_names(alexnet_variant v, const char *tag, int64_t want_params)
 {
     eng_backend *be = nnt_open_cpu();
     alexnet *net = make(be, v);
-    eng_params *p = alexnet_param_table(net);
-    char *file = xasprintf("alexnet_%s_names.txt", tag);
-    char *path = test_fixture("nn", file);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    char name[256], kind[16], shape[64];
-    int i = 0;
-    while (fscanf(f, "%255s %15s %63s", name, kind, shape) == 3) {
-        cr_assert_lt(i, p->nentries, "%s: more entries in VISSL (%s)", tag, name);
-        const eng_entry *e = &p->entries[i++];
-        cr_expect_str_eq(e->name, name, "%s: entry %d", tag, i - 1);
-        cr_expect_eq(e->kind, strcmp(kind, "param") == 0 ? ENG_PARAM : ENG_BUFFER, "%s: %s kind", tag, name);
-        char mine[64] = "";
-        for (int d = 0; d < e->value.shape.ndim; d++)
-            snprintf(mine + strlen(mine), sizeof mine - strlen(mine), "%s%lld", d ? "," : "",
-                     (long long)e->value.shape.dim[d]);
-        cr_expect_str_eq(mine, shape, "%s: %s shape", tag, name);
-    }
-    fclose(f);
-    cr_expect_eq(i, p->nentries, "%s: entry count", tag);
-    cr_expect_eq(eng_params_count(p), want_params, "%s: parameters", tag);
-    free(path);
-    free(file);
+    tt_check_names(TRUNK, alexnet_param_table(net), tag, "VISSL", want_params);
     alexnet_free(be, net);
     eng_backend_close(be);
 }
@@ -392,82 +298,20 @@ static float *feature_means(eng_backend *be, alexnet *net, int64_t *n)
     for (int f = 0; f < ALEXNET_NFEATURES - 1; f++) {
         const eng_tensor *t = alexnet_feature(net, f);
         cr_assert(t && t->shape.ndim == 4, "feature %s is N × C × H × W", alexnet_feature_name(f));
-        float *h = nnt_download(be, t);
-        int64_t nb = t->shape.dim[0], c = t->shape.dim[1], s = t->shape.dim[2] * t->shape.dim[3];
-        m = xrealloc(m, (size_t)(*n + c) * sizeof *m);
-        for (int64_t k = 0; k < c; k++) {
-            double sum = 0.0;
-            for (int64_t b = 0; b < nb; b++)
-                for (int64_t j = 0; j < s; j++)
-                    sum += h[(b * c + k) * s + j];
-            m[(*n)++] = (float)(sum / (double)(nb * s));
-        }
-        free(h);
+        m = tt_append_channel_means(be, t, m, n);
     }
     return m;
-}
-
-/* One parameter's error over its bound: Σg against √Σg², Σg² against itself; a gradient that is
- * mathematically zero (Σg*² below ZERO_GRAD_SQ: a conv bias before train-mode BN) is held to the
- * floor's absolute size instead. */
-static double grad_error(const eng_entry *e, eng_backend *be, const float *want, double floor, double factor,
-                         double *sq_err)
-{
-    float *g = nnt_download(be, &e->grad);
-    double s = 0.0, ss = 0.0;
-    for (int64_t j = 0; j < eng_numel(&e->grad.shape); j++)
-        s += g[j], ss += (double)g[j] * g[j];
-    free(g);
-    double ws = factor * want[0], wss = factor * factor * want[1];
-    if (want[1] < ZERO_GRAD_SQ) {
-        *sq_err = 0.0;
-        return sqrt(ss) / (FLOOR_FACTOR * factor * floor);
-    }
-    double bound = FLOOR_FACTOR * fmax(GRAD_TOL, floor);
-    *sq_err = fabs(ss - wss) / wss / bound;
-    return fabs(s - ws) / sqrt(wss) / bound;
-}
-
-static void check_grads(eng_backend *be, alexnet *net, const char *kase, double factor)
-{
-    npy_array want = load_npy(kase, "grads"), floor = load_npy(kase, "grad_floor");
-    eng_params *p = alexnet_param_table(net);
-    double worst_sum = 0.0, worst_sq = 0.0;
-    const char *worst_name = "";
-    int k = 0;
-    for (int i = 0; i < p->nentries; i++) {
-        const eng_entry *e = &p->entries[i];
-        if (e->kind != ENG_PARAM)
-            continue;
-        cr_assert_lt((size_t)(2 * k + 1), want.count, "%s: more parameters than PyTorch's", kase);
-        const float *w = (const float *)want.data + 2 * k;
-        double sq, es = grad_error(e, be, w, ((const float *)floor.data)[k], factor, &sq);
-        if (getenv("ALEXNET_VERBOSE") && getenv("ALEXNET_VERBOSE")[0] == '2')
-            fprintf(stderr, "alexnet: %s %-34s sum %.3g sumsq %.3g (of the bound)\n", kase, e->name, es, sq);
-        if (fmax(es, sq) > fmax(worst_sum, worst_sq))
-            worst_name = e->name;
-        worst_sum = fmax(worst_sum, es), worst_sq = fmax(worst_sq, sq);
-        k++;
-    }
-    cr_expect_eq((size_t)(2 * k), want.count, "%s: gradient count", kase);
-    char what[160];
-    snprintf(what, sizeof what, "%s %.0f× grad sums / bound (worst %s)", kase, factor, worst_name);
-    report(what, worst_sum, 1.0);
-    snprintf(what, sizeof what, "%s %.0f× grad sums of squares / bound", kase, factor);
-    report(what, worst_sq, 1.0);
-    npy_close(&want);
-    npy_close(&floor);
 }
 
 static void check_input_grad(eng_backend *be, alexnet *net, const char *kase)
 {
     const eng_tensor *dx = alexnet_input_grad(net);
     cr_assert(dx, "%s: no input gradient after the backward", kase);
-    npy_array floor = load_npy(kase, "dx_floor");
+    npy_array floor = tt_load_npy(TRUNK, kase, "dx_floor");
     double tol = fmax(GRAD_TOL, FLOOR_FACTOR * ((const float *)floor.data)[0]);
     npy_close(&floor);
     float *g = nnt_download(be, dx);
-    expect_array(g, (size_t)eng_numel(&dx->shape), kase, "dx", tol);
+    tt_expect_array_n(TRUNK, g, (size_t)eng_numel(&dx->shape), kase, "dx", tol);
     free(g);
 }
 
@@ -480,7 +324,7 @@ static void check_case(const char *kase, bool input_grad)
     eng_shape in = case_input_shape(&c);
     char *err = NULL;
     cr_assert_eq(alexnet_check_input(c.variant, &in, &err), 0, "%s: %s", kase, err);
-    eng_tensor x = make_input(be, in, fixture_phase(kase));
+    eng_tensor x = tt_input(be, in, tt_fixture_phase(TRUNK, kase));
     alexnet_set_input_grad(be, net, input_grad);
     alexnet_plan(be, net, &x.shape);
     const eng_tensor *feat = alexnet_forward(be, net, &x, false);
@@ -488,24 +332,24 @@ static void check_case(const char *kase, bool input_grad)
     cr_expect_eq(feat->shape.dim[0], c.n);
     cr_expect_eq(alexnet_out_dim(net), 256 * 2 * 2, "%s: pool5 is 256 × 2 × 2 at %d px", kase, c.size);
     float *f = nnt_download(be, feat);
-    expect_array(f, (size_t)eng_numel(&feat->shape), kase, "feat_eval", FWD_TOL);
+    tt_expect_array_n(TRUNK, f, (size_t)eng_numel(&feat->shape), kase, "feat_eval", FWD_TOL);
     free(f);
     int64_t nm;
     float *m = feature_means(be, net, &nm);
-    expect_array(m, (size_t)nm, kase, "means_eval", FWD_TOL);
+    tt_expect_array_n(TRUNK, m, (size_t)nm, kase, "means_eval", FWD_TOL);
     free(m);
     feat = alexnet_forward(be, net, &x, true);
     f = nnt_download(be, feat);
-    expect_array(f, (size_t)eng_numel(&feat->shape), kase, "feat_train", FWD_TOL);
+    tt_expect_array_n(TRUNK, f, (size_t)eng_numel(&feat->shape), kase, "feat_train", FWD_TOL);
     free(f);
     int nb;
     float *sums = nnt_buffer_sums(be, alexnet_param_table(net), &nb);
-    expect_array(sums, (size_t)nb, kase, "stats", FWD_TOL);
+    tt_expect_array_n(TRUNK, sums, (size_t)nb, kase, "stats", FWD_TOL);
     free(sums);
-    eng_tensor r = make_upstream(be, feat);
+    eng_tensor r = tt_upstream(be, feat->shape);
     eng_params_zero_grad(be, alexnet_param_table(net));
     alexnet_backward(be, net, &r);
-    check_grads(be, net, kase, 1.0);
+    tt_check_grads(TRUNK, be, alexnet_param_table(net), kase, 1.0);
     if (input_grad)
         check_input_grad(be, net, kase);
     eng_tensor_free(be, &r);
@@ -533,12 +377,12 @@ static void check_large(const char *kase, int64_t out_dim)
     alexnet_case c = load_case(kase);
     eng_backend *be = nnt_open_cpu();
     alexnet *net = make(be, c.variant);
-    eng_tensor x = make_input(be, case_input_shape(&c), 0);
+    eng_tensor x = tt_input(be, case_input_shape(&c), 0);
     alexnet_plan(be, net, &x.shape);
     cr_expect_eq(alexnet_out_dim(net), out_dim, "%s", kase);
     const eng_tensor *feat = alexnet_forward(be, net, &x, false);
     float *f = nnt_download(be, feat);
-    expect_array(f, (size_t)eng_numel(&feat->shape), kase, "feat_eval", FWD_TOL);
+    tt_expect_array_n(TRUNK, f, (size_t)eng_numel(&feat->shape), kase, "feat_eval", FWD_TOL);
     free(f);
     check_names(c.variant, alexnet_variant_name(c.variant) + strlen("alexnet_"), c.params);
     eng_tensor_free(be, &x);
@@ -551,38 +395,27 @@ Test(alexnet, bvlc_224_eval_features_match_vissl, .timeout = 60) { check_large("
 
 /* ---- accumulation, memory ------------------------------------------------------------------------ */
 
-static int allocations;
-static eng_ops counting_ops;
-
-static void *counting_alloc(eng_backend *be, size_t bytes)
-{
-    allocations++;
-    return eng_cpu_ops.alloc(be, bytes);
-}
-
 /* Two backward passes without zeroing give twice the gradients, and a second step at the
  * planned shape (plan again, eval and train forwards, backward) allocates nothing. */
 static void check_accumulation(const char *kase)
 {
     alexnet_case c = load_case(kase);
     eng_backend *be = nnt_open_cpu();
-    counting_ops = eng_cpu_ops;
-    counting_ops.alloc = counting_alloc;
-    be->ops = &counting_ops;
+    tt_count_allocations(be);
     alexnet *net = make(be, c.variant);
-    eng_tensor x = make_input(be, case_input_shape(&c), fixture_phase(kase));
+    eng_tensor x = tt_input(be, case_input_shape(&c), tt_fixture_phase(TRUNK, kase));
     alexnet_plan(be, net, &x.shape);
     const eng_tensor *feat = alexnet_forward(be, net, &x, true);
-    eng_tensor r = make_upstream(be, feat);
+    eng_tensor r = tt_upstream(be, feat->shape);
     eng_params_zero_grad(be, alexnet_param_table(net));
     alexnet_backward(be, net, &r);
-    int before = allocations;
+    int before = tt_allocations();
     alexnet_plan(be, net, &x.shape);
     alexnet_forward(be, net, &x, false);
     alexnet_forward(be, net, &x, true); /* the running statistics move again: not compared */
     alexnet_backward(be, net, &r);
-    cr_expect_eq(allocations, before, "%s: a planned step allocates nothing", kase);
-    check_grads(be, net, kase, 2.0);
+    cr_expect_eq(tt_allocations(), before, "%s: a planned step allocates nothing", kase);
+    tt_check_grads(TRUNK, be, alexnet_param_table(net), kase, 2.0);
     eng_tensor_free(be, &r);
     eng_tensor_free(be, &x);
     alexnet_free(be, net);
@@ -641,13 +474,13 @@ Test(alexnet, a_config_builds_alexnet_rotnet_and_refuses_a_32px_input)
     eng_shape in[1] = {eng_shape4(c.n, 3, c.size, c.size)};
     cr_assert_eq(model_plan(be, m, in, 1, &err), 0, "%s", err);
     model_init_formula(be, m);
-    float *x = nnt_formula_fill(eng_numel(&in[0]), X_ALPHA, fixture_phase("rotnet"));
+    float *x = nnt_formula_fill(eng_numel(&in[0]), X_ALPHA, tt_fixture_phase(TRUNK, "rotnet"));
     model_upload_input(be, m, 0, x);
     model_forward(be, m, false);
     cr_assert_eq(model_output_count(m), 1);
     const eng_tensor *out = model_output(m, 0);
     float *f = nnt_download(be, out);
-    expect_array(f, (size_t)eng_numel(&out->shape), "rotnet", "feat_eval", FWD_TOL);
+    tt_expect_array_n(TRUNK, f, (size_t)eng_numel(&out->shape), "rotnet", "feat_eval", FWD_TOL);
     free(f);
     free(x);
     model_free(be, m);
@@ -673,7 +506,7 @@ Test(alexnet, colorization_reads_the_l_channel_of_a_lab_input)
     cr_assert_eq(model_plan(be, m, in, 1, &err), 0, "%s", err);
     model_init_formula(be, m);
     int64_t hw = (int64_t)c.size * c.size;
-    float *l = nnt_formula_fill(c.n * hw, X_ALPHA, fixture_phase("colorization"));
+    float *l = nnt_formula_fill(c.n * hw, X_ALPHA, tt_fixture_phase(TRUNK, "colorization"));
     float *lab = xmalloc((size_t)eng_numel(&in[0]) * sizeof *lab);
     for (int64_t b = 0; b < c.n; b++)
         for (int64_t j = 0; j < hw; j++) {
@@ -685,7 +518,7 @@ Test(alexnet, colorization_reads_the_l_channel_of_a_lab_input)
     model_forward(be, m, false);
     const eng_tensor *out = model_output(m, 0);
     float *f = nnt_download(be, out);
-    expect_array(f, (size_t)eng_numel(&out->shape), "colorization", "feat_eval", FWD_TOL);
+    tt_expect_array_n(TRUNK, f, (size_t)eng_numel(&out->shape), "colorization", "feat_eval", FWD_TOL);
     free(f);
     free(lab);
     free(l);
@@ -710,29 +543,7 @@ static void check_costs(alexnet_variant v, const char *tag)
     cr_assert_eq(alexnet_costs_upto(net, &in, NULL, ALEXNET_NFEATURES - 1, feat, &rows, &n, &err), 0, "%s: %s", tag,
                  err);
     cr_expect_eq(feat[ALEXNET_NFEATURES - 2].dim[1], 256, "%s: pool5's channels", tag);
-    char *file = xasprintf("alexnet_%s_complexity.txt", tag), *path = test_fixture("nn", file);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    char name[160], kind[32];
-    long long flops, params, acts;
-    int i = 0;
-    while (fscanf(f, "%159s %31s %lld %lld %lld", name, kind, &flops, &params, &acts) == 5 && strcmp(name, "total")) {
-        cr_assert_lt(i, n, "%s: more rows in the profiler's (%s)", tag, name);
-        const eng_layer_cost *r = &rows[i++];
-        cr_expect_str_eq(r->name, name, "%s row %d: %s, the profiler's %s", tag, i - 1, r->name, name);
-        cr_expect_str_eq(r->kind, kind, "%s %s: kind %s, the profiler's %s", tag, name, r->kind, kind);
-        cr_expect(r->flops == flops && r->params == params && r->activations == acts,
-                  "%s %s: %lld %lld %lld, profiler %lld %lld %lld", tag, name, (long long)r->flops,
-                  (long long)r->params, (long long)r->activations, flops, params, acts);
-    }
-    cr_expect_eq(i, n, "%s: row count", tag);
-    eng_layer_cost t = eng_costs_total(rows, n);
-    cr_expect(t.flops == flops && t.params == params && t.activations == acts,
-              "%s total: %lld %lld %lld, profiler %lld %lld %lld", tag, (long long)t.flops, (long long)t.params,
-              (long long)t.activations, flops, params, acts);
-    fclose(f);
-    free(path);
-    free(file);
+    tt_check_cost_rows(TRUNK, tag, rows, n);
     eng_costs_free(rows, n);
     alexnet_free(be, net);
     eng_backend_close(be);
@@ -784,15 +595,15 @@ static void expect_features_from(const char *dir, const char *file, const char *
     cr_assert_eq(model_load_weights(be, m, &w, &err), 0, "%s: %s", file, err);
     eng_shape in[1] = {eng_shape4(c.n, 3, c.size, c.size)};
     cr_assert_eq(model_plan(be, m, in, 1, &err), 0, "%s", err);
-    float *x = nnt_formula_fill(eng_numel(&in[0]), X_ALPHA, fixture_phase(kase));
+    float *x = nnt_formula_fill(eng_numel(&in[0]), X_ALPHA, tt_fixture_phase(TRUNK, kase));
     model_upload_input(be, m, 0, x);
     model_forward(be, m, false);
     const eng_tensor *out = model_output(m, 0);
     float *f = nnt_download(be, out);
     char *what = xasprintf("%s from %s", kase, file);
-    npy_array want = load_npy(kase, "feat_eval");
+    npy_array want = tt_load_npy(TRUNK, kase, "feat_eval");
     cr_expect_eq((size_t)eng_numel(&out->shape), want.count, "%s: feature count", what);
-    report(what, nnt_rel_error_host(f, want.data, want.count), FWD_TOL);
+    tt_report(TRUNK, what, nnt_rel_error_host(f, want.data, want.count), FWD_TOL);
     npy_close(&want);
     free(what);
     free(f);

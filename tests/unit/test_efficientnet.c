@@ -41,6 +41,7 @@
 #include "weights.h"
 
 #include "test_nn_util.h"
+#include "test_trunk_util.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -49,41 +50,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FWD_TOL 1e-4
-#define GRAD_TOL 1e-3
-#define FLOOR_FACTOR 2.0
-#define ZERO_GRAD_SQ 1e-20 /* a gradient that is mathematically zero (make_efficientnet_fixtures.py) */
-#define X_ALPHA 0.6180339887498949
-#define R_ALPHA 0.3247179572447460
+#define TRUNK "efficientnet" /* the fixtures' prefix (test_trunk_util.h) */
 #define BINOMIAL_SIGMAS 5.0 /* a kept fraction this many standard deviations off fails (p ≈ 6e-7) */
 
-static void report(const char *what, double e, double tol)
-{
-    if (getenv("EFFICIENTNET_VERBOSE"))
-        fprintf(stderr, "efficientnet: %-44s error %.3g\n", what, e);
-    cr_expect_leq(e, tol, "%s: error %g > %g", what, e, tol);
-}
-
 /* ---- fixtures ------------------------------------------------------------------------------- */
-
-/* efficientnet_KASE_NAME.npy, float32. */
-static npy_array load_npy(const char *kase, const char *name)
-{
-    char *prefix = xasprintf("efficientnet_%s", kase);
-    npy_array a = test_fixture_npy("nn", prefix, name);
-    cr_assert_eq(a.dtype, NPY_F4, "%s_%s", prefix, name);
-    free(prefix);
-    return a;
-}
-
-static void expect_array(const float *got, const char *kase, const char *name, double tol)
-{
-    npy_array want = load_npy(kase, name);
-    char *what = xasprintf("%s %s", kase, name);
-    report(what, nnt_rel_error_host(got, want.data, want.count), tol);
-    free(what);
-    npy_close(&want);
-}
 
 /* One key=value of efficientnet_cases.txt / efficientnet_presets.txt into options. */
 static void parse_option(efficientnet_options *o, const char *k, const char *v)
@@ -108,51 +78,31 @@ typedef struct {
     char inputs[128], outputs[128], repeats[128];
 } effnet_line;
 
-static void parse_line(char *line, effnet_line *c)
+/* One key=value of a line: an option, or one of the line's other values. */
+static void set_pair(void *into, const char *k, const char *v)
 {
-    char *save = NULL, *tok;
-    strtok_r(line, " \n", &save);
-    while ((tok = strtok_r(NULL, " \n", &save))) {
-        char *eq = strchr(tok, '=');
-        cr_assert(eq, "%s", tok);
-        *eq = '\0';
-        const char *k = tok, *v = eq + 1;
-        parse_option(&c->opt, k, v);
-        if (!strcmp(k, "n")) c->n = atoi(v);
-        else if (!strcmp(k, "size")) c->size = atoi(v);
-        else if (!strcmp(k, "blocks")) c->blocks = atoi(v);
-        else if (!strcmp(k, "stem")) c->stem = atoi(v);
-        else if (!strcmp(k, "head")) c->head = atoi(v);
-        else if (!strcmp(k, "params")) c->params = atoll(v);
-        else if (!strcmp(k, "inputs")) snprintf(c->inputs, sizeof c->inputs, "%s", v);
-        else if (!strcmp(k, "outputs")) snprintf(c->outputs, sizeof c->outputs, "%s", v);
-        else if (!strcmp(k, "repeats")) snprintf(c->repeats, sizeof c->repeats, "%s", v);
-    }
+    effnet_line *c = into;
+    parse_option(&c->opt, k, v);
+    if (!strcmp(k, "n")) c->n = atoi(v);
+    else if (!strcmp(k, "size")) c->size = atoi(v);
+    else if (!strcmp(k, "blocks")) c->blocks = atoi(v);
+    else if (!strcmp(k, "stem")) c->stem = atoi(v);
+    else if (!strcmp(k, "head")) c->head = atoi(v);
+    else if (!strcmp(k, "params")) c->params = atoll(v);
+    else if (!strcmp(k, "inputs")) snprintf(c->inputs, sizeof c->inputs, "%s", v);
+    else if (!strcmp(k, "outputs")) snprintf(c->outputs, sizeof c->outputs, "%s", v);
+    else if (!strcmp(k, "repeats")) snprintf(c->repeats, sizeof c->repeats, "%s", v);
 }
 
 /* The line of `file` named `name`, over efficientnet_defaults(). */
 static effnet_line load_line(const char *file, const char *name)
 {
-    char *path = test_fixture("nn", file);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    char line[1024];
     effnet_line c = {.opt = efficientnet_defaults()};
-    bool found = false;
-    while (!found && fgets(line, sizeof line, f)) {
-        size_t len = strcspn(line, " \n");
-        if (len != strlen(name) || strncmp(line, name, len) != 0)
-            continue;
-        found = true;
-        parse_line(line, &c);
-    }
-    fclose(f);
-    free(path);
-    cr_assert(found, "no %s in %s", name, file);
+    tt_load_line(file, name, set_pair, &c);
     return c;
 }
 
-static effnet_line load_case(const char *kase) { return load_line("efficientnet_cases.txt", kase); }
+static effnet_line load_case(const char *kase) { return load_line(TRUNK "_cases.txt", kase); }
 
 static efficientnet *make(eng_backend *be, const efficientnet_options *o)
 {
@@ -163,23 +113,8 @@ static efficientnet *make(eng_backend *be, const efficientnet_options *o)
     return net;
 }
 
-static eng_tensor make_input(eng_backend *be, int n, int size)
-{
-    eng_tensor x = eng_tensor_new(be, eng_shape4(n, 3, size, size));
-    float *h = nnt_formula_fill(eng_numel(&x.shape), X_ALPHA, 0);
-    eng_upload(be, &x, h);
-    free(h);
-    return x;
-}
-
-static eng_tensor upstream(eng_backend *be, const eng_shape *s)
-{
-    eng_tensor r = eng_tensor_new(be, *s);
-    float *h = nnt_formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
-    eng_upload(be, &r, h);
-    free(h);
-    return r;
-}
+/* Every case's input is at phase 0. */
+static eng_tensor make_input(eng_backend *be, int n, int size) { return tt_input(be, eng_shape4(n, 3, size, size), 0); }
 
 /* ---- the width and depth arithmetic ------------------------------------------------------------- */
 
@@ -211,7 +146,7 @@ Test(efficientnet, presets_and_custom_sets_scale_as_classyvision)
         char name[64];
         cr_assert_eq(sscanf(line, "%63s", name), 1);
         effnet_line c = {.opt = efficientnet_defaults()};
-        parse_line(line, &c);
+        tt_parse_pairs(line, set_pair, &c);
         if (name[0] == 'B') { /* MODEL_PARAMS[name] with efficientnet_bN's other arguments */
             efficientnet_options p = efficientnet_defaults();
             cr_assert_eq(efficientnet_preset(name, &p), 0, "%s is a preset", name);
@@ -277,29 +212,7 @@ static void check_names(const efficientnet_options *o, const char *tag, int64_t 
 {
     eng_backend *be = nnt_open_cpu();
     efficientnet *net = make(be, o);
-    eng_params *p = efficientnet_param_table(net);
-    char *file = xasprintf("efficientnet_%s_names.txt", tag);
-    char *path = test_fixture("nn", file);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    char name[256], kind[16], shape[64];
-    int i = 0;
-    while (fscanf(f, "%255s %15s %63s", name, kind, shape) == 3) {
-        cr_assert_lt(i, p->nentries, "%s: more entries in ClassyVision (%s)", tag, name);
-        const eng_entry *e = &p->entries[i++];
-        cr_expect_str_eq(e->name, name, "%s: entry %d", tag, i - 1);
-        cr_expect_eq(e->kind, strcmp(kind, "param") == 0 ? ENG_PARAM : ENG_BUFFER, "%s kind", name);
-        char mine[64] = "";
-        for (int d = 0; d < e->value.shape.ndim; d++)
-            snprintf(mine + strlen(mine), sizeof mine - strlen(mine), "%s%lld", d ? "," : "",
-                     (long long)e->value.shape.dim[d]);
-        cr_expect_str_eq(mine, shape, "%s shape", name);
-    }
-    fclose(f);
-    cr_expect_eq(i, p->nentries, "%s: entry count", tag);
-    cr_expect_eq(eng_params_count(p), want_params, "%s: parameters", tag);
-    free(path);
-    free(file);
+    tt_check_names(TRUNK, efficientnet_param_table(net), tag, "ClassyVision", want_params);
     efficientnet_free(be, net);
     eng_backend_close(be);
 }
@@ -365,80 +278,16 @@ static float *feature_means(eng_backend *be, efficientnet *net, int blocks, int6
     for (int f = 0; f <= blocks + 1; f++) {
         const eng_tensor *t = efficientnet_feature(net, f);
         cr_assert_eq(t->shape.ndim, 4, "feature %d is N × C × H × W", f);
-        float *h = nnt_download(be, t);
-        int64_t nb = t->shape.dim[0], c = t->shape.dim[1], s = t->shape.dim[2] * t->shape.dim[3];
-        m = xrealloc(m, (size_t)(*n + c) * sizeof *m);
-        for (int64_t k = 0; k < c; k++) {
-            double sum = 0.0;
-            for (int64_t b = 0; b < nb; b++)
-                for (int64_t j = 0; j < s; j++)
-                    sum += h[(b * c + k) * s + j];
-            m[(*n)++] = (float)(sum / (double)(nb * s));
-        }
-        free(h);
+        m = tt_append_channel_means(be, t, m, n);
     }
     return m;
 }
 
-/* One parameter's error over its bound: Σg against √Σg², Σg² against itself; a gradient that is
- * mathematically zero (Σg*² below ZERO_GRAD_SQ) is held to the floor's absolute size instead. */
-static double grad_error(const eng_entry *e, eng_backend *be, const float *want, double floor, double factor,
-                         double *sq_err)
-{
-    float *g = nnt_download(be, &e->grad);
-    double s = 0.0, ss = 0.0;
-    for (int64_t j = 0; j < eng_numel(&e->grad.shape); j++)
-        s += g[j], ss += (double)g[j] * g[j];
-    free(g);
-    double ws = factor * want[0], wss = factor * factor * want[1];
-    if (want[1] < ZERO_GRAD_SQ) {
-        *sq_err = 0.0;
-        return sqrt(ss) / (FLOOR_FACTOR * factor * floor);
-    }
-    double bound = FLOOR_FACTOR * fmax(GRAD_TOL, floor);
-    *sq_err = fabs(ss - wss) / wss / bound;
-    return fabs(s - ws) / sqrt(wss) / bound;
-}
-
+/* Every parameter's gradient summary, and the stem weight's whole gradient. */
 static void check_grads(eng_backend *be, efficientnet *net, const char *kase, double factor)
 {
-    npy_array want = load_npy(kase, "grads"), floor = load_npy(kase, "grad_floor");
-    eng_params *p = efficientnet_param_table(net);
-    double worst_sum = 0.0, worst_sq = 0.0;
-    const char *worst = "";
-    int k = 0;
-    for (int i = 0; i < p->nentries; i++) {
-        const eng_entry *e = &p->entries[i];
-        if (e->kind != ENG_PARAM)
-            continue;
-        cr_assert_lt((size_t)(2 * k + 1), want.count);
-        const float *w = (const float *)want.data + 2 * k;
-        double sq, es = grad_error(e, be, w, ((const float *)floor.data)[k], factor, &sq);
-        if (getenv("EFFICIENTNET_VERBOSE") && getenv("EFFICIENTNET_VERBOSE")[0] == '2')
-            fprintf(stderr, "efficientnet: %-56s sum %.3g sumsq %.3g (of the bound)\n", e->name, es, sq);
-        if (fmax(es, sq) > fmax(worst_sum, worst_sq))
-            worst = e->name;
-        worst_sum = fmax(worst_sum, es), worst_sq = fmax(worst_sq, sq);
-        k++;
-    }
-    cr_expect_eq((size_t)(2 * k), want.count, "%s: gradient count", kase);
-    char what[160];
-    snprintf(what, sizeof what, "%s %.0f× grad sums / bound", kase, factor);
-    report(what, worst_sum, 1.0);
-    snprintf(what, sizeof what, "%s %.0f× grad sums of squares / bound", kase, factor);
-    report(what, worst_sq, 1.0);
-    if (getenv("EFFICIENTNET_VERBOSE"))
-        fprintf(stderr, "efficientnet: %s: the worst is %s\n", kase, worst);
-    npy_array stem = load_npy(kase, "stem_grad");
-    float *g = nnt_download(be, &p->entries[0].grad);
-    for (size_t j = 0; j < stem.count; j++)
-        ((float *)stem.data)[j] *= (float)factor;
-    snprintf(what, sizeof what, "%s %.0f× stem weight grad", kase, factor);
-    report(what, nnt_rel_error_host(g, stem.data, stem.count), GRAD_TOL);
-    free(g);
-    npy_close(&stem);
-    npy_close(&want);
-    npy_close(&floor);
+    tt_check_grads(TRUNK, be, efficientnet_param_table(net), kase, factor);
+    tt_check_stem_grad(TRUNK, be, efficientnet_param_table(net), kase, factor);
 }
 
 /* Eval forward, its means, train forward, the statistics, the backward of L = Σ feat·r. */
@@ -453,21 +302,21 @@ static void check_case(const char *kase)
     cr_assert_eq(feat->shape.ndim, 2);
     cr_assert_eq(feat->shape.dim[1], efficientnet_out_dim(net));
     float *f = nnt_download(be, feat);
-    expect_array(f, kase, "feat_eval", FWD_TOL);
+    tt_expect_array(TRUNK, f, kase, "feat_eval", FWD_TOL);
     free(f);
     int64_t nm;
     float *m = feature_means(be, net, c.blocks, &nm);
-    expect_array(m, kase, "means_eval", FWD_TOL);
+    tt_expect_array(TRUNK, m, kase, "means_eval", FWD_TOL);
     free(m);
     feat = efficientnet_forward(be, net, &x, true);
     f = nnt_download(be, feat);
-    expect_array(f, kase, "feat_train", FWD_TOL);
+    tt_expect_array(TRUNK, f, kase, "feat_train", FWD_TOL);
     free(f);
     int ns;
     float *sums = nnt_buffer_sums(be, efficientnet_param_table(net), &ns);
-    expect_array(sums, kase, "stats", FWD_TOL);
+    tt_expect_array(TRUNK, sums, kase, "stats", FWD_TOL);
     free(sums);
-    eng_tensor r = upstream(be, &feat->shape);
+    eng_tensor r = tt_upstream(be, feat->shape);
     eng_params_zero_grad(be, efficientnet_param_table(net));
     efficientnet_backward(be, net, &r);
     check_grads(be, net, kase, 1.0);
@@ -493,7 +342,7 @@ Test(efficientnet, b0_eval_features_match_classyvision, .timeout = 60)
     eng_tensor x = make_input(be, c.n, c.size);
     efficientnet_plan(be, net, &x.shape);
     float *f = nnt_download(be, efficientnet_forward(be, net, &x, false));
-    expect_array(f, "b0", "feat_eval", FWD_TOL);
+    tt_expect_array(TRUNK, f, "b0", "feat_eval", FWD_TOL);
     cr_expect_eq(efficientnet_out_dim(net), 1280);
     free(f);
     eng_tensor_free(be, &x);
@@ -503,15 +352,6 @@ Test(efficientnet, b0_eval_features_match_classyvision, .timeout = 60)
 
 /* ---- accumulation, memory ------------------------------------------------------------------------ */
 
-static int allocations;
-static eng_ops counting_ops;
-
-static void *counting_alloc(eng_backend *be, size_t bytes)
-{
-    allocations++;
-    return eng_cpu_ops.alloc(be, bytes);
-}
-
 /* Two backward passes without zeroing give twice the gradients, and a second step at the
  * planned shape (plan again, eval and train forwards, backward) allocates nothing. */
 Test(efficientnet, gradients_accumulate_and_a_step_allocates_nothing)
@@ -519,21 +359,20 @@ Test(efficientnet, gradients_accumulate_and_a_step_allocates_nothing)
     const char *kase = "tiny";
     effnet_line c = load_case(kase);
     eng_backend *be = nnt_open_cpu();
-    counting_ops = eng_cpu_ops;
-    counting_ops.alloc = counting_alloc;
-    be->ops = &counting_ops;
+    tt_count_allocations(be);
     efficientnet *net = make(be, &c.opt);
     eng_tensor x = make_input(be, c.n, c.size);
     efficientnet_plan(be, net, &x.shape);
     const eng_tensor *feat = efficientnet_forward(be, net, &x, true);
-    eng_tensor r = upstream(be, &feat->shape);
+    eng_tensor r = tt_upstream(be, feat->shape);
+    eng_params_zero_grad(be, efficientnet_param_table(net));
     efficientnet_backward(be, net, &r);
-    int before = allocations;
+    int before = tt_allocations();
     efficientnet_plan(be, net, &x.shape);
     efficientnet_forward(be, net, &x, false);
     efficientnet_forward(be, net, &x, true); /* the running statistics move again: not compared */
     efficientnet_backward(be, net, &r);
-    cr_expect_eq(allocations, before, "a planned step allocates nothing");
+    cr_expect_eq(tt_allocations(), before, "a planned step allocates nothing");
     check_grads(be, net, kase, 2.0);
     eng_tensor_free(be, &r);
     eng_tensor_free(be, &x);
@@ -562,8 +401,8 @@ static void expect_binomial(const char *what, long kept, long total, double p)
 {
     double sd = sqrt((double)total * p * (1.0 - p));
     double off = fabs((double)kept - p * (double)total);
-    if (getenv("EFFICIENTNET_VERBOSE"))
-        fprintf(stderr, "efficientnet: %-44s kept %ld of %ld (%.4f, law %.4f: %.2f sd)\n", what, kept, total,
+    if (tt_verbose(TRUNK))
+        fprintf(stderr, TRUNK ": %-44s kept %ld of %ld (%.4f, law %.4f: %.2f sd)\n", what, kept, total,
                 (double)kept / (double)total, p, sd > 0 ? off / sd : 0.0);
     cr_expect_leq(off, BINOMIAL_SIGMAS * sd + 1e-9, "%s: kept %ld of %ld, the law keeps %.4f (%.1f sd off)", what,
                   kept, total, p, sd > 0 ? off / sd : INFINITY);
@@ -670,8 +509,8 @@ Test(efficientnet, drop_connect_and_dropout_keep_by_their_law_in_training, .time
         free(last_drop);
         last_drop = drop;
     }
-    report("drop-connect: first block's input as without", same_input, 1e-6);
-    report("drop-connect: kept branch = branch / keep", scale_err, 1e-5);
+    tt_report(TRUNK, "drop-connect: first block's input as without", same_input, 1e-6);
+    tt_report(TRUNK, "drop-connect: kept branch = branch / keep", scale_err, 1e-5);
     for (int i = 0; i < blocks; i++) {
         if (!skip[i])
             continue;
@@ -744,10 +583,11 @@ Test(efficientnet, eval_mode_ignores_drop_connect_and_dropout)
         free(ha);
         free(hb);
     }
-    report("eval: rates change no feature", worst, 1e-6);
+    tt_report(TRUNK, "eval: rates change no feature", worst, 1e-6);
     float *flat = nnt_download(be, efficientnet_feature(a, nf - 2)), *drop = nnt_download(be, efficientnet_feature(a, nf - 1));
-    report("eval: dropout is flatten", nnt_rel_error_host(drop, flat, (size_t)eng_numel(&efficientnet_feature(a, nf - 1)->shape)), 0.0);
-    expect_array(drop, "tiny", "feat_eval", FWD_TOL);
+    tt_report(TRUNK, "eval: dropout is flatten",
+              nnt_rel_error_host(drop, flat, (size_t)eng_numel(&efficientnet_feature(a, nf - 1)->shape)), 0.0);
+    tt_expect_array(TRUNK, drop, "tiny", "feat_eval", FWD_TOL);
     free(flat);
     free(drop);
     eng_tensor_free(be, &x);
@@ -782,7 +622,7 @@ Test(efficientnet, a_vissl_checkpoint_written_by_pytorch_loads_and_gives_its_fea
     eng_tensor x = make_input(be, c.n, c.size);
     efficientnet_plan(be, net, &x.shape);
     float *f = nnt_download(be, efficientnet_forward(be, net, &x, false));
-    expect_array(f, "tiny", "feat_eval", FWD_TOL);
+    tt_expect_array(TRUNK, f, "tiny", "feat_eval", FWD_TOL);
     free(f);
     int ns;
     float *sums = nnt_buffer_sums(be, p, &ns); /* the running statistics came from the file too */
@@ -791,7 +631,7 @@ Test(efficientnet, a_vissl_checkpoint_written_by_pytorch_loads_and_gives_its_fea
     int nr;
     float *want = nnt_buffer_sums(be2, efficientnet_param_table(ref), &nr);
     cr_assert_eq(ns, nr);
-    report("checkpoint running statistics", nnt_rel_error_host(sums, want, (size_t)ns), 0.0);
+    tt_report(TRUNK, "checkpoint running statistics", nnt_rel_error_host(sums, want, (size_t)ns), 0.0);
     free(sums);
     free(want);
     efficientnet_free(be2, ref);
@@ -822,29 +662,7 @@ static void check_costs(const efficientnet_options *o, const char *tag, int64_t 
     char *err = NULL;
     cr_assert_eq(efficientnet_costs_upto(net, &in, NULL, efficientnet_feature_count(o) - 1, NULL, &rows, &n, &err), 0,
                  "%s: %s", tag, err);
-    char *file = xasprintf("efficientnet_%s_complexity.txt", tag), *path = test_fixture("nn", file);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    char name[160], kind[32];
-    long long flops, params, acts;
-    int i = 0;
-    while (fscanf(f, "%159s %31s %lld %lld %lld", name, kind, &flops, &params, &acts) == 5 && strcmp(name, "total")) {
-        cr_assert_lt(i, n, "%s: more rows in the profiler's (%s)", tag, name);
-        const eng_layer_cost *r = &rows[i++];
-        cr_expect_str_eq(r->name, name, "%s row %d: %s, profiler %s", tag, i - 1, r->name, name);
-        cr_expect_str_eq(r->kind, kind, "%s %s: kind %s, profiler %s", tag, name, r->kind, kind);
-        cr_expect(r->flops == flops && r->params == params && r->activations == acts,
-                  "%s %s: %lld %lld %lld, profiler %lld %lld %lld", tag, name, (long long)r->flops,
-                  (long long)r->params, (long long)r->activations, flops, params, acts);
-    }
-    cr_expect_eq(i, n, "%s: row count", tag);
-    eng_layer_cost t = eng_costs_total(rows, n);
-    cr_expect(t.flops == flops && t.params == params && t.activations == acts,
-              "%s total: %lld %lld %lld, profiler %lld %lld %lld", tag, (long long)t.flops, (long long)t.params,
-              (long long)t.activations, flops, params, acts);
-    fclose(f);
-    free(path);
-    free(file);
+    tt_check_cost_rows(TRUNK, tag, rows, n);
     eng_costs_free(rows, n);
     efficientnet_free(be, net);
     eng_backend_close(be);
@@ -899,7 +717,7 @@ Test(efficientnet, a_config_builds_b0_with_vissl_names_and_features, .timeout = 
     for (int k = 0; k < 2; k++) {
         cr_expect_eq(eng_numel(&model_output(m, k)->shape), (int64_t)c.n * 1280, "output %d: N × 1280", k);
         float *f = nnt_download(be, model_output(m, k));
-        expect_array(f, "b0", "feat_eval", FWD_TOL);
+        tt_expect_array(TRUNK, f, "b0", "feat_eval", FWD_TOL);
         free(f);
     }
     free(x);

@@ -19,7 +19,7 @@
  *     profiler on the same networks;
  *   - weights written by PyTorch load: a VISSL checkpoint, and torchvision's RegNet through
  *     `selfsup convert` (and back to torchvision's names).
- * REGNET_VERBOSE=1 prints every measured error.
+ * REGNET_VERBOSE=1 prints every measured error (2: every parameter's gradient error too).
  */
 #include "backend.h"
 #include "complexity.h"
@@ -29,6 +29,7 @@
 #include "weights.h"
 
 #include "test_nn_util.h"
+#include "test_trunk_util.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -37,42 +38,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FWD_TOL 1e-4
-#define GRAD_TOL 1e-3
-#define FLOOR_FACTOR 2.0
-#define ZERO_GRAD_SQ 1e-20 /* a gradient that is mathematically zero (make_regnet_fixtures.py) */
-#define X_ALPHA 0.6180339887498949
-#define R_ALPHA 0.3247179572447460
-
-static void report(const char *what, double e, double tol)
-{
-    if (getenv("REGNET_VERBOSE"))
-        fprintf(stderr, "regnet: %-40s error %.3g\n", what, e);
-    cr_expect_leq(e, tol, "%s: error %g > %g", what, e, tol);
-}
+#define TRUNK "regnet" /* the fixtures' prefix (test_trunk_util.h) */
 
 /* ---- fixtures ------------------------------------------------------------------------------- */
 
-/* regnet_KASE_NAME.npy, float32. */
-static npy_array load_npy(const char *kase, const char *name)
-{
-    char *prefix = xasprintf("regnet_%s", kase);
-    npy_array a = test_fixture_npy("nn", prefix, name);
-    cr_assert_eq(a.dtype, NPY_F4, "%s_%s", prefix, name);
-    free(prefix);
-    return a;
-}
-
-static void expect_array(const float *got, const char *kase, const char *name, double tol)
-{
-    npy_array want = load_npy(kase, name);
-    char *what = xasprintf("%s %s", kase, name);
-    report(what, nnt_rel_error_host(got, want.data, want.count), tol);
-    free(what);
-    npy_close(&want);
-}
-
-/* The line of regnet_cases.txt for `kase`, read into options (and n, size, params). */
+/* One option of a regnet_cases.txt line or of a "custom:" preset into o. */
 static void parse_option(regnet_options *o, const char *k, const char *v)
 {
     if (!strcmp(k, "depth")) o->depth = atoi(v);
@@ -97,31 +67,21 @@ typedef struct {
     int64_t params;
 } regnet_case;
 
+/* One key=value of regnet_cases.txt: an option, or the case's n, size or params. */
+static void set_case(void *into, const char *k, const char *v)
+{
+    regnet_case *c = into;
+    parse_option(&c->opt, k, v);
+    if (!strcmp(k, "n")) c->n = atoi(v);
+    else if (!strcmp(k, "size")) c->size = atoi(v);
+    else if (!strcmp(k, "params")) c->params = atoll(v);
+}
+
+/* The line of regnet_cases.txt for `kase`, over regnet_defaults(). */
 static regnet_case load_case(const char *kase)
 {
-    char *path = test_fixture("nn", "regnet_cases.txt");
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    char line[1024];
     regnet_case c = {.opt = regnet_defaults()};
-    bool found = false;
-    while (!found && fgets(line, sizeof line, f)) {
-        char *save = NULL, *tok = strtok_r(line, " \n", &save);
-        if (!tok || strcmp(tok, kase) != 0)
-            continue;
-        found = true;
-        while ((tok = strtok_r(NULL, " \n", &save))) {
-            char *eq = strchr(tok, '=');
-            *eq = '\0';
-            parse_option(&c.opt, tok, eq + 1);
-            c.n = !strcmp(tok, "n") ? atoi(eq + 1) : c.n;
-            c.size = !strcmp(tok, "size") ? atoi(eq + 1) : c.size;
-            c.params = !strcmp(tok, "params") ? atoll(eq + 1) : c.params;
-        }
-    }
-    fclose(f);
-    free(path);
-    cr_assert(found, "no case %s in regnet_cases.txt", kase);
+    tt_load_line(TRUNK "_cases.txt", kase, set_case, &c);
     return c;
 }
 
@@ -134,21 +94,9 @@ static regnet *make(eng_backend *be, const regnet_options *o)
     return net;
 }
 
-static int fixture_phase(const char *kase)
-{
-    npy_array ph = load_npy(kase, "phase");
-    int phase = (int)((const float *)ph.data)[0];
-    npy_close(&ph);
-    return phase;
-}
-
 static eng_tensor make_input(eng_backend *be, int n, int size, int phase)
 {
-    eng_tensor x = eng_tensor_new(be, eng_shape4(n, 3, size, size));
-    float *h = nnt_formula_fill(eng_numel(&x.shape), X_ALPHA, phase);
-    eng_upload(be, &x, h);
-    free(h);
-    return x;
+    return tt_input(be, eng_shape4(n, 3, size, size), phase);
 }
 
 /* ---- the width arithmetic --------------------------------------------------------------------- */
@@ -237,29 +185,7 @@ static void check_names(const regnet_options *o, const char *tag, int64_t want_p
 {
     eng_backend *be = nnt_open_cpu();
     regnet *net = make(be, o);
-    eng_params *p = regnet_param_table(net);
-    char *file = xasprintf("regnet_%s_names.txt", tag);
-    char *path = test_fixture("nn", file);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    char name[256], kind[16], shape[64];
-    int i = 0;
-    while (fscanf(f, "%255s %15s %63s", name, kind, shape) == 3) {
-        cr_assert_lt(i, p->nentries, "%s: more entries in ClassyVision (%s)", tag, name);
-        const eng_entry *e = &p->entries[i++];
-        cr_expect_str_eq(e->name, name, "%s: entry %d", tag, i - 1);
-        cr_expect_eq(e->kind, strcmp(kind, "param") == 0 ? ENG_PARAM : ENG_BUFFER, "%s kind", name);
-        char mine[64] = "";
-        for (int d = 0; d < e->value.shape.ndim; d++)
-            snprintf(mine + strlen(mine), sizeof mine - strlen(mine), "%s%lld", d ? "," : "",
-                     (long long)e->value.shape.dim[d]);
-        cr_expect_str_eq(mine, shape, "%s shape", name);
-    }
-    fclose(f);
-    cr_expect_eq(i, p->nentries, "%s: entry count", tag);
-    cr_expect_eq(eng_params_count(p), want_params, "%s: parameters", tag);
-    free(path);
-    free(file);
+    tt_check_names(TRUNK, regnet_param_table(net), tag, "ClassyVision", want_params);
     regnet_free(be, net);
     eng_backend_close(be);
 }
@@ -301,20 +227,8 @@ static float *feature_means(eng_backend *be, regnet *net, int64_t *n)
     const regnet_stages *st = regnet_get_stages(net);
     float *m = NULL;
     *n = 0;
-    for (int f = 0; f <= st->n; f++) {
-        const eng_tensor *t = regnet_feature(net, f);
-        float *h = nnt_download(be, t);
-        int64_t nb = t->shape.dim[0], c = t->shape.dim[1], s = t->shape.dim[2] * t->shape.dim[3];
-        m = xrealloc(m, (size_t)(*n + c) * sizeof *m);
-        for (int64_t k = 0; k < c; k++) {
-            double sum = 0.0;
-            for (int64_t b = 0; b < nb; b++)
-                for (int64_t j = 0; j < s; j++)
-                    sum += h[(b * c + k) * s + j];
-            m[(*n)++] = (float)(sum / (double)(nb * s));
-        }
-        free(h);
-    }
+    for (int f = 0; f <= st->n; f++)
+        m = tt_append_channel_means(be, regnet_feature(net, f), m, n);
     return m;
 }
 
@@ -322,64 +236,15 @@ static void check_stats(eng_backend *be, regnet *net, const char *kase)
 {
     int n;
     float *sums = nnt_buffer_sums(be, regnet_param_table(net), &n);
-    expect_array(sums, kase, "stats", FWD_TOL);
+    tt_expect_array(TRUNK, sums, kase, "stats", FWD_TOL);
     free(sums);
 }
 
-/* One parameter's error over its bound: Σg against √Σg², Σg² against itself; a gradient that is
- * mathematically zero (Σg*² below ZERO_GRAD_SQ) is held to the floor's absolute size instead. */
-static double grad_error(const eng_entry *e, eng_backend *be, const float *want, double floor, double factor,
-                         double *sq_err)
-{
-    float *g = nnt_download(be, &e->grad);
-    double s = 0.0, ss = 0.0;
-    for (int64_t j = 0; j < eng_numel(&e->grad.shape); j++)
-        s += g[j], ss += (double)g[j] * g[j];
-    free(g);
-    double ws = factor * want[0], wss = factor * factor * want[1];
-    if (want[1] < ZERO_GRAD_SQ) {
-        *sq_err = 0.0;
-        return sqrt(ss) / (FLOOR_FACTOR * factor * floor);
-    }
-    double bound = FLOOR_FACTOR * fmax(GRAD_TOL, floor);
-    *sq_err = fabs(ss - wss) / wss / bound;
-    return fabs(s - ws) / sqrt(wss) / bound;
-}
-
+/* Every parameter's gradient summary, and the stem weight's whole gradient. */
 static void check_grads(eng_backend *be, regnet *net, const char *kase, double factor)
 {
-    npy_array want = load_npy(kase, "grads"), floor = load_npy(kase, "grad_floor");
-    eng_params *p = regnet_param_table(net);
-    double worst_sum = 0.0, worst_sq = 0.0;
-    int k = 0;
-    for (int i = 0; i < p->nentries; i++) {
-        const eng_entry *e = &p->entries[i];
-        if (e->kind != ENG_PARAM)
-            continue;
-        cr_assert_lt((size_t)(2 * k + 1), want.count);
-        const float *w = (const float *)want.data + 2 * k;
-        double sq, es = grad_error(e, be, w, ((const float *)floor.data)[k], factor, &sq);
-        if (getenv("REGNET_VERBOSE") && getenv("REGNET_VERBOSE")[0] == '2')
-            fprintf(stderr, "regnet: %-56s sum %.3g sumsq %.3g (of the bound)\n", e->name, es, sq);
-        worst_sum = fmax(worst_sum, es), worst_sq = fmax(worst_sq, sq);
-        k++;
-    }
-    cr_expect_eq((size_t)(2 * k), want.count, "%s: gradient count", kase);
-    char what[96];
-    snprintf(what, sizeof what, "%s %.0f× grad sums / bound", kase, factor);
-    report(what, worst_sum, 1.0);
-    snprintf(what, sizeof what, "%s %.0f× grad sums of squares / bound", kase, factor);
-    report(what, worst_sq, 1.0);
-    npy_array stem = load_npy(kase, "stem_grad");
-    float *g = nnt_download(be, &p->entries[0].grad);
-    for (size_t j = 0; j < stem.count; j++)
-        ((float *)stem.data)[j] *= (float)factor;
-    snprintf(what, sizeof what, "%s %.0f× stem weight grad", kase, factor);
-    report(what, nnt_rel_error_host(g, stem.data, stem.count), GRAD_TOL);
-    free(g);
-    npy_close(&stem);
-    npy_close(&want);
-    npy_close(&floor);
+    tt_check_grads(TRUNK, be, regnet_param_table(net), kase, factor);
+    tt_check_stem_grad(TRUNK, be, regnet_param_table(net), kase, factor);
 }
 
 /* Eval forward, train forward, the statistics, the backward of L = Σ feat·r. */
@@ -388,24 +253,21 @@ static void check_case(const char *kase)
     regnet_case c = load_case(kase);
     eng_backend *be = nnt_open_cpu();
     regnet *net = make(be, &c.opt);
-    eng_tensor x = make_input(be, c.n, c.size, fixture_phase(kase));
+    eng_tensor x = make_input(be, c.n, c.size, tt_fixture_phase(TRUNK, kase));
     regnet_plan(be, net, &x.shape);
     float *f = nnt_download(be, regnet_forward(be, net, &x, false));
-    expect_array(f, kase, "feat_eval", FWD_TOL);
+    tt_expect_array(TRUNK, f, kase, "feat_eval", FWD_TOL);
     free(f);
     int64_t nm;
     float *m = feature_means(be, net, &nm);
-    expect_array(m, kase, "means_eval", FWD_TOL);
+    tt_expect_array(TRUNK, m, kase, "means_eval", FWD_TOL);
     free(m);
     const eng_tensor *feat = regnet_forward(be, net, &x, true);
     f = nnt_download(be, feat);
-    expect_array(f, kase, "feat_train", FWD_TOL);
+    tt_expect_array(TRUNK, f, kase, "feat_train", FWD_TOL);
     free(f);
     check_stats(be, net, kase);
-    eng_tensor r = eng_tensor_new(be, feat->shape);
-    float *rh = nnt_formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
-    eng_upload(be, &r, rh);
-    free(rh);
+    eng_tensor r = tt_upstream(be, feat->shape);
     eng_params_zero_grad(be, regnet_param_table(net));
     regnet_backward(be, net, &r);
     check_grads(be, net, kase, 1.0);
@@ -430,7 +292,7 @@ static void check_preset_features(const char *name, const char *tag, int n, int 
     eng_tensor x = make_input(be, n, size, 0);
     regnet_plan(be, net, &x.shape);
     float *f = nnt_download(be, regnet_forward(be, net, &x, false));
-    expect_array(f, tag, "feat_eval", FWD_TOL);
+    tt_expect_array(TRUNK, f, tag, "feat_eval", FWD_TOL);
     cr_expect_eq(regnet_out_dim(net), out_dim, "%s", name);
     free(f);
     eng_tensor_free(be, &x);
@@ -448,15 +310,6 @@ Test(regnet, y16gf_eval_features_match_classyvision, .timeout = 120)
 
 /* ---- accumulation, memory ------------------------------------------------------------------------ */
 
-static int allocations;
-static eng_ops counting_ops;
-
-static void *counting_alloc(eng_backend *be, size_t bytes)
-{
-    allocations++;
-    return eng_cpu_ops.alloc(be, bytes);
-}
-
 /* Two backward passes without zeroing give twice the gradients, and a second step at the
  * planned shape (plan again, eval and train forwards, backward) allocates nothing. */
 Test(regnet, gradients_accumulate_and_a_step_allocates_nothing)
@@ -464,24 +317,20 @@ Test(regnet, gradients_accumulate_and_a_step_allocates_nothing)
     const char *kase = "z"; /* SE, SiLU, max pool, blocks with and without a shortcut */
     regnet_case c = load_case(kase);
     eng_backend *be = nnt_open_cpu();
-    counting_ops = eng_cpu_ops;
-    counting_ops.alloc = counting_alloc;
-    be->ops = &counting_ops;
+    tt_count_allocations(be);
     regnet *net = make(be, &c.opt);
-    eng_tensor x = make_input(be, c.n, c.size, fixture_phase(kase));
+    eng_tensor x = make_input(be, c.n, c.size, tt_fixture_phase(TRUNK, kase));
     regnet_plan(be, net, &x.shape);
     const eng_tensor *feat = regnet_forward(be, net, &x, true);
-    eng_tensor r = eng_tensor_new(be, feat->shape);
-    float *rh = nnt_formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
-    eng_upload(be, &r, rh);
-    free(rh);
+    eng_tensor r = tt_upstream(be, feat->shape);
+    eng_params_zero_grad(be, regnet_param_table(net));
     regnet_backward(be, net, &r);
-    int before = allocations;
+    int before = tt_allocations();
     regnet_plan(be, net, &x.shape);
     regnet_forward(be, net, &x, false);
     regnet_forward(be, net, &x, true); /* the running statistics move again: not compared */
     regnet_backward(be, net, &r);
-    cr_expect_eq(allocations, before, "a planned step allocates nothing");
+    cr_expect_eq(tt_allocations(), before, "a planned step allocates nothing");
     check_grads(be, net, kase, 2.0);
     eng_tensor_free(be, &r);
     eng_tensor_free(be, &x);
@@ -554,27 +403,7 @@ static void check_costs(const regnet_options *o, const char *tag, int64_t size)
     char *err = NULL;
     cr_assert_eq(regnet_costs_upto(net, &in, NULL, regnet_feature_count(regnet_get_stages(net)) - 1, NULL, &rows, &n,
                                    &err), 0, "%s: %s", tag, err);
-    char *file = xasprintf("regnet_%s_complexity.txt", tag), *path = test_fixture("nn", file);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    char name[160], kind[32];
-    long long flops, params, acts;
-    int i = 0;
-    while (fscanf(f, "%159s %31s %lld %lld %lld", name, kind, &flops, &params, &acts) == 5 && strcmp(name, "total")) {
-        cr_assert_lt(i, n, "%s: more rows in the profiler's (%s)", tag, name);
-        const eng_layer_cost *r = &rows[i++];
-        cr_expect_str_eq(r->name, name, "%s row %d", tag, i - 1);
-        cr_expect_str_eq(r->kind, kind, "%s %s", tag, name);
-        cr_expect(r->flops == flops && r->params == params && r->activations == acts,
-                  "%s %s: %lld %lld %lld, profiler %lld %lld %lld", tag, name, (long long)r->flops,
-                  (long long)r->params, (long long)r->activations, flops, params, acts);
-    }
-    cr_expect_eq(i, n, "%s: row count", tag);
-    eng_layer_cost t = eng_costs_total(rows, n);
-    cr_expect(t.flops == flops && t.params == params && t.activations == acts, "%s total", tag);
-    fclose(f);
-    free(path);
-    free(file);
+    tt_check_cost_rows(TRUNK, tag, rows, n);
     eng_costs_free(rows, n);
     regnet_free(be, net);
     eng_backend_close(be);
@@ -613,11 +442,11 @@ static void expect_case_y_features_from(const char *path)
     cr_assert_eq(model_load_weights(be, m, &w, &err), 0, "%s", err);
     eng_shape in[1] = {eng_shape4(4, 3, 32, 32)};
     cr_assert_eq(model_plan(be, m, in, 1, &err), 0, "%s", err);
-    float *x = nnt_formula_fill(eng_numel(&in[0]), X_ALPHA, fixture_phase("y"));
+    float *x = nnt_formula_fill(eng_numel(&in[0]), X_ALPHA, tt_fixture_phase(TRUNK, "y"));
     model_upload_input(be, m, 0, x);
     model_forward(be, m, false);
     float *f = nnt_download(be, model_output(m, 0));
-    expect_array(f, "y", "feat_eval", FWD_TOL);
+    tt_expect_array(TRUNK, f, "y", "feat_eval", FWD_TOL);
     free(f);
     free(x);
     model_free(be, m);
