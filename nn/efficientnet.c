@@ -182,6 +182,8 @@ struct efficientnet {
     eng_tensor ones, keep;            /* N × 1 × 1 × 1: drop-connect's input and a block's factors */
     eng_tensor last_x;
     uint64_t step, view;              /* the dropout masks' ids */
+    bool want_dx;                     /* efficientnet_set_input_grad */
+    eng_tensor dx;                    /* the input's gradient, when wanted */
     const eng_reducer *bn_across;
 };
 
@@ -363,6 +365,8 @@ void efficientnet_plan(eng_backend *be, efficientnet *net, const eng_shape *inpu
         die(EXIT_RUNTIME, "efficientnet: input must be N × 3 × H × W");
     int64_t n = input->dim[0];
     act_plan_enter_arena(&net->acts, ACT_STEM_ARENA);
+    if (net->want_dx)
+        act(be, net, &net->dx, *input, true);
     eng_shape s = unit_plan(be, net, &net->stem, input);
     for (int i = 0; i < net->nblocks; i++)
         s = mbconv_plan(be, net, &net->blocks[i], i, &s);
@@ -537,5 +541,16 @@ void efficientnet_backward(eng_backend *be, efficientnet *net, const eng_tensor 
             eng_zero(be, dx);
         mbconv_backward(be, net, &net->blocks[i], i, x, dx);
     }
-    conv_unit_backward(be, &net->params, &net->stem, &net->last_x, NULL, net->bn_across);
+    if (net->want_dx)
+        eng_zero(be, &net->dx);
+    conv_unit_backward(be, &net->params, &net->stem, &net->last_x, net->want_dx ? &net->dx : NULL, net->bn_across);
+}
+
+const eng_tensor *efficientnet_input_grad(const efficientnet *net) { return net->want_dx && net->planned ? &net->dx : NULL; }
+
+void efficientnet_set_input_grad(eng_backend *be, efficientnet *net, bool on)
+{
+    if (on != net->want_dx)
+        unplan(be, net);
+    net->want_dx = on;
 }

@@ -96,6 +96,11 @@ size_t efficientnet_activation_bytes(const efficientnet *net);
 const eng_tensor *efficientnet_forward(eng_backend *be, efficientnet *net, const eng_tensor *x, bool train);
 const eng_tensor *efficientnet_feature(const efficientnet *net, int f);
 void efficientnet_backward(eng_backend *be, efficientnet *net, const eng_tensor *dfeat);
+/* Whether the backward also computes the gradient of the trunk's input: off by default, as
+ * training has no use for it; set before planning. efficientnet_input_grad: that gradient after
+ * efficientnet_backward (NULL when off). */
+void efficientnet_set_input_grad(eng_backend *be, efficientnet *net, bool on);
+const eng_tensor *efficientnet_input_grad(const efficientnet *net);
 void efficientnet_set_batchnorm_reducer(efficientnet *net, const eng_reducer *across);
 /* The train step and the trunk's view number (the model's trunks of one network, one per crop
  * shape), which key the dropout masks (0, 0 until set). */

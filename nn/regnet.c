@@ -66,6 +66,8 @@ struct regnet {
     act_plan acts;
     eng_tensor pool_out, pool_grad, avg, flat;
     eng_tensor last_x;
+    bool want_dx;     /* regnet_set_input_grad */
+    eng_tensor dx;    /* the input's gradient, when wanted */
     unsigned exposed; /* features (bit per number) the caller reads: kept logical */
     bool recomputing; /* activation checkpointing's second forward of a segment */
     const eng_reducer *bn_across;
@@ -461,6 +463,8 @@ void regnet_plan(eng_backend *be, regnet *net, const eng_shape *input)
     if (input->ndim != 4 || input->dim[1] != 3)
         die(EXIT_RUNTIME, "regnet: input must be N × 3 × H × W");
     act_plan_enter_arena(&net->acts, ACT_STEM_ARENA);
+    if (net->want_dx)
+        act(be, net, &net->dx, *input, true);
     eng_shape s = conv_unit_plan(be, &net->acts, &net->params, &net->stem, input);
     if (net->stem_pool) {
         s = eng_pool_output_shape(&s, &net->pool);
@@ -689,5 +693,16 @@ void regnet_backward(eng_backend *be, regnet *net, const eng_tensor *dfeat)
     }
     if (net->stem_pool)
         eng_maxpool_backward(be, &net->pool, &net->stem.out, &net->pool_grad, &net->stem.out_grad);
-    conv_unit_backward(be, &net->params, &net->stem, &net->last_x, NULL, net->bn_across);
+    if (net->want_dx)
+        eng_zero(be, &net->dx);
+    conv_unit_backward(be, &net->params, &net->stem, &net->last_x, net->want_dx ? &net->dx : NULL, net->bn_across);
+}
+
+const eng_tensor *regnet_input_grad(const regnet *net) { return net->want_dx && net->planned ? &net->dx : NULL; }
+
+void regnet_set_input_grad(eng_backend *be, regnet *net, bool on)
+{
+    if (on != net->want_dx)
+        unplan(be, net);
+    net->want_dx = on;
 }

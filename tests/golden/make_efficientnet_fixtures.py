@@ -73,6 +73,7 @@ values were set (the exact answer to the float32 inputs and weights), stored as 
   efficientnet_CASE_grads.npy       per parameter (named_parameters order) [Σ g, Σ g²] of
                                     L = Σ feat·r after that train forward
   efficientnet_CASE_stem_grad.npy   the full gradient of _feature_blocks.conv1.0.weight
+  efficientnet_CASE_dx.npy          the full gradient of L with respect to the input x
   efficientnet_CASE_grad_floor.npy  per parameter, torch float32's own error on grads, the
                                     largest under oneDNN's ISAS caps: max(|Σg − Σg*| / √Σg*²,
                                     |Σg² − Σg*²| / Σg*²) (test_resnet.c's measure). Except where
@@ -576,6 +577,7 @@ def grad_case(case, runs):
     save(f"{case}_means_eval", feature_means(feats))
     x.requires_grad_(True)
     exact, floor = save_train_fixtures(save, case, m, x, runs, "stem", m._feature_blocks.conv1[0].weight)
+    save(f"{case}_dx", x.grad)
     small = min(s2 for _, s2 in exact if s2 >= ZERO_GRAD_SQ)
     print(f"{case}: {sum(p.numel() for p in m.parameters())} parameters, {len(bn_stats(m))} BN layers, "
           f"features {[(n, tuple(t.shape[1:])) for n, t in feats.items()]}; grad floor max "

@@ -62,6 +62,7 @@ formula values were set (the exact answer to the float32 inputs and weights), st
   regnet_CASE_grads.npy       per parameter (named_parameters order) [Σ g, Σ g²] of
                               L = Σ feat·r after that train forward
   regnet_CASE_stem_grad.npy   the full gradient of _feature_blocks.conv1.stem.0.weight
+  regnet_CASE_dx.npy          the full gradient of L with respect to the input x
   regnet_CASE_grad_floor.npy  per parameter, torch float32's own error on grads, the largest
                               under oneDNN's ISAS caps: max(|Σg − Σg*| / √Σg*², |Σg² − Σg*²| / Σg*²)
                               (test_resnet.c's measure). Except where Σg*² < ZERO_GRAD_SQ = 1e-20
@@ -626,8 +627,10 @@ def grad_case(case, phase, runs):
     means = []
     save(f"{case}_feat_eval", eval_features(m, x, means))
     save(f"{case}_means_eval", torch.cat(means))
+    x.requires_grad_(True)
     exact, floor = save_train_fixtures(save, case, m, x, [r["grads"] for r in runs], "stem",
                                        m._feature_blocks.conv1.stem[0].weight)
+    save(f"{case}_dx", x.grad)
     save(f"{case}_phase", [phase])
     kinds = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per_kind.items()))
     print(f"{case}: phase {phase}, every decision at least {margin:.2f}x its float32 noise away "

@@ -17,7 +17,8 @@
  *     and the backward's gradients of tiny (SE, 32 px: asymmetric same padding) and odd (no SE,
  *     35 px: a symmetric/asymmetric mix) against a float64 reference, per parameter within
  *     FLOOR_FACTOR × max(GRAD_TOL, torch float32's own error) as test_resnet.c measures them, and
- *     the stem weight's whole gradient; B0's eval features at 224 px;
+ *     the stem weight's whole gradient and the input's (relative GRAD_TOL); B0's eval features at
+ *     224 px;
  *   - gradients accumulate and a second step allocates nothing;
  *   - drop-connect and dropout in training: a block with a skip keeps each sample's branch with
  *     probability 1 − rate·i/B (binomial bound over 4096 samples per block, block i) and scales a
@@ -297,6 +298,7 @@ static void check_case(const char *kase)
     eng_backend *be = nnt_open_cpu();
     efficientnet *net = make(be, &c.opt);
     eng_tensor x = make_input(be, c.n, c.size);
+    efficientnet_set_input_grad(be, net, true);
     efficientnet_plan(be, net, &x.shape);
     const eng_tensor *feat = efficientnet_forward(be, net, &x, false);
     cr_assert_eq(feat->shape.ndim, 2);
@@ -320,6 +322,9 @@ static void check_case(const char *kase)
     eng_params_zero_grad(be, efficientnet_param_table(net));
     efficientnet_backward(be, net, &r);
     check_grads(be, net, kase, 1.0);
+    float *dx = nnt_download(be, efficientnet_input_grad(net));
+    tt_expect_array(TRUNK, dx, kase, "dx", GRAD_TOL);
+    free(dx);
     eng_tensor_free(be, &r);
     eng_tensor_free(be, &x);
     efficientnet_free(be, net);

@@ -11,7 +11,8 @@
  *     and for regnet_y_400mf;
  *   - forward (eval and train), the BN running statistics, and the backward's gradients of the
  *     four cases against a float64 reference, per parameter within FLOOR_FACTOR × max(GRAD_TOL,
- *     torch float32's own error) as test_resnet.c measures them; regnet_y_400mf's eval features;
+ *     torch float32's own error) as test_resnet.c measures them, and the input's gradient
+ *     (relative GRAD_TOL); regnet_y_400mf's eval features;
  *   - gradients accumulate and a second step allocates nothing;
  *   - a config with MODEL.TRUNK.NAME regnet builds the model, with VISSL's feature names, and
  *     VISSL's SwAV model files for RegNets compose;
@@ -254,6 +255,7 @@ static void check_case(const char *kase)
     eng_backend *be = nnt_open_cpu();
     regnet *net = make(be, &c.opt);
     eng_tensor x = make_input(be, c.n, c.size, tt_fixture_phase(TRUNK, kase));
+    regnet_set_input_grad(be, net, true);
     regnet_plan(be, net, &x.shape);
     float *f = nnt_download(be, regnet_forward(be, net, &x, false));
     tt_expect_array(TRUNK, f, kase, "feat_eval", FWD_TOL);
@@ -271,6 +273,9 @@ static void check_case(const char *kase)
     eng_params_zero_grad(be, regnet_param_table(net));
     regnet_backward(be, net, &r);
     check_grads(be, net, kase, 1.0);
+    float *dx = nnt_download(be, regnet_input_grad(net));
+    tt_expect_array(TRUNK, dx, kase, "dx", GRAD_TOL);
+    free(dx);
     eng_tensor_free(be, &r);
     eng_tensor_free(be, &x);
     regnet_free(be, net);
