@@ -163,6 +163,7 @@ static void conv_layer(eng_backend *be, alexnet *net, const char *at, int64_t in
     l->w = eng_params_add(be, &net->params, kind, eng_shape4(c->out, in / c->groups, c->k, c->k), fan_in,
                           "%s.weight", at);
     l->b = eng_params_add(be, &net->params, kind, shape1(c->out), fan_in, "%s.bias", at);
+    net->params.entries[l->w].fixed = net->params.entries[l->b].fixed = fixed;
     l->desc = (eng_conv_desc){.stride = {c->stride, c->stride}, .pad = {c->pad, c->pad}, .groups = c->groups};
 }
 
@@ -280,11 +281,8 @@ static void sobel_values(eng_backend *be, alexnet *net)
 static void init_values(const eng_entry *e, rng_stream *r, float *h)
 {
     int64_t n = eng_numel(&e->value.shape);
-    double bound = e->fan_in ? 1.0 / sqrt((double)e->fan_in) : 0.0;
-    float fill = eng_name_ends_with(e->name, "running_var") || (e->kind == ENG_PARAM && !e->fan_in &&
-                                                                 eng_name_ends_with(e->name, ".weight"))
-                     ? 1.0f
-                     : 0.0f;
+    double bound = e->fan_in ? 1.0 / sqrt((double)e->fan_in) : 0.0; /* convolutions (Sobel's: replaced) */
+    float fill = eng_name_ends_with(e->name, ".weight") || eng_name_ends_with(e->name, "running_var") ? 1.0f : 0.0f;
     for (int64_t j = 0; j < n; j++)
         h[j] = e->fan_in ? (float)rng_uniform_range(r, -bound, bound) : fill;
 }

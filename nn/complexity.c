@@ -46,14 +46,14 @@ static void fail(walk *w, const char *fmt, ...)
 }
 
 /* The shape of the named parameter `module`.`tail` (NULL with an error when the model lacks it).
- * fixed: a parameter PyTorch does not train (DeepCluster's Sobel weights), a buffer here. */
+ * fixed: a parameter PyTorch does not train (DeepCluster's Sobel weights), a fixed buffer here. */
 static const eng_shape *tensor_shape(walk *w, const char *module, const char *tail, bool fixed)
 {
     char name[160];
     snprintf(name, sizeof name, "%s.%s", module, tail);
     for (int i = 0; i < w->nentries; i++) {
         const eng_entry *e = w->entry(w->model, i);
-        if (e->kind == (fixed ? ENG_BUFFER : ENG_PARAM) && strcmp(e->name, name) == 0)
+        if ((fixed ? e->fixed : e->kind == ENG_PARAM) && strcmp(e->name, name) == 0)
             return &e->value.shape;
     }
     fail(w, "complexity: the model has no parameter %s", name);

@@ -164,7 +164,8 @@ static void add_part(eng_backend *be, eng_params *into, const eng_params *part, 
 {
     for (int i = 0; i < part->nentries; i++) {
         const eng_entry *e = &part->entries[i];
-        eng_params_add(be, into, e->kind, e->value.shape, e->fan_in, "%s%s", prefix, e->name);
+        int k = eng_params_add(be, into, e->kind, e->value.shape, e->fan_in, "%s%s", prefix, e->name);
+        into->entries[k].fixed = e->fixed;
     }
 }
 

@@ -22,6 +22,8 @@ typedef struct {
     eng_tensor value;
     eng_tensor grad;     /* parameters only (base NULL for buffers) */
     int64_t fan_in;      /* what the model's default init needs (0 when unused) */
+    bool fixed;          /* a buffer the architecture sets, never learned (DeepCluster's Sobel
+                            filters): a weights file may leave it out (weights.h) */
 } eng_entry;
 
 typedef struct {

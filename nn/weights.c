@@ -461,12 +461,6 @@ typedef struct {
     int loaded, skipped_layers, skipped_heads;
 } load_report;
 
-/* A tensor the architecture fixes, not training: DeepCluster's Sobel filters (alexnet.h), which
- * VISSL's converter leaves out of converted models and VISSL then keeps at their fixed values. */
-static bool fixed_by_architecture(const eng_entry *e)
-{
-    return e->kind == ENG_BUFFER && strstr(e->name, "trunk.sobel.") != NULL;
-}
 
 static void free_report(load_report *r)
 {
@@ -492,8 +486,9 @@ static void match_entries(const eng_entry *entries, int n, file_key *keys, size_
         } else if (head && !o->load_heads) {
             r->skipped_heads++;
         } else if (!k) {
-            nl_add(head ? &r->missing_heads : fixed_by_architecture(&entries[i]) ? &r->missing_fixed : &r->missing_trunk,
-                   "%s", name);
+            /* a fixed tensor (DeepCluster's Sobel filters, which VISSL's converter leaves out of
+             * converted models) keeps the architecture's values, as VISSL keeps them */
+            nl_add(head ? &r->missing_heads : entries[i].fixed ? &r->missing_fixed : &r->missing_trunk, "%s", name);
         } else if (!weights_dtype_is_float(k->t->dtype)) {
             nl_add(&r->bad_dtype, "%s is %s", k->name, st_dtype_name(k->t->dtype));
         } else if (!shape_matches(&entries[i].value.shape, k->t)) {

@@ -310,19 +310,23 @@ static void alloc_buffers(conv_plan *p, const conv_geom *g, dnnl_primitive_desc_
         }
 }
 
+void cpu_dnnl_attr_add_sum(dnnl_primitive_attr_t attr)
+{
+    dnnl_post_ops_t ops;
+    check(dnnl_post_ops_create(&ops), "post-ops");
+    check(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
+    check(dnnl_primitive_attr_set_post_ops(attr, ops), "primitive attribute");
+    dnnl_post_ops_destroy(ops);
+}
+
 /* A reorder between two layouts; returns its scratchpad size. `accumulate`: it adds into its
  * destination (a sum post-op) instead of overwriting it. */
 static size_t make_reorder(conv_plan *p, dnnl_primitive_t *out, const dnnl_memory_desc_t *from,
                            const dnnl_memory_desc_t *to, bool accumulate)
 {
     dnnl_primitive_attr_t attr = user_scratch_attr();
-    if (accumulate) {
-        dnnl_post_ops_t ops;
-        check(dnnl_post_ops_create(&ops), "post-ops");
-        check(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
-        check(dnnl_primitive_attr_set_post_ops(attr, ops), "reorder attribute");
-        dnnl_post_ops_destroy(ops);
-    }
+    if (accumulate)
+        cpu_dnnl_attr_add_sum(attr);
     dnnl_primitive_desc_t pd;
     check(dnnl_reorder_primitive_desc_create(&pd, from, p->engine, to, p->engine, attr), "reorder descriptor");
     dnnl_primitive_attr_destroy(attr);

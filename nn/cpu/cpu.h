@@ -9,6 +9,8 @@
 
 #include "../backend.h"
 
+#include <oneapi/dnnl/dnnl.h>
+
 /* The first element of a tensor (its allocation plus its offset). */
 float *cpu_ptr(const eng_tensor *t);
 
@@ -95,6 +97,9 @@ void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_re
 void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
                               tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
                               tensor_ref *residual, bool relu, tensor_ref *y);
+/* Give attr a sum post-op: the primitive adds into its destination instead of overwriting it (a
+ * reorder back to our layout that accumulates a gradient, as nn.h's gradients do). */
+void cpu_dnnl_attr_add_sum(dnnl_primitive_attr_t attr);
 /* The backward of a convolution with a 1 × 1 output as two matrix products (conv_gemm.c): made
  * for groups 1 and no bias, else cpu_conv_gemm_new gives NULL and oneDNN's primitives do the
  * work. Same contract as cpu_conv_backward (dx, dw may be NULL; they accumulate). */

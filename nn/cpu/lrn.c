@@ -137,13 +137,8 @@ static void reorder(const lrn_call *c, const dnnl_memory_desc_t *from_md, const 
 {
     dnnl_primitive_attr_t attr;
     check(dnnl_primitive_attr_create(&attr), "attribute");
-    if (accumulate) {
-        dnnl_post_ops_t ops;
-        check(dnnl_post_ops_create(&ops), "post-ops");
-        check(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
-        check(dnnl_primitive_attr_set_post_ops(attr, ops), "reorder attribute");
-        dnnl_post_ops_destroy(ops);
-    }
+    if (accumulate)
+        cpu_dnnl_attr_add_sum(attr);
     dnnl_primitive_desc_t pd;
     check(dnnl_reorder_primitive_desc_create(&pd, from_md, c->engine, to_md, c->engine, attr),
           "reorder descriptor");
