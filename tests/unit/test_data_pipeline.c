@@ -685,6 +685,51 @@ Test(data_pipeline, test_phases_run_on_their_own_chain_under_the_orchestrator, .
     free(text), free(lt), free(log), free(final), free(first), free(metrics), free(selfsup), free(cfg), free(dir);
 }
 
+/* The last top-1 of `layer` among the train-phase lines of metrics.json, or -1. */
+static double last_train_top1(const char *metrics, const char *layer)
+{
+    double top1 = -1;
+    char *key = xasprintf("\"%s\":", layer);
+    for (const char *at = strstr(metrics, "\"train_accuracy_list_meter\""); at;
+         at = strstr(at + 1, "\"train_accuracy_list_meter\"")) {
+        const char *v = strstr(at, key);
+        if (v)
+            top1 = strtod(v + strlen(key), NULL);
+    }
+    free(key);
+    return top1;
+}
+
+/* quickstart/eval_linear_colorization, VISSL's Colorization benchmark, runs end to end on the
+ * LAB path: ImgPil2LabTensor in the augment stage, INPUT_TYPE lab in the trainer (the trunk reads
+ * channel 0, L) and the one-channel alexnet_colorization trunk, frozen, under two linear heads.
+ * Fashion-MNIST is gray, so a and b are 0 for every pixel: had the trunk been fed a or b its
+ * features would be one constant and no head could beat the largest class (10 of these 60
+ * images). Linear heads on the L channel's features fit the 60 images within 8 epochs. */
+Test(data_pipeline, the_colorization_benchmark_runs_on_the_l_channel, .timeout = 300)
+{
+    char *dir = xasprintf("%s/colorization", g_dir), *files = xasprintf("%s/disk_filelist", g_data);
+    char *selfsup = build_bin("selfsup");
+    char *cmd = xasprintf(
+        "%s run quickstart/eval_linear_colorization --run-dir %s/run config.DATA.NUM_DATALOADER_WORKERS=1 "
+        "'config.DATA.TRAIN.DATA_PATHS=[\"%s/train_images.npy\"]' 'config.DATA.TRAIN.LABEL_PATHS=[\"%s/train_labels.npy\"]' "
+        "'config.DATA.TEST.DATA_PATHS=[\"%s/val_images.npy\"]' 'config.DATA.TEST.LABEL_PATHS=[\"%s/val_labels.npy\"]' "
+        "config.DATA.TRAIN.BATCHSIZE_PER_REPLICA=12 config.DATA.TEST.BATCHSIZE_PER_REPLICA=12 "
+        "config.OPTIMIZER.num_epochs=8 'config.OPTIMIZER.param_schedulers.lr.values=[0.05,0.05]' "
+        "config.CHECKPOINT.DIR=%s/ck",
+        selfsup, dir, files, files, files, files, dir);
+    run_ok(cmd);
+    char *metrics = xasprintf("%s/ck/metrics.json", dir);
+    size_t len = 0;
+    char *text = read_whole_file(metrics, &len);
+    cr_assert(text, "%s", metrics);
+    double conv3 = last_train_top1(text, "conv3"), conv5 = last_train_top1(text, "conv5");
+    cr_expect_gt(conv3, 50.0, "conv3 head: train top-1 %.2f:\n%s", conv3, text);
+    cr_expect_gt(conv5, 50.0, "conv5 head: train top-1 %.2f:\n%s", conv5, text);
+    cr_expect(strstr(text, "\"test_accuracy_list_meter\""), "no test phase:\n%s", text);
+    free(text), free(metrics), free(cmd), free(selfsup), free(files), free(dir);
+}
+
 /* ---- feature extraction and the evaluators -------------------------------------------------- */
 
 /* `selfsup svm CONFIG` on an extract_features config (TEST_MODEL: both splits) under the

@@ -165,6 +165,27 @@ Test(trunk, vissl_alexnet_benchmark_configs_build_and_plan, .timeout = 300)
         }
 }
 
+/* VISSL's Colorization benchmark: the ResNet-50 of Goyal et al. 2019 reads the L of a LAB image
+ * (one input channel) and keeps res5 at 14 x 14 (LAYER4_STRIDE 1), which the linear heads' pools
+ * (res5: 12 x 12 stride 2 -> 2 x 2 x 2048 = 8192) are sized for. */
+Test(trunk, vissl_colorization_resnet_benchmark_configs_build_and_plan, .timeout = 300)
+{
+    static const char *const BENCH[][2] = {
+        {"configs/benchmark/linear_image_classification/imagenet1k/eval_resnet_8gpu_transfer_in1k_linear.yaml",
+         "benchmark/linear_image_classification/imagenet1k/models"},
+        {"configs/benchmark/linear_image_classification/voc07/eval_resnet_8gpu_transfer_voc07_svm.yaml",
+         "benchmark/linear_image_classification/voc07/models"},
+    };
+    for (size_t b = 0; b < ARRAY_LEN(BENCH); b++) {
+        model_options o = compose_with_model(BENCH[b][0], BENCH[b][1], "resnet50_colorization");
+        cr_expect_eq(o.trunk.kind, TRUNK_RESNET, "%s", BENCH[b][0]);
+        cr_expect_eq(o.input_type, MODEL_INPUT_LAB, "%s", BENCH[b][0]);
+        cr_expect_eq(o.trunk.resnet.in_channels, 1, "%s", BENCH[b][0]);
+        cr_expect_eq(o.trunk.resnet.layer4_stride, 1, "%s", BENCH[b][0]);
+        expect_plans(&o, 224, "resnet50_colorization");
+    }
+}
+
 Test(trunk, vissl_efficientnet_configs_build_and_plan, .timeout = 300)
 {
     model_options o = compose_with_model(
