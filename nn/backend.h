@@ -89,7 +89,7 @@ typedef struct {
                           tensor_ref *dx, tensor_ref *dw, tensor_ref *db);
     void (*conv_bn_forward_eval)(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
                                  tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
-                                 tensor_ref *residual, bool relu, tensor_ref *y);
+                                 tensor_ref *residual, eng_eval_act act, tensor_ref *y);
     void (*batchnorm_forward_train)(eng_backend *be, double momentum, double eps, tensor_ref *x,
                                     tensor_ref *gamma, tensor_ref *beta, tensor_ref *running_mean,
                                     tensor_ref *running_var, tensor_ref *save_mean, tensor_ref *save_invstd,

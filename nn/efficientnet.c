@@ -19,6 +19,14 @@
  * train step, the trunk's view number and the block (EFFICIENTNET_MAX_BLOCKS for the final
  * dropout) — so a resumed run draws the same masks, and no two layers, steps or crops share one.
  *
+ * Evaluation runs in the backend's native layout from convolution to convolution (as resnet.c):
+ * each unit is one fused conv + BN + SiLU, squeeze-excitation pools and scales the native tensor,
+ * and a block that adds its input does so in its projection's fused step. Converting to and from
+ * the logical layout around each of B0's 49 convolutions cost more than the convolutions
+ * (EfficientNet-B0 inference went from 53 to 127 images/s on 2 cores when they stopped). The
+ * features a caller reads stay logical (efficientnet_expose); training keeps every activation
+ * logical.
+ *
  * Memory is planned as in regnet.c (unit.h's act_plan; gradients of block i in arena i % 2).
  */
 #include "efficientnet.h"
@@ -183,6 +191,7 @@ struct efficientnet {
     eng_tensor last_x;
     uint64_t step, view;              /* the dropout masks' ids */
     bool want_dx;                     /* efficientnet_set_input_grad */
+    bool exposed[EFFICIENTNET_MAX_BLOCKS + 5]; /* efficientnet_expose */
     eng_tensor dx;                    /* the input's gradient, when wanted */
     const eng_reducer *bn_across;
 };
@@ -424,6 +433,10 @@ static void mbconv_forward(eng_backend *be, efficientnet *net, mbconv *b, int in
         se_unit_forward(be, &net->params, &b->se, h);
         h = &b->se.out;
     }
+    if (!train && b->skip) { /* evaluation: no drop-connect, and the add joins the projection */
+        conv_unit_forward_eval_fused(be, &net->params, &b->project, h, x, ENG_EVAL_ACT_NONE, &b->own);
+        return;
+    }
     conv_unit_forward(be, &net->params, &b->project, h, train, net->bn_across);
     if (!b->skip)
         return;
@@ -435,10 +448,39 @@ static void mbconv_forward(eng_backend *be, efficientnet *net, mbconv *b, int in
     eng_add_forward(be, branch, x, &b->own);
 }
 
+void efficientnet_expose(efficientnet *net, int f)
+{
+    if (f < 0 || f >= efficientnet_feature_count(&net->opt))
+        die(EXIT_RUNTIME, "efficientnet: no feature number %d", f);
+    net->exposed[f] = true;
+}
+
+static void set_block_layouts(mbconv *b, eng_layout inner, bool exposed)
+{
+    b->expand.out.layout = b->depthwise.out.layout = b->se.out.layout = inner;
+    b->project.out.layout = b->own.layout = inner;
+    b->out->layout = exposed ? ENG_LAYOUT_LOGICAL : inner;
+}
+
+/* The activations' layouts for this forward, as regnet.c's: evaluation keeps the backend's
+ * native layout from convolution to convolution (the fused conv + BN + SiLU, squeeze-excitation's
+ * pool and product, the fused projection + skip add, the final pool take it) but for the
+ * features a caller reads (efficientnet_expose); training keeps everything logical for the
+ * norms, the dropouts and the backward. */
+static void set_layouts(efficientnet *net, bool train)
+{
+    eng_layout inner = train ? ENG_LAYOUT_LOGICAL : ENG_LAYOUT_NATIVE;
+    net->stem.out.layout = net->exposed[0] ? ENG_LAYOUT_LOGICAL : inner;
+    for (int i = 0; i < net->nblocks; i++)
+        set_block_layouts(&net->blocks[i], inner, net->exposed[i + 1]);
+    net->head.out.layout = net->exposed[net->nblocks + 1] ? ENG_LAYOUT_LOGICAL : inner;
+}
+
 const eng_tensor *efficientnet_forward(eng_backend *be, efficientnet *net, const eng_tensor *x, bool train)
 {
     if (!net->planned || !eng_shape_equal(&x->shape, &net->in_shape))
         die(EXIT_RUNTIME, "efficientnet: forward on a shape that efficientnet_plan did not plan");
+    set_layouts(net, train);
     conv_unit_forward(be, &net->params, &net->stem, x, train, net->bn_across);
     const eng_tensor *h = &net->stem.out;
     for (int i = 0; i < net->nblocks; i++) {

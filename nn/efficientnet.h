@@ -95,6 +95,9 @@ void efficientnet_plan(eng_backend *be, efficientnet *net, const eng_shape *inpu
 size_t efficientnet_activation_bytes(const efficientnet *net);
 const eng_tensor *efficientnet_forward(eng_backend *be, efficientnet *net, const eng_tensor *x, bool train);
 const eng_tensor *efficientnet_feature(const efficientnet *net, int f);
+/* The caller will read feature f with any layer: every forward leaves it logical. (Evaluation
+ * keeps the other activations in the backend's native layout, as resnet_expose says.) */
+void efficientnet_expose(efficientnet *net, int f);
 void efficientnet_backward(eng_backend *be, efficientnet *net, const eng_tensor *dfeat);
 /* Whether the backward also computes the gradient of the trunk's input: off by default, as
  * training has no use for it; set before planning. efficientnet_input_grad: that gradient after

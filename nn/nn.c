@@ -302,7 +302,9 @@ void eng_channel_scale_forward(eng_backend *be, const eng_tensor *x, const eng_t
 {
     check_channel_scale("channel scale", x, s);
     expect_same("channel scale", "output", y, x);
-    LOGICAL("channel scale", x, s, y);
+    if (x->layout != y->layout)
+        invariant_failed("channel scale: the input and the output must share a layout");
+    LOGICAL("channel scale", s);
     be->ops->channel_scale_forward(be, x, s, y);
 }
 
@@ -699,7 +701,8 @@ static void check_channels(const char *layer, const eng_tensor *x, const eng_ten
 
 void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
                               double eps, const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *mean,
-                              const eng_tensor *var, const eng_tensor *residual, bool relu, const eng_tensor *y)
+                              const eng_tensor *var, const eng_tensor *residual, eng_eval_act act,
+                              const eng_tensor *y)
 {
     NEED(be, conv_bn_forward_eval);
     const eng_tensor *pc[] = {gamma, beta, mean, var};
@@ -708,7 +711,7 @@ void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor 
         invariant_failed("conv + batch norm (eval): the running statistics are required");
     expect_same("conv + batch norm (eval)", "residual", residual, y);
     LOGICAL("conv + batch norm (eval)", w, gamma, beta, mean, var);
-    be->ops->conv_bn_forward_eval(be, plan, x, w, eps, gamma, beta, mean, var, residual, relu, y);
+    be->ops->conv_bn_forward_eval(be, plan, x, w, eps, gamma, beta, mean, var, residual, act, y);
 }
 
 static void bn_forward_train(eng_backend *be, double momentum, double eps, const eng_tensor *x,

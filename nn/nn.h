@@ -50,8 +50,8 @@ typedef struct eng_backend eng_backend;
  * that shape (oneDNN's channel-blocked nChw16c on the cpu; it may be the logical order), so a
  * chain of evaluation layers runs without converting between them. Model code chooses NATIVE
  * only for activations that go from one of the layers documented as accepting it to another:
- * eng_conv_bn_forward_eval (x, residual, y), eng_maxpool_forward (x and y alike) and
- * eng_adaptive_avgpool_forward (x, and y if x is). eng_zero, eng_upload, eng_download and eng_copy take
+ * eng_conv_bn_forward_eval (x, residual, y), eng_maxpool_forward (x and y alike),
+ * eng_channel_scale_forward (x and y alike) and eng_adaptive_avgpool_forward (x, and y if x is). eng_zero, eng_upload, eng_download and eng_copy take
  * either and convert; every other layer refuses a NATIVE tensor (a programming error). */
 typedef enum { ENG_LAYOUT_LOGICAL = 0, ENG_LAYOUT_NATIVE = 1 } eng_layout;
 
@@ -166,8 +166,10 @@ void eng_silu_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
 void eng_silu_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *dy, const eng_tensor *dx);
 
 /* Squeeze-and-excitation's product: y[n, c, h, w] = x[n, c, h, w]·s[n, c] for x N×C×H×W and s
- * N×C×1×1 (or N×C). Backward: dx += dy·s, ds[n, c] += Σ_{h,w} dy·x (summed in double, then
- * added as float); dx or ds may be NULL. */
+ * N×C×1×1 (or N×C). The forward takes x and y in the backend's native layout too (both alike; s
+ * stays logical), so an evaluation trunk's squeeze-excitation reads and writes it in place.
+ * Backward (logical tensors): dx += dy·s, ds[n, c] += Σ_{h,w} dy·x (summed in double, then added
+ * as float); dx or ds may be NULL. */
 void eng_channel_scale_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *s, const eng_tensor *y);
 void eng_channel_scale_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *s, const eng_tensor *dy,
                                 const eng_tensor *dx, const eng_tensor *ds);
@@ -346,16 +348,20 @@ void eng_conv_forward(eng_backend *be, eng_plan *plan, const eng_tensor *x, cons
 /* dx += ∂, dw += ∂, db += ∂ (dx and db may be NULL). */
 void eng_conv_backward(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
                        const eng_tensor *dy, const eng_tensor *dx, const eng_tensor *dw, const eng_tensor *db);
-/* Evaluation only: y = [ReLU](BN_eval(conv(x, w)) [+ residual]) in one step, batch norm with
- * its running statistics (gamma/beta NULL: 1/0); residual may be NULL. The same values as
- * conv, batchnorm_forward_eval, add and relu one after another, up to float rounding (the
- * backend may fold the norm into the weights), with one known difference: the cpu backend's
- * fused ReLU (oneDNN's post-op, a max with 0) turns NaN into 0 where PyTorch's relu keeps NaN,
- * so a NaN reaching an eval-mode trunk does not always reach its output. The plan must have no
- * bias. */
+/* The activation a fused evaluation convolution applies last. */
+typedef enum { ENG_EVAL_ACT_NONE = 0, ENG_EVAL_ACT_RELU, ENG_EVAL_ACT_SILU } eng_eval_act;
+
+/* Evaluation only: y = act(BN_eval(conv(x, w)) [+ residual]) in one step, batch norm with its
+ * running statistics (gamma/beta NULL: 1/0); residual may be NULL; act none, ReLU or SiLU. The
+ * same values as conv, batchnorm_forward_eval, add and relu (silu) one after another, up to
+ * float rounding (the backend may fold the norm into the weights, and its SiLU may round
+ * differently from eng_silu_forward), with one known difference: the cpu backend's fused ReLU
+ * (oneDNN's post-op, a max with 0) turns NaN into 0 where PyTorch's relu keeps NaN, so a NaN
+ * reaching an eval-mode trunk does not always reach its output. The plan must have no bias. */
 void eng_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w,
                               double eps, const eng_tensor *gamma, const eng_tensor *beta, const eng_tensor *mean,
-                              const eng_tensor *var, const eng_tensor *residual, bool relu, const eng_tensor *y);
+                              const eng_tensor *var, const eng_tensor *residual, eng_eval_act act,
+                              const eng_tensor *y);
 
 /* ---- batch norm ---------------------------------------------------------------------------- */
 

@@ -519,8 +519,8 @@ static void block_forward(eng_backend *be, regnet *net, block *b, const eng_tens
         unit_forward(be, net, &b->proj, x, train);
         shortcut = &b->proj.out;
     }
-    if (!train && b->act != UNIT_ACT_SILU) { /* evaluation: the add and the ReLU join the last conv */
-        conv_unit_forward_eval_fused(be, &net->params, last, h, shortcut, b->act == UNIT_ACT_RELU, &b->own);
+    if (!train) { /* evaluation: the add and the activation join the last conv */
+        conv_unit_forward_eval_fused(be, &net->params, last, h, shortcut, unit_eval_act(b->act), &b->own);
         return;
     }
     unit_forward(be, net, last, h, train);
@@ -548,26 +548,24 @@ static void set_block_layouts(block *b, eng_layout inner)
 {
     for (int j = 0; j < b->nu; j++)
         b->u[j].out.layout = inner;
-    /* Squeeze-excitation reads b's output in the logical layout; a grouped convolution whose
-     * groups are narrower than the backend's channel block has no fast kernel on blocked
-     * activations (oneDNN falls back to its reference one: 50× slower), so it reads and writes
-     * logical ones and converts inside. */
-    if (b->has_se || (b->nu == 3 && b->u[1].desc.groups > 1))
-        b->u[1].out.layout = ENG_LAYOUT_LOGICAL;
+    /* A grouped convolution whose groups are narrower than the backend's channel block has no
+     * fast kernel on blocked activations (oneDNN falls back to its reference one: 50× slower),
+     * so it reads and writes logical ones and converts inside. */
     if (b->nu == 3 && b->u[1].desc.groups > 1)
-        b->u[0].out.layout = ENG_LAYOUT_LOGICAL;
+        b->u[0].out.layout = b->u[1].out.layout = ENG_LAYOUT_LOGICAL;
+    if (b->has_se)
+        b->se.out.layout = b->u[1].out.layout;
     b->proj.out.layout = inner;
     b->own.layout = inner;
 }
 
 /* The activations' layouts for this forward, as resnet.c's: evaluation keeps the backend's
- * native layout from convolution to convolution (eng_conv_bn_forward_eval, max pool and the
- * final pool take it), except where another layer reads (SE, SiLU, an exposed feature);
- * training keeps everything logical for the norms and the backward. */
+ * native layout from convolution to convolution (eng_conv_bn_forward_eval with its ReLU or SiLU,
+ * squeeze-excitation's pool and product, max pool and the final pool take it), except for an
+ * exposed feature; training keeps everything logical for the norms and the backward. */
 static void set_layouts(regnet *net, bool train)
 {
-    bool native = !train && net->opt.activation != UNIT_ACT_SILU;
-    eng_layout inner = native ? ENG_LAYOUT_NATIVE : ENG_LAYOUT_LOGICAL;
+    eng_layout inner = train ? ENG_LAYOUT_LOGICAL : ENG_LAYOUT_NATIVE;
     net->stem.out.layout = net->pool_out.layout = net->exposed & 1u ? ENG_LAYOUT_LOGICAL : inner;
     for (int i = 0; i < net->nblocks; i++)
         set_block_layouts(&net->blocks[i], inner);

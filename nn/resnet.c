@@ -343,7 +343,7 @@ static void block_forward(eng_backend *be, resnet *net, block *b, const eng_tens
     }
     unit *last = &b->u[b->nu - 1];
     if (!train && !last->norm.layer_norm) { /* the residual add and the ReLU join the last conv */
-        conv_unit_forward_eval_fused(be, &net->params, last, h, identity, true, &b->out);
+        conv_unit_forward_eval_fused(be, &net->params, last, h, identity, ENG_EVAL_ACT_RELU, &b->out);
         return;
     }
     unit_forward(be, net, last, h, train);

@@ -197,11 +197,13 @@ const eng_tensor *trunk_feature(const trunk *t, int f)
     }
 }
 
-/* AlexNet and EfficientNet keep every activation logical: nothing to expose. */
+/* AlexNet keeps every activation logical: nothing to expose. */
 void trunk_expose(trunk *t, int f)
 {
     if (t->kind == TRUNK_REGNET)
         regnet_expose(t->regnet, f);
+    else if (t->kind == TRUNK_EFFICIENTNET)
+        efficientnet_expose(t->efficientnet, f);
     else if (t->kind == TRUNK_RESNET)
         resnet_expose(t->resnet, (resnet_feature_id)f);
 }

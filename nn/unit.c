@@ -153,10 +153,15 @@ static const eng_tensor *ent(const eng_params *p, int i) { return &p->entries[i]
 static const eng_tensor *grad(const eng_params *p, int i) { return &p->entries[i].grad; }
 
 void conv_unit_forward_eval_fused(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x,
-                                  const eng_tensor *residual, bool relu, const eng_tensor *y)
+                                  const eng_tensor *residual, eng_eval_act act, const eng_tensor *y)
 {
     eng_conv_bn_forward_eval(be, u->plan, x, ent(p, u->w), u->norm.eps, ent(p, u->gamma), ent(p, u->beta),
-                             ent(p, u->rmean), ent(p, u->rvar), residual, relu, y);
+                             ent(p, u->rmean), ent(p, u->rvar), residual, act, y);
+}
+
+eng_eval_act unit_eval_act(unit_act act)
+{
+    return act == UNIT_ACT_RELU ? ENG_EVAL_ACT_RELU : act == UNIT_ACT_SILU ? ENG_EVAL_ACT_SILU : ENG_EVAL_ACT_NONE;
 }
 
 /* conv_out → the norm → y, with batch norm's fused ReLU when `relu`. */
@@ -181,15 +186,15 @@ static void norm_forward(eng_backend *be, const eng_params *p, conv_unit *u, boo
 static void unit_forward(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x, bool train,
                          double momentum, const eng_reducer *across)
 {
-    const eng_tensor *normed = u->act == UNIT_ACT_SILU ? &u->normed : &u->out;
-    if (!train && !u->norm.layer_norm) {
-        conv_unit_forward_eval_fused(be, p, u, x, NULL, u->act == UNIT_ACT_RELU, normed);
-    } else {
-        eng_conv_forward(be, u->plan, x, ent(p, u->w), NULL, &u->conv_out);
-        norm_forward(be, p, u, act_fused(u) && u->act == UNIT_ACT_RELU, momentum, normed, across);
-        if (u->act == UNIT_ACT_RELU && u->norm.layer_norm)
-            eng_relu_forward(be, &u->out, &u->out);
+    if (!train && !u->norm.layer_norm) { /* evaluation keeps no input of a backward: SiLU fuses too */
+        conv_unit_forward_eval_fused(be, p, u, x, NULL, unit_eval_act(u->act), &u->out);
+        return;
     }
+    const eng_tensor *normed = u->act == UNIT_ACT_SILU ? &u->normed : &u->out;
+    eng_conv_forward(be, u->plan, x, ent(p, u->w), NULL, &u->conv_out);
+    norm_forward(be, p, u, act_fused(u) && u->act == UNIT_ACT_RELU, momentum, normed, across);
+    if (u->act == UNIT_ACT_RELU && u->norm.layer_norm)
+        eng_relu_forward(be, &u->out, &u->out);
     if (u->act == UNIT_ACT_SILU)
         eng_silu_forward(be, &u->normed, &u->out);
 }

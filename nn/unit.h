@@ -129,10 +129,12 @@ static inline int act_segment_to_recompute(int i, int n, int splits)
         i--;
     return i;
 }
-/* Evaluation with batch norm into y: conv, norm, [+ residual], [ReLU] as one backend step
- * (eng_conv_bn_forward_eval); relu applies after the residual. Not for LayerNorm or SiLU units. */
+/* Evaluation with batch norm into y: conv, norm, [+ residual], [act] as one backend step
+ * (eng_conv_bn_forward_eval); act applies after the residual. Not for LayerNorm units. */
 void conv_unit_forward_eval_fused(eng_backend *be, const eng_params *p, conv_unit *u, const eng_tensor *x,
-                                  const eng_tensor *residual, bool relu, const eng_tensor *y);
+                                  const eng_tensor *residual, eng_eval_act act, const eng_tensor *y);
+/* An activation as a fused evaluation's. */
+eng_eval_act unit_eval_act(unit_act act);
 /* Zero the unit's own gradient views (before its first backward use: they accumulate). */
 void conv_unit_zero_grads(eng_backend *be, const conv_unit *u);
 /* The same but for out_grad (a block whose output is its last unit's keeps what arrived there). */

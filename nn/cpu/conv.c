@@ -28,13 +28,14 @@
  * The backward of a convolution whose output is one pixel (res5 of small images) skips all
  * of this: it is two matrix products (conv_gemm.c), oneDNN's direct kernels being slow there.
  * So does the weight gradient of a depthwise convolution for which oneDNN chose a GEMM-based
- * implementation (it has direct ones for 3 × 3 only): conv_dw.c's sums per channel and tap.
+ * implementation (it has direct ones for 3 × 3 only): conv_dw.c's sums per channel and tap;
+ * such a plan makes no backward-weights primitive.
  *
- * Evaluation (conv_bn_forward_eval): an eval-mode conv → batch norm [→ + residual] [→ ReLU]
- * is one oneDNN primitive. Batch norm is folded into the weights and a bias (w·γ/√(var+ε) and
+ * Evaluation (conv_bn_forward_eval): an eval-mode conv → batch norm [→ + residual] [→ ReLU |
+ * SiLU] is one oneDNN primitive. Batch norm is folded into the weights and a bias (w·γ/√(var+ε) and
  * β − mean·γ/√(var+ε), computed per call into the plan's gradient temporaries, which
- * evaluation does not use), the residual enters through a sum post-op and the ReLU through
- * an eltwise post-op, so no pass over the activation is left besides the convolution's own.
+ * evaluation does not use), the residual enters through a sum post-op and the activation
+ * through an eltwise post-op (SiLU as oneDNN's swish with α = 1), so no pass over the activation is left besides the convolution's own.
  * That primitive is made on the first such call (only then are its post-ops known) and kept.
  * Its activations are read and written in place when the caller's tensors are channel-blocked
  * (NATIVE, cpu_blocking): an evaluation trunk then runs conv to conv with no conversion at all.
@@ -77,7 +78,8 @@ typedef struct {
 /* The evaluation primitive (conv + folded batch norm + post-ops) and its ports; `residual`
  * reorders the residual into the blocked output before the sum post-op adds onto it. */
 typedef struct {
-    bool with_residual, relu;
+    bool with_residual;
+    eng_eval_act act;
     int x_block, y_block, residual_block; /* the callers' layouts (cpu_blocking) */
 } fused_key;
 
@@ -98,7 +100,6 @@ typedef struct {
     dnnl_memory_t mem[NMEM];
     bool bias;
     bool dy_shared; /* backward-weights reads the blocked dy that backward-data reordered */
-    bool weights_by_gemm; /* oneDNN's backward-weights is its GEMM-based fallback */
     size_t x_count, w_count, o_count; /* elements of x, w, and output channels */
     float *tmp_dx, *tmp_dw, *tmp_db;  /* gradients land here; we add into the caller's */
     void *buf[NBUF];                  /* blocked copies (NULL when no port needs one) */
@@ -367,8 +368,12 @@ static bool uses_gemm(const_dnnl_primitive_desc_t pd)
     return impl && strstr(impl, "gemm") != NULL;
 }
 
-/* The primitives and their ports; returns the largest scratchpad any of them needs. */
-static size_t make_primitives(conv_plan *p, const conv_geom *g)
+/* The primitives and their ports; returns the largest scratchpad any of them needs. A
+ * depthwise weight gradient that conv_dw.c computes (oneDNN having only its GEMM fallback for
+ * it) gets no backward-weights primitive: that fallback's im2col scratchpad would be the plan's
+ * largest allocation, and never used. */
+static size_t make_primitives(conv_plan *p, const conv_geom *g, const eng_conv_desc *d, const eng_shape *x,
+                              const eng_shape *w)
 {
     dnnl_primitive_desc_t pd[NPRIM];
     make_pds(p, g, pd);
@@ -378,10 +383,13 @@ static size_t make_primitives(conv_plan *p, const conv_geom *g)
         scratch = max_size(scratch, make_port(p, g, pd, i));
     p->dy_shared = p->port[P_BD_DDST].reorder && p->port[P_BW_DDST].reorder &&
                    dnnl_memory_desc_equal(chosen_md(pd, P_BD_DDST), chosen_md(pd, P_BW_DDST));
-    p->weights_by_gemm = uses_gemm(pd[BWD_WEIGHTS]);
+    if (uses_gemm(pd[BWD_WEIGHTS]))
+        p->dw = cpu_conv_dw_new(d, x, w, p->bias);
     for (int i = 0; i < NPRIM; i++) {
-        scratch = max_size(scratch, scratch_bytes(pd[i]));
-        check(dnnl_primitive_create(&p->prim[i], pd[i]), "convolution primitive");
+        if (i != BWD_WEIGHTS || !p->dw) {
+            scratch = max_size(scratch, scratch_bytes(pd[i]));
+            check(dnnl_primitive_create(&p->prim[i], pd[i]), "convolution primitive");
+        }
         dnnl_primitive_desc_destroy(pd[i]);
     }
     return scratch;
@@ -414,9 +422,7 @@ eng_plan *cpu_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape
     conv_geom g = geometry(d, x, w);
     p->geom = g;
     p->gemm = cpu_conv_gemm_new(d, x, w, bias);
-    size_t scratch = make_primitives(p, &g);
-    if (p->weights_by_gemm)
-        p->dw = cpu_conv_dw_new(d, x, w, bias);
+    size_t scratch = make_primitives(p, &g, d, x, w);
 
     p->x_count = (size_t)eng_numel(x);
     p->w_count = (size_t)eng_numel(w);
@@ -583,15 +589,17 @@ void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_re
 
 /* ---- evaluation: conv + folded batch norm [+ residual] [+ ReLU] ------------------------------ */
 
-static dnnl_primitive_attr_t fused_attr(bool residual, bool relu)
+static dnnl_primitive_attr_t fused_attr(bool residual, eng_eval_act act)
 {
     dnnl_primitive_attr_t attr = user_scratch_attr();
     dnnl_post_ops_t ops;
     check(dnnl_post_ops_create(&ops), "post-ops");
     if (residual)
         check(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
-    if (relu)
+    if (act == ENG_EVAL_ACT_RELU)
         check(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f), "relu post-op");
+    if (act == ENG_EVAL_ACT_SILU) /* swish: x·sigmoid(α·x) */
+        check(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f), "swish post-op");
     check(dnnl_primitive_attr_set_post_ops(attr, ops), "convolution attribute");
     dnnl_post_ops_destroy(ops);
     return attr;
@@ -623,7 +631,7 @@ static dnnl_memory_desc_t inner_md(const port *pt)
 
 static bool same_key(const fused_key *a, const fused_key *b)
 {
-    return a->with_residual == b->with_residual && a->relu == b->relu && a->x_block == b->x_block &&
+    return a->with_residual == b->with_residual && a->act == b->act && a->x_block == b->x_block &&
            a->y_block == b->y_block && a->residual_block == b->residual_block;
 }
 
@@ -653,7 +661,7 @@ static fused_eval *make_fused(conv_plan *p, fused_key key)
                                                      &g->any_wei, &g->bias, &dst, g->strides, g->dilates,
                                                      g->pad_l, g->pad_r),
           "convolution (eval) descriptor");
-    dnnl_primitive_attr_t attr = fused_attr(key.with_residual, key.relu);
+    dnnl_primitive_attr_t attr = fused_attr(key.with_residual, key.act);
     dnnl_primitive_desc_t pd;
     check(dnnl_primitive_desc_create(&pd, &cd, attr, p->engine, NULL), "convolution (eval)");
     dnnl_primitive_attr_destroy(attr);
@@ -712,14 +720,14 @@ static void place_residual(conv_plan *p, fused_eval *f, tensor_ref *residual)
 
 void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
                               tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
-                              tensor_ref *residual, bool relu, tensor_ref *y)
+                              tensor_ref *residual, eng_eval_act act, tensor_ref *y)
 {
     (void)be;
     conv_plan *p = as_conv(plan);
     if (p->bias)
         invariant_failed("conv + batch norm (eval): the plan was made with a bias");
     bool with_residual = residual != NULL;
-    fused_key key = {.with_residual = with_residual, .relu = relu, .x_block = cpu_blocking(x),
+    fused_key key = {.with_residual = with_residual, .act = act, .x_block = cpu_blocking(x),
                      .y_block = cpu_blocking(y), .residual_block = residual ? cpu_blocking(residual) : 0};
     if (p->fused && !same_key(&p->fused->key, &key)) {
         fused_destroy(p->fused);

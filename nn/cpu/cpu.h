@@ -96,7 +96,7 @@ void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_re
                        tensor_ref *dx, tensor_ref *dw, tensor_ref *db);
 void cpu_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
                               tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
-                              tensor_ref *residual, bool relu, tensor_ref *y);
+                              tensor_ref *residual, eng_eval_act act, tensor_ref *y);
 /* Give attr a sum post-op: the primitive adds into its destination instead of overwriting it (a
  * reorder back to our layout that accumulates a gradient, as nn.h's gradients do). */
 void cpu_dnnl_attr_add_sum(dnnl_primitive_attr_t attr);

@@ -12,7 +12,9 @@
  * 1 / (1 + e^{−x}) and x / (1 + e^{−x}); backward dy·(1 − y)·y from sigmoid's output and
  * dy·s·(1 + x·(1 − s)) from SiLU's input. A large −x makes e^{−x} infinite: the sigmoid is
  * then 0 and the SiLU −0, never NaN. The channel product's ds sums each plane's dy·x in
- * double, one plane per thread, so it does not depend on the thread count either.
+ * double, one plane per thread, so it does not depend on the thread count either. The channel
+ * product's forward also reads and writes channel-blocked tensors (an evaluation trunk's native
+ * layout, cpu_blocking), one multiplication per element as in the logical layout.
  *
  * Every loop is split over the OpenMP threads (each element is one thread's, so the result
  * does not depend on their number) when the tensor is big enough to pay for waking them, and
@@ -194,11 +196,31 @@ CPU_HOT static void channel_scale_grad_rows(const float *x, const float *s, cons
     }
 }
 
+/* The same on channel-blocked x and y (cpu_blocking: b channels interleaved per pixel): block
+ * k = n·C/b + c/b holds hw pixels of b values, scaled by s[k·b … k·b + b − 1]. */
+CPU_HOT static void channel_scale_blocked(const float *x, const float *s, float *y, int64_t blocks, int64_t hw,
+                                          int b)
+{
+#pragma omp parallel for schedule(static) if (blocks * hw * b >= PARALLEL_MIN)
+    for (int64_t k = 0; k < blocks; k++) {
+        const float *in = x + k * hw * b, *sk = s + k * b;
+        float *out = y + k * hw * b;
+        for (int64_t i = 0; i < hw; i++)
+#pragma omp simd
+            for (int l = 0; l < b; l++)
+                out[i * b + l] = in[i * b + l] * sk[l];
+    }
+}
+
 void cpu_channel_scale_forward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *y)
 {
     (void)be;
     int64_t planes = x->shape.dim[0] * x->shape.dim[1], hw = x->shape.dim[2] * x->shape.dim[3];
-    channel_scale_rows(cpu_ptr(x), cpu_ptr(s), cpu_ptr(y), planes, hw);
+    int b = cpu_blocking(x);
+    if (b)
+        channel_scale_blocked(cpu_ptr(x), cpu_ptr(s), cpu_ptr(y), planes / b, hw, b);
+    else
+        channel_scale_rows(cpu_ptr(x), cpu_ptr(s), cpu_ptr(y), planes, hw);
 }
 
 void cpu_channel_scale_backward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *dy, tensor_ref *dx,

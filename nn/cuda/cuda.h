@@ -181,7 +181,7 @@ void cuda_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_r
                         tensor_ref *dx, tensor_ref *dw, tensor_ref *db);
 void cuda_conv_bn_forward_eval(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, double eps,
                                tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
-                               tensor_ref *residual, bool relu, tensor_ref *y);
+                               tensor_ref *residual, eng_eval_act act, tensor_ref *y);
 
 /* ---- batch norm and layer norm (norm.cu) ------------------------------------------------------- */
 void cuda_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
@@ -197,9 +197,9 @@ void cuda_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, 
 void cuda_batchnorm_backward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
                                   tensor_ref *running_mean, tensor_ref *running_var, tensor_ref *dy,
                                   tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta);
-/* y = [ReLU](BN_eval(y) [+ residual]) in place on a convolution's output (conv_bn_forward_eval). */
+/* y = act(BN_eval(y) [+ residual]) in place on a convolution's output (conv_bn_forward_eval). */
 void cuda_bn_eval_epilogue(eng_backend *be, double eps, tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean,
-                           tensor_ref *var, tensor_ref *residual, bool relu, tensor_ref *y);
+                           tensor_ref *var, tensor_ref *residual, eng_eval_act act, tensor_ref *y);
 void cuda_layernorm2d_forward(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma, tensor_ref *beta,
                               tensor_ref *save_mean, tensor_ref *save_invstd, tensor_ref *y);
 void cuda_layernorm2d_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, tensor_ref *save_mean,

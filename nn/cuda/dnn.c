@@ -397,8 +397,8 @@ void cuda_conv_backward(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref 
 
 void cuda_conv_bn_forward_eval(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, double eps,
                                tensor_ref *gamma, tensor_ref *beta, tensor_ref *mean, tensor_ref *var,
-                               tensor_ref *residual, bool relu, tensor_ref *y)
+                               tensor_ref *residual, eng_eval_act act, tensor_ref *y)
 {
     cuda_conv_forward(be, p, x, w, NULL, y);
-    cuda_bn_eval_epilogue(be, eps, gamma, beta, mean, var, residual, relu, y);
+    cuda_bn_eval_epilogue(be, eps, gamma, beta, mean, var, residual, act, y);
 }

@@ -236,17 +236,22 @@ struct bn_grad_op {
     }
 };
 
-/* y = [ReLU]((x − mean)·scale + shift [+ residual]); a NaN stays NaN through the ReLU. */
+/* y = act((x − mean)·scale + shift [+ residual]); a NaN stays NaN through the ReLU; SiLU as
+ * eltwise.cu's silu_kernel (x / (1 + e^−x), PyTorch's). */
 struct bn_affine_op {
     const float *x, *residual;
     float *y;
-    bool relu;
+    eng_eval_act act;
     __device__ void operator()(const seg_info &s, int64_t, int64_t at) const
     {
         float v = (float)(((double)x[at] - s.mean) * s.scale + s.shift);
         if (residual)
             v += residual[at];
-        y[at] = relu && v < 0.0f ? 0.0f : v;
+        if (act == ENG_EVAL_ACT_RELU && v < 0.0f)
+            v = 0.0f;
+        else if (act == ENG_EVAL_ACT_SILU)
+            v = __fdiv_rn(v, __fadd_rn(1.0f, expf(-v)));
+        y[at] = v;
     }
 };
 
@@ -597,7 +602,7 @@ extern "C" void cuda_batchnorm_forward_train(eng_backend *be, double momentum, d
         forward_synced(be, w, cuda_ptr(x), s, info, across);
     else
         segment_stats(be, w, cuda_ptr(x), s, info);
-    launch_map(be, w, bn_affine_op{cuda_ptr(x), NULL, cuda_ptr(y), relu}, info);
+    launch_map(be, w, bn_affine_op{cuda_ptr(x), NULL, cuda_ptr(y), relu ? ENG_EVAL_ACT_RELU : ENG_EVAL_ACT_NONE}, info);
 }
 
 extern "C" void cuda_batchnorm_forward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
@@ -608,19 +613,19 @@ extern "C" void cuda_batchnorm_forward_eval(eng_backend *be, double eps, tensor_
     if (empty(w))
         return;
     seg_info *info = eval_info(be, w, eps, gamma, beta, running_mean, running_var);
-    launch_map(be, w, bn_affine_op{cuda_ptr(x), NULL, cuda_ptr(y), relu}, info);
+    launch_map(be, w, bn_affine_op{cuda_ptr(x), NULL, cuda_ptr(y), relu ? ENG_EVAL_ACT_RELU : ENG_EVAL_ACT_NONE}, info);
 }
 
 extern "C" void cuda_bn_eval_epilogue(eng_backend *be, double eps, tensor_ref *gamma, tensor_ref *beta,
-                                      tensor_ref *mean, tensor_ref *var, tensor_ref *residual, bool relu,
-                                      tensor_ref *y)
+                                      tensor_ref *mean, tensor_ref *var, tensor_ref *residual,
+                                      eng_eval_act act, tensor_ref *y)
 {
     walk w = channel_walk(y);
     if (empty(w))
         return;
     seg_info *info = eval_info(be, w, eps, gamma, beta, mean, var);
     /* in place: each element is read, then written, by the same thread */
-    launch_map(be, w, bn_affine_op{cuda_ptr(y), ptr_or_null(residual), cuda_ptr(y), relu}, info);
+    launch_map(be, w, bn_affine_op{cuda_ptr(y), ptr_or_null(residual), cuda_ptr(y), act}, info);
 }
 
 /* With x̂ = (x − mean)·invstd, g the gradient reaching the norm and m values per channel:

@@ -139,6 +139,7 @@ enum {
     F_ZERO = 1 << 15,     /* the op's degenerate corner: a zero row, a dead column, all ignored */
     F_BF16 = 1 << 16,     /* on the tested backend opened for mixed precision (ENG_BF16) */
     F_SYNCED = 1 << 17,   /* SyncBN: batch norm over a group of three ranks that hold this batch */
+    F_SILU = 1 << 18,     /* conv_bn_forward_eval's fused SiLU */
 };
 
 static const struct {
@@ -149,6 +150,7 @@ static const struct {
     {F_RESID, "residual"},     {F_NATIVE, "native"},       {F_NATIVE_X, "native_x"}, {F_CEIL, "ceil"},
     {F_EXCL_PAD, "exclude_pad"}, {F_TIES, "ties"},         {F_NOAFFINE, "no_affine"}, {F_NOSAVE, "no_save"},
     {F_HARD, "hard"},          {F_WEIGHT, "weight"},       {F_ZERO, "zero"},        {F_BF16, "bf16"},
+    {F_SILU, "silu"},
     /* F_QUEUE: "queue<rows>" */
 };
 
@@ -454,6 +456,11 @@ static void silu_bwd(ctx *c)
     check(c, "dx", dx);
 }
 
+static eng_layout layout_if(const ctx *c, unsigned flags)
+{
+    return has(c, flags) ? ENG_LAYOUT_NATIVE : ENG_LAYOUT_LOGICAL;
+}
+
 /* Squeeze-and-excitation's scale: N×C×1×1, or N×C with variant 1; in (0, 1), a sigmoid's. */
 static eng_shape channel_scale_shape(const params *p)
 {
@@ -463,7 +470,8 @@ static eng_shape channel_scale_shape(const params *p)
 static void channel_scale_fwd(ctx *c)
 {
     eng_shape xs = act_shape(c->p), ss = channel_scale_shape(c->p);
-    eng_tensor *x = input(c, xs, -1, 1), *sc = input(c, ss, 0, 1), *y = output(c, xs);
+    eng_layout l = layout_if(c, F_NATIVE);
+    eng_tensor *x = input_as(c, xs, l, -1, 1, NULL), *sc = input(c, ss, 0, 1), *y = output_as(c, xs, l);
     eng_channel_scale_forward(c->be, x, sc, y);
     check(c, "y", y);
 }
@@ -910,12 +918,7 @@ static void conv_bwd(ctx *c)
     check(c, "db", db);
 }
 
-static eng_layout layout_if(const ctx *c, unsigned flags)
-{
-    return has(c, flags) ? ENG_LAYOUT_NATIVE : ENG_LAYOUT_LOGICAL;
-}
-
-/* F_NATIVE: x, residual and y native; F_NATIVE_X: x only. */
+/* F_NATIVE: x, residual and y native; F_NATIVE_X: x only; F_RELU or F_SILU: the activation. */
 static void conv_bn_eval(ctx *c)
 {
     const params *p = c->p;
@@ -928,7 +931,8 @@ static void conv_bn_eval(ctx *c)
                *gamma = affine ? input(c, cs, 0.5f, 1.5f) : NULL, *beta = affine ? input(c, cs, -0.5f, 0.5f) : NULL,
                *mean = input(c, cs, -0.2f, 0.2f), *var = input(c, cs, 0.5f, 1.5f),
                *residual = has(c, F_RESID) ? input_as(c, ys, yl, -1, 1, NULL) : NULL, *y = output_as(c, ys, yl);
-    eng_conv_bn_forward_eval(c->be, plan, x, w, 1e-5, gamma, beta, mean, var, residual, has(c, F_RELU), y);
+    eng_eval_act act = has(c, F_SILU) ? ENG_EVAL_ACT_SILU : has(c, F_RELU) ? ENG_EVAL_ACT_RELU : ENG_EVAL_ACT_NONE;
+    eng_conv_bn_forward_eval(c->be, plan, x, w, 1e-5, gamma, beta, mean, var, residual, act, y);
     check(c, "y", y);
 }
 
@@ -1280,6 +1284,8 @@ static const test_case CASES[] = {
     {"channel_scale_fwd", channel_scale_fwd, TOL_FP32, {ODD, .variant = 1, .note = "s_NxC"}},
     {"channel_scale_fwd", channel_scale_fwd, TOL_FP32, {RES}},
     {"channel_scale_fwd", channel_scale_fwd, TOL_FP32, {NCHW(8, 1512, 7, 7), .note = "se_7x7"}},
+    {"channel_scale_fwd", channel_scale_fwd, TOL_FP32, {RES, .flags = F_NATIVE}},
+    {"channel_scale_fwd", channel_scale_fwd, TOL_FP32, {NCHW(8, 1512, 7, 7), .flags = F_NATIVE, .note = "se_7x7"}},
     {"channel_scale_bwd", channel_scale_bwd, TOL_FP32, {ODD}},
     {"channel_scale_bwd", channel_scale_bwd, TOL_FP32, {ODD, .variant = 1, .note = "s_NxC"}},
     {"channel_scale_bwd", channel_scale_bwd, TOL_FP32, {ODD, .flags = F_NODX}},
@@ -1423,6 +1429,9 @@ static const test_case CASES[] = {
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {RES, .o = 64, K(3), .pad = 1, .flags = F_RESID | F_RELU | F_NATIVE}},
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {RES, .o = 64, K(1), .flags = F_RELU | F_NATIVE_X}},
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {RES, .o = 128, K(1), .stride = 2, .flags = F_NATIVE}},
+    {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {ODD, .o = 6, K(3), .pad = 1, .flags = F_SILU}},
+    {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {RES, .o = 64, K(3), .pad = 1, .flags = F_SILU | F_NATIVE}},
+    {"conv_bn_fwd_eval", conv_bn_eval, TOL_GEMM, {RES, .o = 64, K(1), .flags = F_RESID | F_NATIVE}},
     {"conv_bn_fwd_eval", conv_bn_eval, TOL_BF16, {RES, .o = 64, K(3), .pad = 1,
                                                   .flags = F_RESID | F_RELU | F_NATIVE | F_BF16}},
 

@@ -687,6 +687,40 @@ Test(efficientnet, complexity_rows_follow_classyvisions_profiler)
 /* VISSL's configs/config/pretrain/simclr/models/efficientnet_B0.yaml's trunk, as a feature
  * extractor reading conv_final (pooled to 1 × 1) and dropout: the model has VISSL's names and,
  * with the formula's weights, both outputs are B0's flatten features (eval mode). */
+/* The model's tensor named PREFIX-less `name` (trunk.base_model._feature_blocks.<name>). */
+static const eng_tensor *model_tensor(const model *m, const char *name)
+{
+    char *full = xasprintf("trunk.base_model._feature_blocks.%s", name);
+    const eng_tensor *t = NULL;
+    for (int i = 0; i < model_entry_count(m) && !t; i++)
+        if (!strcmp(model_entry_at(m, i)->name, full))
+            t = &model_entry_at(m, i)->value;
+    cr_assert(t, "no tensor %s", full);
+    free(full);
+    return t;
+}
+
+/* avgpool(SiLU(BN_eval(conv_final(x)))) with the separate logical layers, downloaded. */
+static float *recompute_conv_final(eng_backend *be, const model *m, const eng_tensor *x)
+{
+    const eng_tensor *w = model_tensor(m, "conv_final.0.weight");
+    eng_conv_desc d = {.stride = {1, 1}, .dilation = {1, 1}, .groups = 1};
+    eng_shape ys = eng_conv_output_shape(&x->shape, &w->shape, &d);
+    eng_plan *plan = eng_conv_plan(be, &d, &x->shape, &w->shape, false);
+    eng_tensor y = eng_tensor_new(be, ys), pooled = eng_tensor_new(be, eng_shape4(ys.dim[0], ys.dim[1], 1, 1));
+    eng_conv_forward(be, plan, x, w, NULL, &y);
+    eng_batchnorm_forward_eval(be, 1e-3, &y, model_tensor(m, "conv_final.1.weight"),
+                               model_tensor(m, "conv_final.1.bias"), model_tensor(m, "conv_final.1.running_mean"),
+                               model_tensor(m, "conv_final.1.running_var"), &y);
+    eng_silu_forward(be, &y, &y);
+    eng_adaptive_avgpool_forward(be, &y, &pooled);
+    float *f = nnt_download(be, &pooled);
+    eng_tensor_free(be, &y);
+    eng_tensor_free(be, &pooled);
+    eng_plan_free(be, plan);
+    return f;
+}
+
 Test(efficientnet, a_config_builds_b0_with_vissl_names_and_features, .timeout = 60)
 {
     model_options o = nnt_model_options("config:\n  MODEL:\n    TRUNK:\n      NAME: efficientnet\n      TRUNK_PARAMS:\n"
@@ -697,7 +731,7 @@ Test(efficientnet, a_config_builds_b0_with_vissl_names_and_features, .timeout = 
                                         "    FEATURE_EVAL_SETTINGS:\n      EVAL_MODE_ON: True\n"
                                         "      FREEZE_TRUNK_ONLY: True\n      EXTRACT_TRUNK_FEATURES_ONLY: True\n"
                                         "      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [[conv_final, [AdaptiveAvgPool2d, [[1, 1]]]],"
-                                        " [dropout, [Identity, []]]]\n",
+                                        " [dropout, [Identity, []]], [block15, [Identity, []]]]\n",
                                         NULL);
     eng_backend *be = nnt_open_cpu();
     char *err = NULL;
@@ -718,13 +752,24 @@ Test(efficientnet, a_config_builds_b0_with_vissl_names_and_features, .timeout = 
     float *x = nnt_formula_fill(eng_numel(&in[0]), X_ALPHA, 0);
     model_upload_input(be, m, 0, x);
     model_forward(be, m, false);
-    cr_assert_eq(model_output_count(m), 2);
+    cr_assert_eq(model_output_count(m), 3);
     for (int k = 0; k < 2; k++) {
         cr_expect_eq(eng_numel(&model_output(m, k)->shape), (int64_t)c.n * 1280, "output %d: N × 1280", k);
         float *f = nnt_download(be, model_output(m, k));
         tt_expect_array(TRUNK, f, "b0", "feat_eval", FWD_TOL);
         free(f);
     }
+    /* An inner block read as it is (Identity hands the tensor on): evaluation keeps the trunk's
+     * activations in the backend's native layout, but not a feature a head reads
+     * (efficientnet_expose), else its bytes would be channel-blocked under a logical view. The
+     * last block's output is conv_final's input: conv, BN, SiLU and the pool applied to it here,
+     * layer by layer, give ClassyVision's features again. */
+    const eng_tensor *b15 = model_output(m, 2);
+    cr_assert_eq(eng_numel(&b15->shape), (int64_t)c.n * 320 * 7 * 7, "block15: N × 320 × 7 × 7");
+    eng_tensor b15_map = eng_reshape(b15, eng_shape4(c.n, 320, 7, 7)); /* the model flattened it */
+    float *f = recompute_conv_final(be, m, &b15_map);
+    tt_expect_array(TRUNK, f, "b0", "feat_eval", FWD_TOL);
+    free(f);
     free(x);
     model_free(be, m);
     eng_backend_close(be);

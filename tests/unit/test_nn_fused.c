@@ -1,6 +1,6 @@
 /*
  * test_nn_fused.c — the fused layers of the model engine (batch norm + ReLU, residual add +
- * ReLU, and eval-mode conv + batch norm [+ residual] [+ ReLU]) against the separate layers
+ * ReLU, and eval-mode conv + batch norm [+ residual] [+ ReLU | SiLU]) against the separate layers
  * they replace, which test_nn*.c check against PyTorch; and what the threads may not change.
  *
  * BN+ReLU and add+ReLU do the same arithmetic as the separate layers, so they must agree to
@@ -12,8 +12,9 @@
  *
  * The native layout (nn.h) the evaluation chain runs in: on the cpu, oneDNN's nChwBc, checked
  * element by element against its index formula, for both blocks the backend may pick (8 and
- * 16, forced through cpu_force_block whatever this CPU is); the eval convolution and the pools
- * that take it must give what the logical path gives, and every other layer must refuse it.
+ * 16, forced through cpu_force_block whatever this CPU is); the eval convolution, the pools and
+ * the channel product that take it must give what the logical path gives, and every other layer
+ * must refuse it.
  */
 #include "cpu/cpu.h"
 #include "log.h"
@@ -226,16 +227,20 @@ static eng_plan *conv_case_plan(eng_backend *be, const conv_case *k, eng_shape *
     return eng_conv_plan(be, &k->d, xs, ws, false);
 }
 
-/* The separate layers: conv, batch norm (eval), add, relu. */
+static const char *const ACT_NAMES[] = {"none", "relu", "silu"};
+
+/* The separate layers: conv, batch norm (eval), add, relu or silu. */
 static void reference(eng_backend *be, eng_plan *plan, const eng_tensor *x, const eng_tensor *w, const bn_params *p,
-                      const eng_tensor *residual, bool relu, const eng_tensor *y)
+                      const eng_tensor *residual, eng_eval_act act, const eng_tensor *y)
 {
     eng_conv_forward(be, plan, x, w, NULL, y);
     eng_batchnorm_forward_eval(be, 1e-5, y, &p->gamma, &p->beta, &p->rmean, &p->rvar, y);
     if (residual)
         eng_add_forward(be, y, residual, y);
-    if (relu)
+    if (act == ENG_EVAL_ACT_RELU)
         eng_relu_forward(be, y, y);
+    if (act == ENG_EVAL_ACT_SILU)
+        eng_silu_forward(be, y, y);
 }
 
 Test(nn_fused, conv_bn_eval_is_the_separate_layers)
@@ -250,14 +255,14 @@ Test(nn_fused, conv_bn_eval_is_the_separate_layers)
         bn_params p = bn_new(be, k->o, 40);
         /* every post-op combination, on one plan (each change remakes its eval primitive) */
         for (int with_residual = 0; with_residual < 2; with_residual++)
-            for (int relu = 0; relu < 2; relu++) {
+            for (eng_eval_act act = ENG_EVAL_ACT_NONE; act <= ENG_EVAL_ACT_SILU; act++) {
                 const eng_tensor *res = with_residual ? &r : NULL;
-                eng_conv_bn_forward_eval(be, plan, &x, &w, 1e-5, &p.gamma, &p.beta, &p.rmean, &p.rvar, res,
-                                         relu, &got);
-                reference(be, plan, &x, &w, &p, res, relu, &want);
+                eng_conv_bn_forward_eval(be, plan, &x, &w, 1e-5, &p.gamma, &p.beta, &p.rmean, &p.rvar, res, act,
+                                         &got);
+                reference(be, plan, &x, &w, &p, res, act, &want);
                 double e = rel_diff(be, &got, &want);
-                cr_expect_leq(e, 1e-5, "%s, residual %d, relu %d: relative error %g", k->name, with_residual, relu,
-                              e);
+                cr_expect_leq(e, 1e-5, "%s, residual %d, %s: relative error %g", k->name, with_residual,
+                              ACT_NAMES[act], e);
             }
         eng_tensor all[] = {x, w, r, got, want};
         free_all(be, all, ARRAY_LEN(all));
@@ -278,7 +283,8 @@ Test(nn_fused, conv_plan_trains_after_eval)
                y0 = eng_tensor_new(be, xs), dy = normal(be, xs, 52, 0.0f), dx = normal(be, xs, 53, 0.0f),
                dw = normal(be, ws, 54, 0.0f), dx0 = copy_of(be, &dx), dw0 = copy_of(be, &dw);
     bn_params p = bn_new(be, 16, 60);
-    eng_conv_bn_forward_eval(be, plan, &x, &w, 1e-5, &p.gamma, &p.beta, &p.rmean, &p.rvar, NULL, true, &y);
+    eng_conv_bn_forward_eval(be, plan, &x, &w, 1e-5, &p.gamma, &p.beta, &p.rmean, &p.rvar, NULL, ENG_EVAL_ACT_RELU,
+                             &y);
     eng_conv_forward(be, plan, &x, &w, NULL, &y);
     eng_conv_forward(be, fresh, &x, &w, NULL, &y0);
     cr_expect(same_bits(be, &y, &y0));
@@ -410,14 +416,16 @@ static void conv_native_case(int block)
         eng_copy(be, &x, &xn);
         eng_copy(be, &r, &rn);
         bn_params p = bn_new(be, k->o, 40);
-        reference(be, plan, &x, &w, &p, &r, true, &want);
-        for (int mix = 1; mix < 8; mix++) {
-            const eng_tensor *xa = mix & 1 ? &xn : &x, *ra = mix & 2 ? &rn : &r, *ya = mix & 4 ? &yn : &got;
-            eng_conv_bn_forward_eval(be, plan, xa, &w, 1e-5, &p.gamma, &p.beta, &p.rmean, &p.rvar, ra, true, ya);
-            double e = rel_diff(be, ya, &want);
-            cr_expect_leq(e, 1e-5, "block %d, %s, x %s, residual %s, y %s: relative error %g", block, k->name,
-                          mix & 1 ? "native" : "logical", mix & 2 ? "native" : "logical",
-                          mix & 4 ? "native" : "logical", e);
+        for (eng_eval_act act = ENG_EVAL_ACT_RELU; act <= ENG_EVAL_ACT_SILU; act++) {
+            reference(be, plan, &x, &w, &p, &r, act, &want);
+            for (int mix = 1; mix < 8; mix++) {
+                const eng_tensor *xa = mix & 1 ? &xn : &x, *ra = mix & 2 ? &rn : &r, *ya = mix & 4 ? &yn : &got;
+                eng_conv_bn_forward_eval(be, plan, xa, &w, 1e-5, &p.gamma, &p.beta, &p.rmean, &p.rvar, ra, act, ya);
+                double e = rel_diff(be, ya, &want);
+                cr_expect_leq(e, 1e-5, "block %d, %s, %s, x %s, residual %s, y %s: relative error %g", block, k->name,
+                              ACT_NAMES[act], mix & 1 ? "native" : "logical", mix & 2 ? "native" : "logical",
+                              mix & 4 ? "native" : "logical", e);
+            }
         }
         eng_tensor all[] = {x, w, r, want, xn, rn, yn, got};
         free_all(be, all, ARRAY_LEN(all));
@@ -469,6 +477,44 @@ static void pool_native_case(int block)
 
 Test(nn_layout, pools_read_native_16) { pool_native_case(16); }
 Test(nn_layout, pools_read_native_8) { pool_native_case(8); }
+
+/* Squeeze-excitation's channel product on a native x and y: the logical product's bits (one
+ * multiplication per element either way), for a scale of N × C × 1 × 1 and of N × C. */
+static void channel_scale_native_case(int block)
+{
+    cpu_force_block(block);
+    eng_backend *be = nnt_open_cpu();
+    eng_shape xs = eng_shape4(3, 48, 5, 7);
+    eng_tensor x = normal(be, xs, 70, 0.0f), s4 = normal(be, eng_shape4(3, 48, 1, 1), 71, 0.0f),
+               xn = native(eng_tensor_new(be, xs)), y = eng_tensor_new(be, xs), yn = native(eng_tensor_new(be, xs)),
+               back = eng_tensor_new(be, xs);
+    eng_tensor s2 = eng_reshape(&s4, eng_shape2(3, 48));
+    eng_copy(be, &x, &xn);
+    const eng_tensor *scales[] = {&s4, &s2};
+    for (int i = 0; i < 2; i++) {
+        eng_channel_scale_forward(be, &x, scales[i], &y);
+        eng_channel_scale_forward(be, &xn, scales[i], &yn);
+        eng_copy(be, &yn, &back);
+        cr_expect(same_bits(be, &y, &back), "block %d, scale of %d dims", block, scales[i]->shape.ndim);
+    }
+    eng_tensor all[] = {x, s4, xn, y, yn, back};
+    free_all(be, all, ARRAY_LEN(all));
+    eng_backend_close(be);
+}
+
+Test(nn_layout, channel_scale_reads_and_writes_native_16) { channel_scale_native_case(16); }
+Test(nn_layout, channel_scale_reads_and_writes_native_8) { channel_scale_native_case(8); }
+
+Test(nn_layout, channel_scale_from_native_to_logical_is_refused, .signal = SIGABRT)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_shape xs = eng_shape4(1, 16, 2, 2);
+    eng_tensor x = native(eng_tensor_new(be, xs)), s = eng_tensor_new(be, eng_shape4(1, 16, 1, 1)),
+               y = eng_tensor_new(be, xs);
+    eng_zero(be, &x);
+    eng_zero(be, &s);
+    eng_channel_scale_forward(be, &x, &s, &y);
+}
 
 /* A layer that only knows the logical layout refuses a native tensor (it would read it in
  * the wrong order): a broken invariant, so an abort with file and line, not wrong numbers. */
