@@ -11,6 +11,12 @@
  * (negative) and -1 (ignored); the scores are sigmoid(output) in float32 as torch makes them.
  * Per class, VISSL's VOC AP (ap.h), -1 for a class with no positive; mAP is the mean over the
  * others. The value is {"mAP": {"0": 100·mAP rounded as above}, "AP": {"0": [AP per class]}}.
+ *
+ * mean_ap_meter: VISSL 0.1.5's single-output MeanAPMeter (reported as "mean_ap_manual_meter",
+ * its name property). The same AP per class, on the model's raw outputs (no sigmoid: the list
+ * meter applies it before calling this one), targets only 1, 0 or -1 (it asserts so); the value
+ * is {"mAP": the mean as a fraction, unrounded, "AP": [AP per class]}, the mean null when no
+ * class has a positive (torch's mean of nothing is NaN, which JSON cannot hold).
  */
 #ifndef SELFSUP_TRAIN_METER_H
 #define SELFSUP_TRAIN_METER_H
@@ -27,11 +33,11 @@
 
 struct dist; /* train/dist.h */
 
-typedef enum { METER_ACCURACY, METER_MEAN_AP } meter_kind;
+typedef enum { METER_ACCURACY, METER_MEAN_AP, METER_MEAN_AP_ONE } meter_kind;
 
 typedef struct {
     meter_kind kind;
-    const char *name;               /* "accuracy_list_meter", "mean_ap_list_meter" */
+    const char *name;               /* "accuracy_list_meter", "mean_ap_list_meter", "mean_ap_manual_meter" */
     int topk[METER_MAX_TOPK];
     int ntopk;
     int num_meters;                 /* outputs measured (one meter per output) */
@@ -40,7 +46,7 @@ typedef struct {
     int64_t total[METER_MAX_OUTPUTS];
     /* mean AP: every row of the phase (allocated on the first update; meter_free) */
     int num_classes;
-    float *scores[METER_MAX_OUTPUTS]; /* rows × num_classes sigmoids */
+    float *scores[METER_MAX_OUTPUTS]; /* rows × num_classes sigmoids (mean_ap_meter: outputs) */
     int8_t *targets;                  /* rows × num_classes */
     int64_t rows, cap;
 } acc_meter;

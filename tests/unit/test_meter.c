@@ -1,5 +1,5 @@
 /*
- * test_meter.c — accuracy_list_meter and mean_ap_list_meter (stages/train/meter.c) on
+ * test_meter.c — accuracy_list_meter, mean_ap_list_meter and mean_ap_meter (stages/train/meter.c) on
  * hand-computed batches: top-k counts per output, VISSL's value dict (percentages rounded to
  * 6 decimals of the fraction, keyed top_K then the meter's name or index), the reset between
  * phases, the config; VOC AP (lib/ap.c) on an example worked by hand, ignored rows and a
@@ -131,5 +131,80 @@ Test(meter, mean_ap_by_hand)
     meter_free(&m);
     eng_tensor_free(be, &a);
     eng_tensor_free(be, &b);
+    eng_backend_close(be);
+}
+
+/* mean_ap_meter, VISSL 0.1.5's MeanAPMeter: named "mean_ap_manual_meter", its num_classes has no
+ * default (0 is refused, naming the key). */
+Test(meter, mean_ap_meter_from_the_config)
+{
+    cfg_t cfg = {0};
+    cfg_err err;
+    cr_assert(test_compose(&cfg, &err, "config:\n  METERS: {name: mean_ap_meter, mean_ap_meter: {num_classes: 20}}\n",
+                           NULL),
+              "%s", err.msg);
+    acc_meter m;
+    bool on;
+    cr_assert(meter_from_config(cfg_map_get(cfg.root, "config"), &m, &on, &err), "%s", err.msg);
+    cr_expect(on && m.kind == METER_MEAN_AP_ONE && m.num_classes == 20 && m.num_meters == 1);
+    cr_expect_str_eq(m.name, "mean_ap_manual_meter");
+    cfg_destroy(&cfg);
+    cfg = (cfg_t){0};
+    cr_assert(test_compose(&cfg, &err, "config:\n  METERS: {name: mean_ap_meter}\n", NULL), "%s", err.msg);
+    cr_expect(!meter_from_config(cfg_map_get(cfg.root, "config"), &m, &on, &err));
+    cr_expect(strstr(err.msg, "METERS.mean_ap_meter.num_classes") && strstr(err.msg, "no default"), "%s", err.msg);
+    cfg_destroy(&cfg);
+}
+
+/* MeanAPMeter scores the raw outputs, where the list meter's sigmoid rounds 30 and 40 both to
+ * 1.0f: class 0's positive (30) ranks second, behind a negative (40): precision 1/2 at its
+ * recall, AP 1/2. Class 1's ignored row (-1) is set aside and its positive leads: AP 1. Class 2
+ * has no positive: -1, out of the mean. mAP = 3/4, a fraction (the list meter reports 100×). */
+Test(meter, mean_ap_meter_by_hand)
+{
+    eng_backend *be = nnt_open_cpu();
+    acc_meter m = {.kind = METER_MEAN_AP_ONE, .name = "mean_ap_manual_meter", .num_meters = 1, .num_classes = 3};
+    const float o[3][3] = {{30.0f, 1.0f, 0.5f}, {40.0f, 2.0f, 0.7f}, {-5.0f, 3.0f, 0.1f}};
+    const int64_t t[3][3] = {{1, 0, 0}, {0, 1, 0}, {0, -1, -1}};
+    eng_tensor a = upload(be, 3, 3, &o[0][0]);
+    char *err = NULL;
+    cr_assert_eq(meter_update(be, &m, (const eng_tensor *[]){&a}, 1, &t[0][0], 3, 3, &err), 0, "%s", err);
+    json_t *v = meter_value(&m);
+    cr_expect_float_eq(json_real_value(json_object_get(v, "mAP")), 0.75, 1e-12);
+    json_t *ap = json_object_get(v, "AP");
+    cr_assert_eq(json_array_size(ap), 3);
+    cr_expect_float_eq(json_real_value(json_array_get(ap, 0)), 0.5, 1e-12);
+    cr_expect_float_eq(json_real_value(json_array_get(ap, 1)), 1.0, 1e-12);
+    cr_expect_float_eq(json_real_value(json_array_get(ap, 2)), -1.0, 1e-12);
+    json_decref(v);
+    meter_free(&m);
+    eng_tensor_free(be, &a);
+    eng_backend_close(be);
+}
+
+/* What MeanAPMeter asserts is refused, naming the meter: a target other than 1, 0 or -1, and a
+ * model with several outputs (a list, which MeanAPMeter cannot read); with no positive at all
+ * the mean is null (torch's mean of nothing is NaN). */
+Test(meter, mean_ap_meter_refuses_what_vissl_asserts)
+{
+    eng_backend *be = nnt_open_cpu();
+    acc_meter m = {.kind = METER_MEAN_AP_ONE, .name = "mean_ap_manual_meter", .num_meters = 1, .num_classes = 2};
+    const float o[2][2] = {{1.0f, 2.0f}, {3.0f, 4.0f}};
+    eng_tensor a = upload(be, 2, 2, &o[0][0]);
+    char *err = NULL;
+    const int64_t two[2][2] = {{1, 0}, {2, 0}};
+    cr_expect_eq(meter_update(be, &m, (const eng_tensor *[]){&a}, 1, &two[0][0], 2, 2, &err), -1);
+    cr_expect(err && strstr(err, "mean_ap_meter") && strstr(err, "target 2"), "%s", err);
+    free(err), err = NULL;
+    const int64_t none[2][2] = {{0, 0}, {0, -1}};
+    cr_expect_eq(meter_update(be, &m, (const eng_tensor *[]){&a, &a}, 2, &none[0][0], 2, 2, &err), -1);
+    cr_expect(err && strstr(err, "mean_ap_list_meter"), "%s", err);
+    free(err), err = NULL;
+    cr_assert_eq(meter_update(be, &m, (const eng_tensor *[]){&a}, 1, &none[0][0], 2, 2, &err), 0, "%s", err);
+    json_t *v = meter_value(&m);
+    cr_expect(json_is_null(json_object_get(v, "mAP")));
+    json_decref(v);
+    meter_free(&m);
+    eng_tensor_free(be, &a);
     eng_backend_close(be);
 }

@@ -124,6 +124,28 @@ Test(validate, features_nothing_implements_are_refused_naming_the_key, .timeout 
 }
 
 /* With one trainer SyncBN is BatchNorm: VISSL's recipes turn it on, and they must still run. */
+/* Every meter VISSL 0.1.5 can build (its registry: its own three and ClassyVision's four)
+ * either validates or is refused with exit 2, naming config.METERS.name; none is accepted and
+ * then ignored. */
+Test(validate, every_meter_vissl_registers_works_or_is_refused, .timeout = 120)
+{
+    static const char *const WORK[] = {"accuracy_list_meter", "mean_ap_list_meter", "mean_ap_meter"};
+    static const char *const REFUSED[] = {"accuracy", "precision_at_k", "recall_at_k", "video_accuracy"};
+    for (size_t i = 0; i < ARRAY_LEN(WORK); i++) {
+        char *args = xasprintf("%s config.METERS.name=%s config.METERS.mean_ap_meter.num_classes=10", SYNTHETIC_DATA,
+                               WORK[i]),
+             *out;
+        int rc = config_cmd("validate", "quickstart/supervised", args, &out);
+        cr_expect_eq(rc, 0, "%s: exit %d\n%s", WORK[i], rc, out);
+        free(args), free(out);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(REFUSED); i++) {
+        char *args = xasprintf("config.METERS.name=%s", REFUSED[i]);
+        expect_refused("quickstart/supervised", args, "config.METERS.name");
+        free(args);
+    }
+}
+
 Test(validate, sync_bn_passes_with_a_warning_that_it_changes_nothing, .timeout = 60)
 {
     char *out;
