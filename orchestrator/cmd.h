@@ -28,8 +28,12 @@ int cmd_eval(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 /* selfsup keygen [--force] DIR --clients NAME[:IDS]... | FILE: CURVE keys for tcp endpoints. */
 int cmd_keygen(int argc, char **argv);
-/* selfsup dataset fashion-mnist DIR [--limit N] [--force]: a Debian dataset in VISSL's layouts. */
+/* selfsup dataset fashion-mnist DIR [--limit N] [--force]: a Debian dataset in VISSL's layouts;
+ * selfsup dataset jigsaw-perms N K OUT [...]: Jigsaw's permutation set (cmd_jigsaw.c). */
 int cmd_dataset(int argc, char **argv);
+/* selfsup dataset jigsaw-perms N K OUT [--method max_avg|max_min] [--first J | --seed S];
+ * argv[0] is "jigsaw-perms". */
+int cmd_dataset_jigsaw_perms(int argc, char **argv);
 /* selfsup convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]: model weights
  * between VISSL's and torchvision's layouts, torch.save and safetensors files. */
 int cmd_convert(int argc, char **argv);

@@ -3,6 +3,7 @@
  * VISSL's layouts, so that real data is at hand on a machine with no internet.
  *
  *   selfsup dataset fashion-mnist DIR [--limit N] [--force] [--from SRC]
+ *   selfsup dataset jigsaw-perms N K OUT [...]   (cmd_jigsaw.c)
  *
  * reads the IDX files of Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist,
  * gzip-compressed or not) and writes
@@ -86,7 +87,11 @@ static void dataset_usage(FILE *out)
           "  --limit N    convert only the first N images of each split\n"
           "  --force      convert again even if DIR holds a complete conversion\n"
           "  --from SRC   read the IDX files from SRC (default " FMNIST_DEFAULT_SRC ")\n"
-          "  --help       show this help\n", out);
+          "  --help       show this help\n"
+          "\n"
+          "Also: selfsup dataset jigsaw-perms N K OUT [--method max_avg|max_min] [--first J | --seed S]\n"
+          "  (Jigsaw's permutation set, as VISSL's generate_jigsaw_permutations.py; --help there)\n",
+          out);
 }
 
 /* Read a whole (gzip-compressed or plain) file into memory. */
@@ -691,6 +696,8 @@ out:
 
 int cmd_dataset(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "jigsaw-perms"))
+        return cmd_dataset_jigsaw_perms(argc - 1, argv + 1);
     const char *name = NULL, *dir = NULL, *src = FMNIST_DEFAULT_SRC;
     size_t limit = 0;
     bool force = false, options_done = false;
@@ -737,7 +744,7 @@ int cmd_dataset(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (strcmp(name, "fashion-mnist") && strcmp(name, "fashion_mnist")) {
-        log_error("unknown dataset '%s'; known: fashion-mnist", name);
+        log_error("unknown dataset '%s'; known: fashion-mnist, jigsaw-perms", name);
         return EXIT_USAGE;
     }
     if (!dir || !*dir) {

@@ -688,7 +688,7 @@ Test(augment, label_rows_are_replicated_whole_and_written_as_a_matrix)
     aug_pipeline_free(p);
 }
 
-/* The jigsaw quickstart's permutations (tools/jigsaw_perms.py 100): 100 distinct orders of the 9
+/* The jigsaw quickstart's permutations (selfsup dataset jigsaw-perms 100 9): 100 distinct orders of the 9
  * patches, 0-based, each a permutation, as ShuffleImgPatches reads them. */
 Test(augment, the_jigsaw_quickstart_permutations_are_100_distinct_permutations)
 {

@@ -7,7 +7,9 @@
  *    every PNG, and the folder layout, labels, paths and catalog must all agree;
  *  - the completion marker: a second run says "already converted", --force converts again, an
  *    interrupted run (no marker) is converted again with stale files removed;
- *  - usage errors exit 2, missing package files exit 1 with the apt-get line.
+ *  - usage errors exit 2, missing package files exit 1 with the apt-get line;
+ *  - `selfsup dataset jigsaw-perms`: the permutation sets VISSL's generate_jigsaw_permutations.py
+ *    makes (tests/golden/make_jigsaw_fixtures.py runs its loop), element for element.
  */
 #include "config.h"
 #include "decode/dataset.h"
@@ -314,6 +316,92 @@ Test(dataset, corrupt_idx_file_exits_1)
     free(out);
     free(args);
     rm_tree(src);
+    rm_tree(dir);
+}
+
+/* ---- selfsup dataset jigsaw-perms ------------------------------------------------------------- */
+
+/* Both .npy files hold the same int64 array. */
+static void expect_same_perms(const char *got_path, const char *want_path)
+{
+    npy_array got = {0}, want = {0};
+    char *why = NULL;
+    cr_assert_eq(npy_read(got_path, &got, &why), 0, "%s: %s", got_path, why);
+    cr_assert_eq(npy_read(want_path, &want, &why), 0, "%s: %s", want_path, why);
+    cr_expect(got.dtype == NPY_I8 && got.ndim == 2 && got.shape[0] == want.shape[0] && got.shape[1] == want.shape[1],
+              "%s: not an int64 array of VISSL's shape", got_path);
+    if (got.count == want.count) {
+        const int64_t *g = got.data, *w = want.data;
+        size_t first_diff = got.count;
+        for (size_t i = 0; i < got.count && first_diff == got.count; i++)
+            if (g[i] != w[i])
+                first_diff = i;
+        cr_expect_eq(first_diff, got.count, "%s: row %zu differs from VISSL's script", got_path,
+                     first_diff / (size_t)want.shape[1]);
+    }
+    npy_close(&got), npy_close(&want);
+}
+
+/* Every case of fixtures/jigsaw/cases.txt ("N K METHOD FIRST"), made here from the same first
+ * permutation: VISSL's permutations, row for row (the K = 9 case's float ties included). */
+Test(dataset, jigsaw_perms_are_vissls, .timeout = 120)
+{
+    char *cases = test_path("tests/golden/fixtures/jigsaw/cases.txt"), *dir = test_make_tmpdir();
+    FILE *f = fopen(cases, "r");
+    cr_assert(f, "%s", cases);
+    long n, k, first;
+    char method[16];
+    int seen = 0;
+    while (fscanf(f, "%ld %ld %15s %ld", &n, &k, method, &first) == 4) {
+        char *out, *got = xasprintf("%s/%ld_%ld.npy", dir, n, k);
+        char *args = xasprintf("jigsaw-perms %ld %ld '%s' --method %s --first %ld", n, k, got, method, first);
+        int rc = dataset(args, &out);
+        cr_expect_eq(rc, 0, "%s: exit %d: %s", args, rc, out);
+        char *fixtures = test_path("tests/golden/fixtures/jigsaw");
+        char *want = xasprintf("%s/perms_%ld_%ld_%s_%ld.npy", fixtures, n, k, method, first);
+        if (rc == 0)
+            expect_same_perms(got, want);
+        free(want), free(fixtures), free(args), free(got), free(out);
+        seen++;
+    }
+    fclose(f);
+    cr_expect_geq(seen, 5, "%d cases in %s", seen, cases);
+    free(cases);
+    rm_tree(dir);
+}
+
+/* A seed names one set (two runs agree) and draws the first permutation; a directory gets
+ * VISSL's file name; what cannot be made exits 2 and writes nothing. */
+Test(dataset, jigsaw_perms_seed_directory_and_refusals)
+{
+    char *dir = test_make_tmpdir(), *out;
+    char *args = xasprintf("jigsaw-perms 20 5 '%s/a.npy' --seed 3", dir);
+    cr_assert_eq(dataset(args, &out), 0, "%s", out);
+    free(out), free(args);
+    args = xasprintf("jigsaw-perms 20 5 '%s/b.npy' --seed 3", dir);
+    cr_assert_eq(dataset(args, &out), 0, "%s", out);
+    free(out), free(args);
+    char *a = xasprintf("%s/a.npy", dir), *b = xasprintf("%s/b.npy", dir);
+    expect_same_perms(a, b);
+    free(a), free(b);
+    args = xasprintf("jigsaw-perms 10 4 '%s' --method max_min --first 2", dir);
+    cr_assert_eq(dataset(args, &out), 0, "%s", out);
+    cr_expect(strstr(out, "hamming_perms_10_patches_4_max_min.npy"), "%s", out);
+    free(out), free(args);
+    const char *bad[][2] = {
+        {"jigsaw-perms 10 11 x.npy", "K must be a number of patches from 2 to 10"},
+        {"jigsaw-perms 25 4 x.npy", "N must be 1 to 24"},
+        {"jigsaw-perms 5 4 x.npy --first 24", "there are 24 permutations"},
+        {"jigsaw-perms 5 4 x.npy --method max", "bad option"},
+        {"jigsaw-perms 5 4", "usage: selfsup dataset jigsaw-perms"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int rc = dataset(bad[i][0], &out);
+        cr_expect_eq(rc, 2, "'%s': exit %d: %s", bad[i][0], rc, out);
+        cr_expect(strstr(out, bad[i][1]), "'%s': expected '%s' in: %s", bad[i][0], bad[i][1], out);
+        free(out);
+    }
+    cr_expect_eq(test_count_files(dir), 3, "only the three sets asked for");
     rm_tree(dir);
 }
 
