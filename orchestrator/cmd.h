@@ -34,6 +34,9 @@ int cmd_dataset(int argc, char **argv);
 /* selfsup dataset jigsaw-perms N K OUT [--method max_avg|max_min] [--first J | --seed S];
  * argv[0] is "jigsaw-perms". */
 int cmd_dataset_jigsaw_perms(int argc, char **argv);
+/* selfsup dataset voc2007|voc2012 SRC DST [--separate-partitions] [--generate-json];
+ * argv[0] is the dataset's name. */
+int cmd_dataset_voc(int argc, char **argv);
 /* selfsup convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]: model weights
  * between VISSL's and torchvision's layouts, torch.save and safetensors files. */
 int cmd_convert(int argc, char **argv);

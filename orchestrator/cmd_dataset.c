@@ -3,7 +3,8 @@
  * VISSL's layouts, so that real data is at hand on a machine with no internet.
  *
  *   selfsup dataset fashion-mnist DIR [--limit N] [--force] [--from SRC]
- *   selfsup dataset jigsaw-perms N K OUT [...]   (cmd_jigsaw.c)
+ *   selfsup dataset voc2007|voc2012 SRC DST [...]  (cmd_dataset_voc.c)
+ *   selfsup dataset jigsaw-perms N K OUT [...]     (cmd_jigsaw.c)
  *
  * reads the IDX files of Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist,
  * gzip-compressed or not) and writes
@@ -36,6 +37,7 @@
  * errors), 2 usage errors (unknown dataset name, bad options).
  */
 #include "cmd.h"
+#include "dataset_files.h"
 
 #include "atomic_file.h"
 #include "log.h"
@@ -89,7 +91,9 @@ static void dataset_usage(FILE *out)
           "  --from SRC   read the IDX files from SRC (default " FMNIST_DEFAULT_SRC ")\n"
           "  --help       show this help\n"
           "\n"
-          "Also: selfsup dataset jigsaw-perms N K OUT [--method max_avg|max_min] [--first J | --seed S]\n"
+          "Also: selfsup dataset voc2007|voc2012 SRC DST [--separate-partitions] [--generate-json]\n"
+          "  (VISSL's VOC data files from a VOCdevkit folder, as create_voc_data_files.py; --help there)\n"
+          "      selfsup dataset jigsaw-perms N K OUT [--method max_avg|max_min] [--first J | --seed S]\n"
           "  (Jigsaw's permutation set, as VISSL's generate_jigsaw_permutations.py; --help there)\n",
           out);
 }
@@ -399,116 +403,6 @@ static int remove_stale_pngs(const char *dir, const idx_split *split, size_t cou
     return rc;
 }
 
-/* Append the code points of a file name as Python's os.fsdecode sees it (UTF-8, with
- * surrogateescape for bytes that are not UTF-8) to out; returns the number of code points. */
-static size_t fsdecode(const char *s, uint32_t *out)
-{
-    const uint8_t *p = (const uint8_t *)s;
-    size_t n = 0;
-    while (*p) {
-        uint32_t c = *p;
-        int extra = c >= 0xf0 && c < 0xf5 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 && c < 0xe0 ? 1 : 0;
-        if (c < 0x80) {
-            p++;
-        } else if (extra && (c < 0xf5)) {
-            uint32_t v = c & (0x3f >> extra);
-            int k = 1;
-            for (; k <= extra && (p[k] & 0xc0) == 0x80; k++)
-                v = v << 6 | (p[k] & 0x3f);
-            bool ok = k == extra + 1 && !(extra == 2 && (v < 0x800 || (v >= 0xd800 && v < 0xe000))) &&
-                      !(extra == 3 && (v < 0x10000 || v > 0x10ffff));
-            if (ok) {
-                c = v;
-                p += k;
-            } else {
-                c = 0xdc00 + *p++;
-            }
-        } else {
-            c = 0xdc00 + *p++;
-        }
-        if (out)
-            out[n] = c;
-        n++;
-    }
-    return n;
-}
-
-/* numpy.save of a 1-d '<U' array of these strings (format 1.0, header padded as numpy does). */
-static int write_unicode_npy(const char *path, char **strings, size_t count, char **err)
-{
-    size_t width = 1;
-    for (size_t k = 0; k < count; k++) {
-        size_t n = fsdecode(strings[k], NULL);
-        if (n > width)
-            width = n;
-    }
-    strbuf h = {0};
-    sb_printf(&h, "{'descr': '<U%zu', 'fortran_order': False, 'shape': (%zu,), }", width, count);
-    char digits[32];
-    int shape_digits = snprintf(digits, sizeof digits, "%zu", count);
-    for (int k = shape_digits; k < 21; k++) /* numpy's GROWTH_AXIS_MAX_DIGITS spare room */
-        sb_putc(&h, ' ');
-    while ((10 + h.len + 1) % 64)
-        sb_putc(&h, ' ');
-    sb_putc(&h, '\n');
-    uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(h.len & 0xff), (uint8_t)(h.len >> 8)};
-    if (h.len > 65535) {
-        sb_free(&h);
-        return report_failure(err, "%s: header too long", path);
-    }
-    atomic_file f;
-    if (atomic_file_open(&f, path, err) < 0) {
-        sb_free(&h);
-        return -1;
-    }
-    size_t row_bytes = width * 4;
-    atomic_file_reserve(&f, sizeof pre + h.len + count * row_bytes);
-    int rc = atomic_file_write(&f, pre, sizeof pre, err);
-    if (rc == 0)
-        rc = atomic_file_write(&f, h.s, h.len, err);
-    sb_free(&h);
-    /* rows in blocks of ~1 MiB */
-    size_t per_block = (1 << 20) / row_bytes + 1;
-    uint32_t *block = xmalloc(per_block * row_bytes);
-    for (size_t k = 0; rc == 0 && k < count; k += per_block) {
-        size_t rows = count - k < per_block ? count - k : per_block;
-        memset(block, 0, rows * row_bytes);
-        for (size_t r = 0; r < rows; r++) {
-            uint32_t *row = block + r * width;
-            size_t n = fsdecode(strings[k + r], row);
-            for (size_t c = 0; c < n; c++) /* little-endian UCS4 */
-                row[c] = htole32(row[c]);
-        }
-        rc = atomic_file_write(&f, block, rows * row_bytes, err);
-    }
-    free(block);
-    if (rc == 0)
-        rc = atomic_file_commit(&f, err);
-    if (rc < 0)
-        atomic_file_abort(&f);
-    return rc;
-}
-
-static int write_text_atomic(const char *path, const char *text, char **err)
-{
-    atomic_file f;
-    if (atomic_file_open(&f, path, err) < 0)
-        return -1;
-    if (atomic_file_write(&f, text, strlen(text), err) < 0 || atomic_file_commit(&f, err) < 0) {
-        atomic_file_abort(&f);
-        return -1;
-    }
-    return 0;
-}
-
-static json_t *catalog_pair(const char *a, const char *b)
-{
-    json_t *arr = json_array();
-    json_array_append_new(arr, json_string(a));
-    json_array_append_new(arr, json_string(b));
-    return arr;
-}
-
 /* ---- fashion-mnist ---------------------------------------------------------------------- */
 
 static const char *const SPLITS[2] = {"train", "val"};
@@ -647,16 +541,11 @@ static int convert_fashion_mnist(const char *dir_arg, const char *src, size_t li
     }
     json_object_set_new(cat, "fashion_mnist_folder", fold);
     json_object_set_new(cat, "fashion_mnist_filelist", flist);
-    char *text = json_dumps(cat, JSON_INDENT(4) | JSON_PRESERVE_ORDER);
+    int cw = write_catalog(dir, cat, &err);
     json_decref(cat);
     catalog = path_join(dir, "dataset_catalog.json");
-    char *text_nl = xasprintf("%s\n", text);
-    free(text);
-    int cw = write_text_atomic(catalog, text_nl, &err);
-    free(text_nl);
-    if (cw < 0) {
+    if (cw < 0)
         goto fail;
-    }
 
     /* everything on disk, then the marker */
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -698,6 +587,8 @@ int cmd_dataset(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "jigsaw-perms"))
         return cmd_dataset_jigsaw_perms(argc - 1, argv + 1);
+    if (argc > 1 && (!strcmp(argv[1], "voc2007") || !strcmp(argv[1], "voc2012")))
+        return cmd_dataset_voc(argc - 1, argv + 1);
     const char *name = NULL, *dir = NULL, *src = FMNIST_DEFAULT_SRC;
     size_t limit = 0;
     bool force = false, options_done = false;
@@ -744,7 +635,7 @@ int cmd_dataset(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (strcmp(name, "fashion-mnist") && strcmp(name, "fashion_mnist")) {
-        log_error("unknown dataset '%s'; known: fashion-mnist, jigsaw-perms", name);
+        log_error("unknown dataset '%s'; known: fashion-mnist, voc2007, voc2012, jigsaw-perms", name);
         return EXIT_USAGE;
     }
     if (!dir || !*dir) {

@@ -9,7 +9,9 @@
  *    interrupted run (no marker) is converted again with stale files removed;
  *  - usage errors exit 2, missing package files exit 1 with the apt-get line;
  *  - `selfsup dataset jigsaw-perms`: the permutation sets VISSL's generate_jigsaw_permutations.py
- *    makes (tests/golden/make_jigsaw_fixtures.py runs its loop), element for element.
+ *    makes (tests/golden/make_jigsaw_fixtures.py runs its loop), element for element;
+ *  - `selfsup dataset voc2007|voc2012`: the files VISSL's create_voc_data_files.py writes from the
+ *    same class lists (tests/golden/make_voc_fixtures.py runs its functions), byte for byte.
  */
 #include "config.h"
 #include "decode/dataset.h"
@@ -403,6 +405,104 @@ Test(dataset, jigsaw_perms_seed_directory_and_refusals)
     }
     cr_expect_eq(test_count_files(dir), 3, "only the three sets asked for");
     rm_tree(dir);
+}
+
+/* ---- selfsup dataset voc2007 | voc2012 ------------------------------------------------------------ */
+
+/* Whether two files hold the same bytes (false, with a message, when either cannot be read). */
+static bool same_bytes(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    char *x = read_whole_file(a, &na), *y = read_whole_file(b, &nb);
+    bool same = x && y && na == nb && memcmp(x, y, na) == 0;
+    cr_expect(x && y, "cannot read %s or %s", a, b);
+    free(x), free(y);
+    return same;
+}
+
+/* `selfsup dataset NAME SRC OUT ARGS` run from the VOC fixtures' folder (SRC relative, as the
+ * generator gave it to VISSL's script); its exit status. */
+static int voc_in_fixtures(const char *name, const char *src, const char *out_dir, const char *args, char **output)
+{
+    char *fixtures = test_path("tests/golden/fixtures/dataset_voc"), *bin = test_build_path("selfsup");
+    char *cmd = xasprintf("cd '%s' && '%s' dataset %s %s '%s' %s", fixtures, bin, name, src, out_dir, args);
+    int rc = test_run(cmd, output);
+    free(cmd), free(bin), free(fixtures);
+    return rc;
+}
+
+/* Every file VISSL's script wrote for the three runs of make_voc_fixtures.py (VOC2007 as it is
+ * and with separate partitions and JSON targets; VOC2012 without test lists), byte for byte. */
+Test(dataset, voc_files_are_vissls_byte_for_byte, .timeout = 60)
+{
+    static const char *const RUNS[][4] = {
+        /* dataset name, SRC, fixture folder, options */
+        {"voc2007", "VOC2007", "voc2007", ""},
+        {"voc2007", "VOC2007", "voc2007_separate", "--separate-partitions --generate-json"},
+        {"voc2012", "VOC2012", "voc2012", ""},
+    };
+    static const char *const FILES[] = {"train_images.npy", "train_labels.npy", "test_images.npy", "test_labels.npy",
+                                        "val_images.npy",   "val_labels.npy",   "train_targets.json",
+                                        "val_targets.json", "test_targets.json"};
+    char *dir = test_make_tmpdir(), *fixtures = test_path("tests/golden/fixtures/dataset_voc");
+    for (size_t r = 0; r < ARRAY_LEN(RUNS); r++) {
+        char *out, *dst = xasprintf("%s/%s", dir, RUNS[r][2]);
+        int rc = voc_in_fixtures(RUNS[r][0], RUNS[r][1], dst, RUNS[r][3], &out);
+        cr_expect_eq(rc, 0, "%s %s: exit %d: %s", RUNS[r][0], RUNS[r][3], rc, out);
+        int compared = 0;
+        for (size_t f = 0; f < ARRAY_LEN(FILES); f++) {
+            char *want = xasprintf("%s/%s/%s", fixtures, RUNS[r][2], FILES[f]), *got = xasprintf("%s/%s", dst, FILES[f]);
+            if (access(want, F_OK) == 0) {
+                cr_expect(same_bytes(got, want), "%s: %s differs from VISSL's", RUNS[r][2], FILES[f]);
+                compared++;
+            } else {
+                cr_expect(access(got, F_OK) != 0, "%s: %s written, VISSL writes none", RUNS[r][2], FILES[f]);
+            }
+            free(want), free(got);
+        }
+        cr_expect_geq(compared, 4, "%s", RUNS[r][2]);
+        free(out), free(dst);
+    }
+    /* the catalog entry VISSL's VOC07 benchmark reads, absolute */
+    size_t len = 0;
+    char *cat_path = xasprintf("%s/voc2007/dataset_catalog.json", dir), *cat = read_whole_file(cat_path, &len);
+    cr_assert(cat, "%s", cat_path);
+    char *want = xasprintf("\"voc2007\": {\n        \"train\": [\n            \"%s/voc2007/train_images.npy\"", dir);
+    cr_expect(strstr(cat, want), "%s:\n%s", cat_path, cat);
+    free(want), free(cat), free(cat_path), free(fixtures);
+    rm_tree(dir);
+}
+
+/* A year folder whose splits list different classes is refused (VISSL's "Missing classes"), a
+ * folder without ImageSets/Main too (exit 1); usage errors exit 2. */
+Test(dataset, voc_refusals)
+{
+    char *src = test_make_tmpdir(), *out;
+    char *cmd = xasprintf("mkdir -p '%s/ImageSets/Main' && cd '%s/ImageSets/Main' && echo '1 1' > a_trainval.txt && "
+                          "echo '1 1' > b_trainval.txt && echo '2 1' > a_test.txt",
+                          src, src);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    free(out), free(cmd);
+    char *args = xasprintf("voc2007 '%s' '%s/out'", src, src);
+    int rc = dataset(args, &out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "missing classes: 2 train, 1 test"), "%s", out);
+    free(out), free(args);
+    args = xasprintf("voc2012 '%s/nothing' '%s/out'", src, src);
+    rc = dataset(args, &out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "ImageSets/Main"), "%s", out);
+    free(out), free(args);
+    const char *bad[][2] = {{"voc2007", "usage: selfsup dataset voc2007"},
+                            {"voc2007 a b --bogus", "unknown option '--bogus'"},
+                            {"voc2007 a b c", "is extra"}};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        rc = dataset(bad[i][0], &out);
+        cr_expect_eq(rc, 2, "'%s': exit %d: %s", bad[i][0], rc, out);
+        cr_expect(strstr(out, bad[i][1]), "'%s': expected '%s' in: %s", bad[i][0], bad[i][1], out);
+        free(out);
+    }
+    rm_tree(src);
 }
 
 /* ---- decode datasets: label files of rows (suite decode_dataset) ---------------------------- */
