@@ -37,6 +37,8 @@ int cmd_dataset_jigsaw_perms(int argc, char **argv);
 /* selfsup dataset voc2007|voc2012 SRC DST [--separate-partitions] [--generate-json];
  * argv[0] is the dataset's name. */
 int cmd_dataset_voc(int argc, char **argv);
+/* selfsup dataset coco2014 ANNOTATIONS DST --train-images DIR --val-images DIR; argv[0] "coco2014". */
+int cmd_dataset_coco(int argc, char **argv);
 /* selfsup convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]: model weights
  * between VISSL's and torchvision's layouts, torch.save and safetensors files. */
 int cmd_convert(int argc, char **argv);

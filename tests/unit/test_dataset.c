@@ -11,7 +11,9 @@
  *  - `selfsup dataset jigsaw-perms`: the permutation sets VISSL's generate_jigsaw_permutations.py
  *    makes (tests/golden/make_jigsaw_fixtures.py runs its loop), element for element;
  *  - `selfsup dataset voc2007|voc2012`: the files VISSL's create_voc_data_files.py writes from the
- *    same class lists (tests/golden/make_voc_fixtures.py runs its functions), byte for byte.
+ *    same class lists (tests/golden/make_voc_fixtures.py runs its functions), byte for byte;
+ *  - `selfsup dataset coco2014`: the files create_coco_data_files.py writes from the same
+ *    instance files (make_coco_fixtures.py), byte for byte.
  */
 #include "config.h"
 #include "decode/dataset.h"
@@ -503,6 +505,57 @@ Test(dataset, voc_refusals)
         free(out);
     }
     rm_tree(src);
+}
+
+/* ---- selfsup dataset coco2014 --------------------------------------------------------------------- */
+
+/* The three partitions VISSL's script wrote from make_coco_fixtures.py's instance files (object
+ * validity, gapped category ids, shared file names, images without objects), byte for byte; the
+ * missing valminusminival file is skipped. */
+Test(dataset, coco_files_are_vissls_byte_for_byte, .timeout = 60)
+{
+    static const char *const PARTS[] = {"train", "val", "minival"};
+    char *dir = test_make_tmpdir(), *fixtures = test_path("tests/golden/fixtures/dataset_coco"), *out;
+    char *args = xasprintf("coco2014 '%s/annotations' '%s/coco' --train-images train2014 --val-images val2014", fixtures, dir);
+    int rc = dataset(args, &out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "valminusminival2014.json") && strstr(out, "skipped"), "%s", out);
+    for (size_t p = 0; p < ARRAY_LEN(PARTS); p++)
+        for (int k = 0; k < 2; k++) {
+            const char *kind = k ? "labels" : "images";
+            char *want = xasprintf("%s/coco/%s_%s.npy", fixtures, PARTS[p], kind);
+            char *got = xasprintf("%s/coco/%s_%s.npy", dir, PARTS[p], kind);
+            cr_expect(same_bytes(got, want), "%s_%s.npy differs from VISSL's", PARTS[p], kind);
+            free(want), free(got);
+        }
+    free(out), free(args), free(fixtures);
+    rm_tree(dir);
+}
+
+/* No train or val instance file, or one that is not JSON: exit 1 naming the file; usage: 2. */
+Test(dataset, coco_refusals)
+{
+    char *dir = test_make_tmpdir(), *out;
+    char *cmd = xasprintf("mkdir -p '%s/a' && echo '{\"images\": [' > '%s/a/instances_train2014.json' && "
+                          "echo '{}' > '%s/a/instances_val2014.json'",
+                          dir, dir, dir);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    free(out), free(cmd);
+    char *args = xasprintf("coco2014 '%s/a' '%s/out' --train-images t --val-images v", dir, dir);
+    int rc = dataset(args, &out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "instances_train2014.json"), "%s", out);
+    free(out), free(args);
+    args = xasprintf("coco2014 '%s/none' '%s/out' --train-images t --val-images v", dir, dir);
+    rc = dataset(args, &out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "instances_val2014.json"), "%s", out);
+    free(out), free(args);
+    rc = dataset("coco2014 a b --train-images t", &out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "usage: selfsup dataset coco2014"), "%s", out);
+    free(out);
+    rm_tree(dir);
 }
 
 /* ---- decode datasets: label files of rows (suite decode_dataset) ---------------------------- */
