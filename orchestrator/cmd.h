@@ -39,6 +39,8 @@ int cmd_dataset_jigsaw_perms(int argc, char **argv);
 int cmd_dataset_voc(int argc, char **argv);
 /* selfsup dataset coco2014 ANNOTATIONS DST --train-images DIR --val-images DIR; argv[0] "coco2014". */
 int cmd_dataset_coco(int argc, char **argv);
+/* selfsup dataset imagenet SRC DST [--generate-json] [--listdir-order]; argv[0] "imagenet". */
+int cmd_dataset_imagenet(int argc, char **argv);
 /* selfsup convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]: model weights
  * between VISSL's and torchvision's layouts, torch.save and safetensors files. */
 int cmd_convert(int argc, char **argv);

@@ -5,6 +5,7 @@
  *   selfsup dataset fashion-mnist DIR [--limit N] [--force] [--from SRC]
  *   selfsup dataset voc2007|voc2012 SRC DST [...]  (cmd_dataset_voc.c)
  *   selfsup dataset coco2014 ANNOTATIONS DST [...] (cmd_dataset_coco.c)
+ *   selfsup dataset imagenet SRC DST [...]         (cmd_dataset_imagenet.c)
  *   selfsup dataset jigsaw-perms N K OUT [...]     (cmd_jigsaw.c)
  *
  * reads the IDX files of Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist,
@@ -94,6 +95,8 @@ static void dataset_usage(FILE *out)
           "\n"
           "Also: selfsup dataset voc2007|voc2012 SRC DST [--separate-partitions] [--generate-json]\n"
           "  (VISSL's VOC data files from a VOCdevkit folder, as create_voc_data_files.py; --help there)\n"
+          "      selfsup dataset imagenet SRC DST [--generate-json] [--listdir-order]\n"
+          "  (an ImageNet-style folder's file lists, as create_imagenet_data_files.py; --help there)\n"
           "      selfsup dataset coco2014 ANNOTATIONS DST --train-images DIR --val-images DIR\n"
           "  (COCO's multi-label data files, as create_coco_data_files.py; --help there)\n"
           "      selfsup dataset jigsaw-perms N K OUT [--method max_avg|max_min] [--first J | --seed S]\n"
@@ -594,6 +597,8 @@ int cmd_dataset(int argc, char **argv)
         return cmd_dataset_voc(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "coco2014"))
         return cmd_dataset_coco(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "imagenet"))
+        return cmd_dataset_imagenet(argc - 1, argv + 1);
     const char *name = NULL, *dir = NULL, *src = FMNIST_DEFAULT_SRC;
     size_t limit = 0;
     bool force = false, options_done = false;
@@ -640,7 +645,7 @@ int cmd_dataset(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (strcmp(name, "fashion-mnist") && strcmp(name, "fashion_mnist")) {
-        log_error("unknown dataset '%s'; known: fashion-mnist, voc2007, voc2012, coco2014, jigsaw-perms",
+        log_error("unknown dataset '%s'; known: fashion-mnist, imagenet, voc2007, voc2012, coco2014, jigsaw-perms",
                   name);
         return EXIT_USAGE;
     }

@@ -214,13 +214,15 @@ static int write_targets_json(const char *path, const voc_split *s, char **err)
     strbuf b = {0};
     sb_putc(&b, '{');
     for (size_t i = 0; i < s->ids.n; i++) {
-        sb_printf(&b, "%s\"%s\": {", i ? ", " : "", s->ids.v[i]);
+        char *id = py_json_string(s->ids.v[i]);
+        sb_printf(&b, "%s%s: {", i ? ", " : "", id);
         for (size_t c = 0; c < s->lists.n; c++) {
-            char *cls = class_of(s->lists.v[c]);
-            sb_printf(&b, "%s\"%s\": %d", c ? ", " : "", cls, (int)s->labels[i * s->lists.n + c]);
-            free(cls);
+            char *cls = class_of(s->lists.v[c]), *key = py_json_string(cls);
+            sb_printf(&b, "%s%s: %d", c ? ", " : "", key, (int)s->labels[i * s->lists.n + c]);
+            free(cls), free(key);
         }
         sb_putc(&b, '}');
+        free(id);
     }
     sb_putc(&b, '}');
     int rc = write_text_atomic(path, b.s, err);

@@ -116,6 +116,14 @@ int write_text_atomic(const char *path, const char *text, char **err)
     return 0;
 }
 
+char *py_json_string(const char *s)
+{
+    json_t *j = json_string(s);
+    char *out = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_ENSURE_ASCII) : NULL;
+    json_decref(j);
+    return out ? out : xstrdup("\"\""); /* not UTF-8: jansson refuses it */
+}
+
 json_t *catalog_pair(const char *a, const char *b)
 {
     json_t *arr = json_array();

@@ -13,19 +13,25 @@
  *  - `selfsup dataset voc2007|voc2012`: the files VISSL's create_voc_data_files.py writes from the
  *    same class lists (tests/golden/make_voc_fixtures.py runs its functions), byte for byte;
  *  - `selfsup dataset coco2014`: the files create_coco_data_files.py writes from the same
- *    instance files (make_coco_fixtures.py), byte for byte.
+ *    instance files (make_coco_fixtures.py), byte for byte;
+ *  - `selfsup dataset imagenet`: create_imagenet_data_files.py's files (make_imagenet_fixtures.py:
+ *    its order sorted, the command's default) byte for byte, and with --listdir-order the order
+ *    this test reads from the directories itself.
  */
 #include "config.h"
 #include "decode/dataset.h"
+#include "decode/filelist.h"
 #include "npy.h"
 #include "test_util.h"
 #include "util.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define FMNIST_SRC "/usr/share/datasets/fashion-mnist"
@@ -555,6 +561,91 @@ Test(dataset, coco_refusals)
     cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
     cr_expect(strstr(out, "usage: selfsup dataset coco2014"), "%s", out);
     free(out);
+    rm_tree(dir);
+}
+
+/* ---- selfsup dataset imagenet --------------------------------------------------------------------- */
+
+/* The fixture tree's two splits in the command's default order (sorted), with the JSON targets:
+ * VISSL's script's files byte for byte; train and val hold different classes, which is warned of. */
+Test(dataset, imagenet_files_are_vissls_sorted_byte_for_byte, .timeout = 60)
+{
+    static const char *const FILES[] = {"train_images.npy", "train_labels.npy", "train_targets.json",
+                                        "val_images.npy",   "val_labels.npy",   "val_targets.json"};
+    char *dir = test_make_tmpdir(), *fixtures = test_path("tests/golden/fixtures/dataset_imagenet"), *bin = test_build_path("selfsup");
+    char *cmd = xasprintf("cd '%s' && '%s' dataset imagenet tree '%s/out' --generate-json", fixtures, bin, dir), *out;
+    int rc = test_run(cmd, &out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "train has 3 classes and val 2"), "%s", out);
+    for (size_t f = 0; f < ARRAY_LEN(FILES); f++) {
+        char *want = xasprintf("%s/imagenet/%s", fixtures, FILES[f]), *got = xasprintf("%s/out/%s", dir, FILES[f]);
+        cr_expect(same_bytes(got, want), "%s differs from VISSL's", FILES[f]);
+        free(want), free(got);
+    }
+    free(out), free(cmd), free(bin), free(fixtures);
+    rm_tree(dir);
+}
+
+/* dir's entries but . and .., in readdir's order (at most cap, each a new string). */
+static size_t readdir_names(const char *dir, char **names, size_t cap)
+{
+    DIR *d = opendir(dir);
+    cr_assert(d, "%s", dir);
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            names[n++] = xstrdup(e->d_name);
+    closedir(d);
+    return n;
+}
+
+/* --listdir-order: the train split's classes numbered, and their images listed, in the order the
+ * file system gives them (read here with readdir, as os.listdir does); a stray file among the
+ * classes is skipped with a warning (VISSL's script stops on it). */
+Test(dataset, imagenet_listdir_order_is_the_file_systems, .timeout = 60)
+{
+    char *dir = test_make_tmpdir(), *fixtures = test_path("tests/golden/fixtures/dataset_imagenet"), *out;
+    char *cmd = xasprintf("cp -r '%s/tree' '%s/tree' && echo x > '%s/tree/train/LOC_synset_mapping.txt'", fixtures, dir, dir);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    free(out), free(cmd);
+    char *args = xasprintf("imagenet '%s/tree' '%s/out' --listdir-order", dir, dir);
+    int rc = dataset(args, &out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "LOC_synset_mapping.txt is not a class folder"), "%s", out);
+    char *classes[8], *images[8], *want[16], *train = xasprintf("%s/tree/train", dir);
+    size_t nc = readdir_names(train, classes, 8), n = 0, label_of[16], numbered = 0;
+    for (size_t c = 0; c < nc; c++) {
+        char *cdir = xasprintf("%s/%s", train, classes[c]);
+        struct stat st;
+        if (stat(cdir, &st) == 0 && S_ISDIR(st.st_mode)) {
+            size_t ni = readdir_names(cdir, images, 8);
+            for (size_t i = 0; i < ni; i++) {
+                if (n < 16) {
+                    want[n] = xasprintf("%s/%s", cdir, images[i]);
+                    label_of[n++] = numbered;
+                }
+                free(images[i]);
+            }
+            numbered++;
+        }
+        free(cdir), free(classes[c]);
+    }
+    char **paths = NULL, *why = NULL, *images_npy = xasprintf("%s/out/train_images.npy", dir),
+         *labels_npy = xasprintf("%s/out/train_labels.npy", dir);
+    int64_t *labels = NULL;
+    size_t np = 0, nl = 0;
+    cr_assert_eq(decode_filelist_read(images_npy, &paths, &np, &why), 0, "%s", why);
+    cr_assert_eq(decode_labels_read(labels_npy, &labels, &nl, &why), 0, "%s", why);
+    cr_expect(np == n && nl == n, "%zu paths, %zu labels, %zu images", np, nl, n);
+    for (size_t i = 0; i < n && i < np && i < nl; i++) {
+        cr_expect_str_eq(paths[i], want[i], "image %zu", i);
+        cr_expect_eq(labels[i], (int64_t)label_of[i], "image %zu (%s)", i, want[i]);
+    }
+    decode_filelist_free(paths, np);
+    for (size_t i = 0; i < n; i++)
+        free(want[i]);
+    free(labels), free(images_npy), free(labels_npy), free(train), free(out), free(args), free(fixtures);
     rm_tree(dir);
 }
 

@@ -1,0 +1,256 @@
+/*
+ * cmd_dataset_imagenet.c — `selfsup dataset imagenet SRC DST`: the disk_filelist files of an
+ * ImageNet-style folder (SRC/{train,val}/<class>/<image>), as VISSL's
+ * extra_scripts/create_imagenet_data_files.py writes them (it serves Places205 too).
+ *
+ *   selfsup dataset imagenet SRC DST [--generate-json] [--listdir-order]
+ *
+ * For train and val:
+ *
+ *   DST/<split>_images.npy   '<U' paths SRC/<split>/<class>/<image>
+ *   DST/<split>_labels.npy   int64 class numbers, one per image
+ *   DST/<split>_targets.json with --generate-json: {"<class>/<image>": number}
+ *
+ * Order. VISSL numbers the classes, and lists the images, in os.listdir order: the order the
+ * file system returns directory entries, which differs between file systems and copies of the
+ * same tree. By default the classes and images are sorted here instead (torchvision's
+ * ImageFolder order, the disk_folder source's): the same numbers on every disk. --listdir-order
+ * keeps VISSL's order (the files
+ * VISSL's script writes on this disk, byte for byte). Either way each split numbers its own
+ * classes, as VISSL's does: when train and val hold different classes their numbers differ,
+ * and a warning says so. An entry of SRC/<split> that is not a folder is skipped with a warning
+ * (VISSL's script stops on it).
+ *
+ * DST/dataset_catalog.json gets the entry imagenet1k_filelist (train, val; absolute paths).
+ *
+ * Exit codes: 0 written, 1 a folder that cannot be read or a file that cannot be written,
+ * 2 usage errors.
+ */
+#include "cmd.h"
+#include "dataset_files.h"
+
+#include "log.h"
+#include "npy.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    const char *src, *dst;
+    bool json, listdir_order;
+} imagenet_args;
+
+typedef struct {
+    char **v;
+    size_t n;
+} names;
+
+static void names_free(names *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    *l = (names){0};
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void usage(FILE *f)
+{
+    fputs("usage: selfsup dataset imagenet SRC DST [--generate-json] [--listdir-order]\n"
+          "  SRC/{train,val}/<class>/<image> -> DST/<split>_images.npy, DST/<split>_labels.npy, as VISSL's\n"
+          "  create_imagenet_data_files.py; classes and images sorted (--listdir-order: VISSL's\n"
+          "  file-system order)\n",
+          f);
+}
+
+/* The entries of dir but . and .. (os.listdir), in readdir order or sorted. */
+static int list_dir(const char *dir, bool sorted, names *out, char **err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return report_failure(err, "%s: %s", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            out->v = xrealloc(out->v, (out->n + 1) * sizeof *out->v);
+            out->v[out->n++] = xstrdup(e->d_name);
+        }
+    closedir(d);
+    if (sorted)
+        qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    return 0;
+}
+
+/* The split's classes: its folders, in the chosen order (other entries skipped, warned). */
+static int list_classes(const char *split_dir, bool sorted, names *classes, char **err)
+{
+    names all = {0};
+    if (list_dir(split_dir, sorted, &all, err) != 0)
+        return -1;
+    for (size_t i = 0; i < all.n; i++) {
+        char *path = path_join(split_dir, all.v[i]);
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            classes->v = xrealloc(classes->v, (classes->n + 1) * sizeof *classes->v);
+            classes->v[classes->n++] = all.v[i];
+            all.v[i] = NULL;
+        } else {
+            log_warn("imagenet: %s is not a class folder: skipped", path);
+        }
+        free(path);
+    }
+    names_free(&all);
+    return 0;
+}
+
+/* {"<class>/<image>": label} as Python's json.dump writes it (", " and ": " separators). */
+static int write_targets(const char *path, char **ids, const int64_t *labels, size_t n, char **err)
+{
+    strbuf b = {0};
+    sb_putc(&b, '{');
+    for (size_t i = 0; i < n; i++) {
+        char *key = py_json_string(ids[i]);
+        sb_printf(&b, "%s%s: %lld", i ? ", " : "", key, (long long)labels[i]);
+        free(key);
+    }
+    sb_putc(&b, '}');
+    int rc = write_text_atomic(path, b.s, err);
+    sb_free(&b);
+    return rc;
+}
+
+/* One split's files; its classes, in their numbers' order, in *classes. */
+static int write_split(const imagenet_args *a, const char *split, names *classes_out, char **err)
+{
+    char *split_dir = xasprintf("%s/%s", a->src, split);
+    names classes = {0}, paths = {0}, ids = {0};
+    int64_t *labels = NULL;
+    int rc = list_classes(split_dir, !a->listdir_order, &classes, err);
+    for (size_t c = 0; rc == 0 && c < classes.n; c++) {
+        char *class_dir = xasprintf("%s/%s", split_dir, classes.v[c]);
+        names images = {0};
+        rc = list_dir(class_dir, !a->listdir_order, &images, err);
+        for (size_t i = 0; rc == 0 && i < images.n; i++) {
+            paths.v = xrealloc(paths.v, (paths.n + 1) * sizeof *paths.v);
+            ids.v = xrealloc(ids.v, (ids.n + 1) * sizeof *ids.v);
+            labels = xrealloc(labels, (paths.n + 1) * sizeof *labels);
+            paths.v[paths.n] = xasprintf("%s/%s", class_dir, images.v[i]);
+            ids.v[ids.n++] = xasprintf("%s/%s", classes.v[c], images.v[i]);
+            labels[paths.n++] = (int64_t)c;
+        }
+        names_free(&images);
+        free(class_dir);
+    }
+    char *images_npy = xasprintf("%s/%s_images.npy", a->dst, split), *labels_npy = xasprintf("%s/%s_labels.npy", a->dst, split);
+    size_t shape[1] = {paths.n};
+    if (rc == 0)
+        rc = write_unicode_npy(images_npy, paths.v, paths.n, err);
+    if (rc == 0)
+        rc = npy_write(labels_npy, NPY_I8, 1, shape, labels, err);
+    if (rc == 0 && a->json) {
+        char *targets = xasprintf("%s/%s_targets.json", a->dst, split);
+        rc = write_targets(targets, ids.v, labels, ids.n, err);
+        free(targets);
+    }
+    if (rc == 0)
+        log_info("imagenet: %s: %zu images of %zu classes -> %s", split, paths.n, classes.n, images_npy);
+    *classes_out = classes;
+    names_free(&paths), names_free(&ids);
+    free(labels), free(images_npy), free(labels_npy), free(split_dir);
+    return rc;
+}
+
+static bool same_names(const names *a, const names *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->v[i], b->v[i]))
+            return false;
+    return true;
+}
+
+static int write_imagenet_catalog(const char *dst, char **err)
+{
+    char *abs = realpath(dst, NULL);
+    if (!abs)
+        return report_failure(err, "%s: %s", dst, strerror(errno));
+    json_t *cat = json_object(), *entry = json_object();
+    const char *const splits[2] = {"train", "val"};
+    for (int k = 0; k < 2; k++) {
+        char *img = xasprintf("%s/%s_images.npy", abs, splits[k]), *lbl = xasprintf("%s/%s_labels.npy", abs, splits[k]);
+        json_object_set_new(entry, splits[k], catalog_pair(img, lbl));
+        free(img), free(lbl);
+    }
+    json_object_set_new(cat, "imagenet1k_filelist", entry);
+    int rc = write_catalog(abs, cat, err);
+    json_decref(cat);
+    free(abs);
+    return rc;
+}
+
+static int parse_args(int argc, char **argv, imagenet_args *a)
+{
+    *a = (imagenet_args){0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--generate-json"))
+            a->json = true;
+        else if (!strcmp(argv[i], "--listdir-order"))
+            a->listdir_order = true;
+        else if (argv[i][0] == '-') {
+            log_error("imagenet: unknown option '%s'", argv[i]);
+            return EXIT_USAGE;
+        } else if (!a->src)
+            a->src = argv[i];
+        else if (!a->dst)
+            a->dst = argv[i];
+        else {
+            log_error("imagenet: one SRC and one DST only ('%s' is extra)", argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    if (!a->src || !a->dst) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+int cmd_dataset_imagenet(int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return 0;
+    }
+    imagenet_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc;
+    char *err = NULL;
+    names train = {0}, val = {0};
+    rc = make_dirs(a.dst, 0777, &err);
+    if (rc == 0)
+        rc = write_split(&a, "train", &train, &err) || write_split(&a, "val", &val, &err) ? -1 : 0;
+    if (rc == 0 && !same_names(&train, &val))
+        log_warn("imagenet: train has %zu classes and val %zu, or not in the same order: each split numbers its own "
+                 "(as VISSL's script), so a class's number may differ between them", train.n, val.n);
+    names_free(&train), names_free(&val);
+    if (rc == 0)
+        rc = write_imagenet_catalog(a.dst, &err);
+    if (rc != 0) {
+        log_error("%s", err);
+        free(err);
+        return EXIT_RUNTIME;
+    }
+    printf("%s: train and val file lists written from %s (catalog entry 'imagenet1k_filelist')\n", a.dst, a.src);
+    return 0;
+}
