@@ -23,7 +23,8 @@
 
 typedef struct {
     char *key;
-    ts_dict *dict; /* a nested dict, or NULL for a tensor */
+    ts_dict *dict; /* a nested dict, or NULL for a tensor or a bool */
+    int boolean;   /* 0 or 1 for a bool (True / False), -1 for a tensor or a dict */
     st_dtype dtype;
     int ndim;
     size_t shape[TS_MAX_DIMS];
@@ -67,7 +68,7 @@ static ts_item *add_item(ts_dict *d, const char *key)
         d->items = xrealloc(d->items, d->cap * sizeof *d->items);
     }
     ts_item *it = &d->items[d->n++];
-    *it = (ts_item){.key = xstrdup(key)};
+    *it = (ts_item){.key = xstrdup(key), .boolean = -1};
     return it;
 }
 
@@ -81,6 +82,8 @@ void ts_dict_add_tensor(ts_dict *d, const char *key, st_dtype dtype, int ndim, c
         it->shape[k] = shape[k];
     it->data = data;
 }
+
+void ts_dict_add_bool(ts_dict *d, const char *key, bool value) { add_item(d, key)->boolean = value; }
 
 ts_dict *ts_dict_add_dict(ts_dict *d, const char *key, bool ordered)
 {
@@ -130,6 +133,8 @@ static int collect(const ts_dict *d, const ts_item ***list, size_t *n, size_t *c
                 return -1;
             continue;
         }
+        if (it->boolean >= 0)
+            continue;
         if (!storage_class(it->dtype))
             return report_failure(err, "%s: tensor '%s' has dtype %s, which torch has no storage for", path,
                                   it->key, st_dtype_name(it->dtype));
@@ -250,6 +255,8 @@ static void p_dict(strbuf *p, const ts_dict *d, size_t *next_key)
         p_str(p, it->key);
         if (it->dict)
             p_dict(p, it->dict, next_key);
+        else if (it->boolean >= 0)
+            p_op(p, it->boolean ? 0x88 : 0x89); /* NEWTRUE / NEWFALSE */
         else
             p_tensor(p, it, (*next_key)++);
         if (i + 1 == d->n || (i + 1) % (SETITEMS_BATCH / 2) == 0)

@@ -3,7 +3,8 @@
  * `torch.load` opens selfsup's weights directly: a state dict of tensors, optionally inside
  * nested dicts (a VISSL checkpoint's classy_state_dict.base_model.model.{trunk,heads}).
  *
- * The caller builds a small tree of dicts (ts_dict) whose leaves are borrowed tensor buffers,
+ * The caller builds a small tree of dicts (ts_dict) whose leaves are borrowed tensor buffers
+ * (or booleans),
  * then ts_save writes it: archive/data.pkl (a protocol-2 pickle: collections.OrderedDict or
  * dict, tensors as torch._utils._rebuild_tensor_v2 over a persistent id ('storage',
  * torch.FloatStorage, KEY, 'cpu', numel)), one uncompressed archive/data/KEY record per
@@ -36,6 +37,8 @@ void ts_dict_free(ts_dict *d);
  * stay valid until ts_save returns. ndim ≤ TS_MAX_DIMS (0 is a scalar). */
 void ts_dict_add_tensor(ts_dict *d, const char *key, st_dtype dtype, int ndim, const size_t *shape,
                         const void *data);
+/* Add True or False under `key` (Detectron2's "matching_heuristics"). */
+void ts_dict_add_bool(ts_dict *d, const char *key, bool value);
 /* Add a nested dict under `key`; it belongs to `d` (do not free it). */
 ts_dict *ts_dict_add_dict(ts_dict *d, const char *key, bool ordered);
 

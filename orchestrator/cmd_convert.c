@@ -13,6 +13,13 @@
  *   --to torchvision  "trunk._feature_blocks." and "trunk.base_model._feature_blocks." are
  *                     stripped; heads are dropped; other names are kept as torchvision's, but
  *                     a RegNet's, which become torchvision's regnet_* names.
+ *   --to detectron2  VISSL's extra_scripts/convert_vissl_to_detectron2.py: the trunk only (a
+ *                    torchvision file's names are first made VISSL's), its tensors in the sorted
+ *                    order of their VISSL names, those whose name holds num_batches_tracked,
+ *                    fc1 or fc2 skipped, renamed as the script renames them (stem.conv1,
+ *                    res2…res5, shortcut, conv*.norm), in torch.save's format as
+ *                    {"model": OrderedDict, "matching_heuristics": True}, which Detectron2's
+ *                    checkpointer loads.
  * Tensors keep their dtype and bytes exactly. OUT's format comes from --format or its
  * extension (.safetensors; .torch, .pth, .pt). A torch file in VISSL's layout is a VISSL
  * checkpoint ({"classy_state_dict": {"base_model": {"model": {"trunk": …, "heads": …}}}}),
@@ -37,7 +44,7 @@
 #define VISSL_TRUNK "trunk._feature_blocks."
 #define VISSL_FE_TRUNK "trunk.base_model._feature_blocks."
 
-typedef enum { TO_VISSL, TO_TORCHVISION } convert_layout;
+typedef enum { TO_VISSL, TO_TORCHVISION, TO_DETECTRON2 } convert_layout;
 typedef enum { FORMAT_UNSET, FORMAT_SAFETENSORS, FORMAT_TORCH } convert_format;
 
 typedef struct {
@@ -54,7 +61,7 @@ typedef struct {
 
 static void convert_usage(FILE *out)
 {
-    fputs("usage: selfsup convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]\n"
+    fputs("usage: selfsup convert IN OUT [--to vissl|torchvision|detectron2] [--format safetensors|torch]\n"
           "\n"
           "Convert model weights between layouts and formats. IN: a VISSL checkpoint, a torchvision\n"
           "state dict (.torch/.pth, zip or legacy format) or a safetensors file (recognised by content).\n"
@@ -63,6 +70,8 @@ static void convert_usage(FILE *out)
           "  --to vissl        VISSL names: trunk._feature_blocks.*, heads.* (default); torchvision's\n"
           "                    fc.* is dropped (VISSL's heads are configured separately)\n"
           "  --to torchvision  torchvision names: the trunk prefix stripped, heads dropped\n"
+          "  --to detectron2   Detectron2's names for the trunk (VISSL's convert_vissl_to_detectron2.py):\n"
+          "                    {\"model\": ..., \"matching_heuristics\": True} in torch.save's format\n"
           "  --format F        safetensors or torch (torch.save's zip format; VISSL's checkpoint\n"
           "                    layout with --to vissl); default from OUT's extension: .safetensors,\n"
           "                    .torch, .pth, .pt\n"
@@ -99,13 +108,13 @@ static int parse_args(int argc, char **argv, convert_args *a)
             if (k + 1 >= argc)
                 return log_usage_error(convert_usage, "%s needs a value", arg);
             const char *v = argv[++k];
-            if (!strcmp(arg, "--to") && (!strcmp(v, "vissl") || !strcmp(v, "torchvision")))
-                a->to = !strcmp(v, "vissl") ? TO_VISSL : TO_TORCHVISION;
+            if (!strcmp(arg, "--to") && (!strcmp(v, "vissl") || !strcmp(v, "torchvision") || !strcmp(v, "detectron2")))
+                a->to = !strcmp(v, "vissl") ? TO_VISSL : !strcmp(v, "torchvision") ? TO_TORCHVISION : TO_DETECTRON2;
             else if (!strcmp(arg, "--format") && (!strcmp(v, "safetensors") || !strcmp(v, "torch")))
                 a->format = !strcmp(v, "torch") ? FORMAT_TORCH : FORMAT_SAFETENSORS;
             else
                 return log_usage_error(convert_usage, "%s '%s': expected %s", arg, v,
-                                       !strcmp(arg, "--to") ? "vissl or torchvision"
+                                       !strcmp(arg, "--to") ? "vissl, torchvision or detectron2"
                                                             : "safetensors or torch");
         } else if (arg[0] == '-' && arg[1]) {
             return log_usage_error(convert_usage, "unknown option '%s'", arg);
@@ -119,6 +128,12 @@ static int parse_args(int argc, char **argv, convert_args *a)
     }
     if (!a->in || !a->out)
         return log_usage_error(convert_usage, "IN and OUT are needed");
+    if (a->to == TO_DETECTRON2) { /* torch.save's format whatever OUT is called (.pkl, .pth): as VISSL's script */
+        if (a->format == FORMAT_SAFETENSORS || (a->format == FORMAT_UNSET && ends_with(a->out, ".safetensors")))
+            return log_usage_error(convert_usage, "--to detectron2 writes torch.save's format, which Detectron2 loads: "
+                                                  "no safetensors");
+        a->format = FORMAT_TORCH;
+    }
     if (a->format == FORMAT_UNSET && (a->format = format_from_name(a->out)) == FORMAT_UNSET)
         return log_usage_error(
             convert_usage,
@@ -189,6 +204,70 @@ static char *regnet_to_torchvision(const char *name)
     return out;
 }
 
+/* ---- Detectron2 names ---------------------------------------------------------------------------- */
+
+/* s with every `from` replaced by `to` (Python's str.replace), in place (s is freed). */
+static char *replace_all(char *s, const char *from, const char *to)
+{
+    strbuf b = {0};
+    size_t n = strlen(from);
+    for (const char *p = s, *hit; *p; p = hit + n) {
+        if (!(hit = strstr(p, from))) {
+            sb_printf(&b, "%s", p);
+            break;
+        }
+        sb_printf(&b, "%.*s%s", (int)(hit - p), p, to);
+        if (!hit[n])
+            break;
+    }
+    free(s);
+    return b.s ? b.s : xstrdup("");
+}
+
+/* s's tail `from` (re.sub("from$", to)) replaced, in place. */
+static char *replace_tail(char *s, const char *from, const char *to)
+{
+    size_t n = strlen(s), m = strlen(from);
+    if (n < m || strcmp(s + n - m, from))
+        return s;
+    char *out = xasprintf("%.*s%s", (int)(n - m), s, to);
+    free(s);
+    return out;
+}
+
+/* VISSL's convert_to_detectron2_names for one trunk key ("_feature_blocks.…"), step for step. */
+static char *detectron2_name(const char *key)
+{
+    static const char *const REPLACE[][2] = {
+        {"_feature_blocks.conv1.", "stem.conv1."}, {"_feature_blocks.bn1.", "stem.conv1.norm."},
+        {"_feature_blocks.layer1.", "res2."},      {"_feature_blocks.layer2.", "res3."},
+        {"_feature_blocks.layer3.", "res4."},      {"_feature_blocks.layer4.", "res5."},
+        {".downsample.0.", ".shortcut."},          {".downsample.1.", ".shortcut.norm."},
+        {".bn1.", ".conv1.bn."},                   {".bn2.", ".conv2.bn."},
+        {".bn3.", ".conv3.bn."},
+    };
+    static const char *const TAIL[][2] = {{"bn.bias", "norm.bias"},
+                                          {"bn.weight", "norm.weight"},
+                                          {"bn.running_mean", "norm.running_mean"},
+                                          {"bn.running_var", "norm.running_var"}};
+    char *k = xstrdup(key);
+    for (size_t i = 0; i < ARRAY_LEN(REPLACE); i++)
+        k = replace_all(k, REPLACE[i][0], REPLACE[i][1]);
+    for (size_t i = 0; i < ARRAY_LEN(TAIL); i++)
+        k = replace_tail(k, TAIL[i][0], TAIL[i][1]);
+    return k;
+}
+
+/* The VISSL trunk key ("_feature_blocks.…") of a tensor, or NULL when it is not the trunk's. */
+static const char *vissl_trunk_key(const char *name)
+{
+    if (starts_with(name, VISSL_TRUNK))
+        return name + strlen("trunk.");
+    if (starts_with(name, VISSL_FE_TRUNK))
+        return name + strlen("trunk.base_model.");
+    return NULL;
+}
+
 /* The tensor's name in the target layout, or NULL to drop it (with *why), or NULL with *why
  * NULL when it cannot be mapped. */
 static char *map_name(const char *name, convert_layout to, const char **why)
@@ -253,6 +332,55 @@ static int map_all(const weights_file *f, convert_layout to, out_tensor *out, si
     return 0;
 }
 
+/* Detectron2's tensors: the trunk's, in the sorted order of their VISSL keys, the skipped ones
+ * left out (with a count), renamed; -1 when two keys map to one name (VISSL asserts). */
+static int cmp_out(const void *a, const void *b) { return strcmp(((const out_tensor *)a)->name, ((const out_tensor *)b)->name); }
+
+static int map_detectron2(const weights_file *f, out_tensor *out, size_t *n_out)
+{
+    static const char *const SKIP[] = {"num_batches_tracked", "fc1", "fc2"};
+    size_t n = 0, skipped = 0, heads = 0;
+    for (size_t i = 0; i < weights_count(f); i++) {
+        const weights_tensor *t = weights_at(f, i);
+        const char *why;
+        char *vissl = map_name(t->name, TO_VISSL, &why);
+        const char *key = vissl ? vissl_trunk_key(vissl) : NULL;
+        if (key)
+            out[n++] = (out_tensor){xstrdup(key), t};
+        else
+            heads++;
+        free(vissl);
+    }
+    qsort(out, n, sizeof *out, cmp_out);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool skip = false;
+        for (size_t s = 0; s < ARRAY_LEN(SKIP); s++)
+            skip = skip || strstr(out[i].name, SKIP[s]);
+        char *d2 = detectron2_name(out[i].name);
+        free(out[i].name);
+        if (skip) {
+            free(d2);
+            skipped++;
+            continue;
+        }
+        out[kept++] = (out_tensor){d2, out[i].t};
+    }
+    if (heads || skipped)
+        log_info("detectron2: %zu trunk tensors; left out: %zu skipped as VISSL's script skips them "
+                 "(num_batches_tracked, fc1, fc2), %zu not the trunk's", kept, skipped, heads);
+    for (size_t i = 0; i < kept; i++)
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(out[i].name, out[j].name)) {
+                log_error("detectron2: two tensors map to '%s'", out[i].name);
+                for (size_t k = 0; k < kept; k++)
+                    free(out[k].name);
+                return -1;
+            }
+    *n_out = kept;
+    return 0;
+}
+
 /* ---- writing ---------------------------------------------------------------------------------- */
 
 static int write_safetensors(const char *path, const out_tensor *t, size_t n, char **err)
@@ -272,11 +400,17 @@ static void add_tensor(ts_dict *d, const char *key, const weights_tensor *t)
     ts_dict_add_tensor(d, key, t->dtype, t->ndim, t->shape, t->data);
 }
 
-/* VISSL's checkpoint layout, trunk and heads keyed relative to their module; else flat. */
+/* VISSL's checkpoint layout, trunk and heads keyed relative to their module; Detectron2's
+ * {"model": …, "matching_heuristics": True}; else flat. */
 static int write_torch(const char *path, const out_tensor *t, size_t n, convert_layout to, char **err)
 {
     ts_dict *root = ts_dict_new(to == TO_TORCHVISION);
-    if (to == TO_TORCHVISION) {
+    if (to == TO_DETECTRON2) {
+        ts_dict *model = ts_dict_add_dict(root, "model", true);
+        for (size_t i = 0; i < n; i++)
+            add_tensor(model, t[i].name, t[i].t);
+        ts_dict_add_bool(root, "matching_heuristics", true);
+    } else if (to == TO_TORCHVISION) {
         for (size_t i = 0; i < n; i++)
             add_tensor(root, t[i].name, t[i].t);
     } else {
@@ -309,7 +443,7 @@ int cmd_convert(int argc, char **argv)
     }
     out_tensor *t = xcalloc(weights_count(f) + 1, sizeof *t);
     size_t n = 0;
-    rc = map_all(f, a.to, t, &n) != 0 ? EXIT_RUNTIME : 0;
+    rc = (a.to == TO_DETECTRON2 ? map_detectron2(f, t, &n) : map_all(f, a.to, t, &n)) != 0 ? EXIT_RUNTIME : 0;
     if (rc == 0) {
         int w = a.format == FORMAT_SAFETENSORS ? write_safetensors(a.out, t, n, &err)
                                                : write_torch(a.out, t, n, a.to, &err);
@@ -319,7 +453,7 @@ int cmd_convert(int argc, char **argv)
             rc = EXIT_RUNTIME;
         } else {
             log_info("wrote %zu tensors to %s (%s names, %s)", n, a.out,
-                     a.to == TO_VISSL ? "VISSL" : "torchvision",
+                     a.to == TO_VISSL ? "VISSL" : a.to == TO_TORCHVISION ? "torchvision" : "Detectron2",
                      a.format == FORMAT_SAFETENSORS ? "safetensors" : "torch.save zip");
         }
     }

@@ -846,6 +846,49 @@ Test(weights, convert_torchvision_to_vissl_and_back_is_exact, .timeout = 300)
     test_rm_dir(dir);
 }
 
+/* --to detectron2 is VISSL's convert_vissl_to_detectron2.py: on make_detectron2_fixtures.py's
+ * VISSL checkpoint (a ResNet-50 trunk's names, a head), the script's output, read back here: the
+ * same "model" names in the same order (tests/golden/fixtures/convert/d2_rn50_names.txt), each
+ * tensor's bytes (the values round-trip), "matching_heuristics" True, the head left out. */
+Test(weights, convert_to_detectron2_is_vissls_script, .timeout = 60)
+{
+    char *fix = test_path("tests/golden/fixtures/convert"), *dir = test_make_tmpdir(), *out = NULL, *err = NULL;
+    char *args = xasprintf("'%s/vissl_rn50.torch' '%s/d2.pkl' --to detectron2", fix, dir);
+    cr_assert_eq(convert(args, &out), 0, "%s", out);
+    cr_expect(strstr(out, "265 trunk tensors") && strstr(out, "53 skipped") && strstr(out, "2 not the trunk's"), "%s", out);
+    char *got_path = in_dir(dir, "d2.pkl"), *want_path = in_dir(fix, "d2_rn50.torch"), *names_path = in_dir(fix, "d2_rn50_names.txt");
+    torchfile *got, *want;
+    cr_assert_eq(torchfile_open(got_path, &got, &err), 0, "%s", err);
+    cr_assert_eq(torchfile_open(want_path, &want, &err), 0, "%s", err);
+    const tf_value *root = torchfile_root(got), *d2 = tf_dict_get(root, "model"), *mh = tf_dict_get(root, "matching_heuristics");
+    const tf_value *want_model = tf_dict_get(torchfile_root(want), "model");
+    cr_assert(d2 && d2->kind == TF_DICT && want_model, "no model dict");
+    cr_expect(mh && mh->kind == TF_BOOL && mh->u.b, "matching_heuristics is not True");
+    size_t len = 0;
+    char *names = read_whole_file(names_path, &len), *save = NULL;
+    size_t k = 0;
+    for (char *line = strtok_r(names, "\n", &save); line; line = strtok_r(NULL, "\n", &save), k++) {
+        cr_assert_lt(k, d2->u.dict.n, "fewer tensors than VISSL's script writes");
+        const tf_value *key = d2->u.dict.keys[k], *val = d2->u.dict.vals[k], *w = tf_dict_get(want_model, line);
+        cr_expect(key->kind == TF_STR && !strcmp(key->u.str.s, line), "tensor %zu: '%s', the script's '%s'", k,
+                  key->kind == TF_STR ? key->u.str.s : "?", line);
+        cr_assert(w && val->kind == TF_TENSOR && w->kind == TF_TENSOR, "%s", line);
+        cr_expect(val->u.tensor->dtype == w->u.tensor->dtype && val->u.tensor->nbytes == w->u.tensor->nbytes &&
+                      !memcmp(val->u.tensor->data, w->u.tensor->data, w->u.tensor->nbytes),
+                  "%s: values differ", line);
+    }
+    cr_expect_eq(k, d2->u.dict.n, "%zu names, %zu tensors", k, d2->u.dict.n);
+    free(names);
+    torchfile_close(got), torchfile_close(want);
+    free(got_path), free(want_path), free(names_path), free(args), free(out), free(fix);
+    out = NULL;
+    args = xasprintf("'%s/x' '%s/y.safetensors' --to detectron2", dir, dir);
+    cr_expect_eq(convert(args, &out), 2, "%s", out);
+    cr_expect(strstr(out, "no safetensors"), "%s", out);
+    free(out), free(args);
+    test_rm_dir(dir);
+}
+
 Test(weights, convert_usage_and_runtime_errors)
 {
     char *out = NULL, *dir = test_make_tmpdir();
