@@ -1,6 +1,7 @@
 /*
  * decoder.c — the front of the image decoder: pick the format from the first bytes (as PIL
- * does, never from the file name), apply the pixel limit, hand over to jpeg.c or png.c, and
+ * does, never from the file name), apply the pixel limit, hand over to jpeg.c, png.c, webp.c
+ * or gif.c, and
  * own the scratch memory they reuse from image to image.
  */
 #include "decoder_internal.h"
@@ -108,6 +109,10 @@ int decode_image_roi(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_roi
         return decode_jpeg(ctx, buf, len, roi, roi_arg, out, why, why_len);
     if (!strcmp(format, "PNG"))
         return decode_png(ctx, buf, len, out, why, why_len);
-    decode_reason(why, why_len, "unsupported image format %s (only JPEG and PNG are decoded)", format);
+    if (!strcmp(format, "WEBP"))
+        return decode_webp(ctx, buf, len, out, why, why_len);
+    if (!strcmp(format, "GIF"))
+        return decode_gif(ctx, buf, len, out, why, why_len);
+    decode_reason(why, why_len, "unsupported image format %s (JPEG, PNG, WebP and GIF are decoded)", format);
     return -1;
 }

@@ -1,5 +1,6 @@
 /*
- * decoder_internal.h — what decoder.c shares with its format back ends (jpeg.c, png.c):
+ * decoder_internal.h — what decoder.c shares with its format back ends (jpeg.c, png.c, webp.c,
+ * gif.c):
  * the context (reusable scratch buffers) and the reason formatter.
  */
 #ifndef SELFSUP_DECODE_DECODER_INTERNAL_H
@@ -29,5 +30,7 @@ void decode_reason(char *why, size_t why_len, const char *fmt, ...) __attribute_
 int decode_jpeg(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_roi_fn roi, void *roi_arg, decode_rgb *out,
                 char *why, size_t why_len);
 int decode_png(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
+int decode_webp(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
+int decode_gif(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
 
 #endif

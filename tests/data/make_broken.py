@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """make_broken.py — writes tests/data/broken/: small image files, valid and broken, that the
 decode stage must handle as PIL would (valid ones decode to PIL's pixels, broken ones become
-VISSL's gray image with data_valid = -1).
+VISSL's gray image with data_valid = -1): JPEG, PNG, GIF (PIL's own and containers rebuilt
+around its image data: frame offsets, transparency, local and missing palettes) and WebP.
 
 Run from anywhere: /usr/bin/python3 tests/data/make_broken.py. Uses PIL and numpy, and cc with
 libjpeg for the one file PIL cannot write (an arithmetic-coded JPEG). The files are committed;
@@ -232,11 +233,94 @@ def broken_files(im):
     write("bad_truncated_no_eoi.jpg", good[:-2])
     write("valid_trailing_garbage.jpg", good + b"trailing bytes after EOI")
     b = io.BytesIO()
-    im.save(b, "GIF")
-    write("unsupported.gif", b.getvalue())
-    b = io.BytesIO()
     im.save(b, "BMP")
     write("unsupported_bmp.jpg", b.getvalue())
+
+
+# ---- GIF and WebP ---------------------------------------------------------------------------------
+
+def gif_parts(data):
+    """A PIL-written single-frame GIF's pieces: its global palette, the LZW minimum code size and
+    the image data's sub-blocks (with their terminator), to rebuild other containers around."""
+    flags = data[10]
+    at = 13
+    palette = data[at:at + (3 << ((flags & 7) + 1))] if flags & 0x80 else b""
+    at += len(palette)
+    while data[at] == 0x21:  # extensions: label, then sub-blocks
+        at += 2
+        while data[at]:
+            at += data[at] + 1
+        at += 1
+    assert data[at] == 0x2C, "an image descriptor"
+    iflags = data[at + 9]
+    at += 10
+    if iflags & 0x80:
+        palette = data[at:at + (3 << ((iflags & 7) + 1))]
+        at += len(palette)
+    start = at
+    at += 1  # LZW minimum code size
+    while data[at]:
+        at += data[at] + 1
+    return palette, data[start:at + 1]
+
+
+def gif(screen, frame, palette, image_data, local=None, transparent=None, interlace=False):
+    """A GIF89a: a screen with `palette` as global table, an optional graphic control extension
+    naming a transparent index, one frame (x, y, w, h) with an optional local table."""
+    sw, sh = screen
+    x, y, w, h = frame
+    bits = max(1, (len(palette) // 3 - 1).bit_length()) if palette else 1
+    out = b"GIF89a" + struct.pack("<HHBBB", sw, sh, (0x80 | (bits - 1)) if palette else 0, 0, 0) + palette
+    if transparent is not None:
+        out += b"\x21\xf9\x04" + bytes([1, 0, 0, transparent]) + b"\x00"
+    lflags = (0x40 if interlace else 0)
+    if local:
+        lbits = max(1, (len(local) // 3 - 1).bit_length())
+        lflags |= 0x80 | (lbits - 1)
+    out += b"\x2c" + struct.pack("<HHHHB", x, y, w, h, lflags) + (local or b"") + image_data + b"\x3b"
+    return out
+
+
+def gif_files(im):
+    b = io.BytesIO()
+    im.save(b, "GIF")
+    plain = b.getvalue()
+    write("valid_adaptive.gif", plain)  # PIL's own: a palette of the photo's colours
+    b = io.BytesIO()
+    im.save(b, "GIF", interlace=True)
+    write("valid_interlaced.gif", b.getvalue())
+    palette, data = gif_parts(plain)
+    w, h = im.size
+    # a screen larger than the frame, the rest filled with the transparent index's colour
+    write("valid_transparent_offset.gif", gif((w + 13, h + 15), (7, 5, w, h), palette, data, transparent=3))
+    # no transparency: the rest is index 0; the frame reaches past a smaller screen, which grows
+    write("valid_offset_grows.gif", gif((40, 30), (10, 12, w, h), palette, data))
+    # a local palette, which wins over the global one (given reversed here)
+    reversed_palette = b"".join(palette[i:i + 3] for i in range(len(palette) - 3, -1, -3))
+    write("valid_local_palette.gif", gif((w, h), (0, 0, w, h), reversed_palette, data, local=palette))
+    # no palette at all: the indices are gray levels
+    write("valid_no_palette.gif", gif((w, h), (0, 0, w, h), b"", data))
+    b = io.BytesIO()
+    im.convert("L").save(b, "GIF")
+    write("valid_gray.gif", b.getvalue())
+    write("bad_truncated.gif", plain[:len(plain) // 2])
+
+
+def webp_files(im):
+    def webp(image, **kw):
+        b = io.BytesIO()
+        image.save(b, "WEBP", **kw)
+        return b.getvalue()
+    rgba = im.convert("RGBA")
+    alpha = Image.linear_gradient("L").resize(im.size)
+    rgba.putalpha(alpha)
+    write("valid_lossy.webp", webp(im, quality=80))
+    write("valid_lossless.webp", webp(im, lossless=True))
+    write("valid_lossless_alpha.webp", webp(rgba, lossless=True))
+    write("valid_lossy_alpha.webp", webp(rgba, quality=70))
+    write("valid_animated.webp", webp(im, save_all=True, append_images=[im.rotate(90)], duration=100, quality=80))
+    lossy = webp(im, quality=80)
+    write("bad_truncated.webp", lossy[:len(lossy) // 2])
 
 
 def main():
@@ -244,6 +328,8 @@ def main():
     im = base_image()
     valid_files(im)
     broken_files(im)
+    gif_files(im)
+    webp_files(im)
     print("wrote", len(os.listdir(OUT)), "files to", OUT)
 
 
