@@ -41,6 +41,8 @@ int cmd_dataset_voc(int argc, char **argv);
 int cmd_dataset_coco(int argc, char **argv);
 /* selfsup dataset imagenet SRC DST [--generate-json] [--listdir-order]; argv[0] "imagenet". */
 int cmd_dataset_imagenet(int argc, char **argv);
+/* selfsup dataset inaturalist2018 SRC DST; argv[0] "inaturalist2018". */
+int cmd_dataset_inat(int argc, char **argv);
 /* selfsup convert IN OUT [--to vissl|torchvision] [--format safetensors|torch]: model weights
  * between VISSL's and torchvision's layouts, torch.save and safetensors files. */
 int cmd_convert(int argc, char **argv);

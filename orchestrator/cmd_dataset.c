@@ -6,6 +6,7 @@
  *   selfsup dataset voc2007|voc2012 SRC DST [...]  (cmd_dataset_voc.c)
  *   selfsup dataset coco2014 ANNOTATIONS DST [...] (cmd_dataset_coco.c)
  *   selfsup dataset imagenet SRC DST [...]         (cmd_dataset_imagenet.c)
+ *   selfsup dataset inaturalist2018 SRC DST        (cmd_dataset_inat.c)
  *   selfsup dataset jigsaw-perms N K OUT [...]     (cmd_jigsaw.c)
  *
  * reads the IDX files of Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist,
@@ -97,6 +98,8 @@ static void dataset_usage(FILE *out)
           "  (VISSL's VOC data files from a VOCdevkit folder, as create_voc_data_files.py; --help there)\n"
           "      selfsup dataset imagenet SRC DST [--generate-json] [--listdir-order]\n"
           "  (an ImageNet-style folder's file lists, as create_imagenet_data_files.py; --help there)\n"
+          "      selfsup dataset inaturalist2018 SRC DST\n"
+          "  (iNaturalist 2018's file lists, as create_inaturalist2018_data_files.py)\n"
           "      selfsup dataset coco2014 ANNOTATIONS DST --train-images DIR --val-images DIR\n"
           "  (COCO's multi-label data files, as create_coco_data_files.py; --help there)\n"
           "      selfsup dataset jigsaw-perms N K OUT [--method max_avg|max_min] [--first J | --seed S]\n"
@@ -599,6 +602,8 @@ int cmd_dataset(int argc, char **argv)
         return cmd_dataset_coco(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "imagenet"))
         return cmd_dataset_imagenet(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "inaturalist2018"))
+        return cmd_dataset_inat(argc - 1, argv + 1);
     const char *name = NULL, *dir = NULL, *src = FMNIST_DEFAULT_SRC;
     size_t limit = 0;
     bool force = false, options_done = false;
@@ -645,7 +650,8 @@ int cmd_dataset(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (strcmp(name, "fashion-mnist") && strcmp(name, "fashion_mnist")) {
-        log_error("unknown dataset '%s'; known: fashion-mnist, imagenet, voc2007, voc2012, coco2014, jigsaw-perms",
+        log_error("unknown dataset '%s'; known: fashion-mnist, imagenet, inaturalist2018, voc2007, voc2012, coco2014, "
+                  "jigsaw-perms",
                   name);
         return EXIT_USAGE;
     }

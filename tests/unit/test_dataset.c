@@ -16,7 +16,9 @@
  *    instance files (make_coco_fixtures.py), byte for byte;
  *  - `selfsup dataset imagenet`: create_imagenet_data_files.py's files (make_imagenet_fixtures.py:
  *    its order sorted, the command's default) byte for byte, and with --listdir-order the order
- *    this test reads from the directories itself.
+ *    this test reads from the directories itself;
+ *  - `selfsup dataset inaturalist2018`: create_inaturalist2018_data_files.py's files
+ *    (make_inat_fixtures.py) byte for byte, and a file name it cannot read refused.
  */
 #include "config.h"
 #include "decode/dataset.h"
@@ -646,6 +648,37 @@ Test(dataset, imagenet_listdir_order_is_the_file_systems, .timeout = 60)
     for (size_t i = 0; i < n; i++)
         free(want[i]);
     free(labels), free(images_npy), free(labels_npy), free(train), free(out), free(args), free(fixtures);
+    rm_tree(dir);
+}
+
+/* ---- selfsup dataset inaturalist2018 ----------------------------------------------------------- */
+
+/* The fixture's two annotation files, as VISSL's script turns them into file lists (paths under
+ * SRC/train_val2018, the category id of the file name as the label), byte for byte; a file name
+ * without a category part stops the command (exit 1) naming the image. */
+Test(dataset, inaturalist2018_files_are_vissls_byte_for_byte, .timeout = 60)
+{
+    static const char *const FILES[] = {"train_images.npy", "train_labels.npy", "val_images.npy", "val_labels.npy"};
+    char *dir = test_make_tmpdir(), *fixtures = test_path("tests/golden/fixtures/dataset_inat"), *bin = test_build_path("selfsup");
+    char *cmd = xasprintf("cd '%s' && '%s' dataset inaturalist2018 inat '%s/out'", fixtures, bin, dir), *out;
+    int rc = test_run(cmd, &out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    for (size_t f = 0; f < ARRAY_LEN(FILES); f++) {
+        char *want = xasprintf("%s/out/%s", fixtures, FILES[f]), *got = xasprintf("%s/out/%s", dir, FILES[f]);
+        cr_expect(same_bytes(got, want), "%s differs from VISSL's", FILES[f]);
+        free(want), free(got);
+    }
+    free(out), free(cmd);
+    cmd = xasprintf("mkdir -p '%s/bad' && echo '{\"images\": [{\"file_name\": \"train_val2018/x.jpg\"}]}' > "
+                    "'%s/bad/train2018.json' && cp '%s/inat/val2018.json' '%s/bad/'",
+                    dir, dir, fixtures, dir);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    free(out), free(cmd);
+    char *args = xasprintf("inaturalist2018 '%s/bad' '%s/out2'", dir, dir);
+    rc = dataset(args, &out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "image 0: file_name 'train_val2018/x.jpg'"), "%s", out);
+    free(out), free(args), free(bin), free(fixtures);
     rm_tree(dir);
 }
 
