@@ -261,25 +261,6 @@ static int parse_args(int argc, char **argv, coco_args *a)
     return 0;
 }
 
-static int write_coco_catalog(const char *dst, char **err)
-{
-    char *abs = realpath(dst, NULL);
-    if (!abs)
-        return report_failure(err, "%s: %s", dst, strerror(errno));
-    json_t *cat = json_object(), *entry = json_object();
-    const char *const splits[2] = {"train", "val"};
-    for (int k = 0; k < 2; k++) {
-        char *img = xasprintf("%s/%s_images.npy", abs, splits[k]), *lbl = xasprintf("%s/%s_labels.npy", abs, splits[k]);
-        json_object_set_new(entry, splits[k], catalog_pair(img, lbl));
-        free(img), free(lbl);
-    }
-    json_object_set_new(cat, "coco2014_filelist", entry);
-    int rc = write_catalog(abs, cat, err);
-    json_decref(cat);
-    free(abs);
-    return rc;
-}
-
 static int run_coco(const coco_args *a, char **err)
 {
     int rc = make_dirs(a->dst, 0777, err);
@@ -294,7 +275,7 @@ static int run_coco(const coco_args *a, char **err)
             log_info("coco: no %s (VISSL's script asks for it too): skipped", json_path);
         free(json_path);
     }
-    return rc == 0 ? write_coco_catalog(a->dst, err) : rc;
+    return rc == 0 ? write_filelist_catalog(a->dst, "coco2014_filelist", "train", "val", err) : rc;
 }
 
 int cmd_dataset_coco(int argc, char **argv)

@@ -35,7 +35,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -179,50 +178,14 @@ static bool same_names(const names *a, const names *b)
     return true;
 }
 
-static int write_imagenet_catalog(const char *dst, char **err)
-{
-    char *abs = realpath(dst, NULL);
-    if (!abs)
-        return report_failure(err, "%s: %s", dst, strerror(errno));
-    json_t *cat = json_object(), *entry = json_object();
-    const char *const splits[2] = {"train", "val"};
-    for (int k = 0; k < 2; k++) {
-        char *img = xasprintf("%s/%s_images.npy", abs, splits[k]), *lbl = xasprintf("%s/%s_labels.npy", abs, splits[k]);
-        json_object_set_new(entry, splits[k], catalog_pair(img, lbl));
-        free(img), free(lbl);
-    }
-    json_object_set_new(cat, "imagenet1k_filelist", entry);
-    int rc = write_catalog(abs, cat, err);
-    json_decref(cat);
-    free(abs);
-    return rc;
-}
-
 static int parse_args(int argc, char **argv, imagenet_args *a)
 {
+    static const char *const FLAGS[] = {"--generate-json", "--listdir-order"};
+    bool on[2] = {false, false};
     *a = (imagenet_args){0};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--generate-json"))
-            a->json = true;
-        else if (!strcmp(argv[i], "--listdir-order"))
-            a->listdir_order = true;
-        else if (argv[i][0] == '-') {
-            log_error("imagenet: unknown option '%s'", argv[i]);
-            return EXIT_USAGE;
-        } else if (!a->src)
-            a->src = argv[i];
-        else if (!a->dst)
-            a->dst = argv[i];
-        else {
-            log_error("imagenet: one SRC and one DST only ('%s' is extra)", argv[i]);
-            return EXIT_USAGE;
-        }
-    }
-    if (!a->src || !a->dst) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    return 0;
+    int rc = parse_src_dst(argc, argv, FLAGS, on, 2, &a->src, &a->dst, usage);
+    a->json = on[0], a->listdir_order = on[1];
+    return rc;
 }
 
 int cmd_dataset_imagenet(int argc, char **argv)
@@ -245,7 +208,7 @@ int cmd_dataset_imagenet(int argc, char **argv)
                  "(as VISSL's script), so a class's number may differ between them", train.n, val.n);
     names_free(&train), names_free(&val);
     if (rc == 0)
-        rc = write_imagenet_catalog(a.dst, &err);
+        rc = write_filelist_catalog(a.dst, "imagenet1k_filelist", "train", "val", &err);
     if (rc != 0) {
         log_error("%s", err);
         free(err);

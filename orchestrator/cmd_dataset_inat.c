@@ -88,25 +88,6 @@ static int write_split(const char *src, const char *dst, const char *split, char
     return rc;
 }
 
-static int write_inat_catalog(const char *dst, char **err)
-{
-    char *abs = realpath(dst, NULL);
-    if (!abs)
-        return report_failure(err, "%s: %s", dst, strerror(errno));
-    json_t *cat = json_object(), *entry = json_object();
-    const char *const splits[2] = {"train", "val"};
-    for (int k = 0; k < 2; k++) {
-        char *img = xasprintf("%s/%s_images.npy", abs, splits[k]), *lbl = xasprintf("%s/%s_labels.npy", abs, splits[k]);
-        json_object_set_new(entry, splits[k], catalog_pair(img, lbl));
-        free(img), free(lbl);
-    }
-    json_object_set_new(cat, "inaturalist2018_filelist", entry);
-    int rc = write_catalog(abs, cat, err);
-    json_decref(cat);
-    free(abs);
-    return rc;
-}
-
 int cmd_dataset_inat(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -123,7 +104,7 @@ int cmd_dataset_inat(int argc, char **argv)
     if (rc == 0)
         rc = write_split(src, dst, "train", &err) || write_split(src, dst, "val", &err) ? -1 : 0;
     if (rc == 0)
-        rc = write_inat_catalog(dst, &err);
+        rc = write_filelist_catalog(dst, "inaturalist2018_filelist", "train", "val", &err);
     if (rc != 0) {
         log_error("%s", err);
         free(err);

@@ -36,7 +36,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -253,26 +252,6 @@ static int write_split(const char *src, const char *dst, const voc_split *s, boo
     return rc;
 }
 
-/* DST/dataset_catalog.json: NAME's train entry the train split's files, val the test split's. */
-static int write_voc_catalog(const char *name, const char *dst, char **err)
-{
-    char *abs = realpath(dst, NULL);
-    if (!abs)
-        return report_failure(err, "%s: %s", dst, strerror(errno));
-    json_t *cat = json_object(), *entry = json_object();
-    const char *const splits[2][2] = {{"train", "train"}, {"val", "test"}};
-    for (int k = 0; k < 2; k++) {
-        char *img = xasprintf("%s/%s_images.npy", abs, splits[k][1]), *lbl = xasprintf("%s/%s_labels.npy", abs, splits[k][1]);
-        json_object_set_new(entry, splits[k][0], catalog_pair(img, lbl));
-        free(img), free(lbl);
-    }
-    json_object_set_new(cat, name, entry);
-    int rc = write_catalog(abs, cat, err);
-    json_decref(cat);
-    free(abs);
-    return rc;
-}
-
 /* ---- the command ----------------------------------------------------------------------------------- */
 
 /* The class lists of each split (VISSL's get_data_files); -1 with *err when classes are missing. */
@@ -305,29 +284,12 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, voc_args *a)
 {
+    static const char *const FLAGS[] = {"--separate-partitions", "--generate-json"};
+    bool on[2] = {false, false};
     *a = (voc_args){.name = argv[0]};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--separate-partitions"))
-            a->separate = true;
-        else if (!strcmp(argv[i], "--generate-json"))
-            a->json = true;
-        else if (argv[i][0] == '-') {
-            log_error("voc: unknown option '%s'", argv[i]);
-            return EXIT_USAGE;
-        } else if (!a->src)
-            a->src = argv[i];
-        else if (!a->dst)
-            a->dst = argv[i];
-        else {
-            log_error("voc: one SRC and one DST only ('%s' is extra)", argv[i]);
-            return EXIT_USAGE;
-        }
-    }
-    if (!a->src || !a->dst) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    return 0;
+    int rc = parse_src_dst(argc, argv, FLAGS, on, 2, &a->src, &a->dst, usage);
+    a->separate = on[0], a->json = on[1];
+    return rc;
 }
 
 static int run_voc(const voc_args *a, char **err)
@@ -341,7 +303,7 @@ static int run_voc(const voc_args *a, char **err)
     for (int k = 0; rc == 0 && k < n; k++)
         rc = read_split(&splits[k], err) || write_split(a->src, a->dst, &splits[k], a->json, err) ? -1 : 0;
     if (rc == 0)
-        rc = write_voc_catalog(a->name, a->dst, err);
+        rc = write_filelist_catalog(a->dst, a->name, "train", "test", err);
     for (int k = 0; k < 3; k++) {
         strlist_free(&splits[k].lists), strlist_free(&splits[k].ids);
         free(splits[k].labels);

@@ -6,9 +6,11 @@
 #include "dataset_files.h"
 
 #include "atomic_file.h"
+#include "log.h"
 #include "util.h"
 
 #include <endian.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -139,4 +141,50 @@ int write_catalog(const char *dir, json_t *catalog, char **err)
     int rc = write_text_atomic(path, text_nl, err);
     free(text), free(text_nl), free(path);
     return rc;
+}
+
+int write_filelist_catalog(const char *dst, const char *name, const char *train, const char *val, char **err)
+{
+    char *abs = realpath(dst, NULL);
+    if (!abs)
+        return report_failure(err, "%s: %s", dst, strerror(errno));
+    json_t *cat = json_object(), *entry = json_object();
+    const char *const splits[2][2] = {{"train", train}, {"val", val}};
+    for (int k = 0; k < 2; k++) {
+        char *img = xasprintf("%s/%s_images.npy", abs, splits[k][1]), *lbl = xasprintf("%s/%s_labels.npy", abs, splits[k][1]);
+        json_object_set_new(entry, splits[k][0], catalog_pair(img, lbl));
+        free(img), free(lbl);
+    }
+    json_object_set_new(cat, name, entry);
+    int rc = write_catalog(abs, cat, err);
+    json_decref(cat);
+    free(abs);
+    return rc;
+}
+
+int parse_src_dst(int argc, char **argv, const char *const *names, bool *flags, int nflags, const char **src,
+                  const char **dst, void (*usage)(FILE *))
+{
+    *src = *dst = NULL;
+    for (int i = 1; i < argc; i++) {
+        int f = 0;
+        while (f < nflags && strcmp(argv[i], names[f]))
+            f++;
+        if (f < nflags) {
+            flags[f] = true;
+        } else if (argv[i][0] == '-') {
+            log_error("%s: unknown option '%s'", argv[0], argv[i]);
+            return EXIT_USAGE;
+        } else if (!*src || !*dst) {
+            *(*src ? dst : src) = argv[i];
+        } else {
+            log_error("%s: one SRC and one DST only ('%s' is extra)", argv[0], argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    if (!*src || !*dst) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    return 0;
 }

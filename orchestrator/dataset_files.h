@@ -6,7 +6,9 @@
 #define SELFSUP_DATASET_FILES_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* numpy.save of a 1-d '<U' array of these strings (format 1.0, header padded as numpy does;
  * each string's code points as Python's os.fsdecode sees the bytes), written atomically. */
@@ -20,5 +22,12 @@ json_t *catalog_pair(const char *a, const char *b);
 /* `catalog` (a map of dataset name → {"train": [..], "val": [..]}) as DIR/dataset_catalog.json,
  * indented as VISSL's file is. */
 int write_catalog(const char *dir, json_t *catalog, char **err);
+/* DST/dataset_catalog.json with one entry, `name`: "train" DST/<train>_images.npy and
+ * DST/<train>_labels.npy, "val" the same of the split `val` (absolute paths). */
+int write_filelist_catalog(const char *dst, const char *name, const char *train, const char *val, char **err);
+/* A dataset command's "SRC DST [--flag ...]" (argv[0] is the dataset's name): flags[i] is set when
+ * names[i] is given. 0, or EXIT_USAGE after saying why (`usage` printed for a missing operand). */
+int parse_src_dst(int argc, char **argv, const char *const *names, bool *flags, int nflags, const char **src,
+                  const char **dst, void (*usage)(FILE *));
 
 #endif

@@ -419,6 +419,24 @@ Test(dataset, jigsaw_perms_seed_directory_and_refusals)
 
 /* ---- selfsup dataset voc2007 | voc2012 ------------------------------------------------------------ */
 
+/* Run a shell command (set up a fixture tree) and assert it worked. */
+static void shell_ok(char *cmd)
+{
+    char *out;
+    cr_assert_eq(test_run(cmd, &out), 0, "%s: %s", cmd, out);
+    free(out), free(cmd);
+}
+
+/* `selfsup dataset ARGS` exits `code` and says `expect`. */
+static void expect_dataset_exit(int code, const char *expect, char *args)
+{
+    char *out;
+    int rc = dataset(args, &out);
+    cr_expect_eq(rc, code, "%s: exit %d: %s", args, rc, out);
+    cr_expect(strstr(out, expect), "%s: expected '%s' in: %s", args, expect, out);
+    free(out), free(args);
+}
+
 /* Whether two files hold the same bytes (false, with a message, when either cannot be read). */
 static bool same_bytes(const char *a, const char *b)
 {
@@ -487,31 +505,15 @@ Test(dataset, voc_files_are_vissls_byte_for_byte, .timeout = 60)
  * folder without ImageSets/Main too (exit 1); usage errors exit 2. */
 Test(dataset, voc_refusals)
 {
-    char *src = test_make_tmpdir(), *out;
-    char *cmd = xasprintf("mkdir -p '%s/ImageSets/Main' && cd '%s/ImageSets/Main' && echo '1 1' > a_trainval.txt && "
-                          "echo '1 1' > b_trainval.txt && echo '2 1' > a_test.txt",
-                          src, src);
-    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
-    free(out), free(cmd);
-    char *args = xasprintf("voc2007 '%s' '%s/out'", src, src);
-    int rc = dataset(args, &out);
-    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
-    cr_expect(strstr(out, "missing classes: 2 train, 1 test"), "%s", out);
-    free(out), free(args);
-    args = xasprintf("voc2012 '%s/nothing' '%s/out'", src, src);
-    rc = dataset(args, &out);
-    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
-    cr_expect(strstr(out, "ImageSets/Main"), "%s", out);
-    free(out), free(args);
-    const char *bad[][2] = {{"voc2007", "usage: selfsup dataset voc2007"},
-                            {"voc2007 a b --bogus", "unknown option '--bogus'"},
-                            {"voc2007 a b c", "is extra"}};
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
-        rc = dataset(bad[i][0], &out);
-        cr_expect_eq(rc, 2, "'%s': exit %d: %s", bad[i][0], rc, out);
-        cr_expect(strstr(out, bad[i][1]), "'%s': expected '%s' in: %s", bad[i][0], bad[i][1], out);
-        free(out);
-    }
+    char *src = test_make_tmpdir();
+    shell_ok(xasprintf("mkdir -p '%s/ImageSets/Main' && cd '%s/ImageSets/Main' && echo '1 1' > a_trainval.txt && "
+                       "echo '1 1' > b_trainval.txt && echo '2 1' > a_test.txt",
+                       src, src));
+    expect_dataset_exit(1, "missing classes: 2 train, 1 test", xasprintf("voc2007 '%s' '%s/out'", src, src));
+    expect_dataset_exit(1, "ImageSets/Main", xasprintf("voc2012 '%s/nothing' '%s/out'", src, src));
+    expect_dataset_exit(2, "usage: selfsup dataset voc2007", xstrdup("voc2007"));
+    expect_dataset_exit(2, "unknown option '--bogus'", xstrdup("voc2007 a b --bogus"));
+    expect_dataset_exit(2, "is extra", xstrdup("voc2007 a b c"));
     rm_tree(src);
 }
 
@@ -543,26 +545,15 @@ Test(dataset, coco_files_are_vissls_byte_for_byte, .timeout = 60)
 /* No train or val instance file, or one that is not JSON: exit 1 naming the file; usage: 2. */
 Test(dataset, coco_refusals)
 {
-    char *dir = test_make_tmpdir(), *out;
-    char *cmd = xasprintf("mkdir -p '%s/a' && echo '{\"images\": [' > '%s/a/instances_train2014.json' && "
-                          "echo '{}' > '%s/a/instances_val2014.json'",
-                          dir, dir, dir);
-    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
-    free(out), free(cmd);
-    char *args = xasprintf("coco2014 '%s/a' '%s/out' --train-images t --val-images v", dir, dir);
-    int rc = dataset(args, &out);
-    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
-    cr_expect(strstr(out, "instances_train2014.json"), "%s", out);
-    free(out), free(args);
-    args = xasprintf("coco2014 '%s/none' '%s/out' --train-images t --val-images v", dir, dir);
-    rc = dataset(args, &out);
-    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
-    cr_expect(strstr(out, "instances_val2014.json"), "%s", out);
-    free(out), free(args);
-    rc = dataset("coco2014 a b --train-images t", &out);
-    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
-    cr_expect(strstr(out, "usage: selfsup dataset coco2014"), "%s", out);
-    free(out);
+    char *dir = test_make_tmpdir();
+    shell_ok(xasprintf("mkdir -p '%s/a' && echo '{\"images\": [' > '%s/a/instances_train2014.json' && "
+                       "echo '{}' > '%s/a/instances_val2014.json'",
+                       dir, dir, dir));
+    expect_dataset_exit(1, "instances_train2014.json",
+                        xasprintf("coco2014 '%s/a' '%s/out' --train-images t --val-images v", dir, dir));
+    expect_dataset_exit(1, "instances_val2014.json",
+                        xasprintf("coco2014 '%s/none' '%s/out' --train-images t --val-images v", dir, dir));
+    expect_dataset_exit(2, "usage: selfsup dataset coco2014", xstrdup("coco2014 a b --train-images t"));
     rm_tree(dir);
 }
 
@@ -669,16 +660,12 @@ Test(dataset, inaturalist2018_files_are_vissls_byte_for_byte, .timeout = 60)
         free(want), free(got);
     }
     free(out), free(cmd);
-    cmd = xasprintf("mkdir -p '%s/bad' && echo '{\"images\": [{\"file_name\": \"train_val2018/x.jpg\"}]}' > "
-                    "'%s/bad/train2018.json' && cp '%s/inat/val2018.json' '%s/bad/'",
-                    dir, dir, fixtures, dir);
-    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
-    free(out), free(cmd);
-    char *args = xasprintf("inaturalist2018 '%s/bad' '%s/out2'", dir, dir);
-    rc = dataset(args, &out);
-    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
-    cr_expect(strstr(out, "image 0: file_name 'train_val2018/x.jpg'"), "%s", out);
-    free(out), free(args), free(bin), free(fixtures);
+    shell_ok(xasprintf("mkdir -p '%s/bad' && echo '{\"images\": [{\"file_name\": \"train_val2018/x.jpg\"}]}' > "
+                       "'%s/bad/train2018.json' && cp '%s/inat/val2018.json' '%s/bad/'",
+                       dir, dir, fixtures, dir));
+    expect_dataset_exit(1, "image 0: file_name 'train_val2018/x.jpg'",
+                        xasprintf("inaturalist2018 '%s/bad' '%s/out2'", dir, dir));
+    free(bin), free(fixtures);
     rm_tree(dir);
 }
 
