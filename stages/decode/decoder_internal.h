@@ -1,6 +1,6 @@
 /*
  * decoder_internal.h — what decoder.c shares with its format back ends (jpeg.c, png.c, webp.c,
- * gif.c):
+ * gif.c, bmp.c):
  * the context (reusable scratch buffers) and the reason formatter.
  */
 #ifndef SELFSUP_DECODE_DECODER_INTERNAL_H
@@ -32,5 +32,6 @@ int decode_jpeg(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_roi_fn r
 int decode_png(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
 int decode_webp(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
 int decode_gif(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
+int decode_bmp(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
 
 #endif

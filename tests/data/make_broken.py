@@ -234,7 +234,7 @@ def broken_files(im):
     write("valid_trailing_garbage.jpg", good + b"trailing bytes after EOI")
     b = io.BytesIO()
     im.save(b, "BMP")
-    write("unsupported_bmp.jpg", b.getvalue())
+    write("valid_bmp_named.jpg", b.getvalue())  # the content decides, not the name
 
 
 # ---- GIF and WebP ---------------------------------------------------------------------------------
@@ -306,6 +306,90 @@ def gif_files(im):
     write("bad_truncated.gif", plain[:len(plain) // 2])
 
 
+# ---- BMP ------------------------------------------------------------------------------------
+
+def bmp(width, height, bits, pixels, header=40, compression=0, palette=b"", masks=None, offset=None, top_down=False):
+    """A BMP file around `pixels` (already in storage order, rows padded as the format wants)."""
+    if header == 12:
+        info = struct.pack("<IHHHH", 12, width, height, 1, bits)
+    else:
+        h = (2**32 - height) if top_down else height
+        info = struct.pack("<IiIHHIIiiII", header, width, h, 1, bits, compression, len(pixels), 2835, 2835, 0, 0)
+        if masks and header >= 56:
+            info += struct.pack("<IIII", *masks)
+        info += b"\0" * (header - len(info))
+    extra = struct.pack("<III", *masks[:3]) if masks and header == 40 else b""
+    start = 14 + len(info) + len(extra) + len(palette)
+    offset = start if offset is None else offset
+    return b"BM" + struct.pack("<IHHI", start + len(pixels), 0, 0, offset) + info + extra + palette + pixels
+
+
+def rows(data_rows, row_bytes):
+    """Rows padded to 4 bytes, bottom row first (BMP's storage order), from top-down rows."""
+    pad = (-row_bytes) % 4
+    return b"".join(r + b"\0" * pad for r in reversed(data_rows))
+
+
+def bmp_files(im):
+    for mode, name in (("RGB", "valid_rgb24.bmp"), ("P", "valid_pal8.bmp"), ("L", "valid_gray8.bmp"),
+                       ("1", "valid_1bit.bmp"), ("RGBA", "valid_rgba32.bmp")):
+        src = im.convert(mode) if mode != "P" else im.convert("P", palette=Image.ADAPTIVE, colors=200)
+        b = io.BytesIO()
+        src.save(b, "BMP")
+        write(name, b.getvalue())
+    w, h = 13, 7
+    px = np.asarray(im.resize((w, h), Image.BICUBIC))
+    rgb_rows = [px[y].tobytes() for y in range(h)]
+
+    def pack16(v555):
+        return [struct.pack(f"<{w}H", *v555[y]) for y in range(h)]
+    r, g, b_ = (px[..., 0].astype(np.uint32), px[..., 1].astype(np.uint32), px[..., 2].astype(np.uint32))
+    v555 = ((r >> 3) << 10) | ((g >> 3) << 5) | (b_ >> 3) | (1 << 15)  # the top bit is unused
+    v565 = ((r >> 3) << 11) | ((g >> 2) << 5) | (b_ >> 3)
+    write("valid_rgb555.bmp", bmp(w, h, 16, rows(pack16(v555.tolist()), 2 * w)))
+    write("valid_rgb565_bitfields.bmp", bmp(w, h, 16, rows(pack16(v565.tolist()), 2 * w), compression=3,
+                                            masks=(0xF800, 0x7E0, 0x1F)))
+    bgr = [bytes(p for x in range(w) for p in px[y, x, ::-1]) for y in range(h)]
+    write("valid_topdown.bmp", bmp(w, h, 24, b"".join(r_ + b"\0" * ((-3 * w) % 4) for r_ in bgr), top_down=True))
+    full = bmp(w, h, 24, rows(bgr, 3 * w))
+    write("valid_no_last_padding.bmp", full[:-((-3 * w) % 4)])
+    write("bad_truncated.bmp", full[:len(full) - 3 * w])
+    rgba = [bytes(v for x in range(w) for v in (*px[y, x], 200)) for y in range(h)]
+    write("valid_rgba_v4.bmp", bmp(w, h, 32, rows(rgba, 4 * w), header=108, compression=3,
+                                   masks=(0xFF, 0xFF00, 0xFF0000, 0xFF000000)))
+    xbgr = [bytes(v for x in range(w) for v in (7, *px[y, x, ::-1])) for y in range(h)]
+    write("valid_xbgr_v5.bmp", bmp(w, h, 32, rows(xbgr, 4 * w), header=124, compression=3,
+                                   masks=(0xFF000000, 0xFF0000, 0xFF00, 0)))
+    # palettes: 8 bits with an OS/2 header (3-byte entries), 4 bits, and an offset that skips none
+    rng = np.random.default_rng(5)
+    pal = rng.integers(0, 256, (256, 3), dtype=np.uint8)
+    idx8 = rng.integers(0, 256, (h, w), dtype=np.uint8)
+    idx8[0, :3] = 255  # indices past a shorter palette
+    write("valid_os2_pal8.bmp", bmp(w, h, 8, rows([idx8[y].tobytes() for y in range(h)], w), header=12,
+                                    palette=pal[:, ::-1].tobytes()))
+    pal4 = b"".join(bytes((*pal[i, ::-1], 0)) for i in range(16))
+    idx4 = rng.integers(0, 16, (h, w + 1), dtype=np.uint8)
+    rows4 = [bytes((idx4[y, 2 * k] << 4) | idx4[y, 2 * k + 1] for k in range((w + 1) // 2)) for y in range(h)]
+    write("valid_pal4.bmp", bmp(w, h, 4, rows(rows4, (w + 1) // 2), palette=pal4))
+    pal8_short = b"".join(bytes((*pal[i, ::-1], 0)) for i in range(100))
+    info_colors = bmp(w, h, 8, rows([idx8[y].tobytes() for y in range(h)], w), palette=pal8_short)
+    info_colors = info_colors[:46] + struct.pack("<I", 100) + info_colors[50:]  # biClrUsed = 100
+    write("valid_pal8_short.bmp", info_colors)
+    quirk = bmp(w, h, 8, rows([idx8[y].tobytes() for y in range(h)], w), palette=pal8_short, offset=14 + 40)
+    quirk = quirk[:46] + struct.pack("<I", 100) + quirk[50:]
+    write("valid_offset_quirk.bmp", quirk)
+    # run lengths: RLE8 (runs, an odd absolute run, end of line, a delta, end of bitmap) and RLE4
+    # row 0 (bottom): 5 x 7, an absolute [1 2 3] + pad byte, 4 x 9, end of line; row 1: 13 x 200;
+    # a delta (PIL reads four bytes: 2, 1, then 0, 0 as right and up); 3 x 17; end of line; four
+    # more rows; end of bitmap
+    rle8 = bytes([5, 7, 0, 3, 1, 2, 3, 0, 4, 9, 0, 0, 13, 200, 0, 0, 0, 2, 2, 1, 0, 0, 3, 17, 0, 0]
+                 + sum(([13, 40 + k, 0, 0] for k in range(4)), []) + [0, 1])
+    write("valid_rle8.bmp", bmp(w, h, 8, rle8, compression=1, palette=b"".join(bytes((*pal[i, ::-1], 0)) for i in range(256))))
+    rle4 = bytes([6, 0x12, 0, 5, 0x34, 0x56, 0x70, 0, 0, 0] + sum(([13, 0x9A - k, 0, 0] for k in range(6)), []) + [0, 1])
+    write("valid_rle4.bmp", bmp(w, h, 4, rle4, compression=2, palette=pal4))
+    write("bad_rle_short.bmp", bmp(w, h, 8, bytes([5, 7, 0, 0, 0, 1]), compression=1, palette=pal8_short))
+
+
 def webp_files(im):
     def webp(image, **kw):
         b = io.BytesIO()
@@ -330,6 +414,7 @@ def main():
     broken_files(im)
     gif_files(im)
     webp_files(im)
+    bmp_files(im)
     print("wrote", len(os.listdir(OUT)), "files to", OUT)
 
 
