@@ -76,14 +76,14 @@ else ifeq ($(SANITIZE),thread)
   UNIT_EXTRA_OBJ := $(BUILD)/obj/tests/tsan_boxfort.o
 endif
 
-PKGS       := yaml-0.1 jansson libzmq libzip libjpeg libpng libwebp libwebpdemux liburing zlib
+PKGS       := yaml-0.1 jansson libzmq libzip libjpeg libpng libwebp libwebpdemux libtiff-4 liburing zlib
 CPPFLAGS   += -iquote lib -iquote shm -iquote nn -iquote stages -D_GNU_SOURCE $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS     ?= -O2 -g
 # -ffp-contract=off: no fused multiply-adds, whatever -march says, because the PIL-exact
 # pixel kernels and torch-exact float paths round after every multiply, as PIL and torch do.
 CFLAGS     += -ffp-contract=off -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
 LDFLAGS    += $(SANFLAGS)
-LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -ljpeg -lpng16 -lwebp -lwebpdemux -luring -lz) -lgif -ldnnl -llinear -lgomp -lm
+LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -ljpeg -lpng16 -lwebp -lwebpdemux -ltiff -luring -lz) -lgif -ldnnl -llinear -lgomp -lm
 
 # ---- CUDA: the GPU backend (nn/cuda/) is compiled wherever a CUDA toolkit is found ----------
 # Kernels (.cu) go through nvcc, for Hopper (sm_90a machine code) plus compute_90 PTX that
@@ -243,7 +243,7 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
 # Build + run: compilers, libraries. Test: Criterion, clang (libFuzzer), numpy for golden
 # read-back. Golden generation and bench: PyTorch, torchvision, scikit-learn (Debian's).
 DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libzip-dev libjpeg62-turbo-dev \
-            libpng-dev libwebp-dev libgif-dev zlib1g-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev libfaiss-dev \
+            libpng-dev libwebp-dev libgif-dev libtiff-dev zlib1g-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev libfaiss-dev \
             libcriterion-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-sklearn \
             dataset-fashion-mnist mate-backgrounds

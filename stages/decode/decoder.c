@@ -1,7 +1,7 @@
 /*
  * decoder.c — the front of the image decoder: pick the format from the first bytes (as PIL
  * does, never from the file name), apply the pixel limit, hand over to jpeg.c, png.c, webp.c,
- * gif.c or bmp.c, and
+ * gif.c, bmp.c or tiff.c, and
  * own the scratch memory they reuse from image to image.
  */
 #include "decoder_internal.h"
@@ -115,6 +115,8 @@ int decode_image_roi(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_roi
         return decode_gif(ctx, buf, len, out, why, why_len);
     if (!strcmp(format, "BMP"))
         return decode_bmp(ctx, buf, len, out, why, why_len);
-    decode_reason(why, why_len, "unsupported image format %s (JPEG, PNG, WebP, GIF and BMP are decoded)", format);
+    if (!strcmp(format, "TIFF"))
+        return decode_tiff(ctx, buf, len, out, why, why_len);
+    decode_reason(why, why_len, "unsupported image format %s (JPEG, PNG, WebP, GIF, BMP and TIFF are decoded)", format);
     return -1;
 }

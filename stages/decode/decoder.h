@@ -8,8 +8,9 @@
  * byte, 16-bit grayscale clipped to 0..255 as PIL's "I" → "RGB" does, CMYK JPEGs read as
  * Adobe-inverted and converted with PIL's cmyk2rgb), WebP through libwebp's animation decoder as
  * PIL opens it (the first frame, alpha dropped), GIF through giflib (the first frame on PIL's
- * canvas, looked up in its palette: gif.c), BMP as PIL's own reader (bmp.c). Anything else (TIFF,
- * PPM) is refused with a reason: the caller turns a refusal into VISSL's gray image.
+ * canvas, looked up in its palette: gif.c), BMP as PIL's own reader (bmp.c), TIFF's first page
+ * through libtiff with PIL's unpacking of 8-bit samples (tiff.c). Anything else (PPM, 16-bit or
+ * CMYK TIFF, …) is refused with a reason: the caller turns a refusal into VISSL's gray image.
  *
  * The pixel limit is PIL's decompression-bomb error (more than 2 × MAX_IMAGE_PIXELS pixels),
  * checked from the header before anything big is allocated.
@@ -54,7 +55,7 @@ decode_ctx *decode_ctx_new(const decode_options *opt);
 void decode_ctx_free(decode_ctx *ctx);
 
 /* Decode buf[0..len). Returns 0 with *out set, or -1 with a short reason in why[] (such as
- * "truncated JPEG" or "unsupported image format TIFF"). Never aborts on bad input. */
+ * "truncated JPEG" or "unsupported image format PPM"). Never aborts on bad input. */
 int decode_image(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
 
 /* The same, decoding only the box `roi` asks for where the format allows it (JPEGs in

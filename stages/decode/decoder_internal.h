@@ -1,6 +1,6 @@
 /*
  * decoder_internal.h — what decoder.c shares with its format back ends (jpeg.c, png.c, webp.c,
- * gif.c, bmp.c):
+ * gif.c, bmp.c, tiff.c):
  * the context (reusable scratch buffers) and the reason formatter.
  */
 #ifndef SELFSUP_DECODE_DECODER_INTERNAL_H
@@ -33,5 +33,6 @@ int decode_png(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out,
 int decode_webp(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
 int decode_gif(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
 int decode_bmp(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
+int decode_tiff(decode_ctx *ctx, const uint8_t *buf, size_t len, decode_rgb *out, char *why, size_t why_len);
 
 #endif

@@ -390,6 +390,81 @@ def bmp_files(im):
     write("bad_rle_short.bmp", bmp(w, h, 8, bytes([5, 7, 0, 0, 0, 1]), compression=1, palette=pal8_short))
 
 
+# ---- TIFF -------------------------------------------------------------------------------------
+
+def tiff_file(width, height, samples, bits, photometric, chunks, extra=None, tile=None):
+    """A little-endian TIFF whose strips (or tiles of `tile` px) are `chunks`, uncompressed."""
+    entries = []  # (tag, type, count, value bytes)
+    def add(tag, typ, values):
+        fmt = {3: "H", 4: "I"}[typ]
+        entries.append((tag, typ, len(values), struct.pack(f"<{len(values)}{fmt}", *values)))
+    data_at = 8
+    offsets, at = [], data_at
+    for c in chunks:
+        offsets.append(at)
+        at += len(c)
+    add(256, 4, [width]); add(257, 4, [height]); add(258, 3, [bits] * samples); add(259, 3, [1])
+    add(262, 3, [photometric]); add(277, 3, [samples]); add(284, 3, [1])
+    if tile:
+        add(322, 4, [tile]); add(323, 4, [tile]); add(324, 4, offsets); add(325, 4, [len(c) for c in chunks])
+    else:
+        add(273, 4, offsets); add(278, 4, [height]); add(279, 4, [len(c) for c in chunks])
+    if extra is not None:
+        add(338, 3, [extra])
+    entries.sort()
+    ifd_at = at + (at % 2)
+    blob = bytearray(b"II*\0" + struct.pack("<I", ifd_at) + b"".join(chunks) + b"\0" * (ifd_at - at))
+    after = ifd_at + 2 + 12 * len(entries) + 4
+    ifd, out_of_line = bytearray(struct.pack("<H", len(entries))), bytearray()
+    for tag, typ, count, raw in entries:
+        if len(raw) <= 4:
+            ifd += struct.pack("<HHI", tag, typ, count) + raw + b"\0" * (4 - len(raw))
+        else:
+            ifd += struct.pack("<HHII", tag, typ, count, after + len(out_of_line))
+            out_of_line += raw
+    return bytes(blob + ifd + b"\0\0\0\0" + out_of_line)
+
+
+def tiff_files(im):
+    def pil_tiff(image, **kw):
+        b = io.BytesIO()
+        image.save(b, "TIFF", **kw)
+        return b.getvalue()
+    write("valid_rgb.tif", pil_tiff(im))
+    write("valid_rgb_lzw.tif", pil_tiff(im, compression="tiff_lzw"))
+    write("valid_rgb_deflate.tif", pil_tiff(im, compression="tiff_adobe_deflate"))
+    write("valid_gray_packbits.tif", pil_tiff(im.convert("L"), compression="packbits"))
+    write("valid_bilevel.tif", pil_tiff(im.convert("1")))
+    write("valid_bilevel_g4.tif", pil_tiff(im.convert("1"), compression="group4"))
+    write("valid_palette.tif", pil_tiff(im.convert("P", palette=Image.ADAPTIVE, colors=64)))
+    rgba = im.convert("RGBA")
+    rgba.putalpha(Image.linear_gradient("L").resize(im.size))
+    write("valid_rgba_lzw.tif", pil_tiff(rgba, compression="tiff_lzw"))
+    la = im.convert("LA")
+    write("valid_gray_alpha.tif", pil_tiff(la))
+    write("valid_multipage.tif", pil_tiff(im, save_all=True, append_images=[im.rotate(90), im.convert("L")]))
+    full = pil_tiff(im, compression="tiff_lzw")
+    write("bad_truncated.tif", full[:len(full) // 3])
+    w, h = 37, 21
+    px = np.asarray(im.resize((w, h), Image.BICUBIC))
+    # 16 x 16 tiles, uncompressed (PIL cannot write tiles)
+    tiles = []
+    for ty in range(0, h, 16):
+        for tx in range(0, w, 16):
+            t = np.zeros((16, 16, 3), np.uint8)
+            part = px[ty:ty + 16, tx:tx + 16]
+            t[:part.shape[0], :part.shape[1]] = part
+            tiles.append(t.tobytes())
+    write("valid_tiled.tif", tiff_file(w, h, 3, 8, 2, tiles, tile=16))
+    # associated (premultiplied) alpha: PIL divides it out
+    a = (np.arange(w * h, dtype=np.uint32).reshape(h, w) * 7 % 256).astype(np.uint8)
+    pre = (px.astype(np.uint32) * a[..., None] // 255).astype(np.uint8)
+    write("valid_assoc_alpha.tif", tiff_file(w, h, 4, 8, 2, [np.dstack([pre, a]).tobytes()], extra=1))
+    write("valid_min_is_white.tif", tiff_file(w, h, 1, 8, 0, [px[..., 0].tobytes()]))
+    cmyk = np.dstack([255 - px, np.zeros((h, w), np.uint8)])
+    write("unsupported_cmyk.tif", tiff_file(w, h, 4, 8, 5, [cmyk.tobytes()]))
+
+
 def webp_files(im):
     def webp(image, **kw):
         b = io.BytesIO()
@@ -415,6 +490,7 @@ def main():
     gif_files(im)
     webp_files(im)
     bmp_files(im)
+    tiff_files(im)
     print("wrote", len(os.listdir(OUT)), "files to", OUT)
 
 

@@ -11,8 +11,8 @@ Writes to tests/golden/fixtures/decode/:
                           DCT-domain downscaling by 1/2, 1/4 or 1/8;
   MANIFEST.tsv            one line per tests/data/broken/ file: name, what selfsup must do
                           (valid | invalid), and what PIL said.
-A file PIL opens but selfsup does not decode (TIFF, PPM...) is expected invalid: selfsup reads
-JPEG, PNG, WebP, GIF and BMP. Run tests/data/make_broken.py first.
+A file PIL opens but selfsup does not decode (PPM, CMYK TIFF... named unsupported_*) is expected
+invalid: selfsup reads JPEG, PNG, WebP, GIF, BMP and 8-bit TIFF. Run tests/data/make_broken.py first.
 """
 import glob
 import os
@@ -62,8 +62,9 @@ def broken():
         except Exception as e:  # noqa: BLE001 - every PIL failure is a verdict
             lines.append(f"{name}\tinvalid\tPIL: {type(e).__name__}: {str(e).replace(path, name)[:80]}")
             continue
-        if fmt not in ("JPEG", "PNG", "WEBP", "GIF", "BMP"):
-            lines.append(f"{name}\tinvalid\tPIL opens it as {fmt}; selfsup decodes JPEG, PNG, WebP, GIF and BMP")
+        if fmt not in ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF") or name.startswith("unsupported"):
+            lines.append(f"{name}\tinvalid\tPIL opens it as {fmt}; selfsup decodes JPEG, PNG, WebP, GIF, BMP and "
+                         "8-bit TIFF")
             continue
         golden.save_array(os.path.join(OUT, "broken_" + name.replace(".", "_") + ".npy"), px)
         lines.append(f"{name}\tvalid\tPIL: {fmt} {px.shape[1]}x{px.shape[0]}")
