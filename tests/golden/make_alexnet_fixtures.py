@@ -73,9 +73,17 @@ formula values were set (the exact answer to the float32 inputs and weights), st
                                (N × C × S × S; through the Sobel stage for deepcluster)
   alexnet_CASE_dx_floor.npy    [torch float32's largest max|dx32 − dx*| / max|dx*|] under ISAS
   alexnet_CASE_phase.npy       [phase]: the input phase (see MIN_BAND_MARGIN below)
-Large cases, eval features only: alexnet_rotnet224_feat_eval.npy and alexnet_bvlc224_feat_eval.npy
-  (2 images of 224 px, input phase 0, float64 from the float32 formula values: 2 × 9216 and
-  2 × 6400).
+Large cases (TAG rotnet224, bvlc224): alexnet_TAG_feat_eval.npy, the eval features (2 images of
+  224 px, input phase 0, float64 from the float32 formula values: 2 × 9216 and 2 × 6400); and the
+  input gradient of L = Σ feat·r after one train-mode forward of ONE image of 224 px (input phase
+  0), computed in float64 as the small cases' dx. Its 1 × 3 × 224 × 224 values are too many to
+  commit, so two summaries of it are, stored as float32:
+  alexnet_TAG_dx_tiles.npy     1 × 3 × 56 × 56: its sums over the non-overlapping DX_TILE × DX_TILE
+                               (4 × 4) tiles, summed in float64
+  alexnet_TAG_dx_centre.npy    1 × 3 × 32 × 32: the gradient itself in the window of rows and
+                               columns DX_CENTRE (96..127) at the image's centre, every channel
+  (no phase is chosen: torch float32's own error on each, under every cap of ISAS, is asserted
+  to be at most trunk_golden.DX_FLOOR_MAX, 2.5e-4; it is about 1e-6).
 
 Model complexity (what VISSL's SSLModelComplexityHook reports for the trunk: ClassyVision's
 profiler, classy_vision/generic/profiler.py, on one zero image in eval mode), one file per
@@ -141,8 +149,9 @@ from make_complexity_fixtures import layer_activations, layer_flops  # noqa: E40
 # tests/golden/trunk_golden.py: the formula, the float64/float32 summaries, the float32 child
 # runs and the phase search, the profiler's rows: what every trunk generator shares.
 import trunk_golden  # noqa: E402
-from trunk_golden import (OUT, ZERO_GRAD_SQ, Flatten, PhaseSearch, decisions, eval_features, fp32_runs,  # noqa: E402
-                          grad_floor, named_buffers, profile, save_vissl_checkpoint, set_formula)
+from trunk_golden import (DX_FLOOR_MAX, OUT, ZERO_GRAD_SQ, Flatten, PhaseSearch, decisions,  # noqa: E402
+                          dx_floor, eval_features, fp32_runs, grad_floor, input_gradient, named_buffers, profile,
+                          save_vissl_checkpoint, set_formula)
 
 N_IMAGES = 2
 # Each small case's input size: the smallest at which pool5 is 2 × 2 (conv1's output at least
@@ -153,6 +162,9 @@ N_IMAGES = 2
 # alexnet_min_input pool5 would be 1 × 1 and conv3-5 see 3 × 3 maps, every pixel on the border.
 SIZES = OrderedDict([("bvlc", 99), ("colorization", 99), ("deepcluster", 96), ("jigsaw", 56), ("rotnet", 95)])
 LARGE = OrderedDict([("rotnet224", ("rotnet", 224)), ("bvlc224", ("bvlc", 224))])
+# The large cases' input gradient (one image): its DX_TILE × DX_TILE tile sums, and the full
+# gradient in rows and columns DX_CENTRE (a 32 × 32 window at the centre of 224 px).
+LARGE_DX_IMAGES, DX_TILE, DX_CENTRE = 1, 4, slice(96, 128)
 COMPLEXITY_SIZE = 224
 # The input phase of each case. Train-mode BN amplifies float32 rounding, and a decision that
 # sits inside that noise is taken by the engine's accumulation order: a ReLU whose input is within
@@ -382,7 +394,11 @@ def maxpool_gap(a):
 
 def fp32_measure(case, phase):
     """In a child process (trunk_golden.fp32_runs): torch float32's decision inputs, gradient
-    summaries and input gradient."""
+    summaries and input gradient; for a LARGE tag, its input gradient's summaries (phase 0)."""
+    if case in LARGE:
+        variant, size = LARGE[case]
+        dx = input_gradient(build(variant), inputs(variant, LARGE_DX_IMAGES, size))
+        return [t.numpy() for t in dx_summaries(dx)]
     x = inputs(case, N_IMAGES, SIZES[case], phase)
     out = {"decisions": [a.numpy() for _, a in decisions(build(case), x)]}
     m = build(case)
@@ -428,6 +444,29 @@ def grad_case(case, phase, runs):
           f"({kinds}); grad floor max {max(floor):.3g}, dx floor {dx_floor:.3g}; "
           f"{sum(p.numel() for _, p in trainable(m))} parameters; features {tuple(feat.shape)}; "
           f"zero gradients (conv biases before BN): {len(zero)}")
+
+
+def dx_summaries(dx):
+    """(tile sums, centre window) of an N × C × H × W input gradient (float64 sums)."""
+    n, c, h, w = dx.shape
+    tiles = dx.double().reshape(n, c, h // DX_TILE, DX_TILE, w // DX_TILE, DX_TILE).sum(dim=(3, 5))
+    return tiles, dx[:, :, DX_CENTRE, DX_CENTRE]
+
+
+def large_dx_case(tag, runs):
+    """alexnet_TAG_dx_tiles and alexnet_TAG_dx_centre; torch float32's own error on each (runs: its
+    float32 summaries, one pair per cap) asserted to be at most DX_FLOOR_MAX."""
+    variant, size = LARGE[tag]
+    assert size % DX_TILE == 0
+    exact = dx_summaries(input_gradient(build(variant).double(), inputs(variant, LARGE_DX_IMAGES, size).double()))
+    errors = []
+    for k, (name, want) in enumerate(zip(("dx_tiles", "dx_centre"), exact)):
+        floor = dx_floor(want, [r[k] for r in runs])
+        assert floor <= DX_FLOOR_MAX, f"{tag} {name}: torch float32's own error {floor:.3g}"
+        save(f"{tag}_{name}", want)
+        errors.append(f"{name} {tuple(want.shape)} {floor:.3g}")
+    print(f"{tag}: input gradient of {LARGE_DX_IMAGES} image(s); torch float32's own error under every cap: "
+          f"{', '.join(errors)}")
 
 
 def write_cases():
@@ -495,13 +534,14 @@ def main():
         print(f"{case}: min_input {min_input(case)}, {size} px -> pool5 {shape[1:]}")
     phases = SEARCH.kept("alexnet", SIZES)
     write_cases()
-    runs = fp32_runs(__file__, phases)
+    runs = fp32_runs(__file__, dict(phases, **dict.fromkeys(LARGE, 0)))
     for case in SIZES:
         grad_case(case, phases[case], runs[case])
     for tag, (variant, size) in LARGE.items():
         feat = flat(eval_features(build(variant).double(), inputs(variant, N_IMAGES, size).double()))
         save(f"{tag}_feat_eval", feat)
         print(f"{tag}: features {tuple(feat.shape)}")
+        large_dx_case(tag, runs[tag])
     write_complexity()
     print(f"make_alexnet_fixtures: wrote to {OUT} (torch {torch.__version__})")
 

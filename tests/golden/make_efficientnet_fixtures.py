@@ -87,6 +87,15 @@ values were set (the exact answer to the float32 inputs and weights), stored as 
                                     must reproduce efficientnet_tiny_feat_eval
 For the preset case b0 (MODEL_PARAMS["B0"] with efficientnet_b0's arguments, 2 images of 224 px):
   efficientnet_b0_names.txt, efficientnet_b0_feat_eval.npy (2 × 1280, float64 reference, eval mode)
+  efficientnet_b0_dx.npy     B0's input gradient in training (B0_TRAIN below: efficientnet_b0's
+                             arguments but drop_connect_rate 0 and dropout_rate 0, so that no
+                             random mask enters, and resolution 64, the size ClassyVision's
+                             Conv2dSamePadding then asserts), 4 images of 64 px (input phase 0):
+                             the full gradient of L = Σ feat·r with respect to the input
+                             (4 × 3 × 64 × 64) after one train-mode forward, computed in float64
+                             as the training cases' dx; torch float32's own error on it under
+                             every cap of ISAS is asserted to be at most trunk_golden.DX_FLOOR_MAX
+                             (2.5e-4)
 
 Model complexity (what VISSL's SSLModelComplexityHook reports for the trunk: ClassyVision's
 profiler, classy_vision/generic/profiler.py, on one zero image in eval mode). One file per case,
@@ -133,7 +142,8 @@ The cases (CASES below):
          bottom/right), where 32 px makes every stride-2 one asymmetric and 33 px none.
   b0     MODEL_PARAMS["B0"] with efficientnet_b0's arguments (bn_momentum 0.01, bn_epsilon 1e-3,
          width_divisor 8, min_width None, drop_connect_rate 0.2, use_se), 2 images of 224 px,
-         eval only (torch's float64 at 224 px).
+         eval only (torch's float64 at 224 px); in training (efficientnet_b0_dx) B0_TRAIN: the
+         same at 64 px (resolution 64) without drop-connect and dropout, 4 images.
 Custom parameter sets in efficientnet_presets.txt (CUSTOM below): the two test cases' own; width
 and depth coefficients 0 (scale_width / scale_depth return their argument unchanged: B0's
 widths); a divisor of 16 with min_width 24 (the floor and the 10 % rule both acting); a width
@@ -155,9 +165,10 @@ import torch.nn.functional as F
 # tests/golden/trunk_golden.py: the formula, the float64/float32 summaries, the float32 child
 # runs, the profiler's rows: what every trunk generator shares.
 import trunk_golden  # noqa: E402
-from trunk_golden import (OUT, ZERO_GRAD_SQ, Flatten, bn_stats, call_site_names, eval_features, fmt,  # noqa: E402
-                          fp32_runs, grad_summaries, inputs, is_leaf, print_zero_grads, profile,
-                          save_train_fixtures, save_vissl_checkpoint, set_formula, train_step)
+from trunk_golden import (DX_FLOOR_MAX, OUT, ZERO_GRAD_SQ, Flatten, bn_stats, call_site_names,  # noqa: E402
+                          dx_floor, eval_features, fmt, fp32_runs, grad_summaries, input_gradient, inputs,
+                          is_leaf, print_zero_grads, profile, save_train_fixtures, save_vissl_checkpoint,
+                          set_formula, train_step)
 
 # The float32 runs are made under each oneDNN cap of trunk_golden.ISAS. A parameter whose float64
 # Σg² is below ZERO_GRAD_SQ (trunk_golden's) has a gradient that is zero but for float64
@@ -471,6 +482,13 @@ CASES = OrderedDict([
     ("b0", dict(preset("B0"), n=2, size=224)),
 ])
 TRAIN_CASES = ("tiny", "odd")
+# B0 in training, for its input gradient (efficientnet_b0_dx): efficientnet_b0's arguments with the
+# random drop-connect and dropout masks off, at 64 px (ClassyVision fixes every same padding from
+# `resolution` at construction and asserts the input has that size). 4 images: the last stages are
+# 2 × 2 at 64 px, and their train-mode BN over 2 images (8 values a channel) amplifies float32
+# rounding to about 1e-3 of the gradient's largest value in torch itself; over 4, about 1e-4 or less.
+B0_TRAIN = dict(preset("B0"), resolution=64, drop_connect_rate=0.0, dropout_rate=0.0, n=4, size=64)
+B0_DX = "b0_dx"  # its float32 runs' name, and its fixture's
 CUSTOM = OrderedDict([
     ("custom_tiny", dict(TINY)),
     ("custom_odd", dict(CASES["odd"])),
@@ -550,8 +568,10 @@ def case_input(case, dtype=torch.float32):
 
 
 def fp32_measure(case, phase):
-    """In a child process (trunk_golden.fp32_runs): torch float32's gradient summaries (phase is
-    always 0: no phase is chosen)."""
+    """In a child process (trunk_golden.fp32_runs): torch float32's gradient summaries; for B0_DX,
+    its input gradient (phase is always 0: no phase is chosen)."""
+    if case == B0_DX:
+        return input_gradient(build(B0_TRAIN), b0_train_input()).numpy()
     m = build(CASES[case])
     train_step(m, case_input(case))
     return np.array(grad_summaries(m))
@@ -583,6 +603,21 @@ def grad_case(case, runs):
           f"features {[(n, tuple(t.shape[1:])) for n, t in feats.items()]}; grad floor max "
           f"{max(f for f, (_, s2) in zip(floor, exact) if s2 >= ZERO_GRAD_SQ):.3g}; smallest nonzero Σg² {small:.3g}")
     print_zero_grads(case, [n for n, _ in m.named_parameters()], exact, floor)
+
+
+def b0_train_input():
+    return inputs(B0_TRAIN["n"], B0_TRAIN["size"])
+
+
+def save_b0_dx(runs):
+    """efficientnet_b0_dx: B0_TRAIN's float64 input gradient; torch float32's own error on it
+    (runs: its float32 input gradients) asserted to be at most DX_FLOOR_MAX."""
+    exact = input_gradient(build(B0_TRAIN).double(), b0_train_input().double())
+    floor = dx_floor(exact, runs)
+    assert floor <= DX_FLOOR_MAX, f"{B0_DX}: torch float32's own error {floor:.3g}"
+    save(B0_DX, exact)
+    print(f"{B0_DX}: B0 without drop-connect or dropout, input gradient {tuple(exact.shape)}; torch float32's "
+          f"own error {floor:.3g} under every cap (at most {DX_FLOOR_MAX})")
 
 
 def write_checkpoint(case):
@@ -642,7 +677,7 @@ def main():
     trunk_golden.start()
     write_presets()
     write_cases()
-    runs = fp32_runs(__file__, {case: 0 for case in TRAIN_CASES})
+    runs = fp32_runs(__file__, dict.fromkeys(TRAIN_CASES + (B0_DX,), 0))
     for case in TRAIN_CASES:
         grad_case(case, runs[case])
     write_checkpoint("tiny")
@@ -651,6 +686,7 @@ def main():
     params = sum(p.numel() for p in m.parameters())
     assert params == 4007548, params  # EfficientNet-B0's 5,288,548 less its 1280 × 1000 fc's 1,281,000
     save("b0_feat_eval", eval_features(m.double(), case_input("b0", torch.float64)))
+    save_b0_dx(runs[B0_DX])
     write_complexity()
     print(f"make_efficientnet_fixtures: wrote to {OUT} (torch {torch.__version__})")
 

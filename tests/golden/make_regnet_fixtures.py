@@ -83,6 +83,12 @@ formula values were set (the exact answer to the float32 inputs and weights), st
   regnet_y400_names.txt       names of the preset regnet_y_400mf (all options at their defaults)
   regnet_y400_feat_eval.npy   its 2 × 440 features, eval mode, torch float32, 2 images of 64 px,
                               input phase 0
+  regnet_y400_dx.npy          its input gradient in training: the full gradient of L = Σ feat·r
+                              with respect to the input, Y400_DX_IMAGES = 4 images of 64 px
+                              (4 × 3 × 64 × 64), after one train-mode forward, computed in float64
+                              as the cases' dx; torch float32's own error on it under every cap of
+                              ISAS is asserted to be at most trunk_golden.DX_FLOOR_MAX (2.5e-4)
+  regnet_y400_dx_phase.npy    [phase]: that input's phase (see Y400_DX_IMAGES below)
   regnet_y16_names.txt        the same for a large preset, regnet_y_16gf (VISSL's SwAV RegNet),
   regnet_y16_feat_eval.npy    its 1 × 3024 features for 1 image of 32 px
 
@@ -153,12 +159,14 @@ import torchvision
 # ClassyVision's profiler rules (_layer_flops, _layer_activations) as make_complexity_fixtures.py
 # restates them; importing it only defines things (and creates the same fixtures/nn folder).
 from make_complexity_fixtures import layer_activations, layer_flops  # noqa: E402
+import golden  # noqa: E402  (tests/golden/golden.py: kept_choice)
 # tests/golden/trunk_golden.py: the formula, the float64/float32 summaries, the float32 child
 # runs and the phase search, the profiler's rows: what every trunk generator shares.
 import trunk_golden  # noqa: E402
-from trunk_golden import (OUT, PhaseSearch, bn_stats, call_site_names, decisions,  # noqa: E402
-                          eval_features, fmt, fp32_runs, grad_summaries, inputs, print_zero_grads,
-                          profile, save_train_fixtures, save_vissl_checkpoint, set_formula, train_step)
+from trunk_golden import (DX_FLOOR_MAX, OUT, PhaseSearch, bn_stats, call_site_names, decisions,  # noqa: E402
+                          dx_floor, eval_features, fmt, fp32_runs, grad_summaries, input_gradient, inputs,
+                          print_zero_grads, profile, save_train_fixtures, save_vissl_checkpoint, set_formula,
+                          train_step)
 
 N_IMAGES, SIZE = 4, 32
 # The input phase of each case. Train-mode BN over 4 images amplifies float32 rounding, and a
@@ -174,6 +182,17 @@ N_IMAGES, SIZE = 4, 32
 # margin is asserted every run.
 SEARCH_PHASES = 64
 MIN_BAND_MARGIN = 2.0
+# regnet_y_400mf's input gradient in training (regnet_y400_dx), the fixture's name Y400_DX. Its
+# train-mode BN amplifies float32 rounding most in res5, 2 × 2 at 64 px: over 2 images (8 values a
+# channel) torch float32's own error on the gradient is about 3e-4 of its largest value at the
+# phases whose ReLUs are farthest from a flip, over Y400_DX_IMAGES = 4 images about 3e-5 to 1e-4.
+# No phase of 0..SEARCH_PHASES−1 keeps MIN_BAND_MARGIN (the best keeps about 0.35, at res5's
+# ReLUs, whose band is largest), and a ReLU flipped there moves the whole gradient by 1e-3 to
+# 3e-2 (in torch under some cap, or in the engine where torch flips none: at 0.11 it did). So the
+# phase is chosen in order of its band margin here, the first at which torch float32's input
+# gradient under every cap of trunk_golden.ISAS is within trunk_golden.DX_FLOOR_MAX of float64's
+# (choose_y400_phase). golden.kept_choice keeps the committed one; the floor is asserted every run.
+Y400_DX, Y400_DX_IMAGES, Y400_DX_SIZE = "y400_dx", 4, 64
 # A parameter whose float64 Σg² is below ZERO_GRAD_SQ (trunk_golden's) has a gradient that is zero
 # but for float64 roundoff (every other one has Σg² ≥ 1): in z, the final_bn.bias of a stage's
 # last block when the next block is a linear bottleneck without skip: its first op, a 1×1
@@ -603,7 +622,9 @@ def maxpool_gap(a):
 
 def fp32_measure(case, phase):
     """In a child process (trunk_golden.fp32_runs): torch float32's decision inputs and gradient
-    summaries."""
+    summaries; for Y400_DX, its input gradient."""
+    if case == Y400_DX:
+        return {"dx": input_gradient(y400(), y400_input(phase)).numpy()}
     x = inputs(N_IMAGES, SIZE, phase)
     out = {"decisions": [a.numpy() for _, a in decisions(build(CASES[case]), x)]}
     m = build(CASES[case])
@@ -614,6 +635,9 @@ def fp32_measure(case, phase):
 
 SEARCH = PhaseSearch(__file__, lambda case: build(CASES[case]), lambda case, phase: inputs(N_IMAGES, SIZE, phase),
                      maxpool_gap, SEARCH_PHASES, MIN_BAND_MARGIN)
+# Only its band margins are used (choose_y400_phase): no phase reaches MIN_BAND_MARGIN.
+Y400_SEARCH = PhaseSearch(__file__, lambda case: y400(), lambda case, phase: y400_input(phase), maxpool_gap,
+                          SEARCH_PHASES, MIN_BAND_MARGIN)
 
 
 def grad_case(case, phase, runs):
@@ -653,6 +677,47 @@ def vissl_name_of_torchvision(name):
         if rest.startswith(tv):
             rest = classy + rest[len(tv):]
     return f"_feature_blocks.res{int(stage[len('block'):]) + 1}.{block}.{rest}"
+
+
+def y400():
+    """regnet_y_400mf with the formula's values (float32)."""
+    return build(PRESETS["regnet_y_400mf"])
+
+
+def y400_input(phase):
+    return inputs(Y400_DX_IMAGES, Y400_DX_SIZE, phase)
+
+
+def y400_dx(phase):
+    """(the float64 input gradient, torch float32's own error on it under every cap of ISAS)."""
+    exact = input_gradient(y400().double(), y400_input(phase).double())
+    runs = fp32_runs(__file__, {Y400_DX: phase})[Y400_DX]
+    return exact, dx_floor(exact, [r["dx"] for r in runs])
+
+
+def choose_y400_phase():
+    """The phase of 0..SEARCH_PHASES−1 with the largest band margin here whose input gradient
+    torch float32 gets within DX_FLOOR_MAX under every cap of ISAS (see Y400_DX_IMAGES)."""
+    margins = Y400_SEARCH.margins(Y400_DX, range(SEARCH_PHASES))
+    for phase in sorted(margins, key=lambda p: (-margins[p], p)):
+        floor = y400_dx(phase)[1]
+        print(f"{Y400_DX}: phase {phase}: band margin {margins[phase]:.2f} here, input gradient's float32 "
+              f"error {floor:.3g} under every cap")
+        if floor <= DX_FLOOR_MAX:
+            return phase
+    raise SystemExit(f"{Y400_DX}: no phase of 0..{SEARCH_PHASES - 1} keeps the input gradient's float32 error "
+                     f"within {DX_FLOOR_MAX}")
+
+
+def save_y400_dx():
+    """regnet_y400_dx and regnet_y400_dx_phase (the committed phase, else chosen)."""
+    phase = golden.kept_choice("nn", f"regnet_{Y400_DX}_phase.npy", choose_y400_phase)
+    exact, floor = y400_dx(phase)
+    assert floor <= DX_FLOOR_MAX, f"{Y400_DX}: torch float32's own error {floor:.3g} at phase {phase}"
+    save(Y400_DX, exact)
+    save(f"{Y400_DX}_phase", [phase])
+    print(f"{Y400_DX}: {tuple(exact.shape)} at phase {phase}, torch float32's own error {floor:.3g} under every "
+          f"cap (at most {DX_FLOOR_MAX})")
 
 
 def write_torchvision(case):
@@ -817,6 +882,7 @@ def main():
     m = build(PRESETS["regnet_y_400mf"])
     save_names("y400", m)
     save("y400_feat_eval", eval_features(m, inputs(2, 64)))
+    save_y400_dx()
     m = build(PRESETS["regnet_y_16gf"])  # a large preset: VISSL's SwAV RegNet, 80M parameters
     save_names("y16", m)
     save("y16_feat_eval", eval_features(m, inputs(1, 32)))

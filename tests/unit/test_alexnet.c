@@ -18,7 +18,9 @@
  *     float64 reference, per parameter within FLOOR_FACTOR × max(GRAD_TOL, torch float32's own error)
  *     as test_regnet.c measures them; the input gradient (alexnet_set_input_grad) within
  *     max(GRAD_TOL, FLOOR_FACTOR × torch float32's error);
- *   - rotnet and bvlc at 224 px: the eval features (2 × 9216, 2 × 6400) and out_dim;
+ *   - rotnet and bvlc at 224 px: the eval features (2 × 9216, 2 × 6400) and out_dim, and the input
+ *     gradient of one image in training (its 4 × 4 tile sums and its 32 × 32 centre window, relative
+ *     GRAD_TOL each);
  *   - gradients accumulate (two backwards give twice the gradients) and a planned step allocates
  *     nothing;
  *   - a config with MODEL.TRUNK.NAME alexnet_rotnet builds the model with VISSL's names and refuses a
@@ -392,6 +394,85 @@ static void check_large(const char *kase, int64_t out_dim)
 
 Test(alexnet, rotnet_224_eval_features_match_vissl, .timeout = 60) { check_large("rotnet224", 9216); }
 Test(alexnet, bvlc_224_eval_features_match_vissl, .timeout = 60) { check_large("bvlc224", 6400); }
+
+/* The large cases' input gradient is committed as two summaries (make_alexnet_fixtures.py's DX_TILE,
+ * DX_CENTRE): its sums over non-overlapping DX_TILE × DX_TILE tiles, and the gradient itself in the
+ * DX_CENTRE_SIDE × DX_CENTRE_SIDE window from row and column DX_CENTRE_FROM (the centre of 224 px). */
+#define DX_TILE 4
+#define DX_CENTRE_FROM 96
+#define DX_CENTRE_SIDE 32
+
+/* The tile sums of an N × C × H × W gradient g (summed in double), N × C × H/DX_TILE × W/DX_TILE
+ * (*count values). */
+static float *tile_sums(const float *g, const eng_shape *s, size_t *count)
+{
+    const int64_t nc = s->dim[0] * s->dim[1], h = s->dim[2], w = s->dim[3], th = h / DX_TILE, tw = w / DX_TILE;
+    *count = (size_t)(nc * th * tw);
+    float *out = xmalloc(*count * sizeof *out);
+    for (int64_t p = 0; p < nc; p++)
+        for (int64_t ty = 0; ty < th; ty++)
+            for (int64_t tx = 0; tx < tw; tx++) {
+                double sum = 0.0;
+                for (int64_t y = ty * DX_TILE; y < (ty + 1) * DX_TILE; y++)
+                    for (int64_t xx = tx * DX_TILE; xx < (tx + 1) * DX_TILE; xx++)
+                        sum += g[(p * h + y) * w + xx];
+                out[(p * th + ty) * tw + tx] = (float)sum;
+            }
+    return out;
+}
+
+/* The centre window of an N × C × H × W gradient g, N × C × DX_CENTRE_SIDE × DX_CENTRE_SIDE (*count
+ * values). */
+static float *centre_window(const float *g, const eng_shape *s, size_t *count)
+{
+    const int64_t nc = s->dim[0] * s->dim[1], h = s->dim[2], w = s->dim[3];
+    *count = (size_t)(nc * DX_CENTRE_SIDE * DX_CENTRE_SIDE);
+    float *out = xmalloc(*count * sizeof *out);
+    for (int64_t p = 0; p < nc; p++)
+        for (int64_t y = 0; y < DX_CENTRE_SIDE; y++) {
+            const float *row = g + (p * h + DX_CENTRE_FROM + y) * w + DX_CENTRE_FROM;
+            memcpy(out + (p * DX_CENTRE_SIDE + y) * DX_CENTRE_SIDE, row, DX_CENTRE_SIDE * sizeof *out);
+        }
+    return out;
+}
+
+/* A large case's input gradient: one train-mode forward of ONE image (input phase 0), the backward
+ * of L = Σ feat·r, and the gradient's tile sums and centre window against KASE_dx_tiles and
+ * KASE_dx_centre (relative GRAD_TOL each). */
+static void check_large_input_grad(const char *kase)
+{
+    alexnet_case c = load_case(kase);
+    c.n = 1; /* the fixtures' gradient is of one image (alexnet_cases.txt's n is the features') */
+    eng_backend *be = nnt_open_cpu();
+    alexnet *net = make(be, c.variant);
+    eng_tensor x = tt_input(be, case_input_shape(&c), 0);
+    alexnet_set_input_grad(be, net, true);
+    alexnet_plan(be, net, &x.shape);
+    const eng_tensor *feat = alexnet_forward(be, net, &x, true);
+    eng_tensor r = tt_upstream(be, feat->shape);
+    eng_params_zero_grad(be, alexnet_param_table(net));
+    alexnet_backward(be, net, &r);
+    const eng_tensor *dx = alexnet_input_grad(net);
+    cr_assert(dx, "%s: no input gradient after the backward", kase);
+    cr_assert(x.shape.dim[2] % DX_TILE == 0 && x.shape.dim[2] >= DX_CENTRE_FROM + DX_CENTRE_SIDE, "%s", kase);
+    float *g = nnt_download(be, dx);
+    size_t nsums, ncentre;
+    float *sums = tile_sums(g, &x.shape, &nsums), *centre = centre_window(g, &x.shape, &ncentre);
+    tt_expect_array_n(TRUNK, sums, nsums, kase, "dx_tiles", GRAD_TOL);
+    tt_expect_array_n(TRUNK, centre, ncentre, kase, "dx_centre", GRAD_TOL);
+    free(centre);
+    free(sums);
+    free(g);
+    eng_tensor_free(be, &r);
+    eng_tensor_free(be, &x);
+    alexnet_free(be, net);
+    eng_backend_close(be);
+}
+
+/* rotnet (BN) and bvlc (LRN, groups, no BN) at 224 px in training: the input gradient's tile sums
+ * and centre window against VISSL's float64 ones. */
+Test(alexnet, rotnet_224_input_gradient_matches_vissl, .timeout = 120) { check_large_input_grad("rotnet224"); }
+Test(alexnet, bvlc_224_input_gradient_matches_vissl, .timeout = 120) { check_large_input_grad("bvlc224"); }
 
 /* ---- accumulation, memory ------------------------------------------------------------------------ */
 

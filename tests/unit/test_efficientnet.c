@@ -18,7 +18,7 @@
  *     35 px: a symmetric/asymmetric mix) against a float64 reference, per parameter within
  *     FLOOR_FACTOR × max(GRAD_TOL, torch float32's own error) as test_resnet.c measures them, and
  *     the stem weight's whole gradient and the input's (relative GRAD_TOL); B0's eval features at
- *     224 px;
+ *     224 px, and its input gradient in training at 64 px (drop-connect and dropout off);
  *   - gradients accumulate and a second step allocates nothing;
  *   - drop-connect and dropout in training: a block with a skip keeps each sample's branch with
  *     probability 1 − rate·i/B (binomial bound over 4096 samples per block, block i) and scales a
@@ -350,6 +350,42 @@ Test(efficientnet, b0_eval_features_match_classyvision, .timeout = 60)
     tt_expect_array(TRUNK, f, "b0", "feat_eval", FWD_TOL);
     cr_expect_eq(efficientnet_out_dim(net), 1280);
     free(f);
+    eng_tensor_free(be, &x);
+    efficientnet_free(be, net);
+    eng_backend_close(be);
+}
+
+/* B0 in training without its random masks: efficientnet_b0's arguments, but drop_connect_rate 0 and
+ * dropout_rate 0 so that no drop-connect or dropout mask enters the forward (and resolution 64, the
+ * input's size, as ClassyVision's Conv2dSamePadding needs; selfsup takes it from the input). */
+static efficientnet_options b0_without_masks(void)
+{
+    efficientnet_options o = efficientnet_defaults();
+    cr_assert_eq(efficientnet_preset("B0", &o), 0);
+    o.drop_connect_rate = 0.0, o.dropout_rate = 0.0, o.resolution = 64;
+    return o;
+}
+
+/* B0 (no drop-connect or dropout) in training, 4 images of 64 px at input phase 0 (why 4:
+ * make_efficientnet_fixtures.py's B0_TRAIN): one train-mode forward, the backward of L = Σ feat·r,
+ * and the gradient with respect to the input against ClassyVision's float64 one
+ * (efficientnet_b0_dx, relative GRAD_TOL). */
+Test(efficientnet, b0_input_gradient_matches_classyvision, .timeout = 120)
+{
+    efficientnet_options o = b0_without_masks();
+    eng_backend *be = nnt_open_cpu();
+    efficientnet *net = make(be, &o);
+    eng_tensor x = make_input(be, 4, 64);
+    efficientnet_set_input_grad(be, net, true);
+    efficientnet_plan(be, net, &x.shape);
+    const eng_tensor *feat = efficientnet_forward(be, net, &x, true);
+    eng_tensor r = tt_upstream(be, feat->shape);
+    eng_params_zero_grad(be, efficientnet_param_table(net));
+    efficientnet_backward(be, net, &r);
+    float *dx = nnt_download(be, efficientnet_input_grad(net));
+    tt_expect_array_n(TRUNK, dx, (size_t)eng_numel(&x.shape), "b0", "dx", GRAD_TOL);
+    free(dx);
+    eng_tensor_free(be, &r);
     eng_tensor_free(be, &x);
     efficientnet_free(be, net);
     eng_backend_close(be);

@@ -12,7 +12,7 @@
  *   - forward (eval and train), the BN running statistics, and the backward's gradients of the
  *     four cases against a float64 reference, per parameter within FLOOR_FACTOR × max(GRAD_TOL,
  *     torch float32's own error) as test_resnet.c measures them, and the input's gradient
- *     (relative GRAD_TOL); regnet_y_400mf's eval features;
+ *     (relative GRAD_TOL); regnet_y_400mf's eval features and, in training, its input gradient;
  *   - gradients accumulate and a second step allocates nothing;
  *   - a config with MODEL.TRUNK.NAME regnet builds the model, with VISSL's feature names, and
  *     VISSL's SwAV model files for RegNets compose;
@@ -306,6 +306,41 @@ static void check_preset_features(const char *name, const char *tag, int n, int 
 }
 
 Test(regnet, y400_eval_features_match_classyvision) { check_preset_features("regnet_y_400mf", "y400", 2, 64, 440); }
+
+/* A preset's input gradient: one train-mode forward of n images of `size` px (the input phase of
+ * TAG_dx_phase.npy), the backward of L = Σ feat·r, and the gradient with respect to the input
+ * against TAG_dx (relative GRAD_TOL). */
+static void check_preset_input_grad(const char *name, const char *tag, int n, int size)
+{
+    regnet_options o = regnet_defaults();
+    regnet_preset(name, &o);
+    eng_backend *be = nnt_open_cpu();
+    regnet *net = make(be, &o);
+    char *phase_of = xasprintf("%s_dx", tag);
+    eng_tensor x = make_input(be, n, size, tt_fixture_phase(TRUNK, phase_of));
+    free(phase_of);
+    regnet_set_input_grad(be, net, true);
+    regnet_plan(be, net, &x.shape);
+    const eng_tensor *feat = regnet_forward(be, net, &x, true);
+    eng_tensor r = tt_upstream(be, feat->shape);
+    eng_params_zero_grad(be, regnet_param_table(net));
+    regnet_backward(be, net, &r);
+    float *dx = nnt_download(be, regnet_input_grad(net));
+    tt_expect_array_n(TRUNK, dx, (size_t)eng_numel(&x.shape), tag, "dx", GRAD_TOL);
+    free(dx);
+    eng_tensor_free(be, &r);
+    eng_tensor_free(be, &x);
+    regnet_free(be, net);
+    eng_backend_close(be);
+}
+
+/* regnet_y_400mf (ClassyVision's defaults) in training, 4 images of 64 px: the input gradient
+ * against ClassyVision's float64 one (regnet_y400_dx; why 4 images and which phase:
+ * make_regnet_fixtures.py's Y400_DX). */
+Test(regnet, y400_input_gradient_matches_classyvision, .timeout = 120)
+{
+    check_preset_input_grad("regnet_y_400mf", "y400", 4, 64);
+}
 
 /* A large preset: VISSL's SwAV RegNet, 80 M parameters, one 32 px image. */
 Test(regnet, y16gf_eval_features_match_classyvision, .timeout = 120)
