@@ -5,6 +5,7 @@
  *   trunk_bench --depth 50 --size 224 --batch 16 [--small-stem] [--threads N] [--reps N]
  *   trunk_bench --regnet regnet_y_400mf --size 224 --batch 16 [--threads N] [--reps N]
  *   trunk_bench --efficientnet B0 --size 224 --batch 16 [--threads N] [--reps N]
+ *   trunk_bench --alexnet rotnet --size 224 --batch 64 [--threads N] [--reps N]
  *
  * Prints "trunk_bench MODE images_per_second" for MODE = train (forward in train mode +
  * backward into the gradient buffer; no optimizer step on either side) and infer (forward in
@@ -24,6 +25,7 @@ typedef struct {
     bool small_stem;
     const char *regnet;       /* a ClassyVision preset, or NULL */
     const char *efficientnet; /* an EfficientNet model_version, or NULL */
+    const char *alexnet;      /* an AlexNet variant (rotnet, bvlc, ...), or NULL */
 } options;
 
 static int cmp_double(const void *a, const void *b)
@@ -57,7 +59,8 @@ static options parse(int argc, char **argv)
         {"batch", required_argument, NULL, 'b'}, {"threads", required_argument, NULL, 't'},
         {"reps", required_argument, NULL, 'r'},  {"small-stem", no_argument, NULL, 'S'},
         {"regnet", required_argument, NULL, 'g'},
-        {"efficientnet", required_argument, NULL, 'e'}, {NULL, 0, NULL, 0}};
+        {"efficientnet", required_argument, NULL, 'e'}, {"alexnet", required_argument, NULL, 'a'},
+        {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -69,7 +72,9 @@ static options parse(int argc, char **argv)
         case 'S': o.small_stem = true; break;
         case 'g': o.regnet = optarg; break;
         case 'e': o.efficientnet = optarg; break;
-        default: fprintf(stderr, "usage: trunk_bench [--depth N | --regnet NAME | --efficientnet B0..B7] [--size N] [--batch N] "
+        case 'a': o.alexnet = optarg; break;
+        default: fprintf(stderr, "usage: trunk_bench [--depth N | --regnet NAME | --efficientnet B0..B7 | --alexnet VARIANT] "
+                                 "[--size N] [--batch N] "
                                  "[--threads N] [--reps N] [--small-stem]\n");
                  exit(2);
         }
@@ -97,6 +102,17 @@ static trunk_options trunk_of(const options *o)
             fprintf(stderr, "trunk_bench: no EfficientNet %s\n", o->efficientnet);
             exit(2);
         }
+    }
+    if (o->alexnet) {
+        char *name = xasprintf("alexnet_%s", o->alexnet);
+        int v = alexnet_variant_by_name(name);
+        free(name);
+        if (v < 0) {
+            fprintf(stderr, "trunk_bench: no AlexNet %s\n", o->alexnet);
+            exit(2);
+        }
+        t.kind = TRUNK_ALEXNET;
+        t.alexnet = (alexnet_variant)v;
     }
     return t;
 }

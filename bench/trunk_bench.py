@@ -4,6 +4,7 @@
 ResNets are torchvision's resnetD; RegNets torchvision's regnet_* (the same network as
 ClassyVision's where their widths agree, which they do for the presets benchmarked: see
 tests/golden/fixtures/nn/regnet_presets_torchvision.txt), without the classifier.
+AlexNets are VISSL's rotnet and bvlc trunks, written out here (torchvision's alexnet is neither).
 EfficientNets are torchvision's efficientnet_bN features + pooling + dropout: ClassyVision's
 network but for the padding (symmetric (k − 1)/2 where ClassyVision pads TensorFlow's "same",
 one pixel more at the bottom/right of its stride-2 convs: the same work within a pixel row) and
@@ -19,9 +20,30 @@ import time
 
 import torch
 import torchvision
+from torch import nn
 
 
-def trunk(depth, small_stem, regnet, efficientnet=None):
+def alexnet(variant):
+    """VISSL's alexnet_rotnet or alexnet_bvlc (torchvision's alexnet is neither), to flatten."""
+    def conv(i, o, k, s, p, groups=1, bn=True):
+        return [nn.Conv2d(i, o, k, s, p, groups=groups), *([nn.BatchNorm2d(o)] if bn else []), nn.ReLU(inplace=True)]
+    pool = nn.MaxPool2d(3, 2)
+    if variant == "rotnet":
+        layers = (conv(3, 64, 11, 4, 2) + [pool] + conv(64, 192, 5, 1, 2) + [pool] + conv(192, 384, 3, 1, 1) +
+                  conv(384, 256, 3, 1, 1) + conv(256, 256, 3, 1, 1) + [pool])
+    elif variant == "bvlc":
+        lrn = nn.LocalResponseNorm(5, alpha=1e-4, beta=0.75)
+        layers = (conv(3, 96, 11, 4, 0, bn=False) + [lrn, pool] + conv(96, 256, 5, 1, 2, 2, False) + [lrn, pool] +
+                  conv(256, 384, 3, 1, 1, bn=False) + conv(384, 384, 3, 1, 1, 2, False) +
+                  conv(384, 256, 3, 1, 1, 2, False) + [pool])
+    else:
+        raise SystemExit(f"trunk_bench.py: no AlexNet {variant} here (rotnet, bvlc)")
+    return nn.Sequential(*layers, nn.Flatten())
+
+
+def trunk(depth, small_stem, regnet, efficientnet=None, alexnet_variant=None):
+    if alexnet_variant:
+        return alexnet(alexnet_variant)
     if efficientnet:
         net = getattr(torchvision.models, f"efficientnet_{efficientnet.lower()}")()
         net.classifier = torch.nn.Sequential(net.classifier[0])  # the dropout, not the fc
@@ -58,10 +80,11 @@ def main():
     ap.add_argument("--small-stem", action="store_true")
     ap.add_argument("--regnet", default=None)
     ap.add_argument("--efficientnet", default=None)
+    ap.add_argument("--alexnet", default=None)
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    net = trunk(a.depth, a.small_stem, a.regnet, a.efficientnet)
+    net = trunk(a.depth, a.small_stem, a.regnet, a.efficientnet, a.alexnet)
     x = torch.rand(a.batch, 3, a.size, a.size) * 2 - 1
 
     def train():

@@ -5,7 +5,7 @@
 # 32 px through the ImageNet stem, batch 256 (the quickstarts' trunk; res5 is a 1 × 1 map), and
 # RegNetY-400MF at 224 batch 16 (torchvision's regnet_y_400mf is ClassyVision's network), and
 # EfficientNet-B0 at 224 batch 16 (torchvision's efficientnet_b0: bench/trunk_bench.py says how
-# it differs from ClassyVision's).
+# it differs from ClassyVision's), and VISSL's RotNet and BVLC AlexNets at batch 64.
 # train = forward (train mode) + backward, no optimizer step on either side; infer = eval
 # forward. TRUNKS_ROUNDS rounds (default 3) alternate the two sides; prints a Markdown table
 # with the median images/s and the median ratio = selfsup / PyTorch (> 1: faster), and the
@@ -60,3 +60,5 @@ run "ResNet-18 small stem, 32 px, batch 128" --depth 18 --size 32 --batch 128 --
 run "ResNet-18, 32 px, batch 256" --depth 18 --size 32 --batch 256
 run "RegNetY-400MF, 224 px, batch 16" --regnet regnet_y_400mf --size 224 --batch 16
 run "EfficientNet-B0, 224 px, batch 16" --efficientnet B0 --size 224 --batch 16
+run "AlexNet (RotNet's), 224 px, batch 64" --alexnet rotnet --size 224 --batch 64
+run "AlexNet (BVLC's), 227 px, batch 64" --alexnet bvlc --size 227 --batch 64

@@ -47,21 +47,6 @@ typedef struct {
     bool json, listdir_order;
 } imagenet_args;
 
-typedef struct {
-    char **v;
-    size_t n;
-} names;
-
-static void names_free(names *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-    *l = (names){0};
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static void usage(FILE *f)
 {
     fputs("usage: selfsup dataset imagenet SRC DST [--generate-json] [--listdir-order]\n"
@@ -72,7 +57,7 @@ static void usage(FILE *f)
 }
 
 /* The entries of dir but . and .. (os.listdir), in readdir order or sorted. */
-static int list_dir(const char *dir, bool sorted, names *out, char **err)
+static int list_dir(const char *dir, bool sorted, strlist *out, char **err)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -80,34 +65,32 @@ static int list_dir(const char *dir, bool sorted, names *out, char **err)
     struct dirent *e;
     while ((e = readdir(d)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            out->v = xrealloc(out->v, (out->n + 1) * sizeof *out->v);
-            out->v[out->n++] = xstrdup(e->d_name);
+            strlist_push(out, xstrdup(e->d_name));
         }
     closedir(d);
     if (sorted)
-        qsort(out->v, out->n, sizeof *out->v, cmp_str);
+        strlist_sort(out);
     return 0;
 }
 
 /* The split's classes: its folders, in the chosen order (other entries skipped, warned). */
-static int list_classes(const char *split_dir, bool sorted, names *classes, char **err)
+static int list_classes(const char *split_dir, bool sorted, strlist *classes, char **err)
 {
-    names all = {0};
+    strlist all = {0};
     if (list_dir(split_dir, sorted, &all, err) != 0)
         return -1;
     for (size_t i = 0; i < all.n; i++) {
         char *path = path_join(split_dir, all.v[i]);
         struct stat st;
         if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-            classes->v = xrealloc(classes->v, (classes->n + 1) * sizeof *classes->v);
-            classes->v[classes->n++] = all.v[i];
+            strlist_push(classes, all.v[i]);
             all.v[i] = NULL;
         } else {
             log_warn("imagenet: %s is not a class folder: skipped", path);
         }
         free(path);
     }
-    names_free(&all);
+    strlist_free(&all);
     return 0;
 }
 
@@ -128,25 +111,23 @@ static int write_targets(const char *path, char **ids, const int64_t *labels, si
 }
 
 /* One split's files; its classes, in their numbers' order, in *classes. */
-static int write_split(const imagenet_args *a, const char *split, names *classes_out, char **err)
+static int write_split(const imagenet_args *a, const char *split, strlist *classes_out, char **err)
 {
     char *split_dir = xasprintf("%s/%s", a->src, split);
-    names classes = {0}, paths = {0}, ids = {0};
+    strlist classes = {0}, paths = {0}, ids = {0};
     int64_t *labels = NULL;
     int rc = list_classes(split_dir, !a->listdir_order, &classes, err);
     for (size_t c = 0; rc == 0 && c < classes.n; c++) {
         char *class_dir = xasprintf("%s/%s", split_dir, classes.v[c]);
-        names images = {0};
+        strlist images = {0};
         rc = list_dir(class_dir, !a->listdir_order, &images, err);
         for (size_t i = 0; rc == 0 && i < images.n; i++) {
-            paths.v = xrealloc(paths.v, (paths.n + 1) * sizeof *paths.v);
-            ids.v = xrealloc(ids.v, (ids.n + 1) * sizeof *ids.v);
             labels = xrealloc(labels, (paths.n + 1) * sizeof *labels);
-            paths.v[paths.n] = xasprintf("%s/%s", class_dir, images.v[i]);
-            ids.v[ids.n++] = xasprintf("%s/%s", classes.v[c], images.v[i]);
-            labels[paths.n++] = (int64_t)c;
+            labels[paths.n] = (int64_t)c;
+            strlist_push(&paths, xasprintf("%s/%s", class_dir, images.v[i]));
+            strlist_push(&ids, xasprintf("%s/%s", classes.v[c], images.v[i]));
         }
-        names_free(&images);
+        strlist_free(&images);
         free(class_dir);
     }
     char *images_npy = xasprintf("%s/%s_images.npy", a->dst, split), *labels_npy = xasprintf("%s/%s_labels.npy", a->dst, split);
@@ -163,12 +144,12 @@ static int write_split(const imagenet_args *a, const char *split, names *classes
     if (rc == 0)
         log_info("imagenet: %s: %zu images of %zu classes -> %s", split, paths.n, classes.n, images_npy);
     *classes_out = classes;
-    names_free(&paths), names_free(&ids);
+    strlist_free(&paths), strlist_free(&ids);
     free(labels), free(images_npy), free(labels_npy), free(split_dir);
     return rc;
 }
 
-static bool same_names(const names *a, const names *b)
+static bool same_names(const strlist *a, const strlist *b)
 {
     if (a->n != b->n)
         return false;
@@ -199,14 +180,14 @@ int cmd_dataset_imagenet(int argc, char **argv)
     if (rc)
         return rc;
     char *err = NULL;
-    names train = {0}, val = {0};
+    strlist train = {0}, val = {0};
     rc = make_dirs(a.dst, 0777, &err);
     if (rc == 0)
         rc = write_split(&a, "train", &train, &err) || write_split(&a, "val", &val, &err) ? -1 : 0;
     if (rc == 0 && !same_names(&train, &val))
         log_warn("imagenet: train has %zu classes and val %zu, or not in the same order: each split numbers its own "
                  "(as VISSL's script), so a class's number may differ between them", train.n, val.n);
-    names_free(&train), names_free(&val);
+    strlist_free(&train), strlist_free(&val);
     if (rc == 0)
         rc = write_filelist_catalog(a.dst, "imagenet1k_filelist", "train", "val", &err);
     if (rc != 0) {

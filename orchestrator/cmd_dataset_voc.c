@@ -44,11 +44,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-typedef struct {
-    char **v;
-    size_t n;
-} strlist;
-
 /* One split: its class lists (sorted) and what they say. */
 typedef struct {
     const char *name;  /* "train", "val", "test" */
@@ -56,22 +51,6 @@ typedef struct {
     strlist ids;       /* image ids, sorted */
     int32_t *labels;   /* ids.n × lists.n */
 } voc_split;
-
-static void strlist_push(strlist *l, char *s)
-{
-    l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
-    l->v[l->n++] = s;
-}
-
-static void strlist_free(strlist *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-    *l = (strlist){0};
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static void usage(FILE *f)
 {
@@ -106,7 +85,7 @@ static int find_lists(const char *dir, const char *suffix, strlist *out, char **
         if (is_class_list(e->d_name, suffix))
             strlist_push(out, path_join(dir, e->d_name));
     closedir(d);
-    qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    strlist_sort(out);
     return 0;
 }
 

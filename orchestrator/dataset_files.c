@@ -51,6 +51,24 @@ static size_t fsdecode(const char *s, uint32_t *out)
 }
 
 /* numpy.save of a 1-d '<U' array of these strings (format 1.0, header padded as numpy does). */
+void strlist_push(strlist *l, char *s)
+{
+    l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
+    l->v[l->n++] = s;
+}
+
+void strlist_free(strlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    *l = (strlist){0};
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+void strlist_sort(strlist *l) { qsort(l->v, l->n, sizeof *l->v, cmp_str); }
+
 int write_unicode_npy(const char *path, char **strings, size_t count, char **err)
 {
     size_t width = 1;

@@ -10,6 +10,18 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* A growable list of owned strings (file names, paths, ids). */
+typedef struct {
+    char **v;
+    size_t n;
+} strlist;
+/* Append s (taken over). */
+void strlist_push(strlist *l, char *s);
+/* Free every string and the list; it is empty again. */
+void strlist_free(strlist *l);
+/* Sort in strcmp order (Python's sorted() of str, for UTF-8). */
+void strlist_sort(strlist *l);
+
 /* numpy.save of a 1-d '<U' array of these strings (format 1.0, header padded as numpy does;
  * each string's code points as Python's os.fsdecode sees the bytes), written atomically. */
 int write_unicode_npy(const char *path, char **strings, size_t count, char **err);
