@@ -181,8 +181,8 @@ static int32_t *label_rows(const json_t *root, const coco_image *im, size_t n, s
                 continue;
             long col = column_of(cats, json_integer_value(json_object_get(ann, "category_id")));
             if (col < 0) {
-                free(refs), free(labels);
                 report_failure(err, "annotation %zu names a category that is not in the file", refs[a].index);
+                free(refs), free(labels);
                 return NULL;
             }
             labels[im[i].row * nc + (size_t)col] = 1;

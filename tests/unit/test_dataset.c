@@ -542,7 +542,8 @@ Test(dataset, coco_files_are_vissls_byte_for_byte, .timeout = 60)
     rm_tree(dir);
 }
 
-/* No train or val instance file, or one that is not JSON: exit 1 naming the file; usage: 2. */
+/* No train or val instance file, one that is not JSON, or an annotation of a category the file
+ * does not list: exit 1 naming the file or the annotation; usage: 2. */
 Test(dataset, coco_refusals)
 {
     char *dir = test_make_tmpdir();
@@ -554,6 +555,12 @@ Test(dataset, coco_refusals)
     expect_dataset_exit(1, "instances_val2014.json",
                         xasprintf("coco2014 '%s/none' '%s/out' --train-images t --val-images v", dir, dir));
     expect_dataset_exit(2, "usage: selfsup dataset coco2014", xstrdup("coco2014 a b --train-images t"));
+    shell_ok(xasprintf("mkdir -p '%s/c' && echo '{\"images\": [{\"id\": 1, \"file_name\": \"a.jpg\", \"width\": 9, "
+                       "\"height\": 9}], \"annotations\": [{\"image_id\": 1, \"category_id\": 5, \"bbox\": [1, 1, 4, 4], "
+                       "\"area\": 16}], \"categories\": [{\"id\": 1, \"name\": \"x\"}]}' > '%s/c/instances_val2014.json'",
+                       dir, dir));
+    expect_dataset_exit(1, "annotation 0 names a category that is not in the file",
+                        xasprintf("coco2014 '%s/c' '%s/out' --train-images t --val-images v", dir, dir));
     rm_tree(dir);
 }
 
