@@ -67,7 +67,11 @@ void strlist_free(strlist *l)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-void strlist_sort(strlist *l) { qsort(l->v, l->n, sizeof *l->v, cmp_str); }
+void strlist_sort(strlist *l)
+{
+    if (l->n > 1) /* qsort must not get NULL, even for nothing to sort */
+        qsort(l->v, l->n, sizeof *l->v, cmp_str);
+}
 
 int write_unicode_npy(const char *path, char **strings, size_t count, char **err)
 {
