@@ -27,7 +27,8 @@ void strlist_sort(strlist *l);
 int write_unicode_npy(const char *path, char **strings, size_t count, char **err);
 /* `text` as the whole of `path`, atomically. 0, or -1 with *err. */
 int write_text_atomic(const char *path, const char *text, char **err);
-/* `s` as Python's json.dump writes a string: quoted, escaped, non-ASCII as \uXXXX (new). */
+/* `s` as Python's json.dump writes a string: quoted, escaped, non-ASCII as \uXXXX; the
+   caller frees the returned string. */
 char *py_json_string(const char *s);
 /* The JSON array [a, b]: a catalog split's data and label paths. */
 json_t *catalog_pair(const char *a, const char *b);

@@ -44,6 +44,7 @@ import torch.nn as nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_heads_fixtures as H  # noqa: E402
 import make_resnet_fixtures as R  # noqa: E402
+import trunk_golden as T  # noqa: E402  (the names-file writer shared with the trunk fixtures)
 import golden  # noqa: E402  (tests/golden/golden.py: where fixtures go, how arrays are saved)
 
 OUT = golden.out_dir("nn")
@@ -159,16 +160,6 @@ def upstream(k, shape):
 
 def save(kase, name, arr):
     golden.save_f32(os.path.join(OUT, f"model_{kase}_{name}.npy"), arr)
-
-
-def save_names(kase, model):
-    params = dict(model.named_parameters())
-    with open(os.path.join(OUT, f"model_{kase}_names.txt"), "w") as f:
-        for name, t in model.state_dict().items():
-            if name.endswith("num_batches_tracked"):
-                continue
-            kind = "param" if name in params else "buffer"
-            f.write(f"{name} {kind} {','.join(str(d) for d in t.shape)}\n")
 
 
 def relu_margin(model, run):
@@ -303,7 +294,7 @@ def finish(kase, model, make_run, train, trunk_trains=True):
         save(kase, "flip_floor", flip_floor(model32, make_run, phase, train))
     save(kase, "stats", [[m.running_mean.sum().item(), m.running_var.sum().item()]
                          for m in model.modules() if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d))])
-    save_names(kase, model)
+    T.save_names("model", kase, model)
 
 
 def swav_multires():
