@@ -579,7 +579,14 @@ static bool check_selfsup(checker *ck)
            check_range(ck, "SELFSUP.RING.SLOT_BYTES", 0, DBL_MAX, "must be 0 (sized from the batch) or a number of "
                                                                   "bytes") &&
            check_range(ck, "SELFSUP.MAX_INVALID_IMAGES_SHARE", 0, 1,
-                       "must be a share from 0 to 1 (1: invalid images are only reported)");
+                       "must be a share from 0 to 1 (1: invalid images are only reported)") &&
+           check_range(ck, "SELFSUP.FARM.HOST_TIMEOUT_S", DBL_TRUE_MIN, DBL_MAX,
+                       "must be a number of seconds > 0 (a farm host silent this long is lost)") &&
+           check_range(ck, "SELFSUP.FARM.DATA_PORT", 1, 65535, "must be a tcp port, 1 to 65535") &&
+           check_range(ck, "SELFSUP.FARM.LEASE_PORT", 1, 65535, "must be a tcp port, 1 to 65535") &&
+           check_range(ck, "SELFSUP.FARM.WORKERS", 0, 4096, "must be 0 (DATA.NUM_DATALOADER_WORKERS) to 4096") &&
+           check_range(ck, "SELFSUP.FARM.LEASE_SAMPLES", 0, DBL_MAX, "must be 0 (4 batches) or a number of samples") &&
+           check_range(ck, "SELFSUP.FARM.WINDOW_SAMPLES", 0, DBL_MAX, "must be 0 (8 leases) or a number of samples");
 }
 
 /* The control endpoint: "" (ipc in the private run directory), ipc://PATH or tcp://HOST:PORT

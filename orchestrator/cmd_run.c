@@ -43,6 +43,7 @@ typedef struct {
     int n_overrides;
     const char *run_dir;
     int node_rank;
+    topo_role role;
 } run_args;
 
 static void usage(FILE *out)
@@ -55,10 +56,26 @@ static void usage(FILE *out)
           "  --run-dir DIR    where config.yaml and logs/ go (default: SELFSUP.RUN_DIR, else\n"
           "                   runs/DATE-TIME-NAME)\n"
           "  --node-rank N    this node's index in a multi-node run (default: $SLURM_NODEID or 0)\n"
+          "  --role ROLE      all (default): the whole run on this machine; farm: decode and\n"
+          "                   augment for the trainer host (SELFSUP.FARM.TRAINER_HOST), as farm\n"
+          "                   host N of --node-rank N; train: collate and train on this host, fed\n"
+          "                   by the farm hosts (see the README's \"Several machines\")\n"
           "\n"
           "On a terminal a progress line shows each stage's throughput and the ring fill.\n"
           "^C stops every stage cleanly (the trainer finishes its step); a second ^C kills them.\n",
           out);
+}
+
+static int parse_role(const char *name, topo_role *role)
+{
+    static const char *const names[] = {"all", "farm", "train"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i])) {
+            *role = (topo_role)i;
+            return 0;
+        }
+    log_error("--role %s: expected all, farm or train", name);
+    return -1;
 }
 
 static int parse_run_args(int argc, char **argv, run_args *a)
@@ -71,14 +88,16 @@ static int parse_run_args(int argc, char **argv, run_args *a)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--run-dir") || !strcmp(argv[i], "--node-rank")) {
+        if (!strcmp(argv[i], "--run-dir") || !strcmp(argv[i], "--node-rank") || !strcmp(argv[i], "--role")) {
             if (i + 1 >= argc) {
                 log_error("%s needs a value", argv[i]);
                 return EXIT_USAGE;
             }
-            if (argv[i][2] == 'r')
+            if (!strcmp(argv[i], "--role") && parse_role(argv[++i], &a->role) != 0)
+                return EXIT_USAGE;
+            else if (!strcmp(argv[i], "--run-dir"))
                 a->run_dir = argv[++i];
-            else
+            else if (!strcmp(argv[i], "--node-rank"))
                 a->node_rank = atoi(argv[++i]);
         } else if (argv[i][0] == '-') {
             log_error("unknown option '%s'; see selfsup run --help", argv[i]);
@@ -468,19 +487,48 @@ static bool resume_point(const cfg_node *config, const char *engine, topo_option
     return true;
 }
 
+/* The decode farm (--role farm|train): what it does not do yet is refused before anything
+ * starts, naming the key; its tcp endpoints need their keys (every tcp endpoint is CURVE). */
+static bool check_farm(const cfg_node *config, const char *engine, topo_role role)
+{
+    if (role == TOPO_ALL)
+        return true;
+    const char *why = NULL, *key = NULL;
+    if (strcmp(engine, "train"))
+        key = "engine_name", why = "the decode farm feeds training runs (engine_name: train)";
+    else if (cfg_int(config, "DISTRIBUTED.NUM_NODES") != 1 || cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE") != 1)
+        key = "DISTRIBUTED.NUM_PROC_PER_NODE", why = "the decode farm feeds one trainer for now (DISTRIBUTED.NUM_NODES "
+                                                     "and NUM_PROC_PER_NODE 1)";
+    else if (cfg_bool(config, "DATA.TRAIN.ENABLE_QUEUE_DATASET"))
+        key = "DATA.TRAIN.ENABLE_QUEUE_DATASET", why = "the queue of earlier images depends on one decoder's order, "
+                                                       "which a farm does not have";
+    else if (role == TOPO_TRAIN && !*cfg_str(config, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"))
+        key = "SELFSUP.TRANSPORT.SERVER_KEYS_DIR", why = "the trainer host's tcp endpoints need its key directory "
+                                                         "(selfsup keygen DIR --clients NAME:farm.* ...)";
+    else if (role == TOPO_FARM && !*cfg_str(config, "SELFSUP.TRANSPORT.CLIENT_KEY_FILE"))
+        key = "SELFSUP.TRANSPORT.CLIENT_KEY_FILE", why = "a farm host needs its key file (DIR/NAME.key from the "
+                                                         "trainer host's keygen)";
+    if (why)
+        log_error("--role %s: config.%s: %s", role == TOPO_FARM ? "farm" : "train", key, why);
+    return !why;
+}
+
 static int start(cfg_t *cfg, const run_args *a, const char *file, const char *forced_engine)
 {
     const cfg_node *config = cfg_map_get(cfg->root, "config");
     char *bin_dir = exe_dir();
     topo_options topt = {.config_file = file, .overrides = a->overrides, .n_overrides = a->n_overrides,
-                         .node_rank = a->node_rank, .bin_dir = bin_dir ? bin_dir : "."};
+                         .node_rank = a->node_rank, .bin_dir = bin_dir ? bin_dir : ".", .role = a->role};
     const cfg_node *engine = cfg_map_get(cfg->root, "engine_name");
     topology t;
     cfg_err err;
     int status = EXIT_USAGE; /* a stage that cannot be started is a config error: nothing starts */
     const char *engine_name = forced_engine ? forced_engine : engine && engine->kind == CFG_STR ? engine->s : "train";
-    if (!check_data_stages(config, engine_name) || !check_control_keys(config) ||
-        !preflight_engine(config, engine_name) || !resume_point(config, engine_name, &topt, &status)) {
+    /* A farm host trains nothing: no model to check, no checkpoint to resume from. */
+    bool farm_host = a->role == TOPO_FARM;
+    if (!check_farm(config, engine_name, a->role) || !check_data_stages(config, engine_name) ||
+        !check_control_keys(config) || (!farm_host && !preflight_engine(config, engine_name)) ||
+        (!farm_host && !resume_point(config, engine_name, &topt, &status))) {
         free(bin_dir);
         return status;
     }

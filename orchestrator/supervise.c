@@ -27,6 +27,9 @@
 #define TAIL_LINES 12
 #define HELLO_TIMEOUT_S 30.0
 #define FAIL_GRACE_S 1.0
+/* A trainer still running when another stage fails gets this long to finish its step and
+ * write its checkpoint (what it trained is kept), as after ^C. */
+#define TRAINER_GRACE_S STOP_GRACE_S
 #define PEER_GRACE_S 0.5 /* how long a stage that failed because of another may wait for it */
 #define STOP_GRACE_S 30.0
 #define PROGRESS_TTY_S 1.0
@@ -230,6 +233,16 @@ static void report_failure_of(run *r, proc *p, const char *what)
 
 static void drain_control(run *r);
 
+/* How long the survivors of a failure get before SIGKILL: a trainer's checkpoint is worth
+ * the wait (a hung stage is not: heartbeat timeouts keep FAIL_GRACE_S). */
+static double failure_grace(const run *r)
+{
+    for (int i = 0; i < r->n; i++)
+        if (!r->procs[i].exited && !strcmp(r->procs[i].ts->name, "train"))
+            return TRAINER_GRACE_S;
+    return FAIL_GRACE_S;
+}
+
 /* Name a stage that failed on its own, unless the run is already stopping or it said that
  * another stage caused its failure (that one is named instead, or by advance()). A stage sends
  * its final report, which says that, before it exits, but the report can still be on its way
@@ -254,7 +267,7 @@ static void judge_exit(run *r, proc *p)
     char what[128];
     describe_status(wstatus, what, sizeof what);
     report_failure_of(r, p, what);
-    shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+    shut_down(r, EXIT_RUNTIME, failure_grace(r));
 }
 
 static void reap(run *r)
@@ -508,7 +521,7 @@ static void advance(run *r, double now)
             if (p->out_fd >= 0)
                 read_output(p);
             report_failure_of(r, p, "failed");
-            shut_down(r, EXIT_RUNTIME, FAIL_GRACE_S);
+            shut_down(r, EXIT_RUNTIME, failure_grace(r));
         }
     }
     if (r->phase == PHASE_RUNNING && r->opt->heartbeat_timeout_s > 0)

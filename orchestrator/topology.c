@@ -257,6 +257,69 @@ static bool add_chain(topology *t, const cfg_node *config, const chain *c, const
     return true;
 }
 
+/* ---- the decode farm ---------------------------------------------------------------------- */
+
+static char *farm_uri(const cfg_node *config, const char *host_key, const char *port_key, const char *query)
+{
+    return xasprintf("tcp://%s:%lld%s", cfg_str(config, host_key), (long long)cfg_int(config, port_key), query);
+}
+
+/* A farm host: decode (leases from the trainer host) → augment × FARM.WORKERS → tcp to the
+ * trainer host. The decode stage reads the shard of the rank it feeds: the farm feeds one
+ * trainer (refused otherwise, cmd_run). */
+static bool add_farm_host(topology *t, const cfg_node *config, const topo_options *opt, cfg_err *err)
+{
+    int workers = (int)cfg_int(config, "SELFSUP.FARM.WORKERS");
+    if (workers < 1)
+        workers = (int)cfg_int(config, "DATA.NUM_DATALOADER_WORKERS");
+    workers = workers < 1 ? 1 : workers;
+    int decoded = add_ring(t, "decoded", config, 1);
+    int dec = t->n_stages;
+    if (!add_stage(t, config, "decode", 0, 0, 1, -1, decoded, opt, err))
+        return false;
+    char *lease = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", "SELFSUP.FARM.LEASE_PORT", ""),
+         *data = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", "SELFSUP.FARM.DATA_PORT", "?open"),
+         *id = xasprintf("farm.%d", opt->node_rank);
+    stage_add_args(&t->stages[dec], "--lease", lease);
+    stage_add_args(&t->stages[dec], "--lease-id", id);
+    bool ok = true;
+    for (int i = 0; ok && i < workers; i++) {
+        ok = add_stage(t, config, "augment", i, opt->node_rank, 1, decoded, -1, opt, err);
+        if (ok)
+            stage_add_args(&t->stages[t->n_stages - 1], "--out", data);
+    }
+    if (ok && runs(t, dec, "selfsup-decode") && runs(t, dec + 1, "selfsup-augment"))
+        stage_add_args(&t->stages[dec], "--crop", NULL);
+    for (int k = dec; k < t->n_stages; k++)
+        t->stages[k].split = "train";
+    free(lease), free(data), free(id);
+    return ok;
+}
+
+/* The trainer host's end of the farm: collate reads the farm's crops and deals the leases
+ * of the epochs still to train, into the ring `batches`. */
+static bool add_farm_collate(topology *t, const cfg_node *config, const topo_options *opt, long epochs, int *batches,
+                             cfg_err *err)
+{
+    *batches = add_ring(t, "batches", config, 1);
+    int col = t->n_stages;
+    if (!add_stage(t, config, "collate", 0, opt->node_rank, 1, -1, *batches, opt, err))
+        return false;
+    char *data = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", "SELFSUP.FARM.DATA_PORT", "?open"),
+         *lease = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", "SELFSUP.FARM.LEASE_PORT", ""), num[32];
+    stage_add_args(&t->stages[col], "--in", data);
+    stage_add_args(&t->stages[col], "--lease-serve", lease);
+    snprintf(num, sizeof num, "%ld", epochs);
+    stage_add_args(&t->stages[col], "--epochs", num);
+    snprintf(num, sizeof num, "%ld", opt->resume_epoch);
+    stage_add_args(&t->stages[col], "--epoch", num);
+    snprintf(num, sizeof num, "%ld", opt->resume_batch);
+    stage_add_args(&t->stages[col], "--start-iter", num);
+    t->stages[col].split = "train";
+    free(data), free(lease);
+    return true;
+}
+
 /* The trainers' world: on GPUs an NCCL world, whose id (made here, once for the run) every
  * trainer gets on its command line; else a collectives segment, named as a ring is (so a run's
  * leftovers are swept as its rings are). */
@@ -362,10 +425,14 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     /* Several trainers: one chain each, its decode stage reading its rank's shard, as VISSL
      * gives each process its own DataLoader (NUM_DATALOADER_WORKERS workers each); the
      * trainers meet in one world (--coll) to be one model. Extractors share one chain. */
+    if (opt->role == TOPO_FARM)
+        return add_farm_host(t, config, opt, err) || (topology_free(t), false);
     bool per_rank = training && procs > 1;
     int chains = per_rank ? procs : 1, *batches = xcalloc((size_t)procs, sizeof *batches);
     bool ok = true;
-    for (int i = 0; ok && i < chains; i++) {
+    if (opt->role == TOPO_TRAIN)
+        ok = add_farm_collate(t, config, opt, (long)plan.num_epochs - opt->resume_epoch, &batches[0], err);
+    for (int i = 0; ok && opt->role == TOPO_ALL && i < chains; i++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, per_rank ? "r%d_" : "", i);
         chain c = {.split = main_is_test ? "test" : "train",

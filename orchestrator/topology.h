@@ -16,6 +16,15 @@
  * producers it has, so that its end of stream comes only when all of them have finished.
  * Stage commands are selfsup-NAME beside the selfsup binary unless SELFSUP.STAGES names
  * another command line for NAME (the tests put their own small stages there).
+ *
+ * The decode farm splits the train chain between hosts (`selfsup run --role`, SELFSUP.FARM):
+ *
+ *   farm:   decode --lease → ring "decoded" → augment × FARM.WORKERS → tcp://TRAINER_HOST:DATA_PORT?open
+ *   train:  tcp://BIND_ADDRESS:DATA_PORT?open → collate --lease-serve …:LEASE_PORT → ring "batches"
+ *           → train, and the test and memory chains as above, on this host
+ *
+ * A farm host's decode asks the trainer host's collate for leases of sampler positions
+ * (collate/farm_server.h); "all", the default, is the one-machine run.
  */
 #ifndef SELFSUP_TOPOLOGY_H
 #define SELFSUP_TOPOLOGY_H
@@ -45,6 +54,8 @@ typedef struct {
     int n_stages;
 } topology;
 
+typedef enum { TOPO_ALL, TOPO_FARM, TOPO_TRAIN } topo_role;
+
 typedef struct {
     const char *config_file;  /* passed on to every stage with the overrides */
     char *const *overrides;
@@ -54,6 +65,7 @@ typedef struct {
     long resume_epoch;        /* training resumes here (CHECKPOINT.AUTO_RESUME): the decode */
     long resume_batch;        /* stage starts at this epoch and batch; 0, 0 from the start */
     long resume_tests_from;   /* the test phases after this epoch and later are still to run */
+    topo_role role;           /* what this host runs of a decode farm run (--role) */
 } topo_options;
 
 /* Build the topology. Returns false with err filled (a stage command that does not exist,

@@ -62,6 +62,10 @@ struct stage {
     double blocked_in_s, blocked_out_s, last_heartbeat;
     counter counters[MAX_COUNTERS];
     int n_counters;
+
+    int (*hook)(void *arg); /* stage_set_poll_hook */
+    void *hook_arg;
+    int hook_said;          /* its last answer other than STAGE_HOOK_GO_ON */
 };
 
 /* ---- signals ------------------------------------------------------------------------------- */
@@ -93,6 +97,12 @@ static void install_signals(void)
 bool stage_stopping(const stage *s)
 {
     return stop_signal != 0 || s->readers_gone;
+}
+
+bool stage_stop_asked(const stage *s)
+{
+    (void)s;
+    return stop_signal != 0;
 }
 
 /* ---- command line ---------------------------------------------------------------------------- */
@@ -367,8 +377,33 @@ static void handle_command(stage *s, json_t *m)
     json_decref(m);
 }
 
+void stage_pace(stage *s, long ms)
+{
+    for (long waited = 0; waited < ms && !stage_stopping(s); waited += 10) {
+        usleep(10 * 1000);
+        stage_poll(s);
+    }
+}
+
+void stage_set_poll_hook(stage *s, int (*hook)(void *arg), void *arg)
+{
+    s->hook = hook;
+    s->hook_arg = arg;
+}
+
+/* The hook's answer is kept until the read loop acts on it (a failure sticks). */
+static void call_hook(stage *s)
+{
+    if (!s->hook || s->hook_said < 0)
+        return;
+    int said = s->hook(s->hook_arg);
+    if (said != STAGE_HOOK_GO_ON)
+        s->hook_said = said;
+}
+
 void stage_poll(stage *s)
 {
+    call_hook(s);
     if (!s->ctl)
         return;
     do {
@@ -458,6 +493,18 @@ static void transport_failed(stage *s, const transport *t)
     fail(s, tp_error(t));
 }
 
+/* What a read says after the poll hook's answer (stage_set_poll_hook). */
+static int hook_ends_input(stage *s)
+{
+    if (s->hook_said == STAGE_HOOK_END)
+        return STAGE_END;
+    if (!s->failed) {
+        s->peer_failed = s->peer_stopped = s->hook_said == STAGE_HOOK_PEERS_LOST;
+        s->failed = true;
+    }
+    return STAGE_FAILED;
+}
+
 /* The next record of input transport `in`, in short slices that keep the control plane served. */
 static int read_from(stage *s, transport *in, rec_view *view)
 {
@@ -466,6 +513,8 @@ static int read_from(stage *s, transport *in, rec_view *view)
         stage_poll(s);
         if (stage_stopping(s))
             return STAGE_END;
+        if (s->hook_said != STAGE_HOOK_GO_ON)
+            return hook_ends_input(s);
         tp_status st = tp_read(in, view, POLL_SLICE_MS);
         if (st == TP_TIMEOUT)
             continue;

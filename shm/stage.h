@@ -92,7 +92,22 @@ int stage_forward(stage *s, const rec_view *view);
 void stage_count(stage *s, const char *counter, int64_t delta);
 /* Heartbeat and control commands, for long computations between reads and writes. */
 void stage_poll(stage *s);
+/* Wait `ms` milliseconds, polling meanwhile, or less when a stop comes: a slower machine
+ * emulated (selfsup-sink --pace, a trainer's step; selfsup-augment --pace, a slower host). */
+void stage_pace(stage *s, long ms);
+/* A function stage_poll also calls, on every wait slice (at least 10 times a second) and
+ * between records, for a stage that serves a socket of its own while it reads and writes
+ * (collate's lease server, decode's lease client). It returns STAGE_HOOK_GO_ON,
+ * STAGE_HOOK_END to end the input (stage_read then says STAGE_END: the stage's work is done
+ * by its own reckoning), STAGE_HOOK_FAILED after logging a failure of its own, or
+ * STAGE_HOOK_PEERS_LOST after logging that the peers it serves are gone: stage_read then
+ * says STAGE_FAILED, and the output ends as stopped, not broken, as after a stopped input
+ * (what was written is whole; a trainer keeps its state). */
+enum { STAGE_HOOK_GO_ON = 0, STAGE_HOOK_END = 1, STAGE_HOOK_FAILED = -1, STAGE_HOOK_PEERS_LOST = -2 };
+void stage_set_poll_hook(stage *s, int (*hook)(void *arg), void *arg);
 bool stage_stopping(const stage *s);
+/* Whether a signal or the orchestrator's STOP asked for the stop (not: the readers left). */
+bool stage_stop_asked(const stage *s);
 /* True once something failed (the exit status will be 1). */
 bool stage_failed(const stage *s);
 /* True when the failure was an input whose writer had been stopped: the input is short, but

@@ -43,6 +43,7 @@
 #include <zmq.h>
 
 #define TCP_LINGER_MS 30000
+#define OPEN_LINGER_MS 1000 /* an ?open writer's close: its reader counts no EOS */
 #define TCP_STOP_LINGER_MS 1000 /* a stopped writer tries this long to deliver its EOS */
 #define TCP_GONE_GRACE_S 2.0    /* how long every writer may be gone before that is an error */
 
@@ -84,6 +85,7 @@ struct transport {
     void *zmon;           /* reader: events of zsock (writers joining and leaving) */
     int joined, left;     /* writers that completed the handshake; disconnections of those */
     double all_gone_at;   /* when every writer was found gone with EOS owed (0: not so) */
+    bool open;            /* reader of ?open: writers come and go, their EOS records end nothing */
 };
 
 /* One ZeroMQ context for this process's tcp transports, ended when the last of them closes:
@@ -132,12 +134,17 @@ typedef struct {
     scheme kind;
     char *target;      /* ring name, file path, or tcp://host:port without the query */
     uint32_t producers; /* from ?producers=N, 0 when absent */
+    bool open;          /* ?open: a tcp stream whose reader decides when it ends */
 } parsed_uri;
 
 static int parse_query(const char *q, parsed_uri *p, char **err)
 {
+    if (!strcmp(q, "open")) {
+        p->open = true;
+        return 0;
+    }
     if (strncmp(q, "producers=", 10) != 0)
-        return report_failure(err, "unknown URI option '%s' (known: producers=N)", q);
+        return report_failure(err, "unknown URI option '%s' (known: producers=N, open)", q);
     char *end;
     errno = 0;
     unsigned long n = strtoul(q + 10, &end, 10);
@@ -177,6 +184,8 @@ static int parse_uri(const char *uri, parsed_uri *p, char **err)
     size_t base_len = q ? (size_t)(q - uri) : strlen(uri);
     if (q && parse_query(q + 1, p, err) != 0)
         return -1;
+    if (p->open && strncmp(uri, "tcp://", 6) != 0)
+        return report_failure(err, "'%s': ?open is for tcp:// streams", uri);
     if (!strncmp(uri, "shm:", 4)) {
         p->kind = SCHEME_SHM;
         p->target = xstrndup(uri + 4, base_len - 4);
@@ -311,6 +320,7 @@ static int open_tcp(transport *t, const parsed_uri *p, const tp_options *opt, ch
         return report_failure(err, "%s: cannot %s: %s", t->uri, t->dir == TP_IN ? "bind" : "connect",
                               zmq_strerror(zmq_errno()));
     t->producers = p->producers ? p->producers : (opt->producers ? opt->producers : 1);
+    t->open = p->open;
     return 0;
 }
 
@@ -360,7 +370,8 @@ static void drain_monitor(transport *t)
 }
 
 /* Every writer that joined has left, still owing end-of-stream records, for longer than a
- * reconnection takes: they will not come. Called when nothing is left to read. */
+ * reconnection takes: they will not come. Called when nothing is left to read. (For an ?open
+ * writer the same events watch its reader: gone, the writer has nobody left to write to.) */
 static bool writers_gone(transport *t)
 {
     drain_monitor(t);
@@ -389,7 +400,7 @@ transport *tp_open(const char *uri, tp_direction dir, const tp_options *opt, cha
     case SCHEME_SHM: rc = open_shm(t, &p, opt, err); break;
     case SCHEME_TCP:
         rc = open_tcp(t, &p, opt, err);
-        if (rc == 0 && dir == TP_IN)
+        if (rc == 0 && (dir == TP_IN || t->open))
             rc = watch_writers(t, err);
         break;
     default: rc = open_fd(t, &p, err); break;
@@ -546,6 +557,8 @@ static tp_status read_shm(transport *t, rec_view *view, int timeout_ms)
 static tp_status tcp_eos(transport *t, const rec_view *view)
 {
     const rec_header *h = view->hdr;
+    if (t->open) /* a farm host that finished or was stopped: the others go on */
+        return TP_TIMEOUT;
     if (h->flags & REC_EOS_STOPPED)
         return peer_error(t, xasprintf("%s: a stage writing it was stopped after %llu records (a signal or a stop "
                                        "request); the stream is incomplete", t->uri, (unsigned long long)h->seq), true);
@@ -563,7 +576,7 @@ static tp_status tcp_eos(transport *t, const rec_view *view)
 /* Nothing to read: fine, unless the writers are gone without ending their streams. */
 static tp_status tcp_quiet(transport *t)
 {
-    if (!writers_gone(t))
+    if (t->open || !writers_gone(t))
         return TP_TIMEOUT;
     return peer_error(t, xasprintf("%s: every writer disconnected with %u of %u end-of-stream records sent and %llu "
                                    "records received: a writer died or lost the network", t->uri, t->eos_seen,
@@ -675,12 +688,24 @@ static tp_status send_tcp(transport *t, const void *data, size_t len, int timeou
     return TP_ERROR;
 }
 
+/* An ?open writer (a farm host) whose reader left and did not come back: the trainer's side
+ * has what it needs, or is gone; either way nothing more is to be sent. */
+static tp_status send_tcp_open(transport *t, const void *data, size_t len, int timeout_ms)
+{
+    tp_status st = send_tcp(t, data, len, timeout_ms);
+    if (st == TP_TIMEOUT && writers_gone(t)) {
+        set_error(t, "%s: the reader has gone", t->uri);
+        return TP_NO_READERS;
+    }
+    return st;
+}
+
 #define SEND_SLICE_MS 100
 
 static tp_status send_bytes(transport *t, const void *data, size_t len)
 {
     if (t->kind == SCHEME_TCP)
-        return send_tcp(t, data, len, SEND_SLICE_MS);
+        return t->open ? send_tcp_open(t, data, len, SEND_SLICE_MS) : send_tcp(t, data, len, SEND_SLICE_MS);
     char *msg = NULL;
     if (rec_fd_write(t->fd, data, len, &msg) == 0)
         return TP_OK;
@@ -756,7 +781,13 @@ tp_status tp_close(transport *t)
     if (!t)
         return TP_OK;
     tp_status st = TP_OK;
-    if (t->dir == TP_OUT && t->kind != SCHEME_SHM) {
+    if (t->dir == TP_OUT && t->open) {
+        /* The reader does not count EOS records: send one if it is quickly taken, and do not
+         * hold the exit for a reader that is gone. */
+        int linger = OPEN_LINGER_MS;
+        send_eos(t, false, OPEN_LINGER_MS);
+        zmq_setsockopt(t->zsock, ZMQ_LINGER, &linger, sizeof linger);
+    } else if (t->dir == TP_OUT && t->kind != SCHEME_SHM) {
         st = send_eos(t, false, TCP_LINGER_MS);
         char *msg = NULL;
         if (st == TP_OK && t->out_file_open) {

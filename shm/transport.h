@@ -18,7 +18,13 @@
  * that is not what arrived, or records after it are errors (TP_ERROR), never a short stream;
  * so a reader of a pipe reports the end (TP_EOS) only once its writer has closed the pipe.
  * A tcp reader counts one EOS per producer (`?producers=N`, default 1) before it reports the
- * end, and fails when every writer has disconnected without one. A stopped writer of a ring
+ * end, and fails when every writer has disconnected without one. A tcp reader opened with
+ * `?open` (the decode farm's collate) never ends on its own: writers come and go, an EOS
+ * ends nothing and writers that vanish are no error, because the reading stage knows from
+ * elsewhere (its lease book) when every record it needs has come. Its writers open their
+ * side with `?open` too: their end-of-stream record is sent if it is taken within a second,
+ * and a writer whose reader has left for good finds no readers (TP_NO_READERS) and stops
+ * quietly instead of waiting. A stopped writer of a ring
  * marks it stopped (ring_stop); a stopped writer of a file: leaves no file.
  *
  * Writing is two-step everywhere: tp_write_begin hands out a 64-byte-aligned buffer of

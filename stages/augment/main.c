@@ -12,7 +12,10 @@
  * applies on its device — 4x less traffic than float. --float applies it here instead and
  * writes float32 CHW, which is what VISSL's transforms hand to its collator.
  *
- *   selfsup-augment -c CONFIG [--split train|test] [--float] [--in URI] [--out URI] [overrides]
+ *   selfsup-augment -c CONFIG [--split train|test] [--float] [--pace MS] [--in URI] [--out URI] [overrides]
+ *
+ * --pace MS takes a sample at most every MS milliseconds: a slower host emulated (the decode
+ * farm's tests hold a host in mid-lease with it).
  */
 #include "augment/transforms.h"
 #include "log.h"
@@ -31,6 +34,7 @@ typedef struct {
     aug_normalize norm;
     uint64_t seed;
     aug_sample sample;
+    long pace_ms;
 } augment;
 
 static int option(void *state, int argc, char **argv)
@@ -47,6 +51,15 @@ static int option(void *state, int argc, char **argv)
             a->split = "TEST";
         else {
             log_error("--split must be train or test, not '%s'", argv[1]);
+            return -1;
+        }
+        return 2;
+    }
+    if (!strcmp(argv[0], "--pace") && argc > 1) {
+        char *end;
+        a->pace_ms = strtol(argv[1], &end, 10);
+        if (*end || end == argv[1] || a->pace_ms < 0 || a->pace_ms > 60000) {
+            log_error("--pace wants milliseconds, 0 to 60000");
             return -1;
         }
         return 2;
@@ -186,6 +199,7 @@ static int run(stage *s, void *state)
         stage_read_done(s);
         if (rc != 0) /* a stop, gone readers or a broken output; stage_exit_status knows which */
             return stage_exit_status(s);
+        stage_pace(s, a->pace_ms);
     }
     return st == STAGE_FAILED ? 1 : stage_exit_status(s);
 }
@@ -202,7 +216,8 @@ int main(int argc, char **argv)
         .prepare = prepare,
         .options = "  --split train|test  which DATA.<split>.TRANSFORMS to run (default train)\n"
                    "  --float             write float32 CHW (ToTensor/Normalize applied here) instead of\n"
-                   "                      uint8 HWC plus a `normalize` tensor for the trainer\n",
+                   "                      uint8 HWC plus a `normalize` tensor for the trainer\n"
+                   "  --pace MS           take a sample at most every MS milliseconds (a slower host)\n",
     };
     augment a = {.split = "TRAIN"};
     int status = stage_main(argc, argv, &info, &a, run);

@@ -13,8 +13,17 @@
  *   selfsup-collate -c CONFIG [--split train|test] [--in URI] [--out URI] [overrides]
  *
  * The batch header's seq is the batch number within the epoch; its epoch is the epoch.
+ *
+ * The decode farm (farm_server.h): with --lease-serve ENDPOINT this stage also deals the
+ * leases of sampler positions that the farm hosts' selfsup-decode --lease stages decode, for
+ * --epochs N epochs from --epoch E and batch --start-iter K, and reads their crops from a
+ * `tcp://…?open` input. It knows each sample from its lease book: a duplicate (a sample dealt
+ * again after its host was lost, whose first copy came after all) is dropped and counted, and
+ * the stage ends when every sample of those epochs has come, whatever the writers' streams
+ * say. SELFSUP.FARM: LEASE_SAMPLES, WINDOW_SAMPLES, HOST_TIMEOUT_S.
  */
 #include "collate/collate.h"
+#include "collate/farm_server.h"
 #include "log.h"
 #include "sample.h"
 #include "stage.h"
@@ -48,11 +57,42 @@ typedef struct {
     held *pending;
     size_t n_pending, cap_pending;
     rec_view *gather;
+    /* --lease-serve: the decode farm's lease server, and the epochs it deals */
+    const char *lease_endpoint;
+    long epochs, first_epoch, start_iter;
+    lease_plan plan;
+    double host_timeout_s;
+    farm_server *farm;
 } collate;
+
+static int long_option(const char *name, int argc, char **argv, long min, long *out)
+{
+    if (strcmp(argv[0], name))
+        return 0;
+    char *end;
+    long v = argc > 1 ? strtol(argv[1], &end, 10) : 0;
+    if (argc < 2 || *end || end == argv[1] || v < min) {
+        log_error("%s needs a whole number >= %ld", name, min);
+        return -1;
+    }
+    *out = v;
+    return 2;
+}
 
 static int option(void *state, int argc, char **argv)
 {
     collate *c = state;
+    if (!strcmp(argv[0], "--lease-serve") && argc > 1) {
+        c->lease_endpoint = argv[1];
+        return 2;
+    }
+    int used = long_option("--epochs", argc, argv, 1, &c->epochs);
+    if (!used)
+        used = long_option("--epoch", argc, argv, 0, &c->first_epoch);
+    if (!used)
+        used = long_option("--start-iter", argc, argv, 0, &c->start_iter);
+    if (used)
+        return used;
     if (!strcmp(argv[0], "--split") && argc > 1) {
         if (!strcasecmp(argv[1], "train") || !strcasecmp(argv[1], "test")) {
             c->split = !strcasecmp(argv[1], "train") ? "TRAIN" : "TEST";
@@ -60,6 +100,30 @@ static int option(void *state, int argc, char **argv)
         }
         log_error("--split must be train or test, not '%s'", argv[1]);
         return -1;
+    }
+    return 0;
+}
+
+/* --lease-serve: the plan of the leases, from SELFSUP.FARM and the options. 0 or 2. */
+static int prepare_farm(collate *c, const cfg_node *cfg)
+{
+    int64_t lease_len = cfg_int(cfg, "SELFSUP.FARM.LEASE_SAMPLES"), window = cfg_int(cfg, "SELFSUP.FARM.WINDOW_SAMPLES");
+    c->plan = (lease_plan){
+        .first_epoch = (uint32_t)c->first_epoch,
+        .epochs = (uint32_t)c->epochs,
+        .first_pos = (uint64_t)c->start_iter * (uint64_t)c->batch,
+        .lease_len = (uint64_t)(lease_len > 0 ? lease_len : 4 * c->batch),
+    };
+    c->plan.window = window > 0 ? (uint64_t)window : 8 * c->plan.lease_len;
+    c->host_timeout_s = cfg_float(cfg, "SELFSUP.FARM.HOST_TIMEOUT_S");
+    if (c->plan.window < c->plan.lease_len || c->plan.window < (uint64_t)c->batch) {
+        log_error("config.SELFSUP.FARM.WINDOW_SAMPLES (%llu) must hold a lease (%llu samples) and a batch (%d)",
+                  (unsigned long long)c->plan.window, (unsigned long long)c->plan.lease_len, c->batch);
+        return 2;
+    }
+    if (c->host_timeout_s <= 0) {
+        log_error("config.SELFSUP.FARM.HOST_TIMEOUT_S must be a number of seconds > 0");
+        return 2;
     }
     return 0;
 }
@@ -96,7 +160,7 @@ static int prepare(stage *s, void *state)
     c->seed = (uint64_t)cfg_int(cfg, "SEED_VALUE");
     c->gather = xcalloc((size_t)c->batch, sizeof *c->gather);
     c->epoch_len = -1;
-    return 0;
+    return c->lease_endpoint ? prepare_farm(c, cfg) : 0;
 }
 
 /* ---- the reorder buffer ----------------------------------------------------------------- */
@@ -293,9 +357,66 @@ static void start_cursor(collate *c, const rec_header *h)
     }
 }
 
+/* ---- the decode farm ------------------------------------------------------------------------ */
+
+/* Bind the lease server and start the cursor where the plan starts (samples come from several
+ * hosts, in any order: the first to come says nothing of where the run starts). */
+static int start_farm(stage *s, collate *c)
+{
+    char *err = NULL;
+    const char *keys = cfg_str(stage_config(s), "SELFSUP.TRANSPORT.SERVER_KEYS_DIR");
+    c->farm = farm_server_open(c->lease_endpoint, keys, &c->plan, c->host_timeout_s, s, &err);
+    if (!c->farm) {
+        log_error("--lease-serve %s: %s", c->lease_endpoint, err);
+        free(err);
+        return -1;
+    }
+    stage_set_poll_hook(s, farm_server_poll, c->farm);
+    c->started = true;
+    c->epoch = (uint32_t)c->first_epoch;
+    c->next_batch = (uint64_t)c->start_iter;
+    return 0;
+}
+
+/* A sample from the farm: 1 to keep, 0 to drop (a duplicate), -1 to fail. */
+static int farm_sample(stage *s, collate *c, const rec_header *h)
+{
+    int got = farm_server_received(c->farm, h->epoch, h->seq);
+    if (got == 0)
+        stage_count(s, "duplicates_dropped", 1);
+    return got;
+}
+
+static int run_farm(stage *s, collate *c)
+{
+    if (start_farm(s, c) != 0)
+        return 1;
+    rec_view v;
+    int st, rc = 0;
+    while (rc == 0 && !farm_server_done(c->farm) && (st = stage_read(s, &v)) == STAGE_RECORD) {
+        int keep = farm_sample(s, c, v.hdr);
+        if (keep > 0) {
+            if (v.hdr->flags & SAMPLE_FLAG_EPOCH_LAST)
+                note_epoch_len(c, v.hdr->epoch, (int64_t)v.hdr->seq + 1);
+            hold(c, &v);
+        }
+        stage_read_done(s);
+        rc = keep < 0 ? -1 : flush(s, c, false);
+        farm_server_consumed(c->farm, c->epoch, c->next_batch * (uint64_t)c->batch);
+    }
+    if (rc == 0 && farm_server_done(c->farm))
+        rc = flush(s, c, true);
+    else if (rc == 0)
+        rc = stage_failed(s) ? -1 : 1; /* stopped, or the farm is gone */
+    farm_server_close(c->farm);
+    return rc < 0 ? 1 : stage_exit_status(s);
+}
+
 static int run(stage *s, void *state)
 {
     collate *c = state;
+    if (c->lease_endpoint)
+        return run_farm(s, c);
     rec_view v;
     int st;
     bool wrote_any = false;
@@ -338,9 +459,15 @@ int main(int argc, char **argv)
         .writes = true,
         .option = option,
         .prepare = prepare,
-        .options = "  --split train|test  which DATA.<split> settings to use (default train)\n",
+        .options = "  --split train|test  which DATA.<split> settings to use (default train)\n"
+                   "  --lease-serve ENDPOINT\n"
+                   "                      deal leases of sampler positions to the decode farm's hosts\n"
+                   "                      (tcp://ADDR:PORT with SELFSUP.TRANSPORT.SERVER_KEYS_DIR, or ipc://PATH);\n"
+                   "                      the input is then a tcp://...?open stream from their augment stages\n"
+                   "  --epochs N, --epoch E, --start-iter K\n"
+                   "                      with --lease-serve: the epochs to deal, from epoch E, batch K\n",
     };
-    collate c = {.split = "TRAIN"};
+    collate c = {.split = "TRAIN", .epochs = 1};
     int status = stage_main(argc, argv, &info, &c, run);
     for (size_t i = 0; i < c.n_pending; i++)
         free(c.pending[i].bytes);

@@ -38,10 +38,17 @@
  * off by default, because those are not the pixels VISSL sees. Exit status 2 on a config
  * error, found before anything is written; 1 when the machine fails (a COPY_TO_LOCAL_DISK
  * that cannot copy) or an epoch's invalid images pass SELFSUP.MAX_INVALID_IMAGES_SHARE.
+ *
+ * On a host of the decode farm (selfsup run --role farm), --lease ENDPOINT --lease-id
+ * farm.N: the samples to decode come as leases from the trainer host's collate
+ * (decode/farm_client.h), ranges of positions in one epoch of the rank's order, until it says
+ * the run is done; --epoch, --epochs and --start-iter are then the trainer side's business.
+ * Each lease's samples are the bytes a one-machine run makes of those positions.
  */
 #include "augment/transforms.h"
 #include "decode/dataset.h"
 #include "decode/decoder.h"
+#include "decode/farm_client.h"
 #include "decode/pool.h"
 #include "decode/queue.h"
 #include "decode/reader.h"
@@ -72,6 +79,7 @@ typedef struct {
     bool no_io_uring;
     bool crop;         /* decode only what DATA.<split>.TRANSFORMS' crops read */
     long dct_min_side; /* --dct-downscale: 0 off */
+    const char *lease, *lease_id; /* the decode farm: where leases come from, and who asks */
 } decode_opts;
 
 /* Everything run() needs while it loops. */
@@ -145,6 +153,10 @@ static int option(void *state, int argc, char **argv)
     if (!strcmp(argv[0], "--crop")) {
         o->crop = true;
         return 1;
+    }
+    if ((!strcmp(argv[0], "--lease") || !strcmp(argv[0], "--lease-id")) && argc > 1) {
+        *(argv[0][7] ? &o->lease_id : &o->lease) = argv[1];
+        return 2;
     }
     static const char *const names[] = {"--epoch",    "--epochs",  "--start-iter",   "--limit",
                                         "--io-depth", "--threads", "--dct-downscale"};
@@ -399,15 +411,17 @@ static void drain(decode_run *r)
         free(f.data);
 }
 
-/* 0 at the end of the epoch, 1 when the stage should stop, -1 on a failure. */
-static int run_epoch(decode_run *r, uint32_t epoch, size_t start, size_t *order, size_t per_rank)
+/* Positions [start, end) of the epoch whose sampler order is `order`: 0 when written, 1 when
+ * the stage should stop, -1 on a failure. `stop_early` (the farm said the run is done) ends
+ * it quietly before the end. */
+static int run_range(decode_run *r, uint32_t epoch, size_t start, size_t end, const size_t *order, size_t per_rank,
+                     bool (*stop_early)(const farm_client *), const farm_client *farm)
 {
-    decode_sampler_epoch(&r->sampler, epoch, order);
     size_t next_read = start, next_decode = start;
     source_image *imgs = xcalloc(r->ds.n_sources, sizeof *imgs);
     int rc = 0;
-    for (size_t pos = start; rc == 0 && pos < per_rank; pos++) {
-        read_ahead(r, order, per_rank, &next_read);
+    for (size_t pos = start; rc == 0 && pos < end && !(stop_early && stop_early(farm)); pos++) {
+        read_ahead(r, order, end, &next_read);
         decode_ahead(r, epoch, next_read, &next_decode);
         unsigned file_k = 0;
         for (size_t i = 0; i < r->ds.n_sources; i++)
@@ -420,6 +434,55 @@ static int run_epoch(decode_run *r, uint32_t epoch, size_t start, size_t *order,
     }
     drain(r);
     free(imgs);
+    return rc;
+}
+
+/* 0 at the end of the epoch, 1 when the stage should stop, -1 on a failure. */
+static int run_epoch(decode_run *r, uint32_t epoch, size_t start, size_t *order, size_t per_rank)
+{
+    decode_sampler_epoch(&r->sampler, epoch, order);
+    return run_range(r, epoch, start, per_rank, order, per_rank, NULL, NULL);
+}
+
+/* The decode farm: lease after lease until the trainer's side says the run is done. Returns
+ * as run_epoch does. */
+static int run_leases(decode_run *r, const decode_opts *o, size_t *order, size_t per_rank)
+{
+    const cfg_node *config = stage_config(r->s);
+    char *err = NULL;
+    farm_client *c = farm_client_open(r->s, o->lease, o->lease_id ? o->lease_id : "farm.0",
+                                      cfg_str(config, "SELFSUP.TRANSPORT.CLIENT_KEY_FILE"), per_rank,
+                                      cfg_float(config, "SELFSUP.FARM.HOST_TIMEOUT_S"), &err);
+    if (!c) {
+        log_error("--lease %s: %s", o->lease, err);
+        free(err);
+        return -1;
+    }
+    int64_t sorted_epoch = -1, leases = 0;
+    farm_lease l;
+    int got, rc = 0;
+    while (rc == 0 && (got = farm_client_next(c, &l)) == 1) {
+        if (l.end > per_rank) {
+            log_error("lease %llu: samples %llu-%llu, but an epoch here has %zu", (unsigned long long)l.id,
+                      (unsigned long long)l.start, (unsigned long long)l.end - 1, per_rank);
+            rc = -1;
+            break;
+        }
+        if ((int64_t)l.epoch != sorted_epoch)
+            decode_sampler_epoch(&r->sampler, l.epoch, order), sorted_epoch = l.epoch;
+        rc = run_range(r, l.epoch, l.start, l.end, order, per_rank, farm_client_done, c);
+        leases++;
+    }
+    if (rc == 0 && got < 0)
+        rc = -1;
+    /* Our readers left before the server said the run is done: the trainer's side ended
+     * (done, we are about to hear) or died (it will fall silent) — wait for which. */
+    if (rc >= 0 && !stage_stop_asked(r->s) && !farm_client_done(c))
+        rc = farm_client_await_end(c) == 0 ? 0 : -1;
+    if (rc == 0 && !farm_client_done(c))
+        rc = 1; /* stopped */
+    log_info("%lld leases decoded", (long long)leases);
+    farm_client_close(c, rc == 0);
     return rc;
 }
 
@@ -575,7 +638,9 @@ static int run(stage *s, void *state)
     size_t *order = xmalloc((per_rank ? per_rank : 1) * sizeof *order);
     double t0 = now_seconds();
     int rc = 0;
-    for (long e = 0; rc == 0 && e < o->epochs; e++) {
+    if (o->lease)
+        rc = run_leases(&r, o, order, per_rank);
+    for (long e = 0; !o->lease && rc == 0 && e < o->epochs; e++) {
         rc = run_epoch(&r, first + (uint32_t)e, e == 0 ? (skip < per_rank ? skip : per_rank) : 0, order, per_rank);
         if (rc == 0)
             rc = epoch_summary(&r, first + (uint32_t)e);
@@ -610,7 +675,11 @@ int main(int argc, char **argv)
                    "                         both sides stay >= M (PIL's draft; faster, other pixels)\n"
                    "  --crop                 decode only the part of each image that the crops of\n"
                    "                         DATA.<split>.TRANSFORMS read (for selfsup-augment with the same\n"
-                   "                         config: same pixels, less work; records carry data_window)\n",
+                   "                         config: same pixels, less work; records carry data_window)\n"
+                   "  --lease ENDPOINT       a host of the decode farm: decode the leases that the trainer\n"
+                   "                         host's collate --lease-serve deals (tcp with\n"
+                   "                         SELFSUP.TRANSPORT.CLIENT_KEY_FILE, or ipc://PATH)\n"
+                   "  --lease-id ID          this host's name there (default farm.0; its key must allow it)\n",
     };
     decode_opts o = {.split = "TRAIN", .epoch = -1, .epochs = 1, .limit = -1, .io_depth = 32, .threads = 1};
     return stage_main(argc, argv, &info, &o, run);

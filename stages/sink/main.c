@@ -12,6 +12,9 @@
  * --save PATH writes the records as a record stream (readable by `selfsup inspect`, by
  * --in file:PATH and by tools/selfsup_records.py), atomically: the file appears complete or
  * not at all. At the end it prints one line on stderr: records, bytes, seconds, records/s.
+ * --pace MS takes a record no more often than every MS milliseconds: a stand-in for a
+ * trainer's step time, so that back-pressure reaches the stages before it (the tests use it
+ * to keep a decode farm busy long enough to lose a host in mid-epoch).
  */
 #include "atomic_file.h"
 #include "log.h"
@@ -25,6 +28,7 @@
 
 typedef struct {
     const char *save;
+    long pace_ms;
 } sink;
 
 static int option(void *state, int argc, char **argv)
@@ -32,6 +36,15 @@ static int option(void *state, int argc, char **argv)
     sink *k = state;
     if (!strcmp(argv[0], "--save") && argc > 1) {
         k->save = argv[1];
+        return 2;
+    }
+    if (!strcmp(argv[0], "--pace") && argc > 1) {
+        char *end;
+        k->pace_ms = strtol(argv[1], &end, 10);
+        if (*end || end == argv[1] || k->pace_ms < 0 || k->pace_ms > 60000) {
+            log_error("--pace wants milliseconds, 0 to 60000");
+            return -1;
+        }
         return 2;
     }
     return 0;
@@ -64,6 +77,7 @@ static int run(stage *s, void *state)
         stage_read_done(s);
         if (!ok)
             break;
+        stage_pace(s, k->pace_ms);
     }
     double dt = now_seconds() - t0;
     if (st == STAGE_FAILED || !ok || stage_stopping(s)) { /* part of a stream is no cache */
@@ -95,7 +109,8 @@ int main(int argc, char **argv)
         .reads = true,
         .writes = false,
         .option = option,
-        .options = "  --save PATH         write the records to PATH as a record stream (atomically)\n",
+        .options = "  --save PATH         write the records to PATH as a record stream (atomically)\n"
+                   "  --pace MS           take a record at most every MS milliseconds (a slow trainer)\n",
     };
     sink k = {0};
     return stage_main(argc, argv, &info, &k, run);
