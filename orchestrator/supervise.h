@@ -9,8 +9,10 @@
  *   - every stage exited 0                      → 0
  *   - a stage exited non-zero, died of a signal, or sent no heartbeat for
  *     SELFSUP.CONTROL.HEARTBEAT_TIMEOUT_S       → STOP + SIGTERM to the others, SIGKILL
- *                                                 after 1 s, a message naming the stage,
- *                                                 its status and last log lines; 1
+ *                                                 after 1 s (30 s while a trainer runs, for
+ *                                                 its checkpoint, unless a stage hung), a
+ *                                                 message naming the stage, its status and
+ *                                                 last log lines; 1
  *   - SIGINT / SIGTERM                          → STOP to every stage (they finish what
  *                                                 they are doing), SIGKILL after 30 s or
  *                                                 at a second signal; 128 + signal
