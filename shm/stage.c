@@ -385,6 +385,19 @@ void stage_pace(stage *s, long ms)
     }
 }
 
+int stage_pace_option(int argc, char **argv, long *ms)
+{
+    if (strcmp(argv[0], "--pace") || argc < 2)
+        return 0;
+    char *end;
+    *ms = strtol(argv[1], &end, 10);
+    if (*end || end == argv[1] || *ms < 0 || *ms > 60000) {
+        log_error("--pace wants milliseconds, 0 to 60000");
+        return -1;
+    }
+    return 2;
+}
+
 void stage_set_poll_hook(stage *s, int (*hook)(void *arg), void *arg)
 {
     s->hook = hook;

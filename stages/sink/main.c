@@ -38,16 +38,7 @@ static int option(void *state, int argc, char **argv)
         k->save = argv[1];
         return 2;
     }
-    if (!strcmp(argv[0], "--pace") && argc > 1) {
-        char *end;
-        k->pace_ms = strtol(argv[1], &end, 10);
-        if (*end || end == argv[1] || k->pace_ms < 0 || k->pace_ms > 60000) {
-            log_error("--pace wants milliseconds, 0 to 60000");
-            return -1;
-        }
-        return 2;
-    }
-    return 0;
+    return stage_pace_option(argc, argv, &k->pace_ms);
 }
 
 static int run(stage *s, void *state)
