@@ -76,10 +76,14 @@ struct stage {
  * async-signal-safe (C11 7.14.1.1), and plain reads and writes of them stay as they were. */
 static_assert(ATOMIC_INT_LOCK_FREE == 2, "the stop flag is written in a signal handler");
 static atomic_int stop_signal;
+/* Signals received, apart from the orchestrator's STOP message: the orchestrator sends STOP and
+ * SIGTERM together as one request, so a STOP read before its SIGTERM arrives must not make that
+ * SIGTERM the "second" signal, which ends the process at once (a trainer before its checkpoint). */
+static atomic_int signals_seen;
 
 static void on_stop_signal(int sig)
 {
-    if (stop_signal) /* the second one: the user means it */
+    if (signals_seen++ > 0) /* the second one: the user means it */
         _exit(128 + sig);
     stop_signal = sig;
 }

@@ -474,13 +474,27 @@ Test(pipeline, kill_producer, .timeout = 300) { kill_rounds("decode.0", 20, 1); 
 Test(pipeline, kill_worker, .timeout = 300) { kill_rounds("augment.1", 20, 2); }
 Test(pipeline, kill_consumer, .timeout = 300) { kill_rounds("train.0", 20, 3); }
 
+/* Wait until every stage has said hello and got START: the orchestrator's first progress line
+ * (10 s after START when not on a terminal). A fixed pause is not enough on a loaded machine
+ * (sanitizers, other tests' processes): a stage stopped before its hello is a different case. */
+static void wait_running(const run_env *e)
+{
+    for (int i = 0; i < 600; i++) {
+        char *log = read_text(e->log);
+        bool running = strstr(log, "| rings") != NULL;
+        free(log);
+        if (running)
+            return;
+        usleep(100000);
+    }
+    cr_assert_fail("the run never started");
+}
+
 Test(pipeline, sigint_stops_cleanly, .timeout = 120)
 {
     run_env e = make_run("--sleep-us 200", "", "", 1000000);
     pid_t pid = start_run(&e);
-    for (int i = 0; i < 500 && !find_stage(&e, "train.0"); i++)
-        usleep(2000);
-    usleep(300000);
+    wait_running(&e);
     kill(pid, SIGINT);
     double took;
     int st = wait_for(pid, 30, &took);
@@ -655,11 +669,9 @@ Test(pipeline, silent_stage_counts_as_hung, .timeout = 120)
     fputs("    CONTROL: {HEARTBEAT_TIMEOUT_S: 2}\n", f);
     fclose(f);
     pid_t pid = start_run(&e);
-    pid_t victim = 0;
-    for (int i = 0; i < 500 && !(victim = find_stage(&e, "collate.0")); i++)
-        usleep(2000);
+    wait_running(&e);
+    pid_t victim = find_stage(&e, "collate.0");
     cr_assert(victim > 0);
-    usleep(300000);
     kill(victim, SIGSTOP); /* alive, but silent: what a deadlocked stage looks like */
     int st = wait_for(pid, 30, NULL);
     char *log = read_text(e.log);
