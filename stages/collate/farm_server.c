@@ -14,6 +14,8 @@
 
 /* How often the server says it is still waiting for its first host. */
 #define WAITING_LOG_S 30.0
+/* Samples no lease covered are logged this many times, then only counted. */
+#define STRAYS_LOGGED 5
 
 struct farm_server {
     ctl_server *ctl;
@@ -21,6 +23,7 @@ struct farm_server {
     stage *s;
     double host_timeout_s, started, last_waiting_log;
     lease_stats reported; /* what the heartbeat counters already say */
+    long strays;          /* samples no lease covered */
 };
 
 farm_server *farm_server_open(const char *endpoint, const char *keys_dir, const lease_plan *plan,
@@ -153,10 +156,13 @@ int farm_server_poll(void *server)
 int farm_server_received(farm_server *f, uint32_t epoch, uint64_t pos)
 {
     int got = lease_book_received(f->book, epoch, pos);
-    if (got < 0)
-        log_error("sample %llu of epoch %u came, but no lease covered it (a host of another run?)",
-                  (unsigned long long)pos, epoch);
-    return got;
+    if (got >= 0)
+        return got;
+    if (f->strays++ < STRAYS_LOGGED)
+        log_warn("sample %llu of epoch %u came, but no lease covered it (a host of another run?); dropped%s",
+                 (unsigned long long)pos, epoch, f->strays == STRAYS_LOGGED ? " (the last such line)" : "");
+    stage_count(f->s, "stray_samples", 1);
+    return 0;
 }
 
 void farm_server_consumed(farm_server *f, uint32_t epoch, uint64_t pos) { lease_book_consumed(f->book, epoch, pos); }

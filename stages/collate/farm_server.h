@@ -38,7 +38,8 @@ farm_server *farm_server_open(const char *endpoint, const char *keys_dir, const 
                               double host_timeout_s, stage *s, char **err);
 /* Answer what the hosts said, judge the silent ones; a stage poll hook (stage.h). */
 int farm_server_poll(void *server);
-/* A sample reached collate: 1 new, 0 duplicate (drop it), -1 never dealt (logged). */
+/* A sample reached collate: 1 new; 0 to drop it: a duplicate, or a sample no lease covered
+ * (logged, the first few, and counted as "stray_samples"). */
 int farm_server_received(farm_server *f, uint32_t epoch, uint64_t pos);
 /* Collate has written every batch before position `pos` of `epoch` (the window moves on). */
 void farm_server_consumed(farm_server *f, uint32_t epoch, uint64_t pos);

@@ -18,7 +18,8 @@
  * leases of sampler positions that the farm hosts' selfsup-decode --lease stages decode, for
  * --epochs N epochs from --epoch E and batch --start-iter K, and reads their crops from a
  * `tcp://…?open` input. It knows each sample from its lease book: a duplicate (a sample dealt
- * again after its host was lost, whose first copy came after all) is dropped and counted, and
+ * again after its host was lost, whose first copy came after all) is dropped and counted, as
+ * is a sample no lease covered (a host of an earlier run, say: logged), and
  * the stage ends when every sample of those epochs has come, whatever the writers' streams
  * say. SELFSUP.FARM: LEASE_SAMPLES, WINDOW_SAMPLES, HOST_TIMEOUT_S.
  */
@@ -378,14 +379,6 @@ static int start_farm(stage *s, collate *c)
     return 0;
 }
 
-/* A sample from the farm: 1 to keep, 0 to drop (a duplicate), -1 to fail. */
-static int farm_sample(stage *s, collate *c, const rec_header *h)
-{
-    int got = farm_server_received(c->farm, h->epoch, h->seq);
-    if (got == 0)
-        stage_count(s, "duplicates_dropped", 1);
-    return got;
-}
 
 static int run_farm(stage *s, collate *c)
 {
@@ -394,14 +387,15 @@ static int run_farm(stage *s, collate *c)
     rec_view v;
     int st, rc = 0;
     while (rc == 0 && !farm_server_done(c->farm) && (st = stage_read(s, &v)) == STAGE_RECORD) {
-        int keep = farm_sample(s, c, v.hdr);
+        /* a duplicate, or a sample no lease covered, is dropped (the book counts and logs it) */
+        int keep = farm_server_received(c->farm, v.hdr->epoch, v.hdr->seq);
         if (keep > 0) {
             if (v.hdr->flags & SAMPLE_FLAG_EPOCH_LAST)
                 note_epoch_len(c, v.hdr->epoch, (int64_t)v.hdr->seq + 1);
             hold(c, &v);
         }
         stage_read_done(s);
-        rc = keep < 0 ? -1 : flush(s, c, false);
+        rc = flush(s, c, false);
         farm_server_consumed(c->farm, c->epoch, c->next_batch * (uint64_t)c->batch);
     }
     if (rc == 0 && farm_server_done(c->farm))

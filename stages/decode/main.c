@@ -154,8 +154,12 @@ static int option(void *state, int argc, char **argv)
         o->crop = true;
         return 1;
     }
-    if ((!strcmp(argv[0], "--lease") || !strcmp(argv[0], "--lease-id")) && argc > 1) {
-        *(argv[0][7] ? &o->lease_id : &o->lease) = argv[1];
+    if (!strcmp(argv[0], "--lease") && argc > 1) {
+        o->lease = argv[1];
+        return 2;
+    }
+    if (!strcmp(argv[0], "--lease-id") && argc > 1) {
+        o->lease_id = argv[1];
         return 2;
     }
     static const char *const names[] = {"--epoch",    "--epochs",  "--start-iter",   "--limit",

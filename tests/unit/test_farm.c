@@ -342,6 +342,27 @@ Test(farm, a_host_whose_key_is_not_listed_gets_no_lease_and_sends_nothing)
     free(log), free(sink), free(ks), free(ka);
 }
 
+/* Records that no lease covered (a writer of an earlier run, with a key still listed) are
+ * dropped and logged; they neither stop the run nor enter a batch. */
+Test(farm, samples_no_lease_covered_are_dropped)
+{
+    one_machine("one.rec");
+    char *sink = xasprintf("selfsup-sink --save %s/stray.rec", g_dir), *ka = key_of("hostA");
+    pid_t t = trainer("ts", sink);
+    cr_assert(wait_for_text("ts/logs/collate.0.log", "dealing leases", 30000));
+    char *produce = test_build_path("tests/selfsup-test-produce");
+    char *cmd = xasprintf("%s --config %s config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s --count 40 --size 64 "
+                          "--out 'tcp://127.0.0.1:%d?open'",
+                          produce, g_cfg, ka, g_data_port);
+    run_ok(cmd); /* before any host joined: nothing is dealt, so all 40 are strays */
+    cr_assert(wait_for_text("ts/logs/collate.0.log", "no lease covered it", 30000), "the strays were not logged");
+    pid_t a = farm_host(0, ka, NULL);
+    expect_exit(t, 0, "ts.log");
+    expect_exit(a, 0, "farm0.log");
+    cr_assert(same_file("one.rec", "stray.rec"), "stray records changed the batches");
+    free(cmd), free(produce), free(sink), free(ka);
+}
+
 Test(farm, a_host_whose_dataset_differs_is_refused)
 {
     char *ka = key_of("hostA"), *kb = key_of("hostB");
