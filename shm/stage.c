@@ -389,6 +389,21 @@ void stage_pace(stage *s, long ms)
     }
 }
 
+int stage_long_option(int argc, char **argv, const char *name, long min, long *out)
+{
+    if (strcmp(argv[0], name))
+        return 0;
+    char *end;
+    errno = 0;
+    long v = argc > 1 ? strtol(argv[1], &end, 10) : 0;
+    if (argc < 2 || errno || *end || end == argv[1] || v < min) {
+        log_error("%s wants an integer ≥ %ld", name, min);
+        return -1;
+    }
+    *out = v;
+    return 2;
+}
+
 int stage_pace_option(int argc, char **argv, long *ms)
 {
     if (strcmp(argv[0], "--pace") || argc < 2)

@@ -98,6 +98,9 @@ void stage_pace(stage *s, long ms);
 /* The --pace MS option of such a stage, for its stage_info.option: 2 when argv is --pace MS
  * (into *ms), 0 when it is another option, -1 for a bad value (logged). */
 int stage_pace_option(int argc, char **argv, long *ms);
+/* A stage option `name N` with a whole number N >= min, for stage_info.option: 2 when argv is
+ * that option (into *out), 0 when it is another, -1 for a bad value (logged). */
+int stage_long_option(int argc, char **argv, const char *name, long min, long *out);
 /* A function stage_poll also calls, on every wait slice (at least 10 times a second) and
  * between records, for a stage that serves a socket of its own while it reads and writes
  * (collate's lease server, decode's lease client). It returns STAGE_HOOK_GO_ON,

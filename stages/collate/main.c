@@ -66,19 +66,6 @@ typedef struct {
     farm_server *farm;
 } collate;
 
-static int long_option(const char *name, int argc, char **argv, long min, long *out)
-{
-    if (strcmp(argv[0], name))
-        return 0;
-    char *end;
-    long v = argc > 1 ? strtol(argv[1], &end, 10) : 0;
-    if (argc < 2 || *end || end == argv[1] || v < min) {
-        log_error("%s needs a whole number >= %ld", name, min);
-        return -1;
-    }
-    *out = v;
-    return 2;
-}
 
 static int option(void *state, int argc, char **argv)
 {
@@ -87,11 +74,11 @@ static int option(void *state, int argc, char **argv)
         c->lease_endpoint = argv[1];
         return 2;
     }
-    int used = long_option("--epochs", argc, argv, 1, &c->epochs);
+    int used = stage_long_option(argc, argv, "--epochs", 1, &c->epochs);
     if (!used)
-        used = long_option("--epoch", argc, argv, 0, &c->first_epoch);
+        used = stage_long_option(argc, argv, "--epoch", 0, &c->first_epoch);
     if (!used)
-        used = long_option("--start-iter", argc, argv, 0, &c->start_iter);
+        used = stage_long_option(argc, argv, "--start-iter", 0, &c->start_iter);
     if (used)
         return used;
     if (!strcmp(argv[0], "--split") && argc > 1) {

@@ -120,20 +120,6 @@ static source_image whole_image(const uint8_t *px, int w, int h, int64_t valid, 
 
 /* ---- options ------------------------------------------------------------------------------ */
 
-static int long_option(int argc, char **argv, const char *name, long min, long *out)
-{
-    if (strcmp(argv[0], name))
-        return 0;
-    char *end;
-    errno = 0;
-    long v = argc > 1 ? strtol(argv[1], &end, 10) : 0;
-    if (argc < 2 || errno || *end || end == argv[1] || v < min) {
-        log_error("%s wants an integer ≥ %ld", name, min);
-        return -1;
-    }
-    *out = v;
-    return 2;
-}
 
 static int option(void *state, int argc, char **argv)
 {
@@ -168,7 +154,7 @@ static int option(void *state, int argc, char **argv)
                              &o->io_depth, &o->threads, &o->dct_min_side};
     static const long mins[] = {0, 1, 0, 1, 1, 1, 1};
     for (size_t i = 0; i < ARRAY_LEN(names); i++) {
-        int used = long_option(argc, argv, names[i], mins[i], targets[i]);
+        int used = stage_long_option(argc, argv, names[i], mins[i], targets[i]);
         if (used)
             return used;
     }
