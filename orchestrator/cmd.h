@@ -24,6 +24,8 @@ bool cmd_run_check(int argc, char **argv, void (*edit)(cfg_node *config, const v
  * tools/cluster_features_and_label.py do; clusterfit then trains on the labels with --then
  * TRAIN_CONFIG [overrides...]. argv[0] is "svm", "knn" or "clusterfit". */
 int cmd_eval(int argc, char **argv);
+/* selfsup status RUN_DIR [--json]: what a run is doing (RUN_DIR/status.json, run_status.h). */
+int cmd_status(int argc, char **argv);
 /* selfsup inspect [--values N] [--count] FILE|-: print records. */
 int cmd_inspect(int argc, char **argv);
 /* selfsup keygen [--force] DIR --clients NAME[:IDS]... | FILE: CURVE keys for tcp endpoints. */

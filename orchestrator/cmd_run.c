@@ -394,7 +394,8 @@ static int launch(const cfg_t *cfg, topology *t, const run_args *a)
     if (rings) {
         log_info("run directory %s: %d stages, %d rings", run_dir, t->n_stages, t->n_rings);
         double t0 = now_seconds();
-        supervise_options sopt = {.run_dir = run_dir, .rings = rings,
+        static const char *const roles[] = {"all", "farm", "train"};
+        supervise_options sopt = {.run_dir = run_dir, .rings = rings, .role = roles[a->role], .node_rank = a->node_rank,
                                   .heartbeat_timeout_s = cfg_float(config, "SELFSUP.CONTROL.HEARTBEAT_TIMEOUT_S")};
         status = supervise(t, ctl, &sopt);
         if (status == 0)

@@ -9,6 +9,7 @@
 #include "supervise.h"
 
 #include "log.h"
+#include "run_status.h"
 #include "timer.h"
 #include "util.h"
 
@@ -21,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -65,6 +67,7 @@ typedef struct {
     int64_t invalid_images;     /* a decode stage's "invalid_images" counter: images it replaced */
     int64_t expected;           /* from a stage's "expected" counter, for the ETA */
     double rate;                /* records per second between its last two heartbeats */
+    json_t *counters, *farm;    /* its last report's, for RUN_DIR/status.json (farm: a lease server's) */
 } proc;
 
 typedef enum { PHASE_STARTING, PHASE_RUNNING, PHASE_STOPPING } phase;
@@ -78,7 +81,10 @@ typedef struct {
     phase phase;
     int exit_status;            /* decided by the first thing that ends the run */
     double kill_at;             /* SIGKILL the survivors at this time (0: not yet) */
-    double started_at, last_progress;
+    double started_at, last_progress, last_status;
+    time_t started_wall;
+    char failure[240];          /* the first stage named as failed, for RUN_DIR/status.json */
+    bool status_warned;         /* that status.json could not be written (said once) */
     bool tty, progress_shown;
     int sfd;                    /* signalfd for SIGCHLD, SIGINT, SIGTERM */
 } run;
@@ -224,6 +230,8 @@ static void report_failure_of(run *r, proc *p, const char *what)
 {
     clear_progress(r);
     log_error("stage %s (pid %d) %s; stopping the run", p->ts->id, (int)p->pid, what);
+    if (!r->failure[0])
+        snprintf(r->failure, sizeof r->failure, "stage %s (pid %d) %s", p->ts->id, (int)p->pid, what);
     int first = p->tail_count > TAIL_LINES ? p->tail_count - TAIL_LINES : 0;
     if (p->tail_count)
         log_error("last lines of %s/logs/%s.log:", r->opt->run_dir, p->ts->id);
@@ -326,6 +334,15 @@ static proc *find_proc(run *r, const char *id)
     return NULL;
 }
 
+/* Hold on to the latest `value` of a report's field, when it has one. */
+static void keep_json(json_t **kept, json_t *value)
+{
+    if (!value)
+        return;
+    json_decref(*kept);
+    *kept = json_incref(value);
+}
+
 /* A heartbeat's or final report's counters: records so far, the rate since the last one,
  * the records the stage expects in all (for the ETA), and a decode stage's invalid images. */
 static void note_counters(proc *p, json_t *m)
@@ -344,6 +361,8 @@ static void note_counters(proc *p, json_t *m)
     json_t *invalid = json_object_get(json_object_get(m, "counters"), "invalid_images");
     if (json_is_integer(invalid))
         p->invalid_images = json_integer_value(invalid);
+    keep_json(&p->counters, json_object_get(m, "counters"));
+    keep_json(&p->farm, json_object_get(m, "farm"));
 }
 
 static void on_message(run *r, json_t *m, const char *peer)
@@ -399,6 +418,32 @@ static void drain_control(run *r)
 
 /* ---- progress -------------------------------------------------------------------------------- */
 
+/* " | farm.1 812/s 2 leases, farm.2 lost; 3 leases dealt again": the hosts a lease server
+ * deals to, as its last heartbeat had them. */
+static void farm_progress(const proc *p, strbuf *sb)
+{
+    const json_t *hosts = json_object_get(p->farm, "hosts");
+    size_t i;
+    json_t *h;
+    if (json_array_size(hosts) == 0)
+        sb_puts(sb, " | no farm host yet");
+    json_array_foreach(hosts, i, h) {
+        const char *state = json_string_value(json_object_get(h, "state"));
+        sb_printf(sb, "%s%s", i ? ", " : " | ", json_string_value(json_object_get(h, "id")));
+        if (state && strcmp(state, "live"))
+            sb_printf(sb, " %s", state);
+        else
+        {
+            long long held = (long long)json_integer_value(json_object_get(h, "held"));
+            sb_printf(sb, " %.0f/s %lld lease%s", json_number_value(json_object_get(h, "rate")), held,
+                      held == 1 ? "" : "s");
+        }
+    }
+    json_int_t again = json_integer_value(json_object_get(p->counters, "leases_dealt_again"));
+    if (again)
+        sb_printf(sb, "; %lld leases dealt again", (long long)again);
+}
+
 /* "decode 812/s | augment×4 806/s | collate 50/s | train 2.5/s | rings 3/8 8/8 1/8 | ETA 0:42":
  * the stages of one name together (several trainers' chains have a decode stage each), in the
  * order their names first appear. */
@@ -425,6 +470,9 @@ static void progress_text(run *r, strbuf *sb)
         /* a trainer's 0.4 batches/s is not 0/s */
         sb_printf(sb, rate > 0 && rate < 10 ? " %.1f/s" : " %.0f/s", rate);
     }
+    for (int i = 0; i < r->n; i++)
+        if (r->procs[i].farm)
+            farm_progress(&r->procs[i], sb);
     if (r->opt->rings) {
         sb_puts(sb, " | rings");
         for (int i = 0; i < r->topo->n_rings; i++)
@@ -452,6 +500,80 @@ static void show_progress(run *r, double now)
         log_info("%s", sb_str(&sb));
     }
     sb_free(&sb);
+}
+
+/* ---- RUN_DIR/status.json -------------------------------------------------------------------- */
+
+static const char *run_state(const run *r, bool over)
+{
+    static const char *const phases[] = {"starting", "running", "stopping"};
+    if (!over)
+        return phases[r->phase];
+    return r->exit_status == 0 ? "finished" : r->exit_status >= 128 ? "stopped" : "failed";
+}
+
+static json_t *stage_status(const proc *p, double now)
+{
+    json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:f}", "id", p->ts->id, "name", p->ts->name, "pid", (int)p->pid,
+                          "records", (json_int_t)p->records, "rate", p->rate);
+    if (p->exited) {
+        char what[128];
+        describe_status(p->wstatus, what, sizeof what);
+        json_object_set_new(o, "state", json_string("exited"));
+        json_object_set_new(o, "exit", json_string(what));
+    } else {
+        json_object_set_new(o, "state", json_string(p->hello ? "running" : "starting"));
+        if (p->last_heartbeat > 0)
+            json_object_set_new(o, "heartbeat_age_s", json_real(now - p->last_heartbeat));
+    }
+    if (p->expected > 0)
+        json_object_set_new(o, "expected", json_integer(p->expected));
+    if (p->counters)
+        json_object_set(o, "counters", p->counters);
+    if (p->farm)
+        json_object_set(o, "farm", p->farm);
+    return o;
+}
+
+static json_t *rings_status(const run *r)
+{
+    json_t *rings = json_array();
+    for (int i = 0; r->opt->rings && i < r->topo->n_rings; i++)
+        if (r->opt->rings[i])
+            json_array_append_new(rings, json_pack("{s:s, s:i, s:i}", "label", r->topo->rings[i].label, "fill",
+                                                   (int)ring_fill(r->opt->rings[i]), "slots",
+                                                   (int)ring_n_slots(r->opt->rings[i])));
+    return rings;
+}
+
+/* Rewrite RUN_DIR/status.json (run_status.h) every STATUS_EVERY_S, and once `over`. */
+static void write_status(run *r, double now, bool over)
+{
+    if (!over && now - r->last_status < STATUS_EVERY_S)
+        return;
+    r->last_status = now;
+    strbuf sb = {0};
+    progress_text(r, &sb);
+    json_t *s = json_pack("{s:s, s:i, s:s, s:i, s:I, s:I, s:s}", "state", run_state(r, over), "pid", (int)getpid(),
+                          "role", r->opt->role ? r->opt->role : "all", "node_rank", r->opt->node_rank, "started",
+                          (json_int_t)r->started_wall, "updated", (json_int_t)time(NULL), "progress", sb_str(&sb));
+    sb_free(&sb);
+    if (over)
+        json_object_set_new(s, "exit_status", json_integer(r->exit_status));
+    if (r->failure[0])
+        json_object_set_new(s, "failure", json_string(r->failure));
+    json_t *stages = json_array();
+    for (int i = 0; i < r->n; i++)
+        json_array_append_new(stages, stage_status(&r->procs[i], now));
+    json_object_set_new(s, "stages", stages);
+    json_object_set_new(s, "rings", rings_status(r));
+    char *err = NULL;
+    if (run_status_write(r->opt->run_dir, s, &err) != 0 && !r->status_warned) {
+        log_warn("%s (selfsup status will not see this run)", err);
+        r->status_warned = true;
+    }
+    free(err);
+    json_decref(s);
 }
 
 /* ---- the end -------------------------------------------------------------------------------- */
@@ -585,6 +707,7 @@ int supervise(const topology *t, ctl_server *ctl, const supervise_options *opt)
     if (r.sfd < 0)
         die(EXIT_RUNTIME, "signalfd: %s", strerror(errno));
     r.started_at = now_seconds();
+    r.started_wall = time(NULL);
     for (int i = 0; i < r.n; i++) {
         r.procs[i].ts = &t->stages[i];
         r.procs[i].out_fd = -1;
@@ -601,13 +724,18 @@ int supervise(const topology *t, ctl_server *ctl, const supervise_options *opt)
         double now = now_seconds();
         advance(&r, now);
         show_progress(&r, now);
+        write_status(&r, now, false);
     }
     drain_control(&r);
     clear_progress(&r);
     invalid_images_summary(&r);
-    for (int i = 0; i < r.n; i++)
+    write_status(&r, now_seconds(), true);
+    for (int i = 0; i < r.n; i++) {
         if (r.procs[i].log)
             fclose(r.procs[i].log);
+        json_decref(r.procs[i].counters);
+        json_decref(r.procs[i].farm);
+    }
     close(r.sfd);
     free(r.procs);
     return r.exit_status;

@@ -4,7 +4,8 @@
  * One event loop (zmq_poll over the control socket, a signalfd and every stage's output
  * pipe) does all of it: copies each stage's stderr and stdout into RUN_DIR/logs/ID.log,
  * keeps its last lines for error messages, waits for every HELLO before sending START,
- * tracks heartbeats for the progress line, reaps exits, and ends the run:
+ * tracks heartbeats for the progress line and RUN_DIR/status.json (run_status.h), reaps
+ * exits, and ends the run:
  *
  *   - every stage exited 0                      → 0
  *   - a stage exited non-zero, died of a signal, or sent no heartbeat for
@@ -32,6 +33,8 @@ typedef struct {
     const char *run_dir;
     double heartbeat_timeout_s;
     ring **rings;   /* the topology's rings, attached as observer (for the fill levels) */
+    const char *role; /* this host's part, "all", "farm" or "train" (for RUN_DIR/status.json) */
+    int node_rank;
 } supervise_options;
 
 /* Run the topology to its end; returns selfsup's exit status. */

@@ -66,6 +66,8 @@ struct stage {
     int (*hook)(void *arg); /* stage_set_poll_hook */
     void *hook_arg;
     int hook_said;          /* its last answer other than STAGE_HOOK_GO_ON */
+    void (*report_hook)(void *arg, json_t *report); /* stage_set_report_hook */
+    void *report_hook_arg;
 };
 
 /* ---- signals ------------------------------------------------------------------------------- */
@@ -360,6 +362,8 @@ static json_t *report(const stage *s, const char *type)
     for (int i = 0; i < s->n_counters; i++)
         json_object_set_new(c, s->counters[i].name, json_integer((json_int_t)s->counters[i].value));
     json_object_set_new(m, "counters", c);
+    if (s->report_hook)
+        s->report_hook(s->report_hook_arg, m);
     return m;
 }
 
@@ -415,6 +419,12 @@ int stage_pace_option(int argc, char **argv, long *ms)
         return -1;
     }
     return 2;
+}
+
+void stage_set_report_hook(stage *s, void (*hook)(void *arg, json_t *report), void *arg)
+{
+    s->report_hook = hook;
+    s->report_hook_arg = arg;
 }
 
 void stage_set_poll_hook(stage *s, int (*hook)(void *arg), void *arg)

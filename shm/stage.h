@@ -111,6 +111,11 @@ int stage_long_option(int argc, char **argv, const char *name, long min, long *o
  * (what was written is whole; a trainer keeps its state). */
 enum { STAGE_HOOK_GO_ON = 0, STAGE_HOOK_END = 1, STAGE_HOOK_FAILED = -1, STAGE_HOOK_PEERS_LOST = -2 };
 void stage_set_poll_hook(stage *s, int (*hook)(void *arg), void *arg);
+/* A function that adds fields of its own to each heartbeat and the final report, a JSON
+ * object (collate's lease server adds the farm hosts, for the progress line and `selfsup
+ * status`). */
+struct json_t;
+void stage_set_report_hook(stage *s, void (*hook)(void *arg, struct json_t *report), void *arg);
 bool stage_stopping(const stage *s);
 /* Whether a signal or the orchestrator's STOP asked for the stop (not: the readers left). */
 bool stage_stop_asked(const stage *s);

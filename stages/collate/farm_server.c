@@ -24,7 +24,14 @@ struct farm_server {
     double host_timeout_s, started, last_waiting_log;
     lease_stats reported; /* what the heartbeat counters already say */
     long strays;          /* samples no lease covered */
+    uint64_t *reported_samples; /* each host's samples at the last report, for its rate */
+    int n_reported;
+    double reported_at;
+    char *endpoint;             /* for the reports, which outlive the socket */
+    bool finished;              /* farm_server_finish: the live hosts were told the run is done */
 };
+
+static void report(void *server, json_t *m);
 
 farm_server *farm_server_open(const char *endpoint, const char *keys_dir, const lease_plan *plan,
                               double host_timeout_s, stage *s, char **err)
@@ -37,7 +44,9 @@ farm_server *farm_server_open(const char *endpoint, const char *keys_dir, const 
     f->book = lease_book_new(plan);
     f->s = s;
     f->host_timeout_s = host_timeout_s;
-    f->started = f->last_waiting_log = now_seconds();
+    f->endpoint = xstrdup(ctl_server_endpoint(ctl));
+    f->started = f->last_waiting_log = f->reported_at = now_seconds();
+    stage_set_report_hook(s, report, f);
     log_info("dealing leases of %llu samples at %s (window %llu samples, epochs %u to %u)",
              (unsigned long long)plan->lease_len, ctl_server_endpoint(ctl), (unsigned long long)plan->window,
              plan->first_epoch, plan->first_epoch + plan->epochs - 1);
@@ -111,6 +120,38 @@ static void answer(farm_server *f, const char *host, json_t *msg, double now)
         log_warn("farm host %s sent an unknown message '%s'; ignored", host, type);
 }
 
+/* One host in the heartbeat: its state, leases and samples, and samples per second since
+ * the last report. */
+static json_t *host_json(farm_server *f, int i, double now, double dt)
+{
+    lease_host_view v = lease_book_host(f->book, i);
+    uint64_t before = i < f->n_reported ? f->reported_samples[i] : 0;
+    double rate = dt > 0 && v.samples >= before ? (double)(v.samples - before) / dt : 0;
+    const char *state = f->finished && !strcmp(v.state, "live") ? "done" : v.state;
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f}", "id", v.name, "state", state, "leases",
+                     (json_int_t)v.leases, "held", (json_int_t)v.held, "samples", (json_int_t)v.samples, "losses",
+                     (json_int_t)v.losses, "rate", rate, "silent_s", now - v.last_seen);
+}
+
+/* The report hook (stage.h): "farm": {"endpoint", "remaining", "hosts": [...]}, which the
+ * orchestrator shows on the progress line and in RUN_DIR/status.json. */
+static void report(void *server, json_t *m)
+{
+    farm_server *f = server;
+    double now = now_seconds(), dt = now - f->reported_at;
+    int n = lease_book_hosts(f->book);
+    json_t *hosts = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(hosts, host_json(f, i, now, dt));
+    f->reported_samples = xrealloc(f->reported_samples, (size_t)(n ? n : 1) * sizeof *f->reported_samples);
+    for (int i = 0; i < n; i++)
+        f->reported_samples[i] = lease_book_host(f->book, i).samples;
+    f->n_reported = n;
+    f->reported_at = now;
+    json_object_set_new(m, "farm", json_pack("{s:s, s:I, s:o}", "endpoint", f->endpoint, "remaining",
+                                             (json_int_t)lease_book_remaining(f->book), "hosts", hosts));
+}
+
 /* The heartbeat's counters: what changed since the last poll. */
 static void count(farm_server *f)
 {
@@ -169,18 +210,30 @@ void farm_server_consumed(farm_server *f, uint32_t epoch, uint64_t pos) { lease_
 
 bool farm_server_done(const farm_server *f) { return lease_book_done(f->book); }
 
-void farm_server_close(farm_server *f)
+void farm_server_finish(farm_server *f)
 {
-    if (!f)
+    if (!f || f->finished)
         return;
-    if (lease_book_done(f->book))
+    f->finished = lease_book_done(f->book);
+    if (f->finished)
         for (int i = 0; i < lease_book_live_hosts(f->book); i++)
             send_type(f, lease_book_live_host(f->book, i), "done");
     lease_stats st = lease_book_stats(f->book);
     log_info("leases: %llu dealt, %llu dealt again; %llu hosts lost (%llu samples); %llu duplicate samples dropped",
              (unsigned long long)st.dealt, (unsigned long long)st.redealt, (unsigned long long)st.lost_hosts,
              (unsigned long long)st.lost_samples, (unsigned long long)st.duplicates);
+    stage_set_poll_hook(f->s, NULL, NULL);
+    ctl_server_close(f->ctl);
+    f->ctl = NULL;
+}
+
+void farm_server_free(farm_server *f)
+{
+    if (!f)
+        return;
     ctl_server_close(f->ctl);
     lease_book_free(f->book);
+    free(f->reported_samples);
+    free(f->endpoint);
     free(f);
 }

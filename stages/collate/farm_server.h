@@ -44,7 +44,10 @@ int farm_server_received(farm_server *f, uint32_t epoch, uint64_t pos);
 /* Collate has written every batch before position `pos` of `epoch` (the window moves on). */
 void farm_server_consumed(farm_server *f, uint32_t epoch, uint64_t pos);
 bool farm_server_done(const farm_server *f);
-/* Tell the live hosts the run is done (when it is), log the totals, unbind. Safe on NULL. */
-void farm_server_close(farm_server *f);
+/* Tell the live hosts the run is done (when it is: they show as "done"), log the totals,
+ * unbind. The stage's reports still show the hosts (stage_set_report_hook) until
+ * farm_server_free, after stage_main. Both safe on NULL. */
+void farm_server_finish(farm_server *f);
+void farm_server_free(farm_server *f);
 
 #endif

@@ -24,6 +24,7 @@ typedef struct {
     char *name;
     double last_seen;
     bool lost, gone;
+    uint64_t leases, samples, losses; /* for lease_book_host */
 } host;
 
 typedef struct {
@@ -118,6 +119,17 @@ static bool was_dealt(const lease_book *b, uint64_t g)
     return g >= b->plan.first_pos && g < b->next_fresh;
 }
 
+/* The host whose lease covers g gets the sample in its count (none: a lost host's sample
+ * not dealt again yet). */
+static void credit_holder(lease_book *b, uint64_t g)
+{
+    for (size_t i = 0; i < b->n_out; i++)
+        if (g >= b->out[i].g0 && g < b->out[i].g1) {
+            b->hosts[b->out[i].host].samples++;
+            return;
+        }
+}
+
 int lease_book_received(lease_book *b, uint32_t epoch, uint64_t pos)
 {
     if (!b->per_epoch || epoch < b->plan.first_epoch || pos >= b->per_epoch)
@@ -130,6 +142,7 @@ int lease_book_received(lease_book *b, uint32_t epoch, uint64_t pos)
         return 0;
     }
     set_bit(b, g, true);
+    credit_holder(b, g);
     while (b->floor < b->total && bit(b, b->floor)) {
         set_bit(b, b->floor, false);
         b->floor++;
@@ -271,6 +284,7 @@ lease_answer lease_book_deal(lease_book *b, const char *name, double now, lease 
         b->out = xrealloc(b->out, b->cap_out * sizeof *b->out);
     }
     b->out[b->n_out++] = (out_lease){.l = *out, .g0 = g0, .g1 = g1, .host = h};
+    b->hosts[h].leases++;
     if (again)
         b->stats.redealt++;
     else
@@ -335,6 +349,7 @@ int lease_book_expire(lease_book *b, double now, double timeout)
         if (x->lost || x->gone || now - x->last_seen < timeout)
             continue;
         x->lost = true;
+        x->losses++;
         uint64_t missing = give_back(b, h);
         log_warn("farm host %s is lost (silent for %.1f s); %llu samples of its leases are dealt again", x->name,
                  now - x->last_seen, (unsigned long long)missing);
@@ -385,3 +400,16 @@ uint64_t lease_book_remaining(const lease_book *b)
 }
 
 lease_stats lease_book_stats(const lease_book *b) { return b->stats; }
+
+int lease_book_hosts(const lease_book *b) { return b->n_hosts; }
+
+lease_host_view lease_book_host(const lease_book *b, int i)
+{
+    const host *x = &b->hosts[i];
+    lease_host_view v = {.name = x->name, .state = x->lost ? "lost" : x->gone ? "gone" : "live",
+                         .leases = x->leases, .samples = x->samples, .losses = x->losses,
+                         .last_seen = x->last_seen};
+    for (size_t k = 0; k < b->n_out; k++)
+        v.held += b->out[k].host == i && !finished(b, &b->out[k]);
+    return v;
+}

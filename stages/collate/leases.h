@@ -57,6 +57,17 @@ typedef struct {
     uint64_t lost_hosts, lost_samples;
 } lease_stats;
 
+/* One farm host as the book sees it (selfsup status, the progress line). */
+typedef struct {
+    const char *name;
+    const char *state;  /* "live", "lost" (silent too long) or "gone" (said it is finished) */
+    uint64_t leases;    /* leases dealt to it, first time or again */
+    uint64_t held;      /* of them, unfinished now */
+    uint64_t samples;   /* samples that reached collate while one of its leases covered them */
+    uint64_t losses;    /* times it was judged lost */
+    double last_seen;   /* the `now` of its last message */
+} lease_host_view;
+
 typedef struct lease_book lease_book;
 
 lease_book *lease_book_new(const lease_plan *plan);
@@ -91,6 +102,9 @@ bool lease_book_anyone_joined(const lease_book *b);
 const char *lease_book_live_host(const lease_book *b, int i);
 /* Samples still to arrive. */
 uint64_t lease_book_remaining(const lease_book *b);
+/* Every host that ever joined, i = 0 … count - 1, in the order they joined. */
+int lease_book_hosts(const lease_book *b);
+lease_host_view lease_book_host(const lease_book *b, int i);
 lease_stats lease_book_stats(const lease_book *b);
 
 #endif

@@ -389,7 +389,7 @@ static int run_farm(stage *s, collate *c)
         rc = flush(s, c, true);
     else if (rc == 0)
         rc = stage_failed(s) ? -1 : 1; /* stopped, or the farm is gone */
-    farm_server_close(c->farm);
+    farm_server_finish(c->farm);
     return rc < 0 ? 1 : stage_exit_status(s);
 }
 
@@ -450,6 +450,7 @@ int main(int argc, char **argv)
     };
     collate c = {.split = "TRAIN", .epochs = 1};
     int status = stage_main(argc, argv, &info, &c, run);
+    farm_server_free(c.farm); /* after stage_main: its final report shows the farm hosts */
     for (size_t i = 0; i < c.n_pending; i++)
         free(c.pending[i].bytes);
     free(c.pending);

@@ -248,6 +248,25 @@ static void expect_in_log(const char *rel, const char *text)
     free(all);
 }
 
+/* `selfsup status g_dir/run`, into g_dir/OUT (the log of what it printed). */
+static void status_of(const char *run, const char *out)
+{
+    char *selfsup = test_build_path("selfsup");
+    char *cmd = xasprintf("%s status %s/%s > %s/%s 2>&1", selfsup, g_dir, run, g_dir, out);
+    cr_assert_eq(system(cmd), 0, "`%s` failed", cmd);
+    free(selfsup), free(cmd);
+}
+
+/* The line of the status print that starts (after its indent) with `id`. */
+static char *status_line(const char *out, const char *id)
+{
+    char *all = slurp_text(out), *want = xasprintf("\n  %s ", id), *at = strstr(all, want);
+    cr_assert(at, "%s has no line for %s:\n%s", out, id, all);
+    char *line = xstrndup(at + 1, strcspn(at + 1, "\n"));
+    free(all), free(want);
+    return line;
+}
+
 /* ---- the tests ------------------------------------------------------------------------------ */
 
 Test(farm, two_farm_hosts_give_the_batches_of_one_machine)
@@ -274,6 +293,13 @@ Test(farm, a_host_killed_in_mid_epoch_loses_no_sample_and_a_late_host_takes_its_
     usleep(800 * 1000);
     pid_t b = farm_host(1, kb, NULL); /* started late */
     cr_assert(wait_for_text("tk/logs/collate.0.log", "farm host farm.1 joined", 30000), "the late host never joined");
+    /* selfsup status, while it runs, shows both hosts at work */
+    cr_assert(wait_for_text("tk/status.json", "\"farm.1\"", 10000), "the status never showed the late host");
+    status_of("tk", "status-running.txt");
+    expect_in_log("status-running.txt", "running for");
+    char *line = status_line("status-running.txt", "farm.1");
+    cr_assert(strstr(line, " live "), "%s", line);
+    free(line);
     usleep(500 * 1000);
     kill_session(a); /* host A and everything it ran, in mid-epoch */
     expect_exit(t, 0, "tk.log");
@@ -281,6 +307,18 @@ Test(farm, a_host_killed_in_mid_epoch_loses_no_sample_and_a_late_host_takes_its_
     expect_in_log("tk/logs/collate.0.log", "farm host farm.0 is lost");
     expect_in_log("tk/logs/collate.0.log", "farm host farm.0 lost lease");
     cr_assert(same_file("one.rec", "kill.rec"), "losing a host changed the batches");
+    /* and once it ended: host A lost once, its leases dealt again, host B done */
+    status_of("tk", "status-ended.txt");
+    expect_in_log("status-ended.txt", "finished after");
+    line = status_line("status-ended.txt", "farm.0");
+    cr_assert(strstr(line, " lost ") && strstr(line, "(lost 1 time)"), "%s", line);
+    free(line);
+    line = status_line("status-ended.txt", "farm.1");
+    cr_assert(strstr(line, " done "), "%s", line);
+    free(line);
+    char *all = slurp_text("status-ended.txt"), *again = strstr(all, "dealt, ");
+    cr_assert(again && atoi(again + strlen("dealt, ")) >= 1, "no lease dealt again:\n%s", all);
+    free(all);
     free(sink), free(ka), free(kb);
 }
 
@@ -309,6 +347,14 @@ Test(farm, a_host_whose_trainer_host_dies_stops_and_says_so)
     expect_exit(a, 1, "farm0.log");
     expect_in_log("farm0.log", "has not answered for");
     expect_in_log("farm0.log", "the trainer's side is gone");
+    /* the trainer host's orchestrator died without a word: its status says so */
+    status_of("tg", "status-lost.txt");
+    expect_in_log("status-lost.txt", "lost for");
+    expect_in_log("status-lost.txt", "the orchestrator is gone");
+    /* the farm host's own run ended as failed, naming its stage */
+    status_of("farm0", "status-farm.txt");
+    expect_in_log("status-farm.txt", "failed after");
+    expect_in_log("status-farm.txt", "failure: stage decode");
     free(ka);
 }
 

@@ -200,6 +200,39 @@ Test(leases, a_host_that_speaks_again_is_back_and_a_host_that_leaves_is_not_live
     lease_book_free(b);
 }
 
+/* What selfsup status shows of each host: its leases, what it holds, the samples that came
+ * under its leases, its losses; a lost host's samples dealt again count for the new holder. */
+Test(leases, each_host_is_shown_with_its_leases_samples_and_losses)
+{
+    lease_book *b = book(0, 1, 0, 4, 100, 12);
+    lease a1 = deal_ok(b, "farm.0"), a2 = deal_ok(b, "farm.0"), b1 = deal_ok(b, "farm.1");
+    arrive(b, &a1);
+    cr_assert_eq(lease_book_received(b, a2.epoch, a2.start), 1); /* 1 of a2's 4 */
+    arrive(b, &b1);
+    cr_assert_eq(lease_book_hosts(b), 2);
+    lease_host_view v0 = lease_book_host(b, 0), v1 = lease_book_host(b, 1);
+    cr_assert_str_eq(v0.name, "farm.0");
+    cr_assert_str_eq(v0.state, "live");
+    cr_assert(v0.leases == 2 && v0.held == 1 && v0.samples == 5 && v0.losses == 0, "farm.0: %llu %llu %llu %llu",
+              (unsigned long long)v0.leases, (unsigned long long)v0.held, (unsigned long long)v0.samples,
+              (unsigned long long)v0.losses);
+    cr_assert(v1.leases == 1 && v1.held == 0 && v1.samples == 4);
+    lease_book_seen(b, "farm.1", 9);
+    cr_assert_eq(lease_book_expire(b, 10, 5), 1); /* farm.0, silent since 0 */
+    v0 = lease_book_host(b, 0);
+    cr_assert_str_eq(v0.state, "lost");
+    cr_assert(v0.losses == 1 && v0.held == 0 && v0.last_seen == 0);
+    lease again = deal_ok(b, "farm.1");
+    cr_assert(again.start == a2.start + 1 && again.end == a2.end);
+    arrive(b, &again);
+    v1 = lease_book_host(b, 1);
+    cr_assert(v1.leases == 2 && v1.samples == 7, "farm.1: %llu leases, %llu samples", (unsigned long long)v1.leases,
+              (unsigned long long)v1.samples);
+    lease_book_leave(b, "farm.1");
+    cr_assert_str_eq(lease_book_host(b, 1).state, "gone");
+    lease_book_free(b);
+}
+
 /* A farm of 3 hosts over 3 epochs: each step a random host asks for work, sends part of what
  * it holds (in any order), or dies, losing what it held; dead hosts come back. */
 typedef struct {

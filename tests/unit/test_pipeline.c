@@ -356,6 +356,16 @@ static char *stage_log(const run_env *e, const char *id)
     return text;
 }
 
+/* What `selfsup COMMAND RUN_DIR` prints about the run (stdout and stderr). */
+__attribute__((noinline)) /* gcc 12 mistakes the result for a pointer to a local */
+static char *run_output(const run_env *e, const char *command)
+{
+    char *cmd = xasprintf("%s %s %s/run", g.selfsup, command, e->dir), *out = NULL;
+    test_run(cmd, &out);
+    free(cmd);
+    return out;
+}
+
 static void free_run(run_env *e)
 {
     test_rm_rf(e->dir);
@@ -380,7 +390,13 @@ Test(pipeline, run_completes, .timeout = 120)
         cr_expect_eq(access(p, F_OK), 0, "no log for augment.%d", i);
         free(p);
     }
+    /* selfsup status: the run finished, every stage exited 0, the consumer read them all */
+    char *status = run_output(&e, "status");
+    cr_expect(strncmp(status, "finished after", 14) == 0, "%s", status);
+    const char *train = strstr(status, "\n  train.0 ");
+    cr_expect(train && strstr(train, " 2000  exited with status 0"), "%s", status);
     expect_clean(&e, pid);
+    free(status);
     free(config_yaml);
     free(consumer);
     free(log);
@@ -398,9 +414,25 @@ Test(pipeline, failing_stage_stops_the_run, .timeout = 120)
     cr_expect(strstr(log, "stage augment.") && strstr(log, ") failed; stopping the run"),
               "the message should name the stage that failed:\n%s", log);
     cr_expect(strstr(log, "failing on purpose"), "the stage's last lines should be quoted:\n%s", log);
+    char *status = run_output(&e, "status --json");
+    cr_expect(strstr(status, "\"state\": \"failed\"") && strstr(status, "\"failure\": \"stage augment."), "%s", status);
+    free(status);
     expect_clean(&e, pid);
     free(log);
     free_run(&e);
+}
+
+Test(pipeline, status_of_a_directory_without_a_run_says_so)
+{
+    char *dir = test_make_tmpdir(), *cmd = xasprintf("%s status %s", g.selfsup, dir), *out = NULL;
+    cr_expect_eq(test_run(cmd, &out), 1, "%s", out);
+    cr_expect(strstr(out, "no status (is it the run directory of a `selfsup run`?)"), "%s", out);
+    free(out), free(cmd);
+    cmd = xasprintf("%s status", g.selfsup);
+    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    free(out), free(cmd);
+    test_rm_rf(dir);
+    free(dir);
 }
 
 Test(pipeline, bad_config_starts_nothing)
