@@ -4,7 +4,8 @@
 #   make test            install deps, build, run the fuzz smoke runs, then the test suite
 #   make SANITIZE=1 test the same under AddressSanitizer + UndefinedBehaviorSanitizer (build/san/)
 #   make SANITIZE=thread unit  the threaded and shared-memory suites under ThreadSanitizer (build/tsan/)
-#   make deps            install the Debian packages the project needs (no-op when present)
+#   make deps            install the Debian packages the project needs (no-op when present;
+#                        make test-deps adds the Slurm daemons the tests start)
 #   make demo            the main job on its own data
 #   make bench           speed measurements against the PyTorch/VISSL way
 #   make install PREFIX=/usr/local
@@ -171,7 +172,7 @@ FUZZ_CC    := clang
 FUZZ_FLAGS := -std=gnu17 -O1 -g -ffp-contract=off -iquote lib -iquote shm -iquote stages -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=undefined $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
-.PHONY: all test unit fuzz deps golden-deps golden demo bench install clean check-deps gpu-bundle
+.PHONY: all test unit fuzz deps golden-deps test-deps golden demo bench install clean check-deps gpu-bundle
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -248,12 +249,16 @@ DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libzip-d
             python3 python3-numpy python3-torch python3-torchvision python3-sklearn \
             dataset-fashion-mnist mate-backgrounds
 
+# make test also starts a Slurm of its own (munged, slurmctld, three slurmd on this machine:
+# tests/unit/test_slurm.c), which nothing else needs.
+TEST_PKGS := $(DEB_PKGS) slurmctld slurmd slurm-client munge
+
 # make golden also needs OpenCV (the Lab conversion's reference) and FAISS's Python module
 # (ClusterFit's reference), which nothing else does.
 GOLDEN_PKGS := $(DEB_PKGS) python3-opencv python3-faiss
 
-deps golden-deps:
-	@missing=$$(for p in $(if $(filter golden-deps,$@),$(GOLDEN_PKGS),$(DEB_PKGS)); do \
+deps golden-deps test-deps:
+	@missing=$$(for p in $(if $(filter golden-deps,$@),$(GOLDEN_PKGS),$(if $(filter test-deps,$@),$(TEST_PKGS),$(DEB_PKGS))); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
 	  done); \
 	if [ -n "$$missing" ]; then \
@@ -287,7 +292,7 @@ fuzz: $(FUZZ_BINS)
 	  grep -E '^Done [0-9]+ runs' $$work.log | tail -1; rm -rf $$work $$work.log; \
 	done
 
-test: deps
+test: test-deps
 	$(MAKE) all
 	$(MAKE) fuzz
 	$(MAKE) unit

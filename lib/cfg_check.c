@@ -584,9 +584,20 @@ static bool check_selfsup(checker *ck)
                        "must be a number of seconds > 0 (a farm host silent this long is lost)") &&
            check_range(ck, "SELFSUP.FARM.DATA_PORT", 1, 65535, "must be a tcp port, 1 to 65535") &&
            check_range(ck, "SELFSUP.FARM.LEASE_PORT", 1, 65535, "must be a tcp port, 1 to 65535") &&
+           check_range(ck, "SELFSUP.FARM.NODES", 0, 4096, "must be 0 (no farm) to 4096 nodes") &&
            check_range(ck, "SELFSUP.FARM.WORKERS", 0, 4096, "must be 0 (DATA.NUM_DATALOADER_WORKERS) to 4096") &&
            check_range(ck, "SELFSUP.FARM.LEASE_SAMPLES", 0, DBL_MAX, "must be 0 (4 batches) or a number of samples") &&
            check_range(ck, "SELFSUP.FARM.WINDOW_SAMPLES", 0, DBL_MAX, "must be 0 (8 leases) or a number of samples");
+}
+
+/* The SLURM keys `selfsup slurm` writes into the batch script. */
+static bool check_slurm(checker *ck)
+{
+    return check_range(ck, "SLURM.TIME_HOURS", 0, 1e6, "must be a number of hours >= 0") &&
+           check_range(ck, "SLURM.TIME_MINUTES", 0, 59, "must be 0 to 59 minutes (hours go in TIME_HOURS)") &&
+           check_range(ck, "SLURM.MEM_GB", 0, 1e9, "must be a number of GB >= 0 (0: sbatch's default)") &&
+           check_range(ck, "SLURM.NUM_CPU_PER_PROC", 1, 4096, "must be 1 to 4096 CPUs") &&
+           check_range(ck, "SLURM.PORT_ID", 1, 65535, "must be a tcp port, 1 to 65535");
 }
 
 /* The control endpoint: "" (ipc in the private run directory), ipc://PATH or tcp://HOST:PORT
@@ -685,7 +696,7 @@ bool cfg_check(cfg_t *cfg, const cfg_options *opt, cfg_err *err)
     checker ck = {cfg, opt, err, NULL};
     bool ok = check_runtime(&ck) && check_model(&ck) && check_loss_and_meters(&ck) && check_optimizer(&ck) &&
               check_data(&ck) && check_weights(&ck) && check_rendezvous(&ck) && check_selfsup(&ck) &&
-              check_selfsup_endpoint(&ck) && check_unimplemented(&ck) && check_amp(&ck);
+              check_slurm(&ck) && check_selfsup_endpoint(&ck) && check_unimplemented(&ck) && check_amp(&ck);
     if (ok)
         warn_sync_bn(&ck);
     json_decref(ck.catalog);

@@ -18,6 +18,15 @@ int cmd_run_engine(int argc, char **argv, const char *engine);
  * name, which may not exist yet), edit(config, ctx) applied, then the engine's preflight. false
  * after logging the refusal. argv[0] is "run". */
 bool cmd_run_check(int argc, char **argv, void (*edit)(cfg_node *config, const void *ctx), const void *ctx);
+/* The config `selfsup run argv` would run on other machines (the root: engine_name and
+ * config), composed and checked as it would be there (the --role given included; the model
+ * on the cpu; paths are left to them), with the config file's absolute path. NULL after
+ * logging the refusal. argv[0] is "run". */
+cfg_node *cmd_run_config(int argc, char **argv, char **file_out);
+/* selfsup slurm CONFIG [overrides...] [--partition P] [--nodes N] [--gpus-per-node G]
+ * [--farm-nodes K] [--time H:MM] [--run-dir DIR] [--dry-run]: write the sbatch script of the
+ * run (slurm.h) and submit it. Also `selfsup run` with SLURM.USE_SLURM outside a job. */
+int cmd_slurm(int argc, char **argv);
 /* selfsup svm|knn|clusterfit CONFIG [overrides...] [--run-dir DIR] [--no-extract]: extract the
  * features (engine extract_features), then run selfsup-svm, selfsup-knn or selfsup-cluster on
  * them, as VISSL's tools/train_svm.py, tools/nearest_neighbor_test.py and

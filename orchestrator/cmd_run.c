@@ -19,6 +19,7 @@
 #include "log.h"
 #include "preflight.h"
 #include "ring.h"
+#include "slurm.h"
 #include "supervise.h"
 #include "timer.h"
 #include "topology.h"
@@ -44,6 +45,8 @@ typedef struct {
     const char *run_dir;
     int node_rank;
     topo_role role;
+    bool role_auto; /* --role auto: decided once the config is known (resolve_auto_role) */
+    char *trainer_host_override; /* what --role auto adds to the overrides */
 } run_args;
 
 static void usage(FILE *out)
@@ -59,22 +62,28 @@ static void usage(FILE *out)
           "  --role ROLE      all (default): the whole run on this machine; farm: decode and\n"
           "                   augment for the trainer host (SELFSUP.FARM.TRAINER_HOST), as farm\n"
           "                   host N of --node-rank N; train: collate and train on this host, fed\n"
-          "                   by the farm hosts (see the README's \"Several machines\")\n"
+          "                   by the farm hosts (see the README's \"Several machines\"); auto:\n"
+          "                   in a Slurm job with SELFSUP.FARM.NODES farm nodes, train on the\n"
+          "                   job's first node and farm on the others (as `selfsup slurm` does),\n"
+          "                   else all\n"
           "\n"
           "On a terminal a progress line shows each stage's throughput and the ring fill.\n"
           "^C stops every stage cleanly (the trainer finishes its step); a second ^C kills them.\n",
           out);
 }
 
-static int parse_role(const char *name, topo_role *role)
+static int parse_role(const char *name, run_args *a)
 {
     static const char *const names[] = {"all", "farm", "train"};
+    a->role_auto = !strcmp(name, "auto");
     for (int i = 0; i < 3; i++)
         if (!strcmp(name, names[i])) {
-            *role = (topo_role)i;
+            a->role = (topo_role)i;
             return 0;
         }
-    log_error("--role %s: expected all, farm or train", name);
+    if (a->role_auto)
+        return 0;
+    log_error("--role %s: expected all, farm, train or auto", name);
     return -1;
 }
 
@@ -93,7 +102,7 @@ static int parse_run_args(int argc, char **argv, run_args *a)
                 log_error("%s needs a value", argv[i]);
                 return EXIT_USAGE;
             }
-            if (!strcmp(argv[i], "--role") && parse_role(argv[++i], &a->role) != 0)
+            if (!strcmp(argv[i], "--role") && parse_role(argv[++i], a) != 0)
                 return EXIT_USAGE;
             else if (!strcmp(argv[i], "--run-dir"))
                 a->run_dir = argv[++i];
@@ -543,6 +552,89 @@ static int start(cfg_t *cfg, const run_args *a, const char *file, const char *fo
     return status;
 }
 
+/* ---- Slurm ----------------------------------------------------------------------------------- */
+
+/* What --role auto found, said to every stage too: they compose the same config. */
+static void add_trainer_host(run_args *a, const char *host)
+{
+    a->trainer_host_override = xasprintf("config.SELFSUP.FARM.TRAINER_HOST='%s'", host);
+    a->overrides = xrealloc(a->overrides, (size_t)(a->n_overrides + 2) * sizeof *a->overrides);
+    a->overrides[a->n_overrides++] = a->trainer_host_override;
+    a->overrides[a->n_overrides] = NULL;
+}
+
+/* This node's part in a Slurm job with farm nodes: the first DISTRIBUTED.NUM_NODES train,
+ * the next are farm hosts 0, 1, ..., and the trainer host is the job's first node. */
+static bool split_job(const cfg_node *config, const slurm_job *job, run_args *a)
+{
+    int64_t train = cfg_int(config, "DISTRIBUTED.NUM_NODES"), farm = cfg_int(config, "SELFSUP.FARM.NODES");
+    if (job->nodes.n != (size_t)(train + farm)) {
+        log_error("--role auto: Slurm job %s has %zu nodes, but DISTRIBUTED.NUM_NODES + SELFSUP.FARM.NODES = %lld",
+                  job->job_id, job->nodes.n, (long long)(train + farm));
+        return false;
+    }
+    if (strpbrk(job->nodes.names[0], "'\\")) {
+        log_error("--role auto: the trainer node's name %s cannot be a host name", job->nodes.names[0]);
+        return false;
+    }
+    a->role = job->node_rank < train ? TOPO_TRAIN : TOPO_FARM;
+    a->node_rank = a->role == TOPO_FARM ? job->node_rank - (int)train : job->node_rank;
+    add_trainer_host(a, job->nodes.names[0]);
+    log_info("--role auto: node %s of Slurm job %s is %s %d; the trainer host is %s",
+             job->nodes.names[job->node_rank], job->job_id, a->role == TOPO_TRAIN ? "trainer node" : "farm host",
+             a->node_rank, job->nodes.names[0]);
+    return true;
+}
+
+/* --role auto, as `selfsup slurm`'s batch script runs: in a Slurm job with SELFSUP.FARM.NODES
+ * farm nodes, split_job decides; elsewhere, or without farm nodes, all (the node rank from
+ * SLURM_NODEID). false after logging why not. */
+static bool resolve_auto_role(const cfg_node *config, run_args *a)
+{
+    slurm_job job;
+    char *err = NULL;
+    int in_job = slurm_job_read(&job, &err);
+    bool ok = in_job >= 0;
+    a->role = TOPO_ALL;
+    if (in_job < 0)
+        log_error("--role auto: %s", err);
+    else if (in_job && cfg_int(config, "SELFSUP.FARM.NODES") > 0)
+        ok = split_job(config, &job, a);
+    else if (in_job)
+        a->node_rank = job.node_rank;
+    if (in_job > 0)
+        slurm_job_free(&job);
+    free(err);
+    return ok;
+}
+
+/* Compose, and for --role auto compose again with the trainer host it found. */
+static bool compose_run(cfg_t *cfg, run_args *a, bool check_paths, char **file)
+{
+    if (!compose(cfg, a, check_paths, file))
+        return false;
+    if (!a->role_auto)
+        return true;
+    bool ok = resolve_auto_role(cfg_map_get(cfg->root, "config"), a);
+    if (ok && a->trainer_host_override) {
+        cfg_destroy(cfg);
+        free(*file);
+        return compose(cfg, a, check_paths, file);
+    }
+    if (!ok) {
+        cfg_destroy(cfg);
+        free(*file);
+        *file = NULL;
+    }
+    return ok;
+}
+
+static void free_run_args(run_args *a)
+{
+    free(a->overrides);
+    free(a->trainer_host_override);
+}
+
 int cmd_run(int argc, char **argv) { return cmd_run_engine(argc, argv, NULL); }
 
 int cmd_run_engine(int argc, char **argv, const char *engine)
@@ -557,13 +649,51 @@ int cmd_run_engine(int argc, char **argv, const char *engine)
     cfg_t cfg;
     char *file = NULL;
     status = EXIT_USAGE;
-    if (compose(&cfg, &a, true, &file)) {
-        status = start(&cfg, &a, file, engine);
+    if (compose_run(&cfg, &a, true, &file)) {
+        /* VISSL's SLURM.USE_SLURM: submit the run (inside the job it runs) */
+        bool submit = !engine && cfg_bool(cfg_map_get(cfg.root, "config"), "SLURM.USE_SLURM") && !getenv("SLURM_JOB_ID");
+        status = submit ? cmd_slurm(argc, argv) : start(&cfg, &a, file, engine);
         cfg_destroy(&cfg);
     }
     free(file);
-    free(a.overrides);
+    free_run_args(&a);
     return status;
+}
+
+/* The engine's checks of a run for other machines: their GPUs need not be here, so the model
+ * is checked on the cpu (in fp32: AMP is the GPU's), which builds and loads it alike. */
+static bool preflight_on_cpu(const cfg_node *config, const char *engine)
+{
+    cfg_node *cpu = cfg_copy(config);
+    cfg_map_set(cfg_get(cpu, "MACHINE"), "DEVICE", cfg_new_str("cpu", "<preflight>", 0));
+    cfg_node *amp = cfg_path(cpu, "MODEL.AMP_PARAMS");
+    if (amp && amp->kind == CFG_MAP)
+        cfg_map_set(amp, "USE_AMP", cfg_new_bool(false, "<preflight>", 0));
+    bool ok = preflight_engine(cpu, engine);
+    cfg_free(cpu);
+    return ok;
+}
+
+cfg_node *cmd_run_config(int argc, char **argv, char **file_out)
+{
+    run_args a = {0};
+    cfg_t cfg;
+    cfg_node *root = NULL;
+    *file_out = NULL;
+    if (parse_run_args(argc, argv, &a) < 0 && compose(&cfg, &a, false, file_out)) {
+        cfg_node *config = cfg_map_get(cfg.root, "config");
+        const char *engine = cfg_str(cfg.root, "engine_name");
+        if (check_farm(config, engine, a.role) && check_data_stages(config, engine) && check_control_keys(config) &&
+            (a.role == TOPO_FARM || preflight_on_cpu(config, engine)))
+            root = cfg_copy(cfg.root);
+        cfg_destroy(&cfg);
+    }
+    if (!root) {
+        free(*file_out);
+        *file_out = NULL;
+    }
+    free_run_args(&a);
+    return root;
 }
 
 bool cmd_run_check(int argc, char **argv, void (*edit)(cfg_node *config, const void *ctx), const void *ctx)

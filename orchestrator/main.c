@@ -6,6 +6,7 @@
  *   selfsup config lr CONFIG [overrides...]        print the LR schedule, epoch by epoch
  *   selfsup run CONFIG [overrides...]              run the pipeline: every stage, supervised
  *   selfsup status RUN_DIR                          what a run is doing (stages, rings, farm hosts)
+ *   selfsup slurm CONFIG [overrides...] [options]   submit the run to Slurm (sbatch)
  *   selfsup svm CONFIG [overrides...]              extract features, then VISSL's SVM benchmark
  *   selfsup knn CONFIG [overrides...]              extract features, then VISSL's kNN benchmark
  *   selfsup clusterfit CONFIG [overrides...]       extract, k-means (FAISS), pseudo-labels [--then TRAIN]
@@ -38,6 +39,7 @@ static void usage(FILE *out)
           "  config lr CONFIG [overrides...]        print the learning-rate schedule\n"
           "  run CONFIG [overrides...]              run the pipeline (see selfsup run --help)\n"
           "  status RUN_DIR [--json]                what a run is doing: stages, rings, farm hosts\n"
+          "  slurm CONFIG [overrides...] [--dry-run] submit the run to Slurm (see selfsup slurm --help)\n"
           "  svm CONFIG [overrides...]              extract features, then train and test SVMs\n"
           "  knn CONFIG [overrides...]              extract features, then the kNN benchmark\n"
           "  clusterfit CONFIG [overrides...] [--then TRAIN_CONFIG [overrides...]]\n"
@@ -87,7 +89,7 @@ int main(int argc, char **argv)
         return 0;
     }
     /* Every command but run (whose lines sit in logs beside its stages') speaks as a tool. */
-    static const char *const COMMANDS[] = {"config", "status", "svm", "knn", "clusterfit", "inspect", "keygen", "dataset", "convert"};
+    static const char *const COMMANDS[] = {"config", "status", "slurm", "svm", "knn", "clusterfit", "inspect", "keygen", "dataset", "convert"};
     static char command[64];
     for (size_t i = 0; i < ARRAY_LEN(COMMANDS); i++)
         if (!strcmp(argv[1], COMMANDS[i])) {
@@ -98,6 +100,8 @@ int main(int argc, char **argv)
         return cmd_config(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run"))
         return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "slurm"))
+        return cmd_slurm(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status"))
         return cmd_status(argc - 1, argv + 1);
     if (!strcmp(argv[1], "svm") || !strcmp(argv[1], "knn") || !strcmp(argv[1], "clusterfit"))

@@ -29,9 +29,13 @@ struct farm_server {
     double reported_at;
     char *endpoint;             /* for the reports, which outlive the socket */
     bool finished;              /* farm_server_finish: the live hosts were told the run is done */
+    int expected_hosts;         /* farm_server_expect_hosts */
+    char **told_done;           /* the hosts told that the run is done */
+    int n_told;
 };
 
 static void report(void *server, json_t *m);
+static void tell_done(farm_server *f, const char *host);
 
 farm_server *farm_server_open(const char *endpoint, const char *keys_dir, const lease_plan *plan,
                               double host_timeout_s, stage *s, char **err)
@@ -89,8 +93,11 @@ static void deal(farm_server *f, const char *host, double now)
 {
     lease l;
     lease_answer a = lease_book_deal(f->book, host, now, &l);
+    if (a == LEASE_DONE)
+        tell_done(f, host);
     if (a != LEASE_GIVEN) {
-        send_type(f, host, a == LEASE_DONE ? "done" : "wait");
+        if (a == LEASE_WAIT)
+            send_type(f, host, "wait");
         return;
     }
     json_t *m = ctl_msg("lease");
@@ -210,14 +217,48 @@ void farm_server_consumed(farm_server *f, uint32_t epoch, uint64_t pos) { lease_
 
 bool farm_server_done(const farm_server *f) { return lease_book_done(f->book); }
 
+void farm_server_expect_hosts(farm_server *f, int hosts) { f->expected_hosts = hosts; }
+
+/* Tell `host` the run is done, once. */
+static void tell_done(farm_server *f, const char *host)
+{
+    for (int i = 0; i < f->n_told; i++)
+        if (!strcmp(f->told_done[i], host))
+            return;
+    send_type(f, host, "done");
+    f->told_done = xrealloc(f->told_done, (size_t)(f->n_told + 1) * sizeof *f->told_done);
+    f->told_done[f->n_told++] = xstrdup(host);
+}
+
+/* The run is done, but not every expected host has heard it: one that comes late (it started
+ * as the run ended) would wait for a server that is gone. Answer "done" to whoever speaks,
+ * until each expected host was told or HOST_TIMEOUT_S has passed. */
+static void linger(farm_server *f)
+{
+    double until = now_seconds() + f->host_timeout_s;
+    if (f->n_told < f->expected_hosts)
+        log_info("the run is done; telling the farm hosts still to come (%d of %d told, %.0f s at most)", f->n_told,
+                 f->expected_hosts, f->host_timeout_s);
+    while (f->n_told < f->expected_hosts && now_seconds() < until) {
+        char *host = NULL;
+        json_t *msg = ctl_server_recv(f->ctl, 100, &host);
+        if (msg)
+            tell_done(f, host);
+        json_decref(msg);
+        free(host);
+    }
+}
+
 void farm_server_finish(farm_server *f)
 {
     if (!f || f->finished)
         return;
     f->finished = lease_book_done(f->book);
-    if (f->finished)
+    if (f->finished) {
         for (int i = 0; i < lease_book_live_hosts(f->book); i++)
-            send_type(f, lease_book_live_host(f->book, i), "done");
+            tell_done(f, lease_book_live_host(f->book, i));
+        linger(f);
+    }
     lease_stats st = lease_book_stats(f->book);
     log_info("leases: %llu dealt, %llu dealt again; %llu hosts lost (%llu samples); %llu duplicate samples dropped",
              (unsigned long long)st.dealt, (unsigned long long)st.redealt, (unsigned long long)st.lost_hosts,
@@ -235,5 +276,8 @@ void farm_server_free(farm_server *f)
     lease_book_free(f->book);
     free(f->reported_samples);
     free(f->endpoint);
+    for (int i = 0; i < f->n_told; i++)
+        free(f->told_done[i]);
+    free(f->told_done);
     free(f);
 }

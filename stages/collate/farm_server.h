@@ -48,6 +48,10 @@ bool farm_server_done(const farm_server *f);
  * unbind. The stage's reports still show the hosts (stage_set_report_hook) until
  * farm_server_free, after stage_main. Both safe on NULL. */
 void farm_server_finish(farm_server *f);
+/* How many farm hosts the run has (SELFSUP.FARM.NODES; 0: not known). At the end,
+ * farm_server_finish waits up to SELFSUP.FARM.HOST_TIMEOUT_S for each of them to be told
+ * that the run is done: one that came late would otherwise wait for a server that is gone. */
+void farm_server_expect_hosts(farm_server *f, int hosts);
 void farm_server_free(farm_server *f);
 
 #endif

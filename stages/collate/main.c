@@ -360,6 +360,7 @@ static int start_farm(stage *s, collate *c)
         return -1;
     }
     stage_set_poll_hook(s, farm_server_poll, c->farm);
+    farm_server_expect_hosts(c->farm, (int)cfg_int(stage_config(s), "SELFSUP.FARM.NODES"));
     c->started = true;
     c->epoch = (uint32_t)c->first_epoch;
     c->next_batch = (uint64_t)c->start_iter;

@@ -434,7 +434,7 @@ Test(farm, what_the_farm_cannot_do_is_refused_before_anything_starts)
          "config.DISTRIBUTED.NUM_PROC_PER_NODE"},
         {"--role train config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=x config.DATA.TRAIN.ENABLE_QUEUE_DATASET=True",
          "config.DATA.TRAIN.ENABLE_QUEUE_DATASET"},
-        {"--role sideways", "expected all, farm or train"},
+        {"--role sideways", "expected all, farm, train or auto"},
         {"--role train config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=x config.SELFSUP.FARM.HOST_TIMEOUT_S=0",
          "config.SELFSUP.FARM.HOST_TIMEOUT_S"},
     };
