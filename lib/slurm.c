@@ -124,7 +124,8 @@ static int parse_name(const char *s, size_t len, name_parts *p, char **err)
 
 static void push_name(host_list *out, const char *name)
 {
-    out->names = xrealloc(out->names, (out->n + 1) * sizeof *out->names);
+    if ((out->n & (out->n - 1)) == 0) /* at 0, 1, 2, 4, …: doubled, not grown by one */
+        out->names = xrealloc(out->names, (out->n ? 2 * out->n : 1) * sizeof *out->names);
     out->names[out->n++] = xstrdup(name);
 }
 
