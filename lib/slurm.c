@@ -18,6 +18,7 @@
 #include <string.h>
 
 #define MAX_GROUPS 2
+#define OPTION_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
 #define MAX_DIGITS 18
 
 /* ---- host lists ----------------------------------------------------------------------------- */
@@ -278,8 +279,9 @@ static int additional_lines(strbuf *sb, const cfg_node *extra, char **err)
 {
     for (size_t i = 0; extra && extra->kind == CFG_MAP && i < extra->len; i++) {
         const char *key = extra->keys[i];
-        char *value = scalar_text(extra->items[i]), *option = xstrdup(key), *path = xasprintf("SLURM.ADDITIONAL_PARAMETERS.%s", key);
-        bool ok_key = *key && strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == strlen(key);
+        char *value = scalar_text(extra->items[i]), *option = xstrdup(key);
+        char *path = xasprintf("SLURM.ADDITIONAL_PARAMETERS.%s", key);
+        bool ok_key = *key && strspn(key, OPTION_CHARS) == strlen(key);
         for (char *c = option; *c; c++)
             *c = *c == '_' ? '-' : *c;
         int rc = !ok_key    ? report_failure(err, "config.%s: not an sbatch option name", path)
@@ -343,8 +345,8 @@ static void task_lines(strbuf *sb, const slurm_job_spec *spec)
             sb_putc(sb, ' ');
         shell_quote(sb, spec->run_args[i]);
     }
-    sb_puts(sb, ")\nexec srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\\n"
-                "    bash -c 'exec \"$0\" run \"$@\" --role auto --run-dir \"$SELFSUP_JOB_DIR/node$SLURM_NODEID\"' \\\n    ");
+    sb_puts(sb, ")\nexec srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\\n    bash -c 'exec \"$0\" run \"$@\" "
+                "--role auto --run-dir \"$SELFSUP_JOB_DIR/node$SLURM_NODEID\"' \\\n    ");
     shell_quote(sb, spec->selfsup);
     sb_puts(sb, " \"${args[@]}\"\n");
 }

@@ -499,6 +499,15 @@ static bool resume_point(const cfg_node *config, const char *engine, topo_option
 
 /* The decode farm (--role farm|train): what it does not do yet is refused before anything
  * starts, naming the key; its tcp endpoints need their keys (every tcp endpoint is CURVE). */
+/* Whether two of the trainer host's ports meet: rank r's crops on DATA_PORT + 2r, its leases on
+ * LEASE_PORT + 2r (topology.h). */
+static bool farm_ports_meet(const cfg_node *config)
+{
+    int64_t data = cfg_int(config, "SELFSUP.FARM.DATA_PORT"), lease = cfg_int(config, "SELFSUP.FARM.LEASE_PORT");
+    int64_t procs = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE"), gap = lease > data ? lease - data : data - lease;
+    return gap % 2 == 0 && gap < 2 * procs;
+}
+
 static bool check_farm(const cfg_node *config, const char *engine, topo_role role)
 {
     if (role == TOPO_ALL)
@@ -506,9 +515,12 @@ static bool check_farm(const cfg_node *config, const char *engine, topo_role rol
     const char *why = NULL, *key = NULL;
     if (strcmp(engine, "train"))
         key = "engine_name", why = "the decode farm feeds training runs (engine_name: train)";
-    else if (cfg_int(config, "DISTRIBUTED.NUM_NODES") != 1 || cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE") != 1)
-        key = "DISTRIBUTED.NUM_PROC_PER_NODE", why = "the decode farm feeds one trainer for now (DISTRIBUTED.NUM_NODES "
-                                                     "and NUM_PROC_PER_NODE 1)";
+    else if (cfg_int(config, "DISTRIBUTED.NUM_NODES") != 1)
+        key = "DISTRIBUTED.NUM_NODES", why = "the decode farm feeds the trainers of one node for now (multi-node "
+                                             "training is the data-parallel issue's)";
+    else if (farm_ports_meet(config))
+        key = "SELFSUP.FARM.LEASE_PORT", why = "trainer rank r listens on DATA_PORT + 2r and LEASE_PORT + 2r: with "
+                                               "these ports and DISTRIBUTED.NUM_PROC_PER_NODE two ranks would share one";
     else if (cfg_bool(config, "DATA.TRAIN.ENABLE_QUEUE_DATASET"))
         key = "DATA.TRAIN.ENABLE_QUEUE_DATASET", why = "the queue of earlier images depends on one decoder's order, "
                                                        "which a farm does not have";

@@ -107,6 +107,8 @@ static void print_head(FILE *out, const json_t *s, double now)
         fprintf(out, "progress: %s\n", str(s, "progress"));
 }
 
+static long long counter(const json_t *st, const char *name);
+
 static void print_stage(FILE *out, const json_t *st)
 {
     const char *state = str(st, "state");
@@ -119,6 +121,8 @@ static void print_stage(FILE *out, const json_t *st)
     fprintf(out, " %9.1f", num(st, "rate"));
     if (json_object_get(st, "heartbeat_age_s"))
         fprintf(out, " %8.1f s ago", num(st, "heartbeat_age_s"));
+    if (counter(st, "leases_taken")) /* a farm host's decode stage */
+        fprintf(out, "  %lld leases taken", counter(st, "leases_taken"));
     fputc('\n', out);
 }
 
@@ -130,7 +134,8 @@ static void print_rings(FILE *out, const json_t *rings)
         return;
     fputs("rings (slots filled):", out);
     json_array_foreach(rings, i, r)
-        fprintf(out, "%s %s %lld/%lld", i ? "," : "", str(r, "label"), (long long)json_integer_value(json_object_get(r, "fill")),
+        fprintf(out, "%s %s %lld/%lld", i ? "," : "", str(r, "label"),
+                (long long)json_integer_value(json_object_get(r, "fill")),
                 (long long)json_integer_value(json_object_get(r, "slots")));
     fputc('\n', out);
 }
@@ -162,8 +167,8 @@ static void print_host(FILE *out, const json_t *h)
 static void print_farm(FILE *out, const json_t *st)
 {
     const json_t *farm = json_object_get(st, "farm"), *hosts = json_object_get(farm, "hosts");
-    fprintf(out, "\nfarm hosts (leases dealt by %s at %s; %lld samples to come):\n", str(st, "id"), str(farm, "endpoint"),
-            (long long)json_integer_value(json_object_get(farm, "remaining")));
+    fprintf(out, "\nfarm hosts (leases dealt by %s at %s; %lld samples to come):\n", str(st, "id"),
+            str(farm, "endpoint"), (long long)json_integer_value(json_object_get(farm, "remaining")));
     if (json_array_size(hosts) == 0)
         fputs("  none has joined yet\n", out);
     else

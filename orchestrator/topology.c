@@ -259,32 +259,42 @@ static bool add_chain(topology *t, const cfg_node *config, const chain *c, const
 
 /* ---- the decode farm ---------------------------------------------------------------------- */
 
-static char *farm_uri(const cfg_node *config, const char *host_key, const char *port_key, const char *query)
+/* Trainer rank `rank`'s endpoint: its crops on DATA_PORT + 2 rank, its leases on LEASE_PORT +
+ * 2 rank (cmd_run refuses ports that would meet). */
+static char *farm_uri(const cfg_node *config, const char *host_key, const char *port_key, int rank, const char *query)
 {
-    return xasprintf("tcp://%s:%lld%s", cfg_str(config, host_key), (long long)cfg_int(config, port_key), query);
+    return xasprintf("tcp://%s:%lld%s", cfg_str(config, host_key), (long long)cfg_int(config, port_key) + 2 * rank,
+                     query);
 }
 
-/* A farm host: decode (leases from the trainer host) → augment × FARM.WORKERS → tcp to the
- * trainer host. The decode stage reads the shard of the rank it feeds: the farm feeds one
- * trainer (refused otherwise, cmd_run). */
-static bool add_farm_host(topology *t, const cfg_node *config, const topo_options *opt, cfg_err *err)
+static int farm_workers(const cfg_node *config)
 {
     int workers = (int)cfg_int(config, "SELFSUP.FARM.WORKERS");
     if (workers < 1)
         workers = (int)cfg_int(config, "DATA.NUM_DATALOADER_WORKERS");
-    workers = workers < 1 ? 1 : workers;
-    int decoded = add_ring(t, "decoded", config, 1);
+    return workers < 1 ? 1 : workers;
+}
+
+/* A farm host's chain for trainer rank `rank` of `world`: decode (leases from that rank's
+ * lease server, the rank's shard) → augment × FARM.WORKERS → tcp to the rank's collate. */
+static bool add_farm_chain(topology *t, const cfg_node *config, const topo_options *opt, int rank, int world,
+                           cfg_err *err)
+{
+    int workers = farm_workers(config);
+    char label[32];
+    snprintf(label, sizeof label, world > 1 ? "r%d_decoded" : "decoded", rank);
+    int decoded = add_ring(t, label, config, 1);
     int dec = t->n_stages;
-    if (!add_stage(t, config, "decode", 0, 0, 1, -1, decoded, opt, err))
+    if (!add_stage(t, config, "decode", rank, rank, world, -1, decoded, opt, err))
         return false;
-    char *lease = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", "SELFSUP.FARM.LEASE_PORT", ""),
-         *data = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", "SELFSUP.FARM.DATA_PORT", "?open"),
+    char *lease = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", "SELFSUP.FARM.LEASE_PORT", rank, ""),
+         *data = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", "SELFSUP.FARM.DATA_PORT", rank, "?open"),
          *id = xasprintf("farm.%d", opt->node_rank);
     stage_add_args(&t->stages[dec], "--lease", lease);
     stage_add_args(&t->stages[dec], "--lease-id", id);
     bool ok = true;
     for (int i = 0; ok && i < workers; i++) {
-        ok = add_stage(t, config, "augment", i, opt->node_rank, 1, decoded, -1, opt, err);
+        ok = add_stage(t, config, "augment", rank * workers + i, rank, world, decoded, -1, opt, err);
         if (ok)
             stage_add_args(&t->stages[t->n_stages - 1], "--out", data);
     }
@@ -296,17 +306,30 @@ static bool add_farm_host(topology *t, const cfg_node *config, const topo_option
     return ok;
 }
 
-/* The trainer host's end of the farm: collate reads the farm's crops and deals the leases
- * of the epochs still to train, into the ring `batches`. */
-static bool add_farm_collate(topology *t, const cfg_node *config, const topo_options *opt, long epochs, int *batches,
-                             cfg_err *err)
+/* A farm host: a chain for each trainer of the trainer host (DISTRIBUTED.NUM_PROC_PER_NODE;
+ * one trainer host: cmd_run refuses more nodes). */
+static bool add_farm_host(topology *t, const cfg_node *config, const topo_options *opt, cfg_err *err)
 {
-    *batches = add_ring(t, "batches", config, 1);
+    int procs = (int)cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    bool ok = true;
+    for (int r = 0; ok && r < procs; r++)
+        ok = add_farm_chain(t, config, opt, r, procs, err);
+    return ok;
+}
+
+/* The trainer host's end of the farm for trainer rank `rank` of `world`: a collate that reads
+ * the farm's crops and deals the leases of the epochs still to train, into ring *batches. */
+static bool add_farm_collate(topology *t, const cfg_node *config, const topo_options *opt, int rank, int world,
+                             long epochs, int *batches, cfg_err *err)
+{
+    char label[32];
+    snprintf(label, sizeof label, world > 1 ? "r%d_batches" : "batches", rank);
+    *batches = add_ring(t, label, config, 1);
     int col = t->n_stages;
-    if (!add_stage(t, config, "collate", 0, opt->node_rank, 1, -1, *batches, opt, err))
+    if (!add_stage(t, config, "collate", rank, rank, world, -1, *batches, opt, err))
         return false;
-    char *data = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", "SELFSUP.FARM.DATA_PORT", "?open"),
-         *lease = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", "SELFSUP.FARM.LEASE_PORT", ""), num[32];
+    char *data = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", "SELFSUP.FARM.DATA_PORT", rank, "?open"),
+         *lease = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", "SELFSUP.FARM.LEASE_PORT", rank, ""), num[32];
     stage_add_args(&t->stages[col], "--in", data);
     stage_add_args(&t->stages[col], "--lease-serve", lease);
     snprintf(num, sizeof num, "%ld", epochs);
@@ -430,8 +453,8 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     bool per_rank = training && procs > 1;
     int chains = per_rank ? procs : 1, *batches = xcalloc((size_t)procs, sizeof *batches);
     bool ok = true;
-    if (opt->role == TOPO_TRAIN)
-        ok = add_farm_collate(t, config, opt, (long)plan.num_epochs - opt->resume_epoch, &batches[0], err);
+    for (int i = 0; ok && opt->role == TOPO_TRAIN && i < chains; i++)
+        ok = add_farm_collate(t, config, opt, i, chains, (long)plan.num_epochs - opt->resume_epoch, &batches[i], err);
     for (int i = 0; ok && opt->role == TOPO_ALL && i < chains; i++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, per_rank ? "r%d_" : "", i);

@@ -24,7 +24,9 @@
  *           → train, and the test and memory chains as above, on this host
  *
  * A farm host's decode asks the trainer host's collate for leases of sampler positions
- * (collate/farm_server.h); "all", the default, is the one-machine run.
+ * (collate/farm_server.h); "all", the default, is the one-machine run. With several trainers
+ * (NUM_PROC_PER_NODE) each rank r has a collate of its own on DATA_PORT + 2r and LEASE_PORT +
+ * 2r ("r<r>_batches"), and every farm host a chain for each rank, reading the rank's shard.
  */
 #ifndef SELFSUP_TOPOLOGY_H
 #define SELFSUP_TOPOLOGY_H

@@ -618,6 +618,10 @@ rec_writer *stage_record_begin(stage *s, rec_kind kind, uint64_t seq, uint32_t e
         stage_poll(s);
         if (stage_stopping(s))
             return NULL;
+        if (s->hook_said < 0) { /* the hook's own failure (decode's lease server gone): no more output */
+            hook_ends_input(s);
+            return NULL;
+        }
         tp_status st = tp_write_begin(s->out, &buf, &cap, POLL_SLICE_MS);
         if (st == TP_TIMEOUT)
             continue;

@@ -79,8 +79,8 @@ void stage_input_read_done(stage_input *in);
 void stage_input_close(stage_input *in);
 
 /* Start an output record in place (in the ring slot itself for shm:). NULL when the stage
- * should end: a stop was asked for, the readers are gone (stage_failed() false) or the
- * output broke (stage_failed() true, logged). */
+ * should end: a stop was asked for, the readers are gone (stage_failed() false), the output
+ * broke or the poll hook failed (stage_failed() true, logged). */
 rec_writer *stage_record_begin(stage *s, rec_kind kind, uint64_t seq, uint32_t epoch, uint32_t max_tensors);
 /* Send it. -1 when it did not fit the slot (the error names the sizes and the setting to
  * raise) or the output broke. */
@@ -108,7 +108,8 @@ int stage_long_option(int argc, char **argv, const char *name, long min, long *o
  * by its own reckoning), STAGE_HOOK_FAILED after logging a failure of its own, or
  * STAGE_HOOK_PEERS_LOST after logging that the peers it serves are gone: stage_read then
  * says STAGE_FAILED, and the output ends as stopped, not broken, as after a stopped input
- * (what was written is whole; a trainer keeps its state). */
+ * (what was written is whole; a trainer keeps its state). A failure (either) also ends a
+ * wait for room to write (stage_record_begin says NULL). */
 enum { STAGE_HOOK_GO_ON = 0, STAGE_HOOK_END = 1, STAGE_HOOK_FAILED = -1, STAGE_HOOK_PEERS_LOST = -2 };
 void stage_set_poll_hook(stage *s, int (*hook)(void *arg), void *arg);
 /* A function that adds fields of its own to each heartbeat and the final report, a JSON

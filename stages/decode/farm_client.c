@@ -45,6 +45,7 @@ static void take_lease(farm_client *c, json_t *m)
         return;
     }
     c->queue[c->n++] = (farm_lease){.id = (uint64_t)id, .epoch = (uint32_t)e, .start = (uint64_t)a, .end = (uint64_t)b};
+    stage_count(c->s, "leases_taken", 1); /* for selfsup status on the farm host */
 }
 
 static void on_message(farm_client *c, json_t *m, double now)

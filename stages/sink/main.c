@@ -11,7 +11,8 @@
  *
  * --save PATH writes the records as a record stream (readable by `selfsup inspect`, by
  * --in file:PATH and by tools/selfsup_records.py), atomically: the file appears complete or
- * not at all. At the end it prints one line on stderr: records, bytes, seconds, records/s.
+ * not at all; a "{rank}" in PATH becomes the stage's rank (several trainers' sinks, a file
+ * each). At the end it prints one line on stderr: records, bytes, seconds, records/s.
  * --pace MS takes a record no more often than every MS milliseconds: a stand-in for a
  * trainer's step time, so that back-pressure reaches the stages before it (the tests use it
  * to keep a decode farm busy long enough to lose a host in mid-epoch).
@@ -27,9 +28,22 @@
 #include <string.h>
 
 typedef struct {
-    const char *save;
+    const char *save; /* as given */
+    char *path;       /* with {rank} replaced */
     long pace_ms;
 } sink;
+
+/* PATH with each "{rank}" replaced by this stage's rank. */
+static char *path_for_rank(const char *save, int rank)
+{
+    strbuf sb = {0};
+    for (const char *at; (at = strstr(save, "{rank}")); save = at + 6) {
+        sb_putn(&sb, save, (size_t)(at - save));
+        sb_printf(&sb, "%d", rank);
+    }
+    sb_puts(&sb, save);
+    return sb.s;
+}
 
 static int option(void *state, int argc, char **argv)
 {
@@ -46,6 +60,8 @@ static int run(stage *s, void *state)
     sink *k = state;
     atomic_file af = {.fd = -1};
     char *err = NULL;
+    if (k->save)
+        k->save = k->path = path_for_rank(k->save, stage_rank(s));
     if (k->save && atomic_file_open(&af, k->save, &err) != 0) {
         log_error("cannot write %s: %s", k->save, err);
         free(err);
@@ -100,9 +116,12 @@ int main(int argc, char **argv)
         .reads = true,
         .writes = false,
         .option = option,
-        .options = "  --save PATH         write the records to PATH as a record stream (atomically)\n"
+        .options = "  --save PATH         write the records to PATH as a record stream (atomically;\n"
+                   "                      {rank} in PATH becomes the stage's rank)\n"
                    "  --pace MS           take a record at most every MS milliseconds (a slow trainer)\n",
     };
     sink k = {0};
-    return stage_main(argc, argv, &info, &k, run);
+    int status = stage_main(argc, argv, &info, &k, run);
+    free(k.path);
+    return status;
 }

@@ -111,11 +111,17 @@ TestSuite(farm, .init = setup, .fini = teardown, .timeout = 240);
 
 /* ---- hosts: each a `selfsup run` in a session of its own ------------------------------------- */
 
-/* `selfsup run g_cfg ARGS`, in the background, output to DIR/LOG; returns its pid (its session). */
-static pid_t spawn(const char *args, const char *log)
+/* The network namespace of the trainer host [0] and of farm host k [1 + k] (the netns tests);
+ * NULL: this machine's. */
+static char *g_netns[3];
+
+/* `selfsup run g_cfg ARGS`, in the background (in network namespace `ns` unless NULL), output
+ * to DIR/LOG; returns its pid (its session). */
+static pid_t spawn(const char *ns, const char *args, const char *log)
 {
-    char *selfsup = test_build_path("selfsup");
-    char *cmd = xasprintf("exec %s run %s %s", selfsup, g_cfg, args), *out = xasprintf("%s/%s", g_dir, log);
+    char *selfsup = test_build_path("selfsup"), *in = ns ? xasprintf("ip netns exec %s ", ns) : xstrdup("");
+    char *cmd = xasprintf("exec %s%s run %s %s", in, selfsup, g_cfg, args), *out = xasprintf("%s/%s", g_dir, log);
+    free(in);
     pid_t pid = fork();
     cr_assert_neq(pid, -1);
     if (pid == 0) {
@@ -129,13 +135,13 @@ static pid_t spawn(const char *args, const char *log)
     return pid;
 }
 
-static pid_t trainer(const char *name, const char *stage)
+static pid_t trainer(const char *name, const char *stage, const char *extra)
 {
     char *args = xasprintf("--role train --run-dir %s/%s config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=%s/keys "
-                           "config.CHECKPOINT.DIR=%s/%s/ck '+config.SELFSUP.STAGES.train=%s'",
-                           g_dir, name, g_dir, g_dir, name, stage);
+                           "config.CHECKPOINT.DIR=%s/%s/ck '+config.SELFSUP.STAGES.train=%s' %s",
+                           g_dir, name, g_dir, g_dir, name, stage, extra ? extra : "");
     char *log = xasprintf("%s.log", name);
-    pid_t pid = spawn(args, log);
+    pid_t pid = spawn(g_netns[0], args, log);
     free(args), free(log);
     return pid;
 }
@@ -145,7 +151,7 @@ static pid_t farm_host(int rank, const char *key, const char *extra)
     char *args = xasprintf("--role farm --node-rank %d --run-dir %s/farm%d config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s %s",
                            rank, g_dir, rank, key, extra ? extra : "");
     char *log = xasprintf("farm%d.log", rank);
-    pid_t pid = spawn(args, log);
+    pid_t pid = spawn(g_netns[1 + rank], args, log);
     free(args), free(log);
     return pid;
 }
@@ -273,7 +279,7 @@ Test(farm, two_farm_hosts_give_the_batches_of_one_machine)
 {
     one_machine("one.rec");
     char *sink = xasprintf("selfsup-sink --save %s/two.rec", g_dir), *ka = key_of("hostA"), *kb = key_of("hostB");
-    pid_t t = trainer("t2", sink), a = farm_host(0, ka, NULL), b = farm_host(1, kb, NULL);
+    pid_t t = trainer("t2", sink, NULL), a = farm_host(0, ka, NULL), b = farm_host(1, kb, NULL);
     expect_exit(t, 0, "t2.log");
     expect_exit(a, 0, "farm0.log");
     expect_exit(b, 0, "farm1.log");
@@ -283,12 +289,35 @@ Test(farm, two_farm_hosts_give_the_batches_of_one_machine)
     free(sink), free(ka), free(kb);
 }
 
+/* Two trainers on the trainer host: a collate each (ports DATA_PORT + 2r, LEASE_PORT + 2r), and
+ * on each farm host a chain for each, reading that rank's shard. */
+Test(farm, two_farm_hosts_feed_two_trainers_with_the_batches_of_one_machine)
+{
+    char *selfsup = test_build_path("selfsup");
+    char *cmd = xasprintf("%s run %s --run-dir %s/all2 config.DISTRIBUTED.NUM_PROC_PER_NODE=2 "
+                          "'+config.SELFSUP.STAGES.train=\"selfsup-sink --save %s/one_r{rank}.rec\"'",
+                          selfsup, g_cfg, g_dir, g_dir);
+    run_ok(cmd);
+    const char *two = "config.DISTRIBUTED.NUM_PROC_PER_NODE=2";
+    char *sink = xasprintf("\"selfsup-sink --save %s/farm_r{rank}.rec\"", g_dir), *ka = key_of("hostA"),
+         *kb = key_of("hostB");
+    pid_t t = trainer("t22", sink, two), a = farm_host(0, ka, two), b = farm_host(1, kb, two);
+    expect_exit(t, 0, "t22.log");
+    expect_exit(a, 0, "farm0.log");
+    expect_exit(b, 0, "farm1.log");
+    cr_assert(same_file("one_r0.rec", "farm_r0.rec"), "rank 0's batches differ from one machine's");
+    cr_assert(same_file("one_r1.rec", "farm_r1.rec"), "rank 1's batches differ from one machine's");
+    expect_in_log("t22/logs/collate.1.log", "farm host farm.1 joined");
+    free(sink), free(ka), free(kb), free(cmd), free(selfsup);
+}
+
 Test(farm, a_host_killed_in_mid_epoch_loses_no_sample_and_a_late_host_takes_its_leases)
 {
     one_machine("one.rec");
     /* host A is slow (50 samples a second: a lease takes it 1.3 s), so it is killed in mid-lease */
     char *sink = xasprintf("selfsup-sink --save %s/kill.rec", g_dir), *ka = key_of("hostA"), *kb = key_of("hostB");
-    pid_t t = trainer("tk", sink), a = farm_host(0, ka, "'+config.SELFSUP.STAGES.augment=selfsup-augment --pace 20'");
+    pid_t t = trainer("tk", sink, NULL),
+          a = farm_host(0, ka, "'+config.SELFSUP.STAGES.augment=selfsup-augment --pace 20'");
     cr_assert(wait_for_text("tk/logs/collate.0.log", "farm host farm.0 joined", 30000), "host A never joined");
     usleep(800 * 1000);
     pid_t b = farm_host(1, kb, NULL); /* started late */
@@ -325,7 +354,7 @@ Test(farm, a_host_killed_in_mid_epoch_loses_no_sample_and_a_late_host_takes_its_
 Test(farm, when_every_host_is_lost_the_trainer_stops_keeps_a_checkpoint_and_says_why)
 {
     char *ka = key_of("hostA");
-    pid_t t = trainer("tl", "selfsup-train"), a = farm_host(0, ka, NULL);
+    pid_t t = trainer("tl", "selfsup-train", NULL), a = farm_host(0, ka, NULL);
     cr_assert(wait_for_text("tl/logs/train.0.log", "iter: 3;", 60000), "the trainer never trained");
     kill_session(a);
     expect_exit(t, 1, "tl.log");
@@ -340,7 +369,7 @@ Test(farm, when_every_host_is_lost_the_trainer_stops_keeps_a_checkpoint_and_says
 Test(farm, a_host_whose_trainer_host_dies_stops_and_says_so)
 {
     char *ka = key_of("hostA");
-    pid_t t = trainer("tg", "selfsup-sink --pace 20"), a = farm_host(0, ka, NULL);
+    pid_t t = trainer("tg", "selfsup-sink --pace 20", NULL), a = farm_host(0, ka, NULL);
     cr_assert(wait_for_text("tg/logs/collate.0.log", "farm host farm.0 joined", 30000));
     usleep(500 * 1000);
     kill_session(t);
@@ -376,7 +405,7 @@ Test(farm, a_host_whose_key_is_not_listed_gets_no_lease_and_sends_nothing)
     one_machine("one.rec");
     char *sink = xasprintf("selfsup-sink --pace 10 --save %s/k.rec", g_dir), *ks = stranger_key(),
          *ka = key_of("hostA");
-    pid_t t = trainer("tx", sink), x = farm_host(1, ks, NULL);
+    pid_t t = trainer("tx", sink, NULL), x = farm_host(1, ks, NULL);
     cr_assert(wait_for_text("tx/logs/collate.0.log", "refused", 30000), "the stranger's key was not refused");
     pid_t a = farm_host(0, ka, NULL);
     expect_exit(t, 0, "tx.log");
@@ -394,7 +423,7 @@ Test(farm, samples_no_lease_covered_are_dropped)
 {
     one_machine("one.rec");
     char *sink = xasprintf("selfsup-sink --save %s/stray.rec", g_dir), *ka = key_of("hostA");
-    pid_t t = trainer("ts", sink);
+    pid_t t = trainer("ts", sink, NULL);
     cr_assert(wait_for_text("ts/logs/collate.0.log", "dealing leases", 30000));
     char *produce = test_build_path("tests/selfsup-test-produce");
     char *cmd = xasprintf("%s --config %s config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s --count 40 --size 64 "
@@ -412,7 +441,7 @@ Test(farm, samples_no_lease_covered_are_dropped)
 Test(farm, a_host_whose_dataset_differs_is_refused)
 {
     char *ka = key_of("hostA"), *kb = key_of("hostB");
-    pid_t t = trainer("td", "selfsup-sink"), a = farm_host(0, ka, NULL);
+    pid_t t = trainer("td", "selfsup-sink", NULL), a = farm_host(0, ka, NULL);
     cr_assert(wait_for_text("td/logs/collate.0.log", "farm host farm.0 joined", 30000));
     pid_t b = farm_host(1, kb, "config.DATA.TRAIN.DATA_LIMIT=1000");
     expect_exit(b, 1, "farm1.log");
@@ -430,8 +459,12 @@ Test(farm, what_the_farm_cannot_do_is_refused_before_anything_starts)
     } cases[] = {
         {"--role train", "config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR"},
         {"--role farm", "config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE"},
-        {"--role farm config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=x config.DISTRIBUTED.NUM_PROC_PER_NODE=2",
-         "config.DISTRIBUTED.NUM_PROC_PER_NODE"},
+        {"--role farm config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=x config.DISTRIBUTED.NUM_NODES=2 "
+         "config.DISTRIBUTED.RUN_ID=localhost:5000",
+         "config.DISTRIBUTED.NUM_NODES"},
+        {"--role train config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=x config.DISTRIBUTED.NUM_PROC_PER_NODE=2 "
+         "config.SELFSUP.FARM.DATA_PORT=6000 config.SELFSUP.FARM.LEASE_PORT=6002",
+         "config.SELFSUP.FARM.LEASE_PORT: trainer rank r listens on DATA_PORT + 2r"},
         {"--role train config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=x config.DATA.TRAIN.ENABLE_QUEUE_DATASET=True",
          "config.DATA.TRAIN.ENABLE_QUEUE_DATASET"},
         {"--role sideways", "expected all, farm, train or auto"},
@@ -449,4 +482,88 @@ Test(farm, what_the_farm_cannot_do_is_refused_before_anything_starts)
     struct stat st;
     cr_assert_neq(stat(dir, &st), 0, "a refused run made its run directory");
     free(dir), free(selfsup);
+}
+
+/* ---- hosts in network namespaces ----------------------------------------------------------- */
+
+/* Three network namespaces, the trainer host's and two farm hosts', joined by veth pairs to a
+ * bridge in the trainer's: 10.200.N.1 (trainer), .2 and .3, N from the test's pid. Creating
+ * them takes CAP_NET_ADMIN; without it the test is skipped, and says so. */
+static char g_subnet[32];
+
+/* (after the suite's setup, which made the scratch directory and the config) */
+static void netns_setup(void)
+{
+    if (system("unshare -n true 2>/dev/null") != 0)
+        cr_skip_test("network namespaces are not permitted here (the loopback tests stand in)");
+    int id = getpid() % 250 + 1;
+    snprintf(g_subnet, sizeof g_subnet, "10.200.%d", id);
+    for (int i = 0; i < 3; i++)
+        g_netns[i] = xasprintf("selfsup-%d-%c", (int)getpid(), i ? '0' + i - 1 : 't');
+    char *cmd = xasprintf("set -e; for ns in %s %s %s; do ip netns add $ns; ip -n $ns link set lo up; done; "
+                          "ip -n %s link add br0 type bridge; ip -n %s addr add %s.1/24 dev br0; ip -n %s link set br0 up; "
+                          "for k in 0 1; do ns=selfsup-%d-$k; "
+                          "ip link add name v$k netns %s type veth peer name eth0 netns $ns; "
+                          "ip -n %s link set v$k master br0 up; ip -n $ns addr add %s.$((k + 2))/24 dev eth0; "
+                          "ip -n $ns link set eth0 up; done",
+                          g_netns[0], g_netns[1], g_netns[2], g_netns[0], g_netns[0], g_subnet, g_netns[0], (int)getpid(),
+                          g_netns[0], g_netns[0], g_subnet);
+    run_ok(cmd);
+    free(cmd);
+    /* every host's config: the trainer host listens on all its addresses, reached at the bridge's */
+    char *edit = xasprintf("sed -i 's/TRAINER_HOST: 127.0.0.1, BIND_ADDRESS: 127.0.0.1/TRAINER_HOST: %s.1, "
+                           "BIND_ADDRESS: \"*\"/' %s && grep -q 'TRAINER_HOST: %s.1' %s",
+                           g_subnet, g_cfg, g_subnet, g_cfg);
+    run_ok(edit);
+    free(edit);
+}
+
+static void netns_teardown(void)
+{
+    for (int i = 0; i < 3; i++) {
+        char *cmd = xasprintf("ip netns del %s 2>/dev/null", g_netns[i]);
+        if (system(cmd) != 0) { /* it was never made: the test was skipped */
+        }
+        free(cmd), free(g_netns[i]);
+        g_netns[i] = NULL;
+    }
+}
+
+Test(farm, hosts_in_their_own_network_namespaces_give_the_batches_of_one_machine, .init = netns_setup,
+     .fini = netns_teardown)
+{
+    one_machine("one.rec");
+    char *sink = xasprintf("selfsup-sink --save %s/ns.rec", g_dir), *ka = key_of("hostA"), *kb = key_of("hostB");
+    pid_t t = trainer("tn", sink, NULL), a = farm_host(0, ka, NULL), b = farm_host(1, kb, NULL);
+    expect_exit(t, 0, "tn.log");
+    expect_exit(a, 0, "farm0.log");
+    expect_exit(b, 0, "farm1.log");
+    cr_assert(same_file("one.rec", "ns.rec"), "hosts in namespaces gave other batches than one machine");
+    free(sink), free(ka), free(kb);
+}
+
+/* Not a death but a partition: host A's link goes down in mid-epoch, so its packets vanish and
+ * nobody sees a connection close. The trainer host hears nothing for HOST_TIMEOUT_S, deals its
+ * leases again and finishes with the same batches; host A hears nothing from the trainer and
+ * gives up. */
+Test(farm, a_host_cut_off_from_the_network_is_lost_and_the_batches_stay_the_same, .init = netns_setup,
+     .fini = netns_teardown)
+{
+    one_machine("one.rec");
+    char *sink = xasprintf("selfsup-sink --save %s/cut.rec", g_dir), *ka = key_of("hostA"), *kb = key_of("hostB");
+    pid_t t = trainer("tc", sink, NULL),
+          a = farm_host(0, ka, "'+config.SELFSUP.STAGES.augment=selfsup-augment --pace 20'"),
+          b = farm_host(1, kb, NULL);
+    cr_assert(wait_for_text("tc/logs/collate.0.log", "farm host farm.0 joined", 30000), "host A never joined");
+    cr_assert(wait_for_text("tc/logs/collate.0.log", "farm host farm.1 joined", 30000), "host B never joined");
+    usleep(500 * 1000);
+    char *cut = xasprintf("ip -n %s link set eth0 down", g_netns[1]);
+    run_ok(cut);
+    expect_exit(t, 0, "tc.log");
+    expect_exit(b, 0, "farm1.log");
+    expect_exit(a, 1, "farm0.log");
+    expect_in_log("tc/logs/collate.0.log", "farm host farm.0 is lost");
+    expect_in_log("farm0.log", "the trainer's side is gone");
+    cr_assert(same_file("one.rec", "cut.rec"), "a host cut off changed the batches");
+    free(cut), free(sink), free(ka), free(kb);
 }

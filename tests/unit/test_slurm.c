@@ -316,13 +316,17 @@ static void start_cluster(cluster *c)
 
 static void stop_cluster(cluster *c)
 {
-    char *cmd = xasprintf("cd %s && for f in slurmd-*.pid slurmctld.pid munged.pid; do "
-                          "[ -f $f ] && kill $(cat $f) 2>/dev/null; done; sleep 0.5",
+    if (!c->dir)
+        return;
+    /* the job's steps first (slurmstepd outlives slurmd), then the daemons */
+    char *cmd = xasprintf("cd %s && scancel -p test 2>/dev/null; sleep 0.5; for f in slurmd-*.pid slurmctld.pid "
+                          "munged.pid; do [ -f $f ] && kill $(cat $f) 2>/dev/null; done; sleep 0.5",
                           c->dir);
     system(cmd);
     free(cmd);
     test_rm_rf(c->dir);
     free(c->dir), free(c->conf);
+    c->dir = c->conf = NULL;
 }
 
 /* Wait for Slurm job `id` to leave the queue. */
@@ -382,7 +386,16 @@ static void write_farm_config(const char *dir)
     free(path);
 }
 
-Test(slurm, a_farm_job_on_a_real_slurm_gives_the_batches_of_one_machine, .init = dry_setup, .fini = dry_teardown,
+static cluster g_cluster; /* stopped by the fini, which runs when an assertion ends the test too */
+
+static void cluster_teardown(void)
+{
+    if (g_cluster.dir)
+        stop_cluster(&g_cluster);
+    dry_teardown();
+}
+
+Test(slurm, a_farm_job_on_a_real_slurm_gives_the_batches_of_one_machine, .init = dry_setup, .fini = cluster_teardown,
      .timeout = 240)
 {
     if (geteuid() != 0)
@@ -396,8 +409,7 @@ Test(slurm, a_farm_job_on_a_real_slurm_gives_the_batches_of_one_machine, .init =
                           "%s/one.rec'",
                           g_dir, selfsup, g_dir);
     run_ok(one);
-    cluster c;
-    start_cluster(&c);
+    start_cluster(&g_cluster);
     char *submit = xasprintf("cd %s && %s slurm farm.yaml --farm-nodes 2 '+config.SELFSUP.STAGES.train=selfsup-sink "
                              "--save %s/slurm.rec'",
                              g_dir, selfsup, g_dir),
@@ -418,7 +430,6 @@ Test(slurm, a_farm_job_on_a_real_slurm_gives_the_batches_of_one_machine, .init =
     cr_expect_eq(test_run(status, &st), 0, "%s", st);
     cr_expect(strstr(st, "finished after") && strstr(st, "\n  farm.0 ") && strstr(st, "\n  farm.1 "), "%s", st);
     free(st), free(status), free(cmp), free(text), free(log), free(out), free(submit), free(one), free(selfsup);
-    stop_cluster(&c);
 }
 
 /* Random lists of the forms Slurm writes, checked against scontrol itself. */
