@@ -60,7 +60,7 @@ int cmd_status(int argc, char **argv)
         return 1;
     }
     if (as_json) {
-        json_object_set_new(status, "state", json_string(run_status_state(status)));
+        json_object_set_new(status, "state", json_string(run_status_state(status, (double)time(NULL))));
         json_dumpf(status, stdout, JSON_INDENT(1) | JSON_SORT_KEYS);
         fputc('\n', stdout);
     } else {

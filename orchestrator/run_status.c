@@ -62,13 +62,22 @@ static bool ended(const char *state)
     return !strcmp(state, "finished") || !strcmp(state, "failed") || !strcmp(state, "stopped");
 }
 
-const char *run_status_state(const json_t *status)
+/* Whether the orchestrator that wrote `status` is gone: on this host its pid says so; on
+ * another (a Slurm node, read from the login node) a file not rewritten for STATUS_STALE_S. */
+static bool orchestrator_gone(const json_t *status, double now)
+{
+    char here[256] = "";
+    gethostname(here, sizeof here - 1);
+    pid_t pid = (pid_t)json_integer_value(json_object_get(status, "pid"));
+    if (!strcmp(str(status, "host"), here))
+        return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+    return now - num(status, "updated") > STATUS_STALE_S;
+}
+
+const char *run_status_state(const json_t *status, double now)
 {
     const char *state = str(status, "state");
-    pid_t pid = (pid_t)json_integer_value(json_object_get(status, "pid"));
-    if (!ended(state) && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
-        return "lost";
-    return state;
+    return !ended(state) && orchestrator_gone(status, now) ? "lost" : state;
 }
 
 /* ---- printing --------------------------------------------------------------------------------- */
@@ -84,7 +93,7 @@ static void print_duration(FILE *out, double s)
 
 static void print_head(FILE *out, const json_t *s, double now)
 {
-    const char *state = run_status_state(s);
+    const char *state = run_status_state(s, now);
     double started = num(s, "started"), updated = num(s, "updated");
     fprintf(out, "%s", state);
     if (!ended(state)) {
@@ -95,12 +104,14 @@ static void print_head(FILE *out, const json_t *s, double now)
         print_duration(out, updated - started);
         fprintf(out, " (exit status %lld)", (long long)json_integer_value(json_object_get(s, "exit_status")));
     }
-    fprintf(out, "; orchestrator pid %lld, role %s, node %lld; %s %.0f s ago\n",
-            (long long)json_integer_value(json_object_get(s, "pid")), str(s, "role"),
+    fprintf(out, "; orchestrator pid %lld%s%s, role %s, node %lld; %s %.0f s ago\n",
+            (long long)json_integer_value(json_object_get(s, "pid")), *str(s, "host") ? " on " : "", str(s, "host"),
+            str(s, "role"),
             (long long)json_integer_value(json_object_get(s, "node_rank")), ended(state) ? "ended" : "updated",
             now - updated);
     if (!strcmp(state, "lost"))
-        fputs("the orchestrator is gone without saying how the run ended (killed outright?)\n", out);
+        fputs("the orchestrator is gone without saying how the run ended (killed outright, or its host lost?)\n",
+              out);
     if (*str(s, "failure"))
         fprintf(out, "failure: %s\n", str(s, "failure"));
     if (*str(s, "progress"))

@@ -7,7 +7,7 @@
  *
  *   {"state": "starting" | "running" | "stopping" | "finished" | "failed" | "stopped",
  *    "exit_status": N (once ended), "failure": "stage train (pid 42) exited with status 1",
- *    "pid": the orchestrator's, "role": "all" | "farm" | "train", "node_rank": N,
+ *    "pid", "host": the orchestrator's, "role": "all" | "farm" | "train", "node_rank": N,
  *    "started", "updated": Unix times, "progress": the progress line,
  *    "stages": [{"id", "name", "pid", "state": "starting" | "running" | "exited",
  *                "exit": "exited with status 0", "records", "rate", "expected",
@@ -26,15 +26,18 @@
 #include <stdio.h>
 
 #define STATUS_EVERY_S 2.0
+#define STATUS_STALE_S 30.0
 #define STATUS_FILE "status.json"
 
 /* Write `status` to RUN_DIR/status.json (beside, then renamed over). 0, or -1 + *err. */
 int run_status_write(const char *run_dir, const json_t *status, char **err);
 /* Read it back. NULL + *err when there is none or it does not parse. */
 json_t *run_status_read(const char *run_dir, char **err);
-/* A running run whose orchestrator is gone (killed outright: it could not say so) reads as
- * "lost"; otherwise the state the file says. */
-const char *run_status_state(const json_t *status);
+/* A run that has not ended but whose orchestrator is gone (killed outright: it could not say
+ * so) reads as "lost": on the host that ran it, by its pid; read from another host (the login
+ * node of a Slurm job), when the file has not been rewritten for STATUS_STALE_S. Otherwise the
+ * state the file says. `now`: Unix time. */
+const char *run_status_state(const json_t *status, double now);
 /* The status as a person reads it: the run, each stage, the rings, the farm hosts. */
 void run_status_print(FILE *out, const json_t *status, double now);
 

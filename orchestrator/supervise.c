@@ -558,6 +558,9 @@ static void write_status(run *r, double now, bool over)
                           "role", r->opt->role ? r->opt->role : "all", "node_rank", r->opt->node_rank, "started",
                           (json_int_t)r->started_wall, "updated", (json_int_t)time(NULL), "progress", sb_str(&sb));
     sb_free(&sb);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    json_object_set_new(s, "host", json_string(host));
     if (over)
         json_object_set_new(s, "exit_status", json_integer(r->exit_status));
     if (r->failure[0])

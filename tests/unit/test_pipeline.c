@@ -435,6 +435,51 @@ Test(pipeline, status_of_a_directory_without_a_run_says_so)
     free(dir);
 }
 
+/* `selfsup status --json` of a hand-made status.json of a run said to be running. */
+static char *status_of_file(const char *dir, const char *host, pid_t pid, long age_s)
+{
+    char *path = xasprintf("%s/status.json", dir), *cmd = xasprintf("%s status %s --json", g.selfsup, dir), *out = NULL;
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    long now = (long)time(NULL);
+    fprintf(f, "{\"state\": \"running\", \"pid\": %d, \"host\": \"%s\", \"started\": %ld, \"updated\": %ld, "
+               "\"role\": \"all\", \"node_rank\": 0, \"stages\": [], \"rings\": []}\n",
+            (int)pid, host, now - 600, now - age_s);
+    fclose(f);
+    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    free(path), free(cmd);
+    return out;
+}
+
+/* Lost: on this host when its orchestrator's pid is gone; read from another host (a Slurm
+ * node's run, from the login node) when the file has not been rewritten for 30 s. */
+Test(pipeline, status_calls_a_run_whose_orchestrator_is_gone_lost)
+{
+    char *dir = test_make_tmpdir(), here[256] = "";
+    gethostname(here, sizeof here - 1);
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    const struct {
+        const char *host;
+        pid_t pid;
+        long age_s;
+        const char *state;
+    } cases[] = {
+        {here, getpid(), 0, "running"}, {here, dead, 0, "lost"}, {"another-host", dead, 3, "running"},
+        {"another-host", getpid(), 100, "lost"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *out = status_of_file(dir, cases[i].host, cases[i].pid, cases[i].age_s);
+        char *want = xasprintf("\"state\": \"%s\"", cases[i].state);
+        cr_expect(strstr(out, want), "case %zu: no %s in:\n%s", i, want, out);
+        free(want), free(out);
+    }
+    test_rm_rf(dir);
+    free(dir);
+}
+
 Test(pipeline, bad_config_starts_nothing)
 {
     char *dir = test_make_tmpdir(), *out;
