@@ -126,12 +126,12 @@ static void print_stage(FILE *out, const json_t *st)
     fprintf(out, "  %-14s %8lld  %-9s %12lld", str(st, "id"), (long long)json_integer_value(json_object_get(st, "pid")),
             state, (long long)json_integer_value(json_object_get(st, "records")));
     if (!strcmp(state, "exited")) {
-        fprintf(out, "  %s\n", str(st, "exit"));
-        return;
+        fprintf(out, "  %s", str(st, "exit"));
+    } else {
+        fprintf(out, " %9.1f", num(st, "rate"));
+        if (json_object_get(st, "heartbeat_age_s"))
+            fprintf(out, " %8.1f s ago", num(st, "heartbeat_age_s"));
     }
-    fprintf(out, " %9.1f", num(st, "rate"));
-    if (json_object_get(st, "heartbeat_age_s"))
-        fprintf(out, " %8.1f s ago", num(st, "heartbeat_age_s"));
     if (counter(st, "leases_taken")) /* a farm host's decode stage */
         fprintf(out, "  %lld leases taken", counter(st, "leases_taken"));
     fputc('\n', out);

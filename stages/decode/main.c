@@ -624,7 +624,8 @@ static int run(stage *s, void *state)
     size_t per_rank = decode_sampler_len(&r.sampler);
     size_t skip = (size_t)o->start_iter * (size_t)split_int(config, o->split, "BATCHSIZE_PER_REPLICA", 1);
     uint32_t first = o->epoch >= 0 ? (uint32_t)o->epoch : stage_epoch(s);
-    stage_count(s, "expected", (int64_t)(per_rank * (size_t)o->epochs - (skip < per_rank ? skip : per_rank)));
+    if (!o->lease) /* a farm host decodes what its leases say: the ETA is the trainer host's */
+        stage_count(s, "expected", (int64_t)(per_rank * (size_t)o->epochs - (skip < per_rank ? skip : per_rank)));
     size_t *order = xmalloc((per_rank ? per_rank : 1) * sizeof *order);
     double t0 = now_seconds();
     int rc = 0;
