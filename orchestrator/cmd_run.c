@@ -72,12 +72,14 @@ static void usage(FILE *out)
           out);
 }
 
+/* topo_role's names, in its order */
+static const char *const role_names[] = {"all", "farm", "train"};
+
 static int parse_role(const char *name, run_args *a)
 {
-    static const char *const names[] = {"all", "farm", "train"};
     a->role_auto = !strcmp(name, "auto");
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(name, names[i])) {
+    for (int i = 0; i < (int)ARRAY_LEN(role_names); i++)
+        if (!strcmp(name, role_names[i])) {
             a->role = (topo_role)i;
             return 0;
         }
@@ -403,8 +405,8 @@ static int launch(const cfg_t *cfg, topology *t, const run_args *a)
     if (rings) {
         log_info("run directory %s: %d stages, %d rings", run_dir, t->n_stages, t->n_rings);
         double t0 = now_seconds();
-        static const char *const roles[] = {"all", "farm", "train"};
-        supervise_options sopt = {.run_dir = run_dir, .rings = rings, .role = roles[a->role], .node_rank = a->node_rank,
+        supervise_options sopt = {.run_dir = run_dir, .rings = rings, .role = role_names[a->role],
+                                  .node_rank = a->node_rank,
                                   .heartbeat_timeout_s = cfg_float(config, "SELFSUP.CONTROL.HEARTBEAT_TIMEOUT_S")};
         status = supervise(t, ctl, &sopt);
         if (status == 0)
@@ -497,8 +499,6 @@ static bool resume_point(const cfg_node *config, const char *engine, topo_option
     return true;
 }
 
-/* The decode farm (--role farm|train): what it does not do yet is refused before anything
- * starts, naming the key; its tcp endpoints need their keys (every tcp endpoint is CURVE). */
 /* Whether two of the trainer host's ports meet: rank r's crops on DATA_PORT + 2r, its leases on
  * LEASE_PORT + 2r (topology.h). */
 static bool farm_ports_meet(const cfg_node *config)
@@ -508,6 +508,8 @@ static bool farm_ports_meet(const cfg_node *config)
     return gap % 2 == 0 && gap < 2 * procs;
 }
 
+/* The decode farm (--role farm|train): what it does not do yet is refused before anything
+ * starts, naming the key; its tcp endpoints need their keys (every tcp endpoint is CURVE). */
 static bool check_farm(const cfg_node *config, const char *engine, topo_role role)
 {
     if (role == TOPO_ALL)
@@ -566,9 +568,11 @@ static int start(cfg_t *cfg, const run_args *a, const char *file, const char *fo
 
 /* ---- Slurm ----------------------------------------------------------------------------------- */
 
-/* What --role auto found, said to every stage too: they compose the same config. */
-static void add_trainer_host(run_args *a, const char *host)
+/* What --role auto found: set in the composed config, and said to every stage as an override
+ * (they compose the same config). */
+static void add_trainer_host(cfg_node *config, run_args *a, const char *host)
 {
+    cfg_map_set(cfg_get(config, "SELFSUP.FARM"), "TRAINER_HOST", cfg_new_str(host, "<slurm>", 0));
     a->trainer_host_override = xasprintf("config.SELFSUP.FARM.TRAINER_HOST='%s'", host);
     a->overrides = xrealloc(a->overrides, (size_t)(a->n_overrides + 2) * sizeof *a->overrides);
     a->overrides[a->n_overrides++] = a->trainer_host_override;
@@ -577,7 +581,7 @@ static void add_trainer_host(run_args *a, const char *host)
 
 /* This node's part in a Slurm job with farm nodes: the first DISTRIBUTED.NUM_NODES train,
  * the next are farm hosts 0, 1, ..., and the trainer host is the job's first node. */
-static bool split_job(const cfg_node *config, const slurm_job *job, run_args *a)
+static bool split_job(cfg_node *config, const slurm_job *job, run_args *a)
 {
     int64_t train = cfg_int(config, "DISTRIBUTED.NUM_NODES"), farm = cfg_int(config, "SELFSUP.FARM.NODES");
     if (job->nodes.n != (size_t)(train + farm)) {
@@ -591,7 +595,7 @@ static bool split_job(const cfg_node *config, const slurm_job *job, run_args *a)
     }
     a->role = job->node_rank < train ? TOPO_TRAIN : TOPO_FARM;
     a->node_rank = a->role == TOPO_FARM ? job->node_rank - (int)train : job->node_rank;
-    add_trainer_host(a, job->nodes.names[0]);
+    add_trainer_host(config, a, job->nodes.names[0]);
     log_info("--role auto: node %s of Slurm job %s is %s %d; the trainer host is %s",
              job->nodes.names[job->node_rank], job->job_id, a->role == TOPO_TRAIN ? "trainer node" : "farm host",
              a->node_rank, job->nodes.names[0]);
@@ -601,7 +605,7 @@ static bool split_job(const cfg_node *config, const slurm_job *job, run_args *a)
 /* --role auto, as `selfsup slurm`'s batch script runs: in a Slurm job with SELFSUP.FARM.NODES
  * farm nodes, split_job decides; elsewhere, or without farm nodes, all (the node rank from
  * SLURM_NODEID). false after logging why not. */
-static bool resolve_auto_role(const cfg_node *config, run_args *a)
+static bool resolve_auto_role(cfg_node *config, run_args *a)
 {
     slurm_job job;
     char *err = NULL;
@@ -620,25 +624,17 @@ static bool resolve_auto_role(const cfg_node *config, run_args *a)
     return ok;
 }
 
-/* Compose, and for --role auto compose again with the trainer host it found. */
+/* Compose, and for --role auto find this node's part. */
 static bool compose_run(cfg_t *cfg, run_args *a, bool check_paths, char **file)
 {
     if (!compose(cfg, a, check_paths, file))
         return false;
-    if (!a->role_auto)
+    if (!a->role_auto || resolve_auto_role(cfg_map_get(cfg->root, "config"), a))
         return true;
-    bool ok = resolve_auto_role(cfg_map_get(cfg->root, "config"), a);
-    if (ok && a->trainer_host_override) {
-        cfg_destroy(cfg);
-        free(*file);
-        return compose(cfg, a, check_paths, file);
-    }
-    if (!ok) {
-        cfg_destroy(cfg);
-        free(*file);
-        *file = NULL;
-    }
-    return ok;
+    cfg_destroy(cfg);
+    free(*file);
+    *file = NULL;
+    return false;
 }
 
 static void free_run_args(run_args *a)

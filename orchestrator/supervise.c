@@ -83,6 +83,7 @@ typedef struct {
     double kill_at;             /* SIGKILL the survivors at this time (0: not yet) */
     double started_at, last_progress, last_status;
     time_t started_wall;
+    char host[256];             /* this machine's name, for RUN_DIR/status.json */
     char failure[240];          /* the first stage named as failed, for RUN_DIR/status.json */
     bool status_warned;         /* that status.json could not be written (said once) */
     bool tty, progress_shown;
@@ -430,14 +431,12 @@ static void farm_progress(const proc *p, strbuf *sb)
     json_array_foreach(hosts, i, h) {
         const char *state = json_string_value(json_object_get(h, "state"));
         sb_printf(sb, "%s%s", i ? ", " : " | ", json_string_value(json_object_get(h, "id")));
+        long long held = (long long)json_integer_value(json_object_get(h, "held"));
         if (state && strcmp(state, "live"))
             sb_printf(sb, " %s", state);
         else
-        {
-            long long held = (long long)json_integer_value(json_object_get(h, "held"));
             sb_printf(sb, " %.0f/s %lld lease%s", json_number_value(json_object_get(h, "rate")), held,
                       held == 1 ? "" : "s");
-        }
     }
     json_int_t again = json_integer_value(json_object_get(p->counters, "leases_dealt_again"));
     if (again)
@@ -558,9 +557,7 @@ static void write_status(run *r, double now, bool over)
                           "role", r->opt->role ? r->opt->role : "all", "node_rank", r->opt->node_rank, "started",
                           (json_int_t)r->started_wall, "updated", (json_int_t)time(NULL), "progress", sb_str(&sb));
     sb_free(&sb);
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    json_object_set_new(s, "host", json_string(host));
+    json_object_set_new(s, "host", json_string(r->host));
     if (over)
         json_object_set_new(s, "exit_status", json_integer(r->exit_status));
     if (r->failure[0])
@@ -711,6 +708,7 @@ int supervise(const topology *t, ctl_server *ctl, const supervise_options *opt)
         die(EXIT_RUNTIME, "signalfd: %s", strerror(errno));
     r.started_at = now_seconds();
     r.started_wall = time(NULL);
+    gethostname(r.host, sizeof r.host - 1);
     for (int i = 0; i < r.n; i++) {
         r.procs[i].ts = &t->stages[i];
         r.procs[i].out_fd = -1;

@@ -128,16 +128,14 @@ static void answer(farm_server *f, const char *host, json_t *msg, double now)
 }
 
 /* One host in the heartbeat: its state, leases and samples, and samples per second since
- * the last report. */
-static json_t *host_json(farm_server *f, int i, double now, double dt)
+ * the last report (`before`: its samples then). */
+static json_t *host_json(const farm_server *f, const lease_host_view *v, uint64_t before, double now, double dt)
 {
-    lease_host_view v = lease_book_host(f->book, i);
-    uint64_t before = i < f->n_reported ? f->reported_samples[i] : 0;
-    double rate = dt > 0 && v.samples >= before ? (double)(v.samples - before) / dt : 0;
-    const char *state = f->finished && !strcmp(v.state, "live") ? "done" : v.state;
-    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f}", "id", v.name, "state", state, "leases",
-                     (json_int_t)v.leases, "held", (json_int_t)v.held, "samples", (json_int_t)v.samples, "losses",
-                     (json_int_t)v.losses, "rate", rate, "silent_s", now - v.last_seen);
+    double rate = dt > 0 && v->samples >= before ? (double)(v->samples - before) / dt : 0;
+    const char *state = f->finished && !strcmp(v->state, "live") ? "done" : v->state;
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f}", "id", v->name, "state", state, "leases",
+                     (json_int_t)v->leases, "held", (json_int_t)v->held, "samples", (json_int_t)v->samples, "losses",
+                     (json_int_t)v->losses, "rate", rate, "silent_s", now - v->last_seen);
 }
 
 /* The report hook (stage.h): "farm": {"endpoint", "remaining", "hosts": [...]}, which the
@@ -148,11 +146,12 @@ static void report(void *server, json_t *m)
     double now = now_seconds(), dt = now - f->reported_at;
     int n = lease_book_hosts(f->book);
     json_t *hosts = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(hosts, host_json(f, i, now, dt));
     f->reported_samples = xrealloc(f->reported_samples, (size_t)(n ? n : 1) * sizeof *f->reported_samples);
-    for (int i = 0; i < n; i++)
-        f->reported_samples[i] = lease_book_host(f->book, i).samples;
+    for (int i = 0; i < n; i++) {
+        lease_host_view v = lease_book_host(f->book, i);
+        json_array_append_new(hosts, host_json(f, &v, i < f->n_reported ? f->reported_samples[i] : 0, now, dt));
+        f->reported_samples[i] = v.samples;
+    }
     f->n_reported = n;
     f->reported_at = now;
     json_object_set_new(m, "farm", json_pack("{s:s, s:I, s:o}", "endpoint", f->endpoint, "remaining",
