@@ -85,6 +85,8 @@ CFLAGS     ?= -O2 -g
 CFLAGS     += -ffp-contract=off -std=gnu17 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla -MMD -MP $(SANFLAGS)
 LDFLAGS    += $(SANFLAGS)
 LDLIBS     += $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -ljansson -lzmq -lzip -ljpeg -lpng16 -lwebp -lwebpdemux -ltiff -luring -lz) -lgif -ldnnl -llinear -lgomp -lm
+# LAPACK (the retrieval benchmark's PCA: dsyevd) only where a binary calls it.
+LDLIBS     += -Wl,--as-needed -llapack -lblas -Wl,--no-as-needed
 
 # ---- CUDA: the GPU backend (nn/cuda/) is compiled wherever a CUDA toolkit is found ----------
 # Kernels (.cu) go through nvcc, for Hopper (sm_90a machine code) plus compute_90 PTX that
@@ -230,7 +232,10 @@ $(UNIT_BIN): $(UNIT_OBJ) $(UNIT_EXTRA_OBJ) $(LIBSELFSUP)
 # evaluators' parts stand on the model engine, oneDNN, liblinear and OpenMP, which the parsers
 # under fuzz do not need: they stay out.
 FUZZ_OUT   := train extract svm knn
-FUZZ_OBJ   := $(filter-out $(FUZZ_OUT:%=$(FUZZ_BUILD)/obj/stages/%/%),$(LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o))
+# The retrieval benchmark's dataset readers are fuzzed; its model and LAPACK parts are not.
+FUZZ_OUT_OBJ := $(FUZZ_OUT:%=$(FUZZ_BUILD)/obj/stages/%/%) $(FUZZ_BUILD)/obj/stages/retrieval/describe.o \
+              $(FUZZ_BUILD)/obj/stages/retrieval/pca.o
+FUZZ_OBJ   := $(filter-out $(FUZZ_OUT_OBJ),$(LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o))
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -244,7 +249,7 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
 # Build + run: compilers, libraries. Test: Criterion, clang (libFuzzer), numpy for golden
 # read-back. Golden generation and bench: PyTorch, torchvision, scikit-learn (Debian's).
 DEB_PKGS := build-essential pkg-config clang libyaml-dev libjansson-dev libzip-dev libjpeg62-turbo-dev \
-            libpng-dev libwebp-dev libgif-dev libtiff-dev zlib1g-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev libfaiss-dev \
+            libpng-dev libwebp-dev libgif-dev libtiff-dev zlib1g-dev liburing-dev libzmq3-dev libdnnl-dev liblinear-dev liblapack-dev libblas-dev libfaiss-dev \
             libcriterion-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-sklearn \
             dataset-fashion-mnist mate-backgrounds

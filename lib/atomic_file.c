@@ -117,3 +117,30 @@ void atomic_file_abort(atomic_file *f)
     free(f->path);
     f->tmp = f->path = NULL;
 }
+
+int atomic_file_write_whole(const char *path, const void *buf, size_t n, char **err)
+{
+    atomic_file f;
+    if (atomic_file_open(&f, path, err) != 0)
+        return -1;
+    if (atomic_file_write(&f, buf, n, err) != 0) {
+        atomic_file_abort(&f);
+        return -1;
+    }
+    return atomic_file_commit(&f, err);
+}
+
+int json_write_file(const json_t *doc, const char *path, char **err)
+{
+    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    if (!text)
+        return report_failure(err, "%s: the results could not be encoded", path);
+    size_t n = strlen(text);
+    char *line = xmalloc(n + 2);
+    memcpy(line, text, n);
+    line[n] = '\n';
+    free(text);
+    int rc = atomic_file_write_whole(path, line, n + 1, err);
+    free(line);
+    return rc;
+}

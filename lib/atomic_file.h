@@ -6,6 +6,7 @@
 #ifndef SELFSUP_ATOMIC_FILE_H
 #define SELFSUP_ATOMIC_FILE_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 /*
@@ -29,5 +30,11 @@ int atomic_file_write(atomic_file *f, const void *buf, size_t n, char **err);
 int atomic_file_commit(atomic_file *f, char **err);
 /* Close and remove the temp file; safe after commit or on a failed open. */
 void atomic_file_abort(atomic_file *f);
+
+/* The whole of buf[0..n) as `path`, by the steps above: 0, or -1 with *err and nothing left. */
+int atomic_file_write_whole(const char *path, const void *buf, size_t n, char **err);
+/* A results document as `path`: indented, keys in insertion order, doubles to 17 digits, a
+ * newline at the end. */
+int json_write_file(const json_t *doc, const char *path, char **err);
 
 #endif

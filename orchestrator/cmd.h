@@ -45,6 +45,9 @@ int cmd_dataset(int argc, char **argv);
 /* selfsup dataset jigsaw-perms N K OUT [--method max_avg|max_min] [--first J | --seed S];
  * argv[0] is "jigsaw-perms". */
 int cmd_dataset_jigsaw_perms(int argc, char **argv);
+/* selfsup dataset low-shot TARGETS OUT --dataset voc|places [...]: the low-shot SVM's samples
+ * (cmd_lowshot.c); argv[0] is "low-shot". */
+int cmd_dataset_lowshot(int argc, char **argv);
 /* selfsup dataset voc2007|voc2012 SRC DST [--separate-partitions] [--generate-json];
  * argv[0] is the dataset's name. */
 int cmd_dataset_voc(int argc, char **argv);

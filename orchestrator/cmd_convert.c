@@ -20,6 +20,14 @@
  *                    res2…res5, shortcut, conv*.norm), in torch.save's format as
  *                    {"model": OrderedDict, "matching_heuristics": True}, which Detectron2's
  *                    checkpointer loads.
+ *   --to classy_vision  VISSL's extra_scripts/convert_vissl_to_classy_vision.py (without
+ *                    --include_heads): a ResNet-50 or -101 trunk, its names with "fc" or "clf"
+ *                    skipped, renamed in file order (initial_block._module.0/1, blocks.S.blockS-J,
+ *                    convolutional_block.0/1/3/4/6, bn), as {"classy_state_dict": {"base_model":
+ *                    {"model": {"trunk": …}}}} in torch.save's format.
+ * A ClassyVision ResNet checkpoint (those names under classy_state_dict's trunk) is read as
+ * VISSL's convert_classy_vision_to_vissl_resnet.py reads it: its names become VISSL's, and
+ * fc, clf and num_batches_tracked tensors are dropped; then any --to applies.
  * Tensors keep their dtype and bytes exactly. OUT's format comes from --format or its
  * extension (.safetensors; .torch, .pth, .pt). A torch file in VISSL's layout is a VISSL
  * checkpoint ({"classy_state_dict": {"base_model": {"model": {"trunk": …, "heads": …}}}}),
@@ -44,7 +52,7 @@
 #define VISSL_TRUNK "trunk._feature_blocks."
 #define VISSL_FE_TRUNK "trunk.base_model._feature_blocks."
 
-typedef enum { TO_VISSL, TO_TORCHVISION, TO_DETECTRON2 } convert_layout;
+typedef enum { TO_VISSL, TO_TORCHVISION, TO_DETECTRON2, TO_CLASSY } convert_layout;
 typedef enum { FORMAT_UNSET, FORMAT_SAFETENSORS, FORMAT_TORCH } convert_format;
 
 typedef struct {
@@ -61,7 +69,7 @@ typedef struct {
 
 static void convert_usage(FILE *out)
 {
-    fputs("usage: selfsup convert IN OUT [--to vissl|torchvision|detectron2] [--format safetensors|torch]\n"
+    fputs("usage: selfsup convert IN OUT [--to vissl|torchvision|detectron2|classy_vision] [--format safetensors|torch]\n"
           "\n"
           "Convert model weights between layouts and formats. IN: a VISSL checkpoint, a torchvision\n"
           "state dict (.torch/.pth, zip or legacy format) or a safetensors file (recognised by content).\n"
@@ -70,6 +78,8 @@ static void convert_usage(FILE *out)
           "  --to vissl        VISSL names: trunk._feature_blocks.*, heads.* (default); torchvision's\n"
           "                    fc.* is dropped (VISSL's heads are configured separately)\n"
           "  --to torchvision  torchvision names: the trunk prefix stripped, heads dropped\n"
+          "  --to classy_vision  ClassyVision's ResNet-50/101 names for the trunk (VISSL's\n"
+          "                    convert_vissl_to_classy_vision.py), in a classy_state_dict\n"
           "  --to detectron2   Detectron2's names for the trunk (VISSL's convert_vissl_to_detectron2.py):\n"
           "                    {\"model\": ..., \"matching_heuristics\": True} in torch.save's format\n"
           "  --format F        safetensors or torch (torch.save's zip format; VISSL's checkpoint\n"
@@ -95,6 +105,16 @@ static convert_format format_from_name(const char *path)
     return FORMAT_UNSET;
 }
 
+static const char *const LAYOUT_NAMES[] = {"vissl", "torchvision", "detectron2", "classy_vision"};
+
+static bool layout_named(const char *v, convert_layout *to)
+{
+    for (size_t i = 0; i < ARRAY_LEN(LAYOUT_NAMES); i++)
+        if (!strcmp(v, LAYOUT_NAMES[i]))
+            return *to = (convert_layout)i, true;
+    return false;
+}
+
 /* 0 to go on, -1 for --help (exit 0), or EXIT_USAGE. */
 static int parse_args(int argc, char **argv, convert_args *a)
 {
@@ -108,13 +128,13 @@ static int parse_args(int argc, char **argv, convert_args *a)
             if (k + 1 >= argc)
                 return log_usage_error(convert_usage, "%s needs a value", arg);
             const char *v = argv[++k];
-            if (!strcmp(arg, "--to") && (!strcmp(v, "vissl") || !strcmp(v, "torchvision") || !strcmp(v, "detectron2")))
-                a->to = !strcmp(v, "vissl") ? TO_VISSL : !strcmp(v, "torchvision") ? TO_TORCHVISION : TO_DETECTRON2;
+            if (!strcmp(arg, "--to") && layout_named(v, &a->to))
+                ;
             else if (!strcmp(arg, "--format") && (!strcmp(v, "safetensors") || !strcmp(v, "torch")))
                 a->format = !strcmp(v, "torch") ? FORMAT_TORCH : FORMAT_SAFETENSORS;
             else
                 return log_usage_error(convert_usage, "%s '%s': expected %s", arg, v,
-                                       !strcmp(arg, "--to") ? "vissl, torchvision or detectron2"
+                                       !strcmp(arg, "--to") ? "vissl, torchvision, detectron2 or classy_vision"
                                                             : "safetensors or torch");
         } else if (arg[0] == '-' && arg[1]) {
             return log_usage_error(convert_usage, "unknown option '%s'", arg);
@@ -128,10 +148,10 @@ static int parse_args(int argc, char **argv, convert_args *a)
     }
     if (!a->in || !a->out)
         return log_usage_error(convert_usage, "IN and OUT are needed");
-    if (a->to == TO_DETECTRON2) { /* torch.save's format whatever OUT is called (.pkl, .pth): as VISSL's script */
+    if (a->to == TO_DETECTRON2 || a->to == TO_CLASSY) { /* torch.save's format whatever OUT is called: as VISSL's scripts */
         if (a->format == FORMAT_SAFETENSORS || (a->format == FORMAT_UNSET && ends_with(a->out, ".safetensors")))
-            return log_usage_error(convert_usage, "--to detectron2 writes torch.save's format, which Detectron2 loads: "
-                                                  "no safetensors");
+            return log_usage_error(convert_usage, "--to %s writes torch.save's format, which %s loads: no safetensors",
+                                   LAYOUT_NAMES[a->to], a->to == TO_CLASSY ? "ClassyVision" : "Detectron2");
         a->format = FORMAT_TORCH;
     }
     if (a->format == FORMAT_UNSET && (a->format = format_from_name(a->out)) == FORMAT_UNSET)
@@ -299,15 +319,15 @@ static char *map_name(const char *name, convert_layout to, const char **why)
 }
 
 /* Map every tensor; drops are reported on stderr. -1 when a name cannot be mapped. */
-static int map_all(const weights_file *f, convert_layout to, out_tensor *out, size_t *n_out)
+static int map_all(const weights_file *f, char *const *names_in, convert_layout to, out_tensor *out, size_t *n_out)
 {
     size_t n = 0, dropped = 0;
     strbuf names = {0};
     const char *reason = NULL;
     for (size_t i = 0; i < weights_count(f); i++) {
         const weights_tensor *t = weights_at(f, i);
-        const char *why;
-        char *name = map_name(t->name, to, &why);
+        const char *why = "ClassyVision's fc, clf and num_batches_tracked";
+        char *name = names_in[i] ? map_name(names_in[i], to, &why) : NULL;
         if (name) {
             out[n++] = (out_tensor){name, t};
             continue;
@@ -336,14 +356,14 @@ static int map_all(const weights_file *f, convert_layout to, out_tensor *out, si
  * left out (with a count), renamed; -1 when two keys map to one name (VISSL asserts). */
 static int cmp_out(const void *a, const void *b) { return strcmp(((const out_tensor *)a)->name, ((const out_tensor *)b)->name); }
 
-static int map_detectron2(const weights_file *f, out_tensor *out, size_t *n_out)
+static int map_detectron2(const weights_file *f, char *const *names, out_tensor *out, size_t *n_out)
 {
     static const char *const SKIP[] = {"num_batches_tracked", "fc1", "fc2"};
     size_t n = 0, skipped = 0, heads = 0;
     for (size_t i = 0; i < weights_count(f); i++) {
         const weights_tensor *t = weights_at(f, i);
         const char *why;
-        char *vissl = map_name(t->name, TO_VISSL, &why);
+        char *vissl = names[i] ? map_name(names[i], TO_VISSL, &why) : NULL;
         const char *key = vissl ? vissl_trunk_key(vissl) : NULL;
         if (key)
             out[n++] = (out_tensor){xstrdup(key), t};
@@ -381,6 +401,142 @@ static int map_detectron2(const weights_file *f, out_tensor *out, size_t *n_out)
     return 0;
 }
 
+/* ---- ClassyVision's ResNet names ------------------------------------------------------------- */
+
+/* Inside a block, VISSL's name part (column 0) against ClassyVision's, in the order VISSL's two
+ * scripts replace them (convert_vissl_to_classy_vision.py left to right, the other right to left). */
+static const char *const CLASSY_BLOCK_NAMES[][2] = {
+    {".conv1.weight", ".convolutional_block.0.weight"}, {".conv2.weight", ".convolutional_block.3.weight"},
+    {".conv3.weight", ".convolutional_block.6.weight"}, {".bn1.", ".convolutional_block.1."},
+    {".bn2.", ".convolutional_block.4."},               {".bn3.", ".bn."},
+};
+/* The scripts' BLOCK_CONFIG: the ResNets they convert. */
+static const int CLASSY_DEPTHS[][5] = {{50, 3, 4, 6, 3}, {101, 3, 4, 23, 3}};
+
+/* Blocks per stage from names holding `fmt` ("_feature_blocks.layer%d.%d." or
+ * "blocks.%d.block%*d-%d."; stage numbered from `first`), then the depth they make (0: none of
+ * the scripts'). */
+static int classy_depth(char *const *names, size_t n, const char *fmt, int first, int blocks[4])
+{
+    memset(blocks, 0, 4 * sizeof *blocks);
+    for (size_t i = 0; i < n; i++) {
+        const char *at = names[i] ? strstr(names[i], fmt[0] == '_' ? "_feature_blocks.layer" : "blocks.") : NULL;
+        int stage, block;
+        if (at && sscanf(at, fmt, &stage, &block) == 2 && stage - first >= 0 && stage - first < 4 &&
+            block + 1 > blocks[stage - first])
+            blocks[stage - first] = block + 1;
+    }
+    for (size_t d = 0; d < ARRAY_LEN(CLASSY_DEPTHS); d++)
+        if (!memcmp(blocks, CLASSY_DEPTHS[d] + 1, 4 * sizeof *blocks))
+            return CLASSY_DEPTHS[d][0];
+    return 0;
+}
+
+/* One name through the scripts' str.replace steps; to_classy picks the direction. */
+static char *classy_rename(const char *name, const int blocks[4], bool to_classy)
+{
+    const char *stem[2][2] = {{"_feature_blocks.conv1.", "initial_block._module.0."},
+                              {"_feature_blocks.bn1.", "initial_block._module.1."}};
+    char *k = xstrdup(name);
+    for (int i = 0; i < 2; i++)
+        k = replace_all(k, stem[i][!to_classy], stem[i][to_classy]);
+    for (int idx = 0; idx < 4; idx++)
+        for (int j = 0; j < blocks[idx]; j++) {
+            char vissl[64], classy[64];
+            snprintf(vissl, sizeof vissl, "_feature_blocks.layer%d.%d.", idx + 1, j);
+            snprintf(classy, sizeof classy, "blocks.%d.block%d-%d.", idx, idx, j);
+            k = to_classy ? replace_all(k, vissl, classy) : replace_all(k, classy, vissl);
+        }
+    int n = (int)ARRAY_LEN(CLASSY_BLOCK_NAMES);
+    for (int i = 0; i < n; i++) {
+        int r = to_classy ? i : n - 1 - i;
+        k = replace_all(k, CLASSY_BLOCK_NAMES[r][!to_classy], CLASSY_BLOCK_NAMES[r][to_classy]);
+    }
+    return k;
+}
+
+static bool any_of(const char *name, const char *const *parts, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strstr(name, parts[i]))
+            return true;
+    return false;
+}
+
+/* Every tensor's name as VISSL's: a ClassyVision ResNet checkpoint's (trunk.initial_block.*,
+ * trunk.blocks.*) as convert_classy_vision_to_vissl_resnet.py renames them, NULL for those it
+ * skips (fc, clf, num_batches_tracked); any other file's as they are. -1 for a ClassyVision
+ * trunk the script does not convert. */
+static int vissl_names(const weights_file *f, char **names)
+{
+    static const char *const SKIP[] = {"fc", "clf", "num_batches_tracked"};
+    size_t n = weights_count(f), classy = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = weights_at(f, i)->name;
+        classy += starts_with(name, "trunk.initial_block.") || starts_with(name, "trunk.blocks.");
+        names[i] = xstrdup(name);
+    }
+    if (!classy)
+        return 0;
+    int blocks[4];
+    if (!classy_depth(names, n, "blocks.%d.block%*d-%d.", 0, blocks)) {
+        log_error("a ClassyVision trunk with %d, %d, %d, %d blocks: VISSL's convert_classy_vision_to_vissl_resnet.py "
+                  "converts ResNet-50 and ResNet-101 only",
+                  blocks[0], blocks[1], blocks[2], blocks[3]);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!starts_with(names[i], "trunk."))
+            continue;
+        char *renamed = any_of(names[i], SKIP, ARRAY_LEN(SKIP)) ? NULL : classy_rename(names[i] + 6, blocks, false);
+        free(names[i]);
+        names[i] = renamed ? xasprintf("trunk.%s", renamed) : NULL;
+        free(renamed);
+    }
+    log_info("read a ClassyVision ResNet trunk; its fc, clf and num_batches_tracked tensors are left out, as VISSL's "
+             "script leaves them out");
+    return 0;
+}
+
+/* convert_vissl_to_classy_vision.py: the trunk's tensors in file order, "fc" and "clf" ones
+ * skipped, renamed; -1 for a trunk that is not a ResNet-50 or -101. */
+static int map_classy(const weights_file *f, char *const *names, out_tensor *out, size_t *n_out)
+{
+    static const char *const SKIP[] = {"fc", "clf"};
+    size_t n = 0, left = 0;
+    for (size_t i = 0; i < weights_count(f); i++) {
+        const char *why;
+        char *vissl = names[i] ? map_name(names[i], TO_VISSL, &why) : NULL;
+        const char *key = vissl ? vissl_trunk_key(vissl) : NULL;
+        if (key && !any_of(key, SKIP, ARRAY_LEN(SKIP)))
+            out[n++] = (out_tensor){xstrdup(key), weights_at(f, i)};
+        else
+            left++;
+        free(vissl);
+    }
+    int blocks[4];
+    char **keys = xcalloc(n + 1, sizeof *keys);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = out[i].name;
+    int depth = classy_depth(keys, n, "_feature_blocks.layer%d.%d.", 1, blocks);
+    free(keys);
+    for (size_t i = 0; i < n && depth; i++) {
+        char *c = classy_rename(out[i].name, blocks, true);
+        free(out[i].name);
+        out[i].name = c;
+    }
+    if (!depth) {
+        log_error("classy_vision: a trunk with %d, %d, %d, %d blocks; VISSL's convert_vissl_to_classy_vision.py "
+                  "converts ResNet-50 and ResNet-101 only", blocks[0], blocks[1], blocks[2], blocks[3]);
+        for (size_t i = 0; i < n; i++)
+            free(out[i].name);
+        return -1;
+    }
+    log_info("classy_vision: a ResNet-%d trunk, %zu tensors; %zu left out (heads, fc, clf)", depth, n, left);
+    *n_out = n;
+    return 0;
+}
+
 /* ---- writing ---------------------------------------------------------------------------------- */
 
 static int write_safetensors(const char *path, const out_tensor *t, size_t n, char **err)
@@ -405,7 +561,14 @@ static void add_tensor(ts_dict *d, const char *key, const weights_tensor *t)
 static int write_torch(const char *path, const out_tensor *t, size_t n, convert_layout to, char **err)
 {
     ts_dict *root = ts_dict_new(to == TO_TORCHVISION);
-    if (to == TO_DETECTRON2) {
+    if (to == TO_CLASSY) {
+        ts_dict *trunk = ts_dict_add_dict(
+            ts_dict_add_dict(ts_dict_add_dict(ts_dict_add_dict(root, "classy_state_dict", false), "base_model", false),
+                             "model", false),
+            "trunk", false);
+        for (size_t i = 0; i < n; i++)
+            add_tensor(trunk, t[i].name, t[i].t);
+    } else if (to == TO_DETECTRON2) {
         ts_dict *model = ts_dict_add_dict(root, "model", true);
         for (size_t i = 0; i < n; i++)
             add_tensor(model, t[i].name, t[i].t);
@@ -442,8 +605,12 @@ int cmd_convert(int argc, char **argv)
         return EXIT_RUNTIME;
     }
     out_tensor *t = xcalloc(weights_count(f) + 1, sizeof *t);
+    char **names = xcalloc(weights_count(f) + 1, sizeof *names);
     size_t n = 0;
-    rc = (a.to == TO_DETECTRON2 ? map_detectron2(f, t, &n) : map_all(f, a.to, t, &n)) != 0 ? EXIT_RUNTIME : 0;
+    rc = vissl_names(f, names) != 0                 ? EXIT_RUNTIME
+         : a.to == TO_DETECTRON2 ? (map_detectron2(f, names, t, &n) ? EXIT_RUNTIME : 0)
+         : a.to == TO_CLASSY     ? (map_classy(f, names, t, &n) ? EXIT_RUNTIME : 0)
+                                 : (map_all(f, names, a.to, t, &n) ? EXIT_RUNTIME : 0);
     if (rc == 0) {
         int w = a.format == FORMAT_SAFETENSORS ? write_safetensors(a.out, t, n, &err)
                                                : write_torch(a.out, t, n, a.to, &err);
@@ -452,13 +619,16 @@ int cmd_convert(int argc, char **argv)
             free(err);
             rc = EXIT_RUNTIME;
         } else {
-            log_info("wrote %zu tensors to %s (%s names, %s)", n, a.out,
-                     a.to == TO_VISSL ? "VISSL" : a.to == TO_TORCHVISION ? "torchvision" : "Detectron2",
+            static const char *const SHOWN[] = {"VISSL", "torchvision", "Detectron2", "ClassyVision"};
+            log_info("wrote %zu tensors to %s (%s names, %s)", n, a.out, SHOWN[a.to],
                      a.format == FORMAT_SAFETENSORS ? "safetensors" : "torch.save zip");
         }
     }
     for (size_t i = 0; i < n; i++)
         free(t[i].name);
+    for (size_t i = 0; i < weights_count(f); i++)
+        free(names[i]);
+    free(names);
     free(t);
     weights_close(f);
     return rc;

@@ -8,6 +8,7 @@
  *   selfsup dataset imagenet SRC DST [...]         (cmd_dataset_imagenet.c)
  *   selfsup dataset inaturalist2018 SRC DST        (cmd_dataset_inat.c)
  *   selfsup dataset jigsaw-perms N K OUT [...]     (cmd_jigsaw.c)
+ *   selfsup dataset low-shot TARGETS OUT [...]     (cmd_lowshot.c)
  *
  * reads the IDX files of Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist,
  * gzip-compressed or not) and writes
@@ -103,7 +104,9 @@ static void dataset_usage(FILE *out)
           "      selfsup dataset coco2014 ANNOTATIONS DST --train-images DIR --val-images DIR\n"
           "  (COCO's multi-label data files, as create_coco_data_files.py; --help there)\n"
           "      selfsup dataset jigsaw-perms N K OUT [--method max_avg|max_min] [--first J | --seed S]\n"
-          "  (Jigsaw's permutation set, as VISSL's generate_jigsaw_permutations.py; --help there)\n",
+          "  (Jigsaw's permutation set, as VISSL's generate_jigsaw_permutations.py; --help there)\n"
+          "      selfsup dataset low-shot TARGETS OUT --dataset voc|places [--layer NAME] [--images FILE]\n"
+          "  (the low-shot SVM's samples, as create_low_shot_samples.py; --help there)\n",
           out);
 }
 
@@ -604,6 +607,8 @@ int cmd_dataset(int argc, char **argv)
         return cmd_dataset_imagenet(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "inaturalist2018"))
         return cmd_dataset_inat(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "low-shot"))
+        return cmd_dataset_lowshot(argc - 1, argv + 1);
     const char *name = NULL, *dir = NULL, *src = FMNIST_DEFAULT_SRC;
     size_t limit = 0;
     bool force = false, options_done = false;
@@ -651,7 +656,7 @@ int cmd_dataset(int argc, char **argv)
     }
     if (strcmp(name, "fashion-mnist") && strcmp(name, "fashion_mnist")) {
         log_error("unknown dataset '%s'; known: fashion-mnist, imagenet, inaturalist2018, voc2007, voc2012, coco2014, "
-                  "jigsaw-perms",
+                  "jigsaw-perms, low-shot",
                   name);
         return EXIT_USAGE;
     }

@@ -196,13 +196,8 @@ static int write_config(const cfg_t *cfg, const char *run_dir)
 {
     char *path = path_join(run_dir, "config.yaml");
     char *yaml = cfg_to_yaml(cfg->root);
-    atomic_file f;
     char *err = NULL;
-    int rc = atomic_file_open(&f, path, &err);
-    if (rc == 0 && (rc = atomic_file_write(&f, yaml, strlen(yaml), &err)) == 0)
-        rc = atomic_file_commit(&f, &err);
-    else if (rc == 0)
-        atomic_file_abort(&f);
+    int rc = atomic_file_write_whole(path, yaml, strlen(yaml), &err);
     if (rc != 0)
         log_error("%s", err);
     free(err);

@@ -241,13 +241,7 @@ static char *write_script(const char *log_folder, const char *name, const char *
         *c = *c == '/' || *c == ' ' ? '_' : *c;
     char *path = path_join(log_folder, base), *err = NULL;
     free(base);
-    atomic_file f;
-    int rc = atomic_file_open(&f, path, &err);
-    if (rc == 0 && (rc = atomic_file_write(&f, script, strlen(script), &err)) == 0)
-        rc = atomic_file_commit(&f, &err);
-    else if (rc == 0)
-        atomic_file_abort(&f);
-    if (rc != 0) {
+    if (atomic_file_write_whole(path, script, strlen(script), &err) != 0) {
         log_error("%s", err);
         free(err);
         free(path);

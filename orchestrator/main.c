@@ -9,6 +9,7 @@
  *   selfsup slurm CONFIG [overrides...] [options]   submit the run to Slurm (sbatch)
  *   selfsup svm CONFIG [overrides...]              extract features, then VISSL's SVM benchmark
  *   selfsup knn CONFIG [overrides...]              extract features, then VISSL's kNN benchmark
+ *   selfsup retrieval CONFIG [overrides...]        VISSL's instance-retrieval benchmark
  *   selfsup clusterfit CONFIG [overrides...]       extract, k-means (FAISS), pseudo-labels [--then TRAIN]
  *   selfsup inspect FILE|-                          print records (a record file or a stream)
  *   selfsup keygen DIR --clients NAME[:IDS]...      CURVE keys for tcp endpoints (control, data)
@@ -42,6 +43,7 @@ static void usage(FILE *out)
           "  slurm CONFIG [overrides...] [--dry-run] submit the run to Slurm (see selfsup slurm --help)\n"
           "  svm CONFIG [overrides...]              extract features, then train and test SVMs\n"
           "  knn CONFIG [overrides...]              extract features, then the kNN benchmark\n"
+          "  retrieval CONFIG [overrides...]        the instance-retrieval benchmark (Oxford/Paris mAP)\n"
           "  clusterfit CONFIG [overrides...] [--then TRAIN_CONFIG [overrides...]]\n"
           "                                         ClusterFit: extract, cluster (FAISS), label, train\n"
           "  inspect FILE|-                         print the records of a file or stream\n"
@@ -71,6 +73,26 @@ static int run_stage(const char *name, char **argv)
     log_init_command("selfsup");
     log_error("'%s' is not a selfsup command (%s: %s); see 'selfsup --help'", name, prog, strerror(errno));
     return EXIT_USAGE;
+}
+
+/* `selfsup retrieval CONFIG [...]` is `selfsup-retrieval -c CONFIG [...]`: the first argument
+ * that is neither an option nor an override is the config. */
+static int run_retrieval(int argc, char **argv)
+{
+    char **args = xcalloc((size_t)argc + 2, sizeof *args);
+    int n = 0;
+    bool have_config = false;
+    args[n++] = argv[1];
+    for (int i = 2; i < argc; i++) {
+        bool value = !strcmp(argv[i - 1], "--output") || !strcmp(argv[i - 1], "--threads") ||
+                     !strcmp(argv[i - 1], "-c") || !strcmp(argv[i - 1], "--config");
+        if (!have_config && !value && argv[i][0] != '-' && !strchr(argv[i], '=')) {
+            args[n++] = "-c";
+            have_config = true;
+        }
+        args[n++] = argv[i];
+    }
+    return run_stage("retrieval", args);
 }
 
 int main(int argc, char **argv)
@@ -114,5 +136,7 @@ int main(int argc, char **argv)
         return cmd_dataset(argc - 1, argv + 1);
     if (!strcmp(argv[1], "convert"))
         return cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "retrieval"))
+        return run_retrieval(argc, argv);
     return run_stage(argv[1], argv + 1);
 }

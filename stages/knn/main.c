@@ -271,13 +271,7 @@ static int read_nearest_neighbor(const cfg_node *c, knn_options *o)
  * the option or key that chose the file, `where` its node in the config (may be NULL). */
 static int check_output(const char *file, const char *what, const cfg_node *where, uint64_t need)
 {
-    char *dir = path_dirname(file);
-    cfg_err e;
-    bool ok = ckpt_output_dir_usable(dir, need, what, where, &e);
-    if (!ok)
-        log_error("%s", e.msg);
-    free(dir);
-    return ok ? 0 : EXIT_USAGE;
+    return ckpt_output_file_usable(file, need, what, where) ? 0 : EXIT_USAGE;
 }
 
 static int prepare_config_mode(knn_args *a, config_mode *m)

@@ -58,23 +58,12 @@ void knn_report_print_row(FILE *out, const char *layer, const knn_options *opt, 
 
 int knn_report_write_json(const knn_report *rep, const char *path)
 {
-    char *text = json_dumps(rep->json, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-    atomic_file f;
     char *err = NULL;
-    int rc = atomic_file_open(&f, path, &err);
-    if (!rc)
-        rc = atomic_file_write(&f, text, strlen(text), &err);
-    if (!rc)
-        rc = atomic_file_write(&f, "\n", 1, &err);
-    if (!rc)
-        rc = atomic_file_commit(&f, &err);
-    else
-        atomic_file_abort(&f);
+    int rc = json_write_file(rep->json, path, &err);
     if (rc) {
         log_error("cannot write the results to %s: %s", path, err ? err : "?");
         free(err);
     }
-    free(text);
     return rc;
 }
 

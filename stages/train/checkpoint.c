@@ -249,3 +249,14 @@ bool ckpt_output_dir_usable(const char *dir, uint64_t need, const char *what, co
     free(why);
     return ok;
 }
+
+bool ckpt_output_file_usable(const char *file, uint64_t need, const char *what, const cfg_node *where)
+{
+    char *dir = path_dirname(file);
+    cfg_err err;
+    bool ok = ckpt_output_dir_usable(dir, need, what, where, &err);
+    if (!ok)
+        log_error("%s", err.msg);
+    free(dir);
+    return ok;
+}

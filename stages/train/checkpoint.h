@@ -63,5 +63,8 @@ int ckpt_probe_output_dir(const char *dir, char **err);
 /* The same for a folder that a config key or an option chose: false with *err naming it as
  * cfg_fail does (`where`: the key's node, NULL for an option; `what`: the key or option). */
 bool ckpt_output_dir_usable(const char *dir, uint64_t need, const char *what, const cfg_node *where, cfg_err *err);
+/* The same for the folder of an output file, logging the error: for the evaluators' results
+ * files, made and tried before any work. */
+bool ckpt_output_file_usable(const char *file, uint64_t need, const char *what, const cfg_node *where);
 
 #endif

@@ -37,6 +37,7 @@ static const struct {
     {"selfsup-sink", "--in file:/dev/null"},
     {"selfsup-knn", ""},
     {"selfsup-svm", ""},
+    {"selfsup-retrieval", ""},
 };
 
 /* The text after `tag` on the file's header comment line, or NULL. */

@@ -14,7 +14,6 @@
 #include "record.h"
 #include "test_nn_util.h"
 #include "test_util.h"
-#include "torchsave.h"
 #include "util.h"
 
 #include <criterion/criterion.h>
@@ -37,38 +36,6 @@
     "      FREEZE_TRUNK_ONLY: True\n"                                                                           \
     "      EXTRACT_TRUNK_FEATURES_ONLY: True\n"                                                                 \
     "      LINEAR_EVAL_FEAT_POOL_OPS_MAP: [[res4, [AdaptiveAvgPool2d, [[2, 2]]]], [res5avg, [Identity, []]]]\n"
-
-/* resnet18 by formula, its trunk written as torchvision's state dict. */
-static void write_torchvision_checkpoint(const char *path)
-{
-    eng_backend *be = nnt_open_cpu();
-    model_options o = nnt_model_options(MODEL_YAML, NULL);
-    char *err = NULL;
-    model *m = model_new(be, &o, 0, &err);
-    cr_assert_not_null(m, "%s", err);
-    model_init_formula(be, m);
-    ts_dict *root = ts_dict_new(true);
-    const char *prefix = "trunk.base_model._feature_blocks.";
-    int n = model_entry_count(m);
-    float **host = xcalloc((size_t)n, sizeof *host);
-    for (int i = 0; i < n; i++) {
-        const eng_entry *e = model_entry_at(m, i);
-        if (strncmp(e->name, prefix, strlen(prefix)) != 0)
-            continue; /* defaults.yaml's head: not a torchvision tensor */
-        size_t shape[NN_MAX_DIMS];
-        for (int d = 0; d < e->value.shape.ndim; d++)
-            shape[d] = (size_t)e->value.shape.dim[d];
-        host[i] = nnt_download(be, &e->value);
-        ts_dict_add_tensor(root, e->name + strlen(prefix), ST_F32, e->value.shape.ndim, shape, host[i]);
-    }
-    cr_assert_eq(ts_save(path, root, &err), 0, "%s", err);
-    ts_dict_free(root);
-    for (int i = 0; i < n; i++)
-        free(host[i]);
-    free(host);
-    model_free(be, m);
-    eng_backend_close(be);
-}
 
 /* One batch of fixture images `rows` (float32 N × 3 × 32 × 32), with labels 100 + image and
  * the given dataset indices, appended to fd. */
@@ -176,7 +143,7 @@ Test(extract, torchvision_checkpoint_gives_torchvision_features, .timeout = 60)
 {
     char *dir = test_make_tmpdir();
     char *pth = xasprintf("%s/resnet18.pth", dir), *recs = xasprintf("%s/batches.rec", dir);
-    write_torchvision_checkpoint(pth);
+    nnt_write_torchvision_trunk(MODEL_YAML, pth);
     write_records(recs);
     char *yaml = xasprintf("%s"
                            "    WEIGHTS_INIT: {PARAMS_FILE: %s, STATE_DICT_KEY_NAME: '', "

@@ -6,11 +6,13 @@
 #include "config.h"
 
 #include "test_util.h"
+#include "torchsave.h"
 #include "util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 model_options nnt_model_options(const char *yaml, const char *file_rel)
 {
@@ -172,4 +174,35 @@ float *nnt_buffer_sums(eng_backend *be, const eng_params *p, int *n)
         free(h);
     }
     return sums;
+}
+
+void nnt_write_torchvision_trunk(const char *model_yaml, const char *path)
+{
+    eng_backend *be = nnt_open_cpu();
+    model_options o = nnt_model_options(model_yaml, NULL);
+    char *err = NULL;
+    model *m = model_new(be, &o, 0, &err);
+    cr_assert_not_null(m, "%s", err);
+    model_init_formula(be, m);
+    ts_dict *root = ts_dict_new(true);
+    const char *prefix = "trunk.base_model._feature_blocks.";
+    int n = model_entry_count(m);
+    float **host = xcalloc((size_t)n, sizeof *host);
+    for (int i = 0; i < n; i++) {
+        const eng_entry *e = model_entry_at(m, i);
+        if (strncmp(e->name, prefix, strlen(prefix)) != 0)
+            continue; /* defaults.yaml's head: not a torchvision tensor */
+        size_t shape[NN_MAX_DIMS];
+        for (int d = 0; d < e->value.shape.ndim; d++)
+            shape[d] = (size_t)e->value.shape.dim[d];
+        host[i] = nnt_download(be, &e->value);
+        ts_dict_add_tensor(root, e->name + strlen(prefix), ST_F32, e->value.shape.ndim, shape, host[i]);
+    }
+    cr_assert_eq(ts_save(path, root, &err), 0, "%s", err);
+    ts_dict_free(root);
+    for (int i = 0; i < n; i++)
+        free(host[i]);
+    free(host);
+    model_free(be, m);
+    eng_backend_close(be);
 }

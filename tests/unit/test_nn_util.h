@@ -52,4 +52,9 @@ double nnt_loss(eng_backend *be, const eng_tensor *y, const float *r);
 double nnt_fd_error(eng_backend *be, void (*forward)(eng_backend *, void *), void *arg, const eng_tensor *param,
                     float *host, const eng_tensor *grad, const eng_tensor *y, const float *r);
 
+/* The model of `model_yaml` set by model_init_formula, its trunk ("trunk.base_model._feature_blocks.*")
+ * written to `path` as a torchvision state dict (torch.save's format), as a VISSL user loads
+ * torchvision weights (APPEND_PREFIX). */
+void nnt_write_torchvision_trunk(const char *model_yaml, const char *path);
+
 #endif

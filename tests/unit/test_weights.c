@@ -846,46 +846,108 @@ Test(weights, convert_torchvision_to_vissl_and_back_is_exact, .timeout = 300)
     test_rm_dir(dir);
 }
 
+/* `got` (a dict of tensors) holds the names of `names_file` (one a line), in that order, each
+ * with the bytes `want_of` gives for it (name prefixed with `want_prefix`) in `want` (a dict). */
+static void expect_named_tensors(const tf_value *got, const char *names_file, const tf_value *want,
+                                 const char *want_prefix)
+{
+    cr_assert(got && got->kind == TF_DICT && want && want->kind == TF_DICT, "no tensor dict");
+    size_t len = 0, k = 0;
+    char *names = read_whole_file(names_file, &len), *save = NULL;
+    cr_assert(names, "%s", names_file);
+    for (char *line = strtok_r(names, "\n", &save); line; line = strtok_r(NULL, "\n", &save), k++) {
+        cr_assert_lt(k, got->u.dict.n, "fewer tensors than VISSL's script writes");
+        const tf_value *key = got->u.dict.keys[k], *val = got->u.dict.vals[k];
+        char *wname = xasprintf("%s%s", want_prefix, line);
+        const tf_value *w = tf_dict_get(want, wname);
+        cr_expect(key->kind == TF_STR && !strcmp(key->u.str.s, line), "tensor %zu: '%s', the script's '%s'", k,
+                  key->kind == TF_STR ? key->u.str.s : "?", line);
+        cr_assert(w && val->kind == TF_TENSOR && w->kind == TF_TENSOR, "%s", wname);
+        cr_expect(val->u.tensor->dtype == w->u.tensor->dtype && val->u.tensor->nbytes == w->u.tensor->nbytes &&
+                      !memcmp(val->u.tensor->data, w->u.tensor->data, w->u.tensor->nbytes),
+                  "%s: values differ", line);
+        free(wname);
+    }
+    cr_expect_eq(k, got->u.dict.n, "%zu names, %zu tensors", k, got->u.dict.n);
+    free(names);
+}
+
+/* Convert fixture IN (under tests/golden/fixtures/convert) to DIR/OUT with `to`, expecting
+ * `log` in the output; the written file, opened. */
+static torchfile *convert_fixture(const char *in, const char *dir, const char *out_name, const char *to,
+                                  const char *log)
+{
+    char *fix = test_path("tests/golden/fixtures/convert"), *out = NULL, *err = NULL;
+    char *args = xasprintf("'%s/%s' '%s/%s' --to %s", fix, in, dir, out_name, to);
+    cr_assert_eq(convert(args, &out), 0, "%s", out);
+    cr_expect(strstr(out, log), "expected '%s' in:\n%s", log, out);
+    char *path = in_dir(dir, out_name);
+    torchfile *f;
+    cr_assert_eq(torchfile_open(path, &f, &err), 0, "%s", err);
+    free(path), free(args), free(out), free(fix);
+    return f;
+}
+
+static torchfile *open_fixture(const char *name, char **path)
+{
+    char *fix = test_path("tests/golden/fixtures/convert"), *err = NULL;
+    *path = in_dir(fix, name);
+    torchfile *f;
+    cr_assert_eq(torchfile_open(*path, &f, &err), 0, "%s", err);
+    free(fix);
+    return f;
+}
+
 /* --to detectron2 is VISSL's convert_vissl_to_detectron2.py: on make_detectron2_fixtures.py's
  * VISSL checkpoint (a ResNet-50 trunk's names, a head), the script's output, read back here: the
  * same "model" names in the same order (tests/golden/fixtures/convert/d2_rn50_names.txt), each
  * tensor's bytes (the values round-trip), "matching_heuristics" True, the head left out. */
 Test(weights, convert_to_detectron2_is_vissls_script, .timeout = 60)
 {
-    char *fix = test_path("tests/golden/fixtures/convert"), *dir = test_make_tmpdir(), *out = NULL, *err = NULL;
-    char *args = xasprintf("'%s/vissl_rn50.torch' '%s/d2.pkl' --to detectron2", fix, dir);
-    cr_assert_eq(convert(args, &out), 0, "%s", out);
-    cr_expect(strstr(out, "265 trunk tensors") && strstr(out, "53 skipped") && strstr(out, "2 not the trunk's"), "%s", out);
-    char *got_path = in_dir(dir, "d2.pkl"), *want_path = in_dir(fix, "d2_rn50.torch"), *names_path = in_dir(fix, "d2_rn50_names.txt");
-    torchfile *got, *want;
-    cr_assert_eq(torchfile_open(got_path, &got, &err), 0, "%s", err);
-    cr_assert_eq(torchfile_open(want_path, &want, &err), 0, "%s", err);
-    const tf_value *root = torchfile_root(got), *d2 = tf_dict_get(root, "model"), *mh = tf_dict_get(root, "matching_heuristics");
-    const tf_value *want_model = tf_dict_get(torchfile_root(want), "model");
-    cr_assert(d2 && d2->kind == TF_DICT && want_model, "no model dict");
+    char *dir = test_make_tmpdir(), *out = NULL, *want_path, *names_path;
+    torchfile *got = convert_fixture("vissl_rn50.torch", dir, "d2.pkl", "detectron2",
+                                     "265 trunk tensors; left out: 53 skipped");
+    torchfile *want = open_fixture("d2_rn50.torch", &want_path);
+    const tf_value *root = torchfile_root(got), *mh = tf_dict_get(root, "matching_heuristics");
     cr_expect(mh && mh->kind == TF_BOOL && mh->u.b, "matching_heuristics is not True");
-    size_t len = 0;
-    char *names = read_whole_file(names_path, &len), *save = NULL;
-    size_t k = 0;
-    for (char *line = strtok_r(names, "\n", &save); line; line = strtok_r(NULL, "\n", &save), k++) {
-        cr_assert_lt(k, d2->u.dict.n, "fewer tensors than VISSL's script writes");
-        const tf_value *key = d2->u.dict.keys[k], *val = d2->u.dict.vals[k], *w = tf_dict_get(want_model, line);
-        cr_expect(key->kind == TF_STR && !strcmp(key->u.str.s, line), "tensor %zu: '%s', the script's '%s'", k,
-                  key->kind == TF_STR ? key->u.str.s : "?", line);
-        cr_assert(w && val->kind == TF_TENSOR && w->kind == TF_TENSOR, "%s", line);
-        cr_expect(val->u.tensor->dtype == w->u.tensor->dtype && val->u.tensor->nbytes == w->u.tensor->nbytes &&
-                      !memcmp(val->u.tensor->data, w->u.tensor->data, w->u.tensor->nbytes),
-                  "%s: values differ", line);
-    }
-    cr_expect_eq(k, d2->u.dict.n, "%zu names, %zu tensors", k, d2->u.dict.n);
-    free(names);
+    char *fix = test_path("tests/golden/fixtures/convert");
+    names_path = in_dir(fix, "d2_rn50_names.txt");
+    free(fix);
+    expect_named_tensors(tf_dict_get(root, "model"), names_path, tf_dict_get(torchfile_root(want), "model"), "");
     torchfile_close(got), torchfile_close(want);
-    free(got_path), free(want_path), free(names_path), free(args), free(out), free(fix);
-    out = NULL;
-    args = xasprintf("'%s/x' '%s/y.safetensors' --to detectron2", dir, dir);
+    free(want_path), free(names_path);
+    char *args = xasprintf("'%s/x' '%s/y.safetensors' --to detectron2", dir, dir);
     cr_expect_eq(convert(args, &out), 2, "%s", out);
     cr_expect(strstr(out, "no safetensors"), "%s", out);
     free(out), free(args);
+    test_rm_dir(dir);
+}
+
+/* --to classy_vision is VISSL's convert_vissl_to_classy_vision.py (make_classy_fixtures.py): the
+ * trunk's names as ClassyVision's ResNet-50 names them, in file order, under classy_state_dict's
+ * trunk, with the fixture's bytes; no heads. And a ClassyVision checkpoint read back to VISSL is
+ * convert_classy_vision_to_vissl_resnet.py's: its names, the original VISSL tensors' bytes. */
+Test(weights, convert_to_and_from_classy_vision_is_vissls_scripts, .timeout = 60)
+{
+    char *dir = test_make_tmpdir(), *want_path, *vissl_path, *names_path, *back_names_path;
+    torchfile *got = convert_fixture("vissl_rn50.torch", dir, "classy.torch", "classy_vision",
+                                     "a ResNet-50 trunk, 318 tensors; 2 left out");
+    torchfile *want = open_fixture("classy_rn50.torch", &want_path);
+    const tf_value *classy_model = tf_lookup(torchfile_root(got), "classy_state_dict.base_model.model");
+    cr_assert(classy_model, "no classy_state_dict.base_model.model");
+    cr_expect_null(tf_dict_get(classy_model, "heads"), "VISSL's script writes no heads without --include_heads");
+    char *fix = test_path("tests/golden/fixtures/convert");
+    names_path = in_dir(fix, "classy_rn50_names.txt");
+    back_names_path = in_dir(fix, "classy_to_vissl_names.txt");
+    expect_named_tensors(tf_dict_get(classy_model, "trunk"), names_path,
+                         tf_lookup(torchfile_root(want), "classy_state_dict.base_model.model.trunk"), "");
+    torchfile *back = convert_fixture("classy_rn50.torch", dir, "back.torch", "vissl", "fc, clf and num_batches_tracked");
+    torchfile *vissl = open_fixture("vissl_rn50.torch", &vissl_path);
+    expect_named_tensors(tf_lookup(torchfile_root(back), "classy_state_dict.base_model.model.trunk"),
+                         back_names_path, tf_lookup(torchfile_root(vissl), "classy_state_dict.base_model.model.trunk"),
+                         "");
+    torchfile_close(got), torchfile_close(want), torchfile_close(back), torchfile_close(vissl);
+    free(want_path), free(vissl_path), free(names_path), free(back_names_path), free(fix);
     test_rm_dir(dir);
 }
 
