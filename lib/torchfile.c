@@ -12,6 +12,15 @@
  * their data in a final pass: a pointer into the storage when C-contiguous, else a copy. All
  * storage and copy bytes are charged to a budget proportional to the input size, so a small
  * file cannot ask for a large allocation (torch stores records uncompressed).
+ *
+ * numpy arrays (a plain pickle of them: Caffe2's and Detectron's .pkl weights, written by
+ * Python 2 or 3) are rebuilt as ndarray.__reduce__ describes them: _reconstruct(ndarray, (0,),
+ * b'b') makes an empty array, BUILD gives it (version, shape, dtype, fortran, raw bytes), and
+ * the bytes become a storage of their own, so the tensor takes the final pass like any other
+ * (a Fortran-order array is gathered into C order there). numpy's dtype(...) and scalar(...)
+ * and Python 2's byte strings (BINSTRING, read as latin-1 text, as pickle.load(encoding=
+ * "latin1") reads them; Python 3's protocol 2 writes bytes as _codecs.encode(text, "latin1"))
+ * are understood for that purpose only.
  */
 #include "torchfile.h"
 
@@ -35,8 +44,9 @@
 #define MAX_GLOBAL_NAME 200
 #define BUDGET_SLACK (1u << 20) /* tensor bytes allowed beyond 2 × file size */
 
-enum { OTHER_GLOBAL = 1, OTHER_STORAGE, OTHER_BIGINT };
-enum { G_ODICT, G_REBUILD_V2, G_REBUILD, G_PARAM, G_PARAM_STATE, G_STORAGE };
+enum { OTHER_GLOBAL = 1, OTHER_STORAGE, OTHER_BIGINT, OTHER_NP_DTYPE, OTHER_NP_ARRAY };
+enum { G_ODICT, G_REBUILD_V2, G_REBUILD, G_PARAM, G_PARAM_STATE, G_STORAGE, G_NP_RECONSTRUCT, G_NP_NDARRAY, G_NP_DTYPE,
+       G_NP_SCALAR, G_CODECS_ENCODE };
 
 typedef struct storage {
     char *key;
@@ -480,6 +490,13 @@ static const struct {
     {"torch", "CharStorage", G_STORAGE, ST_I8},
     {"torch", "ByteStorage", G_STORAGE, ST_U8},
     {"torch", "BoolStorage", G_STORAGE, ST_BOOL},
+    {"numpy.core.multiarray", "_reconstruct", G_NP_RECONSTRUCT, ST_BOOL},
+    {"numpy._core.multiarray", "_reconstruct", G_NP_RECONSTRUCT, ST_BOOL},
+    {"numpy", "ndarray", G_NP_NDARRAY, ST_BOOL},
+    {"numpy", "dtype", G_NP_DTYPE, ST_BOOL},
+    {"numpy.core.multiarray", "scalar", G_NP_SCALAR, ST_BOOL},
+    {"numpy._core.multiarray", "scalar", G_NP_SCALAR, ST_BOOL},
+    {"_codecs", "encode", G_CODECS_ENCODE, ST_BOOL},
 };
 
 /* "module.name" with anything unprintable shown as '?', for messages. */
@@ -654,6 +671,173 @@ static int rebuild_parameter(unpickler *u, node **a)
     return push(u, t);
 }
 
+/* ---- numpy arrays ---------------------------------------------------------------------- */
+
+/* numpy's dtype(...) first argument ("f4", "<i8", "|b1") as ours. */
+static bool numpy_dtype(const char *s, st_dtype *out)
+{
+    static const struct {
+        const char *name;
+        st_dtype dtype;
+    } NAMES[] = {{"f2", ST_F16}, {"f4", ST_F32}, {"f8", ST_F64}, {"i1", ST_I8}, {"i2", ST_I16}, {"i4", ST_I32},
+                 {"i8", ST_I64}, {"u1", ST_U8}, {"u2", ST_U16}, {"u4", ST_U32}, {"u8", ST_U64}, {"b1", ST_BOOL}};
+    if (*s == '<' || *s == '|' || *s == '=')
+        s++;
+    for (size_t i = 0; i < ARRAY_LEN(NAMES); i++)
+        if (!strcmp(s, NAMES[i].name))
+            return *out = NAMES[i].dtype, true;
+    return false;
+}
+
+/* A str or bytes node's raw bytes (a latin-1 str pickled by Python 2 is its bytes). */
+static bool raw_bytes(const node *n, const unsigned char **p, size_t *len)
+{
+    if (n->v.kind != TF_BYTES && n->v.kind != TF_STR)
+        return false;
+    *p = (const unsigned char *)n->v.u.str.s;
+    *len = n->v.u.str.len;
+    return true;
+}
+
+/* _codecs.encode(text, "latin1"): UTF-8 text whose code points are all below 256, as bytes. */
+static int codecs_encode(unpickler *u, node **a, size_t n)
+{
+    if (n != 2 || a[0]->v.kind != TF_STR || a[1]->v.kind != TF_STR ||
+        (strcmp(a[1]->v.u.str.s, "latin1") && strcmp(a[1]->v.u.str.s, "latin-1")))
+        return u_fail(u, "_codecs.encode is only read as encode(str, 'latin1')");
+    const unsigned char *s = (const unsigned char *)a[0]->v.u.str.s;
+    size_t len = a[0]->v.u.str.len, m = 0;
+    char *out = xmalloc(len + 1);
+    for (size_t i = 0; i < len; m++) {
+        if (s[i] < 0x80)
+            out[m] = (char)s[i++];
+        else if ((s[i] & 0xfe) == 0xc2 && i + 1 < len && (s[i + 1] & 0xc0) == 0x80) {
+            out[m] = (char)(((s[i] & 0x03) << 6) | (s[i + 1] & 0x3f));
+            i += 2;
+        } else {
+            free(out);
+            return u_fail(u, "_codecs.encode: the text is not latin-1");
+        }
+    }
+    out[m] = 0;
+    node *b = new_node(u->f, TF_BYTES);
+    b->v.u.str.s = out;
+    b->v.u.str.len = m;
+    return push(u, b);
+}
+
+/* scalar(dtype, bytes): a numpy number as a plain int, float or bool. */
+static int numpy_scalar(unpickler *u, node **a, size_t n)
+{
+    const unsigned char *p;
+    size_t len;
+    if (n != 2 || a[0]->v.kind != TF_OTHER || a[0]->other != OTHER_NP_DTYPE || !raw_bytes(a[1], &p, &len) ||
+        len != st_dtype_size(a[0]->sdtype))
+        return u_fail(u, "numpy scalar(dtype, bytes) with bytes that do not fit the dtype");
+    st_dtype d = a[0]->sdtype;
+    node *v = new_node(u->f, d == ST_F32 || d == ST_F64 || d == ST_F16 ? TF_FLOAT : d == ST_BOOL ? TF_BOOL : TF_INT);
+    if (d == ST_F64)
+        memcpy(&v->v.u.f, p, 8);
+    else if (d == ST_F32) {
+        float f;
+        memcpy(&f, p, 4);
+        v->v.u.f = f;
+    } else if (d == ST_BOOL)
+        v->v.u.b = p[0] != 0;
+    else if (d == ST_F16)
+        return u_fail(u, "numpy float16 scalars are not supported");
+    else {
+        uint64_t x = 0;
+        for (size_t i = 0; i < len; i++)
+            x |= (uint64_t)p[i] << (8 * i);
+        bool is_signed = d == ST_I8 || d == ST_I16 || d == ST_I32 || d == ST_I64;
+        if (is_signed && len < 8 && (x >> (8 * len - 1)) & 1)
+            x |= ~0ull << (8 * len);
+        v->v.u.i = (int64_t)x;
+    }
+    return push(u, v);
+}
+
+static int numpy_reduce(unpickler *u, node *fn, node **a, size_t n)
+{
+    if (fn->global == G_CODECS_ENCODE)
+        return codecs_encode(u, a, n);
+    if (fn->global == G_NP_SCALAR)
+        return numpy_scalar(u, a, n);
+    if (fn->global == G_NP_DTYPE) {
+        node *d = new_node(u->f, TF_OTHER);
+        d->other = OTHER_NP_DTYPE;
+        if (n < 1 || a[0]->v.kind != TF_STR || !numpy_dtype(a[0]->v.u.str.s, &d->sdtype))
+            return u_fail(u, "numpy dtype '%s' is not supported (numbers and booleans only)",
+                          n && a[0]->v.kind == TF_STR ? a[0]->v.u.str.s : "?");
+        return push(u, d);
+    }
+    if (n != 3 || a[0]->v.kind != TF_OTHER || a[0]->other != OTHER_GLOBAL || a[0]->global != G_NP_NDARRAY)
+        return u_fail(u, "_reconstruct is only read as _reconstruct(numpy.ndarray, shape, typecode)");
+    node *arr = new_node(u->f, TF_OTHER);
+    arr->other = OTHER_NP_ARRAY;
+    return push(u, arr);
+}
+
+/* The array's bytes as a storage of its own, and the node made a tensor over it. */
+static int numpy_fill(unpickler *u, node *arr, const node *dtype, const node *shape, bool fortran, const node *data)
+{
+    tf_tensor *t = &arr->tensor;
+    const unsigned char *p;
+    size_t len;
+    if (read_dims(u, shape, t->shape, NULL, &t->ndim, "shape"))
+        return -1;
+    t->dtype = dtype->sdtype;
+    t->numel = 1;
+    for (int i = 0; i < t->ndim; i++)
+        if (__builtin_mul_overflow(t->numel, t->shape[i], &t->numel))
+            return u_fail(u, "numpy array element count overflows");
+    t->nbytes = t->numel * st_dtype_size(t->dtype);
+    if (!raw_bytes(data, &p, &len) || len != t->nbytes)
+        return u_fail(u, "numpy array data is not %zu bytes of raw values", t->nbytes);
+    for (int i = 0, k = fortran ? 0 : t->ndim - 1; i < t->ndim; i++, k += fortran ? 1 : -1) {
+        int64_t step = 1;
+        for (int j = fortran ? 0 : t->ndim - 1; j != k; j += fortran ? 1 : -1)
+            step *= (int64_t)t->shape[j];
+        t->stride[k] = step;
+    }
+    if (!charge(u->f, len))
+        return u_fail(u, "numpy arrays need more memory than a file of this size can justify");
+    storage *st = xcalloc(1, sizeof *st);
+    st->key = xasprintf("ndarray %zu", u->f->n_storages);
+    st->dtype = t->dtype;
+    st->numel = t->numel;
+    st->data = xmalloc(len ? len : 1);
+    memcpy(st->data, p, len);
+    st->loaded = true;
+    GROW(u->f->storages, u->f->n_storages, u->f->storages_cap);
+    u->f->storages[u->f->n_storages++] = st;
+    arr->st = st;
+    arr->v.kind = TF_TENSOR;
+    arr->v.u.tensor = t;
+    return 0;
+}
+
+/* BUILD of a dtype ((version, byteorder, ...): little-endian only) or of an array
+ * ((version, shape, dtype, is_fortran, data)). */
+static int numpy_build(unpickler *u, node *obj, node *state)
+{
+    node **s = state->v.kind == TF_TUPLE ? (node **)state->v.u.seq.items : NULL;
+    size_t n = s ? state->v.u.seq.n : 0;
+    if (obj->other == OTHER_NP_DTYPE) {
+        if (n < 2 || s[1]->v.kind != TF_STR)
+            return u_fail(u, "numpy dtype state is not (version, byteorder, ...)");
+        if (!strcmp(s[1]->v.u.str.s, ">") && st_dtype_size(obj->sdtype) > 1)
+            return u_fail(u, "big-endian numpy arrays are not supported");
+        return 0;
+    }
+    if (n != 5 || s[2]->v.kind != TF_OTHER || s[2]->other != OTHER_NP_DTYPE ||
+        (s[3]->v.kind != TF_BOOL && s[3]->v.kind != TF_INT))
+        return u_fail(u, "numpy array state is not (version, shape, dtype, is_fortran, data)");
+    bool fortran = s[3]->v.kind == TF_BOOL ? s[3]->v.u.b : s[3]->v.u.i != 0;
+    return numpy_fill(u, obj, s[2], s[1], fortran, s[4]);
+}
+
 /* REDUCE: call an allowed global with a tuple of arguments. */
 static int op_reduce(unpickler *u)
 {
@@ -686,6 +870,11 @@ static int op_reduce(unpickler *u)
         if (n != (fn->global == G_PARAM ? 3u : 4u))
             return u_fail(u, "'%s' called with %zu arguments", fn->gname, n);
         return rebuild_parameter(u, a);
+    case G_NP_RECONSTRUCT:
+    case G_NP_DTYPE:
+    case G_NP_SCALAR:
+    case G_CODECS_ENCODE:
+        return numpy_reduce(u, fn, a, n);
     default:
         return u_fail(u, "'%s' cannot be called in a checkpoint", fn->gname);
     }
@@ -698,6 +887,8 @@ static int op_build(unpickler *u)
     node *state = pop(u), *obj = state ? top(u) : NULL;
     if (!obj)
         return -1;
+    if (obj->v.kind == TF_OTHER && (obj->other == OTHER_NP_DTYPE || obj->other == OTHER_NP_ARRAY))
+        return numpy_build(u, obj, state);
     if (obj->v.kind != TF_DICT || (state->v.kind != TF_DICT && state->v.kind != TF_NONE))
         return u_fail(u, "BUILD of a %s with a %s state is not supported",
                       tf_kind_name(obj->v.kind), tf_kind_name(state->v.kind));
@@ -864,6 +1055,8 @@ static int step(unpickler *u, unsigned char op)
     case 'X': return push_bytes(u, TF_STR, 4);
     case 0x8c: return push_bytes(u, TF_STR, 1);
     case 0x8d: return push_bytes(u, TF_STR, 8);
+    case 'U': return push_bytes(u, TF_STR, 1); /* Python 2's str, latin-1 */
+    case 'T': return push_bytes(u, TF_STR, 4);
     case 'C': return push_bytes(u, TF_BYTES, 1);
     case 'B': return push_bytes(u, TF_BYTES, 4);
     case 0x8e: return push_bytes(u, TF_BYTES, 8);
@@ -1204,6 +1397,36 @@ static int parse_legacy(torchfile *f, const unsigned char *p, size_t len, char *
     return legacy_storages(f, keys, p, len, pos + used, err);
 }
 
+/* The legacy format's first pickle is the magic number; any other first pickle makes the file
+ * a plain one. */
+static bool starts_legacy(torchfile *f, const unsigned char *p, size_t len)
+{
+    const tf_value *v;
+    size_t used;
+    char *err = NULL;
+    bool legacy = unpickle(f, "magic number", p, len, NULL, NULL, NULL, &v, &used, &err) == 0 &&
+                  v->kind == TF_OTHER && ((const node *)v)->other == OTHER_BIGINT && v->u.str.len == sizeof MAGIC &&
+                  !memcmp(v->u.str.s, MAGIC, sizeof MAGIC);
+    free(err);
+    return legacy;
+}
+
+/* Any other pickle is one object, numpy arrays allowed (Caffe2's .pkl weights), and the whole
+ * file: bytes after its STOP mean it is something else (a legacy file with another magic). */
+static int parse_plain(torchfile *f, const unsigned char *p, size_t len, char **err)
+{
+    size_t used;
+    if (unpickle(f, "pickle", p, len, NULL, NULL, NULL, &f->root, &used, err))
+        return -1;
+    const node *first = (const node *)f->root;
+    if (used != len && first->v.kind == TF_OTHER && first->other == OTHER_BIGINT)
+        return tf_fail(f, err, "wrong magic number: not a PyTorch checkpoint");
+    if (used != len)
+        return tf_fail(f, err, "%zu bytes after the pickle: neither a PyTorch checkpoint nor a plain pickle",
+                       len - used);
+    return 0;
+}
+
 /* ---- public entry points --------------------------------------------------------------- */
 
 static torchfile *new_file(const char *name, size_t len)
@@ -1222,11 +1445,12 @@ int torchfile_parse(const void *buf, size_t len, const char *name, torchfile **o
     int rc;
     if (len >= 4 && !memcmp(p, "PK\x03\x04", 4))
         rc = parse_zip(f, buf, len, err);
-    else if (len >= 2 && p[0] == 0x80)
+    else if (len >= 2 && p[0] == 0x80 && starts_legacy(f, p, len))
         rc = parse_legacy(f, p, len, err);
+    else if (len >= 2 && p[0] == 0x80)
+        rc = parse_plain(f, p, len, err);
     else
-        rc = tf_fail(f, err, "not a PyTorch checkpoint (neither a zip archive nor a legacy "
-                             "pickle)");
+        rc = tf_fail(f, err, "not a PyTorch checkpoint (neither a zip archive nor a pickle of protocol 2 or more)");
     if (rc == 0)
         rc = finish_tensors(f, err);
     if (rc) {
@@ -1243,7 +1467,7 @@ int torchfile_unpickle(const void *buf, size_t len, const char *name, torchfile 
     *out = NULL;
     torchfile *f = new_file(name, len);
     size_t used;
-    if (unpickle(f, "pickle", buf, len, NULL, NULL, NULL, &f->root, &used, err)) {
+    if (unpickle(f, "pickle", buf, len, NULL, NULL, NULL, &f->root, &used, err) || finish_tensors(f, err)) {
         torchfile_close(f);
         return -1;
     }

@@ -5,13 +5,16 @@
  * Both of torch.save's formats are read: the zip format (PyTorch >= 1.6: PREFIX/data.pkl,
  * one PREFIX/data/KEY record per storage, PREFIX/byteorder) through libzip, and the legacy
  * format (pickled magic number, protocol version and sys_info, the main pickle, the pickled
- * list of storage keys, then each storage as an int64 element count and raw bytes).
+ * list of storage keys, then each storage as an int64 element count and raw bytes). So is a
+ * plain pickle of numpy arrays (Caffe2's and Detectron's .pkl weights, from Python 2 or 3):
+ * each array becomes a tensor.
  *
  * The pickles go through a restricted unpickler: only the opcodes torch's pickler writes for
  * tensors and plain containers (protocols 2-5), and only the globals torch needs to rebuild
  * tensors (torch._utils._rebuild_tensor_v2 / _rebuild_tensor / _rebuild_parameter,
- * collections.OrderedDict, torch.*Storage). Any other global is refused by name before
- * anything could run: "'posix.system' is not allowed in a checkpoint: ...". Memo size, stack
+ * collections.OrderedDict, torch.*Storage) and numpy arrays (numpy's _reconstruct, ndarray,
+ * dtype and scalar, and _codecs.encode for the bytes Python 3's protocol 2 writes). Any other
+ * global is refused by name before anything could run: "'posix.system' is not allowed in a checkpoint: ...". Memo size, stack
  * size, MARK depth, container nesting and the bytes allocated for tensor data are bounded by
  * fixed limits and by the file's size, so hostile files fail cleanly.
  *

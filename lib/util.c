@@ -411,3 +411,21 @@ char **str_split(const char *text, char sep, int *n)
     }
     return out;
 }
+
+/* Python's str.replace: see util.h. */
+char *str_replace_all(char *s, const char *from, const char *to)
+{
+    strbuf b = {0};
+    size_t n = strlen(from);
+    for (const char *p = s, *hit; *p; p = hit + n) {
+        if (!(hit = strstr(p, from))) {
+            sb_printf(&b, "%s", p);
+            break;
+        }
+        sb_printf(&b, "%.*s%s", (int)(hit - p), p, to);
+        if (!hit[n])
+            break;
+    }
+    free(s);
+    return b.s ? b.s : xstrdup("");
+}

@@ -30,6 +30,9 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The non-empty pieces of `text` between `sep` ("a,,b" → a, b): a malloc'd array of malloc'd
  * strings, *n of them (the shape feat_layers returns, so lists from either free alike). */
 char **str_split(const char *text, char sep, int *n);
+/* s with every `from` (non-empty) replaced by `to`, as Python's str.replace; s is freed and the
+ * result is malloc'd. */
+char *str_replace_all(char *s, const char *from, const char *to);
 
 /* A growable NUL-terminated string. Zero-initialise, append, take `s`, free with sb_free. */
 typedef struct {

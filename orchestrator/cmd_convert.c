@@ -25,6 +25,8 @@
  *                    skipped, renamed in file order (initial_block._module.0/1, blocks.S.blockS-J,
  *                    convolutional_block.0/1/3/4/6, bn), as {"classy_state_dict": {"base_model":
  *                    {"model": {"trunk": …}}}} in torch.save's format.
+ * --from caffe2-resnet|caffe2-alexnet [--bgr2rgb] [--jigsaw]: IN is a Caffe2 pickle of numpy
+ * blobs, renamed as VISSL's Caffe2 converters rename them (convert_caffe2.c); then any --to.
  * A ClassyVision ResNet checkpoint (those names under classy_state_dict's trunk) is read as
  * VISSL's convert_classy_vision_to_vissl_resnet.py reads it: its names become VISSL's, and
  * fc, clf and num_batches_tracked tensors are dropped; then any --to applies.
@@ -37,6 +39,7 @@
  * Exit codes: 0 written, 1 IN unreadable or OUT unwritable, 2 usage errors.
  */
 #include "cmd.h"
+#include "convert.h"
 
 #include "log.h"
 #include "torchsave.h"
@@ -59,6 +62,8 @@ typedef struct {
     const char *in, *out;
     convert_layout to;
     convert_format format;
+    caffe2_arch from;   /* CAFFE2_NONE: IN is read as it is */
+    caffe2_options caffe2;
 } convert_args;
 
 /* One tensor of OUT: its new name and IN's tensor. */
@@ -70,6 +75,7 @@ typedef struct {
 static void convert_usage(FILE *out)
 {
     fputs("usage: selfsup convert IN OUT [--to vissl|torchvision|detectron2|classy_vision] [--format safetensors|torch]\n"
+          "                       [--from caffe2-resnet|caffe2-alexnet [--bgr2rgb] [--jigsaw]]\n"
           "\n"
           "Convert model weights between layouts and formats. IN: a VISSL checkpoint, a torchvision\n"
           "state dict (.torch/.pth, zip or legacy format) or a safetensors file (recognised by content).\n"
@@ -80,6 +86,11 @@ static void convert_usage(FILE *out)
           "  --to torchvision  torchvision names: the trunk prefix stripped, heads dropped\n"
           "  --to classy_vision  ClassyVision's ResNet-50/101 names for the trunk (VISSL's\n"
           "                    convert_vissl_to_classy_vision.py), in a classy_state_dict\n"
+          "  --from caffe2-resnet, --from caffe2-alexnet\n"
+          "                    IN is a Caffe2 pickle (.pkl of numpy blobs), renamed as VISSL's\n"
+          "                    convert_caffe2_to_torchvision_resnet.py / convert_caffe2_to_vissl_alexnet.py\n"
+          "                    do; with --bgr2rgb (conv1_w's channels reversed) and --jigsaw (the\n"
+          "                    first siamese tower)\n"
           "  --to detectron2   Detectron2's names for the trunk (VISSL's convert_vissl_to_detectron2.py):\n"
           "                    {\"model\": ..., \"matching_heuristics\": True} in torch.save's format\n"
           "  --format F        safetensors or torch (torch.save's zip format; VISSL's checkpoint\n"
@@ -124,6 +135,13 @@ static int parse_args(int argc, char **argv, convert_args *a)
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             convert_usage(stdout);
             return -1;
+        } else if (!strcmp(arg, "--bgr2rgb") || !strcmp(arg, "--jigsaw")) {
+            *(!strcmp(arg, "--bgr2rgb") ? &a->caffe2.bgr2rgb : &a->caffe2.jigsaw) = true;
+        } else if (!strcmp(arg, "--from")) {
+            const char *v = k + 1 < argc ? argv[++k] : "";
+            if (strcmp(v, "caffe2-resnet") && strcmp(v, "caffe2-alexnet"))
+                return log_usage_error(convert_usage, "--from '%s': expected caffe2-resnet or caffe2-alexnet", v);
+            a->from = !strcmp(v, "caffe2-resnet") ? CAFFE2_RESNET : CAFFE2_ALEXNET;
         } else if (!strcmp(arg, "--to") || !strcmp(arg, "--format")) {
             if (k + 1 >= argc)
                 return log_usage_error(convert_usage, "%s needs a value", arg);
@@ -148,6 +166,8 @@ static int parse_args(int argc, char **argv, convert_args *a)
     }
     if (!a->in || !a->out)
         return log_usage_error(convert_usage, "IN and OUT are needed");
+    if ((a->caffe2.bgr2rgb || a->caffe2.jigsaw) && !a->from)
+        return log_usage_error(convert_usage, "--bgr2rgb and --jigsaw go with --from caffe2-resnet|caffe2-alexnet");
     if (a->to == TO_DETECTRON2 || a->to == TO_CLASSY) { /* torch.save's format whatever OUT is called: as VISSL's scripts */
         if (a->format == FORMAT_SAFETENSORS || (a->format == FORMAT_UNSET && ends_with(a->out, ".safetensors")))
             return log_usage_error(convert_usage, "--to %s writes torch.save's format, which %s loads: no safetensors",
@@ -226,23 +246,6 @@ static char *regnet_to_torchvision(const char *name)
 
 /* ---- Detectron2 names ---------------------------------------------------------------------------- */
 
-/* s with every `from` replaced by `to` (Python's str.replace), in place (s is freed). */
-static char *replace_all(char *s, const char *from, const char *to)
-{
-    strbuf b = {0};
-    size_t n = strlen(from);
-    for (const char *p = s, *hit; *p; p = hit + n) {
-        if (!(hit = strstr(p, from))) {
-            sb_printf(&b, "%s", p);
-            break;
-        }
-        sb_printf(&b, "%.*s%s", (int)(hit - p), p, to);
-        if (!hit[n])
-            break;
-    }
-    free(s);
-    return b.s ? b.s : xstrdup("");
-}
 
 /* s's tail `from` (re.sub("from$", to)) replaced, in place. */
 static char *replace_tail(char *s, const char *from, const char *to)
@@ -272,7 +275,7 @@ static char *detectron2_name(const char *key)
                                           {"bn.running_var", "norm.running_var"}};
     char *k = xstrdup(key);
     for (size_t i = 0; i < ARRAY_LEN(REPLACE); i++)
-        k = replace_all(k, REPLACE[i][0], REPLACE[i][1]);
+        k = str_replace_all(k, REPLACE[i][0], REPLACE[i][1]);
     for (size_t i = 0; i < ARRAY_LEN(TAIL); i++)
         k = replace_tail(k, TAIL[i][0], TAIL[i][1]);
     return k;
@@ -319,15 +322,15 @@ static char *map_name(const char *name, convert_layout to, const char **why)
 }
 
 /* Map every tensor; drops are reported on stderr. -1 when a name cannot be mapped. */
-static int map_all(const weights_file *f, char *const *names_in, convert_layout to, out_tensor *out, size_t *n_out)
+static int map_all(const convert_input *in, size_t n_in, convert_layout to, out_tensor *out, size_t *n_out)
 {
     size_t n = 0, dropped = 0;
     strbuf names = {0};
     const char *reason = NULL;
-    for (size_t i = 0; i < weights_count(f); i++) {
-        const weights_tensor *t = weights_at(f, i);
-        const char *why = "ClassyVision's fc, clf and num_batches_tracked";
-        char *name = names_in[i] ? map_name(names_in[i], to, &why) : NULL;
+    for (size_t i = 0; i < n_in; i++) {
+        const weights_tensor *t = in[i].t;
+        const char *why = "the source's converter leaves them out";
+        char *name = in[i].name ? map_name(in[i].name, to, &why) : NULL;
         if (name) {
             out[n++] = (out_tensor){name, t};
             continue;
@@ -356,14 +359,14 @@ static int map_all(const weights_file *f, char *const *names_in, convert_layout 
  * left out (with a count), renamed; -1 when two keys map to one name (VISSL asserts). */
 static int cmp_out(const void *a, const void *b) { return strcmp(((const out_tensor *)a)->name, ((const out_tensor *)b)->name); }
 
-static int map_detectron2(const weights_file *f, char *const *names, out_tensor *out, size_t *n_out)
+static int map_detectron2(const convert_input *in, size_t n_in, out_tensor *out, size_t *n_out)
 {
     static const char *const SKIP[] = {"num_batches_tracked", "fc1", "fc2"};
     size_t n = 0, skipped = 0, heads = 0;
-    for (size_t i = 0; i < weights_count(f); i++) {
-        const weights_tensor *t = weights_at(f, i);
+    for (size_t i = 0; i < n_in; i++) {
+        const weights_tensor *t = in[i].t;
         const char *why;
-        char *vissl = names[i] ? map_name(names[i], TO_VISSL, &why) : NULL;
+        char *vissl = in[i].name ? map_name(in[i].name, TO_VISSL, &why) : NULL;
         const char *key = vissl ? vissl_trunk_key(vissl) : NULL;
         if (key)
             out[n++] = (out_tensor){xstrdup(key), t};
@@ -416,11 +419,11 @@ static const int CLASSY_DEPTHS[][5] = {{50, 3, 4, 6, 3}, {101, 3, 4, 23, 3}};
 /* Blocks per stage from names holding `fmt` ("_feature_blocks.layer%d.%d." or
  * "blocks.%d.block%*d-%d."; stage numbered from `first`), then the depth they make (0: none of
  * the scripts'). */
-static int classy_depth(char *const *names, size_t n, const char *fmt, int first, int blocks[4])
+static int classy_depth(const convert_input *in, size_t n, const char *fmt, int first, int blocks[4])
 {
     memset(blocks, 0, 4 * sizeof *blocks);
     for (size_t i = 0; i < n; i++) {
-        const char *at = names[i] ? strstr(names[i], fmt[0] == '_' ? "_feature_blocks.layer" : "blocks.") : NULL;
+        const char *at = in[i].name ? strstr(in[i].name, fmt[0] == '_' ? "_feature_blocks.layer" : "blocks.") : NULL;
         int stage, block;
         if (at && sscanf(at, fmt, &stage, &block) == 2 && stage - first >= 0 && stage - first < 4 &&
             block + 1 > blocks[stage - first])
@@ -439,18 +442,18 @@ static char *classy_rename(const char *name, const int blocks[4], bool to_classy
                               {"_feature_blocks.bn1.", "initial_block._module.1."}};
     char *k = xstrdup(name);
     for (int i = 0; i < 2; i++)
-        k = replace_all(k, stem[i][!to_classy], stem[i][to_classy]);
+        k = str_replace_all(k, stem[i][!to_classy], stem[i][to_classy]);
     for (int idx = 0; idx < 4; idx++)
         for (int j = 0; j < blocks[idx]; j++) {
             char vissl[64], classy[64];
             snprintf(vissl, sizeof vissl, "_feature_blocks.layer%d.%d.", idx + 1, j);
             snprintf(classy, sizeof classy, "blocks.%d.block%d-%d.", idx, idx, j);
-            k = to_classy ? replace_all(k, vissl, classy) : replace_all(k, classy, vissl);
+            k = to_classy ? str_replace_all(k, vissl, classy) : str_replace_all(k, classy, vissl);
         }
     int n = (int)ARRAY_LEN(CLASSY_BLOCK_NAMES);
     for (int i = 0; i < n; i++) {
         int r = to_classy ? i : n - 1 - i;
-        k = replace_all(k, CLASSY_BLOCK_NAMES[r][!to_classy], CLASSY_BLOCK_NAMES[r][to_classy]);
+        k = str_replace_all(k, CLASSY_BLOCK_NAMES[r][!to_classy], CLASSY_BLOCK_NAMES[r][to_classy]);
     }
     return k;
 }
@@ -467,30 +470,29 @@ static bool any_of(const char *name, const char *const *parts, size_t n)
  * trunk.blocks.*) as convert_classy_vision_to_vissl_resnet.py renames them, NULL for those it
  * skips (fc, clf, num_batches_tracked); any other file's as they are. -1 for a ClassyVision
  * trunk the script does not convert. */
-static int vissl_names(const weights_file *f, char **names)
+static int vissl_inputs(const weights_file *f, convert_input *in)
 {
     static const char *const SKIP[] = {"fc", "clf", "num_batches_tracked"};
     size_t n = weights_count(f), classy = 0;
     for (size_t i = 0; i < n; i++) {
-        const char *name = weights_at(f, i)->name;
-        classy += starts_with(name, "trunk.initial_block.") || starts_with(name, "trunk.blocks.");
-        names[i] = xstrdup(name);
+        in[i] = (convert_input){xstrdup(weights_at(f, i)->name), weights_at(f, i)};
+        classy += starts_with(in[i].name, "trunk.initial_block.") || starts_with(in[i].name, "trunk.blocks.");
     }
     if (!classy)
         return 0;
     int blocks[4];
-    if (!classy_depth(names, n, "blocks.%d.block%*d-%d.", 0, blocks)) {
+    if (!classy_depth(in, n, "blocks.%d.block%*d-%d.", 0, blocks)) {
         log_error("a ClassyVision trunk with %d, %d, %d, %d blocks: VISSL's convert_classy_vision_to_vissl_resnet.py "
                   "converts ResNet-50 and ResNet-101 only",
                   blocks[0], blocks[1], blocks[2], blocks[3]);
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        if (!starts_with(names[i], "trunk."))
+        if (!starts_with(in[i].name, "trunk."))
             continue;
-        char *renamed = any_of(names[i], SKIP, ARRAY_LEN(SKIP)) ? NULL : classy_rename(names[i] + 6, blocks, false);
-        free(names[i]);
-        names[i] = renamed ? xasprintf("trunk.%s", renamed) : NULL;
+        char *renamed = any_of(in[i].name, SKIP, ARRAY_LEN(SKIP)) ? NULL : classy_rename(in[i].name + 6, blocks, false);
+        free(in[i].name);
+        in[i].name = renamed ? xasprintf("trunk.%s", renamed) : NULL;
         free(renamed);
     }
     log_info("read a ClassyVision ResNet trunk; its fc, clf and num_batches_tracked tensors are left out, as VISSL's "
@@ -500,24 +502,24 @@ static int vissl_names(const weights_file *f, char **names)
 
 /* convert_vissl_to_classy_vision.py: the trunk's tensors in file order, "fc" and "clf" ones
  * skipped, renamed; -1 for a trunk that is not a ResNet-50 or -101. */
-static int map_classy(const weights_file *f, char *const *names, out_tensor *out, size_t *n_out)
+static int map_classy(const convert_input *in, size_t n_in, out_tensor *out, size_t *n_out)
 {
     static const char *const SKIP[] = {"fc", "clf"};
     size_t n = 0, left = 0;
-    for (size_t i = 0; i < weights_count(f); i++) {
+    for (size_t i = 0; i < n_in; i++) {
         const char *why;
-        char *vissl = names[i] ? map_name(names[i], TO_VISSL, &why) : NULL;
+        char *vissl = in[i].name ? map_name(in[i].name, TO_VISSL, &why) : NULL;
         const char *key = vissl ? vissl_trunk_key(vissl) : NULL;
         if (key && !any_of(key, SKIP, ARRAY_LEN(SKIP)))
-            out[n++] = (out_tensor){xstrdup(key), weights_at(f, i)};
+            out[n++] = (out_tensor){xstrdup(key), in[i].t};
         else
             left++;
         free(vissl);
     }
     int blocks[4];
-    char **keys = xcalloc(n + 1, sizeof *keys);
+    convert_input *keys = xcalloc(n + 1, sizeof *keys);
     for (size_t i = 0; i < n; i++)
-        keys[i] = out[i].name;
+        keys[i].name = out[i].name;
     int depth = classy_depth(keys, n, "_feature_blocks.layer%d.%d.", 1, blocks);
     free(keys);
     for (size_t i = 0; i < n && depth; i++) {
@@ -604,13 +606,14 @@ int cmd_convert(int argc, char **argv)
         free(err);
         return EXIT_RUNTIME;
     }
-    out_tensor *t = xcalloc(weights_count(f) + 1, sizeof *t);
-    char **names = xcalloc(weights_count(f) + 1, sizeof *names);
-    size_t n = 0;
-    rc = vissl_names(f, names) != 0                 ? EXIT_RUNTIME
-         : a.to == TO_DETECTRON2 ? (map_detectron2(f, names, t, &n) ? EXIT_RUNTIME : 0)
-         : a.to == TO_CLASSY     ? (map_classy(f, names, t, &n) ? EXIT_RUNTIME : 0)
-                                 : (map_all(f, names, a.to, t, &n) ? EXIT_RUNTIME : 0);
+    size_t n_in = weights_count(f), n = 0;
+    out_tensor *t = xcalloc(n_in + 1, sizeof *t);
+    convert_input *in = xcalloc(n_in + 1, sizeof *in);
+    caffe2_copies copies = {0};
+    rc = (a.from ? caffe2_inputs(f, a.from, &a.caffe2, in, &n_in, &copies) : vissl_inputs(f, in)) != 0 ? EXIT_RUNTIME
+         : a.to == TO_DETECTRON2 ? (map_detectron2(in, n_in, t, &n) ? EXIT_RUNTIME : 0)
+         : a.to == TO_CLASSY     ? (map_classy(in, n_in, t, &n) ? EXIT_RUNTIME : 0)
+                                 : (map_all(in, n_in, a.to, t, &n) ? EXIT_RUNTIME : 0);
     if (rc == 0) {
         int w = a.format == FORMAT_SAFETENSORS ? write_safetensors(a.out, t, n, &err)
                                                : write_torch(a.out, t, n, a.to, &err);
@@ -627,8 +630,9 @@ int cmd_convert(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         free(t[i].name);
     for (size_t i = 0; i < weights_count(f); i++)
-        free(names[i]);
-    free(names);
+        free(in[i].name);
+    free(in);
+    caffe2_copies_free(&copies);
     free(t);
     weights_close(f);
     return rc;

@@ -185,8 +185,16 @@ static bool read_datasets(const cfg_node *c, retr_options *o)
     free(eval_dir);
     if (!ok)
         return fail_at(c, "EVAL_DATASET_NAME", "names no folder under DATASET_PATH");
-    if (o->train_pca && (!o->train_name || !strcmp(o->train_name, "instre")))
+    bool pca = o->train_pca && (o->type == RETR_FEATS_RMAC || o->type == RETR_FEATS_GEM);
+    if (pca && (!o->train_name || !strcmp(o->train_name, "instre")))
         return fail_at(c, "TRAIN_DATASET_NAME", "must be roxford5k, rparis6k, whitening or a classic folder");
+    char *train_dir = pca ? path_join(o->root, o->train_name) : NULL;
+    ok = !pca || path_is_dir(train_dir);
+    free(train_dir);
+    if (!ok)
+        return fail_at(c, "TRAIN_DATASET_NAME", "names no folder under DATASET_PATH (the PCA is learned there)");
+    if (pca && !strcmp(o->train_name, "whitening") && (!o->whiten_list || !path_exists(o->whiten_list)))
+        return fail_at(c, "WHITEN_IMG_LIST", "must name the whitening images' list file");
     return true;
 }
 

@@ -60,7 +60,7 @@ GENERATORS = (
     "make_clusterfit_fixtures.py", "make_jigsaw_fixtures.py", "make_voc_fixtures.py",
     "make_coco_fixtures.py", "make_imagenet_fixtures.py",
     "make_detectron2_fixtures.py", "make_inat_fixtures.py", "make_retrieval_fixtures.py",
-    "make_classy_fixtures.py",
+    "make_classy_fixtures.py", "make_caffe2_fixtures.py",
 )
 # Debian's reference BLAS, which the fixtures were made with. numpy, scipy and PyTorch take
 # libblas.so.3 from the alternatives system, so installing OpenBLAS (`make bench` does) would

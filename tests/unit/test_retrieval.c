@@ -336,6 +336,8 @@ Test(retrieval, bad_config_is_refused_before_any_work, .timeout = 60)
          "GEM_POOL_POWER"},
         {"    EVAL_DATASET_NAME: roxford5k\n    FEATS_PROCESSING_TYPE: rmac\n    SPATIAL_LEVELS: 0\n",
          "SPATIAL_LEVELS"},
+        {"    EVAL_DATASET_NAME: roxford5k\n    TRAIN_DATASET_NAME: Paris\n    FEATS_PROCESSING_TYPE: rmac\n",
+         "TRAIN_DATASET_NAME"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         e2e t = {0};

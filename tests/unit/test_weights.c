@@ -872,12 +872,13 @@ static void expect_named_tensors(const tf_value *got, const char *names_file, co
     free(names);
 }
 
-/* Convert fixture IN (under tests/golden/fixtures/convert) to DIR/OUT with `to`, expecting
- * `log` in the output; the written file, opened. */
-static torchfile *convert_fixture(const char *in, const char *dir, const char *out_name, const char *to,
-                                  const char *log)
+/* Convert fixture IN (under tests/golden/fixtures/KIND) to DIR/OUT with `to` (and any options
+ * after it), expecting `log` in the output; the written file, opened. */
+static torchfile *convert_kind(const char *kind, const char *in, const char *dir, const char *out_name,
+                               const char *to, const char *log)
 {
-    char *fix = test_path("tests/golden/fixtures/convert"), *out = NULL, *err = NULL;
+    char *rel = xasprintf("tests/golden/fixtures/%s", kind), *fix = test_path(rel), *out = NULL, *err = NULL;
+    free(rel);
     char *args = xasprintf("'%s/%s' '%s/%s' --to %s", fix, in, dir, out_name, to);
     cr_assert_eq(convert(args, &out), 0, "%s", out);
     cr_expect(strstr(out, log), "expected '%s' in:\n%s", log, out);
@@ -888,14 +889,26 @@ static torchfile *convert_fixture(const char *in, const char *dir, const char *o
     return f;
 }
 
-static torchfile *open_fixture(const char *name, char **path)
+static torchfile *convert_fixture(const char *in, const char *dir, const char *out_name, const char *to,
+                                  const char *log)
 {
-    char *fix = test_path("tests/golden/fixtures/convert"), *err = NULL;
+    return convert_kind("convert", in, dir, out_name, to, log);
+}
+
+static torchfile *open_kind(const char *kind, const char *name, char **path)
+{
+    char *rel = xasprintf("tests/golden/fixtures/%s", kind), *fix = test_path(rel), *err = NULL;
+    free(rel);
     *path = in_dir(fix, name);
     torchfile *f;
     cr_assert_eq(torchfile_open(*path, &f, &err), 0, "%s", err);
     free(fix);
     return f;
+}
+
+static torchfile *open_fixture(const char *name, char **path)
+{
+    return open_kind("convert", name, path);
 }
 
 /* --to detectron2 is VISSL's convert_vissl_to_detectron2.py: on make_detectron2_fixtures.py's
@@ -949,6 +962,41 @@ Test(weights, convert_to_and_from_classy_vision_is_vissls_scripts, .timeout = 60
     torchfile_close(got), torchfile_close(want), torchfile_close(back), torchfile_close(vissl);
     free(want_path), free(vissl_path), free(names_path), free(back_names_path), free(fix);
     test_rm_dir(dir);
+}
+
+/* One Caffe2 case of make_caffe2_fixtures.py: IN converted with `args`, against the script's
+ * state dict (WANT.torch, top level or under `want_key`) and its names (WANT_names.txt). */
+static void expect_caffe2(const char *in, const char *args, const char *want, const char *want_key, const char *log)
+{
+    char *dir = test_make_tmpdir(), *want_path, *names_path = NULL;
+    bool vissl = strstr(args, "vissl") != NULL;
+    torchfile *got = convert_kind("caffe2", in, dir, "out.torch", args, log);
+    char *wname = xasprintf("%s.torch", want);
+    torchfile *ref = open_kind("caffe2", wname, &want_path);
+    char *rel = xasprintf("tests/golden/fixtures/caffe2/%s_names.txt", want);
+    names_path = test_path(rel);
+    const tf_value *root = torchfile_root(got);
+    expect_named_tensors(vissl ? tf_lookup(root, "classy_state_dict.base_model.model.trunk") : root, names_path,
+                         want_key ? tf_dict_get(torchfile_root(ref), want_key) : torchfile_root(ref), "");
+    torchfile_close(got), torchfile_close(ref);
+    free(wname), free(want_path), free(rel), free(names_path);
+    test_rm_dir(dir);
+}
+
+/* --from caffe2-resnet / caffe2-alexnet are VISSL's two Caffe2 converters: pickles written as
+ * Python 2 and Python 3 write them (numpy arrays and scalars, latin-1 byte strings), the
+ * script's names in its order and the blobs' bytes, conv1_w's channels reversed by --bgr2rgb,
+ * the first tower kept by --jigsaw (and the script's own quirk: names holding s1…s8, which
+ * res3…res5 do, are dropped). */
+Test(weights, convert_from_caffe2_is_vissls_scripts, .timeout = 60)
+{
+    expect_caffe2("resnet_py2.pkl", "torchvision --from caffe2-resnet", "resnet_out", NULL,
+                  "265 blobs renamed as VISSL's convert_caffe2_to_torchvision_resnet.py");
+    expect_caffe2("resnet_py3.pkl", "torchvision --from caffe2-resnet", "resnet_out", NULL, "3 it skips left out");
+    expect_caffe2("resnet_jigsaw_py3.pkl", "torchvision --from caffe2-resnet --jigsaw --bgr2rgb",
+                  "resnet_jigsaw_bgr_out", NULL, "BGR to RGB");
+    expect_caffe2("alexnet_py3.pkl", "vissl --from caffe2-alexnet --jigsaw", "alexnet_jigsaw_out", "model_state_dict",
+                  "30 blobs renamed as VISSL's convert_caffe2_to_vissl_alexnet.py");
 }
 
 Test(weights, convert_usage_and_runtime_errors)
