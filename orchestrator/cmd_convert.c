@@ -20,11 +20,12 @@
  *                    res2…res5, shortcut, conv*.norm), in torch.save's format as
  *                    {"model": OrderedDict, "matching_heuristics": True}, which Detectron2's
  *                    checkpointer loads.
- *   --to classy_vision  VISSL's extra_scripts/convert_vissl_to_classy_vision.py (without
- *                    --include_heads): a ResNet-50 or -101 trunk, its names with "fc" or "clf"
- *                    skipped, renamed in file order (initial_block._module.0/1, blocks.S.blockS-J,
- *                    convolutional_block.0/1/3/4/6, bn), as {"classy_state_dict": {"base_model":
- *                    {"model": {"trunk": …}}}} in torch.save's format.
+ *   --to classy_vision  VISSL's extra_scripts/convert_vissl_to_classy_vision.py: a ResNet-50
+ *                    or -101 trunk, its names with "fc" or "clf" skipped, renamed in file order
+ *                    (initial_block._module.0/1, blocks.S.blockS-J, convolutional_block.0/1/3/4/6,
+ *                    bn), as {"classy_state_dict": {"base_model": {"model": {"trunk": …}}}} in
+ *                    torch.save's format; --include-heads (and the script's head flags) adds
+ *                    the head under "heads": {"block3-2": {"default_head": …}}.
  * --from caffe2-resnet|caffe2-alexnet [--bgr2rgb] [--jigsaw]: IN is a Caffe2 pickle of numpy
  * blobs, renamed as VISSL's Caffe2 converters rename them (convert_caffe2.c); then any --to.
  * A ClassyVision ResNet checkpoint (those names under classy_state_dict's trunk) is read as
@@ -56,6 +57,18 @@
 #define VISSL_FE_TRUNK "trunk.base_model._feature_blocks."
 
 typedef enum { TO_VISSL, TO_TORCHVISION, TO_DETECTRON2, TO_CLASSY } convert_layout;
+
+/* convert_vissl_to_classy_vision.py's head options: --include_heads, --num_fc_layers,
+ * --use_bn_head, --use_bias_head_fc, --output_head_prefix. */
+typedef struct {
+    bool include, bn, bias;
+    long fc_layers;
+    const char *prefix;
+} classy_heads;
+
+/* A converted head tensor's name carries this mark, so that write_torch puts it under
+ * heads.block3-2.default_head. */
+#define CLASSY_HEAD_MARK "heads/"
 typedef enum { FORMAT_UNSET, FORMAT_SAFETENSORS, FORMAT_TORCH } convert_format;
 
 typedef struct {
@@ -64,6 +77,7 @@ typedef struct {
     convert_format format;
     caffe2_arch from;   /* CAFFE2_NONE: IN is read as it is */
     caffe2_options caffe2;
+    classy_heads heads; /* --to classy_vision --include-heads */
 } convert_args;
 
 /* One tensor of OUT: its new name and IN's tensor. */
@@ -85,7 +99,9 @@ static void convert_usage(FILE *out)
           "                    fc.* is dropped (VISSL's heads are configured separately)\n"
           "  --to torchvision  torchvision names: the trunk prefix stripped, heads dropped\n"
           "  --to classy_vision  ClassyVision's ResNet-50/101 names for the trunk (VISSL's\n"
-          "                    convert_vissl_to_classy_vision.py), in a classy_state_dict\n"
+          "                    convert_vissl_to_classy_vision.py), in a classy_state_dict; with\n"
+          "                    --include-heads [--num-fc-layers N] [--use-bn-head] [--use-bias-head-fc]\n"
+          "                    [--output-head-prefix P] the head too, as the script's flags say\n"
           "  --from caffe2-resnet, --from caffe2-alexnet\n"
           "                    IN is a Caffe2 pickle (.pkl of numpy blobs), renamed as VISSL's\n"
           "                    convert_caffe2_to_torchvision_resnet.py / convert_caffe2_to_vissl_alexnet.py\n"
@@ -129,12 +145,25 @@ static bool layout_named(const char *v, convert_layout *to)
 /* 0 to go on, -1 for --help (exit 0), or EXIT_USAGE. */
 static int parse_args(int argc, char **argv, convert_args *a)
 {
-    *a = (convert_args){.to = TO_VISSL};
+    *a = (convert_args){.to = TO_VISSL, .heads = {.fc_layers = 1, .prefix = "embedding"}};
     for (int k = 1; k < argc; k++) {
         const char *arg = argv[k];
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             convert_usage(stdout);
             return -1;
+        } else if (!strcmp(arg, "--include-heads") || !strcmp(arg, "--use-bn-head") ||
+                   !strcmp(arg, "--use-bias-head-fc")) {
+            *(!strcmp(arg, "--include-heads") ? &a->heads.include
+              : !strcmp(arg, "--use-bn-head") ? &a->heads.bn
+                                              : &a->heads.bias) = true;
+        } else if (!strcmp(arg, "--num-fc-layers") || !strcmp(arg, "--output-head-prefix")) {
+            const char *v = k + 1 < argc ? argv[++k] : NULL;
+            char *end = NULL;
+            if (v && !strcmp(arg, "--output-head-prefix"))
+                a->heads.prefix = v;
+            else if (!v || (a->heads.fc_layers = strtol(v, &end, 10)) < 1 || *end || a->heads.fc_layers > 64)
+                return log_usage_error(convert_usage, "%s needs %s", arg,
+                                       !strcmp(arg, "--num-fc-layers") ? "a count 1..64" : "a name");
         } else if (!strcmp(arg, "--bgr2rgb") || !strcmp(arg, "--jigsaw")) {
             *(!strcmp(arg, "--bgr2rgb") ? &a->caffe2.bgr2rgb : &a->caffe2.jigsaw) = true;
         } else if (!strcmp(arg, "--from")) {
@@ -166,6 +195,8 @@ static int parse_args(int argc, char **argv, convert_args *a)
     }
     if (!a->in || !a->out)
         return log_usage_error(convert_usage, "IN and OUT are needed");
+    if (a->heads.include && a->to != TO_CLASSY)
+        return log_usage_error(convert_usage, "--include-heads goes with --to classy_vision");
     if ((a->caffe2.bgr2rgb || a->caffe2.jigsaw) && !a->from)
         return log_usage_error(convert_usage, "--bgr2rgb and --jigsaw go with --from caffe2-resnet|caffe2-alexnet");
     if (a->to == TO_DETECTRON2 || a->to == TO_CLASSY) { /* torch.save's format whatever OUT is called: as VISSL's scripts */
@@ -502,7 +533,63 @@ static int vissl_inputs(const weights_file *f, convert_input *in)
 
 /* convert_vissl_to_classy_vision.py: the trunk's tensors in file order, "fc" and "clf" ones
  * skipped, renamed; -1 for a trunk that is not a ResNet-50 or -101. */
-static int map_classy(const convert_input *in, size_t n_in, out_tensor *out, size_t *n_out)
+/* The input tensor named "heads.KEY", or NULL (logged: the script's KeyError). */
+static const weights_tensor *head_tensor(const convert_input *in, size_t n_in, const char *key)
+{
+    char *want = xasprintf("heads.%s", key);
+    const weights_tensor *t = NULL;
+    for (size_t i = 0; i < n_in && !t; i++)
+        if (in[i].name && !strcmp(in[i].name, want))
+            t = in[i].t;
+    if (!t)
+        log_error("classy_vision: --include-heads needs '%s', which IN does not hold", want);
+    free(want);
+    return t;
+}
+
+/* One head tensor of convert_heads_to_classy_model: VISSL's heads.KEY as NAME. */
+static int add_head(const convert_input *in, size_t n_in, const char *key, const char *name, out_tensor *out,
+                    size_t *n)
+{
+    const weights_tensor *t = head_tensor(in, n_in, key);
+    if (!t)
+        return -1;
+    out[(*n)++] = (out_tensor){xasprintf(CLASSY_HEAD_MARK "%s", name), t};
+    return 0;
+}
+
+/* convert_heads_to_classy_model: FC layers 0 .. N−2 as mlp.layers.I (fc, and batch_norm with
+ * --use-bn-head), the last as PREFIX_fc; one layer alone is PREFIX_fc with its bias whatever
+ * --use-bias-head-fc says, as the script writes it. */
+static int map_classy_heads(const convert_input *in, size_t n_in, const classy_heads *h, out_tensor *out, size_t *n)
+{
+    static const char *const BN[] = {"weight", "bias", "running_mean", "running_var"};
+    int rc = 0;
+    long last = h->fc_layers - 1;
+    for (long i = 0; i < last && rc == 0; i++) {
+        char key[64], name[96];
+        snprintf(key, sizeof key, "%ld.clf.0.weight", i), snprintf(name, sizeof name, "mlp.layers.%ld.fc.weight", i);
+        rc = add_head(in, n_in, key, name, out, n);
+        snprintf(key, sizeof key, "%ld.clf.0.bias", i), snprintf(name, sizeof name, "mlp.layers.%ld.fc.bias", i);
+        if (rc == 0 && h->bias)
+            rc = add_head(in, n_in, key, name, out, n);
+        for (int b = 0; b < 4 && rc == 0 && h->bn; b++) {
+            snprintf(key, sizeof key, "%ld.clf.1.%s", i, BN[b]);
+            snprintf(name, sizeof name, "mlp.layers.%ld.batch_norm.%s", i, BN[b]);
+            rc = add_head(in, n_in, key, name, out, n);
+        }
+    }
+    char key[64], name[256];
+    snprintf(key, sizeof key, "%ld.clf.0.weight", last), snprintf(name, sizeof name, "%s_fc.weight", h->prefix);
+    if (rc == 0)
+        rc = add_head(in, n_in, key, name, out, n);
+    snprintf(key, sizeof key, "%ld.clf.0.bias", last), snprintf(name, sizeof name, "%s_fc.bias", h->prefix);
+    if (rc == 0 && (h->bias || last == 0))
+        rc = add_head(in, n_in, key, name, out, n);
+    return rc;
+}
+
+static int map_classy(const convert_input *in, size_t n_in, const classy_heads *h, out_tensor *out, size_t *n_out)
 {
     static const char *const SKIP[] = {"fc", "clf"};
     size_t n = 0, left = 0;
@@ -535,6 +622,14 @@ static int map_classy(const convert_input *in, size_t n_in, out_tensor *out, siz
         return -1;
     }
     log_info("classy_vision: a ResNet-%d trunk, %zu tensors; %zu left out (heads, fc, clf)", depth, n, left);
+    size_t trunk = n;
+    if (h->include && map_classy_heads(in, n_in, h, out, &n) != 0) {
+        for (size_t i = 0; i < n; i++)
+            free(out[i].name);
+        return -1;
+    }
+    if (h->include)
+        log_info("classy_vision: %zu head tensors under heads.block3-2.default_head", n - trunk);
     *n_out = n;
     return 0;
 }
@@ -564,12 +659,16 @@ static int write_torch(const char *path, const out_tensor *t, size_t n, convert_
 {
     ts_dict *root = ts_dict_new(to == TO_TORCHVISION);
     if (to == TO_CLASSY) {
-        ts_dict *trunk = ts_dict_add_dict(
-            ts_dict_add_dict(ts_dict_add_dict(ts_dict_add_dict(root, "classy_state_dict", false), "base_model", false),
-                             "model", false),
-            "trunk", false);
-        for (size_t i = 0; i < n; i++)
-            add_tensor(trunk, t[i].name, t[i].t);
+        ts_dict *model = ts_dict_add_dict(
+            ts_dict_add_dict(ts_dict_add_dict(root, "classy_state_dict", false), "base_model", false), "model", false);
+        ts_dict *trunk = ts_dict_add_dict(model, "trunk", false), *head = NULL;
+        for (size_t i = 0; i < n; i++) {
+            bool is_head = starts_with(t[i].name, CLASSY_HEAD_MARK);
+            if (is_head && !head)
+                head = ts_dict_add_dict(ts_dict_add_dict(ts_dict_add_dict(model, "heads", false), "block3-2", false),
+                                        "default_head", false);
+            add_tensor(is_head ? head : trunk, t[i].name + (is_head ? strlen(CLASSY_HEAD_MARK) : 0), t[i].t);
+        }
     } else if (to == TO_DETECTRON2) {
         ts_dict *model = ts_dict_add_dict(root, "model", true);
         for (size_t i = 0; i < n; i++)
@@ -612,7 +711,7 @@ int cmd_convert(int argc, char **argv)
     caffe2_copies copies = {0};
     rc = (a.from ? caffe2_inputs(f, a.from, &a.caffe2, in, &n_in, &copies) : vissl_inputs(f, in)) != 0 ? EXIT_RUNTIME
          : a.to == TO_DETECTRON2 ? (map_detectron2(in, n_in, t, &n) ? EXIT_RUNTIME : 0)
-         : a.to == TO_CLASSY     ? (map_classy(in, n_in, t, &n) ? EXIT_RUNTIME : 0)
+         : a.to == TO_CLASSY     ? (map_classy(in, n_in, &a.heads, t, &n) ? EXIT_RUNTIME : 0)
                                  : (map_all(in, n_in, a.to, t, &n) ? EXIT_RUNTIME : 0);
     if (rc == 0) {
         int w = a.format == FORMAT_SAFETENSORS ? write_safetensors(a.out, t, n, &err)

@@ -13,6 +13,11 @@ tests/golden/fixtures/convert/:
   classy_rn50_names.txt      its trunk names, in order
   classy_to_vissl_names.txt  the second script's model_state_dict names, in order (the
                              num_batches_tracked tensors dropped, as it drops them)
+  vissl_rn50_heads.torch     the same trunk with a 2-layer head (0.clf.0 FC + 0.clf.1 BN, 1.clf.0)
+  classy_rn50_heads.torch    the first script's output for it with --include_heads
+                             --num_fc_layers 2 --use_bn_head --use_bias_head_fc
+                             --output_head_prefix proj; classy_rn50_heads_names.txt: the head's
+                             names under heads.block3-2.default_head, in order
 
 Run from the repository root:  /usr/bin/python3 tests/golden/make_classy_fixtures.py
 """
@@ -70,6 +75,50 @@ def convert_classy_trunk_to_vissl_model(state_dict_trunk, depth):
     return output_dict
 
 
+def convert_heads_to_classy_model(state_dict, out_prefix, num_fc_layers, use_bn_head=False, use_bias_head_fc=True):
+    converted_dict = {"block3-2": {"default_head": {}}}
+    if num_fc_layers > 1:
+        out_dict = {}
+        for idx in range(num_fc_layers - 1):
+            local_prefix = f"mlp.layers.{idx}"
+            out_dict[f"{local_prefix}.fc.weight"] = state_dict[f"{idx}.clf.0.weight"]
+            if use_bias_head_fc:
+                out_dict[f"{local_prefix}.fc.bias"] = state_dict[f"{idx}.clf.0.bias"]
+            if use_bn_head:
+                bn = f"{local_prefix}.batch_norm"
+                out_dict[f"{bn}.weight"] = state_dict[f"{idx}.clf.1.weight"]
+                out_dict[f"{bn}.bias"] = state_dict[f"{idx}.clf.1.bias"]
+                out_dict[f"{bn}.running_mean"] = state_dict[f"{idx}.clf.1.running_mean"]
+                out_dict[f"{bn}.running_var"] = state_dict[f"{idx}.clf.1.running_var"]
+        out_dict[f"{out_prefix}_fc.weight"] = state_dict[f"{idx + 1}.clf.0.weight"]
+        if use_bias_head_fc:
+            out_dict[f"{out_prefix}_fc.bias"] = state_dict[f"{idx + 1}.clf.0.bias"]
+        converted_dict["block3-2"]["default_head"] = out_dict
+    else:
+        converted_dict = {"block3-2": {"default_head": {
+            f"{out_prefix}_fc.weight": state_dict["0.clf.0.weight"],
+            f"{out_prefix}_fc.bias": state_dict["0.clf.0.bias"]}}}
+    return converted_dict
+
+
+def heads_case(out, trunk):
+    heads = {}
+    for i, (k, shape) in enumerate([("0.clf.0.weight", (4, 3)), ("0.clf.0.bias", (4,)), ("0.clf.1.weight", (4,)),
+                                    ("0.clf.1.bias", (4,)), ("0.clf.1.running_mean", (4,)),
+                                    ("0.clf.1.running_var", (4,)), ("0.clf.1.num_batches_tracked", ()),
+                                    ("1.clf.0.weight", (2, 4)), ("1.clf.0.bias", (2,))]):
+        heads[k] = torch.tensor(5, dtype=torch.int64) if not shape else torch.arange(
+            float(torch.Size(shape).numel()), dtype=torch.float32).reshape(shape) + 100 * i
+    torch.save({"classy_state_dict": {"base_model": {"model": {"trunk": trunk, "heads": heads}}}},
+               os.path.join(out, "vissl_rn50_heads.torch"))
+    converted = convert_heads_to_classy_model(heads, "proj", 2, True, True)
+    classy = convert_trunk_to_classy_model(trunk, 50)
+    torch.save({"classy_state_dict": {"base_model": {"model": {"trunk": classy, "heads": converted}}}},
+               os.path.join(out, "classy_rn50_heads.torch"))
+    with open(os.path.join(out, "classy_rn50_heads_names.txt"), "w") as f:
+        f.write("".join(f"{k}\n" for k in converted["block3-2"]["default_head"]))
+
+
 def main():
     out = golden.out_dir("convert")
     trunk = vissl_checkpoint()["classy_state_dict"]["base_model"]["model"]["trunk"]
@@ -82,6 +131,7 @@ def main():
     with open(os.path.join(out, "classy_to_vissl_names.txt"), "w") as f:
         f.write("".join(f"{k}\n" for k in back))
     assert all(torch.equal(back[k], trunk[k]) for k in back)
+    heads_case(out, trunk)
 
 
 if __name__ == "__main__":

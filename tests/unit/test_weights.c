@@ -964,6 +964,33 @@ Test(weights, convert_to_and_from_classy_vision_is_vissls_scripts, .timeout = 60
     test_rm_dir(dir);
 }
 
+/* --include-heads with the script's head flags: the trunk as above, and the head under
+ * heads.block3-2.default_head as convert_heads_to_classy_model names it (BN included, the
+ * num_batches_tracked of the head's BN not asked for). */
+Test(weights, convert_to_classy_vision_with_heads_is_vissls_script, .timeout = 60)
+{
+    char *dir = test_make_tmpdir(), *want_path;
+    torchfile *got = convert_fixture("vissl_rn50_heads.torch", dir, "classy.torch",
+                                     "classy_vision --include-heads --num-fc-layers 2 --use-bn-head --use-bias-head-fc "
+                                     "--output-head-prefix proj",
+                                     "8 head tensors under heads.block3-2.default_head");
+    torchfile *want = open_fixture("classy_rn50_heads.torch", &want_path);
+    char *fix = test_path("tests/golden/fixtures/convert");
+    char *trunk_names = in_dir(fix, "classy_rn50_names.txt"), *head_names = in_dir(fix, "classy_rn50_heads_names.txt");
+    const char *head_key = "classy_state_dict.base_model.model.heads.block3-2.default_head";
+    expect_named_tensors(tf_lookup(torchfile_root(got), "classy_state_dict.base_model.model.trunk"), trunk_names,
+                         tf_lookup(torchfile_root(want), "classy_state_dict.base_model.model.trunk"), "");
+    expect_named_tensors(tf_lookup(torchfile_root(got), head_key), head_names, tf_lookup(torchfile_root(want), head_key), "");
+    torchfile_close(got), torchfile_close(want);
+    /* a head the flags ask for but IN lacks: the script's KeyError, as an error naming it */
+    char *out = NULL, *args = xasprintf("'%s/vissl_rn50_heads.torch' '%s/x.torch' --to classy_vision --include-heads "
+                                        "--num-fc-layers 3", fix, dir);
+    cr_expect_eq(convert(args, &out), 1, "%s", out);
+    cr_expect(strstr(out, "needs 'heads.2.clf.0.weight'"), "%s", out);
+    free(out), free(args), free(want_path), free(fix), free(trunk_names), free(head_names);
+    test_rm_dir(dir);
+}
+
 /* One Caffe2 case of make_caffe2_fixtures.py: IN converted with `args`, against the script's
  * state dict (WANT.torch, top level or under `want_key`) and its names (WANT_names.txt). */
 static void expect_caffe2(const char *in, const char *args, const char *want, const char *want_key, const char *log)
