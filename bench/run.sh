@@ -9,13 +9,14 @@
 #   bench/knn.sh BUILD_DIR            selfsup-knn against VISSL's kNN in torch and FAISS
 #   bench/svm.sh BUILD_DIR            selfsup-svm against VISSL's SVMTrainer on sklearn
 #   bench/ddp.sh BUILD_DIR            the shm collectives' all-reduce against memcpy
+#   bench/retrieval.sh BUILD_DIR      selfsup-retrieval against VISSL's retrieval flow in torch
 # First installs the reference side's OpenBLAS, FAISS and threadpoolctl from Debian when
 # missing (bench/peers.sh; BENCH_PEERS_INSTALL=0 skips it); each benchmark prints the BLAS each
 # side used. Exits non-zero when any of them fails. See bench/README.md.
 set -euo pipefail
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 build=${1:-build}
@@ -37,3 +38,5 @@ echo
 ./bench/svm.sh "$build"
 echo
 ./bench/ddp.sh "$build"
+echo
+./bench/retrieval.sh "$build"
