@@ -1316,18 +1316,18 @@ static int legacy_storage(unpickler *u, storage *st)
     return 0;
 }
 
-static int legacy_header(torchfile *f, const unsigned char *p, size_t len, size_t *pos,
-                         char **err)
+static bool is_magic(const tf_value *v)
+{
+    const node *m = (const node *)v;
+    return m->v.kind == TF_OTHER && m->other == OTHER_BIGINT && m->v.u.str.len == sizeof MAGIC &&
+           !memcmp(m->v.u.str.s, MAGIC, sizeof MAGIC);
+}
+
+/* After the magic number: the protocol version and sys_info pickles; *pos moves past them. */
+static int legacy_header(torchfile *f, const unsigned char *p, size_t len, size_t *pos, char **err)
 {
     const tf_value *v;
     size_t used;
-    if (unpickle(f, "magic number", p, len, NULL, NULL, NULL, &v, &used, err))
-        return -1;
-    const node *m = (const node *)v;
-    if (m->v.kind != TF_OTHER || m->other != OTHER_BIGINT || m->v.u.str.len != sizeof MAGIC ||
-        memcmp(m->v.u.str.s, MAGIC, sizeof MAGIC))
-        return tf_fail(f, err, "wrong magic number: not a PyTorch checkpoint");
-    *pos = used;
     if (unpickle(f, "protocol version", p + *pos, len - *pos, NULL, NULL, NULL, &v, &used, err))
         return -1;
     if (v->kind != TF_INT || v->u.i != 1001)
@@ -1383,13 +1383,13 @@ static int legacy_storages(torchfile *f, const tf_value *keys, const unsigned ch
     return 0;
 }
 
-static int parse_legacy(torchfile *f, const unsigned char *p, size_t len, char **err)
+/* The legacy format from just after its magic number (at pos). */
+static int parse_legacy(torchfile *f, const unsigned char *p, size_t len, size_t pos, char **err)
 {
-    size_t pos = 0, used = 0;
+    size_t used = 0;
     const tf_value *keys;
     if (legacy_header(f, p, len, &pos, err) ||
-        unpickle(f, "main pickle", p + pos, len - pos, legacy_storage, NULL, NULL, &f->root,
-                 &used, err))
+        unpickle(f, "main pickle", p + pos, len - pos, legacy_storage, NULL, NULL, &f->root, &used, err))
         return -1;
     pos += used;
     if (unpickle(f, "storage keys", p + pos, len - pos, NULL, NULL, NULL, &keys, &used, err))
@@ -1397,33 +1397,23 @@ static int parse_legacy(torchfile *f, const unsigned char *p, size_t len, char *
     return legacy_storages(f, keys, p, len, pos + used, err);
 }
 
-/* The legacy format's first pickle is the magic number; any other first pickle makes the file
- * a plain one. */
-static bool starts_legacy(torchfile *f, const unsigned char *p, size_t len)
+/* A pickled file, its first pickle read once: the legacy format when that pickle is the magic
+ * number, else a plain pickle of one object (numpy arrays allowed: Caffe2's .pkl weights), which
+ * must then be the whole file. */
+static int parse_pickled(torchfile *f, const unsigned char *p, size_t len, char **err)
 {
-    const tf_value *v;
+    const tf_value *first;
     size_t used;
-    char *err = NULL;
-    bool legacy = unpickle(f, "magic number", p, len, NULL, NULL, NULL, &v, &used, &err) == 0 &&
-                  v->kind == TF_OTHER && ((const node *)v)->other == OTHER_BIGINT && v->u.str.len == sizeof MAGIC &&
-                  !memcmp(v->u.str.s, MAGIC, sizeof MAGIC);
-    free(err);
-    return legacy;
-}
-
-/* Any other pickle is one object, numpy arrays allowed (Caffe2's .pkl weights), and the whole
- * file: bytes after its STOP mean it is something else (a legacy file with another magic). */
-static int parse_plain(torchfile *f, const unsigned char *p, size_t len, char **err)
-{
-    size_t used;
-    if (unpickle(f, "pickle", p, len, NULL, NULL, NULL, &f->root, &used, err))
+    if (unpickle(f, "pickle", p, len, NULL, NULL, NULL, &first, &used, err))
         return -1;
-    const node *first = (const node *)f->root;
-    if (used != len && first->v.kind == TF_OTHER && first->other == OTHER_BIGINT)
+    if (is_magic(first))
+        return parse_legacy(f, p, len, used, err);
+    if (used != len && first->kind == TF_OTHER && ((const node *)first)->other == OTHER_BIGINT)
         return tf_fail(f, err, "wrong magic number: not a PyTorch checkpoint");
     if (used != len)
         return tf_fail(f, err, "%zu bytes after the pickle: neither a PyTorch checkpoint nor a plain pickle",
                        len - used);
+    f->root = first;
     return 0;
 }
 
@@ -1445,10 +1435,8 @@ int torchfile_parse(const void *buf, size_t len, const char *name, torchfile **o
     int rc;
     if (len >= 4 && !memcmp(p, "PK\x03\x04", 4))
         rc = parse_zip(f, buf, len, err);
-    else if (len >= 2 && p[0] == 0x80 && starts_legacy(f, p, len))
-        rc = parse_legacy(f, p, len, err);
     else if (len >= 2 && p[0] == 0x80)
-        rc = parse_plain(f, p, len, err);
+        rc = parse_pickled(f, p, len, err);
     else
         rc = tf_fail(f, err, "not a PyTorch checkpoint (neither a zip archive nor a pickle of protocol 2 or more)");
     if (rc == 0)

@@ -103,7 +103,7 @@ static char *script_name(const char *c2, caffe2_arch arch)
     for (size_t i = 0; i < n; i++)
         k = str_replace_all(k, resnet ? RESNET_RENAMES[i][0] : ALEXNET_RENAMES[i][0],
                             resnet ? RESNET_RENAMES[i][1] : ALEXNET_RENAMES[i][1]);
-    char *vissl = xasprintf("trunk.%s%s", resnet ? "_feature_blocks." : "_feature_blocks.", k);
+    char *vissl = xasprintf("trunk._feature_blocks.%s", k);
     free(k);
     return vissl;
 }

@@ -15,6 +15,7 @@
  *   l2_norm  the flattened map, L2-normalised.
  *   ""       the flattened map.
  */
+#include "decode/decoder.h"
 #include "model.h"
 #include "retrieval/retrieval.h"
 #include "util.h"
@@ -22,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int retr_forward(retr_describer *d, const retr_image *im, char **err)
+/* A prepared image through the model: the map into d. */
+static int forward(retr_describer *d, const retr_image *im, char **err)
 {
     eng_shape in = eng_shape4(1, 3, im->h, im->w);
     if (model_plan(d->be, d->m, &in, 1, err) != 0)
@@ -44,6 +46,29 @@ int retr_forward(retr_describer *d, const retr_image *im, char **err)
     d->H = map ? (int)o->shape.dim[2] : 1;
     d->W = map ? (int)o->shape.dim[3] : 1;
     return 0;
+}
+
+int retr_forward_file(retr_describer *d, const char *path, int resize_s, bool no_resize, const float *roi,
+                      char **err)
+{
+    if (!d->decoder)
+        d->decoder = decode_ctx_new(&(decode_options){0});
+    retr_image im;
+    int rc = retr_image_load(d->decoder, path, resize_s, no_resize, roi, &im, err);
+    if (rc == 0)
+        rc = forward(d, &im, err);
+    retr_image_free(&im);
+    return rc;
+}
+
+void retr_describer_free(retr_describer *d)
+{
+    if (d->decoder)
+        decode_ctx_free(d->decoder);
+    free(d->map);
+    d->decoder = NULL;
+    d->map = NULL;
+    d->cap = 0;
 }
 
 /* The regions' vectors of the map: *nr × C. */

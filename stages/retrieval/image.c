@@ -119,10 +119,10 @@ static int decode_file(const char *path, decode_ctx *ctx, img_u8 *im, bool *owne
     return 0;
 }
 
-int retr_image_load(const char *path, int resize_s, bool no_resize, const float *roi, retr_image *out, char **err)
+int retr_image_load(decode_ctx *ctx, const char *path, int resize_s, bool no_resize, const float *roi, retr_image *out,
+                    char **err)
 {
     memset(out, 0, sizeof *out);
-    decode_ctx *ctx = decode_ctx_new(&(decode_options){0});
     img_u8 im;
     bool owned = false;
     double ratio = 1;
@@ -133,7 +133,6 @@ int retr_image_load(const char *path, int resize_s, bool no_resize, const float 
         rc = crop_roi(out, roi, ratio, path, err);
     if (owned)
         img_free(&im);
-    decode_ctx_free(ctx);
     if (rc)
         retr_image_free(out);
     return rc;

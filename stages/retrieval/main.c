@@ -41,7 +41,6 @@
 
 #include <jansson.h>
 #include <math.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,13 +221,9 @@ typedef struct {
 static int describe_one(retr_describer *d, const pca_model *pca, const char *path, const float *roi, bool no_resize,
                         int resize, descriptors *out, char **err)
 {
-    retr_image im;
-    if (retr_image_load(path, resize, no_resize, roi, &im, err) != 0)
+    if (retr_forward_file(d, path, resize, no_resize, roi, err) != 0)
         return -1;
-    int rc = retr_forward(d, &im, err), width = 0;
-    retr_image_free(&im);
-    if (rc)
-        return rc;
+    int width = 0;
     float *v = retr_descriptor(d, pca, &width);
     if (out->n && width != out->width) {
         free(v);
@@ -267,14 +262,11 @@ static int learn_pca(retr_describer *d, const retr_dataset *train, int resize, i
     for (size_t i = 0; i < train->n_images; i++) {
         if (i % LOG_EVERY == 0)
             log_info("PCA training (%s): image %zu of %zu", train->name, i, train->n_images);
-        retr_image im;
-        if (retr_image_load(train->images[i], resize, whiten, NULL, &im, &err) != 0 || retr_forward(d, &im, &err)) {
+        if (retr_forward_file(d, train->images[i], resize, whiten, NULL, &err) != 0) {
             log_error("PCA training: %s", err);
             free(err);
-            retr_image_free(&im);
             return -1;
         }
-        retr_image_free(&im);
         int n, width;
         float *rows = retr_training_rows(d, &n, &width);
         if (i == 0)
@@ -300,10 +292,9 @@ static int learn_pca(retr_describer *d, const retr_dataset *train, int resize, i
 static float *similarities(const descriptors *q, const descriptors *db)
 {
     float *sim = xmalloc((q->n * db->n + 1) * sizeof *sim);
-    if (q->n && db->n &&
-        dnnl_sgemm('N', 'T', (int64_t)q->n, (int64_t)db->n, q->width, 1.0f, q->rows, q->width, db->rows, db->width,
-                   0.0f, sim, (int64_t)db->n) != dnnl_success)
-        die(EXIT_RUNTIME, "oneDNN sgemm failed for the similarities");
+    if (q->n && db->n)
+        retr_sgemm('N', 'T', (int64_t)q->n, (int64_t)db->n, q->width, q->rows, q->width, db->rows, db->width, sim,
+                   (int64_t)db->n);
     return sim;
 }
 
@@ -418,8 +409,6 @@ static int prepare(const retr_args *a, retr_run *r)
     int rc = read_options(r->c, &r->o);
     if (rc)
         return rc;
-    if (!model_check_config(r->c, 0, &err))
-        return log_error("%s", err.msg), EXIT_USAGE;
     char *ckpt = cfg_checkpoint_folder(&r->cfg);
     r->json_out = a->output ? xstrdup(a->output) : path_join(ckpt, "instance_retrieval.json");
     free(ckpt);
@@ -535,7 +524,7 @@ static void free_run(retr_run *r)
         model_free(r->d.be, r->d.m);
     if (r->d.be)
         eng_backend_close(r->d.be);
-    free(r->d.map);
+    retr_describer_free(&r->d);
     if (r->have_pca)
         pca_free(&r->pca);
     if (r->have_train)
@@ -558,10 +547,10 @@ int main(int argc, char **argv)
     }
     retr_run r = {0};
     rc = prepare(&a, &r);
+    if (rc == 0) /* before any dataset file or image: a bad model or weights file is a config error */
+        rc = build_model(&a, &r);
     if (rc == 0)
         rc = load_datasets(&r);
-    if (rc == 0)
-        rc = build_model(&a, &r);
     if (rc == 0 && wants_pca(&r.o)) {
         r.have_pca = true;
         rc = learn_pca(&r.d, &r.train, r.o.resize, r.o.n_pca, &r.pca) ? EXIT_RUNTIME : 0;

@@ -35,8 +35,8 @@ void pca_init(pca_model *p, int dim)
     p->block = xmalloc((size_t)PCA_BLOCK * dim * sizeof *p->block);
 }
 
-static void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                  int64_t ldb, float *c, int64_t ldc)
+void retr_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                int64_t ldb, float *c, int64_t ldc)
 {
     dnnl_status_t st = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
     if (st != dnnl_success)
@@ -68,7 +68,7 @@ static void flush(pca_model *p)
     if (!p->shifted)
         set_shift(p);
     float *prod = xmalloc_large((size_t)d * d * sizeof *prod);
-    sgemm('T', 'N', d, d, p->pending, p->block, d, p->block, d, prod, d);
+    retr_sgemm('T', 'N', d, d, p->pending, p->block, d, p->block, d, prod, d);
     for (size_t i = 0; i < (size_t)d * d; i++)
         p->xtx[i] += prod[i];
     free(prod);
@@ -175,7 +175,7 @@ void pca_apply(const pca_model *p, const float *x, size_t n, float *y)
         for (size_t r = 0; r < m; r++)
             for (int j = 0; j < d; j++)
                 c[r * d + j] = x[(r0 + r) * d + j] - p->mean[j];
-        sgemm('N', 'T', (int64_t)m, p->out, d, c, d, p->dvt, d, y + r0 * p->out, p->out);
+        retr_sgemm('N', 'T', (int64_t)m, p->out, d, c, d, p->dvt, d, y + r0 * p->out, p->out);
     }
     free(c);
 }

@@ -81,6 +81,9 @@ void pca_add(pca_model *p, const float *row);
 int pca_fit(pca_model *p, int n_components, char **err);
 /* n rows of dim in, n rows of out width out. */
 void pca_apply(const pca_model *p, const float *x, size_t n, float *y);
+/* C = op(A)·op(B), row-major, on oneDNN's sgemm ('N' or 'T'); dies if oneDNN fails. */
+void retr_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                int64_t ldb, float *c, int64_t ldc);
 void pca_free(pca_model *p);
 
 /* ---- evaluate.c --------------------------------------------------------------------------- */
@@ -163,8 +166,12 @@ typedef struct {
     int h, w;
 } retr_image;
 
-/* 0, or -1 with *err (unreadable, not an image, an empty crop). */
-int retr_image_load(const char *path, int resize_s, bool no_resize, const float *roi, retr_image *out, char **err);
+struct decode_ctx;
+
+/* 0, or -1 with *err (unreadable, not an image, an empty crop). ctx: the decoder's context
+ * (decoder.h), reused from image to image. */
+int retr_image_load(struct decode_ctx *ctx, const char *path, int resize_s, bool no_resize, const float *roi,
+                    retr_image *out, char **err);
 void retr_image_free(retr_image *im);
 
 /* ---- describe.c --------------------------------------------------------------------------- */
@@ -182,14 +189,19 @@ typedef struct {
     retr_feats type;
     int levels;
     double gem_p;
+    struct decode_ctx *decoder; /* made at the first image, freed by retr_describer_free */
     float *map; /* the last image's first model output, C × H × W (or its flattened D × 1 × 1) */
     int C, H, W;
     size_t cap;
 } retr_describer;
 
-/* One prepared image through the model in eval mode (planned for its size): the map. 0, or
- * -1 with *err (rmac and gem need a map, not a flattened feature). */
-int retr_forward(retr_describer *d, const retr_image *im, char **err);
+/* One image file, prepared (retr_image_load's arguments), through the model in eval mode
+ * (planned for its size): the map. 0, or -1 with *err (the image's, or rmac and gem given a
+ * flattened feature instead of a map). */
+int retr_forward_file(retr_describer *d, const char *path, int resize_s, bool no_resize, const float *roi,
+                      char **err);
+/* The decoder context and the map (not the model or the backend, which the caller owns). */
+void retr_describer_free(retr_describer *d);
 /* The rows the PCA learns from (rmac: the regions' vectors; gem: the pooled vector), *n of
  * width *width, malloc'd. */
 float *retr_training_rows(const retr_describer *d, int *n, int *width);
