@@ -587,7 +587,10 @@ static bool check_selfsup(checker *ck)
            check_range(ck, "SELFSUP.FARM.NODES", 0, 4096, "must be 0 (no farm) to 4096 nodes") &&
            check_range(ck, "SELFSUP.FARM.WORKERS", 0, 4096, "must be 0 (DATA.NUM_DATALOADER_WORKERS) to 4096") &&
            check_range(ck, "SELFSUP.FARM.LEASE_SAMPLES", 0, DBL_MAX, "must be 0 (4 batches) or a number of samples") &&
-           check_range(ck, "SELFSUP.FARM.WINDOW_SAMPLES", 0, DBL_MAX, "must be 0 (8 leases) or a number of samples");
+           check_range(ck, "SELFSUP.FARM.WINDOW_SAMPLES", 0, DBL_MAX, "must be 0 (8 leases) or a number of samples") &&
+           check_range(ck, "SELFSUP.FARM.SLURM.CPUS_PER_NODE", 0, 4096,
+                       "must be 0 (the trainer nodes' count) to 4096 CPUs") &&
+           check_range(ck, "SELFSUP.FARM.SLURM.MEM_GB", 0, 1e9, "must be a number of GB >= 0 (0: SLURM.MEM_GB)");
 }
 
 /* The SLURM keys `selfsup slurm` writes into the batch script. */

@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,10 +213,47 @@ void host_list_free(host_list *list)
 
 /* ---- the job's variables --------------------------------------------------------------------- */
 
+/* A heterogeneous job's nodes, component after component (SLURM_JOB_NODELIST_HET_GROUP_i):
+ * the order of SLURM_NODEID in a step over every component. The first component's count in
+ * *first. 0 when the job is not heterogeneous, -1 + *err. */
+static int het_job_nodes(host_list *nodes, size_t *first, char **err)
+{
+    const char *size = getenv("SLURM_HET_SIZE");
+    long groups = size ? strtol(size, NULL, 10) : 0;
+    if (groups < 2)
+        return 0;
+    for (long g = 0; g < groups; g++) {
+        char name[64];
+        snprintf(name, sizeof name, "SLURM_JOB_NODELIST_HET_GROUP_%ld", g);
+        const char *list = getenv(name);
+        host_list part;
+        if (!list)
+            return host_list_free(nodes), report_failure(err, "SLURM_HET_SIZE=%s but %s is not set", size, name);
+        if (slurm_expand_hostlist(list, &part, err) != 0)
+            return host_list_free(nodes), -1;
+        nodes->names = xrealloc(nodes->names, (nodes->n + part.n + 1) * sizeof *nodes->names);
+        memcpy(nodes->names + nodes->n, part.names, part.n * sizeof *part.names);
+        nodes->n += part.n;
+        *first = g == 0 ? part.n : *first;
+        free(part.names);
+    }
+    return 1;
+}
+
+/* The job's nodes: a heterogeneous job's components in order, else SLURM_JOB_NODELIST. */
+static int job_nodes(slurm_job *job, const char *list, char **err)
+{
+    int het = het_job_nodes(&job->nodes, &job->first_component_nodes, err);
+    if (het != 0)
+        return het < 0 ? -1 : 0;
+    return slurm_expand_hostlist(list, &job->nodes, err);
+}
+
 int slurm_job_read(slurm_job *job, char **err)
 {
     memset(job, 0, sizeof *job);
     const char *id = getenv("SLURM_JOB_ID"), *list = getenv("SLURM_JOB_NODELIST"), *rank = getenv("SLURM_NODEID");
+    const char *self = getenv("SLURMD_NODENAME");
     id = id ? id : getenv("SLURM_JOBID");
     list = list ? list : getenv("SLURM_NODELIST");
     if (!id || !list)
@@ -223,12 +261,19 @@ int slurm_job_read(slurm_job *job, char **err)
     job->job_id = id;
     char *end = NULL;
     long r = rank ? strtol(rank, &end, 10) : 0;
-    if (slurm_expand_hostlist(list, &job->nodes, err) != 0)
+    if (job_nodes(job, list, err) != 0)
         return -1;
     if (job->nodes.n == 0 || (rank && (*end || end == rank || r < 0 || (size_t)r >= job->nodes.n))) {
         slurm_job_free(job);
         return report_failure(err, "SLURM_NODEID=%s is not the index of a node of the job's list %s",
                               rank ? rank : "", list);
+    }
+    /* the node list's order is ours to get right: this node must be where its id says */
+    if (self && strcmp(self, job->nodes.names[r]) != 0) {
+        report_failure(err, "SLURM_NODEID=%ld is node %s of the job's nodes, but this is %s (SLURMD_NODENAME)", r,
+                       job->nodes.names[r], self);
+        slurm_job_free(job);
+        return -1;
     }
     job->node_rank = (int)r;
     return 1;
@@ -294,42 +339,93 @@ static int additional_lines(strbuf *sb, const cfg_node *extra, char **err)
     return 0;
 }
 
-/* The #SBATCH lines of the config's SLURM keys and DISTRIBUTED's counts. */
-static int sbatch_lines(strbuf *sb, const cfg_node *config, const slurm_job_spec *spec, char **err)
+/* What one component of the job asks for, and the keys its text values come from. */
+typedef struct {
+    const char *partition, *partition_key, *constraint, *constraint_key;
+    int64_t nodes, cpus, gpus, mem_gb;
+} component;
+
+/* The trainer nodes, with SLURM's keys (and with farm nodes in one component, those too). */
+static component trainer_component(const cfg_node *config, int64_t farm_nodes)
 {
-    static const char *const optional[][2] = {
-        {"comment", "SLURM.COMMENT"}, {"partition", "SLURM.PARTITION"}, {"constraint", "SLURM.CONSTRAINT"}};
     int64_t per_node = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
-    int64_t minutes = cfg_int(config, "SLURM.TIME_HOURS") * 60 + cfg_int(config, "SLURM.TIME_MINUTES");
-    if (minutes <= 0)
-        return report_failure(err, "config.SLURM.TIME_HOURS and TIME_MINUTES: the time limit must be positive");
+    bool gpu = !strcmp(cfg_str(config, "MACHINE.DEVICE"), "gpu");
+    return (component){.partition = cfg_str(config, "SLURM.PARTITION"), .partition_key = "SLURM.PARTITION",
+                       .constraint = cfg_str(config, "SLURM.CONSTRAINT"), .constraint_key = "SLURM.CONSTRAINT",
+                       .nodes = cfg_int(config, "DISTRIBUTED.NUM_NODES") + farm_nodes,
+                       .cpus = cfg_int(config, "SLURM.NUM_CPU_PER_PROC") * per_node, .gpus = gpu ? per_node : 0,
+                       .mem_gb = cfg_int(config, "SLURM.MEM_GB")};
+}
+
+/* The farm nodes of a heterogeneous job: SELFSUP.FARM.SLURM's keys, SLURM's where they say 0
+ * or "", and no GPU. */
+static component farm_component(const cfg_node *config, int64_t farm_nodes)
+{
+    component trainer = trainer_component(config, 0);
+    const char *partition = cfg_str(config, "SELFSUP.FARM.SLURM.PARTITION");
+    int64_t cpus = cfg_int(config, "SELFSUP.FARM.SLURM.CPUS_PER_NODE");
+    int64_t mem = cfg_int(config, "SELFSUP.FARM.SLURM.MEM_GB");
+    return (component){.partition = *partition ? partition : trainer.partition,
+                       .partition_key = *partition ? "SELFSUP.FARM.SLURM.PARTITION" : trainer.partition_key,
+                       .constraint = cfg_str(config, "SELFSUP.FARM.SLURM.CONSTRAINT"),
+                       .constraint_key = "SELFSUP.FARM.SLURM.CONSTRAINT", .nodes = farm_nodes,
+                       .cpus = cpus ? cpus : trainer.cpus, .mem_gb = mem ? mem : trainer.mem_gb};
+}
+
+/* One component's #SBATCH lines: where, how many nodes of what, for how long. */
+static int component_lines(strbuf *sb, const component *c, int64_t minutes, char **err)
+{
+    if (*c->partition && sbatch_line(sb, "partition", c->partition, c->partition_key, err) != 0)
+        return -1;
+    if (*c->constraint && sbatch_line(sb, "constraint", c->constraint, c->constraint_key, err) != 0)
+        return -1;
+    sb_printf(sb, "#SBATCH --nodes=%" PRId64 "\n#SBATCH --ntasks-per-node=1\n", c->nodes);
+    sb_printf(sb, "#SBATCH --cpus-per-task=%" PRId64 "\n", c->cpus);
+    if (c->gpus > 0)
+        sb_printf(sb, "#SBATCH --gpus-per-node=%" PRId64 "\n", c->gpus);
+    if (c->mem_gb > 0)
+        sb_printf(sb, "#SBATCH --mem=%" PRId64 "G\n", c->mem_gb);
+    sb_printf(sb, "#SBATCH --time=%" PRId64 ":%02d:00\n", minutes / 60, (int)(minutes % 60));
+    /* the time limit's SIGTERM 2 minutes early: the trainer stops and checkpoints */
+    sb_puts(sb, "#SBATCH --signal=TERM@120\n");
+    return 0;
+}
+
+/* The lines of the whole job, in its first component: its name, output and folder. */
+static int job_lines(strbuf *sb, const cfg_node *config, const slurm_job_spec *spec, char **err)
+{
     if (sbatch_line(sb, "job-name", cfg_str(config, "SLURM.NAME"), "SLURM.NAME", err) != 0)
         return -1;
-    for (size_t i = 0; i < ARRAY_LEN(optional); i++) {
-        const char *value = cfg_str(config, optional[i][1]);
-        if (*value && sbatch_line(sb, optional[i][0], value, optional[i][1], err) != 0)
-            return -1;
-    }
-    sb_printf(sb, "#SBATCH --nodes=%" PRId64 "\n#SBATCH --ntasks-per-node=1\n",
-              cfg_int(config, "DISTRIBUTED.NUM_NODES") + spec->farm_nodes);
-    sb_printf(sb, "#SBATCH --cpus-per-task=%" PRId64 "\n", cfg_int(config, "SLURM.NUM_CPU_PER_PROC") * per_node);
-    if (!strcmp(cfg_str(config, "MACHINE.DEVICE"), "gpu"))
-        sb_printf(sb, "#SBATCH --gpus-per-node=%" PRId64 "\n", per_node);
-    if (cfg_int(config, "SLURM.MEM_GB") > 0)
-        sb_printf(sb, "#SBATCH --mem=%" PRId64 "G\n", cfg_int(config, "SLURM.MEM_GB"));
-    sb_printf(sb, "#SBATCH --time=%" PRId64 ":%02d:00\n", minutes / 60, (int)(minutes % 60));
+    const char *comment = cfg_str(config, "SLURM.COMMENT");
+    if (*comment && sbatch_line(sb, "comment", comment, "SLURM.COMMENT", err) != 0)
+        return -1;
     char *output = path_join(spec->log_folder, "slurm-%j.out");
     int rc = sbatch_line(sb, "output", output, "SLURM.LOG_FOLDER", err);
     if (rc == 0)
         rc = sbatch_line(sb, "chdir", spec->work_dir, "SLURM.LOG_FOLDER", err);
     free(output);
-    /* the time limit's SIGTERM 2 minutes early: the trainer stops and checkpoints */
-    sb_puts(sb, "#SBATCH --signal=TERM@120\n");
     return rc == 0 ? additional_lines(sb, cfg_get(config, "SLURM.ADDITIONAL_PARAMETERS"), err) : -1;
 }
 
+/* The #SBATCH lines of the config's SLURM keys and DISTRIBUTED's counts; with a farm in a
+ * component of its own, `#SBATCH hetjob` and its lines after them. */
+static int sbatch_lines(strbuf *sb, const cfg_node *config, const slurm_job_spec *spec, bool het, char **err)
+{
+    int64_t minutes = cfg_int(config, "SLURM.TIME_HOURS") * 60 + cfg_int(config, "SLURM.TIME_MINUTES");
+    if (minutes <= 0)
+        return report_failure(err, "config.SLURM.TIME_HOURS and TIME_MINUTES: the time limit must be positive");
+    component trainers = trainer_component(config, het ? 0 : spec->farm_nodes);
+    if (job_lines(sb, config, spec, err) != 0 || component_lines(sb, &trainers, minutes, err) != 0)
+        return -1;
+    if (!het)
+        return 0;
+    component farm = farm_component(config, spec->farm_nodes);
+    sb_puts(sb, "#SBATCH hetjob\n");
+    return component_lines(sb, &farm, minutes, err);
+}
+
 /* What runs on each node: `selfsup run ARGS --role auto` in RUN_DIR/JOB/nodeN. */
-static void task_lines(strbuf *sb, const slurm_job_spec *spec)
+static void task_lines(strbuf *sb, const slurm_job_spec *spec, bool het)
 {
     sb_puts(sb, "\nset -eu\n");
     if (spec->configs_dir) {
@@ -345,8 +441,9 @@ static void task_lines(strbuf *sb, const slurm_job_spec *spec)
             sb_putc(sb, ' ');
         shell_quote(sb, spec->run_args[i]);
     }
-    sb_puts(sb, ")\nexec srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\\n    bash -c 'exec \"$0\" run \"$@\" "
-                "--role auto --run-dir \"$SELFSUP_JOB_DIR/node$SLURM_NODEID\"' \\\n    ");
+    sb_printf(sb, ")\nexec srun %s--ntasks-per-node=1 --kill-on-bad-exit=1 \\\n    bash -c 'exec \"$0\" run \"$@\" "
+                  "--role auto --run-dir \"$SELFSUP_JOB_DIR/node$SLURM_NODEID\"' \\\n    ",
+              het ? "--het-group=0,1 " : "");
     shell_quote(sb, spec->selfsup);
     sb_puts(sb, " \"${args[@]}\"\n");
 }
@@ -354,17 +451,19 @@ static void task_lines(strbuf *sb, const slurm_job_spec *spec)
 char *slurm_batch_script(const cfg_node *config, const slurm_job_spec *spec, char **err)
 {
     int64_t train = cfg_int(config, "DISTRIBUTED.NUM_NODES");
+    bool het = spec->farm_nodes > 0 && cfg_bool(config, "SELFSUP.FARM.SLURM.HETJOB");
     strbuf sb = {0};
     sb_puts(&sb, "#!/bin/bash\n# Written by `selfsup slurm`. ");
     if (spec->farm_nodes > 0)
-        sb_printf(&sb, "Node 0 trains; nodes 1-%d are its decode farm (SELFSUP.FARM).\n", spec->farm_nodes);
+        sb_printf(&sb, "Node 0 trains; nodes 1-%d are its decode farm (SELFSUP.FARM)%s.\n", spec->farm_nodes,
+                  het ? ", a component of the job of its own" : "");
     else
         sb_printf(&sb, "%" PRId64 " node%s: `selfsup run` on each.\n", train, train == 1 ? "" : "s");
     sb_puts(&sb, "# Submit it again to go on where it stopped (CHECKPOINT.AUTO_RESUME).\n");
-    if (sbatch_lines(&sb, config, spec, err) != 0) {
+    if (sbatch_lines(&sb, config, spec, het, err) != 0) {
         sb_free(&sb);
         return NULL;
     }
-    task_lines(&sb, spec);
+    task_lines(&sb, spec, het);
     return sb.s;
 }

@@ -11,6 +11,9 @@
  * the config's SLURM keys (NAME, COMMENT, PARTITION, CONSTRAINT, TIME_HOURS/MINUTES, MEM_GB,
  * NUM_CPU_PER_PROC, LOG_FOLDER, ADDITIONAL_PARAMETERS) and DISTRIBUTED's node and process
  * counts: one task per node, each a `selfsup run --role auto` in a run directory of its own.
+ * With farm nodes and SELFSUP.FARM.SLURM.HETJOB the job is heterogeneous: the trainer nodes
+ * are its first component (SLURM's keys, the GPUs), the farm nodes its second (the keys of
+ * SELFSUP.FARM.SLURM, no GPU), and one step runs over both.
  */
 #ifndef SELFSUP_SLURM_H
 #define SELFSUP_SLURM_H
@@ -38,13 +41,18 @@ int slurm_expand_hostlist(const char *expr, host_list *out, char **err);
 void host_list_free(host_list *list);
 
 typedef struct {
-    const char *job_id;  /* SLURM_JOB_ID (or the older SLURM_JOBID) */
-    int node_rank;       /* SLURM_NODEID */
-    host_list nodes;     /* the job's nodes, in Slurm's order */
+    const char *job_id;           /* SLURM_JOB_ID (or the older SLURM_JOBID) */
+    int node_rank;                /* SLURM_NODEID */
+    host_list nodes;              /* the job's nodes, in Slurm's order */
+    size_t first_component_nodes; /* a heterogeneous job's first component's count; else 0 */
 } slurm_job;
 
 /* 1 inside a Slurm job (*job filled), 0 outside one, -1 + *err when its variables do not
- * parse (a node list that does not expand, a node id that is not one of its nodes). */
+ * parse (a node list that does not expand, a node id that is not one of its nodes, a node
+ * id whose node is not this one, SLURMD_NODENAME). A heterogeneous job's nodes
+ * (SLURM_HET_SIZE) are its components' lists, SLURM_JOB_NODELIST_HET_GROUP_0, _1, ..., one
+ * after the other: the order of SLURM_NODEID in a step over all of them (srun
+ * --het-group=0,1), where SLURM_JOB_NODELIST is the whole set in Slurm's own order. */
 int slurm_job_read(slurm_job *job, char **err);
 void slurm_job_free(slurm_job *job);
 

@@ -575,13 +575,20 @@ static void add_trainer_host(cfg_node *config, run_args *a, const char *host)
 }
 
 /* This node's part in a Slurm job with farm nodes: the first DISTRIBUTED.NUM_NODES train,
- * the next are farm hosts 0, 1, ..., and the trainer host is the job's first node. */
+ * the next are farm hosts 0, 1, ..., and the trainer host is the job's first node. In a
+ * heterogeneous job the trainer nodes are its first component. */
 static bool split_job(cfg_node *config, const slurm_job *job, run_args *a)
 {
     int64_t train = cfg_int(config, "DISTRIBUTED.NUM_NODES"), farm = cfg_int(config, "SELFSUP.FARM.NODES");
     if (job->nodes.n != (size_t)(train + farm)) {
         log_error("--role auto: Slurm job %s has %zu nodes, but DISTRIBUTED.NUM_NODES + SELFSUP.FARM.NODES = %lld",
                   job->job_id, job->nodes.n, (long long)(train + farm));
+        return false;
+    }
+    if (job->first_component_nodes && job->first_component_nodes != (size_t)train) {
+        log_error("--role auto: heterogeneous Slurm job %s has %zu nodes in its first component (the trainer "
+                  "nodes), but DISTRIBUTED.NUM_NODES = %lld",
+                  job->job_id, job->first_component_nodes, (long long)train);
         return false;
     }
     if (strpbrk(job->nodes.names[0], "'\\")) {

@@ -7,11 +7,13 @@
  * batch script (slurm.h) to SLURM.LOG_FOLDER/selfsup-NAME-DATE-TIME.sbatch and submits it
  * with `sbatch --parsable`. The job runs one `selfsup run CONFIG overrides --role auto` per
  * node, each in RUN_DIR/JOB_ID/nodeN (RUN_DIR: --run-dir, else SLURM.LOG_FOLDER); with
- * --farm-nodes K, node 0 trains and nodes 1..K decode and augment for it.
+ * --farm-nodes K, node 0 trains and nodes 1..K decode and augment for it, as the second
+ * component of a heterogeneous job (SELFSUP.FARM.SLURM: their partition, CPUs, memory, no GPU).
  *
  * The options are overrides by another name: --partition P is config.SLURM.PARTITION=P,
  * --nodes N config.DISTRIBUTED.NUM_NODES=N, --gpus-per-node G
  * config.DISTRIBUTED.NUM_PROC_PER_NODE=G, --farm-nodes K config.SELFSUP.FARM.NODES=K,
+ * --farm-partition P config.SELFSUP.FARM.SLURM.PARTITION=P,
  * --time H:MM config.SLURM.TIME_HOURS=H and TIME_MINUTES=MM; the job's runs get them too.
  * --dry-run prints the script and submits nothing.
  */
@@ -42,7 +44,8 @@ typedef struct {
 static void slurm_usage(FILE *out)
 {
     fputs("usage: selfsup slurm CONFIG [overrides...] [--partition P] [--nodes N] [--gpus-per-node G]\n"
-          "                     [--farm-nodes K] [--time H[:MM]] [--run-dir DIR] [--dry-run]\n"
+          "                     [--farm-nodes K] [--farm-partition P] [--time H[:MM]] [--run-dir DIR]\n"
+          "                     [--dry-run]\n"
           "\n"
           "Write the Slurm batch script of `selfsup run CONFIG overrides` and submit it (sbatch):\n"
           "one task per node, in RUN_DIR/JOB_ID/nodeN. The script takes its #SBATCH lines from\n"
@@ -53,7 +56,9 @@ static void slurm_usage(FILE *out)
           "  --nodes N           config.DISTRIBUTED.NUM_NODES (trainer nodes)\n"
           "  --gpus-per-node G   config.DISTRIBUTED.NUM_PROC_PER_NODE\n"
           "  --farm-nodes K      config.SELFSUP.FARM.NODES: K more nodes decode and augment for\n"
-          "                      node 0 (the decode farm; the README's \"Several machines\")\n"
+          "                      node 0 (the decode farm; the README's \"Several machines\"), in a\n"
+          "                      component of the job of their own, without GPUs\n"
+          "  --farm-partition P  config.SELFSUP.FARM.SLURM.PARTITION: the farm nodes' partition\n"
           "  --time H[:MM]       config.SLURM.TIME_HOURS and TIME_MINUTES\n"
           "  --run-dir DIR       where the nodes' run directories go (default: SLURM.LOG_FOLDER)\n"
           "  --dry-run           print the script; submit nothing\n"
@@ -96,7 +101,8 @@ static const char *override_key(const char *name)
     static const char *const map[][2] = {{"--partition", "SLURM.PARTITION"},
                                          {"--nodes", "DISTRIBUTED.NUM_NODES"},
                                          {"--gpus-per-node", "DISTRIBUTED.NUM_PROC_PER_NODE"},
-                                         {"--farm-nodes", "SELFSUP.FARM.NODES"}};
+                                         {"--farm-nodes", "SELFSUP.FARM.NODES"},
+                                         {"--farm-partition", "SELFSUP.FARM.SLURM.PARTITION"}};
     for (size_t i = 0; i < ARRAY_LEN(map); i++)
         if (!strcmp(name, map[i][0]))
             return map[i][1];
@@ -108,7 +114,7 @@ static int option(slurm_args *s, const char *name, const char *value)
     const char *key = override_key(name);
     if (key) {
         /* quoted: a partition named 1 or true stays a string; numbers are checked as numbers */
-        bool text = !strcmp(key, "SLURM.PARTITION");
+        bool text = strstr(key, "PARTITION") != NULL;
         add_run_arg(s, xasprintf(text ? "config.%s='%s'" : "config.%s=%s", key, value), true);
         return 0;
     }

@@ -5,7 +5,8 @@
 # cuDNN, cuBLAS and NCCL), but none of the Debian libraries our binaries link and no package
 # registry. So the bundle holds:
 #   bin/   every selfsup binary, the backend conformance test and the NCCL world's (built here,
-#          with nvcc);
+#          with nvcc), without their debug sections (the symbols stay, for backtraces): DWARF
+#          would double the bundle and, on a sanitizer build, push it past the limit;
 #   lib/   the shared libraries they need from this machine, found with ldd, except the C
 #          library family (the GPU machine's own is newer, and ours would fight its libstdc++)
 #          and the CUDA libraries (the machine's cuDNN/cuBLAS; cudart is linked in statically);
@@ -30,6 +31,7 @@ for f in "$build"/selfsup "$build"/selfsup-* "$build"/tests/backend-ops "$build"
     [[ -f $f && -x $f ]] && bins+=("$f") # not the bundle itself (selfsup-gpu.tar.xz)
 done
 cp "${bins[@]}" "$stage/bin/"
+strip --strip-debug "$stage"/bin/*
 
 # Libraries the GPU machine has its own of (newer) or must supply (CUDA, the driver).
 system='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec|libpthread|libdl\.so|librt\.so|libresolv|libutil|'

@@ -7,10 +7,12 @@
  * #SBATCH lines of the config's SLURM keys and refuses what cannot go into a script.
  *
  * And a real Slurm: munged, slurmctld and three slurmd on this machine (nodes 127.0.0.1-3,
- * all loopback addresses of this host), which the test starts and stops. `selfsup slurm
- * --farm-nodes 2` submits a SimCLR run whose node 0 trains and nodes 1-2 are its decode
- * farm; the batches its trainer sees are byte-identical to a one-machine run's. Starting
- * slurmctld and slurmd takes root: as another user that test is skipped, and says so.
+ * all loopback addresses of this host), which the test starts and stops, with a partition
+ * `train` of node 1 and a partition `farm` of nodes 2-3. `selfsup slurm --farm-nodes 2
+ * --farm-partition farm` submits a SimCLR run as a heterogeneous job whose node 0 trains and
+ * nodes 1-2 are its decode farm (no homogeneous job could span both partitions); the batches
+ * its trainer sees are byte-identical to a one-machine run's. Starting slurmctld and slurmd
+ * takes root: as another user that test is skipped, and says so.
  */
 #include "slurm.h"
 #include "util.h"
@@ -117,7 +119,46 @@ Test(slurm, the_job_variables_give_the_rank_and_the_nodes)
     setenv("SLURM_NODEID", "3", 1);
     cr_assert_eq(slurm_job_read(&job, &err), -1);
     cr_expect(strstr(err, "SLURM_NODEID=3 is not the index of a node"), "%s", err);
+    free(err), err = NULL;
+    setenv("SLURM_NODEID", "1", 1);
+    setenv("SLURMD_NODENAME", "gpu09", 1);
+    cr_assert_eq(slurm_job_read(&job, &err), -1);
+    cr_expect(strstr(err, "SLURM_NODEID=1 is node gpu08 of the job's nodes, but this is gpu09 (SLURMD_NODENAME)"),
+              "%s", err);
+    free(err), err = NULL;
+    unsetenv("SLURMD_NODENAME");
+}
+
+/* A heterogeneous job's step over both components (as Slurm 22.05 sets it, seen in a job of
+ * components 127.0.0.1 and 127.0.0.[2-3]): SLURM_NODEID counts the first component's nodes
+ * first, whatever order SLURM_JOB_NODELIST has. */
+Test(slurm, a_heterogeneous_jobs_nodes_are_its_components_in_order)
+{
+    slurm_job job;
+    char *err = NULL;
+    setenv("SLURM_JOB_ID", "9", 1);
+    setenv("SLURM_JOB_NODELIST", "cpu1,gpu[1-2]", 1);
+    setenv("SLURM_HET_SIZE", "2", 1);
+    setenv("SLURM_JOB_NODELIST_HET_GROUP_0", "gpu[1-2]", 1);
+    setenv("SLURM_JOB_NODELIST_HET_GROUP_1", "cpu1", 1);
+    setenv("SLURM_NODEID", "2", 1);
+    setenv("SLURMD_NODENAME", "cpu1", 1);
+    cr_assert_eq(slurm_job_read(&job, &err), 1, "%s", err);
+    cr_assert_eq(job.nodes.n, 3);
+    cr_expect_str_eq(job.nodes.names[0], "gpu1");
+    cr_expect_str_eq(job.nodes.names[2], "cpu1");
+    cr_expect_eq(job.first_component_nodes, 2);
+    cr_expect_eq(job.node_rank, 2);
+    slurm_job_free(&job);
+    setenv("SLURMD_NODENAME", "gpu1", 1);
+    cr_assert_eq(slurm_job_read(&job, &err), -1);
+    cr_expect(strstr(err, "SLURM_NODEID=2 is node cpu1 of the job's nodes, but this is gpu1"), "%s", err);
+    free(err), err = NULL;
+    unsetenv("SLURM_JOB_NODELIST_HET_GROUP_1");
+    cr_assert_eq(slurm_job_read(&job, &err), -1);
+    cr_expect(strstr(err, "SLURM_HET_SIZE=2 but SLURM_JOB_NODELIST_HET_GROUP_1 is not set"), "%s", err);
     free(err);
+    unsetenv("SLURM_HET_SIZE"), unsetenv("SLURM_JOB_NODELIST_HET_GROUP_0"), unsetenv("SLURMD_NODENAME");
 }
 
 /* ---- selfsup slurm --dry-run ------------------------------------------------------------------ */
@@ -219,14 +260,68 @@ Test(slurm, what_cannot_go_into_the_script_or_run_on_the_nodes_is_refused, .init
         cr_expect_null(strstr(out, "#!/bin/bash"), "%s: a script was written:\n%s", cases[i][0], out);
         free(out);
     }
-    /* a farm with its keys: node 0 trains, nodes 1-2 farm */
+}
+
+#define FARM_KEYS                                                                                                  \
+    "config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=keys config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=keys/h.key "             \
+    "config.DISTRIBUTED.NUM_PROC_PER_NODE=1 "
+
+/* The text between `from` and `to` in s (to the end when `to` is missing), a copy. */
+static char *between(const char *s, const char *from, const char *to)
+{
+    const char *a = strstr(s, from);
+    cr_assert(a, "no '%s' in:\n%s", from, s);
+    const char *b = strstr(a, to);
+    return xstrndup(a, b ? (size_t)(b - a) : strlen(a));
+}
+
+/* With farm nodes, a heterogeneous job: the trainer node with SLURM's keys and its GPUs, then
+ * the farm nodes with SELFSUP.FARM.SLURM's, SLURM's where those are unset, and no GPU; one
+ * step over both. HETJOB False: one component, every node the trainer's resources. */
+Test(slurm, farm_nodes_are_a_component_of_the_job_of_their_own, .init = dry_setup, .fini = dry_teardown)
+{
     char *out = NULL;
-    cr_assert_eq(slurm_dry("--farm-nodes 2 config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=keys "
-                           "config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=keys/h.key config.DISTRIBUTED.NUM_PROC_PER_NODE=1",
+    cr_assert_eq(slurm_dry("--farm-nodes 2 --partition gpus --farm-partition cpus " FARM_KEYS
+                           "config.MACHINE.DEVICE=gpu config.SLURM.CONSTRAINT=volta32gb config.SLURM.MEM_GB=200 "
+                           "config.SLURM.NUM_CPU_PER_PROC=10 config.SELFSUP.FARM.SLURM.CPUS_PER_NODE=64 "
+                           "config.SELFSUP.FARM.SLURM.CONSTRAINT=avx512",
                            &out),
                  0, "%s", out);
+    cr_expect(strstr(out, "Node 0 trains; nodes 1-2 are its decode farm (SELFSUP.FARM), a component"), "%s", out);
+    char *trainer = between(out, "#SBATCH --partition=\"gpus\"", "#SBATCH hetjob\n"),
+         *farm = between(out, "#SBATCH hetjob\n", "\nset -eu");
+    static const char *const trainer_lines[] = {"--constraint=\"volta32gb\"", "--nodes=1", "--ntasks-per-node=1",
+                                                "--cpus-per-task=10", "--gpus-per-node=1", "--mem=200G",
+                                                "--signal=TERM@120"};
+    for (size_t i = 0; i < ARRAY_LEN(trainer_lines); i++)
+        cr_expect(strstr(trainer, trainer_lines[i]), "the trainer's component lacks %s:\n%s", trainer_lines[i], out);
+    static const char *const farm_lines[] = {"--partition=\"cpus\"", "--constraint=\"avx512\"", "--nodes=2",
+                                             "--ntasks-per-node=1", "--cpus-per-task=64", "--mem=200G",
+                                             "--time=72:00:00"};
+    for (size_t i = 0; i < ARRAY_LEN(farm_lines); i++)
+        cr_expect(strstr(farm, farm_lines[i]), "the farm's component lacks %s:\n%s", farm_lines[i], out);
+    cr_expect_null(strstr(farm, "gpus-per-node"), "a farm node asks for a GPU:\n%s", out);
+    cr_expect(strstr(out, "exec srun --het-group=0,1 --ntasks-per-node=1"), "%s", out);
+    free(trainer), free(farm), free(out);
+    /* unset, the farm's keys are the trainer's; its memory too */
+    cr_assert_eq(slurm_dry("--farm-nodes 2 --partition gpus " FARM_KEYS "config.SLURM.NUM_CPU_PER_PROC=3", &out), 0,
+                 "%s", out);
+    farm = between(out, "#SBATCH hetjob\n", "\nset -eu");
+    cr_expect(strstr(farm, "--partition=\"gpus\"") && strstr(farm, "--cpus-per-task=3") && !strstr(farm, "constraint"),
+              "%s", out);
+    free(farm), free(out);
+    /* HETJOB False: one component of three nodes */
+    cr_assert_eq(slurm_dry("--farm-nodes 2 " FARM_KEYS "config.SELFSUP.FARM.SLURM.HETJOB=false", &out), 0, "%s", out);
     expect_line(out, "#SBATCH --nodes=3");
-    cr_expect(strstr(out, "Node 0 trains; nodes 1-2 are its decode farm"), "%s", out);
+    cr_expect_null(strstr(out, "hetjob"), "%s", out);
+    cr_expect_null(strstr(out, "--het-group"), "%s", out);
+    free(out);
+    cr_expect_eq(slurm_dry("--farm-nodes 2 " FARM_KEYS "config.SELFSUP.FARM.SLURM.CPUS_PER_NODE=-1", &out), 2, "%s", out);
+    cr_expect(strstr(out, "config.SELFSUP.FARM.SLURM.CPUS_PER_NODE: must be 0"), "%s", out);
+    free(out);
+    cr_expect_eq(slurm_dry("--farm-nodes 2 " FARM_KEYS "'config.SELFSUP.FARM.SLURM.PARTITION=\"a\nb\"'", &out), 2, "%s",
+                 out);
+    cr_expect(strstr(out, "config.SELFSUP.FARM.SLURM.PARTITION: a double quote"), "%s", out);
     free(out);
 }
 
@@ -246,6 +341,18 @@ Test(slurm, role_auto_takes_its_part_from_the_job, .init = dry_setup, .fini = dr
                     g_dir, selfsup, g_dir);
     cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
     cr_expect(strstr(out, "--role auto: 'n[1-2': '[' without ']'"), "%s", out);
+    free(out), free(cmd);
+    /* a heterogeneous job whose first component is not the trainer nodes */
+    cmd = xasprintf("cd %s && SLURM_JOB_ID=5 SLURM_JOB_NODELIST='n[1-3]' SLURM_HET_SIZE=2 "
+                    "SLURM_JOB_NODELIST_HET_GROUP_0='n[1-2]' SLURM_JOB_NODELIST_HET_GROUP_1=n3 SLURM_NODEID=2 %s run "
+                    "quickstart/simclr --role auto --run-dir run config.SELFSUP.FARM.NODES=2 "
+                    "config.DISTRIBUTED.NUM_PROC_PER_NODE=1 "
+                    "'config.DATA.TRAIN.DATA_PATHS=[%s/fm/disk_filelist/train_images.npy]'",
+                    g_dir, selfsup, g_dir);
+    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    cr_expect(strstr(out, "heterogeneous Slurm job 5 has 2 nodes in its first component (the trainer nodes), but "
+                          "DISTRIBUTED.NUM_NODES = 1"),
+              "%s", out);
     free(out), free(cmd), free(selfsup);
 }
 
@@ -277,13 +384,17 @@ static void write_slurm_conf(cluster *c)
             "StateSaveLocation=%s/state\nSlurmdSpoolDir=%s/spool/%%n\nSlurmctldPidFile=%s/slurmctld.pid\n"
             "SlurmdPidFile=%s/slurmd-%%n.pid\nSlurmctldLogFile=%s/slurmctld.log\nSlurmdLogFile=%s/slurmd-%%n.log\n"
             "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n"
-            "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+            "SchedulerType=sched/backfill\nSchedulerParameters=bf_interval=1\nSelectType=select/cons_tres\n"
+            "SelectTypeParameters=CR_Core\n"
             "ReturnToService=2\nMpiDefault=none\nKillWait=5\n",
             host, test_free_port(), test_free_port(), c->dir, c->dir, c->dir, c->dir, c->dir, c->dir, c->dir);
     for (int n = 1; n <= 3; n++) /* three nodes, each a loopback address of this host */
         fprintf(f, "NodeName=127.0.0.%d NodeHostname=%s Port=%d CPUs=%ld RealMemory=1000 State=UNKNOWN\n", n, host,
                 test_free_port(), sysconf(_SC_NPROCESSORS_ONLN));
-    fputs("PartitionName=test Nodes=127.0.0.[1-3] Default=YES MaxTime=INFINITE State=UP\n", f);
+    /* the trainer node's partition and the farm's: only a heterogeneous job spans both */
+    fputs("PartitionName=train Nodes=127.0.0.1 Default=YES MaxTime=INFINITE State=UP\n"
+          "PartitionName=farm Nodes=127.0.0.[2-3] MaxTime=INFINITE State=UP\n",
+          f);
     fclose(f);
 }
 
@@ -319,7 +430,7 @@ static void stop_cluster(cluster *c)
     if (!c->dir)
         return;
     /* the job's steps first (slurmstepd outlives slurmd), then the daemons */
-    char *cmd = xasprintf("cd %s && scancel -p test 2>/dev/null; sleep 0.5; for f in slurmd-*.pid slurmctld.pid "
+    char *cmd = xasprintf("cd %s && scancel --user=$(id -un) 2>/dev/null; sleep 0.5; for f in slurmd-*.pid slurmctld.pid "
                           "munged.pid; do [ -f $f ] && kill $(cat $f) 2>/dev/null; done; sleep 0.5",
                           c->dir);
     system(cmd);
@@ -410,7 +521,8 @@ Test(slurm, a_farm_job_on_a_real_slurm_gives_the_batches_of_one_machine, .init =
                           g_dir, selfsup, g_dir);
     run_ok(one);
     start_cluster(&g_cluster);
-    char *submit = xasprintf("cd %s && %s slurm farm.yaml --farm-nodes 2 '+config.SELFSUP.STAGES.train=selfsup-sink "
+    char *submit = xasprintf("cd %s && %s slurm farm.yaml --farm-nodes 2 --farm-partition farm "
+                             "'+config.SELFSUP.STAGES.train=selfsup-sink "
                              "--save %s/slurm.rec'",
                              g_dir, selfsup, g_dir),
          *out = NULL;

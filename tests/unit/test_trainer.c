@@ -1210,16 +1210,21 @@ static float *model_state(trainer *t, size_t *n)
     return all;
 }
 
-/* Feeds the first `limit` batches of a records file, then ends (stopped or not). */
-static void feed_some(trainer *t, const char *records, int limit, bool stopped)
+/* Feeds the first `limit` batches of a records file, then ends (stopped or not). With `states`,
+ * the model's state after batch k is kept in states[k - 1]. */
+static void feed_some(trainer *t, const char *records, int limit, bool stopped, float **states)
 {
     char *file = xasprintf("%s_batches.rec", records), *path = test_fixture("train", file), *err = NULL;
     int fd = open(path, O_RDONLY);
     cr_assert(fd >= 0, "%s", path);
     rec_buf buf = {0};
     rec_view v;
-    for (int k = 0; k < limit && rec_fd_read(fd, &buf, &v, NULL, &err) == 1 && v.hdr->kind == REC_DATA; k++)
+    for (int k = 0; k < limit && rec_fd_read(fd, &buf, &v, NULL, &err) == 1 && v.hdr->kind == REC_DATA; k++) {
         cr_assert_eq(trainer_step(t, &v, v.hdr->epoch, &err), 0, "%s batch %d: %s", records, k, err);
+        size_t n;
+        if (states)
+            states[k] = model_state(t, &n);
+    }
     cr_assert_eq(trainer_finish(t, stopped, &err), 0, "%s", err);
     rec_buf_free(&buf);
     close(fd);
@@ -1235,14 +1240,10 @@ static void rm_rf(char *dir)
     free(dir);
 }
 
-/* Stop after k batches (k = 1 … 4), resume from the checkpoint with the same batches coming
- * again from the start (the ones already trained are skipped), finish: every weight, running
- * statistic and tensor of the loss's state is bitwise the uninterrupted run's, and so is
- * metrics.json. */
 /* One run of case c in dir: fresh (formula weights) or resumed from the checkpoint of
  * `resumed_at` iterations, fed `limit` of its batches. */
 static trainer *resume_run(size_t c, const char *dir, bool resume, int resumed_at, int limit, bool stopped,
-                           cfg_t *cfg)
+                           cfg_t *cfg, float **states)
 {
     rec_file_input in;
     trainer *t = resume_trainer(c, dir, resume, &in, cfg);
@@ -1250,49 +1251,102 @@ static trainer *resume_run(size_t c, const char *dir, bool resume, int resumed_a
         model_init_formula(trainer_backend(t), trainer_model(t));
     cr_assert_eq(trainer_iteration(t), resumed_at, "%s: resumed at iteration %lld", RESUME_CASES[c].records,
                  (long long)trainer_iteration(t));
-    feed_some(t, RESUME_CASES[c].records, limit, stopped);
+    feed_some(t, RESUME_CASES[c].records, limit, stopped, states);
     if (in.fd >= 0)
         record_input_close(&in);
     return t;
 }
 
-Test(trainer, resume_after_a_stop_at_any_iteration_is_bitwise_exact, .timeout = 600)
+/* The uninterrupted run of case c in dir: its state after every batch, and its metrics.json. */
+static float **uninterrupted_states(size_t c, int batches, size_t *n, char **metrics, size_t *metrics_len)
 {
-    for (size_t c = 0; c < ARRAY_LEN(RESUME_CASES); c++) {
-        const char *records = RESUME_CASES[c].records;
-        int batches = RESUME_CASES[c].batches ? RESUME_CASES[c].batches : STEPS;
-        char *dir_a = test_make_tmpdir();
-        cfg_t cfg;
-        trainer *t = resume_run(c, dir_a, false, 0, batches, false, &cfg);
-        size_t na, nb;
-        float *want = model_state(t, &na);
+    char *dir = test_make_tmpdir();
+    cfg_t cfg;
+    float **states = calloc((size_t)batches, sizeof *states);
+    trainer *t = resume_run(c, dir, false, 0, batches, false, &cfg, states);
+    free(model_state(t, n));
+    trainer_free(t);
+    cfg_destroy(&cfg);
+    char *path = path_join(dir, "metrics.json");
+    *metrics = read_whole_file(path, metrics_len);
+    free(path);
+    rm_rf(dir);
+    return states;
+}
+
+/* One run stopped after every batch: trains batch 1 and stops, resumes from that checkpoint
+ * with the same batches coming again from the start (the ones already trained are skipped),
+ * trains batch 2 and stops, and so on. After each stop every weight, running statistic and
+ * tensor of the loss's state is bitwise the uninterrupted run's after as many batches, and at
+ * the end so is metrics.json. Each checkpoint after the first was written by a resumed
+ * trainer, so state that a resume restores but never saves again shows too. */
+static void resume_case_bitwise(size_t c)
+{
+    const char *records = RESUME_CASES[c].records;
+    int batches = RESUME_CASES[c].batches ? RESUME_CASES[c].batches : STEPS;
+    size_t na, nb, la, lb;
+    char *ma;
+    float **want = uninterrupted_states(c, batches, &na, &ma, &la);
+    char *dir = test_make_tmpdir();
+    cfg_t cfg;
+    for (int k = 1; k <= batches; k++) {
+        bool last = k == batches;
+        trainer *t = resume_run(c, dir, true, k - 1, k, !last, &cfg, NULL);
+        float *got = model_state(t, &nb);
+        cr_assert_eq(na, nb);
+        cr_expect(memcmp(want[k - 1], got, na * sizeof *got) == 0,
+                  "%s: after a resume at %d, batch %d's weights differ", records, k - 1, k);
+        free(got);
         trainer_free(t);
         cfg_destroy(&cfg);
-        char *metrics_a = path_join(dir_a, "metrics.json");
-        size_t la, lb;
-        char *ma = read_whole_file(metrics_a, &la);
-        for (int k = 1; k < batches; k++) {
-            char *dir_b = test_make_tmpdir();
-            t = resume_run(c, dir_b, true, 0, k, true, &cfg); /* nothing to resume yet */
-            trainer_free(t);
-            cfg_destroy(&cfg);
-            t = resume_run(c, dir_b, true, k, batches, false, &cfg);
-            float *got = model_state(t, &nb);
-            cr_assert_eq(na, nb);
-            cr_expect(memcmp(want, got, na * sizeof *got) == 0, "%s: stopped after %d batches, the weights differ",
-                      records, k);
-            char *metrics_b = path_join(dir_b, "metrics.json");
-            char *mb = read_whole_file(metrics_b, &lb);
-            cr_expect(ma && mb && la == lb && !memcmp(ma, mb, la), "%s, stopped after %d: metrics.json\n%s\nvs\n%s",
-                      records, k, ma ? ma : "", mb ? mb : "");
-            free(got), free(mb), free(metrics_b);
-            trainer_free(t);
-            cfg_destroy(&cfg);
-            rm_rf(dir_b);
-        }
-        free(want), free(ma), free(metrics_a);
-        rm_rf(dir_a);
     }
+    char *metrics = path_join(dir, "metrics.json"), *mb = read_whole_file(metrics, &lb);
+    cr_expect(ma && mb && la == lb && !memcmp(ma, mb, la), "%s: metrics.json\n%s\nvs\n%s", records,
+              ma ? ma : "", mb ? mb : "");
+    for (int k = 0; k < batches; k++)
+        free(want[k]);
+    free(want), free(ma), free(mb), free(metrics);
+    rm_rf(dir);
+}
+
+Test(trainer, resume_simclr_larc_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+{
+    resume_case_bitwise(0);
+}
+
+Test(trainer, resume_ce_multistep_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+{
+    resume_case_bitwise(1);
+}
+
+Test(trainer, resume_swav_queue_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+{
+    resume_case_bitwise(2);
+}
+
+Test(trainer, resume_swav_momentum_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+{
+    resume_case_bitwise(3);
+}
+
+Test(trainer, resume_moco_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+{
+    resume_case_bitwise(4);
+}
+
+Test(trainer, resume_pirl_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+{
+    resume_case_bitwise(5);
+}
+
+Test(trainer, resume_npid_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+{
+    resume_case_bitwise(6);
+}
+
+Test(trainer, resume_dc_half_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+{
+    resume_case_bitwise(7);
 }
 
 /* ---- kill -9 ------------------------------------------------------------------------------- */
