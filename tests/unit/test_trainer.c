@@ -25,6 +25,7 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <dirent.h>
 #include <jansson.h>
 #include <fcntl.h>
@@ -144,9 +145,9 @@ static int read_record(void *ctx, rec_view *v)
 static void record_done(void *ctx) { (void)ctx; }
 
 /* The composed config with CHECKPOINT.DIR = dir (and `memory` as the memory pass's input);
- * kept alive in *cfg. */
-static trainer *make_trainer_full(const char *yaml, const char *dir, int64_t steps, bool resume, const char *extra,
-                                  const trainer_test_input *memory, cfg_t *cfg)
+ * kept alive in *cfg. Its engine runs `threads` threads. */
+static trainer *make_trainer_threads(const char *yaml, const char *dir, int64_t steps, bool resume,
+                                     const char *extra, const trainer_test_input *memory, int threads, cfg_t *cfg)
 {
     char *full = xasprintf("%s  CHECKPOINT: {DIR: '%s', AUTO_RESUME: %s%s}\n", yaml, dir, resume ? "true" : "false",
                            extra);
@@ -154,10 +155,16 @@ static trainer *make_trainer_full(const char *yaml, const char *dir, int64_t ste
     *cfg = (cfg_t){0};
     cr_assert(test_compose(cfg, &err, full, NULL), "%s", err.msg);
     free(full);
-    trainer_options o = {.world_size = 1, .threads = 2, .steps_per_epoch = steps, .memory_input = memory};
+    trainer_options o = {.world_size = 1, .threads = threads, .steps_per_epoch = steps, .memory_input = memory};
     trainer *t = trainer_new(cfg_map_get(cfg->root, "config"), &o, &err);
     cr_assert(t, "%s", err.msg);
     return t;
+}
+
+static trainer *make_trainer_full(const char *yaml, const char *dir, int64_t steps, bool resume, const char *extra,
+                                  const trainer_test_input *memory, cfg_t *cfg)
+{
+    return make_trainer_threads(yaml, dir, steps, resume, extra, memory, 2, cfg);
 }
 
 static trainer *make_trainer_with(const char *yaml, const char *dir, int64_t steps, bool resume, const char *extra,
@@ -1187,8 +1194,10 @@ static trainer *resume_trainer(size_t c, const char *dir, bool resume, rec_file_
         memory = record_input(RESUME_CASES[c].memory, in);
     else
         *in = (rec_file_input){.fd = -1};
-    return make_trainer_full(RESUME_CASES[c].yaml, dir, RESUME_CASES[c].steps_per_epoch, resume, "",
-                             RESUME_CASES[c].memory ? &memory : NULL, cfg);
+    /* one thread: the suite runs two of these at once on two cores, and two engines of two
+     * OpenMP threads each, spinning at their barriers, slowed each other several times over */
+    return make_trainer_threads(RESUME_CASES[c].yaml, dir, RESUME_CASES[c].steps_per_epoch, resume, "",
+                                RESUME_CASES[c].memory ? &memory : NULL, 1, cfg);
 }
 
 /* Every tensor of the model (parameters and running statistics), then the loss state's
@@ -1199,13 +1208,15 @@ static float *model_state(trainer *t, size_t *n)
     const eng_entry *loss_entries;
     int nm = model_entry_count(m), nl = loss_state_entries(trainer_loss_state(t), &loss_entries);
     *n = 0;
-    float *all = NULL;
+    for (int i = 0; i < nm + nl; i++)
+        *n += (size_t)eng_numel(&(i < nm ? model_entry_at(m, i) : &loss_entries[i - nm])->value.shape);
+    /* one allocation: growing it tensor by tensor copied tens of MB a tensor, which under ASan
+     * (every block through its quarantine) took minutes per test */
+    float *all = xmalloc(*n * sizeof *all), *at = all;
     for (int i = 0; i < nm + nl; i++) {
         const eng_entry *e = i < nm ? model_entry_at(m, i) : &loss_entries[i - nm];
-        size_t k = (size_t)eng_numel(&e->value.shape);
-        all = realloc(all, (*n + k) * sizeof *all);
-        eng_download(trainer_backend(t), &e->value, all + *n);
-        *n += k;
+        eng_download(trainer_backend(t), &e->value, at);
+        at += eng_numel(&e->value.shape);
     }
     return all;
 }
@@ -1309,44 +1320,18 @@ static void resume_case_bitwise(size_t c)
     rm_rf(dir);
 }
 
-Test(trainer, resume_simclr_larc_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+ParameterizedTestParameters(trainer, resume_stopped_after_every_batch_is_bitwise_exact)
 {
-    resume_case_bitwise(0);
+    static size_t cases[ARRAY_LEN(RESUME_CASES)];
+    for (size_t c = 0; c < ARRAY_LEN(cases); c++)
+        cases[c] = c;
+    return cr_make_param_array(size_t, cases, ARRAY_LEN(cases));
 }
 
-Test(trainer, resume_ce_multistep_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
+/* A test per case: the suite's jobs share them, and each has a timeout of its own. */
+ParameterizedTest(size_t *c, trainer, resume_stopped_after_every_batch_is_bitwise_exact, .timeout = 600)
 {
-    resume_case_bitwise(1);
-}
-
-Test(trainer, resume_swav_queue_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
-{
-    resume_case_bitwise(2);
-}
-
-Test(trainer, resume_swav_momentum_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
-{
-    resume_case_bitwise(3);
-}
-
-Test(trainer, resume_moco_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
-{
-    resume_case_bitwise(4);
-}
-
-Test(trainer, resume_pirl_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
-{
-    resume_case_bitwise(5);
-}
-
-Test(trainer, resume_npid_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
-{
-    resume_case_bitwise(6);
-}
-
-Test(trainer, resume_dc_half_stopped_after_every_batch_is_bitwise_exact, .timeout = 300)
-{
-    resume_case_bitwise(7);
+    resume_case_bitwise(*c);
 }
 
 /* ---- kill -9 ------------------------------------------------------------------------------- */
