@@ -231,11 +231,10 @@ static int het_job_nodes(host_list *nodes, size_t *first, char **err)
             return host_list_free(nodes), report_failure(err, "SLURM_HET_SIZE=%s but %s is not set", size, name);
         if (slurm_expand_hostlist(list, &part, err) != 0)
             return host_list_free(nodes), -1;
-        nodes->names = xrealloc(nodes->names, (nodes->n + part.n + 1) * sizeof *nodes->names);
-        memcpy(nodes->names + nodes->n, part.names, part.n * sizeof *part.names);
-        nodes->n += part.n;
+        for (size_t i = 0; i < part.n; i++)
+            push_name(nodes, part.names[i]);
         *first = g == 0 ? part.n : *first;
-        free(part.names);
+        host_list_free(&part);
     }
     return 1;
 }

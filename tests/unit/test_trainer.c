@@ -1200,6 +1200,18 @@ static trainer *resume_trainer(size_t c, const char *dir, bool resume, rec_file_
                                 RESUME_CASES[c].memory ? &memory : NULL, 1, cfg);
 }
 
+/* The number of floats model_state gives. */
+static size_t model_state_numel(trainer *t)
+{
+    model *m = trainer_model(t);
+    const eng_entry *loss_entries;
+    int nm = model_entry_count(m), nl = loss_state_entries(trainer_loss_state(t), &loss_entries);
+    size_t n = 0;
+    for (int i = 0; i < nm + nl; i++)
+        n += (size_t)eng_numel(&(i < nm ? model_entry_at(m, i) : &loss_entries[i - nm])->value.shape);
+    return n;
+}
+
 /* Every tensor of the model (parameters and running statistics), then the loss state's
  * (queues, a momentum encoder), one array. */
 static float *model_state(trainer *t, size_t *n)
@@ -1207,9 +1219,7 @@ static float *model_state(trainer *t, size_t *n)
     model *m = trainer_model(t);
     const eng_entry *loss_entries;
     int nm = model_entry_count(m), nl = loss_state_entries(trainer_loss_state(t), &loss_entries);
-    *n = 0;
-    for (int i = 0; i < nm + nl; i++)
-        *n += (size_t)eng_numel(&(i < nm ? model_entry_at(m, i) : &loss_entries[i - nm])->value.shape);
+    *n = model_state_numel(t);
     /* one allocation: growing it tensor by tensor copied tens of MB a tensor, which under ASan
      * (every block through its quarantine) took minutes per test */
     float *all = xmalloc(*n * sizeof *all), *at = all;
@@ -1275,7 +1285,7 @@ static float **uninterrupted_states(size_t c, int batches, size_t *n, char **met
     cfg_t cfg;
     float **states = calloc((size_t)batches, sizeof *states);
     trainer *t = resume_run(c, dir, false, 0, batches, false, &cfg, states);
-    free(model_state(t, n));
+    *n = model_state_numel(t);
     trainer_free(t);
     cfg_destroy(&cfg);
     char *path = path_join(dir, "metrics.json");
