@@ -274,7 +274,9 @@ deps golden-deps test-deps:
 	fi
 
 # ---- tests --------------------------------------------------------------------------------
-# The Criterion run comes last so that its "Synthesis" line ends the output.
+# The Criterion run comes last so that its "Synthesis" line ends the output; when a test did
+# not pass, tests/failures.sh then names it (from the run's XML report) below that line, where
+# the tail of a CI log shows it.
 # Under TSan every process (the test binary and each stage it spawns, which inherit the
 # environment) stops at its first report with exit code 66, so a race fails its test; the
 # caller's TSAN_OPTIONS come last and win.
@@ -284,8 +286,10 @@ endif
 unit: $(UNIT_BIN) $(BINS) $(TSTAGE_BINS) $(GPU_TEST_BIN) $(NCCL_TEST_BIN)
 	$(GPU_TEST_BIN)
 	$(NCCL_TEST_BIN)
+	rm -f $(BUILD)/unit-report.xml
 	SELFSUP_BUILD=$(abspath $(BUILD)) SELFSUP_CONFIGS=$(abspath configs) LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
-	  $(UNIT_ENV) $(UNIT_BIN) --jobs 2 $(UNIT_ARGS)
+	  $(UNIT_ENV) $(UNIT_BIN) --jobs 2 --xml=$(BUILD)/unit-report.xml $(UNIT_ARGS) \
+	  || { tests/failures.sh $(BUILD)/unit-report.xml; exit 1; }
 
 fuzz: $(FUZZ_BINS)
 	@for f in $(FUZZ_BINS); do \

@@ -559,6 +559,8 @@ static bool check_runtime(checker *ck)
     return ENUM(ck, "MACHINE.DEVICE", "gpu", "cpu") && ENUM(ck, "DISTRIBUTED.BACKEND", "nccl", "gloo") &&
            ENUM(ck, "DISTRIBUTED.INIT_METHOD", "tcp", "env", "file") &&
            check_min(ck, "DISTRIBUTED.NUM_NODES", 1) && check_min(ck, "DISTRIBUTED.NUM_PROC_PER_NODE", 1) &&
+           check_range(ck, "DATA.DDP_BUCKET_CAP_MB", 0, 1e9,
+                       "must be a number of MiB >= 0 (the gradient all-reduce's bucket size; 0: a bucket per tensor)") &&
            ENUM(ck, "CHECKPOINT.BACKEND", "disk") && check_min(ck, "CHECKPOINT.CHECKPOINT_FREQUENCY", 1) &&
            check_min(ck, "CHECKPOINT.LATEST_CHECKPOINT_RESUME_FILE_NUM", 1) &&
            ENUM(ck, "MODEL.AMP_PARAMS.AMP_TYPE", "apex", "pytorch") &&

@@ -31,6 +31,9 @@ typedef struct {
     void (*sync)(eng_backend *be);
     /* Optional (NULL where tensors are host memory): t's device address, its queued work done. */
     void *(*device_address)(eng_backend *be, tensor_ref *t);
+    /* Optional, with device_address: the backend's queue; t's address without waiting. */
+    void *(*device_queue)(eng_backend *be);
+    void *(*device_address_queued)(eng_backend *be, tensor_ref *t);
     size_t (*memory_peak)(eng_backend *be);
     void (*copy)(eng_backend *be, tensor_ref *src, tensor_ref *dst);
     /* x[n, c, h, w] = lut[c·256 + src[((n·H + h)·W + w)·src_c + map[c]]]: nn.c works the table */

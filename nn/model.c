@@ -698,7 +698,12 @@ const eng_tensor *model_output(const model *m, int k) { return m->outputs[k]; }
 int model_output_head(const model *m, int k) { return m->output_head[k]; }
 int model_output_input(const model *m, int k) { return m->output_input[k]; }
 
-static void stream_backward(eng_backend *be, model *m, stream *st, const eng_tensor *const *dout, int *k)
+/* ready: NULL, or (the model's last stream) who is told which gradients are final: every
+ * head's once this stream's heads are done (the heads' entries come after the trunk's, and
+ * earlier streams' heads are done already), then the trunk's as its last group's backward goes
+ * (the groups share the trunk's gradients, which earlier groups only add to). */
+static void stream_backward(eng_backend *be, model *m, stream *st, const eng_tensor *const *dout, int *k,
+                            const eng_grads_ready *ready)
 {
     bool trunk_learns = !model_trunk_frozen(&m->opt);
     for (int f = 0; f < st->nfeat && trunk_learns; f++)
@@ -708,6 +713,7 @@ static void stream_backward(eng_backend *be, model *m, stream *st, const eng_ten
         head_list_backward(be, &br->chain, dout ? dout + *k : NULL, trunk_learns ? &br->din : NULL);
         *k += head_list_output_count(&br->chain);
     }
+    eng_grads_tell(ready, trunk_learns ? trunk_param_table(m->trunk)->nentries : 0);
     if (!trunk_learns)
         return;
     int64_t row = 0;
@@ -715,22 +721,26 @@ static void stream_backward(eng_backend *be, model *m, stream *st, const eng_ten
         group *gr = &st->groups[g];
         eng_tensor d = batch_slice(be, &st->dfeat[0], row, gr->batch);
         eng_tensor dflat = eng_reshape(&d, flat2(&d.shape));
-        trunk_backward(be, gr->trunk, &dflat);
+        trunk_backward_watched(be, gr->trunk, &dflat, g == st->ngroups - 1 ? ready : NULL);
         row += gr->batch;
     }
 }
 
-void model_backward(eng_backend *be, model *m, const eng_tensor *const *dout)
+void model_backward(eng_backend *be, model *m, const eng_tensor *const *dout) { model_backward_watched(be, m, dout, NULL); }
+
+void model_backward_watched(eng_backend *be, model *m, const eng_tensor *const *dout, const eng_grads_ready *ready)
 {
     if (!m->planned)
         invariant_failed("model: backward before model_plan");
-    if (model_heads_frozen(&m->opt))
-        return; /* FREEZE_TRUNK_AND_HEAD: nothing learns */
+    if (model_heads_frozen(&m->opt)) { /* FREEZE_TRUNK_AND_HEAD: nothing learns */
+        eng_grads_tell(ready, 0);
+        return;
+    }
     int k = 0;
     for (int s = 0; s < m->nstreams; s++) {
         if (!m->streams[s].nbranches)
             invariant_failed("model: backward through a model without heads");
-        stream_backward(be, m, &m->streams[s], dout, &k);
+        stream_backward(be, m, &m->streams[s], dout, &k, s == m->nstreams - 1 ? ready : NULL);
     }
 }
 

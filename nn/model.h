@@ -236,5 +236,9 @@ int model_costs(const model *m, const eng_shape *input, eng_layer_cost **rows, i
 /* Backward of the last training forward: dout[k] is output k's gradient (NULL = zero).
  * Gradients of parameters that are not frozen accumulate into model_grads. */
 void model_backward(eng_backend *be, model *m, const eng_tensor *const *dout);
+/* The same, telling `ready` (NULL: no one) which of model_grads' entries are final as it goes
+ * (params.h: entries [first, model_entry_count)), at every head and trunk block it can, the
+ * last time with 0. */
+void model_backward_watched(eng_backend *be, model *m, const eng_tensor *const *dout, const eng_grads_ready *ready);
 
 #endif

@@ -93,6 +93,13 @@ void *eng_device_address(eng_backend *be, const eng_tensor *t)
     return be->ops->device_address ? be->ops->device_address(be, t) : NULL;
 }
 
+void *eng_device_queue(eng_backend *be) { return be->ops->device_queue ? be->ops->device_queue(be) : NULL; }
+
+void *eng_device_address_queued(eng_backend *be, const eng_tensor *t)
+{
+    return be->ops->device_address_queued ? be->ops->device_address_queued(be, t) : NULL;
+}
+
 size_t eng_memory_peak(eng_backend *be) { return be->ops->memory_peak(be); }
 
 /* ---- shapes ------------------------------------------------------------------------------- */

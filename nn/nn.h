@@ -93,6 +93,11 @@ void eng_sync(eng_backend *be);
  * library that moves device memory itself (NCCL: nn/cuda/coll_nccl.h); NULL on a backend whose
  * tensors are host memory (cpu). */
 void *eng_device_address(eng_backend *be, const eng_tensor *t);
+/* For a library that queues its own work after the backend's (NCCL's bucketed all-reduce):
+ * the queue the backend's work runs on (a cudaStream_t), and t's device address without
+ * waiting for that work. NULL on a backend whose tensors are host memory (cpu). */
+void *eng_device_queue(eng_backend *be);
+void *eng_device_address_queued(eng_backend *be, const eng_tensor *t);
 /* The most device memory the backend has held at once, in bytes: its allocations, scratch and
  * workspace (torch.cuda.max_memory_allocated's figure, for the log lines). 0 on a backend whose
  * memory is the host's (cpu), where the process's peak resident size says it. */

@@ -33,6 +33,22 @@ typedef struct {
     size_t param_bytes, buf_bytes;
 } eng_params;
 
+/* What a backward says of its gradients as it goes: ready(ctx, first) tells that the gradients
+ * of entries [first, the table's end) will not be written again by this backward, with first
+ * decreasing from call to call. DDP's bucketed all-reduce (the trainer) starts on a bucket as
+ * soon as its gradients are final, while the backward goes on with earlier layers. */
+typedef struct {
+    void (*ready)(void *ctx, int first);
+    void *ctx;
+} eng_grads_ready;
+
+/* Tell r (NULL: no one) that entries [first, end) are final. */
+static inline void eng_grads_tell(const eng_grads_ready *r, int first)
+{
+    if (r)
+        r->ready(r->ctx, first);
+}
+
 /* Reserve a tensor named by fmt; returns its entry index. */
 int eng_params_add(eng_backend *be, eng_params *p, eng_entry_kind kind, eng_shape s, int64_t fan_in,
                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));

@@ -667,7 +667,13 @@ static void recompute_segment(eng_backend *be, regnet *net, int first, int last)
     net->recomputing = false;
 }
 
-void regnet_backward(eng_backend *be, regnet *net, const eng_tensor *dfeat)
+/* The block's first entry in state-dict order (ClassyVision: the projection, when there is
+ * one, before the transform). */
+static int block_first_entry(const block *b) { return b->has_proj && b->proj.w < b->u[0].w ? b->proj.w : b->u[0].w; }
+
+void regnet_backward(eng_backend *be, regnet *net, const eng_tensor *dfeat) { regnet_backward_watched(be, net, dfeat, NULL); }
+
+void regnet_backward_watched(eng_backend *be, regnet *net, const eng_tensor *dfeat, const eng_grads_ready *ready)
 {
     if (!net->planned || !net->last_train)
         die(EXIT_RUNTIME, "regnet: backward needs a training-mode forward first");
@@ -688,12 +694,14 @@ void regnet_backward(eng_backend *be, regnet *net, const eng_tensor *dfeat)
         if (i)
             eng_zero(be, dx);
         block_backward(be, net, &net->blocks[i], x, dx);
+        eng_grads_tell(ready, block_first_entry(&net->blocks[i]));
     }
     if (net->stem_pool)
         eng_maxpool_backward(be, &net->pool, &net->stem.out, &net->pool_grad, &net->stem.out_grad);
     if (net->want_dx)
         eng_zero(be, &net->dx);
     conv_unit_backward(be, &net->params, &net->stem, &net->last_x, net->want_dx ? &net->dx : NULL, net->bn_across);
+    eng_grads_tell(ready, 0);
 }
 
 const eng_tensor *regnet_input_grad(const regnet *net) { return net->want_dx && net->planned ? &net->dx : NULL; }

@@ -113,6 +113,7 @@ const eng_tensor *regnet_feature(const regnet *net, int f);
  * keeps the other activations in the backend's native layout, as resnet_expose says.) */
 void regnet_expose(regnet *net, int f);
 void regnet_backward(eng_backend *be, regnet *net, const eng_tensor *dfeat);
+void regnet_backward_watched(eng_backend *be, regnet *net, const eng_tensor *dfeat, const eng_grads_ready *ready);
 /* Whether the backward also computes the gradient of the trunk's input: off by default, as
  * training has no use for it; set before planning. regnet_input_grad: that gradient after
  * regnet_backward (NULL when off). */

@@ -471,7 +471,12 @@ static void recompute_segment(eng_backend *be, resnet *net, int first, int last)
     net->recomputing = false;
 }
 
-void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat)
+/* The block's first entry in state-dict order (torchvision: conv1 first, downsample last). */
+static int block_first_entry(const block *b) { return b->has_down && b->down.w < b->u[0].w ? b->down.w : b->u[0].w; }
+
+void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat) { resnet_backward_watched(be, net, dfeat, NULL); }
+
+void resnet_backward_watched(eng_backend *be, resnet *net, const eng_tensor *dfeat, const eng_grads_ready *ready)
 {
     if (!net->planned || !net->last_train)
         die(EXIT_RUNTIME, "resnet: backward needs a training-mode forward first");
@@ -493,9 +498,11 @@ void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat)
         if (i)
             eng_zero(be, dx);
         block_backward(be, net, &net->blocks[i], x, dx);
+        eng_grads_tell(ready, block_first_entry(&net->blocks[i]));
     }
     if (!net->opt.small_stem)
         eng_maxpool_backward(be, &net->pool, &net->stem.out, &net->pool_grad, &net->stem.out_grad);
     /* The image needs no gradient: NULL skips conv1's backward-data. */
     unit_backward(be, net, &net->stem, &net->last_x, NULL);
+    eng_grads_tell(ready, 0);
 }

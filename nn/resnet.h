@@ -129,6 +129,8 @@ int resnet_feature_by_name(const char *name);
 /* Backward of the last (training) forward from dfeat (N × C, the flatten feature's gradient):
  * parameter gradients accumulate into the gradient buffer. */
 void resnet_backward(eng_backend *be, resnet *net, const eng_tensor *dfeat);
+/* The same, telling `ready` (NULL: no one) after each block which gradients are final. */
+void resnet_backward_watched(eng_backend *be, resnet *net, const eng_tensor *dfeat, const eng_grads_ready *ready);
 void resnet_zero_grad(eng_backend *be, resnet *net);
 
 /* The trunk's named-tensor table, for a model that re-homes its tensors into one allocation

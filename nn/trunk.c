@@ -208,14 +208,18 @@ void trunk_expose(trunk *t, int f)
         resnet_expose(t->resnet, (resnet_feature_id)f);
 }
 
-void trunk_backward(eng_backend *be, trunk *t, const eng_tensor *dfeat)
+void trunk_backward(eng_backend *be, trunk *t, const eng_tensor *dfeat) { trunk_backward_watched(be, t, dfeat, NULL); }
+
+/* ResNet and RegNet say block by block what is final; AlexNet and EfficientNet only at the end. */
+void trunk_backward_watched(eng_backend *be, trunk *t, const eng_tensor *dfeat, const eng_grads_ready *ready)
 {
     switch (t->kind) {
-    case TRUNK_REGNET: regnet_backward(be, t->regnet, dfeat); break;
+    case TRUNK_REGNET: regnet_backward_watched(be, t->regnet, dfeat, ready); return;
     case TRUNK_ALEXNET: alexnet_backward(be, t->alexnet, dfeat); break;
     case TRUNK_EFFICIENTNET: efficientnet_backward(be, t->efficientnet, dfeat); break;
-    default: resnet_backward(be, t->resnet, dfeat); break;
+    default: resnet_backward_watched(be, t->resnet, dfeat, ready); return;
     }
+    eng_grads_tell(ready, 0);
 }
 
 void trunk_set_batchnorm_reducer(trunk *t, const eng_reducer *across)

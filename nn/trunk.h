@@ -77,6 +77,9 @@ const eng_tensor *trunk_forward(eng_backend *be, trunk *t, const eng_tensor *x, 
 const eng_tensor *trunk_feature(const trunk *t, int f);
 void trunk_expose(trunk *t, int f);
 void trunk_backward(eng_backend *be, trunk *t, const eng_tensor *dfeat);
+/* The same, telling `ready` (NULL: no one) which of the trunk's gradients are final as it goes
+ * (params.h), the last time with 0. */
+void trunk_backward_watched(eng_backend *be, trunk *t, const eng_tensor *dfeat, const eng_grads_ready *ready);
 void trunk_set_batchnorm_reducer(trunk *t, const eng_reducer *across);
 /* The train step (and which of the model's trunk views this is), for the trunk's dropout masks:
  * EfficientNet's drop-connect and dropout; the other trunks have none. */

@@ -525,6 +525,30 @@ int coll_all_reduce_device(coll *c, void *dev, size_t count, coll_dtype dtype, c
     return c->impl->all_reduce(c->impl_state, dev, count, dtype, op, true, err);
 }
 
+bool coll_queues_device(const coll *c) { return coll_takes_device(c) && c->impl->all_reduce_queued && c->impl->join; }
+
+static int queue_call(const coll *c, const char *what, char **err)
+{
+    return coll_queues_device(c) ? 0
+                                 : report_failure(err, "collectives %s: %s queued in a world that cannot queue",
+                                                  c->name ? c->name : "?", what);
+}
+
+int coll_all_reduce_device_queued(coll *c, void *dev, size_t count, coll_dtype dtype, coll_op op, void *queue,
+                                  char **err)
+{
+    if (queue_call(c, "all-reduce", err) != 0)
+        return -1;
+    return c->impl->all_reduce_queued(c->impl_state, dev, count, dtype, op, queue, err);
+}
+
+int coll_device_join(coll *c, void *queue, char **err)
+{
+    if (queue_call(c, "a join", err) != 0)
+        return -1;
+    return c->impl->join(c->impl_state, queue, err);
+}
+
 int coll_all_gather_device(coll *c, const void *send, void *recv, size_t count, coll_dtype dtype, char **err)
 {
     if (device_call(c, "all-gather", err) != 0)

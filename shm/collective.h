@@ -75,6 +75,16 @@ bool coll_takes_device(const coll *c);
 int coll_all_reduce_device(coll *c, void *dev, size_t count, coll_dtype dtype, coll_op op, char **err);
 int coll_all_gather_device(coll *c, const void *send, void *recv, size_t count, coll_dtype dtype, char **err);
 int coll_broadcast_device(coll *c, void *dev, size_t count, coll_dtype dtype, int root, char **err);
+/* Queued rather than waited for (DDP's bucketed gradient all-reduce): the in-place all-reduce
+ * of dev runs on the world's own queue after the work queued so far on the caller's `queue`
+ * (a cudaStream_t: eng_device_address_queued) and overlaps what the caller queues next;
+ * coll_device_join makes what the caller queues next on `queue` wait for every collective
+ * queued on the world. The world's other calls run after the queued ones. 0, or -1 with *err
+ * (also on a world that cannot queue: coll_queues_device). */
+bool coll_queues_device(const coll *c);
+int coll_all_reduce_device_queued(coll *c, void *dev, size_t count, coll_dtype dtype, coll_op op, void *queue,
+                                  char **err);
+int coll_device_join(coll *c, void *queue, char **err);
 
 /* Another kind of world: each call of the interface on `state`, `device` saying whether the
  * pointers are device memory. */
@@ -85,6 +95,10 @@ typedef struct {
                       char **err);
     int (*broadcast)(void *state, void *buf, size_t count, coll_dtype dtype, int root, bool device, char **err);
     int (*barrier)(void *state, char **err);
+    /* Optional (coll_queues_device): as coll_all_reduce_device_queued and coll_device_join. */
+    int (*all_reduce_queued)(void *state, void *dev, size_t count, coll_dtype dtype, coll_op op, void *queue,
+                             char **err);
+    int (*join)(void *state, void *queue, char **err);
     void (*close)(void *state);
 } coll_impl;
 /* A world of that kind, named `name` in messages; coll_close closes `state` through impl. */

@@ -5,6 +5,12 @@
  * backend's stream; a device call follows eng_device_address, which has waited for them), and a
  * device staging buffer for the host calls, grown to the largest one. Each call queues its NCCL
  * operation and waits for the stream: the collectives are synchronous, as the shm world's are.
+ * The exception is DDP's bucketed gradient all-reduce (coll_all_reduce_device_queued): the world's
+ * stream waits, through an event, for the work the trainer has queued on its own stream so far,
+ * and the all-reduce is queued without waiting, so it runs while the backward goes on; a join
+ * makes the trainer's stream wait for the world's (another event) before the optimizer reads
+ * the gradients. Everything goes through the one stream in the order it was called, as torch's
+ * ProcessGroupNCCL does, so the ranks' NCCL calls match even with SyncBN's in between.
  */
 #include "cuda/coll_nccl.h"
 
@@ -20,6 +26,7 @@
 typedef struct {
     ncclComm_t comm;
     cudaStream_t stream;
+    cudaEvent_t queued, done; /* the caller's work so far (a queued all-reduce waits for it); the world's */
     void *staging;
     size_t staging_bytes;
     int rank, world;
@@ -133,6 +140,28 @@ static int broadcast(void *state, void *buf, size_t count, coll_dtype dtype, int
     return device ? 0 : to_host(w, buf, dev, bytes, err);
 }
 
+static int all_reduce_queued(void *state, void *dev, size_t count, coll_dtype dtype, coll_op op, void *queue,
+                             char **err)
+{
+    nccl_world *w = state;
+    cudaError_t e = cudaEventRecord(w->queued, (cudaStream_t)queue);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(w->stream, w->queued, 0);
+    if (e != cudaSuccess)
+        return cuda_failed(e, "waiting for the gradients' backward", err);
+    ncclResult_t r = ncclAllReduce(dev, dev, count, nccl_type(dtype), nccl_op(op), w->comm, w->stream);
+    return r == ncclSuccess ? 0 : nccl_failed(r, "all-reduce (queued)", err);
+}
+
+static int join(void *state, void *queue, char **err)
+{
+    nccl_world *w = state;
+    cudaError_t e = cudaEventRecord(w->done, w->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent((cudaStream_t)queue, w->done, 0);
+    return e == cudaSuccess ? 0 : cuda_failed(e, "waiting for the queued collectives", err);
+}
+
 static int barrier(void *state, char **err)
 {
     float one = 1.0f;
@@ -146,6 +175,10 @@ static void close_world(void *state)
         ncclCommDestroy(w->comm);
     if (w->stream)
         cudaStreamDestroy(w->stream);
+    if (w->queued)
+        cudaEventDestroy(w->queued);
+    if (w->done)
+        cudaEventDestroy(w->done);
     cudaFree(w->staging);
     free(w);
 }
@@ -155,6 +188,8 @@ static const coll_impl NCCL_IMPL = {.takes_device = true,
                                     .all_gather = all_gather,
                                     .broadcast = broadcast,
                                     .barrier = barrier,
+                                    .all_reduce_queued = all_reduce_queued,
+                                    .join = join,
                                     .close = close_world};
 
 int coll_nccl_unique_id(char *hex, char **err)
@@ -199,6 +234,10 @@ coll *coll_nccl_join(const char *hex, int rank, int world, int device, char **er
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&w->queued, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming);
     ncclResult_t r = e == cudaSuccess ? ncclCommInitRank(&w->comm, world, id, rank) : ncclSuccess;
     if (e != cudaSuccess || r != ncclSuccess) {
         if (e != cudaSuccess)

@@ -178,6 +178,14 @@ static void *cuda_device_address(eng_backend *be, const eng_tensor *t)
     return cuda_ptr(t);
 }
 
+static void *cuda_device_queue(eng_backend *be) { return cuda_stream(be); }
+
+static void *cuda_device_address_queued(eng_backend *be, const eng_tensor *t)
+{
+    (void)be;
+    return cuda_ptr(t);
+}
+
 static void cuda_zero(eng_backend *be, const eng_tensor *t)
 {
     CUDA_CHECK(cudaMemsetAsync(cuda_ptr(t), 0, cuda_bytes(be, &t->shape), cuda_stream(be)));
@@ -251,6 +259,8 @@ const eng_ops eng_cuda_ops = {
     .download = cuda_download,
     .sync = cuda_sync,
     .device_address = cuda_device_address,
+    .device_queue = cuda_device_queue,
+    .device_address_queued = cuda_device_address_queued,
     .memory_peak = cuda_memory_peak,
     .copy = cuda_copy,
     .upload_images = cuda_upload_images,

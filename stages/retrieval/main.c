@@ -6,6 +6,8 @@
  *
  *   selfsup-retrieval -c CONFIG [overrides] [--output FILE] [--similarities FILE] [--threads N]
  *   selfsup retrieval CONFIG [overrides]           (the same, through the front door)
+ *   selfsup retrieval CONFIG --check               (check the config, the model and its weights,
+ *                                                    the datasets and that every image is there)
  *
  * config.IMG_RETRIEVAL says what to do:
  *   DATASET_PATH         the folder holding TRAIN_DATASET_NAME and EVAL_DATASET_NAME
@@ -39,11 +41,13 @@
 #include "util.h"
 #include "version.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage_text[] =
     "usage: selfsup-retrieval -c CONFIG [overrides...] [--output FILE] [--similarities FILE] [--threads N]\n"
@@ -56,6 +60,8 @@ static const char usage_text[] =
     "  --output FILE      JSON results (default: CHECKPOINT.DIR/instance_retrieval.json)\n"
     "  --similarities FILE  the queries × database similarities (float32 .npy)\n"
     "  --threads N        compute threads (default: every core)\n"
+    "  --check            check everything a run reads (the config, the model and its weights, the\n"
+    "                     datasets, that every image is there), print a summary, compute nothing\n"
     "  -h, --help, --version\n";
 
 #define LOG_EVERY 100
@@ -64,6 +70,7 @@ static const char usage_text[] =
 typedef struct {
     const char *config, *output, *similarities;
     int threads;
+    bool check;
     int n_overrides;
     char **overrides;
 } retr_args;
@@ -88,6 +95,10 @@ static int parse_args(int argc, char **argv, retr_args *a)
             return fputs(usage_text, stdout), 0;
         if (!strcmp(arg, "--version"))
             return printf("selfsup-retrieval %s\n", SELFSUP_VERSION), 0;
+        if (!strcmp(arg, "--check")) {
+            a->check = true;
+            continue;
+        }
         if (arg[0] != '-') {
             a->overrides[a->n_overrides++] = argv[i];
             continue;
@@ -443,6 +454,33 @@ static int load_datasets(retr_run *r)
     return 0;
 }
 
+/* The first of n paths that cannot be read, or NULL. */
+static const char *unreadable(char *const *paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (access(paths[i], R_OK) != 0)
+            return paths[i];
+    return NULL;
+}
+
+/* --check: what a run would read is there (the config, model and datasets are loaded already). */
+static int check_only(const retr_args *a, const retr_run *r)
+{
+    const retr_dataset *sets[2] = {&r->eval, r->have_train ? &r->train : NULL};
+    for (int k = 0; k < 2; k++) {
+        const char *bad = sets[k] ? unreadable(sets[k]->images, sets[k]->n_images) : NULL;
+        bad = bad ? bad : sets[k] ? unreadable(sets[k]->queries, sets[k]->n_queries) : NULL;
+        if (bad)
+            return log_error("%s: cannot read %s: %s", sets[k]->name, bad, strerror(errno)), EXIT_RUNTIME;
+    }
+    char pca[160] = "no PCA";
+    if (r->have_train)
+        snprintf(pca, sizeof pca, "PCA learned on %s's %zu images", r->o.train_name, r->train.n_images);
+    printf("%s: OK (%s descriptors; %s: %zu database images, %zu queries; %s)\n", a->config,
+           r->o.type_name[0] ? r->o.type_name : "map", r->o.eval_name, r->eval.n_images, r->eval.n_queries, pca);
+    return 0;
+}
+
 static int build_model(const retr_args *a, retr_run *r)
 {
     cfg_err err;
@@ -551,11 +589,13 @@ int main(int argc, char **argv)
         rc = build_model(&a, &r);
     if (rc == 0)
         rc = load_datasets(&r);
-    if (rc == 0 && wants_pca(&r.o)) {
+    if (rc == 0 && a.check)
+        rc = check_only(&a, &r);
+    else if (rc == 0 && wants_pca(&r.o)) {
         r.have_pca = true;
         rc = learn_pca(&r.d, &r.train, r.o.resize, r.o.n_pca, &r.pca) ? EXIT_RUNTIME : 0;
     }
-    if (rc == 0)
+    if (rc == 0 && !a.check)
         rc = evaluate(&a, &r);
     free_run(&r);
     free(a.overrides);

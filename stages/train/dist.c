@@ -81,6 +81,21 @@ int dist_average(dist *d, eng_backend *be, const eng_tensor *t, char **err)
     return sum_divided(d, be, t, (float)dist_world(d), err);
 }
 
+int dist_average_start(dist *d, eng_backend *be, const eng_tensor *t, char **err)
+{
+    void *queue = alone(d) || !coll_queues_device(d->world) ? NULL : eng_device_queue(be);
+    if (!queue || eng_numel(&t->shape) == 0)
+        return dist_average(d, be, t, err);
+    return coll_all_reduce_device_queued(d->world, eng_device_address_queued(be, t), (size_t)eng_numel(&t->shape),
+                                         COLL_F32, COLL_MEAN, queue, err);
+}
+
+int dist_join(dist *d, eng_backend *be, char **err)
+{
+    void *queue = alone(d) || !coll_queues_device(d->world) ? NULL : eng_device_queue(be);
+    return queue ? coll_device_join(d->world, queue, err) : 0;
+}
+
 int dist_sum(dist *d, eng_backend *be, const eng_tensor *t, char **err)
 {
     return sum_divided(d, be, t, 1.0f, err);

@@ -39,6 +39,12 @@ int dist_world(const dist *d);
 int dist_broadcast(dist *d, eng_backend *be, const eng_tensor *t, char **err);
 /* t becomes the mean over the ranks (divided by the world size, then summed). */
 int dist_average(dist *d, eng_backend *be, const eng_tensor *t, char **err);
+/* dist_average, started: on a world that queues device work (NCCL) it runs while the caller
+ * queues more (DDP's bucketed all-reduce overlapping the backward), and the backend's work
+ * queued after dist_join waits for it; elsewhere it is done on return, and dist_join does
+ * nothing. */
+int dist_average_start(dist *d, eng_backend *be, const eng_tensor *t, char **err);
+int dist_join(dist *d, eng_backend *be, char **err);
 /* t becomes the sum over the ranks. */
 int dist_sum(dist *d, eng_backend *be, const eng_tensor *t, char **err);
 /* all (world × local's rows) becomes every rank's local, in rank order. One trainer: a copy. */

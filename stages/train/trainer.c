@@ -272,6 +272,12 @@ static bool build_model(trainer *t, const trainer_options *o, cfg_err *err)
         log_info("SyncBN: batch norm over ranks %d to %d", t->bn_group.first,
                  t->bn_group.first + t->bn_group.size - 1);
     }
+    if (dist_world(&t->dist) > 1) {
+        double cap_mb = cfg_number(cfg_path(t->config, "DATA.DDP_BUCKET_CAP_MB"));
+        grad_buckets_plan(&t->buckets, t->m, GRAD_BUCKETS_FIRST_BYTES, (size_t)(cap_mb * 1024 * 1024), &t->dist,
+                          t->be);
+        log_info("DDP: %d gradient buckets (DDP_BUCKET_CAP_MB %g)", t->buckets.n, cap_mb);
+    }
     return true;
 }
 
@@ -443,6 +449,7 @@ void trainer_free(trainer *t)
     if (t->m)
         model_free(t->be, t->m);
     dist_group_free(&t->bn_group);
+    grad_buckets_free(&t->buckets);
     eng_backend_close(t->be);
     sched_free(&t->lr);
     sched_free(&t->lr_head);
@@ -1018,11 +1025,11 @@ static int step(trainer *t, const rec_view *batch, uint32_t epoch, char **err)
     for (int k = 0; k < model_output_count(t->m); k++)
         dout[k] = loss_grad(t->train_loss.ls, k);
     model_zero_grad(t->be, t->m);
-    model_backward(t->be, t->m, dout);
-    if (dist_group_check(&t->bn_group, err) != 0)
-        return -1;
-    eng_tensor grads = model_grads(t->m);
-    if (dist_average(&t->dist, t->be, &grads, err) != 0 || dist_mean(&t->dist, &t->last_loss, err) != 0)
+    /* DDP: each bucket's all-reduce starts once the backward is done with it (buckets.h) */
+    eng_grads_ready ready = grad_buckets_watch(&t->buckets);
+    model_backward_watched(t->be, t->m, dout, t->buckets.n ? &ready : NULL);
+    if (dist_group_check(&t->bn_group, err) != 0 || grad_buckets_finish(&t->buckets, err) != 0 ||
+        dist_mean(&t->dist, &t->last_loss, err) != 0)
         return -1;
     t0 = lap(t, PERF_BACKWARD, t0);
     double lr = scheduled(t, &t->lr, where), lr_head = scheduled(t, &t->lr_head, where);

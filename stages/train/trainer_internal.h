@@ -6,6 +6,7 @@
 #ifndef SELFSUP_TRAIN_TRAINER_INTERNAL_H
 #define SELFSUP_TRAIN_TRAINER_INTERNAL_H
 
+#include "train/buckets.h"
 #include "train/dist.h"
 #include "train/trainer.h"
 
@@ -104,6 +105,7 @@ struct trainer {
     dist dist;              /* the other trainers of the model (dist.h) */
     bool broadcast_buffers; /* DISTRIBUTED.BROADCAST_BUFFERS: rank 0's buffers before every forward */
     dist_group bn_group;    /* SyncBN's ranks (size 0: each rank's batch norms are its own) */
+    grad_buckets buckets;   /* DDP's gradient buckets (none for one trainer) */
 };
 
 /* The time since `since` into timer k; returns now. With MONITOR_PERF_STATS the backend's

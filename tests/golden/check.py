@@ -56,7 +56,7 @@ GENERATORS = (
     "make_efficientnet_fixtures.py", "make_alexnet_fixtures.py",
     "make_complexity_fixtures.py", "make_model_fixtures.py", "make_loss_fixtures.py", "make_optim_fixtures.py",
     "make_train_fixtures.py", "make_extract_fixtures.py", "make_knn_fixtures.py",
-    "make_svm_fixtures.py", "make_svm_solver_fixtures.py", "make_ddp_fixtures.py",
+    "make_svm_fixtures.py", "make_svm_solver_fixtures.py", "make_ddp_fixtures.py", "make_buckets_fixtures.py",
     "make_clusterfit_fixtures.py", "make_jigsaw_fixtures.py", "make_voc_fixtures.py",
     "make_coco_fixtures.py", "make_imagenet_fixtures.py",
     "make_detectron2_fixtures.py", "make_inat_fixtures.py", "make_retrieval_fixtures.py",

@@ -6,7 +6,8 @@
  * a message. With GPUs (the GPU runbook): one rank per GPU, up to 4, each on its own GPU,
  * checks every call on host memory (staged through the device) and on device memory:
  * all-reduce (sum, mean and max in fp32; sum in bf16 and fp64), all-gather, broadcast from the
- * last rank, barrier. The values are small integers and halves, exact in every dtype and in any
+ * last rank, barrier; and an all-reduce queued behind another stream's work (DDP's buckets).
+ * The values are small integers and halves, exact in every dtype and in any
  * order of summation, so each rank's result must equal the definition bit for bit. With one GPU
  * the world is of one rank: the calls' paths are exercised, the sums are the identity.
  * Without CUDA or without a GPU it says so in one line and exits 0, as backend-ops does.
@@ -144,6 +145,41 @@ static void check_gather_broadcast(coll *c, int rank, int world, bool device)
     }
 }
 
+/* DDP's bucketed path: an all-reduce queued after the work on the caller's own stream (which
+ * fills the buffer, so the all-reduce must wait for it), joined back onto that stream (which
+ * reads the sums after it), with a host call of the world after it (which must wait for it). */
+static void check_queued(coll *c, int rank, int world)
+{
+    float x[N], one = 1.0f;
+    for (int i = 0; i < N; i++)
+        x[i] = (float)value(rank, i);
+    cudaStream_t s;
+    void *d = NULL;
+    char *err = NULL;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess || cudaMalloc(&d, sizeof x) != cudaSuccess ||
+        cudaMemsetAsync(d, 0xff, sizeof x, s) != cudaSuccess || /* NaNs, should the all-reduce not wait */
+        cudaMemcpyAsync(d, x, sizeof x, cudaMemcpyHostToDevice, s) != cudaSuccess) {
+        fprintf(stderr, "nccl-world rank %d: cannot queue the buffer's fill\n", rank);
+        exit(1);
+    }
+    if (!coll_queues_device(c) || coll_all_reduce_device_queued(c, d, N, COLL_F32, COLL_SUM, s, &err) != 0 ||
+        coll_device_join(c, s, &err) != 0 || coll_all_reduce(c, &one, 1, COLL_F32, COLL_SUM, &err) != 0) {
+        fprintf(stderr, "nccl-world rank %d: queued all-reduce: %s\n", rank, err ? err : "the world cannot queue");
+        exit(1);
+    }
+    cudaMemcpyAsync(x, d, sizeof x, cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    for (int i = 0; i < N; i++) {
+        double want = 0;
+        for (int r = 0; r < world; r++)
+            want += value(r, i);
+        expect(x[i] == (float)want, rank, "queued sum", i, x[i], want);
+    }
+    expect(one == (float)world, rank, "host sum after a queued one", 0, one, world);
+    cudaFree(d);
+    cudaStreamDestroy(s);
+}
+
 static int rank_main(const char *hex, int rank, int world)
 {
     char *err = NULL;
@@ -159,6 +195,7 @@ static int rank_main(const char *hex, int rank, int world)
         check_other_types(c, rank, world, device);
         check_gather_broadcast(c, rank, world, device);
     }
+    check_queued(c, rank, world);
     coll_close(c);
     return failures ? 1 : 0;
 }

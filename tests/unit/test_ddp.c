@@ -21,12 +21,14 @@
 #include "safetensors.h"
 #include "ring.h"
 #include "rng.h"
+#include "train/buckets.h"
 #include "train/dist.h"
 #include "train/loss.h"
 #include "train/meter.h"
 #include "train/trainer.h"
 #include "util.h"
 
+#include "test_nn_util.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -108,12 +110,13 @@ static size_t batch_record(int step, int rank, int world, void *buf, size_t cap)
     return ok ? rec_finish(&w) : 0;
 }
 
-static char *config_yaml(int world, int seed, const char *dir)
+/* cap_mb: DATA.DDP_BUCKET_CAP_MB */
+static char *config_yaml(int world, int seed, const char *dir, double cap_mb)
 {
     return xasprintf(
         "config:\n  DISTRIBUTED: {BACKEND: gloo, NUM_PROC_PER_NODE: %d}\n  MACHINE: {DEVICE: cpu}\n  "
         "SEED_VALUE: %d\n"
-        "  LOG_FREQUENCY: 1\n  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: %d}}\n"
+        "  LOG_FREQUENCY: 1\n  DATA: {TRAIN: {BATCHSIZE_PER_REPLICA: %d}, DDP_BUCKET_CAP_MB: %g}\n"
         "  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 18, SMALL_STEM: true, "
         "NORM: LayerNorm}}}\n"
         "    HEAD: {PARAMS: [[mlp, {dims: [512, 10]}]]}\n"
@@ -121,7 +124,7 @@ static char *config_yaml(int world, int seed, const char *dir)
         "  OPTIMIZER: {name: sgd, momentum: 0.9, weight_decay: 0.0001, num_epochs: 1,\n"
         "    param_schedulers: {lr: {name: constant, value: 0.02}}}\n"
         "  CHECKPOINT: {DIR: '%s', CHECKPOINT_FREQUENCY: 1}\n",
-        world, seed, GLOBAL_BATCH / world, dir);
+        world, seed, GLOBAL_BATCH / world, cap_mb, dir);
 }
 
 /* The trainer's parameters into out (at most MAX_VALUES); how many. */
@@ -136,9 +139,9 @@ static size_t params_of(trainer *t, float *out)
 
 /* One trainer's life (a forked child: no Criterion asserts here): build, STEPS steps, finish,
  * leave its parameters and losses in *res. */
-static void trainer_main(result *res, int rank, int world, const char *world_name, const char *dir)
+static void trainer_main(result *res, int rank, int world, const char *world_name, const char *dir, double cap_mb)
 {
-    char *yaml = config_yaml(world, 1 + 6 * rank, dir), *err = NULL;
+    char *yaml = config_yaml(world, 1 + 6 * rank, dir, cap_mb), *err = NULL;
     cfg_t cfg = {0};
     cfg_err cerr;
     coll_shm_options co = {.timeout_ms = 60000};
@@ -176,13 +179,27 @@ static void trainer_main(result *res, int rank, int world, const char *world_nam
     _exit(rc == 0 ? 0 : 1);
 }
 
-static pid_t start(result *res, int rank, int world, const char *world_name, const char *dir)
+static pid_t start(result *res, int rank, int world, const char *world_name, const char *dir, double cap_mb)
 {
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0)
-        trainer_main(res, rank, world, world_name, dir);
+        trainer_main(res, rank, world, world_name, dir, cap_mb);
     return pid;
+}
+
+/* Two trainers of batch 4 into res[0] and res[1]; their run's folder (remove it). */
+static char *train_two(result *res, double cap_mb)
+{
+    char *dir = test_make_tmpdir(), *name = ring_name("ddptest");
+    pid_t r0 = start(&res[0], 0, 2, name, dir, cap_mb), r1 = start(&res[1], 1, 2, name, dir, cap_mb);
+    int s0 = test_wait_child(r0, 240000), s1 = test_wait_child(r1, 240000);
+    cr_assert(s0 == 0 && s1 == 0, "rank 0: %s\nrank 1: %s", res[0].err, res[1].err);
+    char *shm = xasprintf("/dev/shm/%s", name);
+    cr_expect_neq(access(shm, F_OK), 0, "%s was left behind", shm);
+    free(shm);
+    free(name);
+    return dir;
 }
 
 static int count_lines(const char *path)
@@ -198,13 +215,11 @@ static int count_lines(const char *path)
 
 Test(ddp, two_trainers_of_batch_4_are_one_trainer_of_batch_8, .timeout = 300)
 {
-    char *one = test_make_tmpdir(), *two = test_make_tmpdir(), *name = ring_name("ddptest");
+    char *one = test_make_tmpdir();
     memset(g_res, 0, 3 * sizeof *g_res);
-    pid_t single = start(&g_res[0], 0, 1, NULL, one);
+    pid_t single = start(&g_res[0], 0, 1, NULL, one, 25);
     cr_assert_eq(test_wait_child(single, 240000), 0, "the single trainer: %s", g_res[0].err);
-    pid_t r0 = start(&g_res[1], 0, 2, name, two), r1 = start(&g_res[2], 1, 2, name, two);
-    int s0 = test_wait_child(r0, 240000), s1 = test_wait_child(r1, 240000);
-    cr_assert(s0 == 0 && s1 == 0, "rank 0: %s\nrank 1: %s", g_res[1].err, g_res[2].err);
+    char *two = train_two(&g_res[1], 25);
 
     const result *a = &g_res[0], *b = &g_res[1], *c = &g_res[2];
     cr_assert_eq(b->n, a->n);
@@ -230,11 +245,78 @@ Test(ddp, two_trainers_of_batch_4_are_one_trainer_of_batch_8, .timeout = 300)
     char *json = xasprintf("%s/stdout.json", two);
     cr_expect_eq(count_lines(json), STEPS, "stdout.json: one line per step, written by rank 0 alone");
     free(json);
-    char *shm = xasprintf("/dev/shm/%s", name);
-    cr_expect_neq(access(shm, F_OK), 0, "%s was left behind", shm);
-    free(shm);
     test_rm_rf(one), test_rm_rf(two);
-    free(one), free(two), free(name);
+    free(one), free(two);
+}
+
+/* DDP's buckets start each all-reduce as soon as the backward is done with its gradients
+ * (buckets.h). A bucket started early would all-reduce gradients the backward still adds to,
+ * and the result would depend on where buckets end: a bucket per tensor (0 MiB), DDP's 1 MiB
+ * and then one for everything else (1000 MiB) and the default 25 MiB must train to the same
+ * bits (each value is the ranks' values summed in rank order, whatever bucket it is in). */
+Test(ddp, where_gradient_buckets_end_does_not_change_a_bit, .timeout = 300)
+{
+    static const double caps[] = {0, 1000, 25};
+    memset(g_res, 0, 3 * sizeof *g_res);
+    char *dir = train_two(&g_res[1], caps[0]);
+    cr_assert_arr_eq(g_res[1].params, g_res[2].params, g_res[1].n * sizeof(float), "a bucket per tensor: the ranks differ");
+    g_res[0] = g_res[1];
+    test_rm_rf(dir);
+    free(dir);
+    for (int k = 1; k < 3; k++) {
+        dir = train_two(&g_res[1], caps[k]);
+        cr_assert_eq(g_res[1].n, g_res[0].n);
+        cr_expect_arr_eq(g_res[1].params, g_res[2].params, g_res[0].n * sizeof(float), "%g MiB: the ranks differ",
+                         caps[k]);
+        cr_expect_arr_eq(g_res[1].params, g_res[0].params, g_res[0].n * sizeof(float),
+                         "buckets of %g MiB train other weights than a bucket per tensor", caps[k]);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(g_res[1].loss[s], g_res[0].loss[s], "%g MiB, step %d: another loss", caps[k], s);
+        test_rm_rf(dir);
+        free(dir);
+    }
+}
+
+/* The buckets of VISSL's SimCLR ResNet-50 are DDP's (torch's own assignment, in the order it
+ * rebuilds them after its first iteration: make_buckets_fixtures.py), for 25 MiB (the default),
+ * 1, 0 and 100 MiB. */
+Test(ddp, gradient_buckets_are_torch_ddps, .timeout = 120)
+{
+    model_options o = nnt_model_options("config:\n  MODEL:\n    TRUNK: {NAME: resnet, TRUNK_PARAMS: {RESNETS: {DEPTH: 50}}}\n"
+                                        "    HEAD: {PARAMS: [[mlp, {dims: [2048, 2048, 128]}]]}\n",
+                                        NULL);
+    eng_backend *be = nnt_open_cpu();
+    char *err = NULL;
+    model *m = model_new(be, &o, 1, &err);
+    cr_assert(m, "%s", err);
+    int n = model_entry_count(m), *param_index = xmalloc((size_t)n * sizeof *param_index), params = 0;
+    for (int i = 0; i < n; i++)
+        param_index[i] = model_entry_at(m, i)->kind == ENG_PARAM ? params++ : -1;
+    static const int caps[] = {25, 1, 0, 100};
+    for (size_t c = 0; c < sizeof caps / sizeof *caps; c++) {
+        char kase[32];
+        snprintf(kase, sizeof kase, "cap%d", caps[c]);
+        npy_array want = test_fixture_npy("buckets", "resnet50_simclr", kase);
+        grad_buckets g;
+        grad_buckets_plan(&g, m, GRAD_BUCKETS_FIRST_BYTES, (size_t)caps[c] << 20, NULL, be);
+        cr_assert_eq((size_t)g.n, want.count, "%d MiB: %d buckets, torch's DDP makes %zu", caps[c], g.n, want.count);
+        int64_t floats = 0;
+        for (int b = 0; b < g.n; b++) {
+            int first = g.b[b].first;
+            while (param_index[first] < 0) /* a bucket may start at a buffer: its first parameter follows */
+                first++;
+            cr_expect_eq(param_index[first], ((const int64_t *)want.data)[b], "%d MiB, bucket %d: from parameter %d, "
+                         "torch's from %lld", caps[c], b, param_index[first], (long long)((const int64_t *)want.data)[b]);
+            cr_expect_eq(g.b[b].end, b ? g.b[b - 1].first : n, "buckets follow each other");
+            floats += eng_numel(&g.b[b].grads.shape);
+        }
+        cr_expect_eq(floats, model_param_count(m), "the buckets hold every gradient once");
+        npy_close(&want);
+        grad_buckets_free(&g);
+    }
+    free(param_index);
+    model_free(be, m);
+    eng_backend_close(be);
 }
 
 /* ---- a forked world for the library-level tests ---------------------------------------------- */

@@ -167,26 +167,34 @@ static void expect_outputs(eng_backend *be, const model *m, const char *kase)
     free(name);
 }
 
-/* Backward of L = Σ_k Σ out_k · r_k, r_k the fixture script's upstream gradients. */
-static void backward_formula(eng_backend *be, model *m)
+/* d[k] (dp[k] = &d[k]) becomes r_k, the fixture script's upstream gradient of output k. */
+static void upstream_grads(eng_backend *be, const model *m, eng_tensor *d, const eng_tensor **dp)
 {
-    int n = model_output_count(m);
-    eng_tensor *d = xcalloc((size_t)n, sizeof *d);
-    const eng_tensor **dp = xcalloc((size_t)n, sizeof *dp);
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; k < model_output_count(m); k++) {
         d[k] = eng_tensor_new(be, model_output(m, k)->shape);
         float *r = weyl_fill(eng_numel(&d[k].shape), R_ALPHA, k);
         eng_upload(be, &d[k], r);
         free(r);
         dp[k] = &d[k];
     }
+}
+
+/* Backward of L = Σ_k Σ out_k · r_k (ready: told which gradients are final, or NULL). */
+static void backward_formula_watched(eng_backend *be, model *m, const eng_grads_ready *ready)
+{
+    int n = model_output_count(m);
+    eng_tensor *d = xcalloc((size_t)n, sizeof *d);
+    const eng_tensor **dp = xcalloc((size_t)n, sizeof *dp);
+    upstream_grads(be, m, d, dp);
     model_zero_grad(be, m);
-    model_backward(be, m, dp);
+    model_backward_watched(be, m, dp, ready);
     for (int k = 0; k < n; k++)
         eng_tensor_free(be, &d[k]);
     free(d);
     free(dp);
 }
+
+static void backward_formula(eng_backend *be, model *m) { backward_formula_watched(be, m, NULL); }
 
 static void expect_grads(eng_backend *be, const model *m, const char *kase)
 {
@@ -522,6 +530,124 @@ Test(model, a_frozen_trunk_keeps_its_statistics_and_gets_no_gradient)
     cr_expect_gt(heads, 0.0);
     model_free(be, m);
     eng_backend_close(be);
+}
+
+/* ---- which gradients are final during a backward ------------------------------------------- */
+
+/* What a watched backward said: at each call, first, and hashes of the gradient bytes of
+ * entries [first, end) and of those before them, as they were then. */
+typedef struct {
+    eng_backend *be;
+    const model *m;
+    float *host;
+    int n, first[256];
+    uint64_t after[256], before[256];
+} grad_watch;
+
+static uint64_t fnv1a(const void *p, size_t bytes)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Where entry `first`'s gradients begin in model_grads, in floats (its end past the last). */
+static size_t grad_offset(const model *m, int first)
+{
+    eng_tensor all = model_grads(m);
+    for (int i = first; i < model_entry_count(m); i++)
+        if (model_entry_at(m, i)->kind == ENG_PARAM)
+            return (model_entry_at(m, i)->grad.offset - all.offset) / sizeof(float);
+    return (size_t)eng_numel(&all.shape);
+}
+
+static void hash_split(const grad_watch *w, int first, uint64_t *before, uint64_t *after)
+{
+    eng_tensor all = model_grads(w->m);
+    size_t at = grad_offset(w->m, first), n = (size_t)eng_numel(&all.shape);
+    eng_download(w->be, &all, w->host);
+    *before = fnv1a(w->host, at * sizeof(float));
+    *after = fnv1a(w->host + at, (n - at) * sizeof(float));
+}
+
+static void on_ready(void *ctx, int first)
+{
+    grad_watch *w = ctx;
+    cr_assert_lt(w->n, 256);
+    cr_expect(w->n == 0 || first <= w->first[w->n - 1], "told %d after %d: first must not grow", first,
+              w->first[w->n - 1]);
+    w->first[w->n] = first;
+    hash_split(w, first, &w->before[w->n], &w->after[w->n]);
+    w->n++;
+}
+
+/* A watched backward (the formula's upstream gradients) tells at least `min_calls` distinct
+ * points, each after the gradients it calls final have their final bits, the last with 0;
+ * with min_calls > 1, at least one point comes before the work ahead of it is done (so the
+ * check sees unfinished gradients when there are any). */
+static void expect_watch(const char *yaml, const eng_shape *in, int nin, int min_calls)
+{
+    model_options o = options_from(yaml, NULL);
+    eng_backend *be = nnt_open_cpu();
+    model *m = build(be, &o);
+    plan_and_upload(be, m, in, nin, 0);
+    model_forward(be, m, true);
+    eng_tensor grads = model_grads(m);
+    grad_watch w = {.be = be, .m = m, .host = xmalloc((size_t)eng_numel(&grads.shape) * sizeof(float))};
+    backward_formula_watched(be, m, &(eng_grads_ready){.ready = on_ready, .ctx = &w});
+    cr_assert_gt(w.n, 0);
+    cr_expect_eq(w.first[w.n - 1], 0, "the last call says every gradient is final");
+    int distinct = 0, early = 0;
+    for (int i = 0; i < w.n; i++) {
+        uint64_t before, after;
+        hash_split(&w, w.first[i], &before, &after);
+        cr_expect_eq(w.after[i], after, "call %d: entries from %d (%s) changed after they were called final", i,
+                     w.first[i], w.first[i] < model_entry_count(m) ? model_entry_at(m, w.first[i])->name : "end");
+        distinct += i == 0 || w.first[i] != w.first[i - 1];
+        early += w.before[i] != before;
+    }
+    cr_expect_geq(distinct, min_calls, "only %d points told", distinct);
+    if (min_calls > 1)
+        cr_expect_gt(early, 0, "no point came before the backward's remaining work");
+    free(w.host);
+    model_free(be, m);
+    eng_backend_close(be);
+}
+
+Test(model, a_watched_backward_calls_gradients_final_only_once_they_are, .timeout = 120)
+{
+    eng_shape one[1] = {eng_shape4(2, 3, 16, 16)};
+    /* ResNet-18: the heads, then each of 8 blocks, then the stem. */
+    expect_watch("config:\n  MODEL:\n" R18_SMALL "    HEAD:\n      PARAMS: [[mlp, {dims: [512, 32, 8], use_bn: true}]]\n",
+                 one, 1, 10);
+    /* Crops of two sizes: two groups through one trunk, and two heads after the trunk. */
+    eng_shape crops[4] = {eng_shape4(2, 3, 24, 24), eng_shape4(2, 3, 24, 24), eng_shape4(2, 3, 16, 16),
+                          eng_shape4(2, 3, 16, 16)};
+    expect_watch("config:\n  MODEL:\n" R18_SMALL "    HEAD:\n      PARAMS: [[swav_head, {dims: [512, 64, 32], use_bn: true, "
+                 "num_clusters: [20, 10]}]]\n",
+                 crops, 4, 10);
+    /* Two streams (PIRL): the trunk learns from both; only the second's pass calls it final. */
+    eng_shape pirl[2] = {eng_shape4(9, 3, 16, 16), eng_shape4(2, 3, 24, 24)};
+    expect_watch("config:\n  MODEL:\n" R18_SMALL
+                 "    MULTI_INPUT_HEAD_MAPPING: [[patches, [flatten]], [images, [res5avg]]]\n"
+                 "    HEAD:\n      PARAMS: [[[mlp, {dims: [512, 32]}], [siamese_concat_view, {num_towers: 9}],\n"
+                 "                [mlp, {dims: [288, 16]}]], [mlp, {dims: [512, 16]}]]\n",
+                 pirl, 2, 10);
+    /* RegNet's blocks (with their projections and squeeze-excitation). */
+    eng_shape img[1] = {eng_shape4(2, 3, 32, 32)};
+    expect_watch("config:\n  MODEL:\n    TRUNK: {NAME: regnet, TRUNK_PARAMS: {REGNET: {name: regnet_y_400mf}}}\n"
+                 "    HEAD:\n      PARAMS: [[mlp, {dims: [440, 8]}]]\n",
+                 img, 1, 10);
+}
+
+Test(model, a_frozen_trunks_watched_backward_is_final_after_the_heads)
+{
+    eng_shape one[1] = {eng_shape4(2, 3, 16, 16)};
+    expect_watch("config:\n  MODEL:\n" R18_SMALL
+                 "    FEATURE_EVAL_SETTINGS: {EVAL_MODE_ON: true, FREEZE_TRUNK_ONLY: true}\n"
+                 "    HEAD:\n      PARAMS: [[mlp, {dims: [512, 4], use_bn: true}]]\n",
+                 one, 1, 1);
 }
 
 /* ---- refusals ------------------------------------------------------------------------------- */

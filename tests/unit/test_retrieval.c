@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- descriptors ------------------------------------------------------------------------------ */
 
@@ -322,6 +323,37 @@ Test(retrieval, rmac_on_classic_oxford_with_whitening_is_vissls, .timeout = 240)
     cr_expect_float_eq(json_real_value(json_object_get(doc, "mAP")), mean, 1e-7);
     json_decref(doc);
     npy_close(&want);
+    e2e_free(&t);
+}
+
+/* --check reads the config, builds the model with its weights, loads the datasets and looks
+ * for every image, then stops: nothing is computed or written. An image that is not there is
+ * named (exit 1). */
+Test(retrieval, check_finds_what_a_run_would_read_and_computes_nothing, .timeout = 120)
+{
+    e2e t = {0};
+    const char *keys = "    TRAIN_DATASET_NAME: whitening\n    EVAL_DATASET_NAME: Oxford\n"
+                       "    FEATS_PROCESSING_TYPE: rmac\n    N_PCA: 8\n";
+    int rc = run_retrieval(&t, keys, "--check", true);
+    cr_assert_eq(rc, 0, "%s", t.out);
+    cr_expect(strstr(t.out, "OK (rmac descriptors; Oxford: 10 database images, 3 queries; PCA learned on "
+                            "whitening's 8 images)"),
+              "%s", t.out);
+    cr_expect_neq(access(t.sim, F_OK), 0, "--check wrote the similarities");
+    cr_expect_neq(access(t.json, F_OK), 0, "--check wrote the results");
+    char *fixture = test_fixture("retrieval", "whiten_list.txt"), *text = read_whole_file(fixture, NULL);
+    char *list = xasprintf("%s/list.txt", t.dir);
+    FILE *fp = fopen(list, "w");
+    cr_assert(fp && text);
+    fprintf(fp, "%simgs/gone.jpg\n", text);
+    fclose(fp);
+    char *args = xasprintf("--check config.IMG_RETRIEVAL.WHITEN_IMG_LIST=%s", list);
+    e2e u = {0};
+    rc = run_retrieval(&u, keys, args, true);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, u.out);
+    cr_expect(strstr(u.out, "whitening: cannot read") && strstr(u.out, "imgs/gone.jpg"), "%s", u.out);
+    free(args), free(fixture), free(text), free(list);
+    e2e_free(&u);
     e2e_free(&t);
 }
 

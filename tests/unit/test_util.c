@@ -48,7 +48,12 @@ char *test_build_path(const char *rel)
 
 char *test_make_tmpdir(void)
 {
-    char *dir = xstrdup("/tmp/selfsup-test-XXXXXX");
+    /* Named after the test that made it, so that one left behind says whose it is; cut short,
+     * for the Unix sockets some tests make inside (107 bytes at most). */
+    const struct criterion_test *t = criterion_current_test;
+    char *tag = t ? xasprintf("%s.%s", t->category, t->name) : xstrdup("");
+    char *dir = xasprintf("/tmp/selfsup-test-%.24s-XXXXXX", tag);
+    free(tag);
     cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
     return dir;
 }
