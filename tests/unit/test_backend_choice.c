@@ -112,7 +112,8 @@ Test(backend_choice, gpu_without_a_gpu_is_a_config_error, .timeout = 120)
     int status = test_run(cmd, &out);
     cr_expect_eq(status, 2, "%s\n%s", cmd, out);
     cr_expect(strstr(out, "MACHINE.DEVICE") && strstr(out, "set MACHINE.DEVICE=cpu"), "%s", out);
-    free(out), free(cmd), free(train), free(yaml);
+    free(out), free(cmd), free(train);
+    test_remove_temp(yaml);
     test_rm_rf(dir);
     free(dir);
 }

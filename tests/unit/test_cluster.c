@@ -270,5 +270,6 @@ Test(cluster, clusterfit_extracts_clusters_and_trains_on_the_labels, .timeout = 
     cr_expect(path_exists(final), "%s:\n%s", final, out);
     npy_close(&labels);
     free(final), free(text), free(cfg), free(ck), free(ex), free(tr), free(extract), free(train), free(cmd), free(out);
-    test_rm_dir(dir);
+    test_rm_rf(dir); /* it holds folders */
+    free(dir);
 }

@@ -34,10 +34,8 @@ static bool compose_text(cfg_t *cfg, cfg_err *err, const char *yaml, int n, char
     cfg_options opt = {.configs_dir = dir, .check_paths = false};
     bool ok = cfg_compose(cfg, &opt, file, n, overrides, err);
     free(dir);
-    if (file) {
-        remove(file);
-        free(file);
-    }
+    if (file)
+        test_remove_temp(file);
     return ok;
 }
 
@@ -214,9 +212,8 @@ Test(config, pyyaml_reads_our_output)
         "assert c['OPTIMIZER']['param_schedulers']['lr']['values']==[0.1,0.01,0.001]\" %s",
         file);
     cr_assert_eq(system(cmd), 0, "PyYAML disagrees with our printout");
-    remove(file);
+    test_remove_temp(file);
     free(cmd);
-    free(file);
     free(printed);
     cfg_destroy(&cfg);
 }
@@ -617,8 +614,7 @@ Test(config, missing_paths_warn_in_show_and_fail_in_validate)
     cr_assert(strstr(err.msg, "data folder '/nonexistent/imgs' does not exist"), "%s", err.msg);
     cr_assert(strstr(err.msg, "paths.yaml:3"), "%s", err.msg);
     cfg_destroy(&cfg);
-    remove(file);
-    free(file);
+    test_remove_temp(file);
     free(dir);
 }
 

@@ -169,7 +169,8 @@ Test(extract, torchvision_checkpoint_gives_torchvision_features, .timeout = 60)
     free(outdir);
     free(pth);
     free(recs);
-    test_rm_dir(dir);
+    test_rm_rf(dir); /* it holds folders */
+    free(dir);
 }
 
 /* selfsup-extract on an empty input with this model config (MODEL_YAML + `more`) and

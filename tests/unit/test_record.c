@@ -754,7 +754,7 @@ Test(record, stream_errors_without_offset)
     expect_err(err, "write: Bad file descriptor");
     free(err);
     rec_buf_free(&b);
-    free(path);
+    test_remove_temp(path);
 }
 
 /* ---- the malformed corpus ----------------------------------------------------------------- */

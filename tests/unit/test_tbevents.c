@@ -98,7 +98,8 @@ Test(tbevents, records_are_framed_and_a_file_reads_back)
     cr_expect_eq(off, len);
     cr_expect_eq(records, 3);
     free(data), free(path), free(sub);
-    test_rm_dir(dir);
+    test_rm_rf(dir); /* it holds folders */
+    free(dir);
 }
 
 Test(tbevents, a_folder_that_cannot_be_made_is_an_error)

@@ -831,7 +831,8 @@ Test(trainer, test_phases_score_as_vissl_and_leave_training_alone, .timeout = 30
     rec_buf_free(&in.buf);
     close(in.fd);
     free(path);
-    test_rm_dir(dir);
+    test_rm_rf(dir); /* it holds folders */
+    free(dir);
 }
 
 /* A test input that reports a stop at once. */

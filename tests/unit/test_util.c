@@ -99,6 +99,15 @@ char *test_write_temp(const char *name, const char *text)
     return path;
 }
 
+void test_remove_temp(char *path)
+{
+    remove(path);
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    rmdir(path);
+    free(path);
+}
+
 int test_run(const char *cmd, char **output) { return test_run_within(cmd, TEST_RUN_TIMEOUT_S, output); }
 
 int test_run_within(const char *cmd, int seconds, char **output)
@@ -146,13 +155,10 @@ bool test_compose(cfg_t *cfg, cfg_err *err, const char *yaml, const char *file_r
     char *dir = test_path("configs");
     cfg_options opt = {.configs_dir = dir, .check_paths = false};
     bool ok = cfg_compose(cfg, &opt, file, 0, NULL, err);
-    if (yaml) {
-        remove(file);
-        char *slash = strrchr(file, '/');
-        *slash = '\0';
-        rmdir(file); /* test_write_temp's private directory */
-    }
-    free(file);
+    if (yaml)
+        test_remove_temp(file);
+    else
+        free(file);
     free(dir);
     return ok;
 }

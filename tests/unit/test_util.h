@@ -23,6 +23,8 @@ size_t test_shape_count(int ndim, const size_t *shape);
 char *test_build_path(const char *rel);
 /* Write `text` to a fresh file named `name` in a private temporary directory. */
 char *test_write_temp(const char *name, const char *text);
+/* Remove what test_write_temp made (the file and its folder) and free the path. */
+void test_remove_temp(char *path);
 /* A fresh private directory under /tmp (malloc'd path). */
 char *test_make_tmpdir(void);
 /* Remove a flat directory of files and free its path. */
