@@ -466,10 +466,11 @@ static const char *unreadable(char *const *paths, size_t n)
 /* --check: what a run would read is there (the config, model and datasets are loaded already). */
 static int check_only(const retr_args *a, const retr_run *r)
 {
-    const retr_dataset *sets[2] = {&r->eval, r->have_train ? &r->train : NULL};
-    for (int k = 0; k < 2; k++) {
-        const char *bad = sets[k] ? unreadable(sets[k]->images, sets[k]->n_images) : NULL;
-        bad = bad ? bad : sets[k] ? unreadable(sets[k]->queries, sets[k]->n_queries) : NULL;
+    const retr_dataset *sets[2] = {&r->eval, &r->train};
+    for (int k = 0; k < (r->have_train ? 2 : 1); k++) {
+        const char *bad = unreadable(sets[k]->images, sets[k]->n_images);
+        if (!bad)
+            bad = unreadable(sets[k]->queries, sets[k]->n_queries);
         if (bad)
             return log_error("%s: cannot read %s: %s", sets[k]->name, bad, strerror(errno)), EXIT_RUNTIME;
     }
@@ -574,6 +575,17 @@ static void free_run(retr_run *r)
         cfg_destroy(&r->cfg);
 }
 
+/* The benchmark itself: the PCA learned when the descriptors take one, then the scores. */
+static int learn_and_evaluate(const retr_args *a, retr_run *r)
+{
+    if (wants_pca(&r->o)) {
+        r->have_pca = true;
+        if (learn_pca(&r->d, &r->train, r->o.resize, r->o.n_pca, &r->pca))
+            return EXIT_RUNTIME;
+    }
+    return evaluate(a, r);
+}
+
 int main(int argc, char **argv)
 {
     log_init("retrieval");
@@ -589,14 +601,8 @@ int main(int argc, char **argv)
         rc = build_model(&a, &r);
     if (rc == 0)
         rc = load_datasets(&r);
-    if (rc == 0 && a.check)
-        rc = check_only(&a, &r);
-    else if (rc == 0 && wants_pca(&r.o)) {
-        r.have_pca = true;
-        rc = learn_pca(&r.d, &r.train, r.o.resize, r.o.n_pca, &r.pca) ? EXIT_RUNTIME : 0;
-    }
-    if (rc == 0 && !a.check)
-        rc = evaluate(&a, &r);
+    if (rc == 0)
+        rc = a.check ? check_only(&a, &r) : learn_and_evaluate(&a, &r);
     free_run(&r);
     free(a.overrides);
     return rc;

@@ -52,17 +52,15 @@ void grad_buckets_plan(grad_buckets *g, const model *m, size_t first_bytes, size
 {
     *g = (grad_buckets){.d = d, .be = be};
     int end = model_entry_count(m);
-    size_t bytes = 0;
-    bool any = false;
+    size_t bytes = 0; /* of the bucket being filled: a bucket holds a gradient, not only buffers */
     for (int i = end - 1; i >= 0; i--) {
         bytes += grad_bytes(m, i);
-        any = any || grad_bytes(m, i) > 0;
-        if (any && bytes >= (g->n ? cap_bytes : first_bytes)) {
+        if (bytes > 0 && bytes >= (g->n ? cap_bytes : first_bytes)) {
             close_bucket(g, m, i, end);
-            end = i, bytes = 0, any = false;
+            end = i, bytes = 0;
         }
     }
-    if (any)
+    if (bytes > 0)
         close_bucket(g, m, 0, end);
 }
 

@@ -81,9 +81,15 @@ int dist_average(dist *d, eng_backend *be, const eng_tensor *t, char **err)
     return sum_divided(d, be, t, (float)dist_world(d), err);
 }
 
+/* The backend's queue when the world queues device work behind it (NCCL), else NULL. */
+static void *queue_of(const dist *d, eng_backend *be)
+{
+    return alone(d) || !coll_queues_device(d->world) ? NULL : eng_device_queue(be);
+}
+
 int dist_average_start(dist *d, eng_backend *be, const eng_tensor *t, char **err)
 {
-    void *queue = alone(d) || !coll_queues_device(d->world) ? NULL : eng_device_queue(be);
+    void *queue = queue_of(d, be);
     if (!queue || eng_numel(&t->shape) == 0)
         return dist_average(d, be, t, err);
     return coll_all_reduce_device_queued(d->world, eng_device_address_queued(be, t), (size_t)eng_numel(&t->shape),
@@ -92,7 +98,7 @@ int dist_average_start(dist *d, eng_backend *be, const eng_tensor *t, char **err
 
 int dist_join(dist *d, eng_backend *be, char **err)
 {
-    void *queue = alone(d) || !coll_queues_device(d->world) ? NULL : eng_device_queue(be);
+    void *queue = queue_of(d, be);
     return queue ? coll_device_join(d->world, queue, err) : 0;
 }
 

@@ -49,7 +49,8 @@ char *test_build_path(const char *rel)
 char *test_make_tmpdir(void)
 {
     /* Named after the test that made it, so that one left behind says whose it is; cut short,
-     * for the Unix sockets some tests make inside (107 bytes at most). */
+     * for the Unix sockets some tests make inside (107 bytes at most). The trailing XXXXXX is
+     * mkdtemp's template, which it replaces. */
     const struct criterion_test *t = criterion_current_test;
     char *tag = t ? xasprintf("%s.%s", t->category, t->name) : xstrdup("");
     char *dir = xasprintf("/tmp/selfsup-test-%.24s-XXXXXX", tag);

@@ -392,7 +392,7 @@ static void expect_agreement(const char *file, const char *args, int rc, const c
     free(msg), free(train_out);
 }
 
-/* The shipped configs (every ..yaml under configs/ but defaults, transforms and bad/), sorted. */
+/* The shipped configs (every .yaml under configs/ but defaults, transforms and bad/), sorted. */
 static char *shipped_configs(char **configs)
 {
     *configs = test_path("configs");
