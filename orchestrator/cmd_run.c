@@ -46,7 +46,8 @@ typedef struct {
     int node_rank;
     topo_role role;
     bool role_auto; /* --role auto: decided once the config is known (resolve_auto_role) */
-    char *trainer_host_override; /* what --role auto adds to the overrides */
+    char *auto_overrides[2]; /* what --role auto adds to the overrides */
+    int n_auto;
 } run_args;
 
 static void usage(FILE *out)
@@ -532,6 +533,33 @@ static bool check_farm(const cfg_node *config, const char *engine, topo_role rol
     return !why;
 }
 
+/* Trainers on several CPU nodes meet at DISTRIBUTED.RUN_ID over CURVE (shm/coll_net.h): the
+ * node rank, the rendezvous and this node's keys are checked before anything starts. */
+static bool check_nodes(const cfg_node *config, const char *engine, const run_args *a)
+{
+    int64_t nodes = cfg_int(config, "DISTRIBUTED.NUM_NODES"), procs = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    if (nodes <= 1 || strcmp(engine, "train") || a->role == TOPO_FARM)
+        return true;
+    bool cpu = !strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu");
+    const char *key = NULL, *why = NULL;
+    if (a->node_rank < 0 || a->node_rank >= nodes)
+        key = "DISTRIBUTED.NUM_NODES", why = "--node-rank must be 0 to NUM_NODES - 1";
+    else if (strcmp(cfg_str(config, "DISTRIBUTED.INIT_METHOD"), "tcp"))
+        key = "DISTRIBUTED.INIT_METHOD", why = "trainers on several nodes meet at DISTRIBUTED.RUN_ID, node 0's "
+                                               "HOST:PORT: INIT_METHOD must be tcp";
+    else if (cpu && a->node_rank == 0 && !*cfg_str(config, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"))
+        key = "SELFSUP.TRANSPORT.SERVER_KEYS_DIR", why = "rank 0 admits the other trainers at RUN_ID by their keys: "
+                                                         "node 0 needs its key directory (selfsup keygen DIR "
+                                                         "--clients 'NODE:world.*' ...)";
+    else if (cpu && (a->node_rank > 0 || procs > 1) && !*cfg_str(config, "SELFSUP.TRANSPORT.CLIENT_KEY_FILE"))
+        key = "SELFSUP.TRANSPORT.CLIENT_KEY_FILE", why = "this node's trainers connect to rank 0 at RUN_ID: they "
+                                                         "need a client key file whose ids allow world.* (DIR/NODE.key "
+                                                         "from node 0's keygen)";
+    if (why)
+        log_error("node %d of %lld: config.%s: %s", a->node_rank, (long long)nodes, key, why);
+    return !why;
+}
+
 static int start(cfg_t *cfg, const run_args *a, const char *file, const char *forced_engine)
 {
     const cfg_node *config = cfg_map_get(cfg->root, "config");
@@ -545,8 +573,8 @@ static int start(cfg_t *cfg, const run_args *a, const char *file, const char *fo
     const char *engine_name = forced_engine ? forced_engine : engine && engine->kind == CFG_STR ? engine->s : "train";
     /* A farm host trains nothing: no model to check, no checkpoint to resume from. */
     bool farm_host = a->role == TOPO_FARM;
-    if (!check_farm(config, engine_name, a->role) || !check_data_stages(config, engine_name) ||
-        !check_control_keys(config) || (!farm_host && !preflight_engine(config, engine_name)) ||
+    if (!check_farm(config, engine_name, a->role) || !check_nodes(config, engine_name, a) ||
+        !check_data_stages(config, engine_name) || !check_control_keys(config) || (!farm_host && !preflight_engine(config, engine_name)) ||
         (!farm_host && !resume_point(config, engine_name, &topt, &status))) {
         free(bin_dir);
         return status;
@@ -563,15 +591,27 @@ static int start(cfg_t *cfg, const run_args *a, const char *file, const char *fo
 
 /* ---- Slurm ----------------------------------------------------------------------------------- */
 
-/* What --role auto found: set in the composed config, and said to every stage as an override
- * (they compose the same config). */
-static void add_trainer_host(cfg_node *config, run_args *a, const char *host)
+/* What --role auto found, the string `value` of SECTION.KEY: set in the composed config, and
+ * said to every stage as an override (they compose the same config). */
+static void add_auto_value(cfg_node *config, run_args *a, const char *section, const char *key, const char *value)
 {
-    cfg_map_set(cfg_get(config, "SELFSUP.FARM"), "TRAINER_HOST", cfg_new_str(host, "<slurm>", 0));
-    a->trainer_host_override = xasprintf("config.SELFSUP.FARM.TRAINER_HOST='%s'", host);
+    cfg_map_set(cfg_get(config, section), key, cfg_new_str(value, "<slurm>", 0));
+    char *override = xasprintf("config.%s.%s='%s'", section, key, value);
+    a->auto_overrides[a->n_auto++] = override;
     a->overrides = xrealloc(a->overrides, (size_t)(a->n_overrides + 2) * sizeof *a->overrides);
-    a->overrides[a->n_overrides++] = a->trainer_host_override;
+    a->overrides[a->n_overrides++] = override;
     a->overrides[a->n_overrides] = NULL;
+}
+
+/* VISSL's Slurm launch: trainers on several nodes meet at the job's first node, port
+ * SLURM.PORT_ID (unless DISTRIBUTED.RUN_ID names an address already). */
+static void add_rendezvous(cfg_node *config, run_args *a, const slurm_job *job)
+{
+    if (cfg_int(config, "DISTRIBUTED.NUM_NODES") <= 1 || strcmp(cfg_str(config, "DISTRIBUTED.RUN_ID"), "auto"))
+        return;
+    char *id = xasprintf("%s:%lld", job->nodes.names[0], (long long)cfg_int(config, "SLURM.PORT_ID"));
+    add_auto_value(config, a, "DISTRIBUTED", "RUN_ID", id);
+    free(id);
 }
 
 /* This node's part in a Slurm job with farm nodes: the first DISTRIBUTED.NUM_NODES train,
@@ -597,7 +637,7 @@ static bool split_job(cfg_node *config, const slurm_job *job, run_args *a)
     }
     a->role = job->node_rank < train ? TOPO_TRAIN : TOPO_FARM;
     a->node_rank = a->role == TOPO_FARM ? job->node_rank - (int)train : job->node_rank;
-    add_trainer_host(config, a, job->nodes.names[0]);
+    add_auto_value(config, a, "SELFSUP.FARM", "TRAINER_HOST", job->nodes.names[0]);
     log_info("--role auto: node %s of Slurm job %s is %s %d; the trainer host is %s",
              job->nodes.names[job->node_rank], job->job_id, a->role == TOPO_TRAIN ? "trainer node" : "farm host",
              a->node_rank, job->nodes.names[0]);
@@ -620,6 +660,8 @@ static bool resolve_auto_role(cfg_node *config, run_args *a)
         ok = split_job(config, &job, a);
     else if (in_job)
         a->node_rank = job.node_rank;
+    if (ok && in_job > 0 && !strpbrk(job.nodes.names[0], "'\\"))
+        add_rendezvous(config, a, &job);
     if (in_job > 0)
         slurm_job_free(&job);
     free(err);
@@ -642,7 +684,8 @@ static bool compose_run(cfg_t *cfg, run_args *a, bool check_paths, char **file)
 static void free_run_args(run_args *a)
 {
     free(a->overrides);
-    free(a->trainer_host_override);
+    for (int i = 0; i < a->n_auto; i++)
+        free(a->auto_overrides[i]);
 }
 
 int cmd_run(int argc, char **argv) { return cmd_run_engine(argc, argv, NULL); }

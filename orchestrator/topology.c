@@ -344,10 +344,13 @@ static bool add_farm_collate(topology *t, const cfg_node *config, const topo_opt
 }
 
 /* The trainers' world: on GPUs an NCCL world, whose id (made here, once for the run) every
- * trainer gets on its command line; else a collectives segment, named as a ring is (so a run's
- * leftovers are swept as its rings are). */
+ * trainer gets on its command line; CPU trainers on several nodes meet at rank 0's address,
+ * DISTRIBUTED.RUN_ID (shm/coll_net.h); else a collectives segment, named as a ring is (so a
+ * run's leftovers are swept as its rings are). */
 static char *world_name(const cfg_node *config)
 {
+    if (cfg_int(config, "DISTRIBUTED.NUM_NODES") > 1 && !strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu"))
+        return xasprintf("net:%s", cfg_str(config, "DISTRIBUTED.RUN_ID"));
 #if HAVE_CUDA
     if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu")) {
         char hex[COLL_NCCL_ID_HEX + 1], *err = NULL;
@@ -450,7 +453,7 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
      * trainers meet in one world (--coll) to be one model. Extractors share one chain. */
     if (opt->role == TOPO_FARM)
         return add_farm_host(t, config, opt, err) || (topology_free(t), false);
-    bool per_rank = training && procs > 1;
+    bool per_rank = training && world > 1;
     int chains = per_rank ? procs : 1, *batches = xcalloc((size_t)procs, sizeof *batches);
     bool ok = true;
     for (int i = 0; ok && opt->role == TOPO_TRAIN && i < chains; i++)

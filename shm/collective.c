@@ -34,6 +34,7 @@
  */
 #include "collective.h"
 
+#include "coll_internal.h"
 #include "proc.h"
 #include "timer.h"
 #include "util.h"
@@ -62,14 +63,6 @@
 #define SPIN_ROUNDS 4000
 #define LINE_VALUES 16 /* a partition of a reduction starts on a 64-byte line (fp32) */
 
-typedef enum { CALL_ALL_REDUCE = 1, CALL_ALL_GATHER, CALL_BROADCAST, CALL_BARRIER, CALL_JOIN } call_kind;
-
-typedef struct {
-    uint32_t kind, dtype;
-    int32_t arg; /* all-reduce: the op; broadcast: the root */
-    uint64_t count, number;
-} call_desc;
-
 typedef struct {
     alignas(64) _Atomic int32_t pid; /* 0: not joined */
     _Atomic uint32_t left;           /* it called coll_close */
@@ -97,7 +90,6 @@ struct coll {
     size_t map_bytes, slot_bytes;
     int rank, world, timeout_ms, spin;
     uint64_t calls, steps;
-    float *scratch; /* a bf16 reduction's fp32 sums: a slot's worth of values */
     char *name;
 };
 
@@ -123,7 +115,7 @@ uint16_t coll_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static const char *call_name(uint32_t kind)
+const char *coll_call_name(uint32_t kind)
 {
     switch (kind) {
     case CALL_ALL_REDUCE: return "all_reduce";
@@ -254,7 +246,7 @@ static int barrier(coll *c, const char *what, char **err)
 
 /* ---- the call check -------------------------------------------------------------------------- */
 
-static void describe(const call_desc *d, char *out, size_t n)
+void coll_describe_call(const call_desc *d, char *out, size_t n)
 {
     const char *type = d->dtype == COLL_BF16 ? "bf16" : d->dtype == COLL_F64 ? "fp64" : "fp32";
     if (d->kind == CALL_BARRIER)
@@ -263,11 +255,11 @@ static void describe(const call_desc *d, char *out, size_t n)
         snprintf(out, n, "broadcast of %llu %s from rank %d (call %llu)", (unsigned long long)d->count, type,
                  (int)d->arg, (unsigned long long)d->number);
     else
-        snprintf(out, n, "%s of %llu %s (call %llu)", call_name(d->kind), (unsigned long long)d->count, type,
+        snprintf(out, n, "%s of %llu %s (call %llu)", coll_call_name(d->kind), (unsigned long long)d->count, type,
                  (unsigned long long)d->number);
 }
 
-static bool same_call(const call_desc *a, const call_desc *b)
+bool coll_same_call(const call_desc *a, const call_desc *b)
 {
     return a->kind == b->kind && a->dtype == b->dtype && a->arg == b->arg && a->count == b->count &&
            a->number == b->number;
@@ -279,11 +271,11 @@ static int check_calls(coll *c, char **err)
     const call_desc *mine = &c->sh->ranks[c->rank].calls[c->calls & 1];
     for (int r = 0; r < c->world; r++) {
         const call_desc *theirs = &c->sh->ranks[r].calls[c->calls & 1];
-        if (same_call(mine, theirs))
+        if (coll_same_call(mine, theirs))
             continue;
         char a[160], b[160];
-        describe(theirs, a, sizeof a);
-        describe(mine, b, sizeof b);
+        coll_describe_call(theirs, a, sizeof a);
+        coll_describe_call(mine, b, sizeof b);
         break_world(c, "collectives %s: rank %d called %s while rank %d called %s", c->name, r, a, c->rank,
                     b);
         return broken_error(c, err);
@@ -297,7 +289,7 @@ static const char *begin_call(coll *c, call_kind kind, coll_dtype dtype, int arg
     c->calls++;
     call_desc *d = &c->sh->ranks[c->rank].calls[c->calls & 1];
     *d = (call_desc){.kind = kind, .dtype = dtype, .arg = arg, .count = count, .number = c->calls};
-    return call_name(kind);
+    return coll_call_name(kind);
 }
 
 /* The first barrier of a call, with the call check after it. */
@@ -350,6 +342,47 @@ static void widen_bf16(float *restrict out, const uint16_t *restrict x, size_t n
         out[i] = coll_bf16_to_f32(x[i]);
 }
 
+#define BF16_BLOCK 1024 /* bf16 values widened at a time, on the stack */
+
+static void reduce_bf16(uint16_t *out, const void *const *src, int world, size_t n, coll_op op)
+{
+    float acc[BF16_BLOCK], tmp[BF16_BLOCK];
+    for (size_t at = 0; at < n; at += BF16_BLOCK) {
+        size_t m = n - at < BF16_BLOCK ? n - at : BF16_BLOCK;
+        widen_bf16(acc, (const uint16_t *)src[0] + at, m);
+        for (int r = 1; r < world; r++) {
+            widen_bf16(tmp, (const uint16_t *)src[r] + at, m);
+            combine_f32(acc, acc, tmp, m, op);
+        }
+        if (op == COLL_MEAN)
+            divide_f32(acc, m, world);
+        for (size_t i = 0; i < m; i++)
+            out[at + i] = coll_f32_to_bf16(acc[i]);
+    }
+}
+
+void coll_reduce_in_rank_order(void *out, const void *const *src, int world, size_t n, coll_dtype dtype,
+                               coll_op op)
+{
+    if (dtype == COLL_BF16) {
+        reduce_bf16(out, src, world, n, op);
+        return;
+    }
+    if (world == 1 && out != src[0])
+        memcpy(out, src[0], n * coll_dtype_bytes(dtype));
+    for (int r = 1; r < world; r++) {
+        const void *acc = r == 1 ? src[0] : out;
+        if (dtype == COLL_F32)
+            combine_f32(out, acc, src[r], n, op);
+        else
+            combine_f64(out, acc, src[r], n, op);
+    }
+    if (op == COLL_MEAN && dtype == COLL_F32)
+        divide_f32(out, n, world);
+    else if (op == COLL_MEAN)
+        divide_f64(out, n, world);
+}
+
 /* Rank q's share of a piece of n values: whole lines, the last rank taking the rest. */
 static void share(const coll *c, size_t n, int q, size_t *lo, size_t *hi)
 {
@@ -384,41 +417,12 @@ static void reduce_own_share(coll *c, uint64_t set, uint8_t *piece, size_t n, co
 {
     size_t lo, hi, esz = coll_dtype_bytes(dtype);
     share(c, n, c->rank, &lo, &hi);
-    size_t m = hi - lo;
+    const void *src[COLL_MAX_WORLD];
+    for (int r = 0; r < c->world; r++)
+        src[r] = values_of(c, set, r, piece, lo, esz);
     uint8_t *out = slot(c, set, c->rank) + lo * esz;
-    if (dtype == COLL_F32) {
-        float *acc = (float *)out;
-        if (c->world == 1)
-            memcpy(acc, piece + lo * esz, m * esz);
-        for (int r = 1; r < c->world; r++)
-            combine_f32(acc, r == 1 ? values_of(c, set, 0, piece, lo, esz) : acc,
-                        values_of(c, set, r, piece, lo, esz), m, op);
-        if (op == COLL_MEAN)
-            divide_f32(acc, m, c->world);
-    } else if (dtype == COLL_F64) {
-        double *acc = (double *)out;
-        if (c->world == 1)
-            memcpy(acc, piece + lo * esz, m * esz);
-        for (int r = 1; r < c->world; r++)
-            combine_f64(acc, r == 1 ? values_of(c, set, 0, piece, lo, esz) : acc,
-                        values_of(c, set, r, piece, lo, esz), m, op);
-        if (op == COLL_MEAN)
-            divide_f64(acc, m, c->world);
-    } else {
-        if (!c->scratch) /* a slot's worth of bf16 values, twice, as fp32 */
-            c->scratch = xmalloc(c->slot_bytes / 2 * sizeof(float) * 2);
-        float *acc = c->scratch, *tmp = c->scratch + c->slot_bytes / 2;
-        widen_bf16(acc, values_of(c, set, 0, piece, lo, esz), m);
-        for (int r = 1; r < c->world; r++) {
-            widen_bf16(tmp, values_of(c, set, r, piece, lo, esz), m);
-            combine_f32(acc, acc, tmp, m, op);
-        }
-        if (op == COLL_MEAN)
-            divide_f32(acc, m, c->world);
-        for (size_t i = 0; i < m; i++)
-            ((uint16_t *)out)[i] = coll_f32_to_bf16(acc[i]);
-    }
-    memcpy(piece + lo * esz, out, m * esz);
+    coll_reduce_in_rank_order(out, src, c->world, hi - lo, dtype, op);
+    memcpy(piece + lo * esz, out, (hi - lo) * esz);
 }
 
 /* Step 3: the other ranks' results, from their slots. */
@@ -692,7 +696,6 @@ void coll_close(coll *c)
         futex(&c->sh->generation, FUTEX_WAKE, INT_MAX, NULL);
         munmap(c->sh, c->map_bytes);
     }
-    free(c->scratch);
     free(c->name);
     free(c);
 }

@@ -52,10 +52,13 @@
  *   --check              check the config as a start would, then exit (0: it would start)
  *   --coll NAME          the world of trainers this one is a rank of (--rank, --world-size):
  *                        the shared segment NAME of shm/collective.h, where the trainers meet
- *                        to be one model (train/dist.h), or nccl:ID, a world of GPUs
- *                        (nn/cuda/coll_nccl.h); selfsup run gives it to each trainer when
- *                        DISTRIBUTED.NUM_PROC_PER_NODE > 1
+ *                        to be one model (train/dist.h); nccl:ID, a world of GPUs
+ *                        (nn/cuda/coll_nccl.h); or net:HOST:PORT, trainers on several CPU
+ *                        nodes meeting at rank 0's address (shm/coll_net.h, with the keys of
+ *                        SELFSUP.TRANSPORT); selfsup run gives it to each trainer when
+ *                        NUM_NODES × NUM_PROC_PER_NODE > 1
  */
+#include "coll_net.h"
 #include "collective.h"
 #if HAVE_CUDA
 #include "cuda/coll_nccl.h"
@@ -171,9 +174,16 @@ static int check(stage *s, train_stage *ts)
 }
 
 /* The world --coll names: "nccl:<id>" (GPUs, the trainer on its local GPU: rank mod
- * NUM_PROC_PER_NODE) or a shared-memory segment. NULL with *err. */
+ * NUM_PROC_PER_NODE), "net:HOST:PORT" (CPU nodes) or a shared-memory segment. NULL with
+ * *err. */
 static coll *join_world(const char *name, int rank, int world, const cfg_node *config, char **err)
 {
+    if (!strncmp(name, "net:", 4)) {
+        coll_net_options no = {.timeout_ms = WORLD_TIMEOUT_MS,
+                               .keys_dir = cfg_str(config, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"),
+                               .key_file = cfg_str(config, "SELFSUP.TRANSPORT.CLIENT_KEY_FILE")};
+        return coll_net_join(name + 4, rank, world, &no, err);
+    }
     if (!strncmp(name, "nccl:", 5)) {
 #if HAVE_CUDA
         int64_t per_node = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");

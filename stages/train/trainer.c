@@ -105,16 +105,20 @@ static bool check_world(const cfg_node *config, const trainer_options *o, cfg_er
         return false;
     }
     const char *key = nodes > 1 ? "config.DISTRIBUTED.NUM_NODES" : "config.DISTRIBUTED.NUM_PROC_PER_NODE";
-    const char *gap = nodes > 1                         ? "trainers on several nodes"
-                      : !o->world && !o->world_promised ? "this trainer was given no world to share (--coll)"
-                                                        : NULL;
-    if (!gap)
+    if (nodes > 1 && !cpu) {
+        cfg_fail(err, cfg_get(config, key + strlen("config.")), key,
+                 "world size %lld: GPU trainers on several nodes (NCCL across nodes) are not implemented yet: train "
+                 "the GPUs of one node (NUM_NODES=1), or CPU trainers on several nodes (MACHINE.DEVICE: cpu)",
+                 (long long)world);
+        return false;
+    }
+    if (o->world || o->world_promised)
         return check_sync_bn(config, world, err);
-    cfg_fail(
-        err, cfg_get(config, key + strlen("config.")), key,
-        "world size %lld: data-parallel training (several trainers as one model) is not implemented yet: %s; "
-        "train one process (NUM_NODES=1, NUM_PROC_PER_NODE=1)",
-        (long long)world, gap);
+    cfg_fail(err, cfg_get(config, key + strlen("config.")), key,
+             "world size %lld: this trainer was given no world to share (--coll), so it would train a model of "
+             "its own: selfsup run gives each trainer its world; alone, train one process (NUM_NODES=1, "
+             "NUM_PROC_PER_NODE=1)",
+             (long long)world);
     return false;
 }
 

@@ -1,5 +1,8 @@
 /*
- * test_collective.c — the shm collectives (shm/collective.h) among 2, 3 and 4 forked ranks.
+ * test_collective.c — the collectives (shm/collective.h) among 2, 3 and 4 forked ranks, in
+ * both worlds of host memory: shm (suite collective) and the network world of coll_net.h
+ * (suite collective_net: the ranks meet at a loopback port, with CURVE keys made by
+ * `selfsup keygen`). Every test runs in both, and their results are the same bits.
  *
  *  - all-reduce (sum, mean, max), all-gather and broadcast against their definitions, computed
  *    here by plain loops: a reduction is the ranks' values combined in rank order in fp32
@@ -12,6 +15,7 @@
  * The ranks are forked children; each writes its result and its error message into a shared
  * anonymous mapping, and the test process checks them.
  */
+#include "coll_net.h"
 #include "collective.h"
 #include "ring.h"
 #include "timer.h"
@@ -49,6 +53,7 @@ typedef struct {
     int timeout_ms;
     int calls;     /* the collective made this many times (0: once) */
     bool mismatch; /* rank 1 makes an all-gather of count - 2 instead */
+    const char *key_file; /* the network world: ranks > 0 use this key file (NULL: ranks.key) */
 } plan;
 
 /* Each rank's slice of the shared mapping: its exit, its error, its output. */
@@ -61,6 +66,7 @@ typedef struct {
 
 static rank_result *g_results;
 static unsigned g_world_counter;
+static char *g_keys; /* the network world's: a key directory, ranks.key for ranks > 0 */
 
 static void setup(void)
 {
@@ -69,9 +75,35 @@ static void setup(void)
     cr_assert(g_results != MAP_FAILED);
 }
 
-static void teardown(void) { munmap(g_results, MAX_RANKS * sizeof *g_results); }
+/* The keys of `selfsup keygen`: ranks.key may claim world.*, stranger.key only farm.*. */
+static void setup_net(void)
+{
+    setup();
+    g_keys = test_make_tmpdir();
+    char *bin = test_build_path("selfsup"), *out = NULL;
+    char *cmd = xasprintf("%s keygen %s/keys --clients 'ranks:world.*' 'stranger:farm.*'", bin, g_keys);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s: %s", cmd, out);
+    free(cmd), free(bin), free(out);
+}
+
+static void teardown(void)
+{
+    munmap(g_results, MAX_RANKS * sizeof *g_results);
+    if (g_keys)
+        test_rm_rf(g_keys);
+    free(g_keys);
+    g_keys = NULL;
+}
 
 TestSuite(collective, .init = setup, .fini = teardown);
+TestSuite(collective_net, .init = setup_net, .fini = teardown);
+
+/* A test of both worlds: its body, run in suite collective (shm) and collective_net. */
+#define BOTH_WORLDS(test, ...)                                                                                    \
+    static void test##_body(void);                                                                                \
+    Test(collective, test, __VA_ARGS__) { test##_body(); }                                                        \
+    Test(collective_net, test, __VA_ARGS__) { test##_body(); }                                                    \
+    static void test##_body(void)
 
 /* ---- inputs and references ------------------------------------------------------------------- */
 
@@ -165,13 +197,27 @@ static int call_once(coll *c, const plan *p, void *buf, void *recv, char **err)
     }
 }
 
+/* Join the world `name` names: a segment, or in the network world a loopback port. */
+static coll *join(const char *name, int rank, const plan *p, char **err)
+{
+    int timeout_ms = p->timeout_ms ? p->timeout_ms : 20000;
+    if (!g_keys) {
+        coll_shm_options o = {.timeout_ms = timeout_ms, .slot_bytes = SMALL_SLOT};
+        return coll_shm_join(name, rank, p->world, &o, err);
+    }
+    char *dir = xasprintf("%s/keys", g_keys), *file = xasprintf("%s/keys/ranks.key", g_keys);
+    coll_net_options o = {.timeout_ms = timeout_ms, .keys_dir = dir, .key_file = p->key_file ? p->key_file : file};
+    coll *c = coll_net_join(name, rank, p->world, &o, err);
+    free(dir), free(file);
+    return c;
+}
+
 /* One rank's life: join, misbehave as planned, call, leave its result. Never returns. */
 static void rank_main(const char *name, int rank, const plan *p)
 {
     rank_result *res = &g_results[rank];
-    coll_shm_options o = {.timeout_ms = p->timeout_ms ? p->timeout_ms : 20000, .slot_bytes = SMALL_SLOT};
     char *err = NULL;
-    coll *c = coll_shm_join(name, rank, p->world, &o, &err);
+    coll *c = join(name, rank, p, &err);
     size_t esz = coll_dtype_bytes(p->dtype);
     uint8_t *buf = xcalloc(p->count + 1, esz), *recv = xcalloc((size_t)p->world * p->count + 1, esz);
     fill_input(buf, rank, p->count, p->dtype);
@@ -200,7 +246,7 @@ static char *run_world(const plan *p)
 {
     char label[48];
     snprintf(label, sizeof label, "colltest%u", g_world_counter++);
-    char *name = ring_name(label);
+    char *name = g_keys ? xasprintf("127.0.0.1:%d", test_free_port()) : ring_name(label);
     memset(g_results, 0, MAX_RANKS * sizeof *g_results);
     int started = p->joiners ? p->joiners : p->world;
     pid_t pids[MAX_RANKS];
@@ -219,6 +265,8 @@ static char *run_world(const plan *p)
 
 static void expect_no_segment(const char *name)
 {
+    if (g_keys)
+        return; /* the network world has none */
     char *path = xasprintf("/dev/shm/%s", name);
     cr_expect_neq(access(path, F_OK), 0, "%s was left behind", path);
     free(path);
@@ -240,7 +288,7 @@ static void expect_reduced(const plan *p)
 
 /* ---- against the definitions ------------------------------------------------------------------ */
 
-Test(collective, all_reduce_combines_in_rank_order_for_every_op_dtype_and_size, .timeout = 120)
+BOTH_WORLDS(all_reduce_combines_in_rank_order_for_every_op_dtype_and_size, .timeout = 120)
 {
     static const size_t counts[] = {0, 1, 10007};
     for (int world = 2; world <= 4; world++)
@@ -280,7 +328,7 @@ Test(collective, the_inputs_make_the_order_of_a_sum_show)
     cr_assert_gt(differs, 100, "only %zu of 10007 sums depend on the order", differs);
 }
 
-Test(collective, results_do_not_depend_on_the_order_the_ranks_arrive_in, .timeout = 60)
+BOTH_WORLDS(results_do_not_depend_on_the_order_the_ranks_arrive_in, .timeout = 60)
 {
     uint8_t *first = xmalloc(10007 * sizeof(float));
     for (unsigned seed = 0; seed < 4; seed++) {
@@ -302,7 +350,7 @@ Test(collective, results_do_not_depend_on_the_order_the_ranks_arrive_in, .timeou
 }
 
 /* Many steps of a small slot, and several calls in a row (each step alternates the slot sets). */
-Test(collective, buffers_many_slots_long_and_calls_in_a_row, .timeout = 60)
+BOTH_WORLDS(buffers_many_slots_long_and_calls_in_a_row, .timeout = 60)
 {
     plan p = {
         .what = DO_REDUCE, .dtype = COLL_BF16, .op = COLL_MEAN, .count = 300007, .world = 3, .calls = 1};
@@ -319,7 +367,7 @@ Test(collective, buffers_many_slots_long_and_calls_in_a_row, .timeout = 60)
     }
 }
 
-Test(collective, all_gather_and_broadcast_match_their_definitions, .timeout = 120)
+BOTH_WORLDS(all_gather_and_broadcast_match_their_definitions, .timeout = 120)
 {
     static const size_t counts[] = {0, 1, 10007};
     for (int world = 2; world <= 4; world++)
@@ -357,7 +405,7 @@ Test(collective, all_gather_and_broadcast_match_their_definitions, .timeout = 12
             }
 }
 
-Test(collective, a_barrier_waits_for_the_last_rank, .timeout = 30)
+BOTH_WORLDS(a_barrier_waits_for_the_last_rank, .timeout = 30)
 {
     plan p = {.what = DO_BARRIER, .world = 3, .hangs_ms = 300, .hung_rank = 2};
     free(run_world(&p));
@@ -388,7 +436,7 @@ Test(collective, bf16_rounds_as_torch_does)
 
 /* ---- failures ---------------------------------------------------------------------------------- */
 
-Test(collective, different_calls_fail_every_rank_naming_both, .timeout = 30)
+BOTH_WORLDS(different_calls_fail_every_rank_naming_both, .timeout = 30)
 {
     plan p = {.what = DO_REDUCE, .dtype = COLL_F32, .count = 12, .world = 3, .mismatch = true};
     char *name = run_world(&p);
@@ -402,14 +450,15 @@ Test(collective, different_calls_fail_every_rank_naming_both, .timeout = 30)
     free(name);
 }
 
-Test(collective, a_rank_that_dies_fails_the_others_naming_it, .timeout = 30)
+BOTH_WORLDS(a_rank_that_dies_fails_the_others_naming_it, .timeout = 30)
 {
     plan p = {
         .what = DO_REDUCE, .dtype = COLL_F32, .count = 10007, .world = 3, .dies = 1, .timeout_ms = 20000};
     char *name = run_world(&p);
     for (int r = 0; r < 3; r += 2) {
         cr_expect(!g_results[r].ok, "rank %d went through", r);
-        cr_expect(strstr(g_results[r].err, "rank 1 (pid ") && strstr(g_results[r].err, ") exited"),
+        cr_expect(strstr(g_results[r].err, "rank 1 (pid ") &&
+                      strstr(g_results[r].err, g_keys ? ") left the world (its connection closed)" : ") exited"),
                   "rank %d: %s", r, g_results[r].err);
         cr_expect_lt(g_results[r].waited_s, 2.0, "rank %d learnt of the death after %.2f s", r,
                      g_results[r].waited_s);
@@ -419,7 +468,7 @@ Test(collective, a_rank_that_dies_fails_the_others_naming_it, .timeout = 30)
 }
 
 /* A live rank that does not come: named after timeout_ms; when it comes, its call fails too. */
-Test(collective, a_rank_that_hangs_fails_the_others_after_the_timeout, .timeout = 30)
+BOTH_WORLDS(a_rank_that_hangs_fails_the_others_after_the_timeout, .timeout = 30)
 {
     plan p = {.what = DO_REDUCE,
               .dtype = COLL_F32,
@@ -437,7 +486,7 @@ Test(collective, a_rank_that_hangs_fails_the_others_after_the_timeout, .timeout 
     cr_expect_str_eq(g_results[1].err, g_results[0].err);
 }
 
-Test(collective, a_world_missing_a_rank_is_refused_at_the_join, .timeout = 30)
+BOTH_WORLDS(a_world_missing_a_rank_is_refused_at_the_join, .timeout = 30)
 {
     plan p = {.what = DO_BARRIER, .world = 3, .joiners = 2, .timeout_ms = 300};
     char *name = run_world(&p);
@@ -474,4 +523,37 @@ Test(collective, impossible_worlds_and_roots_are_refused)
     coll_close(c);
     expect_no_segment(name);
     free(name);
+}
+
+/* ---- the network world's keys ------------------------------------------------------------------ */
+
+/* A key on the allow-list whose ids are not world.*: rank 0 names it, every rank fails. */
+Test(collective_net, a_key_without_the_worlds_ids_is_refused_naming_the_rank, .timeout = 30)
+{
+    char *stranger = xasprintf("%s/keys/stranger.key", g_keys);
+    plan p = {.what = DO_BARRIER, .world = 2, .timeout_ms = 5000, .key_file = stranger};
+    free(run_world(&p));
+    for (int r = 0; r < 2; r++) {
+        cr_expect(!g_results[r].ok, "rank %d joined", r);
+        cr_expect(strstr(g_results[r].err, "rank 1 (pid ") &&
+                      strstr(g_results[r].err, "came with a key whose ids do not allow world.1"),
+                  "rank %d: %s", r, g_results[r].err);
+    }
+    free(stranger);
+}
+
+/* A key from another keygen: the handshake is refused; the rank says so, rank 0 misses it. */
+Test(collective_net, a_key_not_on_the_allow_list_never_joins, .timeout = 30)
+{
+    char *bin = test_build_path("selfsup"), *out = NULL;
+    char *cmd = xasprintf("%s keygen %s/other --clients 'ranks:world.*'", bin, g_keys);
+    cr_assert_eq(test_run(cmd, &out), 0, "%s", out);
+    char *other = xasprintf("%s/other/ranks.key", g_keys);
+    plan p = {.what = DO_BARRIER, .world = 2, .timeout_ms = 1000, .key_file = other};
+    free(run_world(&p));
+    cr_expect(!g_results[0].ok);
+    cr_expect(strstr(g_results[0].err, "rank 1 did not reach the join within 1.0 s"), "%s", g_results[0].err);
+    cr_expect(!g_results[1].ok);
+    cr_expect(strstr(g_results[1].err, "rank 0 refused rank 1's handshake"), "%s", g_results[1].err);
+    free(cmd), free(bin), free(out), free(other);
 }

@@ -1,0 +1,630 @@
+/*
+ * coll_net.c — the network world (see coll_net.h): a star of ZeroMQ connections around rank 0.
+ *
+ * Sockets: rank 0 binds a ROUTER (CURVE server) on every interface at PORT; rank r connects a DEALER
+ * (CURVE client) whose routing id is "world.<r>", the id its key must allow. Each socket has a
+ * monitor, which is how a closed connection is seen: rank 0 knows each rank's file descriptor
+ * from its hello (ZMQ_SRCFD) and so which rank a disconnect is; a rank's only peer is rank 0.
+ * Every socket sends heartbeats, so a host that vanishes without closing anything disconnects
+ * too.
+ *
+ * Messages are a header frame (net_header: what, who, the call) and a payload frame:
+ *
+ *   rank r -> 0   HELLO (its pid and host)        CALL (its values, if the call sends any)
+ *   rank 0 -> r   WELCOME once all have said hello  RESULT (the call's result)  BROKEN (text)
+ *
+ * A call: every rank but 0 sends its CALL and waits; rank 0 waits for all of them (checking
+ * each is the call it makes itself), computes the result in rank order and sends it to each.
+ * A rank cannot be a call ahead, since it waits for the result of the last, so whatever rank
+ * 0 receives during a call belongs to it. Whatever goes wrong, rank 0 sends the message to
+ * every rank it knows and keeps it: the world is broken, every later call returns it.
+ */
+#include "coll_net.h"
+
+#include "auth.h"
+#include "coll_internal.h"
+#include "timer.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define NET_MAGIC 0x54454e53u /* "SNET" */
+#define CHECK_MS 100
+#define HEARTBEAT_IVL_MS 1000
+#define RECONNECT_IVL_MS 20
+#define ROOT_LINGER_MS 5000 /* rank 0's last results still go out after it closes */
+#define HOST_BYTES 64
+
+typedef enum { MSG_HELLO = 1, MSG_WELCOME, MSG_CALL, MSG_RESULT, MSG_BROKEN } msg_type;
+
+typedef struct {
+    uint32_t magic, type;
+    int32_t rank, world, pid;
+    call_desc call;
+    char host[HOST_BYTES];
+} net_header;
+
+typedef struct {
+    int fd; /* its connection at rank 0; -1 until its hello */
+    int pid;
+    char host[HOST_BYTES];
+} peer;
+
+typedef struct {
+    void *ctx, *sock, *mon;
+    auth_server *auth;
+    char *name; /* "net:HOST:PORT", for messages */
+    int rank, world, timeout_ms;
+    uint64_t calls;
+    char *broken;
+    peer peers[COLL_MAX_WORLD];
+} net_world;
+
+/* A received message: who sent it (rank 0: by routing id), its header, its payload. */
+typedef struct {
+    int from;
+    int fd;
+    net_header h;
+    zmq_msg_t payload;
+    const char *user; /* rank 0: the ids the sender's key allows (auth.h's User-Id) */
+} net_msg;
+
+/* ---- small parts ------------------------------------------------------------------------- */
+
+static int wait_ms(double deadline)
+{
+    double left = (deadline - now_seconds()) * 1000.0;
+    return left <= 0 ? 0 : left < CHECK_MS ? (int)left + 1 : CHECK_MS;
+}
+
+/* How long a rank other than 0 waits for rank 0, which itself waits up to timeout_ms for the
+ * slowest rank before it answers: long enough to hear rank 0's own message. */
+static double answer_deadline(const net_world *w)
+{
+    return now_seconds() + (2.0 * w->timeout_ms + COLL_NET_HEARTBEAT_TIMEOUT_MS) / 1000.0;
+}
+
+static size_t sent_bytes(const call_desc *d, int rank)
+{
+    size_t esz = coll_dtype_bytes((coll_dtype)d->dtype);
+    if (d->kind == CALL_BARRIER || (d->kind == CALL_BROADCAST && d->arg != rank))
+        return 0;
+    return (size_t)d->count * esz;
+}
+
+static size_t result_bytes(const call_desc *d, int world)
+{
+    size_t esz = coll_dtype_bytes((coll_dtype)d->dtype);
+    if (d->kind == CALL_BARRIER)
+        return 0;
+    return (size_t)d->count * esz * (d->kind == CALL_ALL_GATHER ? (size_t)world : 1);
+}
+
+static void describe_peer(const net_world *w, int r, char *out, size_t n)
+{
+    if (w->peers[r].fd >= 0 || w->rank != 0)
+        snprintf(out, n, "rank %d (pid %d on %s)", r, w->peers[r].pid, w->peers[r].host);
+    else
+        snprintf(out, n, "rank %d", r);
+}
+
+/* ---- sending ------------------------------------------------------------------------------- */
+
+static net_header header_of(const net_world *w, msg_type type, const call_desc *call)
+{
+    net_header h = {.magic = NET_MAGIC, .type = type, .rank = w->rank, .world = w->world, .pid = (int)getpid()};
+    if (call)
+        h.call = *call;
+    if (gethostname(h.host, sizeof h.host - 1) != 0)
+        snprintf(h.host, sizeof h.host, "?");
+    return h;
+}
+
+/* [routing id of rank `to`, when rank 0 sends] header, payload. 0 or -1. */
+static int send_message(net_world *w, int to, const net_header *h, const void *payload, size_t bytes)
+{
+    char id[32];
+    if (w->rank == 0) {
+        snprintf(id, sizeof id, "world.%d", to);
+        if (zmq_send(w->sock, id, strlen(id), ZMQ_SNDMORE) < 0)
+            return -1;
+    }
+    if (zmq_send(w->sock, h, sizeof *h, ZMQ_SNDMORE) < 0)
+        return -1;
+    return zmq_send(w->sock, payload, bytes, 0) < 0 ? -1 : 0;
+}
+
+/* Rank 0: the world is broken with this message; every rank it knows hears it. */
+__attribute__((format(printf, 2, 3))) static void break_world(net_world *w, const char *fmt, ...)
+{
+    if (w->broken)
+        return;
+    strbuf sb = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(&sb, fmt, ap);
+    va_end(ap);
+    w->broken = xstrdup(sb_str(&sb));
+    sb_free(&sb);
+    net_header h = header_of(w, MSG_BROKEN, NULL);
+    for (int r = 1; w->rank == 0 && r < w->world; r++) /* to a rank not connected: EHOSTUNREACH */
+        send_message(w, r, &h, w->broken, strlen(w->broken));
+}
+
+static int broken_error(const net_world *w, char **err) { return report_failure(err, "%s", w->broken); }
+
+/* ---- receiving ------------------------------------------------------------------------------ */
+
+static int recv_frame(void *sock, zmq_msg_t *m)
+{
+    zmq_msg_init(m);
+    if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) >= 0)
+        return 0;
+    zmq_msg_close(m);
+    return -1;
+}
+
+/* The rest of a multi-frame message, dropped. */
+static void drop_rest(void *sock, zmq_msg_t *last)
+{
+    while (zmq_msg_more(last)) {
+        zmq_msg_close(last);
+        if (recv_frame(sock, last) != 0)
+            return;
+    }
+    zmq_msg_close(last);
+}
+
+/* The rank a routing id names ("world.<r>"), or -1. */
+static int rank_of_id(const net_world *w, zmq_msg_t *id)
+{
+    char s[32];
+    size_t n = zmq_msg_size(id);
+    if (n == 0 || n >= sizeof s)
+        return -1;
+    memcpy(s, zmq_msg_data(id), n);
+    s[n] = 0;
+    char *end;
+    long r = strncmp(s, "world.", 6) ? -1 : strtol(s + 6, &end, 10);
+    return r > 0 && r < w->world && !*end ? (int)r : -1;
+}
+
+/* One whole message off the socket, if one is there: 0, or -1 for none. A message that is not
+ * ours (a wrong frame count or header) is dropped: 1. */
+static int take_message(net_world *w, net_msg *m)
+{
+    zmq_msg_t first, head;
+    m->from = 0;
+    if (recv_frame(w->sock, &first) != 0)
+        return -1;
+    if (w->rank == 0) {
+        m->from = rank_of_id(w, &first);
+        if (!zmq_msg_more(&first) || recv_frame(w->sock, &head) != 0) {
+            drop_rest(w->sock, &first);
+            return 1;
+        }
+        zmq_msg_close(&first);
+    } else
+        head = first;
+    bool ok = zmq_msg_size(&head) == sizeof m->h && zmq_msg_more(&head) && m->from >= 0;
+    if (ok) {
+        memcpy(&m->h, zmq_msg_data(&head), sizeof m->h);
+        m->fd = zmq_msg_get(&head, ZMQ_SRCFD);
+        m->user = zmq_msg_gets(&head, "User-Id");
+    }
+    ok = ok && m->h.magic == NET_MAGIC && recv_frame(w->sock, &m->payload) == 0;
+    if (!ok) {
+        drop_rest(w->sock, &head);
+        return 1;
+    }
+    zmq_msg_close(&head);
+    if (zmq_msg_more(&m->payload)) {
+        drop_rest(w->sock, &m->payload);
+        return 1;
+    }
+    m->h.host[HOST_BYTES - 1] = 0;
+    return 0;
+}
+
+/* The monitor's next event: its number and value (a file descriptor), or 0 for none. */
+static uint16_t next_event(net_world *w, int *value)
+{
+    zmq_msg_t m;
+    if (recv_frame(w->mon, &m) != 0)
+        return 0;
+    uint16_t event = 0;
+    uint32_t v = 0;
+    if (zmq_msg_size(&m) >= 6) {
+        memcpy(&event, zmq_msg_data(&m), 2);
+        memcpy(&v, (uint8_t *)zmq_msg_data(&m) + 2, 4);
+    }
+    drop_rest(w->mon, &m);
+    *value = (int)v;
+    return event;
+}
+
+/* A connection event that ends the wait: a known rank's connection closed (rank 0), or
+ * rank 0's (the others), or rank 0 refused this rank's handshake. Breaks the world. */
+static bool connection_lost(net_world *w, const char *what)
+{
+    int value;
+    for (uint16_t ev; (ev = next_event(w, &value));) {
+        char who[128];
+        if (w->rank == 0 && ev == ZMQ_EVENT_DISCONNECTED) {
+            for (int r = 1; r < w->world; r++)
+                if (w->peers[r].fd == value) {
+                    describe_peer(w, r, who, sizeof who);
+                    w->peers[r].fd = -1;
+                    break_world(w, "collectives %s: %s left the world (its connection closed) while rank 0 waited in %s",
+                                w->name, who, what);
+                }
+        } else if (w->rank != 0 && ev == ZMQ_EVENT_DISCONNECTED)
+            break_world(w, "collectives %s: rank 0 left the world (its connection closed) while rank %d waited in %s",
+                        w->name, w->rank, what);
+        else if (w->rank != 0 && ev >= ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && ev != ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+            break_world(w, "collectives %s: rank 0 refused rank %d's handshake: its allow-list must hold this "
+                           "rank's client key (with ids world.*), and the key file rank 0's public key",
+                        w->name, w->rank);
+    }
+    return w->broken != NULL;
+}
+
+/* The next message, within the deadline: 0, 1 at the deadline, -1 when the world broke. */
+static int next_message(net_world *w, double deadline, const char *what, net_msg *m)
+{
+    for (;;) {
+        int rc = take_message(w, m);
+        if (rc == 0)
+            return 0;
+        if (rc == 1)
+            continue;
+        if (connection_lost(w, what))
+            return -1;
+        if (now_seconds() >= deadline)
+            return 1;
+        zmq_pollitem_t items[2] = {{w->sock, 0, ZMQ_POLLIN, 0}, {w->mon, 0, ZMQ_POLLIN, 0}};
+        zmq_poll(items, 2, wait_ms(deadline)); /* EINTR: look again */
+    }
+}
+
+/* ---- rank 0 --------------------------------------------------------------------------------- */
+
+/* Rank 0's record of a hello: it must be a rank of this world, said once, by a key that may.
+ * False for a message that is no hello (ignored) or a hello that broke the world. */
+static bool take_hello(net_world *w, const net_msg *m)
+{
+    int r = m->from;
+    char id[32];
+    snprintf(id, sizeof id, "world.%d", r);
+    if (m->h.type != MSG_HELLO || m->h.rank != r)
+        return false; /* not a hello from a rank that joins: a late message of a broken run */
+    if (!m->user || !auth_ids_match(m->user, id))
+        break_world(w, "collectives %s: rank %d (pid %d on %s) came with a key whose ids do not allow %s", w->name,
+                    r, m->h.pid, m->h.host, id);
+    else if (m->h.world != w->world)
+        break_world(w, "collectives %s: rank %d (pid %d on %s) joins a world of %d; rank 0's is of %d", w->name, r,
+                    m->h.pid, m->h.host, m->h.world, w->world);
+    else if (w->peers[r].fd >= 0)
+        break_world(w, "collectives %s: rank %d joined twice (pid %d on %s, then pid %d on %s)", w->name, r,
+                    w->peers[r].pid, w->peers[r].host, m->h.pid, m->h.host);
+    else {
+        w->peers[r] = (peer){.fd = m->fd, .pid = m->h.pid};
+        snprintf(w->peers[r].host, sizeof w->peers[r].host, "%s", m->h.host);
+    }
+    return !w->broken;
+}
+
+/* The ranks that have not sent what rank 0 waits for, as "rank 2" or "ranks 1, 3". */
+static void break_for_missing(net_world *w, const bool *arrived, const char *what)
+{
+    strbuf late = {0};
+    int n = 0;
+    for (int r = 1; r < w->world; r++)
+        if (!arrived[r])
+            sb_printf(&late, "%s%d", n++ ? ", " : "", r);
+    break_world(w, "collectives %s: rank%s %s did not reach %s within %.1f s (rank 0 waited)", w->name,
+                n > 1 ? "s" : "", sb_str(&late), what, w->timeout_ms / 1000.0);
+    sb_free(&late);
+}
+
+static int root_join(net_world *w, char **err)
+{
+    bool arrived[COLL_MAX_WORLD] = {true};
+    int missing = w->world - 1;
+    double deadline = now_seconds() + w->timeout_ms / 1000.0;
+    while (missing > 0 && !w->broken) {
+        net_msg m;
+        int rc = next_message(w, deadline, "the join", &m);
+        if (rc == 1)
+            break_for_missing(w, arrived, "the join");
+        if (rc != 0)
+            break;
+        if (take_hello(w, &m))
+            arrived[m.from] = true, missing--;
+        zmq_msg_close(&m.payload);
+    }
+    if (w->broken)
+        return broken_error(w, err);
+    net_header h = header_of(w, MSG_WELCOME, NULL);
+    for (int r = 1; r < w->world; r++)
+        send_message(w, r, &h, NULL, 0);
+    return 0;
+}
+
+/* One rank's CALL, checked against rank 0's own: the same call, the payload it implies. */
+static bool accept_call(net_world *w, const call_desc *mine, const net_msg *m, const bool *arrived)
+{
+    char a[160], b[160], who[128];
+    describe_peer(w, m->from, who, sizeof who);
+    if (m->h.type != MSG_CALL || arrived[m->from]) {
+        break_world(w, "collectives %s: %s sent an unexpected message during call %llu", w->name, who,
+                    (unsigned long long)mine->number);
+        return false;
+    }
+    if (!coll_same_call(&m->h.call, mine)) {
+        coll_describe_call(&m->h.call, a, sizeof a);
+        coll_describe_call(mine, b, sizeof b);
+        break_world(w, "collectives %s: rank %d called %s while rank 0 called %s", w->name, m->from, a, b);
+        return false;
+    }
+    if (zmq_msg_size((zmq_msg_t *)&m->payload) != sent_bytes(mine, m->from)) {
+        break_world(w, "collectives %s: %s sent %zu bytes for %s", w->name, who,
+                    zmq_msg_size((zmq_msg_t *)&m->payload), coll_call_name(mine->kind));
+        return false;
+    }
+    return true;
+}
+
+/* Rank 0: every other rank's CALL for `mine`, into got[r]. 0, or -1 with the world broken. */
+static int root_collect(net_world *w, const call_desc *mine, zmq_msg_t *got)
+{
+    bool arrived[COLL_MAX_WORLD] = {true};
+    int missing = w->world - 1;
+    const char *what = coll_call_name(mine->kind);
+    double deadline = now_seconds() + w->timeout_ms / 1000.0;
+    while (missing > 0 && !w->broken) {
+        net_msg m;
+        int rc = next_message(w, deadline, what, &m);
+        if (rc == 1)
+            break_for_missing(w, arrived, what);
+        if (rc != 0)
+            break;
+        if (!accept_call(w, mine, &m, arrived)) {
+            zmq_msg_close(&m.payload);
+            break;
+        }
+        got[m.from] = m.payload;
+        arrived[m.from] = true, missing--;
+    }
+    for (int r = 1; w->broken && r < w->world; r++)
+        if (arrived[r])
+            zmq_msg_close(&got[r]);
+    return w->broken ? -1 : 0;
+}
+
+/* Rank 0's result of the call, in `out` (world × count values for a gather). */
+static void root_compute(net_world *w, const call_desc *d, const void *mine, void *out, zmq_msg_t *got)
+{
+    size_t bytes = sent_bytes(d, 0) ? sent_bytes(d, 0) : (size_t)d->count * coll_dtype_bytes((coll_dtype)d->dtype);
+    const void *src[COLL_MAX_WORLD] = {mine};
+    for (int r = 1; r < w->world; r++)
+        src[r] = zmq_msg_data(&got[r]);
+    if (d->kind == CALL_ALL_REDUCE)
+        coll_reduce_in_rank_order(out, src, w->world, d->count, (coll_dtype)d->dtype, (coll_op)d->arg);
+    else if (d->kind == CALL_ALL_GATHER)
+        for (int r = 0; r < w->world; r++)
+            memcpy((uint8_t *)out + (size_t)r * bytes, src[r], bytes);
+    else if (d->kind == CALL_BROADCAST && d->arg != 0)
+        memcpy(out, src[d->arg], bytes);
+}
+
+static int root_call(net_world *w, const call_desc *d, const void *send, void *out, char **err)
+{
+    zmq_msg_t got[COLL_MAX_WORLD];
+    if (root_collect(w, d, got) != 0)
+        return broken_error(w, err);
+    root_compute(w, d, send, out, got);
+    net_header h = header_of(w, MSG_RESULT, d);
+    for (int r = 1; r < w->world; r++) {
+        zmq_msg_close(&got[r]);
+        send_message(w, r, &h, out, result_bytes(d, w->world));
+    }
+    return 0;
+}
+
+/* ---- the other ranks ----------------------------------------------------------------------- */
+
+/* Rank 0's answer to what this rank sent: RESULT (or WELCOME at the join) of `bytes`, into out. */
+static int await_answer(net_world *w, msg_type want, const char *what, void *out, size_t bytes, char **err)
+{
+    double deadline = answer_deadline(w);
+    for (;;) {
+        net_msg m;
+        int rc = next_message(w, deadline, what, &m);
+        if (rc == 1)
+            break_world(w, "collectives %s: rank 0 did not answer rank %d in %s within %.1f s", w->name, w->rank,
+                        what, (2.0 * w->timeout_ms + COLL_NET_HEARTBEAT_TIMEOUT_MS) / 1000.0);
+        if (rc != 0)
+            return broken_error(w, err);
+        size_t n = zmq_msg_size(&m.payload);
+        if (m.h.type == MSG_BROKEN) {
+            char *why = xstrndup(zmq_msg_data(&m.payload), n);
+            break_world(w, "%s", why);
+            free(why);
+        } else if (m.h.type == want && n == bytes) {
+            if (bytes)
+                memcpy(out, zmq_msg_data(&m.payload), bytes);
+            zmq_msg_close(&m.payload);
+            return 0;
+        } else
+            break_world(w, "collectives %s: rank 0 answered rank %d's %s with %zu bytes of message %u", w->name,
+                        w->rank, what, n, m.h.type);
+        zmq_msg_close(&m.payload);
+        return broken_error(w, err);
+    }
+}
+
+static int rank_call(net_world *w, const call_desc *d, const void *send, void *out, char **err)
+{
+    net_header h = header_of(w, MSG_CALL, d);
+    if (send_message(w, 0, &h, send, sent_bytes(d, w->rank)) != 0) {
+        break_world(w, "collectives %s: rank %d cannot send to rank 0: %s", w->name, w->rank, zmq_strerror(errno));
+        return broken_error(w, err);
+    }
+    return await_answer(w, MSG_RESULT, coll_call_name(d->kind), out, result_bytes(d, w->world), err);
+}
+
+/* ---- the interface --------------------------------------------------------------------------- */
+
+static int net_call(void *state, call_kind kind, coll_dtype dtype, int arg, size_t count, const void *send,
+                    void *out, char **err)
+{
+    net_world *w = state;
+    if (w->broken)
+        return broken_error(w, err);
+    call_desc d = {.kind = kind, .dtype = dtype, .arg = arg, .count = count, .number = ++w->calls};
+    return w->rank == 0 ? root_call(w, &d, send, out, err) : rank_call(w, &d, send, out, err);
+}
+
+static int net_all_reduce(void *state, void *buf, size_t count, coll_dtype dtype, coll_op op, bool device, char **err)
+{
+    (void)device;
+    return net_call(state, CALL_ALL_REDUCE, dtype, (int)op, count, buf, buf, err);
+}
+
+static int net_all_gather(void *state, const void *send, void *recv, size_t count, coll_dtype dtype, bool device,
+                          char **err)
+{
+    (void)device;
+    return net_call(state, CALL_ALL_GATHER, dtype, 0, count, send, recv, err);
+}
+
+static int net_broadcast(void *state, void *buf, size_t count, coll_dtype dtype, int root, bool device, char **err)
+{
+    (void)device;
+    return net_call(state, CALL_BROADCAST, dtype, root, count, buf, buf, err);
+}
+
+static int net_barrier(void *state, char **err) { return net_call(state, CALL_BARRIER, COLL_F32, 0, 0, NULL, NULL, err); }
+
+static void net_close(void *state)
+{
+    net_world *w = state;
+    if (!w)
+        return;
+    /* The monitor stops before its reader closes: its events are sent blocking, and to a
+     * reader that is gone they would block libzmq's I/O thread for good. */
+    if (w->mon) {
+        zmq_socket_monitor(w->sock, NULL, 0);
+        zmq_close(w->mon);
+    }
+    if (w->sock)
+        zmq_close(w->sock);
+    auth_server_stop(w->auth);
+    if (w->ctx)
+        while (zmq_ctx_term(w->ctx) < 0 && errno == EINTR)
+            ;
+    free(w->broken);
+    free(w->name);
+    free(w);
+}
+
+static const coll_impl net_impl = {.all_reduce = net_all_reduce,
+                                   .all_gather = net_all_gather,
+                                   .broadcast = net_broadcast,
+                                   .barrier = net_barrier,
+                                   .close = net_close};
+
+/* ---- joining ------------------------------------------------------------------------------- */
+
+/* The socket of this rank, its keys, its monitor; bound (rank 0) or connecting (the others). */
+static int open_socket(net_world *w, const char *address, const coll_net_options *o, char **err)
+{
+    const char *colon = strrchr(address, ':');
+    if (!colon || colon == address || !colon[1])
+        return report_failure(err, "collectives %s: the world's address must be HOST:PORT", w->name);
+    w->ctx = zmq_ctx_new();
+    w->sock = w->ctx ? zmq_socket(w->ctx, w->rank == 0 ? ZMQ_ROUTER : ZMQ_DEALER) : NULL;
+    if (!w->sock)
+        return report_failure(err, "collectives %s: cannot make a ZeroMQ socket: %s", w->name, zmq_strerror(errno));
+    int ivl = HEARTBEAT_IVL_MS, hb = COLL_NET_HEARTBEAT_TIMEOUT_MS, zero = 0, one = 1;
+    int linger = w->rank == 0 ? ROOT_LINGER_MS : 1000, reconnect = RECONNECT_IVL_MS;
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb, sizeof hb);
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TTL, &hb, sizeof hb);
+    zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &reconnect, sizeof reconnect); /* rank 0 may come later */
+    zmq_setsockopt(w->sock, ZMQ_SNDHWM, &zero, sizeof zero); /* a call's messages are never dropped */
+    zmq_setsockopt(w->sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    auth_keys k = {0};
+    auth_allow allow = {0};
+    int rc;
+    if (w->rank == 0) {
+        zmq_setsockopt(w->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+        rc = o->keys_dir && *o->keys_dir ? auth_load_server_dir(o->keys_dir, &k, &allow, err)
+                                         : report_failure(err, "collectives %s: rank 0 needs a key directory "
+                                                               "(SELFSUP.TRANSPORT.SERVER_KEYS_DIR)", w->name);
+        if (rc == 0 && !(w->auth = auth_server_start(w->ctx, w->sock, &k, &allow, w->name, err)))
+            rc = -1;
+    } else {
+        char id[32];
+        snprintf(id, sizeof id, "world.%d", w->rank);
+        zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, id, strlen(id));
+        rc = o->key_file && *o->key_file ? auth_load_keys(o->key_file, AUTH_CLIENT, &k, err)
+                                         : report_failure(err, "collectives %s: rank %d needs a client key file "
+                                                               "(SELFSUP.TRANSPORT.CLIENT_KEY_FILE)", w->name, w->rank);
+        rc = rc ? rc : auth_client_setup(w->sock, &k, err);
+    }
+    auth_wipe(&k);
+    auth_allow_free(&allow);
+    if (rc != 0)
+        return -1;
+    char mon[64];
+    snprintf(mon, sizeof mon, "inproc://selfsup-world-monitor-%p", (void *)w);
+    int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    if (zmq_socket_monitor(w->sock, mon, events) != 0 || !(w->mon = zmq_socket(w->ctx, ZMQ_PAIR)) ||
+        zmq_connect(w->mon, mon) != 0)
+        return report_failure(err, "collectives %s: cannot watch the connections: %s", w->name, zmq_strerror(errno));
+    char *endpoint = w->rank == 0 ? xasprintf("tcp://*:%s", colon + 1) : xasprintf("tcp://%s", address);
+    rc = w->rank == 0 ? zmq_bind(w->sock, endpoint) : zmq_connect(w->sock, endpoint);
+    if (rc != 0)
+        report_failure(err, "collectives %s: cannot %s %s: %s", w->name, w->rank == 0 ? "listen at" : "connect to",
+                       endpoint, zmq_strerror(errno));
+    free(endpoint);
+    return rc == 0 ? 0 : -1;
+}
+
+coll *coll_net_join(const char *address, int rank, int world, const coll_net_options *o, char **err)
+{
+    char *name = xasprintf("net:%s", address);
+    if (world < 1 || world > COLL_MAX_WORLD || rank < 0 || rank >= world) {
+        report_failure(err, "collectives %s: rank %d of a world of %d (1 to %d ranks)", name, rank, world,
+                       COLL_MAX_WORLD);
+        free(name);
+        return NULL;
+    }
+    net_world *w = xcalloc(1, sizeof *w);
+    *w = (net_world){.name = name, .rank = rank, .world = world, .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 60000};
+    for (int r = 0; r < world; r++)
+        w->peers[r].fd = -1;
+    int rc = open_socket(w, address, o, err);
+    if (rc == 0 && rank == 0)
+        rc = root_join(w, err);
+    else if (rc == 0) {
+        net_header h = header_of(w, MSG_HELLO, NULL);
+        rc = send_message(w, 0, &h, NULL, 0) != 0 ? report_failure(err, "collectives %s: %s", name, zmq_strerror(errno))
+                                                 : await_answer(w, MSG_WELCOME, "the join", NULL, 0, err);
+    }
+    if (rc != 0) {
+        net_close(w);
+        return NULL;
+    }
+    w->calls = 1; /* the join was call 1, as in the shm world */
+    return coll_from_impl(name, rank, world, &net_impl, w);
+}
