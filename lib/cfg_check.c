@@ -620,7 +620,9 @@ static bool check_selfsup_endpoint(checker *ck)
 }
 
 /* Several nodes meet over tcp at RUN_ID, which must then be "HOST:PORT" (VISSL's recipes
- * ship a placeholder there). Like a missing file: an error for validate, a warning for show. */
+ * ship a placeholder there). Like a missing file: an error for validate, a warning for show.
+ * In a Slurm job "auto" is fine: `selfsup run --role auto` makes it the job's first node and
+ * SLURM.PORT_ID, as VISSL's Slurm launch does (cmd_run.c checks the result). */
 static bool check_rendezvous(checker *ck)
 {
     cfg_node *nodes = config_at(ck, "DISTRIBUTED.NUM_NODES"),
@@ -628,6 +630,8 @@ static bool check_rendezvous(checker *ck)
     cfg_node *run_id = config_at(ck, "DISTRIBUTED.RUN_ID");
     if (!nodes || nodes->kind != CFG_INT || nodes->i <= 1 || !method || method->kind != CFG_STR ||
         strcmp(method->s, "tcp") || !run_id || run_id->kind != CFG_STR)
+        return true;
+    if (!strcmp(run_id->s, "auto") && getenv("SLURM_JOB_ID"))
         return true;
     const char *colon = strrchr(run_id->s, ':');
     if (colon && colon > run_id->s && strspn(colon + 1, "0123456789") == strlen(colon + 1) && colon[1])

@@ -547,6 +547,9 @@ static bool check_nodes(const cfg_node *config, const char *engine, const run_ar
     else if (strcmp(cfg_str(config, "DISTRIBUTED.INIT_METHOD"), "tcp"))
         key = "DISTRIBUTED.INIT_METHOD", why = "trainers on several nodes meet at DISTRIBUTED.RUN_ID, node 0's "
                                                "HOST:PORT: INIT_METHOD must be tcp";
+    else if (!strchr(cfg_str(config, "DISTRIBUTED.RUN_ID"), ':'))
+        key = "DISTRIBUTED.RUN_ID", why = "trainers on several nodes meet at node 0's HOST:PORT (under Slurm, "
+                                          "--role auto sets it from the job)";
     else if (cpu && a->node_rank == 0 && !*cfg_str(config, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"))
         key = "SELFSUP.TRANSPORT.SERVER_KEYS_DIR", why = "rank 0 admits the other trainers at RUN_ID by their keys: "
                                                          "node 0 needs its key directory (selfsup keygen DIR "
@@ -611,6 +614,7 @@ static void add_rendezvous(cfg_node *config, run_args *a, const slurm_job *job)
         return;
     char *id = xasprintf("%s:%lld", job->nodes.names[0], (long long)cfg_int(config, "SLURM.PORT_ID"));
     add_auto_value(config, a, "DISTRIBUTED", "RUN_ID", id);
+    log_info("--role auto: the trainers of Slurm job %s meet at %s (DISTRIBUTED.RUN_ID)", job->job_id, id);
     free(id);
 }
 

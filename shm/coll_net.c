@@ -27,6 +27,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,13 +408,25 @@ static int root_collect(net_world *w, const call_desc *mine, zmq_msg_t *got)
     return w->broken ? -1 : 0;
 }
 
+/* A message's values where a double may be read: in place, or copied into *copy. */
+static const void *aligned_values(zmq_msg_t *m, void **copy)
+{
+    void *data = zmq_msg_data(m);
+    if ((uintptr_t)data % sizeof(double) == 0)
+        return data;
+    *copy = xmalloc(zmq_msg_size(m) ? zmq_msg_size(m) : 1);
+    memcpy(*copy, data, zmq_msg_size(m));
+    return *copy;
+}
+
 /* Rank 0's result of the call, in `out` (world × count values for a gather). */
 static void root_compute(net_world *w, const call_desc *d, const void *mine, void *out, zmq_msg_t *got)
 {
     size_t bytes = sent_bytes(d, 0) ? sent_bytes(d, 0) : (size_t)d->count * coll_dtype_bytes((coll_dtype)d->dtype);
     const void *src[COLL_MAX_WORLD] = {mine};
-    for (int r = 1; r < w->world; r++)
-        src[r] = zmq_msg_data(&got[r]);
+    void *copies[COLL_MAX_WORLD] = {0};
+    for (int r = 1; r < w->world; r++) /* a small message's bytes may sit at any address */
+        src[r] = aligned_values(&got[r], &copies[r]);
     if (d->kind == CALL_ALL_REDUCE)
         coll_reduce_in_rank_order(out, src, w->world, d->count, (coll_dtype)d->dtype, (coll_op)d->arg);
     else if (d->kind == CALL_ALL_GATHER)
@@ -421,6 +434,8 @@ static void root_compute(net_world *w, const call_desc *d, const void *mine, voi
             memcpy((uint8_t *)out + (size_t)r * bytes, src[r], bytes);
     else if (d->kind == CALL_BROADCAST && d->arg != 0)
         memcpy(out, src[d->arg], bytes);
+    for (int r = 1; r < w->world; r++)
+        free(copies[r]);
 }
 
 static int root_call(net_world *w, const call_desc *d, const void *send, void *out, char **err)

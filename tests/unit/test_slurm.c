@@ -353,6 +353,16 @@ Test(slurm, role_auto_takes_its_part_from_the_job, .init = dry_setup, .fini = dr
     cr_expect(strstr(out, "heterogeneous Slurm job 5 has 2 nodes in its first component (the trainer nodes), but "
                           "DISTRIBUTED.NUM_NODES = 1"),
               "%s", out);
+    free(out), free(cmd);
+    /* trainers on 2 nodes: node 1 is SLURM_NODEID's, and RUN_ID auto the first node at SLURM.PORT_ID (node 1
+     * then lacks its client key: refused before anything starts) */
+    cmd = xasprintf("cd %s && SLURM_JOB_ID=6 SLURM_JOB_NODELIST='n[1-2]' SLURM_NODEID=1 %s run quickstart/simclr "
+                    "--role auto --run-dir run config.DISTRIBUTED.NUM_NODES=2 config.DISTRIBUTED.NUM_PROC_PER_NODE=1 "
+                    "config.SLURM.PORT_ID=40123 'config.DATA.TRAIN.DATA_PATHS=[%s/fm/disk_filelist/train_images.npy]'",
+                    g_dir, selfsup, g_dir);
+    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    cr_expect(strstr(out, "the trainers of Slurm job 6 meet at n1:40123 (DISTRIBUTED.RUN_ID)"), "%s", out);
+    cr_expect(strstr(out, "node 1 of 2: config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE"), "%s", out);
     free(out), free(cmd), free(selfsup);
 }
 
