@@ -533,14 +533,14 @@ static bool check_farm(const cfg_node *config, const char *engine, topo_role rol
     return !why;
 }
 
-/* Trainers on several CPU nodes meet at DISTRIBUTED.RUN_ID over CURVE (shm/coll_net.h): the
- * node rank, the rendezvous and this node's keys are checked before anything starts. */
+/* Trainers on several nodes meet at DISTRIBUTED.RUN_ID over CURVE (shm/coll_net.h; GPUs get
+ * NCCL's id there): the node rank, the rendezvous and this node's keys are checked before
+ * anything starts. */
 static bool check_nodes(const cfg_node *config, const char *engine, const run_args *a)
 {
     int64_t nodes = cfg_int(config, "DISTRIBUTED.NUM_NODES"), procs = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
     if (nodes <= 1 || strcmp(engine, "train") || a->role == TOPO_FARM)
         return true;
-    bool cpu = !strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu");
     const char *key = NULL, *why = NULL;
     if (a->node_rank < 0 || a->node_rank >= nodes)
         key = "DISTRIBUTED.NUM_NODES", why = "--node-rank must be 0 to NUM_NODES - 1";
@@ -550,11 +550,11 @@ static bool check_nodes(const cfg_node *config, const char *engine, const run_ar
     else if (!strchr(cfg_str(config, "DISTRIBUTED.RUN_ID"), ':'))
         key = "DISTRIBUTED.RUN_ID", why = "trainers on several nodes meet at node 0's HOST:PORT (under Slurm, "
                                           "--role auto sets it from the job)";
-    else if (cpu && a->node_rank == 0 && !*cfg_str(config, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"))
+    else if (a->node_rank == 0 && !*cfg_str(config, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"))
         key = "SELFSUP.TRANSPORT.SERVER_KEYS_DIR", why = "rank 0 admits the other trainers at RUN_ID by their keys: "
                                                          "node 0 needs its key directory (selfsup keygen DIR "
                                                          "--clients 'NODE:world.*' ...)";
-    else if (cpu && (a->node_rank > 0 || procs > 1) && !*cfg_str(config, "SELFSUP.TRANSPORT.CLIENT_KEY_FILE"))
+    else if ((a->node_rank > 0 || procs > 1) && !*cfg_str(config, "SELFSUP.TRANSPORT.CLIENT_KEY_FILE"))
         key = "SELFSUP.TRANSPORT.CLIENT_KEY_FILE", why = "this node's trainers connect to rank 0 at RUN_ID: they "
                                                          "need a client key file whose ids allow world.* (DIR/NODE.key "
                                                          "from node 0's keygen)";

@@ -343,16 +343,18 @@ static bool add_farm_collate(topology *t, const cfg_node *config, const topo_opt
     return true;
 }
 
-/* The trainers' world: on GPUs an NCCL world, whose id (made here, once for the run) every
- * trainer gets on its command line; CPU trainers on several nodes meet at rank 0's address,
- * DISTRIBUTED.RUN_ID (shm/coll_net.h); else a collectives segment, named as a ring is (so a
- * run's leftovers are swept as its rings are). */
+/* The trainers' world. Trainers on several nodes meet at rank 0's address, DISTRIBUTED.RUN_ID
+ * (shm/coll_net.h): CPU trainers stay in that world, GPU trainers get NCCL's id there. On one
+ * node: on GPUs an NCCL world, whose id (made here, once for the run) every trainer gets on its
+ * command line; else a collectives segment, named as a ring is (so a run's leftovers are swept
+ * as its rings are). */
 static char *world_name(const cfg_node *config)
 {
-    if (cfg_int(config, "DISTRIBUTED.NUM_NODES") > 1 && !strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu"))
-        return xasprintf("net:%s", cfg_str(config, "DISTRIBUTED.RUN_ID"));
+    bool cpu = !strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu");
+    if (cfg_int(config, "DISTRIBUTED.NUM_NODES") > 1) /* GPUs: NCCL's id handed out by rank 0 there */
+        return xasprintf("%s:%s", cpu ? "net" : "nccl-net", cfg_str(config, "DISTRIBUTED.RUN_ID"));
 #if HAVE_CUDA
-    if (strcmp(cfg_str(config, "MACHINE.DEVICE"), "cpu")) {
+    if (!cpu) {
         char hex[COLL_NCCL_ID_HEX + 1], *err = NULL;
         if (coll_nccl_unique_id(hex, &err) == 0)
             return xasprintf("nccl:%s", hex);

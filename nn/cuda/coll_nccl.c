@@ -251,3 +251,29 @@ coll *coll_nccl_join(const char *hex, int rank, int world, int device, char **er
     snprintf(name, sizeof name, "nccl (GPU %d)", device);
     return coll_from_impl(name, rank, world, &NCCL_IMPL, w);
 }
+
+/* The id as bytes a host world broadcasts: the hex digits, NUL-padded to whole fp32 values
+ * (the broadcast copies them, it computes nothing); "" when rank 0 could not make one. */
+typedef union {
+    char hex[COLL_NCCL_ID_HEX + 4];
+    float words[(COLL_NCCL_ID_HEX + 4) / 4];
+} id_words;
+
+coll *coll_nccl_join_via(coll *bootstrap, int device, char **err)
+{
+    id_words id = {{0}};
+    char *why = NULL;
+    int rank = coll_rank(bootstrap), world = coll_world(bootstrap);
+    if (rank == 0 && coll_nccl_unique_id(id.hex, &why) != 0)
+        id.hex[0] = 0;
+    if (coll_broadcast(bootstrap, id.words, sizeof id.words / sizeof *id.words, COLL_F32, 0, err) != 0) {
+        free(why);
+        return NULL;
+    }
+    if (!id.hex[0]) {
+        report_failure(err, "NCCL world: rank 0 could not make the world's id%s%s", why ? ": " : "", why ? why : "");
+        free(why);
+        return NULL;
+    }
+    return coll_nccl_join(id.hex, rank, world, device, err);
+}

@@ -3,7 +3,8 @@
  * on one node or several (DISTRIBUTED.BACKEND: nccl), as VISSL's torch.distributed runs them.
  *
  * The orchestrator makes the world's id once (coll_nccl_unique_id, printable as hex) and hands
- * it to every trainer (--coll nccl:HEX); each joins as its rank on its local GPU. NCCL moves
+ * it to every trainer (--coll nccl:HEX); each joins as its rank on its local GPU. Across nodes
+ * rank 0 hands it out through a bootstrap world (coll_nccl_join_via). NCCL moves
  * device memory itself, so the world takes device pointers (coll_*_device: the gradients, the
  * weights and buffers broadcast from rank 0, SimCLR's gathered embeddings, with no copy through
  * the host); the host calls (the losses' double sums, the meters' counts) are staged through a
@@ -31,5 +32,11 @@ int coll_nccl_unique_id(char *hex, char **err);
  * process's current device). Returns once every rank has joined, or NULL with *err (a bad id,
  * no such GPU, NCCL's own failure). */
 coll *coll_nccl_join(const char *hex, int rank, int world, int device, char **err);
+
+/* GPUs on several nodes, whose orchestrators share no id: the ranks meet first in `bootstrap`,
+ * a world of host memory (shm/coll_net.h at DISTRIBUTED.RUN_ID), where rank 0 makes the id and
+ * broadcasts it, as torch's TCPStore hands it out; then each joins as coll_nccl_join does. The
+ * caller closes bootstrap. NULL with *err (rank 0's failure to make an id is every rank's). */
+coll *coll_nccl_join_via(coll *bootstrap, int device, char **err);
 
 #endif

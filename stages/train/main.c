@@ -53,9 +53,10 @@
  *   --coll NAME          the world of trainers this one is a rank of (--rank, --world-size):
  *                        the shared segment NAME of shm/collective.h, where the trainers meet
  *                        to be one model (train/dist.h); nccl:ID, a world of GPUs
- *                        (nn/cuda/coll_nccl.h); or net:HOST:PORT, trainers on several CPU
+ *                        (nn/cuda/coll_nccl.h); net:HOST:PORT, trainers on several CPU
  *                        nodes meeting at rank 0's address (shm/coll_net.h, with the keys of
- *                        SELFSUP.TRANSPORT); selfsup run gives it to each trainer when
+ *                        SELFSUP.TRANSPORT); or nccl-net:HOST:PORT, GPUs on several nodes,
+ *                        which get NCCL's id from rank 0 there; selfsup run gives it to each trainer when
  *                        NUM_NODES × NUM_PROC_PER_NODE > 1
  */
 #include "coll_net.h"
@@ -173,27 +174,44 @@ static int check(stage *s, train_stage *ts)
     exit(0);
 }
 
-/* The world --coll names: "nccl:<id>" (GPUs, the trainer on its local GPU: rank mod
- * NUM_PROC_PER_NODE), "net:HOST:PORT" (CPU nodes) or a shared-memory segment. NULL with
- * *err. */
+/* The network world at address "HOST:PORT", with the keys of SELFSUP.TRANSPORT. */
+static coll *join_net(const char *address, int rank, int world, const cfg_node *config, char **err)
+{
+    coll_net_options no = {.timeout_ms = WORLD_TIMEOUT_MS,
+                           .keys_dir = cfg_str(config, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"),
+                           .key_file = cfg_str(config, "SELFSUP.TRANSPORT.CLIENT_KEY_FILE")};
+    return coll_net_join(address, rank, world, &no, err);
+}
+
+/* A world of GPUs: "nccl:<id>" on one node, "nccl-net:HOST:PORT" on several (the id handed out
+ * by rank 0 in the network world there), the trainer on its local GPU (rank mod
+ * NUM_PROC_PER_NODE). */
+static coll *join_gpus(const char *name, int rank, int world, const cfg_node *config, char **err)
+{
+#if HAVE_CUDA
+    int64_t per_node = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    int device = per_node > 0 ? (int)(rank % per_node) : 0;
+    if (!strncmp(name, "nccl:", 5))
+        return coll_nccl_join(name + 5, rank, world, device, err);
+    coll *bootstrap = join_net(name + strlen("nccl-net:"), rank, world, config, err);
+    coll *gpus = bootstrap ? coll_nccl_join_via(bootstrap, device, err) : NULL;
+    coll_close(bootstrap);
+    return gpus;
+#else
+    (void)rank, (void)world, (void)config;
+    report_failure(err, "--coll %.9s…: this build has no CUDA, so no NCCL", name);
+    return NULL;
+#endif
+}
+
+/* The world --coll names: a world of GPUs (join_gpus), "net:HOST:PORT" (CPU nodes) or a
+ * shared-memory segment. NULL with *err. */
 static coll *join_world(const char *name, int rank, int world, const cfg_node *config, char **err)
 {
-    if (!strncmp(name, "net:", 4)) {
-        coll_net_options no = {.timeout_ms = WORLD_TIMEOUT_MS,
-                               .keys_dir = cfg_str(config, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"),
-                               .key_file = cfg_str(config, "SELFSUP.TRANSPORT.CLIENT_KEY_FILE")};
-        return coll_net_join(name + 4, rank, world, &no, err);
-    }
-    if (!strncmp(name, "nccl:", 5)) {
-#if HAVE_CUDA
-        int64_t per_node = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
-        return coll_nccl_join(name + 5, rank, world, per_node > 0 ? (int)(rank % per_node) : 0, err);
-#else
-        (void)config;
-        report_failure(err, "--coll nccl:…: this build has no CUDA, so no NCCL");
-        return NULL;
-#endif
-    }
+    if (!strncmp(name, "net:", 4))
+        return join_net(name + 4, rank, world, config, err);
+    if (!strncmp(name, "nccl:", 5) || !strncmp(name, "nccl-net:", 9))
+        return join_gpus(name, rank, world, config, err);
     coll_shm_options co = {.timeout_ms = WORLD_TIMEOUT_MS};
     return coll_shm_join(name, rank, world, &co, err);
 }

@@ -105,13 +105,6 @@ static bool check_world(const cfg_node *config, const trainer_options *o, cfg_er
         return false;
     }
     const char *key = nodes > 1 ? "config.DISTRIBUTED.NUM_NODES" : "config.DISTRIBUTED.NUM_PROC_PER_NODE";
-    if (nodes > 1 && !cpu) {
-        cfg_fail(err, cfg_get(config, key + strlen("config.")), key,
-                 "world size %lld: GPU trainers on several nodes (NCCL across nodes) are not implemented yet: train "
-                 "the GPUs of one node (NUM_NODES=1), or CPU trainers on several nodes (MACHINE.DEVICE: cpu)",
-                 (long long)world);
-        return false;
-    }
     if (o->world || o->world_promised)
         return check_sync_bn(config, world, err);
     cfg_fail(err, cfg_get(config, key + strlen("config.")), key,

@@ -3,12 +3,15 @@
  * definitions of the collectives, one process per GPU.
  *
  * Anywhere: a world id is made (NCCL needs no GPU for that) and a malformed one is refused with
- * a message. With GPUs (the GPU runbook): one rank per GPU, up to 4, each on its own GPU,
+ * a message; and the hand-off of several nodes (coll_nccl_join_via): two ranks in a shm world,
+ * rank 0 makes the id and broadcasts it, and each rank's join then fails only where a GPU is
+ * missing, not at the id. With GPUs (the GPU runbook): one rank per GPU, up to 4, each on its own GPU,
  * checks every call on host memory (staged through the device) and on device memory:
  * all-reduce (sum, mean and max in fp32; sum in bf16 and fp64), all-gather, broadcast from the
  * last rank, barrier; and an all-reduce queued behind another stream's work (DDP's buckets).
  * The values are small integers and halves, exact in every dtype and in any
- * order of summation, so each rank's result must equal the definition bit for bit. With one GPU
+ * order of summation, so each rank's result must equal the definition bit for bit; then the
+ * same world joined through the hand-off, and one all-reduce in it. With one GPU
  * the world is of one rank: the calls' paths are exercised, the sums are the identity.
  * Without CUDA or without a GPU it says so in one line and exits 0, as backend-ops does.
  */
@@ -28,6 +31,7 @@ int main(void)
 }
 #else
 #include "cuda/coll_nccl.h"
+#include "ring.h"
 
 #include <cuda_runtime.h>
 #include <sys/wait.h>
@@ -180,7 +184,17 @@ static void check_queued(coll *c, int rank, int world)
     cudaStreamDestroy(s);
 }
 
-static int rank_main(const char *hex, int rank, int world)
+/* The NCCL world of `world` ranks through the hand-off: a shm world `bootstrap` first. */
+static coll *join_via(const char *bootstrap, int rank, int world, int device, char **err)
+{
+    coll_shm_options o = {.timeout_ms = 60000};
+    coll *boot = coll_shm_join(bootstrap, rank, world, &o, err);
+    coll *c = boot ? coll_nccl_join_via(boot, device, err) : NULL;
+    coll_close(boot);
+    return c;
+}
+
+static int rank_main(const char *hex, const char *bootstrap, int rank, int world)
 {
     char *err = NULL;
     coll *c = coll_nccl_join(hex, rank, world, rank, &err);
@@ -197,7 +211,44 @@ static int rank_main(const char *hex, int rank, int world)
     }
     check_queued(c, rank, world);
     coll_close(c);
+    if (!(c = join_via(bootstrap, rank, world, rank, &err))) {
+        fprintf(stderr, "nccl-world rank %d, through the hand-off: %s\n", rank, err);
+        return 1;
+    }
+    check_f32(c, rank, world, true, COLL_SUM);
+    coll_close(c);
     return failures ? 1 : 0;
+}
+
+/* Without a GPU: each of two ranks gets rank 0's id whole, and fails at the GPU. */
+static int handoff_rank(const char *bootstrap, int rank)
+{
+    char *err = NULL;
+    coll *c = join_via(bootstrap, rank, 2, 0, &err);
+    if (c || !err || strstr(err, "hex digits") || strstr(err, "could not make") || strstr(err, "collectives")) {
+        fprintf(stderr, "nccl-world hand-off, rank %d: %s\n", rank, c ? "joined without a GPU" : err ? err : "?");
+        return 1;
+    }
+    free(err);
+    return 0;
+}
+
+static int check_handoff_without_gpu(void)
+{
+    char *name = ring_name("nccl-boot");
+    int bad = 0;
+    fflush(NULL);
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++)
+        if ((pids[r] = fork()) == 0)
+            _exit(handoff_rank(name, r));
+    for (int r = 0; r < 2; r++) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    free(name);
+    return bad;
 }
 
 /* What needs no GPU: an id, and a malformed one refused with a message. */
@@ -242,22 +293,28 @@ int main(void)
         return 1;
     int gpus = count_gpus();
     if (gpus == 0) {
-        puts("nccl-world: no GPU here: a world id made and a malformed one refused; the collectives need a GPU");
+        if (check_handoff_without_gpu() != 0)
+            return 1;
+        puts("nccl-world: no GPU here: a world id made, a malformed one refused, rank 0's id handed to 2 ranks "
+             "whole; the collectives need a GPU");
         return 0;
     }
     int world = gpus < MAX_RANKS ? gpus : MAX_RANKS, bad = 0;
+    char *bootstrap = ring_name("nccl-boot");
     fflush(NULL);
     pid_t pids[MAX_RANKS];
     for (int r = 0; r < world; r++)
         if ((pids[r] = fork()) == 0)
-            _exit(rank_main(hex, r, world));
+            _exit(rank_main(hex, bootstrap, r, world));
     for (int r = 0; r < world; r++) {
         int st = 0;
         waitpid(pids[r], &st, 0);
         bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
     }
+    free(bootstrap);
     printf("nccl-world: %d rank(s), one per GPU: %s\n", world,
-           bad ? "FAILED (above)" : "every collective, on host and device memory, as defined");
+           bad ? "FAILED (above)" : "every collective, on host and device memory, as defined; joined through the "
+                                    "hand-off too");
     return bad;
 }
 #endif

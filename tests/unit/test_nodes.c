@@ -167,6 +167,15 @@ Test(nodes, what_a_node_cannot_start_with_is_refused, .timeout = 120)
     char *ran = xasprintf("%s/refused", dir);
     cr_expect(!path_exists(ran), "a refused run made its checkpoint folder");
     free(ran);
+    /* validate, which knows no node, takes the config of three nodes */
+    char *bin = test_build_path("selfsup"), *configs = test_path("configs"), *out;
+    char *cmd = xasprintf("SELFSUP_CONFIGS='%s' '%s' config validate quickstart/swav config.DISTRIBUTED.NUM_NODES=3 "
+                          "config.DISTRIBUTED.RUN_ID=node0:29500 "
+                          "config.DATA.TRAIN.DATA_PATHS=[%s/fm/disk_filelist/train_images.npy]",
+                          configs, bin, dir);
+    cr_expect_eq(test_run(cmd, &out), 0, "%s", out);
+    cr_expect(strstr(out, "world size 3"), "%s", out);
+    free(out), free(cmd), free(bin), free(configs);
     test_rm_rf(dir);
     free(dir);
 }

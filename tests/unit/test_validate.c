@@ -231,11 +231,6 @@ Test(validate, a_world_size_the_trainers_cannot_train_as_one_model_is_refused_be
     expect_refused("quickstart/supervised", "config.DISTRIBUTED.NUM_PROC_PER_NODE=2 config.MACHINE.DEVICE=gpu",
                    "config.DISTRIBUTED.BACKEND: is gloo, but 2 GPU trainers share their model through NCCL: set "
                    "DISTRIBUTED.BACKEND: nccl");
-    expect_refused("quickstart/simclr",
-                   "config.DISTRIBUTED.NUM_NODES=3 config.DISTRIBUTED.INIT_METHOD=tcp "
-                   "config.DISTRIBUTED.RUN_ID=localhost:29500 config.MACHINE.DEVICE=gpu config.DISTRIBUTED.BACKEND=nccl",
-                   "config.DISTRIBUTED.NUM_NODES: world size 3: GPU trainers on several nodes (NCCL across nodes) "
-                   "are not implemented yet");
 
     expect_run_refused("quickstart/supervised", "config.DISTRIBUTED.NUM_PROC_PER_NODE=2 config.MACHINE.DEVICE=gpu",
                        "set DISTRIBUTED.BACKEND: nccl");
