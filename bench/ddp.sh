@@ -6,7 +6,11 @@
 #    25,557,032 fp32 gradients and on 1 MiB (262,144 fp32): the median time of an all-reduce
 #    (sum) among the ranks, and of one memcpy of the same buffer. Target: an all-reduce of
 #    ResNet-50's gradients among 2 processes within 3x one memcpy of them.
-# 2. `selfsup run quickstart/supervised` on 2,560 Fashion-MNIST images for one epoch: 1 trainer
+# 2. The network world (shm/coll_net.h: trainers on several nodes) on the loopback, coll_bench
+#    --net, beside torch.distributed's gloo over tcp (bench/gloo_bench.py, VISSL's CPU backend
+#    across nodes) on the same buffers: 2 processes, ResNet-50's gradients, one 25 MB DDP bucket
+#    and 1 MiB. No target: the figures say what a step's all-reduce costs across nodes.
+# 3. `selfsup run quickstart/supervised` on 2,560 Fashion-MNIST images for one epoch: 1 trainer
 #    of batch 64 (2 threads) against 2 trainers of batch 32 (1 thread each), the same global
 #    batch on the same 2 cores; the median step time after the first 5 (stdout.json's btime).
 #    The same for quickstart/simclr with SyncBN (the embeddings' all-gather and the batch
@@ -15,7 +19,7 @@
 set -euo pipefail
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 build=${1:-build}
@@ -47,6 +51,21 @@ done
 echo
 echo "Target (issue 22): ResNet-50's gradients all-reduced among 2 processes within 3x one memcpy: $target."
 echo "GB/s per rank: the buffer's bytes over the all-reduce's time. 4 processes on fewer cores take turns."
+
+# ---- the network world against gloo over tcp ----
+echo
+echo "| network world, 2 processes, loopback | values (fp32) | selfsup ms | torch gloo ms | selfsup / gloo |"
+echo "|---|--:|--:|--:|--:|"
+for count in 25557032 6553600 262144; do
+    echo "ddp: the network world and gloo, $count values ..." >&2
+    read -r _ _ _ _ t _ < <("$bench" --net --world 2 --count "$count" --reps 7 | grep '^coll_bench all_reduce')
+    port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    read -r _ _ _ _ g < <(/usr/bin/python3 bench/gloo_bench.py 2 "$count" 7 "$port")
+    awk -v n="$count" -v t="$t" -v g="$g" 'BEGIN { printf "| all-reduce (sum) | %d | %.2f | %.2f | %.2fx |\n", n, t * 1e3, g * 1e3, t / g }'
+done
+echo
+echo "selfsup's network world sends every rank's buffer to rank 0, which sums in rank order (the bits of the"
+echo "one-node world) and sends the result back; gloo's ring all-reduce sums in its own order."
 
 # ---- 2 trainers against 1 on the quickstart ----
 work=$(mktemp -d "${TMPDIR:-/tmp}/selfsup-ddp-bench.XXXXXX")
