@@ -438,16 +438,6 @@ static void expect_dataset_exit(int code, const char *expect, char *args)
 }
 
 /* Whether two files hold the same bytes (false, with a message, when either cannot be read). */
-static bool same_bytes(const char *a, const char *b)
-{
-    size_t na = 0, nb = 0;
-    char *x = read_whole_file(a, &na), *y = read_whole_file(b, &nb);
-    bool same = x && y && na == nb && memcmp(x, y, na) == 0;
-    cr_expect(x && y, "cannot read %s or %s", a, b);
-    free(x), free(y);
-    return same;
-}
-
 /* `selfsup dataset NAME SRC OUT ARGS` run from the VOC fixtures' folder (SRC relative, as the
  * generator gave it to VISSL's script); its exit status. */
 static int voc_in_fixtures(const char *name, const char *src, const char *out_dir, const char *args, char **output)
@@ -481,7 +471,7 @@ Test(dataset, voc_files_are_vissls_byte_for_byte, .timeout = 60)
         for (size_t f = 0; f < ARRAY_LEN(FILES); f++) {
             char *want = xasprintf("%s/%s/%s", fixtures, RUNS[r][2], FILES[f]), *got = xasprintf("%s/%s", dst, FILES[f]);
             if (access(want, F_OK) == 0) {
-                cr_expect(same_bytes(got, want), "%s: %s differs from VISSL's", RUNS[r][2], FILES[f]);
+                cr_expect(test_same_bytes(got, want), "%s: %s differs from VISSL's", RUNS[r][2], FILES[f]);
                 compared++;
             } else {
                 cr_expect(access(got, F_OK) != 0, "%s: %s written, VISSL writes none", RUNS[r][2], FILES[f]);
@@ -535,7 +525,7 @@ Test(dataset, coco_files_are_vissls_byte_for_byte, .timeout = 60)
             const char *kind = k ? "labels" : "images";
             char *want = xasprintf("%s/coco/%s_%s.npy", fixtures, PARTS[p], kind);
             char *got = xasprintf("%s/coco/%s_%s.npy", dir, PARTS[p], kind);
-            cr_expect(same_bytes(got, want), "%s_%s.npy differs from VISSL's", PARTS[p], kind);
+            cr_expect(test_same_bytes(got, want), "%s_%s.npy differs from VISSL's", PARTS[p], kind);
             free(want), free(got);
         }
     free(out), free(args), free(fixtures);
@@ -579,7 +569,7 @@ Test(dataset, imagenet_files_are_vissls_sorted_byte_for_byte, .timeout = 60)
     cr_expect(strstr(out, "train has 3 classes and val 2"), "%s", out);
     for (size_t f = 0; f < ARRAY_LEN(FILES); f++) {
         char *want = xasprintf("%s/imagenet/%s", fixtures, FILES[f]), *got = xasprintf("%s/out/%s", dir, FILES[f]);
-        cr_expect(same_bytes(got, want), "%s differs from VISSL's", FILES[f]);
+        cr_expect(test_same_bytes(got, want), "%s differs from VISSL's", FILES[f]);
         free(want), free(got);
     }
     free(out), free(cmd), free(bin), free(fixtures);
@@ -663,7 +653,7 @@ Test(dataset, inaturalist2018_files_are_vissls_byte_for_byte, .timeout = 60)
     cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
     for (size_t f = 0; f < ARRAY_LEN(FILES); f++) {
         char *want = xasprintf("%s/out/%s", fixtures, FILES[f]), *got = xasprintf("%s/out/%s", dir, FILES[f]);
-        cr_expect(same_bytes(got, want), "%s differs from VISSL's", FILES[f]);
+        cr_expect(test_same_bytes(got, want), "%s differs from VISSL's", FILES[f]);
         free(want), free(got);
     }
     free(out), free(cmd);

@@ -1640,16 +1640,6 @@ Test(ddp, selfsup_run_swav_with_two_trainers_trains_the_model_one_trainer_trains
     free(dir);
 }
 
-/* Whether two files hold the same bytes. */
-static bool same_bytes(const char *a, const char *b)
-{
-    size_t na, nb;
-    char *x = read_whole_file(a, &na), *y = read_whole_file(b, &nb);
-    bool same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x), free(y);
-    return same;
-}
-
 /* quickstart/swav on 2 trainers of 16 images, 2 epochs of 8 steps, a queue of 32 rows per
  * rank from iteration 2, its checkpoints in dir/<name>. */
 static char *swav_cmd(const char *dir, const char *name)
@@ -1698,7 +1688,7 @@ Test(ddp, two_trainers_stopped_at_any_iteration_resume_bitwise_exactly, .timeout
     free(text), free(log);
     char *fa = xasprintf("%s/a/model_final_checkpoint_phase1.torch", dir),
          *fb = xasprintf("%s/b/model_final_checkpoint_phase1.torch", dir);
-    cr_expect(same_bytes(fa, fb), "stopped after iteration %d and resumed, the final checkpoint differs", k);
+    cr_expect(test_same_bytes(fa, fb), "stopped after iteration %d and resumed, the final checkpoint differs", k);
     st_file *f;
     char *err = NULL;
     cr_assert_eq(st_open(fa, &f, &err), 0, "%s", err);

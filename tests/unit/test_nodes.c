@@ -71,15 +71,6 @@ static char *two_nodes_cmd(const char *dir, const char *name, int epochs, int po
     return cmd;
 }
 
-static bool same_bytes(const char *a, const char *b)
-{
-    size_t na, nb;
-    char *x = read_whole_file(a, &na), *y = read_whole_file(b, &nb);
-    bool same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x), free(y);
-    return same;
-}
-
 static char *log_text(const char *dir, const char *rel)
 {
     char *path = xasprintf("%s/%s", dir, rel);
@@ -105,7 +96,7 @@ Test(nodes, two_cpu_nodes_train_bit_for_bit_the_model_one_node_of_two_trainers_t
     static const char *files[] = {"model_final_checkpoint_phase0.torch", "checkpoint.torch"};
     for (size_t i = 0; i < ARRAY_LEN(files); i++) {
         char *a = xasprintf("%s/one/%s", dir, files[i]), *b = xasprintf("%s/two/%s", dir, files[i]);
-        cr_expect(same_bytes(a, b), "%s differs between one node of two trainers and two nodes", files[i]);
+        cr_expect(test_same_bytes(a, b), "%s differs between one node of two trainers and two nodes", files[i]);
         free(a), free(b);
     }
     char *log = log_text(dir, "run_two1/logs/train.0.log");

@@ -205,3 +205,12 @@ int test_free_port(void)
     close(fd);
     return ntohs(sa.sin_port);
 }
+
+bool test_same_bytes(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    char *x = read_whole_file(a, &na), *y = read_whole_file(b, &nb);
+    bool same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x), free(y);
+    return same;
+}

@@ -29,6 +29,8 @@ void test_remove_temp(char *path);
 char *test_make_tmpdir(void);
 /* Remove a flat directory of files and free its path. */
 void test_rm_dir(char *dir);
+/* Whether two files can be read and hold the same bytes. */
+bool test_same_bytes(const char *a, const char *b);
 /* Number of entries in a directory, dot files excluded. */
 size_t test_count_files(const char *dir);
 /* float -> IEEE half, for values a half holds exactly (the test patterns' values). */
