@@ -61,12 +61,12 @@ static void usage(FILE *out)
           "                   runs/DATE-TIME-NAME)\n"
           "  --node-rank N    this node's index in a multi-node run (default: $SLURM_NODEID or 0)\n"
           "  --role ROLE      all (default): the whole run on this machine; farm: decode and\n"
-          "                   augment for the trainer host (SELFSUP.FARM.TRAINER_HOST), as farm\n"
-          "                   host N of --node-rank N; train: collate and train on this host, fed\n"
-          "                   by the farm hosts (see the README's \"Several machines\"); auto:\n"
-          "                   in a Slurm job with SELFSUP.FARM.NODES farm nodes, train on the\n"
-          "                   job's first node and farm on the others (as `selfsup slurm` does),\n"
-          "                   else all\n"
+          "                   augment for the trainer nodes (SELFSUP.FARM.TRAINER_HOST), as farm\n"
+          "                   host N of --node-rank N; train: collate and train on this host\n"
+          "                   (trainer node N), fed by the farm hosts (see the README's \"Several\n"
+          "                   machines\"); auto: in a Slurm job with SELFSUP.FARM.NODES farm nodes,\n"
+          "                   train on the job's first NUM_NODES nodes and farm on the others (as\n"
+          "                   `selfsup slurm` does), else all\n"
           "\n"
           "On a terminal a progress line shows each stage's throughput and the ring fill.\n"
           "^C stops every stage cleanly (the trainer finishes its step); a second ^C kills them.\n",
@@ -495,13 +495,25 @@ static bool resume_point(const cfg_node *config, const char *engine, topo_option
     return true;
 }
 
-/* Whether two of the trainer host's ports meet: rank r's crops on DATA_PORT + 2r, its leases on
+/* Whether two of the trainer nodes' ports meet: rank r's crops on DATA_PORT + 2r, its leases on
  * LEASE_PORT + 2r (topology.h). */
 static bool farm_ports_meet(const cfg_node *config)
 {
     int64_t data = cfg_int(config, "SELFSUP.FARM.DATA_PORT"), lease = cfg_int(config, "SELFSUP.FARM.LEASE_PORT");
-    int64_t procs = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE"), gap = lease > data ? lease - data : data - lease;
-    return gap % 2 == 0 && gap < 2 * procs;
+    int64_t world = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE") * cfg_int(config, "DISTRIBUTED.NUM_NODES");
+    int64_t gap = lease > data ? lease - data : data - lease;
+    return gap % 2 == 0 && gap < 2 * world;
+}
+
+/* SELFSUP.FARM.TRAINER_HOST: one address per trainer node, comma-separated, none empty. */
+static bool farm_hosts_fit(const cfg_node *config)
+{
+    const char *hosts = cfg_str(config, "SELFSUP.FARM.TRAINER_HOST");
+    int64_t n = 1;
+    for (const char *c = hosts; *c; c++)
+        n += *c == ',';
+    return n == cfg_int(config, "DISTRIBUTED.NUM_NODES") && *hosts && !strstr(hosts, ",,") &&
+           hosts[strlen(hosts) - 1] != ',' && hosts[0] != ',';
 }
 
 /* The decode farm (--role farm|train): what it does not do yet is refused before anything
@@ -513,12 +525,13 @@ static bool check_farm(const cfg_node *config, const char *engine, topo_role rol
     const char *why = NULL, *key = NULL;
     if (strcmp(engine, "train"))
         key = "engine_name", why = "the decode farm feeds training runs (engine_name: train)";
-    else if (cfg_int(config, "DISTRIBUTED.NUM_NODES") != 1)
-        key = "DISTRIBUTED.NUM_NODES", why = "the decode farm feeds the trainers of one node for now (multi-node "
-                                             "training is the data-parallel issue's)";
+    else if (role == TOPO_FARM && !farm_hosts_fit(config))
+        key = "SELFSUP.FARM.TRAINER_HOST", why = "a farm host feeds every trainer node: TRAINER_HOST lists their "
+                                                 "addresses in node order, comma-separated, one per "
+                                                 "DISTRIBUTED.NUM_NODES";
     else if (farm_ports_meet(config))
         key = "SELFSUP.FARM.LEASE_PORT", why = "trainer rank r listens on DATA_PORT + 2r and LEASE_PORT + 2r: with "
-                                               "these ports and DISTRIBUTED.NUM_PROC_PER_NODE two ranks would share one";
+                                               "these ports and NUM_NODES × NUM_PROC_PER_NODE ranks two would share one";
     else if (cfg_bool(config, "DATA.TRAIN.ENABLE_QUEUE_DATASET"))
         key = "DATA.TRAIN.ENABLE_QUEUE_DATASET", why = "the queue of earlier images depends on one decoder's order, "
                                                        "which a farm does not have";
@@ -635,16 +648,21 @@ static bool split_job(cfg_node *config, const slurm_job *job, run_args *a)
                   job->job_id, job->first_component_nodes, (long long)train);
         return false;
     }
-    if (strpbrk(job->nodes.names[0], "'\\")) {
-        log_error("--role auto: the trainer node's name %s cannot be a host name", job->nodes.names[0]);
-        return false;
-    }
+    for (int64_t k = 0; k < train; k++)
+        if (strpbrk(job->nodes.names[k], "'\\,")) {
+            log_error("--role auto: the trainer node's name %s cannot be a host name", job->nodes.names[k]);
+            return false;
+        }
     a->role = job->node_rank < train ? TOPO_TRAIN : TOPO_FARM;
     a->node_rank = a->role == TOPO_FARM ? job->node_rank - (int)train : job->node_rank;
-    add_auto_value(config, a, "SELFSUP.FARM", "TRAINER_HOST", job->nodes.names[0]);
-    log_info("--role auto: node %s of Slurm job %s is %s %d; the trainer host is %s",
+    strbuf hosts = {0};
+    for (int64_t k = 0; k < train; k++)
+        sb_printf(&hosts, "%s%s", k ? "," : "", job->nodes.names[k]);
+    add_auto_value(config, a, "SELFSUP.FARM", "TRAINER_HOST", sb_str(&hosts));
+    log_info("--role auto: node %s of Slurm job %s is %s %d; the trainer node%s %s",
              job->nodes.names[job->node_rank], job->job_id, a->role == TOPO_TRAIN ? "trainer node" : "farm host",
-             a->node_rank, job->nodes.names[0]);
+             a->node_rank, train > 1 ? "s are" : " is", sb_str(&hosts));
+    sb_free(&hosts);
     return true;
 }
 

@@ -261,10 +261,16 @@ static bool add_chain(topology *t, const cfg_node *config, const chain *c, const
 
 /* Trainer rank `rank`'s endpoint: its crops on DATA_PORT + 2 rank, its leases on LEASE_PORT +
  * 2 rank (cmd_run refuses ports that would meet). */
-static char *farm_uri(const cfg_node *config, const char *host_key, const char *port_key, int rank, const char *query)
+/* tcp://HOST:PORT + 2·rank, HOST the `node`-th of the comma-separated list at host_key (one per
+ * trainer node; BIND_ADDRESS has one for all). */
+static char *farm_uri(const cfg_node *config, const char *host_key, int node, const char *port_key, int rank,
+                      const char *query)
 {
-    return xasprintf("tcp://%s:%lld%s", cfg_str(config, host_key), (long long)cfg_int(config, port_key) + 2 * rank,
-                     query);
+    const char *hosts = cfg_str(config, host_key);
+    for (int k = 0; k < node && strchr(hosts, ','); k++)
+        hosts = strchr(hosts, ',') + 1;
+    int len = (int)strcspn(hosts, ",");
+    return xasprintf("tcp://%.*s:%lld%s", len, hosts, (long long)cfg_int(config, port_key) + 2 * rank, query);
 }
 
 static int farm_workers(const cfg_node *config)
@@ -287,8 +293,9 @@ static bool add_farm_chain(topology *t, const cfg_node *config, const topo_optio
     int dec = t->n_stages;
     if (!add_stage(t, config, "decode", rank, rank, world, -1, decoded, opt, err))
         return false;
-    char *lease = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", "SELFSUP.FARM.LEASE_PORT", rank, ""),
-         *data = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", "SELFSUP.FARM.DATA_PORT", rank, "?open"),
+    int node = rank / (int)cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    char *lease = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", node, "SELFSUP.FARM.LEASE_PORT", rank, ""),
+         *data = farm_uri(config, "SELFSUP.FARM.TRAINER_HOST", node, "SELFSUP.FARM.DATA_PORT", rank, "?open"),
          *id = xasprintf("farm.%d", opt->node_rank);
     stage_add_args(&t->stages[dec], "--lease", lease);
     stage_add_args(&t->stages[dec], "--lease-id", id);
@@ -306,30 +313,29 @@ static bool add_farm_chain(topology *t, const cfg_node *config, const topo_optio
     return ok;
 }
 
-/* A farm host: a chain for each trainer of the trainer host (DISTRIBUTED.NUM_PROC_PER_NODE;
- * one trainer host: cmd_run refuses more nodes). */
+/* A farm host: a chain for each trainer of every trainer node (NUM_NODES × NUM_PROC_PER_NODE). */
 static bool add_farm_host(topology *t, const cfg_node *config, const topo_options *opt, cfg_err *err)
 {
-    int procs = (int)cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
+    int world = (int)(cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE") * cfg_int(config, "DISTRIBUTED.NUM_NODES"));
     bool ok = true;
-    for (int r = 0; ok && r < procs; r++)
-        ok = add_farm_chain(t, config, opt, r, procs, err);
+    for (int r = 0; ok && r < world; r++)
+        ok = add_farm_chain(t, config, opt, r, world, err);
     return ok;
 }
 
-/* The trainer host's end of the farm for trainer rank `rank` of `world`: a collate that reads
- * the farm's crops and deals the leases of the epochs still to train, into ring *batches. */
-static bool add_farm_collate(topology *t, const cfg_node *config, const topo_options *opt, int rank, int world,
-                             long epochs, int *batches, cfg_err *err)
+/* The trainer node's end of the farm for its trainer i, rank `rank` of `world`: a collate that
+ * reads the farm's crops and deals the leases of the epochs still to train, into ring *batches. */
+static bool add_farm_collate(topology *t, const cfg_node *config, const topo_options *opt, int i, int rank,
+                             int world, long epochs, int *batches, cfg_err *err)
 {
     char label[32];
-    snprintf(label, sizeof label, world > 1 ? "r%d_batches" : "batches", rank);
+    snprintf(label, sizeof label, world > 1 ? "r%d_batches" : "batches", i);
     *batches = add_ring(t, label, config, 1);
     int col = t->n_stages;
-    if (!add_stage(t, config, "collate", rank, rank, world, -1, *batches, opt, err))
+    if (!add_stage(t, config, "collate", i, rank, world, -1, *batches, opt, err))
         return false;
-    char *data = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", "SELFSUP.FARM.DATA_PORT", rank, "?open"),
-         *lease = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", "SELFSUP.FARM.LEASE_PORT", rank, ""), num[32];
+    char *data = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", 0, "SELFSUP.FARM.DATA_PORT", rank, "?open"),
+         *lease = farm_uri(config, "SELFSUP.FARM.BIND_ADDRESS", 0, "SELFSUP.FARM.LEASE_PORT", rank, ""), num[32];
     stage_add_args(&t->stages[col], "--in", data);
     stage_add_args(&t->stages[col], "--lease-serve", lease);
     snprintf(num, sizeof num, "%ld", epochs);
@@ -459,7 +465,8 @@ bool topology_build(topology *t, const cfg_node *config, const char *engine, con
     int chains = per_rank ? procs : 1, *batches = xcalloc((size_t)procs, sizeof *batches);
     bool ok = true;
     for (int i = 0; ok && opt->role == TOPO_TRAIN && i < chains; i++)
-        ok = add_farm_collate(t, config, opt, i, chains, (long)plan.num_epochs - opt->resume_epoch, &batches[i], err);
+        ok = add_farm_collate(t, config, opt, i, per_rank ? opt->node_rank * procs + i : 0, per_rank ? world : 1,
+                              (long)plan.num_epochs - opt->resume_epoch, &batches[i], err);
     for (int i = 0; ok && opt->role == TOPO_ALL && i < chains; i++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, per_rank ? "r%d_" : "", i);

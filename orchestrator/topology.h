@@ -25,8 +25,10 @@
  *
  * A farm host's decode asks the trainer host's collate for leases of sampler positions
  * (collate/farm_server.h); "all", the default, is the one-machine run. With several trainers
- * (NUM_PROC_PER_NODE) each rank r has a collate of its own on DATA_PORT + 2r and LEASE_PORT +
- * 2r ("r<r>_batches"), and every farm host a chain for each rank, reading the rank's shard.
+ * (NUM_NODES × NUM_PROC_PER_NODE) each rank r has a collate of its own on its node, at
+ * DATA_PORT + 2r and LEASE_PORT + 2r ("r<i>_batches" for the node's trainer i), and every farm
+ * host a chain for each rank, reading the rank's shard, sending to the rank's node (the
+ * node-th address of TRAINER_HOST).
  */
 #ifndef SELFSUP_TOPOLOGY_H
 #define SELFSUP_TOPOLOGY_H

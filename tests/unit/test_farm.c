@@ -311,6 +311,39 @@ Test(farm, two_farm_hosts_feed_two_trainers_with_the_batches_of_one_machine)
     free(sink), free(ka), free(kb), free(cmd), free(selfsup);
 }
 
+/* Two trainer nodes (one trainer each, on this machine: rank r at DATA_PORT + 2r), both fed by
+ * each of two farm hosts, which send rank r's crops to the r-th TRAINER_HOST: each rank sees the
+ * batches of one machine with two trainers. */
+Test(farm, two_farm_hosts_feed_two_trainer_nodes_with_the_batches_of_one_machine)
+{
+    char *selfsup = test_build_path("selfsup");
+    char *cmd = xasprintf("%s run %s --run-dir %s/all2 config.DISTRIBUTED.NUM_PROC_PER_NODE=2 "
+                          "'+config.SELFSUP.STAGES.train=\"selfsup-sink --save %s/one_r{rank}.rec\"'",
+                          selfsup, g_cfg, g_dir, g_dir);
+    run_ok(cmd);
+    char *ka = key_of("hostA"), *kb = key_of("hostB");
+    char *nodes = xasprintf("config.DISTRIBUTED.NUM_NODES=2 config.DISTRIBUTED.RUN_ID=127.0.0.1:%d "
+                            "'config.SELFSUP.FARM.TRAINER_HOST=\"127.0.0.1,127.0.0.1\"'",
+                            test_free_port());
+    char *sink = xasprintf("\"selfsup-sink --save %s/nodes_r{rank}.rec\"", g_dir);
+    char *n1 = xasprintf("%s --node-rank 1 config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=%s", nodes, kb);
+    pid_t t0 = trainer("n0", sink, nodes), t1 = trainer("n1", sink, n1), a = farm_host(0, ka, nodes),
+          b = farm_host(1, kb, nodes);
+    expect_exit(t0, 0, "n0.log");
+    expect_exit(t1, 0, "n1.log");
+    expect_exit(a, 0, "farm0.log");
+    expect_exit(b, 0, "farm1.log");
+    cr_assert(same_file("one_r0.rec", "nodes_r0.rec"), "rank 0's batches (node 0) differ from one machine's");
+    cr_assert(same_file("one_r1.rec", "nodes_r1.rec"), "rank 1's batches (node 1) differ from one machine's");
+    expect_in_log("n1/logs/collate.0.log", "farm host farm.1 joined");
+    /* a farm host told fewer trainer nodes than NUM_NODES is refused before it starts */
+    char *one_host = xasprintf("%s config.SELFSUP.FARM.TRAINER_HOST=127.0.0.1", nodes);
+    pid_t refused = farm_host(0, ka, one_host);
+    expect_exit(refused, 2, "farm0.log");
+    expect_in_log("farm0.log", "config.SELFSUP.FARM.TRAINER_HOST: a farm host feeds every trainer node");
+    free(one_host), free(n1), free(sink), free(nodes), free(ka), free(kb), free(cmd), free(selfsup);
+}
+
 Test(farm, a_host_killed_in_mid_epoch_loses_no_sample_and_a_late_host_takes_its_leases)
 {
     one_machine("one.rec");
@@ -461,7 +494,7 @@ Test(farm, what_the_farm_cannot_do_is_refused_before_anything_starts)
         {"--role farm", "config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE"},
         {"--role farm config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=x config.DISTRIBUTED.NUM_NODES=2 "
          "config.DISTRIBUTED.RUN_ID=localhost:5000",
-         "config.DISTRIBUTED.NUM_NODES"},
+         "config.SELFSUP.FARM.TRAINER_HOST: a farm host feeds every trainer node"},
         {"--role train config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=x config.DISTRIBUTED.NUM_PROC_PER_NODE=2 "
          "config.SELFSUP.FARM.DATA_PORT=6000 config.SELFSUP.FARM.LEASE_PORT=6002",
          "config.SELFSUP.FARM.LEASE_PORT: trainer rank r listens on DATA_PORT + 2r"},
