@@ -363,6 +363,15 @@ Test(slurm, role_auto_takes_its_part_from_the_job, .init = dry_setup, .fini = dr
     cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
     cr_expect(strstr(out, "the trainers of Slurm job 6 meet at n1:40123 (DISTRIBUTED.RUN_ID)"), "%s", out);
     cr_expect(strstr(out, "node 1 of 2: config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE"), "%s", out);
+    free(out), free(cmd);
+    /* 2 trainer nodes and a farm node: the farm host feeds both (it then lacks its key) */
+    cmd = xasprintf("cd %s && SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[1-3]' SLURM_NODEID=2 %s run quickstart/simclr "
+                    "--role auto --run-dir run config.DISTRIBUTED.NUM_NODES=2 config.DISTRIBUTED.NUM_PROC_PER_NODE=1 "
+                    "config.SELFSUP.FARM.NODES=1 'config.DATA.TRAIN.DATA_PATHS=[%s/fm/disk_filelist/train_images.npy]'",
+                    g_dir, selfsup, g_dir);
+    cr_expect_eq(test_run(cmd, &out), 2, "%s", out);
+    cr_expect(strstr(out, "node n3 of Slurm job 7 is farm host 0; the trainer nodes are n1,n2"), "%s", out);
+    cr_expect(strstr(out, "config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE"), "%s", out);
     free(out), free(cmd), free(selfsup);
 }
 
