@@ -557,7 +557,67 @@ static const coll_impl net_impl = {.all_reduce = net_all_reduce,
 
 /* ---- joining ------------------------------------------------------------------------------- */
 
-/* The socket of this rank, its keys, its monitor; bound (rank 0) or connecting (the others). */
+/* Heartbeats (a vanished host disconnects), no limit on queued messages (a call's are never
+ * dropped), a linger that lets rank 0's last results out, quick reconnection (rank 0 may come
+ * later than the others). */
+static void set_options(net_world *w)
+{
+    int ivl = HEARTBEAT_IVL_MS, hb = COLL_NET_HEARTBEAT_TIMEOUT_MS, zero = 0, one = 1;
+    int linger = w->rank == 0 ? ROOT_LINGER_MS : 1000, reconnect = RECONNECT_IVL_MS;
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb, sizeof hb);
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TTL, &hb, sizeof hb);
+    zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &reconnect, sizeof reconnect);
+    zmq_setsockopt(w->sock, ZMQ_SNDHWM, &zero, sizeof zero);
+    zmq_setsockopt(w->sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    if (w->rank == 0)
+        zmq_setsockopt(w->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    else {
+        char id[32];
+        snprintf(id, sizeof id, "world.%d", w->rank);
+        zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, id, strlen(id));
+    }
+}
+
+/* CURVE: rank 0 a server admitting its allow-list, the others clients of rank 0's key. */
+static int set_keys(net_world *w, const coll_net_options *o, char **err)
+{
+    auth_keys k = {0};
+    auth_allow allow = {0};
+    int rc;
+    if (w->rank == 0) {
+        rc = o->keys_dir && *o->keys_dir ? auth_load_server_dir(o->keys_dir, &k, &allow, err)
+                                         : report_failure(err, "collectives %s: rank 0 needs a key directory "
+                                                               "(SELFSUP.TRANSPORT.SERVER_KEYS_DIR)", w->name);
+        if (rc == 0 && !(w->auth = auth_server_start(w->ctx, w->sock, &k, &allow, w->name, err)))
+            rc = -1;
+    } else {
+        rc = o->key_file && *o->key_file ? auth_load_keys(o->key_file, AUTH_CLIENT, &k, err)
+                                         : report_failure(err, "collectives %s: rank %d needs a client key file "
+                                                               "(SELFSUP.TRANSPORT.CLIENT_KEY_FILE)", w->name, w->rank);
+        rc = rc ? rc : auth_client_setup(w->sock, &k, err);
+    }
+    auth_wipe(&k);
+    auth_allow_free(&allow);
+    return rc;
+}
+
+/* The socket's monitor, read by next_message: disconnects and refused handshakes. */
+static int watch_connections(net_world *w, char **err)
+{
+    char mon[64];
+    snprintf(mon, sizeof mon, "inproc://selfsup-world-monitor-%p", (void *)w);
+    int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    if (zmq_socket_monitor(w->sock, mon, events) != 0 || !(w->mon = zmq_socket(w->ctx, ZMQ_PAIR)) ||
+        zmq_connect(w->mon, mon) != 0)
+        return report_failure(err, "collectives %s: cannot watch the connections: %s", w->name, zmq_strerror(errno));
+    return 0;
+}
+
+/* The socket of this rank, its keys, its monitor; bound (rank 0, on every interface) or
+ * connecting (the others). */
 static int open_socket(net_world *w, const char *address, const coll_net_options *o, char **err)
 {
     const char *colon = strrchr(address, ':');
@@ -567,47 +627,11 @@ static int open_socket(net_world *w, const char *address, const coll_net_options
     w->sock = w->ctx ? zmq_socket(w->ctx, w->rank == 0 ? ZMQ_ROUTER : ZMQ_DEALER) : NULL;
     if (!w->sock)
         return report_failure(err, "collectives %s: cannot make a ZeroMQ socket: %s", w->name, zmq_strerror(errno));
-    int ivl = HEARTBEAT_IVL_MS, hb = COLL_NET_HEARTBEAT_TIMEOUT_MS, zero = 0, one = 1;
-    int linger = w->rank == 0 ? ROOT_LINGER_MS : 1000, reconnect = RECONNECT_IVL_MS;
-    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
-    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb, sizeof hb);
-    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TTL, &hb, sizeof hb);
-    zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &reconnect, sizeof reconnect); /* rank 0 may come later */
-    zmq_setsockopt(w->sock, ZMQ_SNDHWM, &zero, sizeof zero); /* a call's messages are never dropped */
-    zmq_setsockopt(w->sock, ZMQ_RCVHWM, &zero, sizeof zero);
-    auth_keys k = {0};
-    auth_allow allow = {0};
-    int rc;
-    if (w->rank == 0) {
-        zmq_setsockopt(w->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-        rc = o->keys_dir && *o->keys_dir ? auth_load_server_dir(o->keys_dir, &k, &allow, err)
-                                         : report_failure(err, "collectives %s: rank 0 needs a key directory "
-                                                               "(SELFSUP.TRANSPORT.SERVER_KEYS_DIR)", w->name);
-        if (rc == 0 && !(w->auth = auth_server_start(w->ctx, w->sock, &k, &allow, w->name, err)))
-            rc = -1;
-    } else {
-        char id[32];
-        snprintf(id, sizeof id, "world.%d", w->rank);
-        zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, id, strlen(id));
-        rc = o->key_file && *o->key_file ? auth_load_keys(o->key_file, AUTH_CLIENT, &k, err)
-                                         : report_failure(err, "collectives %s: rank %d needs a client key file "
-                                                               "(SELFSUP.TRANSPORT.CLIENT_KEY_FILE)", w->name, w->rank);
-        rc = rc ? rc : auth_client_setup(w->sock, &k, err);
-    }
-    auth_wipe(&k);
-    auth_allow_free(&allow);
-    if (rc != 0)
+    set_options(w);
+    if (set_keys(w, o, err) != 0 || watch_connections(w, err) != 0)
         return -1;
-    char mon[64];
-    snprintf(mon, sizeof mon, "inproc://selfsup-world-monitor-%p", (void *)w);
-    int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
-    if (zmq_socket_monitor(w->sock, mon, events) != 0 || !(w->mon = zmq_socket(w->ctx, ZMQ_PAIR)) ||
-        zmq_connect(w->mon, mon) != 0)
-        return report_failure(err, "collectives %s: cannot watch the connections: %s", w->name, zmq_strerror(errno));
     char *endpoint = w->rank == 0 ? xasprintf("tcp://*:%s", colon + 1) : xasprintf("tcp://%s", address);
-    rc = w->rank == 0 ? zmq_bind(w->sock, endpoint) : zmq_connect(w->sock, endpoint);
+    int rc = w->rank == 0 ? zmq_bind(w->sock, endpoint) : zmq_connect(w->sock, endpoint);
     if (rc != 0)
         report_failure(err, "collectives %s: cannot %s %s: %s", w->name, w->rank == 0 ? "listen at" : "connect to",
                        endpoint, zmq_strerror(errno));
