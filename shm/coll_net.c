@@ -40,6 +40,7 @@
 #define RECONNECT_IVL_MS 20
 #define ROOT_LINGER_MS 5000 /* rank 0's last results still go out after it closes */
 #define HOST_BYTES 64
+#define PIECE_BYTES ((size_t)1 << 23) /* the default: ZeroMQ moves messages of tens of MB far slower */
 
 typedef enum { MSG_HELLO = 1, MSG_WELCOME, MSG_CALL, MSG_RESULT, MSG_BROKEN } msg_type;
 
@@ -47,6 +48,8 @@ typedef struct {
     uint32_t magic, type;
     int32_t rank, world, pid;
     call_desc call;
+    uint64_t piece;  /* CALL, RESULT: which piece of the values */
+    int32_t source;  /* RESULT of an all-gather: whose values */
     char host[HOST_BYTES];
 } net_header;
 
@@ -61,6 +64,7 @@ typedef struct {
     auth_server *auth;
     char *name; /* "net:HOST:PORT", for messages */
     int rank, world, timeout_ms;
+    size_t piece; /* bytes of values a message carries at most */
     uint64_t calls;
     char *broken;
     peer peers[COLL_MAX_WORLD];
@@ -98,12 +102,20 @@ static size_t sent_bytes(const call_desc *d, int rank)
     return (size_t)d->count * esz;
 }
 
-static size_t result_bytes(const call_desc *d, int world)
+/* The bytes of the result of one source (an all-gather's result has world of them). */
+static size_t result_bytes(const call_desc *d)
 {
-    size_t esz = coll_dtype_bytes((coll_dtype)d->dtype);
-    if (d->kind == CALL_BARRIER)
-        return 0;
-    return (size_t)d->count * esz * (d->kind == CALL_ALL_GATHER ? (size_t)world : 1);
+    return d->kind == CALL_BARRIER ? 0 : (size_t)d->count * coll_dtype_bytes((coll_dtype)d->dtype);
+}
+
+/* Values travel in pieces of w->piece (whole values: it is a multiple of 8); no values, one
+ * empty piece. */
+static size_t pieces_of(const net_world *w, size_t bytes) { return bytes ? (bytes + w->piece - 1) / w->piece : 1; }
+
+static size_t piece_bytes(const net_world *w, size_t bytes, size_t piece)
+{
+    size_t at = piece * w->piece;
+    return at >= bytes ? 0 : bytes - at < w->piece ? bytes - at : w->piece;
 }
 
 static void describe_peer(const net_world *w, int r, char *out, size_t n)
@@ -320,33 +332,35 @@ static bool take_hello(net_world *w, const net_msg *m)
     return !w->broken;
 }
 
-/* The ranks that have not sent what rank 0 waits for, as "rank 2" or "ranks 1, 3". */
-static void break_for_missing(net_world *w, const bool *arrived, const char *what)
+/* The ranks that have not sent what rank 0 waits for (late[r]), as "rank 2" or "ranks 1, 3". */
+static void break_for_missing(net_world *w, const bool *late, const char *what)
 {
-    strbuf late = {0};
+    strbuf names = {0};
     int n = 0;
     for (int r = 1; r < w->world; r++)
-        if (!arrived[r])
-            sb_printf(&late, "%s%d", n++ ? ", " : "", r);
+        if (late[r])
+            sb_printf(&names, "%s%d", n++ ? ", " : "", r);
     break_world(w, "collectives %s: rank%s %s did not reach %s within %.1f s (rank 0 waited)", w->name,
-                n > 1 ? "s" : "", sb_str(&late), what, w->timeout_ms / 1000.0);
-    sb_free(&late);
+                n > 1 ? "s" : "", sb_str(&names), what, w->timeout_ms / 1000.0);
+    sb_free(&names);
 }
 
 static int root_join(net_world *w, char **err)
 {
-    bool arrived[COLL_MAX_WORLD] = {true};
+    bool late[COLL_MAX_WORLD] = {false};
     int missing = w->world - 1;
+    for (int r = 1; r < w->world; r++)
+        late[r] = true;
     double deadline = now_seconds() + w->timeout_ms / 1000.0;
     while (missing > 0 && !w->broken) {
         net_msg m;
         int rc = next_message(w, deadline, "the join", &m);
         if (rc == 1)
-            break_for_missing(w, arrived, "the join");
+            break_for_missing(w, late, "the join");
         if (rc != 0)
             break;
-        if (take_hello(w, &m))
-            arrived[m.from] = true, missing--;
+        if (late[m.from] && take_hello(w, &m))
+            late[m.from] = false, missing--;
         zmq_msg_close(&m.payload);
     }
     if (w->broken)
@@ -357,55 +371,51 @@ static int root_join(net_world *w, char **err)
     return 0;
 }
 
-/* One rank's CALL, checked against rank 0's own: the same call, the payload it implies. */
-static bool accept_call(net_world *w, const call_desc *mine, const net_msg *m, const bool *arrived)
+/* Rank 0's view of a call: every other rank's pieces as they come (rank r sends want[r]; the
+ * first `freed[r]` are done with), and the pieces of the result sent so far. */
+typedef struct {
+    const call_desc *d;
+    const void *send; /* rank 0's own values */
+    void *out;
+    zmq_msg_t *held[COLL_MAX_WORLD];
+    size_t want[COLL_MAX_WORLD], arrived[COLL_MAX_WORLD], freed[COLL_MAX_WORLD];
+    size_t next; /* the result's next piece */
+} root_state;
+
+/* One rank's piece, checked against rank 0's call: the same call, the next piece, its size. */
+static bool accept_piece(net_world *w, root_state *st, const net_msg *m)
 {
     char a[160], b[160], who[128];
-    describe_peer(w, m->from, who, sizeof who);
-    if (m->h.type != MSG_CALL || arrived[m->from]) {
-        break_world(w, "collectives %s: %s sent an unexpected message during call %llu", w->name, who,
-                    (unsigned long long)mine->number);
-        return false;
-    }
-    if (!coll_same_call(&m->h.call, mine)) {
+    int r = m->from;
+    describe_peer(w, r, who, sizeof who);
+    size_t n = zmq_msg_size((zmq_msg_t *)&m->payload), sent = sent_bytes(st->d, r);
+    if (m->h.type == MSG_CALL && !coll_same_call(&m->h.call, st->d)) {
         coll_describe_call(&m->h.call, a, sizeof a);
-        coll_describe_call(mine, b, sizeof b);
-        break_world(w, "collectives %s: rank %d called %s while rank 0 called %s", w->name, m->from, a, b);
-        return false;
-    }
-    if (zmq_msg_size((zmq_msg_t *)&m->payload) != sent_bytes(mine, m->from)) {
-        break_world(w, "collectives %s: %s sent %zu bytes for %s", w->name, who,
-                    zmq_msg_size((zmq_msg_t *)&m->payload), coll_call_name(mine->kind));
-        return false;
-    }
-    return true;
+        coll_describe_call(st->d, b, sizeof b);
+        break_world(w, "collectives %s: rank %d called %s while rank 0 called %s", w->name, r, a, b);
+    } else if (m->h.type != MSG_CALL || m->h.piece != st->arrived[r] || st->arrived[r] >= st->want[r])
+        break_world(w, "collectives %s: %s sent an unexpected message during call %llu", w->name, who,
+                    (unsigned long long)st->d->number);
+    else if (n != piece_bytes(w, sent, m->h.piece))
+        break_world(w, "collectives %s: %s sent %zu bytes for piece %llu of %s", w->name, who, n,
+                    (unsigned long long)m->h.piece, coll_call_name(st->d->kind));
+    return !w->broken;
 }
 
-/* Rank 0: every other rank's CALL for `mine`, into got[r]. 0, or -1 with the world broken. */
-static int root_collect(net_world *w, const call_desc *mine, zmq_msg_t *got)
+/* Whether every rank has sent what the result's piece p needs: its piece p, or its one (empty)
+ * piece when it sends less (a broadcast's other ranks, a barrier). */
+static bool late_for(const root_state *st, int r, size_t p)
 {
-    bool arrived[COLL_MAX_WORLD] = {true};
-    int missing = w->world - 1;
-    const char *what = coll_call_name(mine->kind);
-    double deadline = now_seconds() + w->timeout_ms / 1000.0;
-    while (missing > 0 && !w->broken) {
-        net_msg m;
-        int rc = next_message(w, deadline, what, &m);
-        if (rc == 1)
-            break_for_missing(w, arrived, what);
-        if (rc != 0)
-            break;
-        if (!accept_call(w, mine, &m, arrived)) {
-            zmq_msg_close(&m.payload);
-            break;
-        }
-        got[m.from] = m.payload;
-        arrived[m.from] = true, missing--;
-    }
-    for (int r = 1; w->broken && r < w->world; r++)
-        if (arrived[r])
-            zmq_msg_close(&got[r]);
-    return w->broken ? -1 : 0;
+    size_t need = p < st->want[r] - 1 ? p : st->want[r] - 1;
+    return st->arrived[r] <= need;
+}
+
+static bool piece_ready(const net_world *w, const root_state *st, size_t p)
+{
+    for (int r = 1; r < w->world; r++)
+        if (late_for(st, r, p))
+            return false;
+    return true;
 }
 
 /* A message's values where a double may be read: in place, or copied into *copy. */
@@ -419,79 +429,180 @@ static const void *aligned_values(zmq_msg_t *m, void **copy)
     return *copy;
 }
 
-/* Rank 0's result of the call, in `out` (world × count values for a gather). */
-static void root_compute(net_world *w, const call_desc *d, const void *mine, void *out, zmq_msg_t *got)
+static void send_result(net_world *w, const root_state *st, int source, const void *data, size_t bytes)
 {
-    size_t bytes = sent_bytes(d, 0) ? sent_bytes(d, 0) : (size_t)d->count * coll_dtype_bytes((coll_dtype)d->dtype);
-    const void *src[COLL_MAX_WORLD] = {mine};
+    net_header h = header_of(w, MSG_RESULT, st->d);
+    h.piece = st->next, h.source = source;
+    for (int r = 1; r < w->world; r++)
+        send_message(w, r, &h, data, bytes);
+}
+
+/* The result's piece st->next, computed and sent to every rank: rank order for a reduction,
+ * every rank's piece for a gather (one message each), the root's for a broadcast. */
+static void emit_piece(net_world *w, root_state *st)
+{
+    const call_desc *d = st->d;
+    size_t total = result_bytes(d), off = st->next * w->piece, n = piece_bytes(w, total, st->next);
+    const void *src[COLL_MAX_WORLD] = {n ? (const uint8_t *)st->send + off : NULL};
     void *copies[COLL_MAX_WORLD] = {0};
-    for (int r = 1; r < w->world; r++) /* a small message's bytes may sit at any address */
-        src[r] = aligned_values(&got[r], &copies[r]);
-    if (d->kind == CALL_ALL_REDUCE)
-        coll_reduce_in_rank_order(out, src, w->world, d->count, (coll_dtype)d->dtype, (coll_op)d->arg);
-    else if (d->kind == CALL_ALL_GATHER)
-        for (int r = 0; r < w->world; r++)
-            memcpy((uint8_t *)out + (size_t)r * bytes, src[r], bytes);
-    else if (d->kind == CALL_BROADCAST && d->arg != 0)
-        memcpy(out, src[d->arg], bytes);
+    for (int r = 1; r < w->world && d->kind != CALL_BARRIER; r++)
+        if (st->next < st->want[r] && zmq_msg_size(&st->held[r][st->next]) > 0)
+            src[r] = aligned_values(&st->held[r][st->next], &copies[r]);
+    uint8_t *out = n ? (uint8_t *)st->out + off : NULL;
+    if (d->kind == CALL_ALL_REDUCE) {
+        coll_reduce_in_rank_order(out, src, w->world, n / coll_dtype_bytes((coll_dtype)d->dtype),
+                                  (coll_dtype)d->dtype, (coll_op)d->arg);
+        send_result(w, st, 0, out, n);
+    } else if (d->kind == CALL_ALL_GATHER)
+        for (int r = 0; r < w->world; r++) {
+            if (n)
+                memcpy(out + (size_t)r * total, src[r], n);
+            send_result(w, st, r, n ? out + (size_t)r * total : NULL, n);
+        }
+    else if (d->kind == CALL_BROADCAST) {
+        if (d->arg != 0 && n)
+            memcpy(out, src[d->arg], n);
+        send_result(w, st, d->arg, out, n);
+    } else
+        send_result(w, st, 0, NULL, 0);
     for (int r = 1; r < w->world; r++)
         free(copies[r]);
 }
 
+/* The pieces up to st->next, closed: no later piece of the result reads them. */
+static void free_done(root_state *st, int world, bool all)
+{
+    for (int r = 1; r < world; r++)
+        while (st->freed[r] < st->arrived[r] && (all || st->freed[r] < st->next))
+            zmq_msg_close(&st->held[r][st->freed[r]++]);
+}
+
+/* The next piece of any rank, into st; the deadline moves on with every piece. 0, or -1 with
+ * the world broken (named: the ranks late for piece st->next). */
+static int root_take(net_world *w, root_state *st, double *deadline)
+{
+    net_msg m;
+    const char *what = coll_call_name(st->d->kind);
+    int rc = next_message(w, *deadline, what, &m);
+    if (rc == 1) {
+        bool late[COLL_MAX_WORLD] = {false};
+        for (int r = 1; r < w->world; r++)
+            late[r] = late_for(st, r, st->next);
+        break_for_missing(w, late, what);
+    }
+    if (rc != 0)
+        return -1;
+    if (!accept_piece(w, st, &m)) {
+        zmq_msg_close(&m.payload);
+        return -1;
+    }
+    st->held[m.from][st->arrived[m.from]++] = m.payload;
+    *deadline = now_seconds() + w->timeout_ms / 1000.0;
+    return 0;
+}
+
 static int root_call(net_world *w, const call_desc *d, const void *send, void *out, char **err)
 {
-    zmq_msg_t got[COLL_MAX_WORLD];
-    if (root_collect(w, d, got) != 0)
-        return broken_error(w, err);
-    root_compute(w, d, send, out, got);
-    net_header h = header_of(w, MSG_RESULT, d);
+    root_state st = {.d = d, .send = send, .out = out};
     for (int r = 1; r < w->world; r++) {
-        zmq_msg_close(&got[r]);
-        send_message(w, r, &h, out, result_bytes(d, w->world));
+        st.want[r] = pieces_of(w, sent_bytes(d, r));
+        st.held[r] = xcalloc(st.want[r], sizeof *st.held[r]);
     }
-    return 0;
+    size_t pieces = pieces_of(w, result_bytes(d));
+    double deadline = now_seconds() + w->timeout_ms / 1000.0;
+    while (st.next < pieces && !w->broken) {
+        if (!piece_ready(w, &st, st.next)) {
+            root_take(w, &st, &deadline);
+            continue;
+        }
+        emit_piece(w, &st);
+        st.next++;
+        free_done(&st, w->world, false);
+    }
+    free_done(&st, w->world, true);
+    for (int r = 1; r < w->world; r++)
+        free(st.held[r]);
+    return w->broken ? broken_error(w, err) : 0;
 }
 
 /* ---- the other ranks ----------------------------------------------------------------------- */
 
-/* Rank 0's answer to what this rank sent: RESULT (or WELCOME at the join) of `bytes`, into out. */
-static int await_answer(net_world *w, msg_type want, const char *what, void *out, size_t bytes, char **err)
+/* Rank 0's next word to this rank, of type `want`: 0 with *m, or -1 with *err (rank 0 said the
+ * world broke, went away or stayed silent too long, or said something else). */
+static int await_message(net_world *w, msg_type want, const char *what, net_msg *m, char **err)
 {
-    double deadline = answer_deadline(w);
-    for (;;) {
-        net_msg m;
-        int rc = next_message(w, deadline, what, &m);
-        if (rc == 1)
-            break_world(w, "collectives %s: rank 0 did not answer rank %d in %s within %.1f s", w->name, w->rank,
-                        what, (2.0 * w->timeout_ms + COLL_NET_HEARTBEAT_TIMEOUT_MS) / 1000.0);
-        if (rc != 0)
-            return broken_error(w, err);
-        size_t n = zmq_msg_size(&m.payload);
-        if (m.h.type == MSG_BROKEN) {
-            char *why = xstrndup(zmq_msg_data(&m.payload), n);
-            break_world(w, "%s", why);
-            free(why);
-        } else if (m.h.type == want && n == bytes) {
-            if (bytes)
-                memcpy(out, zmq_msg_data(&m.payload), bytes);
-            zmq_msg_close(&m.payload);
-            return 0;
-        } else
-            break_world(w, "collectives %s: rank 0 answered rank %d's %s with %zu bytes of message %u", w->name,
-                        w->rank, what, n, m.h.type);
-        zmq_msg_close(&m.payload);
+    int rc = next_message(w, answer_deadline(w), what, m);
+    if (rc == 1)
+        break_world(w, "collectives %s: rank 0 did not answer rank %d in %s within %.1f s", w->name, w->rank,
+                    what, (2.0 * w->timeout_ms + COLL_NET_HEARTBEAT_TIMEOUT_MS) / 1000.0);
+    if (rc != 0)
         return broken_error(w, err);
-    }
+    if (m->h.type == want)
+        return 0;
+    size_t n = zmq_msg_size(&m->payload);
+    if (m->h.type == MSG_BROKEN) {
+        char *why = xstrndup(zmq_msg_data(&m->payload), n);
+        break_world(w, "%s", why);
+        free(why);
+    } else
+        break_world(w, "collectives %s: rank 0 answered rank %d's %s with message %u", w->name, w->rank, what,
+                    m->h.type);
+    zmq_msg_close(&m->payload);
+    return broken_error(w, err);
 }
 
-static int rank_call(net_world *w, const call_desc *d, const void *send, void *out, char **err)
+/* One piece of the result into out: a piece of `source`'s result_bytes, where out holds each
+ * source's result in turn. */
+static int place_result(net_world *w, const call_desc *d, const net_msg *m, void *out)
+{
+    size_t total = result_bytes(d), n = zmq_msg_size((zmq_msg_t *)&m->payload);
+    int sources = d->kind == CALL_ALL_GATHER ? w->world : 1, source = d->kind == CALL_ALL_GATHER ? m->h.source : 0;
+    if (m->h.call.number != d->number || source < 0 || source >= sources || m->h.piece >= pieces_of(w, total) ||
+        n != piece_bytes(w, total, m->h.piece)) {
+        break_world(w, "collectives %s: rank 0 answered rank %d's %s with a piece it did not ask for", w->name,
+                    w->rank, coll_call_name(d->kind));
+        return -1;
+    }
+    if (n)
+        memcpy((uint8_t *)out + (size_t)source * total + m->h.piece * w->piece, zmq_msg_data((zmq_msg_t *)&m->payload), n);
+    return 0;
+}
+
+/* This rank's piece p of what it sends to rank 0. */
+static int send_piece(net_world *w, const call_desc *d, const void *send, size_t p, char **err)
 {
     net_header h = header_of(w, MSG_CALL, d);
-    if (send_message(w, 0, &h, send, sent_bytes(d, w->rank)) != 0) {
-        break_world(w, "collectives %s: rank %d cannot send to rank 0: %s", w->name, w->rank, zmq_strerror(errno));
-        return broken_error(w, err);
+    size_t bytes = sent_bytes(d, w->rank);
+    h.piece = p;
+    if (send_message(w, 0, &h, bytes ? (const uint8_t *)send + p * w->piece : NULL, piece_bytes(w, bytes, p)) == 0)
+        return 0;
+    break_world(w, "collectives %s: rank %d cannot send to rank 0: %s", w->name, w->rank, zmq_strerror(errno));
+    return broken_error(w, err);
+}
+
+/* In lock step with rank 0: piece p of the values goes out once the result's piece p - 1 is
+ * in (ZeroMQ moves one large message at a time faster than several at once on a loaded host,
+ * and tens of MB in one message slower still). */
+static int rank_call(net_world *w, const call_desc *d, const void *send, void *out, char **err)
+{
+    size_t sent = pieces_of(w, sent_bytes(d, w->rank)), results = pieces_of(w, result_bytes(d));
+    size_t per_piece = d->kind == CALL_ALL_GATHER ? (size_t)w->world : 1;
+    if (send_piece(w, d, send, 0, err) != 0)
+        return -1;
+    for (size_t p = 0; p < results; p++) {
+        for (size_t k = 0; k < per_piece; k++) {
+            net_msg m;
+            if (await_message(w, MSG_RESULT, coll_call_name(d->kind), &m, err) != 0)
+                return -1;
+            int rc = place_result(w, d, &m, out);
+            zmq_msg_close(&m.payload);
+            if (rc != 0)
+                return broken_error(w, err);
+        }
+        if (p + 1 < sent && send_piece(w, d, send, p + 1, err) != 0)
+            return -1;
     }
-    return await_answer(w, MSG_RESULT, coll_call_name(d->kind), out, result_bytes(d, w->world), err);
+    return 0;
 }
 
 /* ---- the interface --------------------------------------------------------------------------- */
@@ -649,7 +760,8 @@ coll *coll_net_join(const char *address, int rank, int world, const coll_net_opt
         return NULL;
     }
     net_world *w = xcalloc(1, sizeof *w);
-    *w = (net_world){.name = name, .rank = rank, .world = world, .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 60000};
+    *w = (net_world){.name = name, .rank = rank, .world = world, .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 60000,
+                     .piece = o->piece_bytes ? (o->piece_bytes + 7) & ~(size_t)7 : PIECE_BYTES};
     for (int r = 0; r < world; r++)
         w->peers[r].fd = -1;
     int rc = open_socket(w, address, o, err);
@@ -657,8 +769,11 @@ coll *coll_net_join(const char *address, int rank, int world, const coll_net_opt
         rc = root_join(w, err);
     else if (rc == 0) {
         net_header h = header_of(w, MSG_HELLO, NULL);
+        net_msg m;
         rc = send_message(w, 0, &h, NULL, 0) != 0 ? report_failure(err, "collectives %s: %s", name, zmq_strerror(errno))
-                                                 : await_answer(w, MSG_WELCOME, "the join", NULL, 0, err);
+                                                 : await_message(w, MSG_WELCOME, "the join", &m, err);
+        if (rc == 0)
+            zmq_msg_close(&m.payload);
     }
     if (rc != 0) {
         net_close(w);

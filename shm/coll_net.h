@@ -12,7 +12,10 @@
  * values and combines them in rank order with the arithmetic of the shm world, then sends
  * every rank the result (a star: rank 0's link carries 2 × (world - 1) buffers a call, which
  * is what keeps a sum's order independent of the network). So a model trained on two
- * machines gets exactly the weights it gets from the same ranks on one.
+ * machines gets exactly the weights it gets from the same ranks on one. Buffers travel in
+ * pieces (piece_bytes), each rank sending its next piece once the result's last is back: rank
+ * 0 holds one piece a rank, and ZeroMQ, which moves a message of tens of MB far slower than
+ * a few smaller ones, moves pieces.
  *
  * Failure: a rank whose process ends closes its connection, and rank 0 breaks the world at
  * once naming it; a host that vanishes is found by ZeroMQ's heartbeats (within
@@ -30,6 +33,7 @@ typedef struct {
     int timeout_ms;       /* how long a rank waits for the others, at joining and in every call */
     const char *keys_dir; /* rank 0: its key directory (server.key, clients) */
     const char *key_file; /* the other ranks: a client key file (the keypair and rank 0's public key) */
+    size_t piece_bytes;   /* values a message carries at most (0: 8 MiB); the same on every rank */
 } coll_net_options;
 
 /* Join the world of `world` ranks that meets at address "HOST:PORT" as `rank` (rank 0

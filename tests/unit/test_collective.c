@@ -36,7 +36,7 @@
 
 #define MAX_RANKS 4
 #define OUT_BYTES ((size_t)4 << 20)
-#define SMALL_SLOT 16384 /* 4096 fp32 values: a prime count of 10007 takes 3 steps */
+#define SMALL_SLOT 16384 /* 4096 fp32 values: a prime count of 10007 takes 3 steps (shm slots, net pieces) */
 
 /* What one call does: the collective, its dtype, count, op or root, and how the ranks misbehave. */
 typedef struct {
@@ -206,7 +206,10 @@ static coll *join(const char *name, int rank, const plan *p, char **err)
         return coll_shm_join(name, rank, p->world, &o, err);
     }
     char *dir = xasprintf("%s/keys", g_keys), *file = xasprintf("%s/keys/ranks.key", g_keys);
-    coll_net_options o = {.timeout_ms = timeout_ms, .keys_dir = dir, .key_file = p->key_file ? p->key_file : file};
+    coll_net_options o = {.timeout_ms = timeout_ms,
+                          .keys_dir = dir,
+                          .key_file = p->key_file ? p->key_file : file,
+                          .piece_bytes = SMALL_SLOT};
     coll *c = coll_net_join(name, rank, p->world, &o, err);
     free(dir), free(file);
     return c;
