@@ -637,7 +637,9 @@ static bool check_rendezvous(checker *ck)
     if (colon && colon > run_id->s && strspn(colon + 1, "0123456789") == strlen(colon + 1) && colon[1])
         return true;
     return report_unusable(ck, run_id, "config.DISTRIBUTED.RUN_ID",
-                           "'%s' must be HOST:PORT of the first node when NUM_NODES > 1 with INIT_METHOD tcp", run_id->s);
+                           "'%s' must be HOST:PORT of the first node when NUM_NODES > 1 with INIT_METHOD tcp (in a "
+                           "Slurm job, selfsup run --role auto sets it)",
+                           run_id->s);
 }
 
 static bool check_weights(checker *ck)

@@ -548,8 +548,9 @@ static bool check_farm(const cfg_node *config, const char *engine, topo_role rol
 
 /* Trainers on several nodes meet at DISTRIBUTED.RUN_ID over CURVE (shm/coll_net.h; GPUs get
  * NCCL's id there): the node rank, the rendezvous and this node's keys are checked before
- * anything starts. */
-static bool check_nodes(const cfg_node *config, const char *engine, const run_args *a)
+ * anything starts. A Slurm submission (rendezvous_later) may leave RUN_ID auto: --role auto
+ * sets it in the job. */
+static bool check_nodes(const cfg_node *config, const char *engine, const run_args *a, bool rendezvous_later)
 {
     int64_t nodes = cfg_int(config, "DISTRIBUTED.NUM_NODES"), procs = cfg_int(config, "DISTRIBUTED.NUM_PROC_PER_NODE");
     if (nodes <= 1 || strcmp(engine, "train") || a->role == TOPO_FARM)
@@ -560,7 +561,8 @@ static bool check_nodes(const cfg_node *config, const char *engine, const run_ar
     else if (strcmp(cfg_str(config, "DISTRIBUTED.INIT_METHOD"), "tcp"))
         key = "DISTRIBUTED.INIT_METHOD", why = "trainers on several nodes meet at DISTRIBUTED.RUN_ID, node 0's "
                                                "HOST:PORT: INIT_METHOD must be tcp";
-    else if (!strchr(cfg_str(config, "DISTRIBUTED.RUN_ID"), ':'))
+    else if (!strchr(cfg_str(config, "DISTRIBUTED.RUN_ID"), ':') &&
+             !(rendezvous_later && !strcmp(cfg_str(config, "DISTRIBUTED.RUN_ID"), "auto")))
         key = "DISTRIBUTED.RUN_ID", why = "trainers on several nodes meet at node 0's HOST:PORT (under Slurm, "
                                           "--role auto sets it from the job)";
     else if (a->node_rank == 0 && !*cfg_str(config, "SELFSUP.TRANSPORT.SERVER_KEYS_DIR"))
@@ -589,7 +591,7 @@ static int start(cfg_t *cfg, const run_args *a, const char *file, const char *fo
     const char *engine_name = forced_engine ? forced_engine : engine && engine->kind == CFG_STR ? engine->s : "train";
     /* A farm host trains nothing: no model to check, no checkpoint to resume from. */
     bool farm_host = a->role == TOPO_FARM;
-    if (!check_farm(config, engine_name, a->role) || !check_nodes(config, engine_name, a) ||
+    if (!check_farm(config, engine_name, a->role) || !check_nodes(config, engine_name, a, false) ||
         !check_data_stages(config, engine_name) || !check_control_keys(config) || (!farm_host && !preflight_engine(config, engine_name)) ||
         (!farm_host && !resume_point(config, engine_name, &topt, &status))) {
         free(bin_dir);
@@ -758,7 +760,8 @@ cfg_node *cmd_run_config(int argc, char **argv, char **file_out)
     if (parse_run_args(argc, argv, &a) < 0 && compose(&cfg, &a, false, file_out)) {
         cfg_node *config = cfg_map_get(cfg.root, "config");
         const char *engine = cfg_str(cfg.root, "engine_name");
-        if (check_farm(config, engine, a.role) && check_data_stages(config, engine) && check_control_keys(config) &&
+        if (check_farm(config, engine, a.role) && check_nodes(config, engine, &a, true) &&
+            check_data_stages(config, engine) && check_control_keys(config) &&
             (a.role == TOPO_FARM || preflight_on_cpu(config, engine)))
             root = cfg_copy(cfg.root);
         cfg_destroy(&cfg);

@@ -168,11 +168,11 @@ static void free_slurm_args(slurm_args *s)
 
 /* ---- checking and writing ---------------------------------------------------------------------- */
 
-/* Whether `selfsup run ARGS --role ROLE` would be refused (logged). */
-static bool refused_as(slurm_args *s, const char *role)
+/* Whether `selfsup run ARGS OPTION VALUE` would be refused (logged). */
+static bool refused_with(slurm_args *s, const char *option, const char *value)
 {
-    add_run_arg(s, "--role", false);
-    add_run_arg(s, (char *)role, false);
+    add_run_arg(s, (char *)option, false);
+    add_run_arg(s, (char *)value, false);
     char *file = NULL;
     cfg_node *root = cmd_run_config(s->run_argc, s->run_argv, &file);
     s->run_argc -= 2;
@@ -183,12 +183,16 @@ static bool refused_as(slurm_args *s, const char *role)
 }
 
 /* The config as the job runs it, checked as every node will: with farm nodes, as the trainer
- * node and as a farm node. */
+ * node and as a farm node; with several trainer nodes, as node 1 too (node 0 listens where the
+ * others connect: their keys differ). */
 static cfg_node *checked_config(slurm_args *s, char **file)
 {
     cfg_node *root = cmd_run_config(s->run_argc, s->run_argv, file);
-    if (root && cfg_int(cfg_map_get(root, "config"), "SELFSUP.FARM.NODES") > 0 &&
-        (refused_as(s, "train") || refused_as(s, "farm"))) {
+    const cfg_node *config = root ? cfg_map_get(root, "config") : NULL;
+    bool farm = config && cfg_int(config, "SELFSUP.FARM.NODES") > 0,
+         nodes = config && cfg_int(config, "DISTRIBUTED.NUM_NODES") > 1;
+    if ((farm && (refused_with(s, "--role", "train") || refused_with(s, "--role", "farm"))) ||
+        (nodes && refused_with(s, "--node-rank", "1"))) {
         cfg_free(root);
         free(*file);
         *file = NULL;

@@ -238,6 +238,9 @@ Test(slurm, the_script_has_the_sbatch_lines_of_the_slurm_keys, .init = dry_setup
     free(out);
 }
 
+/* Two trainer nodes of one trainer, each a batch its share of the test's images holds. */
+#define TWO_NODES "--nodes 2 config.DISTRIBUTED.NUM_PROC_PER_NODE=1 config.DATA.TRAIN.BATCHSIZE_PER_REPLICA=16 "
+
 Test(slurm, what_cannot_go_into_the_script_or_run_on_the_nodes_is_refused, .init = dry_setup, .fini = dry_teardown)
 {
     static const char *const cases[][2] = {
@@ -249,6 +252,9 @@ Test(slurm, what_cannot_go_into_the_script_or_run_on_the_nodes_is_refused, .init
         {"--farm-nodes 2", "config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR"},
         {"--farm-nodes 2 config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=keys", "config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE"},
         {"--farm-nodes -1", "config.SELFSUP.FARM.NODES: must be 0 (no farm) to 4096 nodes"},
+        {TWO_NODES, "node 0 of 2: config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR"},
+        {TWO_NODES "config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=keys", "node 1 of 2: config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE"},
+        {TWO_NODES "config.DISTRIBUTED.INIT_METHOD=env", "config.DISTRIBUTED.INIT_METHOD"},
         {"--bogus 1", "unknown option '--bogus'"},
         {"--partition", "--partition needs a value"},
     };
@@ -260,6 +266,14 @@ Test(slurm, what_cannot_go_into_the_script_or_run_on_the_nodes_is_refused, .init
         cr_expect_null(strstr(out, "#!/bin/bash"), "%s: a script was written:\n%s", cases[i][0], out);
         free(out);
     }
+    /* two trainer nodes with their keys: RUN_ID auto is --role auto's to set in the job */
+    char *out = NULL;
+    int rc = slurm_dry(TWO_NODES "config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR=keys "
+                                 "config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE=keys/node.key",
+                       &out);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "#SBATCH --nodes=2"), "%s", out);
+    free(out);
 }
 
 #define FARM_KEYS                                                                                                  \
