@@ -592,7 +592,8 @@ static int start(cfg_t *cfg, const run_args *a, const char *file, const char *fo
     /* A farm host trains nothing: no model to check, no checkpoint to resume from. */
     bool farm_host = a->role == TOPO_FARM;
     if (!check_farm(config, engine_name, a->role) || !check_nodes(config, engine_name, a, false) ||
-        !check_data_stages(config, engine_name) || !check_control_keys(config) || (!farm_host && !preflight_engine(config, engine_name)) ||
+        !check_data_stages(config, engine_name) || !check_control_keys(config) ||
+        (!farm_host && !preflight_engine(config, engine_name)) ||
         (!farm_host && !resume_point(config, engine_name, &topt, &status))) {
         free(bin_dir);
         return status;
@@ -622,15 +623,21 @@ static void add_auto_value(cfg_node *config, run_args *a, const char *section, c
 }
 
 /* VISSL's Slurm launch: trainers on several nodes meet at the job's first node, port
- * SLURM.PORT_ID (unless DISTRIBUTED.RUN_ID names an address already). */
-static void add_rendezvous(cfg_node *config, run_args *a, const slurm_job *job)
+ * SLURM.PORT_ID (unless DISTRIBUTED.RUN_ID names an address already). false after logging a
+ * first node whose name cannot go into the override. */
+static bool add_rendezvous(cfg_node *config, run_args *a, const slurm_job *job)
 {
     if (cfg_int(config, "DISTRIBUTED.NUM_NODES") <= 1 || strcmp(cfg_str(config, "DISTRIBUTED.RUN_ID"), "auto"))
-        return;
+        return true;
+    if (strpbrk(job->nodes.names[0], "'\\")) {
+        log_error("--role auto: the first node's name %s cannot be a host name", job->nodes.names[0]);
+        return false;
+    }
     char *id = xasprintf("%s:%lld", job->nodes.names[0], (long long)cfg_int(config, "SLURM.PORT_ID"));
     add_auto_value(config, a, "DISTRIBUTED", "RUN_ID", id);
     log_info("--role auto: the trainers of Slurm job %s meet at %s (DISTRIBUTED.RUN_ID)", job->job_id, id);
     free(id);
+    return true;
 }
 
 /* This node's part in a Slurm job with farm nodes: the first DISTRIBUTED.NUM_NODES train,
@@ -684,8 +691,8 @@ static bool resolve_auto_role(cfg_node *config, run_args *a)
         ok = split_job(config, &job, a);
     else if (in_job)
         a->node_rank = job.node_rank;
-    if (ok && in_job > 0 && !strpbrk(job.nodes.names[0], "'\\"))
-        add_rendezvous(config, a, &job);
+    if (ok && in_job > 0)
+        ok = add_rendezvous(config, a, &job);
     if (in_job > 0)
         slurm_job_free(&job);
     free(err);

@@ -259,10 +259,9 @@ static bool add_chain(topology *t, const cfg_node *config, const chain *c, const
 
 /* ---- the decode farm ---------------------------------------------------------------------- */
 
-/* Trainer rank `rank`'s endpoint: its crops on DATA_PORT + 2 rank, its leases on LEASE_PORT +
- * 2 rank (cmd_run refuses ports that would meet). */
-/* tcp://HOST:PORT + 2·rank, HOST the `node`-th of the comma-separated list at host_key (one per
- * trainer node; BIND_ADDRESS has one for all). */
+/* Trainer rank `rank`'s endpoint: tcp://HOST:PORT + 2·rank (crops on DATA_PORT, leases on
+ * LEASE_PORT: cmd_run refuses ports that would meet), HOST the `node`-th of the comma-separated
+ * list at host_key (TRAINER_HOST has one per trainer node; BIND_ADDRESS one for all). */
 static char *farm_uri(const cfg_node *config, const char *host_key, int node, const char *port_key, int rank,
                       const char *query)
 {

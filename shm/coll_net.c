@@ -63,6 +63,7 @@ typedef struct {
     void *ctx, *sock, *mon;
     auth_server *auth;
     char *name; /* "net:HOST:PORT", for messages */
+    char host[HOST_BYTES]; /* this machine's name, said in every header */
     int rank, world, timeout_ms;
     size_t piece; /* bytes of values a message carries at most */
     uint64_t calls;
@@ -118,9 +119,10 @@ static size_t piece_bytes(const net_world *w, size_t bytes, size_t piece)
     return at >= bytes ? 0 : bytes - at < w->piece ? bytes - at : w->piece;
 }
 
+/* Rank 0's words for rank r: with its pid and host once its hello is in. */
 static void describe_peer(const net_world *w, int r, char *out, size_t n)
 {
-    if (w->peers[r].fd >= 0 || w->rank != 0)
+    if (w->peers[r].fd >= 0)
         snprintf(out, n, "rank %d (pid %d on %s)", r, w->peers[r].pid, w->peers[r].host);
     else
         snprintf(out, n, "rank %d", r);
@@ -133,8 +135,7 @@ static net_header header_of(const net_world *w, msg_type type, const call_desc *
     net_header h = {.magic = NET_MAGIC, .type = type, .rank = w->rank, .world = w->world, .pid = (int)getpid()};
     if (call)
         h.call = *call;
-    if (gethostname(h.host, sizeof h.host - 1) != 0)
-        snprintf(h.host, sizeof h.host, "?");
+    memcpy(h.host, w->host, sizeof h.host);
     return h;
 }
 
@@ -764,6 +765,8 @@ coll *coll_net_join(const char *address, int rank, int world, const coll_net_opt
                      .piece = o->piece_bytes ? (o->piece_bytes + 7) & ~(size_t)7 : PIECE_BYTES};
     for (int r = 0; r < world; r++)
         w->peers[r].fd = -1;
+    if (gethostname(w->host, sizeof w->host - 1) != 0)
+        snprintf(w->host, sizeof w->host, "?");
     int rc = open_socket(w, address, o, err);
     if (rc == 0 && rank == 0)
         rc = root_join(w, err);
