@@ -286,15 +286,17 @@ static int count_gpus(void)
     return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) ? WEXITSTATUS(st) : 0;
 }
 
+/* The forks come before this process makes an id: making one starts NCCL's threads, and a child
+ * forked from a threaded parent cannot start its own under ThreadSanitizer (CI runs this there). */
 int main(void)
 {
     char hex[COLL_NCCL_ID_HEX + 1];
+    int gpus = count_gpus();
+    if (gpus == 0 && check_handoff_without_gpu() != 0)
+        return 1;
     if (check_ids(hex) != 0)
         return 1;
-    int gpus = count_gpus();
     if (gpus == 0) {
-        if (check_handoff_without_gpu() != 0)
-            return 1;
         puts("nccl-world: no GPU here: a world id made, a malformed one refused, rank 0's id handed to 2 ranks "
              "whole; the collectives need a GPU");
         return 0;
