@@ -12,12 +12,17 @@
  *
  *   rank r -> 0   HELLO (its pid and host)        CALL (its values, if the call sends any)
  *   rank 0 -> r   WELCOME once all have said hello  RESULT (the call's result)  BROKEN (text)
+ *   any           FINISHED (coll_finish: the sender made its last call; its disconnect is no loss)
  *
  * A call: every rank but 0 sends its CALL and waits; rank 0 waits for all of them (checking
  * each is the call it makes itself), computes the result in rank order and sends it to each.
  * A rank cannot be a call ahead, since it waits for the result of the last, so whatever rank
  * 0 receives during a call belongs to it. Whatever goes wrong, rank 0 sends the message to
  * every rank it knows and keeps it: the world is broken, every later call returns it.
+ *
+ * A watched world (coll_check_peers, from coll_watch.h's thread) makes no calls: a check reads
+ * what is queued, FINISHED or BROKEN, and then the monitor, in that order, because a rank's
+ * FINISHED reaches the socket before its disconnect reaches the monitor.
  */
 #include "coll_net.h"
 
@@ -42,7 +47,7 @@
 #define HOST_BYTES 64
 #define PIECE_BYTES ((size_t)1 << 23) /* the default: ZeroMQ moves messages of tens of MB far slower */
 
-typedef enum { MSG_HELLO = 1, MSG_WELCOME, MSG_CALL, MSG_RESULT, MSG_BROKEN } msg_type;
+typedef enum { MSG_HELLO = 1, MSG_WELCOME, MSG_CALL, MSG_RESULT, MSG_BROKEN, MSG_FINISHED } msg_type;
 
 typedef struct {
     uint32_t magic, type;
@@ -56,6 +61,7 @@ typedef struct {
 typedef struct {
     int fd; /* its connection at rank 0; -1 until its hello */
     int pid;
+    bool finished; /* it said FINISHED: rank 0's peers; the others' entry 0 */
     char host[HOST_BYTES];
 } peer;
 
@@ -263,28 +269,34 @@ static uint16_t next_event(net_world *w, int *value)
 }
 
 /* A connection event that ends the wait: a known rank's connection closed (rank 0), or
- * rank 0's (the others), or rank 0 refused this rank's handshake. Breaks the world. */
+ * rank 0's (the others), unless that rank had finished; or rank 0 refused this rank's
+ * handshake. Breaks the world. */
+static void judge_event(net_world *w, uint16_t ev, int value, const char *what)
+{
+    char who[128];
+    if (w->rank == 0 && ev == ZMQ_EVENT_DISCONNECTED) {
+        for (int r = 1; r < w->world; r++)
+            if (w->peers[r].fd == value) {
+                describe_peer(w, r, who, sizeof who);
+                w->peers[r].fd = -1;
+                if (!w->peers[r].finished)
+                    break_world(w, "collectives %s: %s left the world (its connection closed) while rank 0 waited in %s",
+                                w->name, who, what);
+            }
+    } else if (w->rank != 0 && ev == ZMQ_EVENT_DISCONNECTED && !w->peers[0].finished)
+        break_world(w, "collectives %s: rank 0 left the world (its connection closed) while rank %d waited in %s",
+                    w->name, w->rank, what);
+    else if (w->rank != 0 && ev >= ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && ev != ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+        break_world(w, "collectives %s: rank 0 refused rank %d's handshake: its allow-list must hold this "
+                       "rank's client key (with ids world.*), and the key file rank 0's public key",
+                    w->name, w->rank);
+}
+
 static bool connection_lost(net_world *w, const char *what)
 {
     int value;
-    for (uint16_t ev; (ev = next_event(w, &value));) {
-        char who[128];
-        if (w->rank == 0 && ev == ZMQ_EVENT_DISCONNECTED) {
-            for (int r = 1; r < w->world; r++)
-                if (w->peers[r].fd == value) {
-                    describe_peer(w, r, who, sizeof who);
-                    w->peers[r].fd = -1;
-                    break_world(w, "collectives %s: %s left the world (its connection closed) while rank 0 waited in %s",
-                                w->name, who, what);
-                }
-        } else if (w->rank != 0 && ev == ZMQ_EVENT_DISCONNECTED)
-            break_world(w, "collectives %s: rank 0 left the world (its connection closed) while rank %d waited in %s",
-                        w->name, w->rank, what);
-        else if (w->rank != 0 && ev >= ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && ev != ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
-            break_world(w, "collectives %s: rank 0 refused rank %d's handshake: its allow-list must hold this "
-                           "rank's client key (with ids world.*), and the key file rank 0's public key",
-                        w->name, w->rank);
-    }
+    for (uint16_t ev; (ev = next_event(w, &value));)
+        judge_event(w, ev, value, what);
     return w->broken != NULL;
 }
 
@@ -639,6 +651,47 @@ static int net_broadcast(void *state, void *buf, size_t count, coll_dtype dtype,
 
 static int net_barrier(void *state, char **err) { return net_call(state, CALL_BARRIER, COLL_F32, 0, 0, NULL, NULL, err); }
 
+/* ---- leaving and watching ------------------------------------------------------------------ */
+
+/* What a watched world finds queued: FINISHED marks its sender, BROKEN breaks this rank's world
+ * (rank 0's message); nothing else comes to a world that makes no calls. */
+static void take_watch_message(net_world *w, net_msg *m)
+{
+    if (m->h.type == MSG_FINISHED && m->from >= 0 && m->from < w->world)
+        w->peers[m->from].finished = true;
+    else if (m->h.type == MSG_BROKEN && w->rank != 0 && !w->broken)
+        w->broken = xstrndup(zmq_msg_data(&m->payload), zmq_msg_size(&m->payload));
+    zmq_msg_close(&m->payload);
+}
+
+static int net_check_peers(void *state, const char *what, char **err)
+{
+    net_world *w = state;
+    uint16_t events[64];
+    int values[64], n = 0;
+    while (n < 64 && (events[n] = next_event(w, &values[n])))
+        n++;
+    net_msg m;
+    for (int rc; (rc = take_message(w, &m)) >= 0;)
+        if (rc == 0)
+            take_watch_message(w, &m);
+    for (int i = 0; i < n; i++)
+        judge_event(w, events[i], values[i], what);
+    return w->broken ? broken_error(w, err) : 0;
+}
+
+static void net_close(void *state);
+
+/* FINISHED to rank 0 (rank 0: to every rank still there), then the close, whose linger lets it out. */
+static void net_finish(void *state)
+{
+    net_world *w = state;
+    net_header h = header_of(w, MSG_FINISHED, NULL);
+    for (int r = w->rank == 0 ? 1 : 0; r < (w->rank == 0 ? w->world : 1); r++)
+        send_message(w, r, &h, NULL, 0); /* a rank gone: EHOSTUNREACH, nothing to tell it */
+    net_close(w);
+}
+
 static void net_close(void *state)
 {
     net_world *w = state;
@@ -665,6 +718,8 @@ static const coll_impl net_impl = {.all_reduce = net_all_reduce,
                                    .all_gather = net_all_gather,
                                    .broadcast = net_broadcast,
                                    .barrier = net_barrier,
+                                   .check_peers = net_check_peers,
+                                   .finish = net_finish,
                                    .close = net_close};
 
 /* ---- joining ------------------------------------------------------------------------------- */

@@ -59,13 +59,15 @@
 
 #define COLL_MAGIC 0x4c4c4f4353505553ULL /* "SUPSCOLL" */
 #define CHECK_MS 100
+#define LEFT_CLOSED 1u
+#define LEFT_FINISHED 2u
 #define DEFAULT_SLOT_BYTES ((size_t)1 << 20)
 #define SPIN_ROUNDS 4000
 #define LINE_VALUES 16 /* a partition of a reduction starts on a 64-byte line (fp32) */
 
 typedef struct {
     alignas(64) _Atomic int32_t pid; /* 0: not joined */
-    _Atomic uint32_t left;           /* it called coll_close */
+    _Atomic uint32_t left;           /* it called coll_close (LEFT_CLOSED) or coll_finish (LEFT_FINISHED) */
     _Atomic uint64_t start_time;
     _Atomic uint64_t barriers; /* barriers it has entered */
     call_desc calls[2];        /* by the parity of the call number */
@@ -170,16 +172,19 @@ static int broken_error(const coll *c, char **err)
     return report_failure(err, "%s", c->sh->why);
 }
 
-/* A rank that died or left breaks the world; true if one did. */
-static bool peer_gone(coll *c, const char *what)
+/* A rank that died or left breaks the world, one that finished too unless `finished_ok` (a
+ * watch: it made its last call); true if one did. */
+static bool peer_lost(coll *c, const char *what, bool finished_ok)
 {
     for (int r = 0; r < c->world; r++) {
         rank_entry *e = &c->sh->ranks[r];
         pid_t pid = atomic_load(&e->pid);
-        if (r == c->rank || pid <= 0)
+        uint32_t left = atomic_load(&e->left);
+        if (r == c->rank || pid <= 0 || (finished_ok && left == LEFT_FINISHED))
             continue;
-        const char *why =
-            atomic_load(&e->left) ? "left the world" : proc_gone(pid, atomic_load(&e->start_time));
+        const char *why = left == LEFT_FINISHED ? "finished"
+                          : left                ? "left the world"
+                                                : proc_gone(pid, atomic_load(&e->start_time));
         if (why) {
             break_world(c, "collectives %s: rank %d (pid %d) %s while rank %d waited in %s", c->name, r,
                         (int)pid, why, c->rank, what);
@@ -187,6 +192,15 @@ static bool peer_gone(coll *c, const char *what)
         }
     }
     return false;
+}
+
+int coll_check_peers(coll *c, const char *what, char **err)
+{
+    if (c->impl)
+        return c->impl->check_peers ? c->impl->check_peers(c->impl_state, what, err) : 0;
+    if (atomic_load(&c->sh->broken) || peer_lost(c, what, true))
+        return broken_error(c, err);
+    return 0;
 }
 
 /* timeout_ms passed: name the ranks that have not entered barrier number `mine`. */
@@ -217,7 +231,7 @@ static int wait_generation(coll *c, uint32_t gen, uint64_t mine, const char *wha
         futex(&sh->generation, FUTEX_WAIT, gen, &ts);
         if (atomic_load_explicit(&sh->generation, memory_order_acquire) != gen)
             return 0;
-        if (atomic_load(&sh->broken) || peer_gone(c, what))
+        if (atomic_load(&sh->broken) || peer_lost(c, what, false))
             return broken_error(c, err);
         if (now_seconds() > give_up) {
             break_for_laggards(c, mine, what);
@@ -685,17 +699,21 @@ coll *coll_shm_join(const char *name, int rank, int world, const coll_shm_option
     return c;
 }
 
-void coll_close(coll *c)
+static void leave(coll *c, uint32_t how)
 {
     if (!c)
         return;
     if (c->impl)
-        c->impl->close(c->impl_state);
+        (how == LEFT_FINISHED && c->impl->finish ? c->impl->finish : c->impl->close)(c->impl_state);
     if (c->sh) {
-        atomic_store(&c->sh->ranks[c->rank].left, 1);
+        atomic_store(&c->sh->ranks[c->rank].left, how);
         futex(&c->sh->generation, FUTEX_WAKE, INT_MAX, NULL);
         munmap(c->sh, c->map_bytes);
     }
     free(c->name);
     free(c);
 }
+
+void coll_close(coll *c) { leave(c, LEFT_CLOSED); }
+
+void coll_finish(coll *c) { leave(c, LEFT_FINISHED); }

@@ -51,6 +51,15 @@ typedef struct {
 coll *coll_shm_join(const char *name, int rank, int world, const coll_shm_options *o, char **err);
 /* Leave; safe on NULL. The other ranks may still be in a call: theirs fails, naming this rank. */
 void coll_close(coll *c);
+/* Leave after this rank's last call, the run done: as coll_close, but a rank watching the world
+ * (coll_check_peers, coll_watch.h) is told this rank finished, not that it was lost. */
+void coll_finish(coll *c);
+/* Whether the other ranks are all still there, without waiting: 0, or -1 with *err naming one
+ * that died, vanished or closed without finishing (the world is then broken, as a call would
+ * find it). For a world that makes no more calls, only watched (a bootstrap world beside NCCL's,
+ * coll_watch.h); `what` says what the watcher waits for, in the message. A world that cannot
+ * tell says 0. */
+int coll_check_peers(coll *c, const char *what, char **err);
 
 int coll_rank(const coll *c);
 int coll_world(const coll *c);
@@ -99,6 +108,9 @@ typedef struct {
     int (*all_reduce_queued)(void *state, void *dev, size_t count, coll_dtype dtype, coll_op op, void *queue,
                              char **err);
     int (*join)(void *state, void *queue, char **err);
+    /* Optional: as coll_check_peers (absent: 0), and as coll_finish (absent: close). */
+    int (*check_peers)(void *state, const char *what, char **err);
+    void (*finish)(void *state);
     void (*close)(void *state);
 } coll_impl;
 /* A world of that kind, named `name` in messages; coll_close closes `state` through impl. */

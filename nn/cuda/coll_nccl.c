@@ -11,9 +11,16 @@
  * makes the trainer's stream wait for the world's (another event) before the optimizer reads
  * the gradients. Everything goes through the one stream in the order it was called, as torch's
  * ProcessGroupNCCL does, so the ranks' NCCL calls match even with SyncBN's in between.
+ *
+ * A world joined through a bootstrap world keeps it, watched (shm/coll_watch.h): a rank lost
+ * there ends this process, since NCCL's kernels and every wait behind them would hang for
+ * good. coll_finish says FINISHED in the bootstrap world, so the last ranks to finish do not
+ * take the first ones' leaving for a loss.
  */
 #include "cuda/coll_nccl.h"
 
+#include "coll_watch.h"
+#include "log.h"
 #include "util.h"
 
 #include <cuda_runtime.h>
@@ -22,6 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#define WATCH_INTERVAL_MS 500
 
 typedef struct {
     ncclComm_t comm;
@@ -30,6 +40,8 @@ typedef struct {
     void *staging;
     size_t staging_bytes;
     int rank, world;
+    coll *bootstrap;    /* the world the id came through, or NULL */
+    coll_watch *watch;  /* on bootstrap */
 } nccl_world;
 
 static int nccl_failed(ncclResult_t r, const char *what, char **err)
@@ -168,9 +180,20 @@ static int barrier(void *state, char **err)
     return all_reduce(state, &one, 1, COLL_F32, COLL_SUM, false, err);
 }
 
+/* Leaving: the bootstrap world no longer watched, then left as `leave` does. */
+static void leave_bootstrap(nccl_world *w, void (*leave)(coll *))
+{
+    coll_watch_stop(w->watch);
+    w->watch = NULL;
+    if (w->bootstrap)
+        leave(w->bootstrap);
+    w->bootstrap = NULL;
+}
+
 static void close_world(void *state)
 {
     nccl_world *w = state;
+    leave_bootstrap(w, coll_close);
     if (w->comm)
         ncclCommDestroy(w->comm);
     if (w->stream)
@@ -183,6 +206,12 @@ static void close_world(void *state)
     free(w);
 }
 
+static void finish_world(void *state)
+{
+    leave_bootstrap(state, coll_finish);
+    close_world(state);
+}
+
 static const coll_impl NCCL_IMPL = {.takes_device = true,
                                     .all_reduce = all_reduce,
                                     .all_gather = all_gather,
@@ -190,6 +219,7 @@ static const coll_impl NCCL_IMPL = {.takes_device = true,
                                     .barrier = barrier,
                                     .all_reduce_queued = all_reduce_queued,
                                     .join = join,
+                                    .finish = finish_world,
                                     .close = close_world};
 
 int coll_nccl_unique_id(char *hex, char **err)
@@ -217,7 +247,8 @@ static bool parse_id(const char *hex, ncclUniqueId *id)
     return true;
 }
 
-coll *coll_nccl_join(const char *hex, int rank, int world, int device, char **err)
+/* The world of `hex` as a nccl_world (coll_nccl_join's work), or NULL with *err. */
+static nccl_world *join_world(const char *hex, int rank, int world, int device, char **err)
 {
     ncclUniqueId id;
     if (!parse_id(hex, &id)) {
@@ -247,9 +278,30 @@ coll *coll_nccl_join(const char *hex, int rank, int world, int device, char **er
         close_world(w);
         return NULL;
     }
+    return w;
+}
+
+static coll *as_coll(nccl_world *w, int device)
+{
     char name[48];
     snprintf(name, sizeof name, "nccl (GPU %d)", device);
-    return coll_from_impl(name, rank, world, &NCCL_IMPL, w);
+    return coll_from_impl(name, w->rank, w->world, &NCCL_IMPL, w);
+}
+
+coll *coll_nccl_join(const char *hex, int rank, int world, int device, char **err)
+{
+    nccl_world *w = join_world(hex, rank, world, device, err);
+    return w ? as_coll(w, device) : NULL;
+}
+
+/* A rank lost in the bootstrap world: NCCL would wait for it for good, and so would this
+ * process, so it ends here; its orchestrator then stops its node's run. */
+static void end_for_lost_rank(const char *why, void *arg)
+{
+    nccl_world *w = arg;
+    log_error("NCCL world, rank %d: %s; NCCL would wait for that rank for good, so this process ends", w->rank,
+              why);
+    _exit(EXIT_RUNTIME);
 }
 
 /* The id as bytes a host world broadcasts: the hex digits, NUL-padded to whole fp32 values
@@ -259,21 +311,34 @@ typedef union {
     float words[(COLL_NCCL_ID_HEX + 4) / 4];
 } id_words;
 
+/* Rank 0's id, broadcast in the bootstrap world into id->hex: 0, or -1 with *err. */
+static int hand_out_id(coll *bootstrap, id_words *id, char **err)
+{
+    char *why = NULL;
+    if (coll_rank(bootstrap) == 0 && coll_nccl_unique_id(id->hex, &why) != 0)
+        id->hex[0] = 0;
+    int rc = coll_broadcast(bootstrap, id->words, sizeof id->words / sizeof *id->words, COLL_F32, 0, err);
+    if (rc == 0 && !id->hex[0])
+        rc = report_failure(err, "NCCL world: rank 0 could not make the world's id%s%s", why ? ": " : "",
+                            why ? why : "");
+    free(why);
+    return rc;
+}
+
 coll *coll_nccl_join_via(coll *bootstrap, int device, char **err)
 {
     id_words id = {{0}};
-    char *why = NULL;
-    int rank = coll_rank(bootstrap), world = coll_world(bootstrap);
-    if (rank == 0 && coll_nccl_unique_id(id.hex, &why) != 0)
-        id.hex[0] = 0;
-    if (coll_broadcast(bootstrap, id.words, sizeof id.words / sizeof *id.words, COLL_F32, 0, err) != 0) {
-        free(why);
+    nccl_world *w = NULL;
+    if (hand_out_id(bootstrap, &id, err) == 0)
+        w = join_world(id.hex, coll_rank(bootstrap), coll_world(bootstrap), device, err);
+    if (!w) {
+        coll_close(bootstrap);
         return NULL;
     }
-    if (!id.hex[0]) {
-        report_failure(err, "NCCL world: rank 0 could not make the world's id%s%s", why ? ": " : "", why ? why : "");
-        free(why);
+    w->bootstrap = bootstrap;
+    if (!(w->watch = coll_watch_start(bootstrap, WATCH_INTERVAL_MS, "NCCL's collectives", end_for_lost_rank, w, err))) {
+        close_world(w);
         return NULL;
     }
-    return coll_nccl_join(id.hex, rank, world, device, err);
+    return as_coll(w, device);
 }

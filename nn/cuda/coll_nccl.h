@@ -13,8 +13,14 @@
  * What differs from the shm world: NCCL sums in the order of its ring or tree, not in rank
  * order, so the bits depend on the world's size and NCCL's choice of algorithm (the same on
  * every rank of one run, so the ranks stay one model; NCCL_ALGO pins it). MEAN is NCCL's
- * average (the sum scaled by 1/W), where DDP divides first. A dead rank is found by the
- * orchestrator, which stops the run; NCCL itself would wait for it.
+ * average (the sum scaled by 1/W), where DDP divides first.
+ *
+ * A dead rank: NCCL itself would wait for it for good. On one node the orchestrator sees the
+ * death and stops the run (survivors get SIGKILL after the grace). Across nodes a world joined
+ * through a bootstrap world keeps that world, watched (shm/coll_watch.h): a rank lost there
+ * (its process gone, its host silent past the heartbeat timeout) ends this process with
+ * EXIT_RUNTIME after logging the message that names it, so every node's orchestrator stops its
+ * part of the run. A rank done ends with coll_finish, which is no loss.
  */
 #ifndef SELFSUP_NN_CUDA_COLL_NCCL_H
 #define SELFSUP_NN_CUDA_COLL_NCCL_H
@@ -36,7 +42,8 @@ coll *coll_nccl_join(const char *hex, int rank, int world, int device, char **er
 /* GPUs on several nodes, whose orchestrators share no id: the ranks meet first in `bootstrap`,
  * a world of host memory (shm/coll_net.h at DISTRIBUTED.RUN_ID), where rank 0 makes the id and
  * broadcasts it, as torch's TCPStore hands it out; then each joins as coll_nccl_join does. The
- * caller closes bootstrap. NULL with *err (rank 0's failure to make an id is every rank's). */
+ * NCCL world takes bootstrap and watches it (above); it is closed with the NCCL world, or at
+ * once when the join fails. NULL with *err (rank 0's failure to make an id is every rank's). */
 coll *coll_nccl_join_via(coll *bootstrap, int device, char **err);
 
 #endif

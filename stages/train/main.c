@@ -194,9 +194,7 @@ static coll *join_gpus(const char *name, int rank, int world, const cfg_node *co
     if (!strncmp(name, "nccl:", 5))
         return coll_nccl_join(name + 5, rank, world, device, err);
     coll *bootstrap = join_net(name + strlen("nccl-net:"), rank, world, config, err);
-    coll *gpus = bootstrap ? coll_nccl_join_via(bootstrap, device, err) : NULL;
-    coll_close(bootstrap);
-    return gpus;
+    return bootstrap ? coll_nccl_join_via(bootstrap, device, err) : NULL; /* it keeps bootstrap, watched */
 #else
     (void)rank, (void)world, (void)config;
     report_failure(err, "--coll %.9s…: this build has no CUDA, so no NCCL", name);
@@ -330,6 +328,6 @@ int main(int argc, char **argv)
     stage_input_close(ts.test.in);
     stage_input_close(ts.memory.in);
     trainer_free(ts.t);
-    coll_close(ts.opt.world);
+    (status == 0 ? coll_finish : coll_close)(ts.opt.world); /* a watching world tells finished from lost */
     return status;
 }

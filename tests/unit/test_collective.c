@@ -16,6 +16,7 @@
  * anonymous mapping, and the test process checks them.
  */
 #include "coll_net.h"
+#include "coll_watch.h"
 #include "collective.h"
 #include "ring.h"
 #include "timer.h"
@@ -500,6 +501,83 @@ BOTH_WORLDS(a_world_missing_a_rank_is_refused_at_the_join, .timeout = 30)
     }
     expect_no_segment(name);
     free(name);
+}
+
+/* ---- a watched world (coll_watch.h) ------------------------------------------------------------ */
+
+/* When each rank of a watched world of 3 leaves, in ms from its join (-1: it watches to the
+ * end), and whether it finishes (coll_finish) or closes. The others watch until they leave or
+ * for watch_ms. */
+typedef struct {
+    int leave_ms[3];
+    bool finishes[3];
+    int watch_ms;
+} watch_plan;
+
+static void record_loss(const char *why, void *arg)
+{
+    rank_result *res = arg;
+    snprintf(res->err, sizeof res->err, "%s", why);
+    res->ok = 0;
+}
+
+static void watching_rank(const char *name, int rank, const watch_plan *wp)
+{
+    rank_result *res = &g_results[rank];
+    plan p = {.world = 3, .timeout_ms = 20000};
+    char *err = NULL;
+    coll *c = join(name, rank, &p, &err);
+    if (!c) {
+        snprintf(res->err, sizeof res->err, "join: %s", err);
+        _exit(1);
+    }
+    res->ok = 1;
+    double t0 = now_seconds(), until = t0 + (wp->leave_ms[rank] >= 0 ? wp->leave_ms[rank] : wp->watch_ms) / 1000.0;
+    coll_watch *w = coll_watch_start(c, 20, "the test's wait", record_loss, res, &err);
+    while (w && res->ok && now_seconds() < until)
+        usleep(5000);
+    res->waited_s = now_seconds() - t0;
+    coll_watch_stop(w);
+    (wp->finishes[rank] ? coll_finish : coll_close)(c);
+    _exit(0);
+}
+
+static void run_watch(const watch_plan *wp)
+{
+    char *name = g_keys ? xasprintf("127.0.0.1:%d", test_free_port()) : ring_name("collwatch");
+    memset(g_results, 0, MAX_RANKS * sizeof *g_results);
+    pid_t pids[3];
+    for (int r = 0; r < 3; r++)
+        if ((pids[r] = fork()) == 0)
+            watching_rank(name, r, wp);
+    for (int r = 0; r < 3; r++)
+        cr_assert_neq(test_wait_child(pids[r], 30000), 128 + SIGKILL, "rank %d did not end within 30 s", r);
+    free(name);
+}
+
+/* Rank 2 closes without finishing (a trainer that failed): the others' watches name it, rank
+ * 1's through rank 0 in the network world, soon after, and not before. */
+BOTH_WORLDS(a_watch_names_a_rank_that_leaves_without_finishing, .timeout = 40)
+{
+    watch_plan wp = {.leave_ms = {-1, -1, 300}, .watch_ms = 8000};
+    run_watch(&wp);
+    for (int r = 0; r < 2; r++) {
+        cr_expect(!g_results[r].ok, "rank %d's watch said nothing in %.1f s", r, g_results[r].waited_s);
+        cr_expect(strstr(g_results[r].err, "rank 2 (pid ") && strstr(g_results[r].err, "the test's wait"),
+                  "rank %d: %s", r, g_results[r].err);
+        cr_expect(g_results[r].waited_s > 0.25 && g_results[r].waited_s < 3.0, "rank %d: the watch spoke after %.2f s",
+                  r, g_results[r].waited_s);
+    }
+}
+
+/* Ranks that finish, rank 0 first: no loss for the ranks still watching. */
+BOTH_WORLDS(a_watch_takes_a_rank_that_finished_for_no_loss, .timeout = 40)
+{
+    watch_plan wp = {.leave_ms = {200, 1500, 600}, .finishes = {true, true, true}};
+    run_watch(&wp);
+    for (int r = 0; r < 3; r++)
+        cr_expect(g_results[r].ok, "rank %d: %s", r, g_results[r].err);
+    cr_expect_gt(g_results[1].waited_s, 1.4, "rank 1 stopped watching after %.2f s", g_results[1].waited_s);
 }
 
 Test(collective, impossible_worlds_and_roots_are_refused)
