@@ -35,7 +35,8 @@ else ifeq ($(SANITIZE),thread)
   # ring (and its futexes), the transports end to end (pipeline, streams), the ZeroMQ control
   # plane and its ZAP handler thread (control, auth), collate, records, and our other threads:
   # the data chain under the orchestrator (data_pipeline: `selfsup dataset`'s PNG workers,
-  # decode's dataset thread), decode's worker pool (decode) and the local copy (localcopy).
+  # decode's dataset thread), decode's worker pool (decode), the local copy (localcopy) and
+  # the thread that watches a world beside NCCL's (collective_watch: its ranks are threads).
   # TSan checks the threads of one process: what two processes do to a ring is out of its
   # sight (a ring shared by threads of one process is in it). tests/tsan.supp says what is
   # suppressed and why (libzmq, libsodium, oneDNN: not instrumented; nothing of ours).
@@ -53,7 +54,7 @@ else ifeq ($(SANITIZE),thread)
   SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
   TSAN_FORKS_THREADS := roundtrip_ipc_two_processes|roundtrip_tcp_two_processes|child_forked_after_the_context_exists|control_tcp_refuses_a_peer_without_a_listed_key|control_ipc_other_users_cannot_connect|data_tcp_reader_refuses_forged_records
   TSAN_TOO_SLOW := sigint_stops_cleanly|silent_stage_counts_as_hung|kill_producer|kill_worker|kill_consumer
-  UNIT_ARGS ?= --filter '@(ring|pipeline|streams|control|auth|collate|record|data_pipeline|decode|localcopy)/!($(TSAN_FORKS_THREADS)|$(TSAN_TOO_SLOW))'
+  UNIT_ARGS ?= --filter '@(ring|pipeline|streams|control|auth|collate|record|data_pipeline|decode|localcopy|collective_watch)/!($(TSAN_FORKS_THREADS)|$(TSAN_TOO_SLOW))'
   # The loader runs the ifunc resolver of a target_clones function (the SIMD kernels) while
   # relocating the program, before TSan is initialised, and GCC instruments that resolver
   # with TSan's function-entry hook, which then writes through a null shadow stack: every

@@ -27,7 +27,9 @@
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,31 +516,41 @@ typedef struct {
     int watch_ms;
 } watch_plan;
 
+/* What a watching rank saw: ok until its watch spoke (the watch's thread writes the message,
+ * then ok), the message, how long it watched. */
+typedef struct {
+    _Atomic int ok;
+    double waited_s;
+    char err[600];
+} watch_result;
+
 static void record_loss(const char *why, void *arg)
 {
-    rank_result *res = arg;
+    watch_result *res = arg;
     snprintf(res->err, sizeof res->err, "%s", why);
-    res->ok = 0;
+    atomic_store(&res->ok, 0);
 }
 
 static void watching_rank(const char *name, int rank, const watch_plan *wp)
 {
-    rank_result *res = &g_results[rank];
+    watch_result res = {.ok = 1};
     plan p = {.world = 3, .timeout_ms = 20000};
     char *err = NULL;
     coll *c = join(name, rank, &p, &err);
-    if (!c) {
-        snprintf(res->err, sizeof res->err, "join: %s", err);
-        _exit(1);
-    }
-    res->ok = 1;
     double t0 = now_seconds(), until = t0 + (wp->leave_ms[rank] >= 0 ? wp->leave_ms[rank] : wp->watch_ms) / 1000.0;
-    coll_watch *w = coll_watch_start(c, 20, "the test's wait", record_loss, res, &err);
-    while (w && res->ok && now_seconds() < until)
+    coll_watch *w = c ? coll_watch_start(c, 20, "the test's wait", record_loss, &res, &err) : NULL;
+    while (w && res.ok && now_seconds() < until)
         usleep(5000);
-    res->waited_s = now_seconds() - t0;
+    res.waited_s = now_seconds() - t0;
     coll_watch_stop(w);
-    (wp->finishes[rank] ? coll_finish : coll_close)(c);
+    if (c)
+        (wp->finishes[rank] ? coll_finish : coll_close)(c);
+    else {
+        atomic_store(&res.ok, 0);
+        snprintf(res.err, sizeof res.err, "join: %s", err);
+    }
+    g_results[rank].ok = res.ok, g_results[rank].waited_s = res.waited_s;
+    memcpy(g_results[rank].err, res.err, sizeof res.err);
     _exit(0);
 }
 
@@ -578,6 +590,65 @@ BOTH_WORLDS(a_watch_takes_a_rank_that_finished_for_no_loss, .timeout = 40)
     for (int r = 0; r < 3; r++)
         cr_expect(g_results[r].ok, "rank %d: %s", r, g_results[r].err);
     cr_expect_gt(g_results[1].waited_s, 1.4, "rank 1 stopped watching after %.2f s", g_results[1].waited_s);
+}
+
+/* The same in one process, the ranks threads (ThreadSanitizer runs this suite; it cannot run
+ * the forked ones): rank 0 leaves after 100 ms, rank 1 watches until its watch speaks or 5 s. */
+typedef struct {
+    const char *name;
+    int rank;
+    bool finishes;
+    watch_result res;
+} thread_rank;
+
+static void *watch_thread_rank(void *arg)
+{
+    thread_rank *t = arg;
+    coll_shm_options o = {.timeout_ms = 5000};
+    char *err = NULL;
+    coll *c = coll_shm_join(t->name, t->rank, 2, &o, &err);
+    t->res.ok = c != NULL;
+    if (!c) {
+        snprintf(t->res.err, sizeof t->res.err, "join: %s", err);
+        free(err);
+        return NULL;
+    }
+    if (t->rank == 0) {
+        usleep(100000);
+        (t->finishes ? coll_finish : coll_close)(c);
+        return NULL;
+    }
+    double t0 = now_seconds();
+    coll_watch *w = coll_watch_start(c, 10, "the test's wait", record_loss, &t->res, &err);
+    while (w && t->res.ok && now_seconds() < t0 + (t->finishes ? 0.6 : 5.0))
+        usleep(2000);
+    t->res.waited_s = now_seconds() - t0;
+    coll_watch_stop(w);
+    coll_close(c);
+    return NULL;
+}
+
+static void run_thread_watch(bool finishes, watch_result *watcher)
+{
+    char *name = ring_name("collwatcht");
+    thread_rank ranks[2] = {{.name = name, .rank = 0, .finishes = finishes}, {.name = name, .rank = 1, .finishes = finishes}};
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(pthread_create(&th[r], NULL, watch_thread_rank, &ranks[r]), 0);
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    *watcher = ranks[1].res;
+    free(name);
+}
+
+Test(collective_watch, a_watch_in_a_thread_names_a_rank_that_closed_and_not_one_that_finished)
+{
+    watch_result r;
+    run_thread_watch(false, &r);
+    cr_expect(!r.ok && strstr(r.err, "rank 0 (pid ") && strstr(r.err, "left the world"), "closed: %s", r.err);
+    cr_expect_lt(r.waited_s, 1.0, "the watch spoke after %.2f s", r.waited_s);
+    run_thread_watch(true, &r);
+    cr_expect(r.ok, "finished: %s", r.err);
 }
 
 Test(collective, impossible_worlds_and_roots_are_refused)
