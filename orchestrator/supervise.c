@@ -603,11 +603,18 @@ static void invalid_images_summary(const run *r)
 
 /* ---- the loop ------------------------------------------------------------------------------- */
 
+/* The stages the loop still waits on: running, with output unread, with an exit to judge, or
+ * failed because of another and not yet named (advance() names it after PEER_GRACE_S if no
+ * cause comes, even when every stage has exited by then: a collate whose farm hosts are all
+ * lost fails its trainer too, and both are gone within the grace). */
 static int live_count(const run *r)
 {
     int n = 0;
-    for (int i = 0; i < r->n; i++)
-        n += !r->procs[i].exited || r->procs[i].out_fd >= 0 || r->procs[i].judgment == EXIT_AWAITS_FINAL;
+    for (int i = 0; i < r->n; i++) {
+        const proc *p = &r->procs[i];
+        n += !p->exited || p->out_fd >= 0 || p->judgment == EXIT_AWAITS_FINAL ||
+             (p->peer_failed_at > 0 && r->phase != PHASE_STOPPING);
+    }
     return n;
 }
 
