@@ -618,6 +618,17 @@ static int live_count(const run *r)
     return n;
 }
 
+/* Of the stages that said another caused their failure, the first to say so: when no cause
+ * shows up, it is the one whose own peers went (collate's farm hosts), the others followed it. */
+static proc *first_peer_failure(run *r)
+{
+    proc *first = NULL;
+    for (int i = 0; i < r->n; i++)
+        if (r->procs[i].peer_failed_at && (!first || r->procs[i].peer_failed_at < first->peer_failed_at))
+            first = &r->procs[i];
+    return first;
+}
+
 /* Decisions that follow from the state: START, timeouts, SIGKILL. */
 static void advance(run *r, double now)
 {
@@ -644,14 +655,12 @@ static void advance(run *r, double now)
             judge_exit(r, p);
         }
     }
-    for (int i = 0; r->phase != PHASE_STOPPING && i < r->n; i++) {
-        proc *p = &r->procs[i];
-        if (p->peer_failed_at && now - p->peer_failed_at > PEER_GRACE_S) {
-            if (p->out_fd >= 0)
-                read_output(p);
-            report_failure_of(r, p, "failed");
-            shut_down(r, EXIT_RUNTIME, failure_grace(r));
-        }
+    proc *first = first_peer_failure(r);
+    if (r->phase != PHASE_STOPPING && first && now - first->peer_failed_at > PEER_GRACE_S) {
+        if (first->out_fd >= 0)
+            read_output(first);
+        report_failure_of(r, first, "failed");
+        shut_down(r, EXIT_RUNTIME, failure_grace(r));
     }
     if (r->phase == PHASE_RUNNING && r->opt->heartbeat_timeout_s > 0)
         for (int i = 0; i < r->n; i++) {

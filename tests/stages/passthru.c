@@ -13,12 +13,24 @@ static int option(void *state, int argc, char **argv)
     return test_misbehave_option(state, argc, argv);
 }
 
+/* --peers-lost-after: the hook's verdict once that many records went through. */
+static int lose_peers(void *arg)
+{
+    test_misbehave *bad = arg;
+    if (bad->records < bad->peers_lost_after)
+        return STAGE_HOOK_GO_ON;
+    fprintf(stderr, "test-passthru: the peers it serves are gone after %ld records (on purpose)\n", bad->records);
+    return STAGE_HOOK_PEERS_LOST;
+}
+
 static int run(stage *s, void *state)
 {
     test_misbehave *bad = state;
     rec_view v;
     int st;
-    for (long i = 0; (st = stage_read(s, &v)) == STAGE_RECORD; i++) {
+    if (bad->peers_lost_after)
+        stage_set_poll_hook(s, lose_peers, bad);
+    for (long i = 0; (st = stage_read(s, &v)) == STAGE_RECORD; i++, bad->records = i) {
         if (bad->fail_after && i == bad->fail_after) {
             fprintf(stderr, "test-passthru: failing on purpose after %ld records\n", i);
             return 1;
@@ -46,7 +58,7 @@ int main(int argc, char **argv)
         .reads = true,
         .writes = true,
         .option = option,
-        .options = "  --sleep-us N, --fail-after N, --crash-after N     misbehave on purpose\n",
+        .options = "  --sleep-us N, --fail-after N, --crash-after N, --peers-lost-after N   misbehave on purpose\n",
     };
     test_misbehave bad = {0};
     return stage_main(argc, argv, &info, &bad, run);

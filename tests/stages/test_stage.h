@@ -31,9 +31,12 @@ static inline uint64_t test_fnv1a(const uint8_t *p, size_t n)
 }
 
 /* Options every test stage takes: --sleep-us N (per record), --fail-after N (exit 1 after N
- * records), --crash-after N (SIGKILL itself after N records). Returns arguments used. */
+ * records), --crash-after N (SIGKILL itself after N records), --peers-lost-after N (the stage's
+ * poll hook says the peers it serves are gone after N records, as collate's lease server says
+ * of its farm hosts; passthru only). Returns arguments used. */
 typedef struct {
-    long sleep_us, fail_after, crash_after;
+    long sleep_us, fail_after, crash_after, peers_lost_after;
+    long records; /* forwarded so far, for the poll hook */
 } test_misbehave;
 
 /* "--NAME N" for one of names[0..n) into *targets[i]; returns the arguments used (0 when the
@@ -52,9 +55,9 @@ static inline int test_long_option(int argc, char **argv, const char *const *nam
 
 static inline int test_misbehave_option(test_misbehave *m, int argc, char **argv)
 {
-    static const char *const names[] = {"--sleep-us", "--fail-after", "--crash-after"};
-    long *const targets[] = {&m->sleep_us, &m->fail_after, &m->crash_after};
-    return test_long_option(argc, argv, names, targets, 3);
+    static const char *const names[] = {"--sleep-us", "--fail-after", "--crash-after", "--peers-lost-after"};
+    long *const targets[] = {&m->sleep_us, &m->fail_after, &m->crash_after, &m->peers_lost_after};
+    return test_long_option(argc, argv, names, targets, 4);
 }
 
 #endif

@@ -422,6 +422,26 @@ Test(pipeline, failing_stage_stops_the_run, .timeout = 120)
     free_run(&e);
 }
 
+/* A stage whose own peers are gone (collate's farm hosts, say) fails "because of a peer"; its
+ * readers (and a co-writer of its ring) then see a stopped stream, and all exit within the
+ * orchestrator's grace for a cause to show up. None does: the run still fails, naming the
+ * first to report (either worker: their reports race). */
+Test(pipeline, a_stage_that_lost_its_own_peers_fails_the_run, .timeout = 120)
+{
+    run_env e = make_run("", "--peers-lost-after 20", "", 100000);
+    pid_t pid = start_run(&e);
+    double took;
+    int st = wait_for(pid, 60, &took);
+    char *log = read_text(e.log);
+    cr_expect_eq(st, 1, "%s", log);
+    cr_expect(strstr(log, "stage augment.") && strstr(log, ") failed; stopping the run"),
+              "the message should name a worker:\n%s", log);
+    cr_expect(!strstr(log, "run finished"), "%s", log);
+    expect_clean(&e, pid);
+    free(log);
+    free_run(&e);
+}
+
 Test(pipeline, status_of_a_directory_without_a_run_says_so)
 {
     char *dir = test_make_tmpdir(), *cmd = xasprintf("%s status %s", g.selfsup, dir), *out = NULL;
