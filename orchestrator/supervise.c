@@ -618,15 +618,23 @@ static int live_count(const run *r)
     return n;
 }
 
-/* Of the stages that said another caused their failure, the first to say so: when no cause
- * shows up, it is the one whose own peers went (collate's farm hosts), the others followed it. */
-static proc *first_peer_failure(run *r)
+/* Of the stages that said another caused their failure, once the grace since the first such
+ * report is over with no cause shown, the one to name: the first in the topology's order, which
+ * lists a chain's stages from its source down. A stopped stream flows downstream, so the stage
+ * whose own peers went (collate's farm hosts) is above those that followed it, whatever order
+ * their reports came in. */
+static proc *peer_failure_to_name(run *r, double now)
 {
-    proc *first = NULL;
-    for (int i = 0; i < r->n; i++)
-        if (r->procs[i].peer_failed_at && (!first || r->procs[i].peer_failed_at < first->peer_failed_at))
-            first = &r->procs[i];
-    return first;
+    proc *named = NULL;
+    double first = 0;
+    for (int i = 0; i < r->n; i++) {
+        double at = r->procs[i].peer_failed_at;
+        if (at && (!first || at < first))
+            first = at;
+        if (at && !named)
+            named = &r->procs[i];
+    }
+    return named && now - first > PEER_GRACE_S ? named : NULL;
 }
 
 /* Decisions that follow from the state: START, timeouts, SIGKILL. */
@@ -655,11 +663,11 @@ static void advance(run *r, double now)
             judge_exit(r, p);
         }
     }
-    proc *first = first_peer_failure(r);
-    if (r->phase != PHASE_STOPPING && first && now - first->peer_failed_at > PEER_GRACE_S) {
-        if (first->out_fd >= 0)
-            read_output(first);
-        report_failure_of(r, first, "failed");
+    proc *named = r->phase != PHASE_STOPPING ? peer_failure_to_name(r, now) : NULL;
+    if (named) {
+        if (named->out_fd >= 0)
+            read_output(named);
+        report_failure_of(r, named, "failed");
         shut_down(r, EXIT_RUNTIME, failure_grace(r));
     }
     if (r->phase == PHASE_RUNNING && r->opt->heartbeat_timeout_s > 0)

@@ -433,7 +433,8 @@ Test(pipeline, failing_stage_stops_the_run, .timeout = 120)
 /* A stage whose own peers are gone (collate's farm hosts, say) fails "because of a peer"; its
  * readers (and a co-writer of its ring) then see a stopped stream, and all exit within the
  * orchestrator's grace for a cause to show up. None does: the run still fails, naming the
- * first to report (either worker: their reports race, so no quote is asked for). */
+ * stage furthest upstream (a worker; either one, since both may lose their peers, so no quote
+ * is asked for), whatever order the reports came in. */
 Test(pipeline, a_stage_that_lost_its_own_peers_fails_the_run, .timeout = 120)
 {
     expect_a_worker_fails_the_run("--peers-lost-after 20", NULL);
