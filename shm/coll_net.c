@@ -680,18 +680,6 @@ static int net_check_peers(void *state, const char *what, char **err)
     return w->broken ? broken_error(w, err) : 0;
 }
 
-static void net_close(void *state);
-
-/* FINISHED to rank 0 (rank 0: to every rank still there), then the close, whose linger lets it out. */
-static void net_finish(void *state)
-{
-    net_world *w = state;
-    net_header h = header_of(w, MSG_FINISHED, NULL);
-    for (int r = w->rank == 0 ? 1 : 0; r < (w->rank == 0 ? w->world : 1); r++)
-        send_message(w, r, &h, NULL, 0); /* a rank gone: EHOSTUNREACH, nothing to tell it */
-    net_close(w);
-}
-
 static void net_close(void *state)
 {
     net_world *w = state;
@@ -712,6 +700,18 @@ static void net_close(void *state)
     free(w->broken);
     free(w->name);
     free(w);
+}
+
+/* FINISHED to rank 0 (rank 0: to every rank still there), then the close, whose linger lets it out. */
+static void net_finish(void *state)
+{
+    net_world *w = state;
+    net_header h = header_of(w, MSG_FINISHED, NULL);
+    if (w->rank != 0)
+        send_message(w, 0, &h, NULL, 0);
+    for (int r = 1; w->rank == 0 && r < w->world; r++)
+        send_message(w, r, &h, NULL, 0); /* a rank gone: EHOSTUNREACH, nothing to tell it */
+    net_close(w);
 }
 
 static const coll_impl net_impl = {.all_reduce = net_all_reduce,

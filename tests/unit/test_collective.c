@@ -531,18 +531,28 @@ static void record_loss(const char *why, void *arg)
     atomic_store(&res->ok, 0);
 }
 
+/* Watch c every interval_ms until the watch speaks or `seconds` pass; res->ok was set by the
+ * caller, res->waited_s is how long it watched. */
+static void watch_for(coll *c, double seconds, int interval_ms, watch_result *res)
+{
+    char *err = NULL;
+    double t0 = now_seconds();
+    coll_watch *w = coll_watch_start(c, interval_ms, "the test's wait", record_loss, res, &err);
+    while (w && res->ok && now_seconds() < t0 + seconds)
+        usleep(2000);
+    res->waited_s = now_seconds() - t0;
+    coll_watch_stop(w);
+    free(err);
+}
+
 static void watching_rank(const char *name, int rank, const watch_plan *wp)
 {
     watch_result res = {.ok = 1};
     plan p = {.world = 3, .timeout_ms = 20000};
     char *err = NULL;
     coll *c = join(name, rank, &p, &err);
-    double t0 = now_seconds(), until = t0 + (wp->leave_ms[rank] >= 0 ? wp->leave_ms[rank] : wp->watch_ms) / 1000.0;
-    coll_watch *w = c ? coll_watch_start(c, 20, "the test's wait", record_loss, &res, &err) : NULL;
-    while (w && res.ok && now_seconds() < until)
-        usleep(5000);
-    res.waited_s = now_seconds() - t0;
-    coll_watch_stop(w);
+    if (c)
+        watch_for(c, (wp->leave_ms[rank] >= 0 ? wp->leave_ms[rank] : wp->watch_ms) / 1000.0, 20, &res);
     if (c)
         (wp->finishes[rank] ? coll_finish : coll_close)(c);
     else {
@@ -618,12 +628,7 @@ static void *watch_thread_rank(void *arg)
         (t->finishes ? coll_finish : coll_close)(c);
         return NULL;
     }
-    double t0 = now_seconds();
-    coll_watch *w = coll_watch_start(c, 10, "the test's wait", record_loss, &t->res, &err);
-    while (w && t->res.ok && now_seconds() < t0 + (t->finishes ? 0.6 : 5.0))
-        usleep(2000);
-    t->res.waited_s = now_seconds() - t0;
-    coll_watch_stop(w);
+    watch_for(c, t->finishes ? 0.6 : 5.0, 10, &t->res);
     coll_close(c);
     return NULL;
 }
