@@ -36,7 +36,7 @@ import time
 import numpy as np
 import torch
 import torchvision.transforms as T
-from PIL import Image, ImageFilter
+from PIL import Image, ImageFilter, ImageOps
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -81,6 +81,19 @@ class ImgPilGaussianBlur:
         if not np.random.rand() <= self.prob:
             return img
         return img.filter(ImageFilter.GaussianBlur(radius=random.uniform(self.radius_min, self.radius_max)))
+
+
+class ImgPilRandomSolarize:
+    """BYOL's solarisation as VISSL has it: with probability p, PIL's solarize at a threshold
+    drawn from [0, 256] (256 leaves the image as it is)."""
+
+    def __init__(self, p=0.66):
+        self.prob = p
+
+    def __call__(self, img):
+        if not random.random() < self.prob:
+            return img
+        return ImageOps.solarize(img, threshold=random.randint(0, 256))
 
 
 # Transforms that turn one image into a list (SSLTransformsWrapper's _TRANSFORMS_WITH_COPIES).

@@ -151,6 +151,7 @@ class ImgPilToPatchesAndImage:
 VISSL_TRANSFORMS = {
     "ImgReplicatePil": D.ImgReplicatePil, "ImgPilToMultiCrop": D.ImgPilToMultiCrop,
     "ImgPilColorDistortion": D.ImgPilColorDistortion, "ImgPilGaussianBlur": D.ImgPilGaussianBlur,
+    "ImgPilRandomSolarize": D.ImgPilRandomSolarize,
     "ImgRotatePil": ImgRotatePil, "ImgPilToPatchesAndImage": ImgPilToPatchesAndImage,
     "ImgPatchesFromTensor": ImgPatchesFromTensor, "ShuffleImgPatches": ShuffleImgPatches,
 }

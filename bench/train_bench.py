@@ -4,10 +4,12 @@
 What VISSL runs for configs/quickstart/simclr.yaml, written out with Debian's torch and
 torchvision: a DataLoader with NUM_DATALOADER_WORKERS worker processes doing PIL decode and
 VISSL's transforms (ImgReplicatePil 2, RandomResizedCrop 32 scale [0.2, 1], flip,
-ImgPilColorDistortion 0.5, ToTensor, Normalize — the classes of bench/data_bench.py), the
+ImgPilColorDistortion 1.0, ImgPilGaussianBlur 0.5, ImgPilRandomSolarize 0.2, ToTensor, Normalize
+— the quickstart's, with the classes of bench/data_bench.py), the
 simclr_collator; torchvision's ResNet-18 as VISSL's trunk with VISSL's heads [mlp 512→512 ReLU],
 [mlp 512→128]; VISSL's SimclrInfoNCECriterion (T 0.1); SGD momentum 0.9, weight decay 1e-4 on
-VISSL's parameter groups; the cosine LR per step from 0.075. Batch 64, one epoch over the
+VISSL's parameter groups; the cosine LR per step from 0.075 (the quickstart adds LARC and
+τ 0.2: left out here, they only make this side's step the cheaper). Batch 64, one epoch over the
 first N images of the Fashion-MNIST file list, torch on T threads.
 
 Prints "torch_breakdown WAIT FORWARD LOSS BACKWARD OPTIMIZER" (mean ms per step) after it.
@@ -45,7 +47,8 @@ class Dataset(torch.utils.data.Dataset):
     def __init__(self, paths):
         self.paths = paths
         self.transforms = [D.ImgReplicatePil(2), T.RandomResizedCrop(32, scale=(0.2, 1.0)), T.RandomHorizontalFlip(),
-                           D.ImgPilColorDistortion(0.5), T.ToTensor(), T.Normalize(MEAN, STD)]
+                           D.ImgPilColorDistortion(1.0), D.ImgPilGaussianBlur(0.5, 0.1, 2.0),
+                           D.ImgPilRandomSolarize(0.2), T.ToTensor(), T.Normalize(MEAN, STD)]
 
     def __len__(self):
         return len(self.paths)

@@ -130,8 +130,9 @@ echo "  its shared-memory segments left in /dev/shm: $(ls /dev/shm | grep -c "^s
 run="runs/demo-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$run"
 say "Main job: SimCLR pre-training, ResNet-18 on 10,000 Fashion-MNIST images x 15 epochs (about 10 min on 2 cores)"
-echo "   (decode -> augment x 2 -> collate -> train over shared-memory rings; NT-Xent at temperature 0.2,"
-echo "    SGD + LARC with SimCLR's small-batch LR 0.075 x sqrt(64) = 0.6, cosine; configs/quickstart/simclr.yaml)"
+echo "   (decode -> augment x 2 -> collate -> train over shared-memory rings; two 32 px views of crops, flips,"
+echo "    SimCLR's jitter and blur and BYOL's solarisation; NT-Xent at temperature 0.2, SGD + LARC with"
+echo "    SimCLR's small-batch LR 0.075 x sqrt(64) = 0.6, cosine; configs/quickstart/simclr.yaml)"
 t0=$SECONDS
 "$selfsup" run quickstart/simclr --run-dir "$run/pretrain" config.DATA.TRAIN.DATA_LIMIT=10000 \
     config.OPTIMIZER.num_epochs=15 config.LOG_FREQUENCY=100 config.CHECKPOINT.DIR="$run/simclr" 2>&1 \
