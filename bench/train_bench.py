@@ -3,9 +3,8 @@
 
 What VISSL runs for configs/quickstart/simclr.yaml, written out with Debian's torch and
 torchvision: a DataLoader with NUM_DATALOADER_WORKERS worker processes doing PIL decode and
-VISSL's transforms (ImgReplicatePil 2, RandomResizedCrop 32 scale [0.2, 1], flip,
-ImgPilColorDistortion 1.0, ImgPilGaussianBlur 0.5, ImgPilRandomSolarize 0.2, ToTensor, Normalize
-— the quickstart's, with the classes of bench/data_bench.py), the
+the quickstart's TRANSFORMS, read from the YAML and built as VISSL builds them
+(bench/methods_bench.py's build_transforms: the classes of bench/data_bench.py and torchvision's), the
 simclr_collator; torchvision's ResNet-18 as VISSL's trunk with VISSL's heads [mlp 512→512 ReLU],
 [mlp 512→128]; VISSL's SimclrInfoNCECriterion (T 0.1); SGD momentum 0.9, weight decay 1e-4 on
 VISSL's parameter groups; the cosine LR per step from 0.075 (the quickstart adds LARC and
@@ -31,14 +30,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
-import torchvision.transforms as T
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data_bench as D  # noqa: E402  VISSL's transforms and collator
+import methods_bench as MB  # noqa: E402  the quickstart's YAML and its transforms
 
 BATCH, WARMUP = 64, 5
-MEAN, STD = [0.286, 0.286, 0.286], [0.353, 0.353, 0.353]
 
 
 class Dataset(torch.utils.data.Dataset):
@@ -46,9 +44,7 @@ class Dataset(torch.utils.data.Dataset):
 
     def __init__(self, paths):
         self.paths = paths
-        self.transforms = [D.ImgReplicatePil(2), T.RandomResizedCrop(32, scale=(0.2, 1.0)), T.RandomHorizontalFlip(),
-                           D.ImgPilColorDistortion(1.0), D.ImgPilGaussianBlur(0.5, 0.1, 2.0),
-                           D.ImgPilRandomSolarize(0.2), T.ToTensor(), T.Normalize(MEAN, STD)]
+        self.transforms = MB.build_transforms(MB.config("simclr")["DATA"]["TRAIN"]["TRANSFORMS"])
 
     def __len__(self):
         return len(self.paths)

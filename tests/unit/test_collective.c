@@ -551,11 +551,10 @@ static void watching_rank(const char *name, int rank, const watch_plan *wp)
     plan p = {.world = 3, .timeout_ms = 20000};
     char *err = NULL;
     coll *c = join(name, rank, &p, &err);
-    if (c)
+    if (c) {
         watch_for(c, (wp->leave_ms[rank] >= 0 ? wp->leave_ms[rank] : wp->watch_ms) / 1000.0, 20, &res);
-    if (c)
         (wp->finishes[rank] ? coll_finish : coll_close)(c);
-    else {
+    } else {
         atomic_store(&res.ok, 0);
         snprintf(res.err, sizeof res.err, "join: %s", err);
     }
