@@ -3,13 +3,15 @@
 # (bench/trunk_bench.py, Debian's python3-torch + torchvision) on the same trunks, same threads,
 # in one run: ResNet-50 at 224 batch 16, ResNet-18 small-stem at 32 px batch 128, ResNet-18 at
 # 32 px through the ImageNet stem, batch 256 (the quickstarts' trunk; res5 is a 1 × 1 map), and
+# ResNet-18 at 24 px batch 288 (the Jigsaw quickstart's step: 9 patches of 32 images), and
 # RegNetY-400MF at 224 batch 16 (torchvision's regnet_y_400mf is ClassyVision's network), and
 # EfficientNet-B0 at 224 batch 16 (torchvision's efficientnet_b0: bench/trunk_bench.py says how
 # it differs from ClassyVision's), and VISSL's RotNet and BVLC AlexNets at batch 64.
 # train = forward (train mode) + backward, no optimizer step on either side; infer = eval
 # forward. TRUNKS_ROUNDS rounds (default 3) alternate the two sides; prints a Markdown table
 # with the median images/s and the median ratio = selfsup / PyTorch (> 1: faster), and the
-# BLAS each side used (bench/peers.sh installs OpenBLAS for torch when missing).
+# BLAS each side used (bench/peers.sh installs OpenBLAS for torch when missing). TRUNKS=TEXT runs
+# only the rows whose label contains TEXT (TRUNKS=ResNet-18: the small-image rows).
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -37,6 +39,7 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2
 run() {
     local label=$1
     shift
+    [[ $label == *"${TRUNKS:-}"* ]] || return 0
     declare -A a b r
     for ((k = 0; k < rounds; k++)); do
         local ours theirs
@@ -58,6 +61,7 @@ run() {
 run "ResNet-50, 224 px, batch 16" --depth 50 --size 224 --batch 16
 run "ResNet-18 small stem, 32 px, batch 128" --depth 18 --size 32 --batch 128 --small-stem
 run "ResNet-18, 32 px, batch 256" --depth 18 --size 32 --batch 256
+run "ResNet-18, 24 px, batch 288" --depth 18 --size 24 --batch 288
 run "RegNetY-400MF, 224 px, batch 16" --regnet regnet_y_400mf --size 224 --batch 16
 run "EfficientNet-B0, 224 px, batch 16" --efficientnet B0 --size 224 --batch 16
 run "AlexNet (RotNet's), 224 px, batch 64" --alexnet rotnet --size 224 --batch 64

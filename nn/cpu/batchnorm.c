@@ -24,6 +24,8 @@
  * Speed: channels are spread over the OpenMP threads, one channel per thread at a time, so
  * every sum is taken in the same order whatever the thread count (results do not depend on
  * it); the per-plane loops are SIMD (CPU_HOT: compiled for AVX-512, AVX2 and the baseline).
+ * Planes of a few values (small images' last stages, BatchNorm1d) take another path, channels
+ * in blocks and the batch sample by sample: see "small planes" below.
  */
 #include "cpu.h"
 
@@ -175,10 +177,9 @@ static void channel_sums(const cpu_ncs *d, int64_t c, const float *px, const flo
 
 /* ---- the layer ------------------------------------------------------------------------------ */
 
-/* Channel c's training step once its batch mean and biased variance over m values are known:
- * save_*, the running statistics, y. */
-static void channel_train(const float *px, float *py, const cpu_ncs *d, int64_t c, double mean, double var,
-                          double m, const bn_args *a)
+/* Channel c's bookkeeping once its batch mean and biased variance over m values are known:
+ * save_* and the running statistics; returns the scale its y = (x − mean)·scale + shift uses. */
+static double channel_update(int64_t c, double mean, double var, double m, const bn_args *a)
 {
     double invstd = 1.0 / sqrt(var + a->eps);
     if (a->save_mean)
@@ -193,8 +194,224 @@ static void channel_train(const float *px, float *py, const cpu_ncs *d, int64_t 
         float *rv = cpu_ptr(a->running_var) + c;
         *rv = (float)((1.0 - a->momentum) * *rv + a->momentum * var * m / (m - 1.0));
     }
-    double g = cpu_at_or(a->gamma, c, 1.0);
-    channel_affine(px, py, d, c, mean, g * invstd, cpu_at_or(a->beta, c, 0.0), a->relu);
+    return cpu_at_or(a->gamma, c, 1.0) * invstd;
+}
+
+/* Channel c's training step: its bookkeeping, then y. */
+static void channel_train(const float *px, float *py, const cpu_ncs *d, int64_t c, double mean, double var,
+                          double m, const bn_args *a)
+{
+    double scale = channel_update(c, mean, var, m, a);
+    channel_affine(px, py, d, c, mean, scale, cpu_at_or(a->beta, c, 0.0), a->relu);
+}
+
+/* ---- small planes: channels in blocks, the batch sample by sample ---------------------------
+ *
+ * Small images leave the last stages maps of a few pixels (ResNet-18's res5 is 1 × 1 at 24 and
+ * 32 px, res4 2 × 2; BatchNorm1d has S = 1). There the per-plane loops above run a few
+ * iterations per call and the time goes to calls and reductions: at 24 px, Jigsaw's patches,
+ * batch norm took a fifth of ResNet-18's training step. So planes of at most SMALL_PLANE values
+ * take BLOCK channels at a time and walk the batch sample by sample, whose BLOCK·S values are
+ * contiguous, into one accumulator per value (channel, pixel), summed over the pixels at the
+ * end. Each channel's sums still run in one order (over n, then s) whichever thread takes its
+ * block, so results do not depend on the thread count. */
+
+enum { BLOCK = 16, SMALL_PLANE = 64, BLOCK_VALUES = BLOCK * SMALL_PLANE };
+
+static bool small_planes(const cpu_ncs *d) { return d->s <= SMALL_PLANE; }
+
+/* Channels [c0, c0 + nc): `len` = nc·S values per sample, value j in channel c0 + j/S. */
+typedef struct {
+    int64_t c0, nc, len;
+} block;
+
+static int64_t block_count(const cpu_ncs *d) { return (d->c + BLOCK - 1) / BLOCK; }
+
+static block block_at(const cpu_ncs *d, int64_t b)
+{
+    int64_t c0 = b * BLOCK, nc = d->c - c0 < BLOCK ? d->c - c0 : BLOCK;
+    return (block){c0, nc, nc * d->s};
+}
+
+/* Per-block arrays are indexed by the channel's place in the block, i = c − c0. */
+
+/* per[j] = v[j/S]: per-channel values laid over the block's values. */
+static void spread(const cpu_ncs *d, const block *k, const double *v, double *per)
+{
+    for (int64_t j = 0; j < k->len; j++)
+        per[j] = v[j / d->s];
+}
+
+/* out[i] = Σ over channel i's pixels of acc. */
+static void fold(const cpu_ncs *d, const block *k, const double *acc, double *out)
+{
+    for (int64_t i = 0; i < k->nc; i++) {
+        double sum = 0.0;
+        for (int64_t s = 0; s < d->s; s++)
+            sum += acc[i * d->s + s];
+        out[i] = sum;
+    }
+}
+
+/* Σ x (mu NULL) or Σ (x − mu)² per value over the batch, into acc. */
+CPU_HOT static void rows_sums(const float *x, const cpu_ncs *d, const block *k, const double *mu, double *acc)
+{
+    memset(acc, 0, (size_t)k->len * sizeof *acc);
+    for (int64_t n = 0; n < d->n; n++) {
+        const float *r = x + plane(d, n, k->c0);
+        if (mu) {
+#pragma omp simd
+            for (int64_t j = 0; j < k->len; j++)
+                acc[j] += ((double)r[j] - mu[j]) * ((double)r[j] - mu[j]);
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < k->len; j++)
+                acc[j] += r[j];
+        }
+    }
+}
+
+/* The block's channel sums: Σ x, or Σ (x − mean)² given each channel's mean, into out. */
+static void block_sums(const float *x, const cpu_ncs *d, const block *k, const double *mean, double *out)
+{
+    double acc[BLOCK_VALUES], mu[BLOCK_VALUES];
+    if (mean)
+        spread(d, k, mean, mu);
+    rows_sums(x, d, k, mean ? mu : NULL, acc);
+    fold(d, k, acc, out);
+}
+
+/* y = (x − mu)·scale + shift per value, then max(·, 0) when relu (plane_affine's arithmetic). */
+CPU_HOT static void rows_affine(const float *x, float *y, const cpu_ncs *d, const block *k, const double *mu,
+                                const double *scale, const double *shift, bool relu)
+{
+    for (int64_t n = 0; n < d->n; n++) {
+        const float *r = x + plane(d, n, k->c0);
+        float *o = y + plane(d, n, k->c0);
+#pragma omp simd
+        for (int64_t j = 0; j < k->len; j++) {
+            float v = (float)(((double)r[j] - mu[j]) * scale[j] + shift[j]);
+            o[j] = relu && v < 0.0f ? 0.0f : v;
+        }
+    }
+}
+
+/* The block's training step from its channels' means and variances (channel_train's). */
+static void block_train(const float *px, float *py, const cpu_ncs *d, const block *k, const double *mean,
+                        const double *var, double m, const bn_args *a)
+{
+    double scale[BLOCK], shift[BLOCK], mu[BLOCK_VALUES], sc[BLOCK_VALUES], sh[BLOCK_VALUES];
+    for (int64_t i = 0; i < k->nc; i++) {
+        int64_t c = k->c0 + i;
+        scale[i] = channel_update(c, mean[i], var[i], m, a);
+        shift[i] = cpu_at_or(a->beta, c, 0.0);
+    }
+    spread(d, k, mean, mu);
+    for (int64_t j = 0; j < k->len; j++)
+        sc[j] = scale[j / d->s], sh[j] = shift[j / d->s];
+    rows_affine(px, py, d, k, mu, sc, sh, a->relu);
+}
+
+/* Block b's whole training forward (without a reducer): statistics, bookkeeping, y. */
+static void block_forward(const float *px, float *py, const cpu_ncs *d, int64_t b, double m, const bn_args *a)
+{
+    block k = block_at(d, b);
+    double mean[BLOCK], var[BLOCK];
+    block_sums(px, d, &k, NULL, mean);
+    for (int64_t i = 0; i < k.nc; i++)
+        mean[i] /= m;
+    block_sums(px, d, &k, mean, var);
+    for (int64_t i = 0; i < k.nc; i++)
+        var[i] /= m;
+    block_train(px, py, d, &k, mean, var, m, a);
+}
+
+/* Σ g and Σ g·(x − mu) per value over the batch (plane_grad_sums' arithmetic), into acc_g, acc_gx. */
+CPU_HOT static void rows_grad_sums(const float *x, const float *dy, const float *y, const cpu_ncs *d,
+                                   const block *k, const double *mu, double *acc_g, double *acc_gx)
+{
+    memset(acc_g, 0, (size_t)k->len * sizeof *acc_g);
+    memset(acc_gx, 0, (size_t)k->len * sizeof *acc_gx);
+    for (int64_t n = 0; n < d->n; n++) {
+        int64_t at = plane(d, n, k->c0);
+        const float *r = x + at, *g = dy + at, *o = y ? y + at : NULL;
+#pragma omp simd
+        for (int64_t j = 0; j < k->len; j++) {
+            double gj = !o || o[j] > 0.0f ? g[j] : 0.0f;
+            acc_g[j] += gj;
+            acc_gx[j] += gj * ((double)r[j] - mu[j]);
+        }
+    }
+}
+
+/* dx += k·(m·g − Σg − (x − mu)·t) per value, t = invstd·Σg·x̂ (plane_dx_train's formula). */
+CPU_HOT static void rows_dx(const float *x, const float *dy, const float *y, float *dx, const cpu_ncs *d,
+                            const block *k, const double *mu, const double *kk, const double *sg,
+                            const double *t, double m)
+{
+    for (int64_t n = 0; n < d->n; n++) {
+        int64_t at = plane(d, n, k->c0);
+        const float *r = x + at, *g = dy + at, *o = y ? y + at : NULL;
+        float *out = dx + at;
+#pragma omp simd
+        for (int64_t j = 0; j < k->len; j++) {
+            double gj = !o || o[j] > 0.0f ? g[j] : 0.0f;
+            out[j] += (float)(kk[j] * (m * gj - sg[j] - ((double)r[j] - mu[j]) * t[j]));
+        }
+    }
+}
+
+/* What a block's backward reads: the saved statistics and the gradient's tensors. */
+typedef struct {
+    const float *x, *dy, *y; /* y: the fused ReLU's output, or NULL */
+    float *dx;               /* NULL: no dx wanted */
+    const float *mean, *invstd;
+    tensor_ref *gamma, *dgamma, *dbeta;
+} bn_grad;
+
+/* The block's Σg and Σg·x̂ per channel into sum_g, sum_gxhat, added into dβ and dγ
+ * (channel_sums' bookkeeping). */
+static void block_grad_sums(const cpu_ncs *d, const block *k, const bn_grad *a, double *sum_g, double *sum_gxhat)
+{
+    double mu[BLOCK_VALUES], acc_g[BLOCK_VALUES], acc_gx[BLOCK_VALUES];
+    for (int64_t j = 0; j < k->len; j++)
+        mu[j] = a->mean[k->c0 + j / d->s];
+    rows_grad_sums(a->x, a->dy, a->y, d, k, mu, acc_g, acc_gx);
+    fold(d, k, acc_g, sum_g);
+    fold(d, k, acc_gx, sum_gxhat);
+    for (int64_t i = 0; i < k->nc; i++) {
+        int64_t c = k->c0 + i;
+        sum_gxhat[i] *= a->invstd[c];
+        if (a->dbeta)
+            cpu_ptr(a->dbeta)[c] += (float)sum_g[i];
+        if (a->dgamma)
+            cpu_ptr(a->dgamma)[c] += (float)sum_gxhat[i];
+    }
+}
+
+/* The block's dx from its channels' sums over m values (channel_dx's). */
+static void block_dx(const cpu_ncs *d, const block *k, const bn_grad *a, double m, const double *sum_g,
+                     const double *sum_gxhat)
+{
+    double mu[BLOCK_VALUES], kk[BLOCK_VALUES], sg[BLOCK_VALUES], t[BLOCK_VALUES];
+    for (int64_t j = 0; j < k->len; j++) {
+        int64_t i = j / d->s, c = k->c0 + i;
+        mu[j] = a->mean[c];
+        kk[j] = cpu_at_or(a->gamma, c, 1.0) * a->invstd[c] / m;
+        sg[j] = sum_g[i];
+        t[j] = a->invstd[c] * sum_gxhat[i];
+    }
+    rows_dx(a->x, a->dy, a->y, a->dx, d, k, mu, kk, sg, t, m);
+}
+
+/* Block b's whole training backward (without a reducer). */
+static void block_backward(const cpu_ncs *d, int64_t b, const bn_grad *a, double m)
+{
+    block k = block_at(d, b);
+    double sum_g[BLOCK], sum_gxhat[BLOCK];
+    block_grad_sums(d, &k, a, sum_g, sum_gxhat);
+    if (a->dx)
+        block_dx(d, &k, a, m, sum_g, sum_gxhat);
 }
 
 /* v[0..n) over the group; a failed reducer leaves the rank's own (nn.h). */
@@ -207,26 +424,59 @@ static void over_group(const eng_reducer *r, double *v, size_t n)
     free(mine);
 }
 
+/* Every channel's Σ x (mean NULL) or Σ (x − mean)² into out[c]: by blocks for small planes,
+ * else channel by channel, the sums the layer without a reducer takes. */
+static void all_sums(const float *px, const cpu_ncs *d, const double *mean, double *out)
+{
+    if (small_planes(d)) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < block_count(d); b++) {
+            block k = block_at(d, b);
+            block_sums(px, d, &k, mean ? mean + k.c0 : NULL, out + k.c0);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < d->c; c++)
+        out[c] = mean ? channel_sqdev(px, d, c, mean[c]) : channel_sum(px, d, c);
+}
+
+/* Every channel's training step from its mean and variance over m values. */
+static void all_train(const float *px, float *py, const cpu_ncs *d, const double *mean, const double *var,
+                      double m, const bn_args *a)
+{
+    if (small_planes(d)) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < block_count(d); b++) {
+            block k = block_at(d, b);
+            block_train(px, py, d, &k, mean + k.c0, var + k.c0, m, a);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < d->c; c++)
+        channel_train(px, py, d, c, mean[c], var[c], m, a);
+}
+
 /* SyncBN's forward: the statistics of the group's batch, in two reduced passes. */
 static void forward_synced(const float *px, float *py, const cpu_ncs *d, const bn_args *a,
                            const eng_reducer *r)
 {
-    double *sum = xmalloc((size_t)(2 * d->c + 1) * sizeof *sum), *sq = sum + d->c + 1;
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < d->c; c++)
-        sum[c] = channel_sum(px, d, c);
+    double *sum = xmalloc((size_t)(4 * d->c + 1) * sizeof *sum), *sq = sum + d->c + 1, *mean = sq + d->c,
+           *var = mean + d->c;
+    all_sums(px, d, NULL, sum);
     sum[d->c] = (double)(d->n * d->s);
     over_group(r, sum, (size_t)d->c + 1);
     double m = sum[d->c];
     if (m < 2)
         die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %.0f)", m);
-#pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < d->c; c++)
-        sq[c] = channel_sqdev(px, d, c, sum[c] / m);
+        mean[c] = sum[c] / m;
+    all_sums(px, d, mean, sq);
     over_group(r, sq, (size_t)d->c);
-#pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < d->c; c++)
-        channel_train(px, py, d, c, sum[c] / m, sq[c] / m, m, a);
+        var[c] = sq[c] / m;
+    all_train(px, py, d, mean, var, m, a);
     free(sum);
 }
 
@@ -255,6 +505,12 @@ void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, t
     double m = (double)(d.n * d.s);
     if (m < 2)
         die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %.0f)", m);
+    if (small_planes(&d)) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < block_count(&d); b++)
+            block_forward(px, py, &d, b, m, &a);
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < d.c; c++) {
         double mean = channel_sum(px, &d, c) / m;
@@ -291,23 +547,49 @@ static void channel_dx(const cpu_ncs *d, int64_t c, const float *px, const float
     }
 }
 
-/* SyncBN's backward: dγ and dβ from this rank's sums, dx from the group's. */
-static void backward_synced(const cpu_ncs *d, const float *px, const float *pg, const float *py, float *pdx,
-                            tensor_ref *gamma, tensor_ref *save_mean, tensor_ref *save_invstd,
-                            tensor_ref *dgamma, tensor_ref *dbeta, const eng_reducer *r)
+/* Every channel's Σg and Σg·x̂ into sum_g[c], sum_gxhat[c], added into dβ and dγ. */
+static void all_grad_sums(const cpu_ncs *d, const bn_grad *a, double *sum_g, double *sum_gxhat)
 {
-    double *sums = xmalloc((size_t)(2 * d->c + 1) * sizeof *sums); /* Σg per channel, Σg·x̂ per channel, m */
+    if (small_planes(d)) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < block_count(d); b++) {
+            block k = block_at(d, b);
+            block_grad_sums(d, &k, a, sum_g + k.c0, sum_gxhat + k.c0);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < d->c; c++)
-        channel_sums(d, c, px, pg, py, cpu_ptr(save_mean)[c], cpu_ptr(save_invstd)[c], dgamma, dbeta,
-                     &sums[c], &sums[d->c + c]);
+        channel_sums(d, c, a->x, a->dy, a->y, a->mean[c], a->invstd[c], a->dgamma, a->dbeta, &sum_g[c],
+                     &sum_gxhat[c]);
+}
+
+/* Every channel's dx from its sums over m values. */
+static void all_dx(const cpu_ncs *d, const bn_grad *a, double m, const double *sum_g, const double *sum_gxhat)
+{
+    if (small_planes(d)) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < block_count(d); b++) {
+            block k = block_at(d, b);
+            block_dx(d, &k, a, m, sum_g + k.c0, sum_gxhat + k.c0);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < d->c; c++)
+        channel_dx(d, c, a->x, a->dy, a->y, a->dx, a->gamma, a->mean[c], a->invstd[c], m, sum_g[c],
+                   sum_gxhat[c]);
+}
+
+/* SyncBN's backward: dγ and dβ from this rank's sums, dx from the group's. */
+static void backward_synced(const cpu_ncs *d, const bn_grad *a, const eng_reducer *r)
+{
+    double *sums = xmalloc((size_t)(2 * d->c + 1) * sizeof *sums); /* Σg per channel, Σg·x̂ per channel, m */
+    all_grad_sums(d, a, sums, sums + d->c);
     sums[2 * d->c] = (double)(d->n * d->s);
     over_group(r, sums, (size_t)(2 * d->c + 1));
-    if (pdx)
-#pragma omp parallel for schedule(static)
-        for (int64_t c = 0; c < d->c; c++)
-            channel_dx(d, c, px, pg, py, pdx, gamma, cpu_ptr(save_mean)[c], cpu_ptr(save_invstd)[c],
-                       sums[2 * d->c], sums[c], sums[d->c + c]);
+    if (a->dx)
+        all_dx(d, a, sums[2 * d->c], sums, sums + d->c);
     free(sums);
 }
 
@@ -320,19 +602,31 @@ void cpu_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, t
     (void)be;
     cpu_ncs d = cpu_ncs_of(x);
     double m = (double)(d.n * d.s);
-    const float *px = cpu_ptr(x), *pg = cpu_ptr(dy), *py = relu_y ? cpu_ptr(relu_y) : NULL;
-    float *pdx = dx ? cpu_ptr(dx) : NULL;
+    const bn_grad a = {.x = cpu_ptr(x),
+                       .dy = cpu_ptr(dy),
+                       .y = relu_y ? cpu_ptr(relu_y) : NULL,
+                       .dx = dx ? cpu_ptr(dx) : NULL,
+                       .mean = cpu_ptr(save_mean),
+                       .invstd = cpu_ptr(save_invstd),
+                       .gamma = gamma,
+                       .dgamma = dgamma,
+                       .dbeta = dbeta};
     if (across) {
-        backward_synced(&d, px, pg, py, pdx, gamma, save_mean, save_invstd, dgamma, dbeta, across);
+        backward_synced(&d, &a, across);
+        return;
+    }
+    if (small_planes(&d)) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < block_count(&d); b++)
+            block_backward(&d, b, &a, m);
         return;
     }
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < d.c; c++) {
-        double mean = cpu_ptr(save_mean)[c], invstd = cpu_ptr(save_invstd)[c];
         double sum_g, sum_gxhat;
-        channel_sums(&d, c, px, pg, py, mean, invstd, dgamma, dbeta, &sum_g, &sum_gxhat);
-        if (pdx)
-            channel_dx(&d, c, px, pg, py, pdx, gamma, mean, invstd, m, sum_g, sum_gxhat);
+        channel_sums(&d, c, a.x, a.dy, a.y, a.mean[c], a.invstd[c], dgamma, dbeta, &sum_g, &sum_gxhat);
+        if (a.dx)
+            channel_dx(&d, c, a.x, a.dy, a.y, a.dx, gamma, a.mean[c], a.invstd[c], m, sum_g, sum_gxhat);
     }
 }
 

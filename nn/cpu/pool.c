@@ -8,7 +8,10 @@
  * The four kernels (max and average, forward and backward) are then shared by the fixed and
  * adaptive pools. Max pool keeps no indices: the backward finds each window's argmax again
  * from x with the same scan, so the gradient goes where PyTorch sends it. The planes are
- * spread over the OpenMP threads.
+ * spread over the OpenMP threads. A max window is the product of a row span and a column
+ * span, so the max pools work them out once per call (spans_of) rather than per output:
+ * ResNet's stem pool on 24 px images (Jigsaw's patches) reads 3 × 3 windows of 12 × 12 maps,
+ * where finding each window cost more than scanning it.
  *
  * The forward max pool and the adaptive average pool also read a channel-blocked (nChwBc)
  * input, as an evaluation trunk leaves it (cpu_blocking): a "plane" is then B channels
@@ -17,7 +20,10 @@
  */
 #include "cpu.h"
 
+#include "util.h"
+
 #include <math.h>
+#include <stdlib.h>
 
 /* N·C/lanes planes of ih × iw in, oh × ow out, `lanes` channels interleaved in each input
  * plane (1 for the logical layout). The output's lane l at position i is out[i·ystep +
@@ -87,6 +93,33 @@ static window window_at(const eng_pool_desc *d, const geometry *g, int64_t oh, i
     return w;
 }
 
+/* Input rows [lo, hi) (or columns) of an output row (or column), clipped to the input. */
+typedef struct {
+    int64_t lo, hi;
+} span;
+
+/* The row spans of the g->oh output rows, then the column spans of the g->ow output columns
+ * (window_at's, without the divisor); the caller frees. */
+static span *spans_of(const eng_pool_desc *d, const geometry *g)
+{
+    span *sp = xmalloc((size_t)(g->oh + g->ow) * sizeof *sp);
+    for (int64_t oh = 0; oh < g->oh; oh++) {
+        window w = window_at(d, g, oh, 0);
+        sp[oh] = (span){w.h0, w.h1};
+    }
+    for (int64_t ow = 0; ow < g->ow; ow++) {
+        window w = window_at(d, g, 0, ow);
+        sp[g->oh + ow] = (span){w.w0, w.w1};
+    }
+    return sp;
+}
+
+/* Output (oh, ow)'s window from the spans (no divisor: the max pools need none). */
+static window window_of(const geometry *g, const span *sp, int64_t oh, int64_t ow)
+{
+    return (window){sp[oh].lo, sp[oh].hi, sp[g->oh + ow].lo, sp[g->oh + ow].hi, 0};
+}
+
 /* The index in the plane of the window's maximum, scanning rows then columns: the first of
  * equal maxima wins (strict >), and a NaN always takes over so it propagates — both as
  * PyTorch's CPU kernel does. Padding never wins: it is -inf. */
@@ -105,42 +138,79 @@ static int64_t window_argmax(const float *plane, int64_t iw, const window *w)
     return best;
 }
 
-/* The window's maximum in each of `lanes` interleaved channels (window_argmax's rule), lane
- * l into out[l·ylane]. */
-static void window_max_lanes(const float *plane, int64_t iw, int lanes, const window *w, float *out, int64_t ylane)
+/* max(top, v) by window_argmax's rule, without a branch: a larger v takes over, an equal one
+ * does not, and a NaN is kept aside in *nan (the last one seen) to take over at the end
+ * (nan_or). Branches on the comparison were most of the stem pool's time: random data
+ * mispredicts them. */
+static inline float max_step(float top, float v, float *nan)
 {
-    float top[16]; /* lanes ≤ 16: cpu_blocking's blocks are 8 or 16 */
+    *nan = v != v ? v : *nan;
+    return v > top ? v : top;
+}
+
+static inline float nan_or(float nan, float top) { return nan != nan ? nan : top; }
+
+/* The window's maximum (window_argmax's rule) in a plane of one channel. */
+static float window_max(const float *plane, int64_t iw, const window *w)
+{
+    float top = -INFINITY, nan = 0.0f;
+    for (int64_t h = w->h0; h < w->h1; h++)
+        for (int64_t c = w->w0; c < w->w1; c++)
+            top = max_step(top, plane[h * iw + c], &nan);
+    return nan_or(nan, top);
+}
+
+/* The window's maximum in each of `lanes` interleaved channels (window_argmax's rule), lane
+ * l into out[l·ylane]. Inlined with lanes a constant (window_max_blocked), the lanes vectorise. */
+static inline void window_max_lanes(const float *plane, int64_t iw, int lanes, const window *w, float *out,
+                                    int64_t ylane)
+{
+    float top[16], nan[16]; /* lanes ≤ 16: cpu_blocking's blocks are 8 or 16 */
     for (int l = 0; l < lanes; l++)
-        top[l] = -INFINITY;
+        top[l] = -INFINITY, nan[l] = 0.0f;
     for (int64_t h = w->h0; h < w->h1; h++)
         for (int64_t c = w->w0; c < w->w1; c++) {
             const float *v = plane + (h * iw + c) * lanes;
             for (int l = 0; l < lanes; l++)
-                top[l] = v[l] > top[l] || isnan(v[l]) ? v[l] : top[l];
+                top[l] = max_step(top[l], v[l], &nan[l]);
         }
     for (int l = 0; l < lanes; l++)
-        out[l * ylane] = top[l];
+        out[l * ylane] = nan_or(nan[l], top[l]);
+}
+
+/* window_max_lanes for the block sizes cpu_blocking uses, each compiled for its constant. */
+static void window_max_blocked(const float *plane, int64_t iw, int lanes, const window *w, float *out,
+                               int64_t ylane)
+{
+    if (lanes == 16)
+        window_max_lanes(plane, iw, 16, w, out, ylane);
+    else if (lanes == 8)
+        window_max_lanes(plane, iw, 8, w, out, ylane);
+    else
+        window_max_lanes(plane, iw, lanes, w, out, ylane);
 }
 
 /* Each kernel works on one plane (one sample's channel); the layers spread the planes over
  * the OpenMP threads, each plane one thread's, so the result does not depend on their number. */
 
-static void max_forward_plane(const eng_pool_desc *d, const geometry *g, const float *in, float *out)
+static void max_forward_plane(const geometry *g, const span *sp, const float *in, float *out)
 {
     for (int64_t oh = 0; oh < g->oh; oh++)
         for (int64_t ow = 0; ow < g->ow; ow++, out += g->ystep) {
-            window w = window_at(d, g, oh, ow);
+            window w = window_of(g, sp, oh, ow);
             /* an empty window cannot arise from nn.c's shape rule; PyTorch would give -inf */
-            window_max_lanes(in, g->iw, g->lanes, &w, out, g->ylane);
+            if (g->lanes == 1)
+                *out = window_max(in, g->iw, &w);
+            else
+                window_max_blocked(in, g->iw, g->lanes, &w, out, g->ylane);
         }
 }
 
-static void max_backward_plane(const eng_pool_desc *d, const geometry *g, const float *in, const float *gy,
-                               float *gx)
+static void max_backward_plane(const geometry *g, const span *sp, const float *in, const float *gy, float *gx)
 {
     for (int64_t oh = 0; oh < g->oh; oh++)
         for (int64_t ow = 0; ow < g->ow; ow++, gy++) {
-            window w = window_at(d, g, oh, ow);
+            window w = window_of(g, sp, oh, ow);
             if (w.h0 < w.h1 && w.w0 < w.w1)
                 gx[window_argmax(in, g->iw, &w)] += *gy;
         }
@@ -180,9 +250,11 @@ static void max_forward(const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
     geometry g = geometry_of(x, y);
     const float *in = cpu_ptr(x);
     float *out = cpu_ptr(y);
+    span *sp = spans_of(d, &g);
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < g.planes; p++)
-        max_forward_plane(d, &g, in + p * g.ih * g.iw * g.lanes, out + p * g.oh * g.ow * g.lanes);
+        max_forward_plane(&g, sp, in + p * g.ih * g.iw * g.lanes, out + p * g.oh * g.ow * g.lanes);
+    free(sp);
 }
 
 static void max_backward(const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
@@ -190,9 +262,11 @@ static void max_backward(const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy, 
     geometry g = geometry_of(x, dy);
     const float *in = cpu_ptr(x), *gy = cpu_ptr(dy);
     float *gx = cpu_ptr(dx);
+    span *sp = spans_of(d, &g);
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < g.planes; p++)
-        max_backward_plane(d, &g, in + p * g.ih * g.iw, gy + p * g.oh * g.ow, gx + p * g.ih * g.iw);
+        max_backward_plane(&g, sp, in + p * g.ih * g.iw, gy + p * g.oh * g.ow, gx + p * g.ih * g.iw);
+    free(sp);
 }
 
 static void avg_forward(const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)

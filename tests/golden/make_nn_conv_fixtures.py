@@ -109,6 +109,11 @@ def main():
     conv_same("sym", (2, 4, 8, 8), (5, 4, 3, 3), 1, (1, 1, 1, 1), 1)  # 3x3/1: symmetric, for contrast
     conv_same("rect", (2, 4, 8, 7), (6, 4, 3, 3), 2, (1, 1, 0, 1), 1)  # rows 0/1, columns 1/1: h and w apart
     conv_same("point_s2", (3, 4, 2, 2), (5, 4, 3, 3), 2, (0, 1, 0, 1), 1)  # 2x2 -> 1x1: the cpu's product path
+    # The cpu's batch norm walks planes of at most 64 values in blocks of 16 channels (train4d and
+    # train2d above take that path in one partial block): three blocks, the last partial, and a
+    # plane of 99 values, which goes channel by channel.
+    bn_train("train4d_blocks", (4, 37, 3, 3))
+    bn_train("train4d_large", (3, 6, 9, 11))
     print(f"make_nn_conv_fixtures: wrote to {OUT} (torch {torch.__version__})")
 
 

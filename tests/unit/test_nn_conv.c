@@ -340,6 +340,8 @@ static void bn_train_case(const char *kase)
 
 Test(nn_conv, batchnorm2d_train_matches_torch) { bn_train_case("bn_train4d"); }
 Test(nn_conv, batchnorm1d_train_matches_torch) { bn_train_case("bn_train2d"); }
+Test(nn_conv, batchnorm2d_train_in_channel_blocks_matches_torch) { bn_train_case("bn_train4d_blocks"); }
+Test(nn_conv, batchnorm2d_train_on_large_planes_matches_torch) { bn_train_case("bn_train4d_large"); }
 
 Test(nn_conv, batchnorm_eval_matches_torch)
 {

@@ -322,13 +322,12 @@ Test(nn_fused, relu_passes_nan_like_torch)
 }
 
 /* Batch norm's forward and backward on one thread and on two: the same bits. */
-static void bn_run(int threads, float *out[3])
+static void bn_run(int threads, eng_shape s, float *out[3])
 {
     eng_backend *be = open_threads(threads);
-    eng_shape s = eng_shape4(4, 24, 13, 11);
     eng_tensor x = normal(be, s, 70, 0.0f), dy = normal(be, s, 71, 0.0f), y = eng_tensor_new(be, s),
                dx = eng_tensor_new(be, s);
-    bn_params p = bn_new(be, 24, 80);
+    bn_params p = bn_new(be, s.dim[1], 80);
     eng_zero(be, &dx);
     eng_batchnorm_relu_forward_train(be, 0.1, 1e-5, &x, &p.gamma, &p.beta, &p.rmean, &p.rvar, &p.mean,
                                      &p.invstd, &y, NULL);
@@ -341,16 +340,24 @@ static void bn_run(int threads, float *out[3])
     eng_backend_close(be);
 }
 
-Test(nn_fused, batchnorm_does_not_depend_on_the_thread_count)
+static void bn_threads_case(eng_shape s)
 {
     float *one[3], *two[3];
-    bn_run(1, one);
-    bn_run(2, two);
-    size_t n[3] = {4 * 24 * 13 * 11, 4 * 24 * 13 * 11, 24};
+    bn_run(1, s, one);
+    bn_run(2, s, two);
+    size_t values = (size_t)eng_numel(&s), n[3] = {values, values, (size_t)s.dim[1]};
     for (int i = 0; i < 3; i++) {
         cr_expect(memcmp(one[i], two[i], n[i] * sizeof(float)) == 0, "output %d differs", i);
         free(one[i]), free(two[i]);
     }
+}
+
+/* Planes of 143 values go channel by channel; of 9, in blocks of 16 channels (the last of 8). */
+Test(nn_fused, batchnorm_does_not_depend_on_the_thread_count) { bn_threads_case(eng_shape4(4, 24, 13, 11)); }
+
+Test(nn_fused, batchnorm_in_blocks_does_not_depend_on_the_thread_count)
+{
+    bn_threads_case(eng_shape4(4, 40, 3, 3));
 }
 
 /* ---- native layout ----------------------------------------------------------------------------- */
