@@ -6,17 +6,17 @@
 # Each method's quickstart (configs/quickstart/NAME.yaml: a ResNet-18 on Fashion-MNIST, sized
 # for a 2-core CPU; swav_regnet: SwAV on a RegNetY-400MF, judged on its avgpool against the
 # RegNet at random init; rotnet_alexnet: RotNet on alexnet_rotnet at 96 px, judged on pool5 and
-# conv5 against the AlexNet at random init) is pre-trained for the same budget, EPOCHS epochs (default 2) over its
+# conv5 against the AlexNet at random init) is pre-trained for the same budget, EPOCHS epochs (default 4) over its
 # quickstart's images, with `selfsup run` (ClusterFit: `selfsup clusterfit` of the RotNet
 # trunk, then EPOCHS epochs on its cluster labels); then the features of its trunk (res4 pooled 2x2 and
 # res5avg, eval mode, train and test splits) are extracted and judged by VISSL's kNN benchmark
 # (k = 20, sigma 0.1), as `make demo` judges SimCLR. The same trunk at random initialisation is
 # the baseline. One table: method, kNN top-1 on res5avg and res4, the lead over random init, the
-# pre-training time. Not part of `make demo` (it takes about half an hour on 2 cores); the
+# pre-training time. Not part of `make demo` (it takes about an hour on 2 cores); the
 # README shows its table. Everything goes to runs/methods-DATE-TIME.
 set -euo pipefail
 build=${1:-build}
-epochs=${2:-2}
+epochs=${2:-4}
 cd "$(dirname "$0")/.."
 selfsup="$build/selfsup"
 methods=(${METHODS:-simclr swav moco npid pirl deepclusterv2 rotnet clusterfit jigsaw swav_regnet rotnet_alexnet})
