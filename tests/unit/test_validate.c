@@ -179,7 +179,7 @@ Test(validate, what_the_trainer_refuses_is_refused_in_its_words, .timeout = 120)
     /* the quickstarts whose losses are not there yet: refused at the line that names them */
     /* MoCo's data: its collator, and a queue each step's keys fill a whole block of */
     expect_refused("quickstart/moco", "config.DATA.TRAIN.BATCHSIZE_PER_REPLICA=48",
-                   "config.LOSS.moco_loss.queue_size: 4096 is not a multiple of the global batch, 48");
+                   "config.LOSS.moco_loss.queue_size: 1024 is not a multiple of the global batch, 48");
     expect_refused("quickstart/moco", "config.DATA.TRAIN.COLLATE_FUNCTION=default_collate",
                    "config.DATA.TRAIN.COLLATE_FUNCTION: is 'default_collate', but moco_loss reads the key view");
     /* NPID's memory bank: a row per training sample, which its target names */
