@@ -307,8 +307,8 @@ static void block_train(const float *px, float *py, const cpu_ncs *d, const bloc
         shift[i] = cpu_at_or(a->beta, c, 0.0);
     }
     spread(d, k, mean, mu);
-    for (int64_t j = 0; j < k->len; j++)
-        sc[j] = scale[j / d->s], sh[j] = shift[j / d->s];
+    spread(d, k, scale, sc);
+    spread(d, k, shift, sh);
     rows_affine(px, py, d, k, mu, sc, sh, a->relu);
 }
 
@@ -373,9 +373,10 @@ typedef struct {
  * (channel_sums' bookkeeping). */
 static void block_grad_sums(const cpu_ncs *d, const block *k, const bn_grad *a, double *sum_g, double *sum_gxhat)
 {
-    double mu[BLOCK_VALUES], acc_g[BLOCK_VALUES], acc_gx[BLOCK_VALUES];
-    for (int64_t j = 0; j < k->len; j++)
-        mu[j] = a->mean[k->c0 + j / d->s];
+    double mean[BLOCK], mu[BLOCK_VALUES], acc_g[BLOCK_VALUES], acc_gx[BLOCK_VALUES];
+    for (int64_t i = 0; i < k->nc; i++)
+        mean[i] = a->mean[k->c0 + i];
+    spread(d, k, mean, mu);
     rows_grad_sums(a->x, a->dy, a->y, d, k, mu, acc_g, acc_gx);
     fold(d, k, acc_g, sum_g);
     fold(d, k, acc_gx, sum_gxhat);
@@ -393,14 +394,18 @@ static void block_grad_sums(const cpu_ncs *d, const block *k, const bn_grad *a, 
 static void block_dx(const cpu_ncs *d, const block *k, const bn_grad *a, double m, const double *sum_g,
                      const double *sum_gxhat)
 {
-    double mu[BLOCK_VALUES], kk[BLOCK_VALUES], sg[BLOCK_VALUES], t[BLOCK_VALUES];
-    for (int64_t j = 0; j < k->len; j++) {
-        int64_t i = j / d->s, c = k->c0 + i;
-        mu[j] = a->mean[c];
-        kk[j] = cpu_at_or(a->gamma, c, 1.0) * a->invstd[c] / m;
-        sg[j] = sum_g[i];
-        t[j] = a->invstd[c] * sum_gxhat[i];
+    double mean[BLOCK], scale[BLOCK], slope[BLOCK];
+    for (int64_t i = 0; i < k->nc; i++) {
+        int64_t c = k->c0 + i;
+        mean[i] = a->mean[c];
+        scale[i] = cpu_at_or(a->gamma, c, 1.0) * a->invstd[c] / m;
+        slope[i] = a->invstd[c] * sum_gxhat[i];
     }
+    double mu[BLOCK_VALUES], kk[BLOCK_VALUES], sg[BLOCK_VALUES], t[BLOCK_VALUES];
+    spread(d, k, mean, mu);
+    spread(d, k, scale, kk);
+    spread(d, k, sum_g, sg);
+    spread(d, k, slope, t);
     rows_dx(a->x, a->dy, a->y, a->dx, d, k, mu, kk, sg, t, m);
 }
 
@@ -462,8 +467,7 @@ static void all_train(const float *px, float *py, const cpu_ncs *d, const double
 static void forward_synced(const float *px, float *py, const cpu_ncs *d, const bn_args *a,
                            const eng_reducer *r)
 {
-    double *sum = xmalloc((size_t)(4 * d->c + 1) * sizeof *sum), *sq = sum + d->c + 1, *mean = sq + d->c,
-           *var = mean + d->c;
+    double *sum = xmalloc((size_t)(2 * d->c + 1) * sizeof *sum), *sq = sum + d->c + 1;
     all_sums(px, d, NULL, sum);
     sum[d->c] = (double)(d->n * d->s);
     over_group(r, sum, (size_t)d->c + 1);
@@ -471,12 +475,12 @@ static void forward_synced(const float *px, float *py, const cpu_ncs *d, const b
     if (m < 2)
         die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %.0f)", m);
     for (int64_t c = 0; c < d->c; c++)
-        mean[c] = sum[c] / m;
-    all_sums(px, d, mean, sq);
+        sum[c] /= m; /* now the means */
+    all_sums(px, d, sum, sq);
     over_group(r, sq, (size_t)d->c);
     for (int64_t c = 0; c < d->c; c++)
-        var[c] = sq[c] / m;
-    all_train(px, py, d, mean, var, m, a);
+        sq[c] /= m; /* now the variances */
+    all_train(px, py, d, sum, sq, m, a);
     free(sum);
 }
 

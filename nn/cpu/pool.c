@@ -150,18 +150,8 @@ static inline float max_step(float top, float v, float *nan)
 
 static inline float nan_or(float nan, float top) { return nan != nan ? nan : top; }
 
-/* The window's maximum (window_argmax's rule) in a plane of one channel. */
-static float window_max(const float *plane, int64_t iw, const window *w)
-{
-    float top = -INFINITY, nan = 0.0f;
-    for (int64_t h = w->h0; h < w->h1; h++)
-        for (int64_t c = w->w0; c < w->w1; c++)
-            top = max_step(top, plane[h * iw + c], &nan);
-    return nan_or(nan, top);
-}
-
 /* The window's maximum in each of `lanes` interleaved channels (window_argmax's rule), lane
- * l into out[l·ylane]. Inlined with lanes a constant (window_max_blocked), the lanes vectorise. */
+ * l into out[l·ylane]. Inlined with lanes a constant (window_max), the lanes vectorise. */
 static inline void window_max_lanes(const float *plane, int64_t iw, int lanes, const window *w, float *out,
                                     int64_t ylane)
 {
@@ -178,11 +168,13 @@ static inline void window_max_lanes(const float *plane, int64_t iw, int lanes, c
         out[l * ylane] = nan_or(nan[l], top[l]);
 }
 
-/* window_max_lanes for the block sizes cpu_blocking uses, each compiled for its constant. */
-static void window_max_blocked(const float *plane, int64_t iw, int lanes, const window *w, float *out,
-                               int64_t ylane)
+/* window_max_lanes for the logical layout (1 lane) and the block sizes cpu_blocking uses,
+ * each compiled for its constant. */
+static void window_max(const float *plane, int64_t iw, int lanes, const window *w, float *out, int64_t ylane)
 {
-    if (lanes == 16)
+    if (lanes == 1)
+        window_max_lanes(plane, iw, 1, w, out, ylane);
+    else if (lanes == 16)
         window_max_lanes(plane, iw, 16, w, out, ylane);
     else if (lanes == 8)
         window_max_lanes(plane, iw, 8, w, out, ylane);
@@ -199,10 +191,7 @@ static void max_forward_plane(const geometry *g, const span *sp, const float *in
         for (int64_t ow = 0; ow < g->ow; ow++, out += g->ystep) {
             window w = window_of(g, sp, oh, ow);
             /* an empty window cannot arise from nn.c's shape rule; PyTorch would give -inf */
-            if (g->lanes == 1)
-                *out = window_max(in, g->iw, &w);
-            else
-                window_max_blocked(in, g->iw, g->lanes, &w, out, g->ylane);
+            window_max(in, g->iw, g->lanes, &w, out, g->ylane);
         }
 }
 
