@@ -14,7 +14,8 @@
 #    of batch 64 (2 threads) against 2 trainers of batch 32 (1 thread each), the same global
 #    batch on the same 2 cores; the median step time after the first 5 (stdout.json's btime).
 #    The same for quickstart/simclr with SyncBN (the embeddings' all-gather and the batch
-#    norms' sums on top of the gradients' all-reduce).
+#    norms' sums on top of the gradients' all-reduce), on the ImageNet stem: the small-image
+#    stem's 8x heavier step would hide the collectives' cost this bench is about.
 # Prints Markdown tables. Exits non-zero only when a benchmark fails (a wrong sum, a crash).
 set -euo pipefail
 
@@ -75,7 +76,8 @@ data="$work/fm/disk_filelist"
 step_ms() { # recipe procs batch -> median btime(ms) after the first 5 steps, and the steps
     local recipe=$1 procs=$2 batch=$3 extra=()
     [[ $recipe == supervised ]] && extra=(config.DATA.TRAIN.LABEL_PATHS="[$data/train_labels.npy]" config.TEST_MODEL=false)
-    [[ $recipe == simclr ]] && extra=(config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN=true)
+    [[ $recipe == simclr ]] && extra=(config.MODEL.SYNC_BN_CONFIG.CONVERT_BN_TO_SYNC_BN=true
+        config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.SMALL_STEM=False)
     "$build/selfsup" run quickstart/$recipe config.DISTRIBUTED.NUM_PROC_PER_NODE="$procs" \
         config.DATA.TRAIN.BATCHSIZE_PER_REPLICA="$batch" config.DATA.TRAIN.DATA_PATHS="[$data/train_images.npy]" \
         config.DATA.TRAIN.DATA_LIMIT=2560 config.OPTIMIZER.num_epochs=2 config.LOG_FREQUENCY=1 "${extra[@]}" \

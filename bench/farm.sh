@@ -44,6 +44,7 @@ port=$((20000 + RANDOM % 20000))
 transforms='[{"name":"ImgReplicatePil","num_times":2},{"name":"RandomResizedCrop","size":224},{"name":"RandomHorizontalFlip","p":0.5},{"name":"ImgPilColorDistortion","strength":1.0},{"name":"ImgPilGaussianBlur","p":0.5,"radius_min":0.1,"radius_max":2.0},{"name":"ToTensor"},{"name":"Normalize","mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]}]'
 common=(quickstart/simclr config.DATA.TRAIN.DATA_SOURCES=[disk_folder] "config.DATA.TRAIN.DATA_PATHS=[$corpus/train]"
     config.DATA.TRAIN.DATA_LIMIT=-1 "config.DATA.TRAIN.TRANSFORMS=$transforms" config.OPTIMIZER.num_epochs=${FARM_EPOCHS:-4}
+    config.DATA.TRAIN.BATCHSIZE_PER_REPLICA=64
     config.SELFSUP.FARM.WORKERS=1 config.SELFSUP.FARM.BIND_ADDRESS=127.0.0.1)
 
 # one_run HOSTS: crops per second reaching the trainer host from HOSTS farm hosts

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/gpu_train.sh [JSON] — selfsup-train's ResNet-50 SimCLR step on the GPU, for the runbook.
 #
-# The step the PyTorch peer (bench/gpu_train_torch.py) times on the same card: ResNet-50 at
-# SIZE px (224), 2 views of BATCH images (128) per step, VISSL's SimCLR head (2048-2048-128)
+# The step the PyTorch peer (bench/gpu_train_torch.py) times on the same card: ResNet-50 (the
+# ImageNet stem, not the quickstart's small one) at SIZE px (224), 2 views of BATCH images (128) per step, VISSL's SimCLR head (2048-2048-128)
 # and info-NCE loss at temperature 0.1, SGD + LARC at lr 0.3. The batches are random uint8
 # images written once into a records file in memory (/dev/shm), so the figure is the training
 # step, not the data path. selfsup-train logs every step's time; the first WARMUP steps
@@ -52,7 +52,8 @@ heads='[["mlp", {"dims": [2048, 2048], "use_relu": True}], ["mlp", {"dims": [204
     config.MACHINE.DEVICE="${DEVICE:-gpu}" config.CHECKPOINT.DIR="$work/ckpt" config.LOG_FREQUENCY=1 \
     config.DATA.TRAIN.DATA_LIMIT=$((steps * batch)) config.DATA.TRAIN.BATCHSIZE_PER_REPLICA="$batch" \
     config.OPTIMIZER.num_epochs=1 config.MODEL.AMP_PARAMS.USE_AMP=$amp \
-    config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH=50 "config.MODEL.HEAD.PARAMS=$heads" \
+    config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH=50 config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.SMALL_STEM=False \
+    "config.MODEL.HEAD.PARAMS=$heads" \
     config.LOSS.simclr_info_nce_loss.temperature=0.1 config.CHECKPOINT.CHECKPOINT_FREQUENCY=100) \
     > "$work/train.log" 2>&1 || { tail -20 "$work/train.log"; exit 1; }
 grep -m1 -o 'training .* parameters' "$work/train.log"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/train.sh BUILD_DIR [N] — end-to-end SimCLR training on the CPU: `selfsup run` of the
-# SimCLR quickstart (decode → 2 augment workers → collate → train, ResNet-18 + VISSL's heads,
-# batch 64, 32 px Fashion-MNIST) beside the same recipe the PyTorch/VISSL way
-# (bench/train_bench.py: a DataLoader with 2 workers, torchvision transforms, torch on the same
-# threads), one epoch over the first N images (default 2560) each, in one run.
+# SimCLR quickstart (decode → 2 augment workers → collate → train, ResNet-18 with the small-image
+# stem + VISSL's heads, the quickstart's batch of 28 px Fashion-MNIST crops) beside the same
+# recipe the PyTorch/VISSL way (bench/train_bench.py: a DataLoader with 2 workers, torchvision
+# transforms, torch on the same threads), one epoch over the first N images (default 2560)
+# each, in one run.
 #
 # Reports images/s (batch / median step time, after the first 5 steps) and the share of the
 # step spent waiting for data. Both sides share this machine's cores between their data
@@ -20,17 +21,18 @@ list=data/fashion-mnist/disk_filelist/train_images.npy
 [[ -f $list ]] || "$build/selfsup" dataset fashion-mnist data/fashion-mnist >&2
 threads=$(nproc)
 work=$(mktemp -d)
+batch=$("$build/selfsup" config show quickstart/simclr --key config.DATA.TRAIN.BATCHSIZE_PER_REPLICA)
 trap 'rm -rf "$work"' EXIT
 
 "$build/selfsup" run quickstart/simclr --run-dir "$work/run" config.DATA.TRAIN.DATA_LIMIT="$n" \
     config.OPTIMIZER.num_epochs=1 config.LOG_FREQUENCY=1 config.CHECKPOINT.DIR="$work/ckpt" \
     config.CHECKPOINT.AUTO_RESUME=False >/dev/null 2>&1
 # stdout.json: one line per iteration with btime(ms) and data_wait(ms); skip the first 5.
-ours=$("$python" - "$work/ckpt/stdout.json" <<'PY'
+ours=$("$python" - "$work/ckpt/stdout.json" "$batch" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][5:]
 bt = [r["btime(ms)"] for r in rows]
-print(f"{64 / (statistics.median(bt) / 1e3):.1f} {sum(r['data_wait(ms)'] for r in rows) / sum(bt):.3f} {len(rows) + 5}")
+print(f"{int(sys.argv[2]) / (statistics.median(bt) / 1e3):.1f} {sum(r['data_wait(ms)'] for r in rows) / sum(bt):.3f} {len(rows) + 5}")
 # mean ms per step: data wait, forward, loss, backward, optimizer (read_sample: the input's
 # normalisation and upload, counted with the forward as PyTorch's side does it in the model)
 mean = lambda k: sum(r[k] for r in rows) / len(rows)
@@ -46,7 +48,7 @@ read -r ow of ol ob oo <<<"$(tail -1 <<<"$ours")"
 read -r _ tw tf tl tb to <<<"$(grep '^torch_breakdown' <<<"$out")"
 echo "## train: SimCLR quickstart end to end on the CPU, selfsup vs PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
 echo
-echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $n images, $steps steps of 64; $(date -u '+%Y-%m-%d %H:%M UTC')."
+echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $n images, $steps steps of $batch; $(date -u '+%Y-%m-%d %H:%M UTC')."
 selfsup_blas_line "$(onednn_version): its convolutions and dnnl_sgemm (own JIT kernels, no system BLAS)."
 peers_blas_line torch torchvision
 echo

@@ -5,11 +5,12 @@ What VISSL runs for configs/quickstart/simclr.yaml, written out with Debian's to
 torchvision: a DataLoader with NUM_DATALOADER_WORKERS worker processes doing PIL decode and
 the quickstart's TRANSFORMS, read from the YAML and built as VISSL builds them
 (bench/methods_bench.py's build_transforms: the classes of bench/data_bench.py and torchvision's), the
-simclr_collator; torchvision's ResNet-18 as VISSL's trunk with VISSL's heads [mlp 512→512 ReLU],
+simclr_collator; torchvision's ResNet-18 as VISSL's trunk (bench/methods_bench.py's Trunk: the
+quickstart's small-image stem when it asks for it) with VISSL's heads [mlp 512→512 ReLU],
 [mlp 512→128]; VISSL's SimclrInfoNCECriterion (T 0.1); SGD momentum 0.9, weight decay 1e-4 on
 VISSL's parameter groups; the cosine LR per step from 0.075 (the quickstart adds LARC and
-τ 0.2: left out here, they only make this side's step the cheaper). Batch 64, one epoch over the
-first N images of the Fashion-MNIST file list, torch on T threads.
+τ 0.2: left out here, they only make this side's step the cheaper). The quickstart's batch, one
+epoch over the first N images of the Fashion-MNIST file list, torch on T threads.
 
 Prints "torch_breakdown WAIT FORWARD LOSS BACKWARD OPTIMIZER" (mean ms per step) after it.
 Prints "torch_train images_per_second data_wait_fraction steps" for the steps after the first
@@ -29,14 +30,13 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data_bench as D  # noqa: E402  VISSL's transforms and collator
 import methods_bench as MB  # noqa: E402  the quickstart's YAML and its transforms
 
-BATCH, WARMUP = 64, 5
+WARMUP = 5
 
 
 class Dataset(torch.utils.data.Dataset):
@@ -70,8 +70,7 @@ class MLP(nn.Module):
 
 
 def model():
-    trunk = torchvision.models.resnet18()
-    trunk.fc = nn.Identity()
+    trunk = MB.Trunk(MB.config("simclr")["MODEL"]["TRUNK"])
     return nn.ModuleDict({"trunk": trunk, "heads": nn.ModuleList([MLP([512, 512], True), MLP([512, 128])])})
 
 
@@ -109,16 +108,17 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     paths = [str(p) for p in np.load(a.filelist, allow_pickle=True)[: a.n]]
-    loader = torch.utils.data.DataLoader(Dataset(paths), batch_size=BATCH, shuffle=True, drop_last=True,
+    batch = MB.config("simclr")["DATA"]["TRAIN"]["BATCHSIZE_PER_REPLICA"]
+    loader = torch.utils.data.DataLoader(Dataset(paths), batch_size=batch, shuffle=True, drop_last=True,
                                          num_workers=a.workers, collate_fn=D.simclr_collator)
     m = model().train()
     opt = torch.optim.SGD(param_groups(m, 1e-4), lr=0.075, momentum=0.9)
     steps = len(loader)
     times, waits, parts = [], [], []
     t_end = time.perf_counter()
-    for k, batch in enumerate(loader):
+    for k, samples in enumerate(loader):
         t0 = time.perf_counter()
-        x = batch["data"][0]
+        x = samples["data"][0]
         out = m["heads"][1](m["heads"][0](m["trunk"](x)))
         tf = time.perf_counter()
         loss = simclr_loss(out)
@@ -138,7 +138,7 @@ def main():
     step = statistics.median(times)
     print(f"# {steps} steps, last loss {loss.item():.4f}, median step {step * 1e3:.1f} ms, "
           f"median data wait {statistics.median(waits) * 1e3:.1f} ms")
-    print(f"torch_train {BATCH / step:.1f} {sum(waits) / sum(times):.3f} {steps}")
+    print(f"torch_train {batch / step:.1f} {sum(waits) / sum(times):.3f} {steps}")
     # mean ms per step: data wait, forward, loss, backward (with zero_grad), optimizer step
     print("torch_breakdown " + " ".join(f"{1e3 * sum(p[i] for p in parts) / len(parts):.1f}" for i in range(5)))
 

@@ -4,7 +4,8 @@
 # METHODS="a b" runs those quickstarts only.)
 #
 # Each method's quickstart (configs/quickstart/NAME.yaml: a ResNet-18 on Fashion-MNIST, sized
-# for a 2-core CPU; swav_regnet: SwAV on a RegNetY-400MF, judged on its avgpool against the
+# for a 2-core CPU, with the ImageNet stem at 32 px, SimCLR's with the small-image stem at 28 px,
+# each judged against its own trunk at random init; swav_regnet: SwAV on a RegNetY-400MF, judged on its avgpool against the
 # RegNet at random init; rotnet_alexnet: RotNet on alexnet_rotnet at 96 px, judged on pool5 and
 # conv5 against the AlexNet at random init) is pre-trained for the same budget, EPOCHS epochs (default 4) over its
 # quickstart's images, with `selfsup run` (ClusterFit: `selfsup clusterfit` of the RotNet
@@ -40,6 +41,21 @@ ALEXNET_TRUNK=(config.MODEL.TRUNK.NAME=alexnet_rotnet "config.DATA.TRAIN.TRANSFO
     "config.DATA.TEST.TRANSFORMS=$ALEXNET_IMAGES"
     'config.MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP=[["conv5",["AdaptiveAvgPool2d",[[2,2]]]],["pool5",["Identity",[]]]]')
 is_alexnet() { [[ $1 == *alexnet* ]]; }
+
+# quickstart/extract_features reads SimCLR's trunk: the small-image stem at the images' own 28 px.
+# The other ResNet-18 quickstarts keep the ImageNet stem at 32 px, and are read so.
+RESNET32_IMAGES='[{"name":"Resize","size":32},{"name":"ToTensor"},{"name":"Normalize","mean":[0.286,0.286,0.286],"std":[0.353,0.353,0.353]}]'
+RESNET32_TRUNK=(config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.SMALL_STEM=False "config.DATA.TRAIN.TRANSFORMS=$RESNET32_IMAGES"
+    "config.DATA.TEST.TRANSFORMS=$RESNET32_IMAGES")
+has_small_stem() {
+    local cfg=$1
+    [[ $cfg == clusterfit ]] && cfg=clusterfit_train
+    [[ $("$selfsup" config show "quickstart/$cfg" --key config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.SMALL_STEM 2>/dev/null) == true ]]
+}
+small_stem=()
+for m in "${methods[@]}"; do
+    if ! is_regnet "$m" && ! is_alexnet "$m" && has_small_stem "$m"; then small_stem+=("$m"); fi
+done
 
 # evaluate NAME WEIGHTS [overrides...]: extract with the quickstart's evaluation config, then kNN.
 evaluate() {
@@ -84,22 +100,27 @@ for m in "${methods[@]}"; do
         evaluate "$m" "$run/$m/checkpoints/checkpoint.torch" "${REGNET_TRUNK[@]}"
     elif is_alexnet "$m"; then
         evaluate "$m" "$run/$m/checkpoints/checkpoint.torch" "${ALEXNET_TRUNK[@]}"
-    else
+    elif [[ " ${small_stem[*]} " == *" $m "* ]]; then
         evaluate "$m" "$run/$m/checkpoints/checkpoint.torch"
+    else
+        evaluate "$m" "$run/$m/checkpoints/checkpoint.torch" "${RESNET32_TRUNK[@]}"
     fi
 done
 echo "== random init"
-evaluate random ""
+evaluate random "" "${RESNET32_TRUNK[@]}"
+((${#small_stem[@]})) && evaluate random_small ""
 if printf '%s\n' "${methods[@]}" | grep -q regnet; then evaluate random_regnet "" "${REGNET_TRUNK[@]}"; fi
 if printf '%s\n' "${methods[@]}" | grep -q alexnet; then evaluate random_alexnet "" "${ALEXNET_TRUNK[@]}"; fi
 
-/usr/bin/python3 - "$run" "$epochs" "${methods[@]}" <<'PY'
-import json, sys
+SMALL_STEM="${small_stem[*]}" /usr/bin/python3 - "$run" "$epochs" "${methods[@]}" <<'PY'
+import json, os, sys
 run, epochs, methods = sys.argv[1], sys.argv[2], sys.argv[3:]
+small = os.environ["SMALL_STEM"].split()
 top1 = lambda name, layer: json.load(open(f"{run}/{name}/knn.json"))["layers"][layer]["top1"]
 # A RegNet's pooled last stage is avgpool (VISSL's name), an AlexNet's pool5 and conv5 stand for
-# res5avg and res4; each is judged against the same trunk at random init.
-kind = lambda name: "regnet" if "regnet" in name else "alexnet" if "alexnet" in name else ""
+# res5avg and res4; each is judged against the same trunk at random init (a small-stem ResNet
+# against the small-stem ResNet).
+kind = lambda name: "regnet" if "regnet" in name else "alexnet" if "alexnet" in name else "small" if name in small else ""
 last = lambda name: {"regnet": "avgpool", "alexnet": "pool5"}.get(kind(name), "res5avg")
 mid = lambda name: "conv5" if kind(name) == "alexnet" else "res4"
 base = lambda m: f"random_{kind(m)}" if kind(m) else "random"
@@ -113,6 +134,9 @@ for m in methods:
     b5, b4 = top1(base(m), last(m)), top1(base(m), mid(m))
     print(f"| {m} | {r5:.2f} | {r5 - b5:+.2f} | {r4:.2f} | {r4 - b4:+.2f} | {s} s |")
 print(f"| random init | {base5:.2f} | | {base4:.2f} | | |")
+if small:
+    print(f"| random init (the small stem, 28 px) | {top1('random_small', 'res5avg'):.2f} | | "
+          f"{top1('random_small', 'res4'):.2f} | | |")
 if any("regnet" in m for m in methods):
     print(f"| random init (the RegNet; avgpool) | {top1('random_regnet', 'avgpool'):.2f} | | "
           f"{top1('random_regnet', 'res4'):.2f} | | |")

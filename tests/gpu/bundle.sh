@@ -10,7 +10,7 @@
 #   lib/   the shared libraries they need from this machine, found with ldd, except the C
 #          library family (the GPU machine's own is newer, and ours would fight its libstdc++)
 #          and the CUDA libraries (the machine's cuDNN/cuBLAS; cudart is linked in statically);
-#   data/  the records the end-to-end runs train on: 2 epochs of 5 batches of the SimCLR and
+#   data/  the records the end-to-end runs train on: 2 epochs of 5 batches (20) of the SimCLR and
 #          SwAV quickstarts and 5 of the extraction quickstart, made here by decode | augment |
 #          collate on Fashion-MNIST, and the first 320 entries of its file lists (the trainer
 #          counts its steps from them).
@@ -49,9 +49,9 @@ records() {
         "$build/selfsup-collate" -c "quickstart/$1" "${o[@]}" 2>/dev/null > "$3"
 }
 
-# What the end-to-end runs read: 2 epochs of 5 batches of SimCLR, SwAV (also SwAV on a RegNet and on
-# an EfficientNet), RotNet on an AlexNet, MoCo, NPID and DeepClusterV2
-# (and its epoch 0 again: the memory pass), the first epoch
+# What the end-to-end runs read: 2 epochs of 5 batches (SimCLR's: 20 of 16) of SimCLR, SwAV
+# (also SwAV on a RegNet and on an EfficientNet), RotNet on an AlexNet, MoCo, NPID and
+# DeepClusterV2 (and its epoch 0 again: the memory pass), the first epoch
 # alone (a run that stops after it, to resume from its checkpoint), 5 batches of the
 # extraction quickstart's evaluation crops, and the first 320 entries of the file lists (the
 # trainer counts its steps from them).

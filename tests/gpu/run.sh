@@ -6,7 +6,7 @@
 #   2. backend conformance: every engine operation on cuda against cpu (tests/gpu/backend_ops.c);
 #      the NCCL world's collectives against their definitions, a rank per GPU (tests/gpu/nccl_world.c);
 #   3. end to end: the SimCLR, SwAV (on ResNet-18 and on RegNetY-400MF), MoCo and NPID
-#      quickstarts, 2 epochs of 5 steps from the same init and
+#      quickstarts, 2 epochs of 5 steps (SimCLR's batch of 16: 20) from the same init and
 #      the same records, on the GPU and on the CPU: losses per step, the weights after the
 #      first step and at the end, against the drift between two cpu instruction sets;
 #   4. selfsup-extract's features on both devices, from the same weights;
@@ -57,8 +57,8 @@ check() {
     return $rc
 }
 
-# train DEVICE METHOD DIR RECORDS [overrides...]: the quickstart's 2 epochs of 5 steps (its
-# first 320 images), run where the bundle's data/ is.
+# train DEVICE METHOD DIR RECORDS [overrides...]: the quickstart's 2 epochs of its first 320
+# images (5 steps of 64, SimCLR's 20 of 16), run where the bundle's data/ is.
 train() {
     local device=$1 method=$2 dir=$3 records=$4
     shift 4
@@ -95,14 +95,15 @@ parity() {
 
 # cross FIRST SECOND: epoch 0 on FIRST (its input ends there: the trainer stops after an
 # iteration checkpoint), epoch 1 resumed from it on SECOND. The checkpoint is device-neutral
-# when the first step after the resume (iteration 6, on SECOND) has the loss the run that
-# stayed on FIRST had there: the same weights, one forward apart.
+# when the first step after the resume (on SECOND) has the loss the run that stayed on FIRST
+# had there: the same weights, one forward apart.
 cross() {
     local first=$1 second=$2 dir="$work/simclr-$1-then-$2"
+    local after=$((320 / $(selfsup config show quickstart/simclr --key config.DATA.TRAIN.BATCHSIZE_PER_REPLICA) + 1))
     train "$first" simclr "$dir" "$data/simclr_e0.rec"
     [ -e "$dir/checkpoint.torch" ] || { echo "no checkpoint from the $first run"; return 1; }
     train "$second" simclr "$dir" "$data/simclr.rec" config.CHECKPOINT.OVERWRITE_EXISTING=False &&
-        $compare losses "$dir/stdout.json" "$work/simclr-$first/stdout.json" --rtol 1e-5 --iters 6
+        $compare losses "$dir/stdout.json" "$work/simclr-$first/stdout.json" --rtol 1e-5 --iters "$after"
 }
 
 # resume_bitwise UNINTERRUPTED [overrides...]: GPU epoch 0, stop, resume: bitwise the
