@@ -2,12 +2,12 @@
 # bench/gpu_train.sh [JSON] — selfsup-train's ResNet-50 SimCLR step on the GPU, for the runbook.
 #
 # The step the PyTorch peer (bench/gpu_train_torch.py) times on the same card: ResNet-50 (the
-# ImageNet stem, not the quickstart's small one) at SIZE px (224), 2 views of BATCH images (128) per step, VISSL's SimCLR head (2048-2048-128)
-# and info-NCE loss at temperature 0.1, SGD + LARC at lr 0.3. The batches are random uint8
-# images written once into a records file in memory (/dev/shm), so the figure is the training
-# step, not the data path. selfsup-train logs every step's time; the first WARMUP steps
-# (cuDNN's plans, the first touches of memory) are left out. Prints images/s and ms/step and,
-# with JSON, writes them there. AMP=1 turns on mixed precision (MODEL.AMP_PARAMS.USE_AMP: the
+# ImageNet stem, not the quickstart's small one) at SIZE px (224), 2 views of BATCH images (128)
+# per step, VISSL's SimCLR head (2048-2048-128) and info-NCE loss at temperature 0.1, SGD + LARC
+# at lr 0.3. The batches are random uint8 images written once into a records file in memory
+# (/dev/shm), so the figure is the training step, not the data path. selfsup-train logs every
+# step's time; the first WARMUP steps (cuDNN's plans, the first touches of memory) are left out.
+# Prints images/s and ms/step and, with JSON, writes them there. AMP=1 turns on mixed precision (MODEL.AMP_PARAMS.USE_AMP: the
 # convolutions in bf16), the peer of PyTorch's eager_bf16 mode. Needs the bundle's binaries on
 # PATH and python3 with numpy.
 set -euo pipefail

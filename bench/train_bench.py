@@ -42,9 +42,9 @@ WARMUP = 5
 class Dataset(torch.utils.data.Dataset):
     """VISSL's disk_filelist source: PIL decode, convert RGB, then the transforms."""
 
-    def __init__(self, paths):
+    def __init__(self, paths, transforms):
         self.paths = paths
-        self.transforms = MB.build_transforms(MB.config("simclr")["DATA"]["TRAIN"]["TRANSFORMS"])
+        self.transforms = MB.build_transforms(transforms)
 
     def __len__(self):
         return len(self.paths)
@@ -69,8 +69,8 @@ class MLP(nn.Module):
         return self.clf(x)
 
 
-def model():
-    trunk = MB.Trunk(MB.config("simclr")["MODEL"]["TRUNK"])
+def model(trunk_cfg):
+    trunk = MB.Trunk(trunk_cfg)
     return nn.ModuleDict({"trunk": trunk, "heads": nn.ModuleList([MLP([512, 512], True), MLP([512, 128])])})
 
 
@@ -108,10 +108,11 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     paths = [str(p) for p in np.load(a.filelist, allow_pickle=True)[: a.n]]
-    batch = MB.config("simclr")["DATA"]["TRAIN"]["BATCHSIZE_PER_REPLICA"]
-    loader = torch.utils.data.DataLoader(Dataset(paths), batch_size=batch, shuffle=True, drop_last=True,
+    cfg = MB.config("simclr")
+    batch = cfg["DATA"]["TRAIN"]["BATCHSIZE_PER_REPLICA"]
+    loader = torch.utils.data.DataLoader(Dataset(paths, cfg["DATA"]["TRAIN"]["TRANSFORMS"]), batch_size=batch, shuffle=True, drop_last=True,
                                          num_workers=a.workers, collate_fn=D.simclr_collator)
-    m = model().train()
+    m = model(cfg["MODEL"]["TRUNK"]).train()
     opt = torch.optim.SGD(param_groups(m, 1e-4), lr=0.075, momentum=0.9)
     steps = len(loader)
     times, waits, parts = [], [], []

@@ -5,8 +5,8 @@
 #
 # Each method's quickstart (configs/quickstart/NAME.yaml: a ResNet-18 on Fashion-MNIST, sized
 # for a 2-core CPU, with the ImageNet stem at 32 px, SimCLR's with the small-image stem at 28 px,
-# each judged against its own trunk at random init; swav_regnet: SwAV on a RegNetY-400MF, judged on its avgpool against the
-# RegNet at random init; rotnet_alexnet: RotNet on alexnet_rotnet at 96 px, judged on pool5 and
+# each judged against its own trunk at random init; swav_regnet: SwAV on a RegNetY-400MF, judged
+# on its avgpool against the RegNet at random init; rotnet_alexnet: RotNet on alexnet_rotnet at 96 px, judged on pool5 and
 # conv5 against the AlexNet at random init) is pre-trained for the same budget, EPOCHS epochs (default 4) over its
 # quickstart's images, with `selfsup run` (ClusterFit: `selfsup clusterfit` of the RotNet
 # trunk, then EPOCHS epochs on its cluster labels); then the features of its trunk (res4 pooled 2x2 and
@@ -34,9 +34,14 @@ REGNET_TRUNK=(config.MODEL.TRUNK.NAME=regnet config.MODEL.TRUNK.TRUNK_PARAMS.REG
     'config.MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP=[["res4",["AdaptiveAvgPool2d",[[2,2]]]],["avgpool",["Identity",[]]]]')
 is_regnet() { [[ $1 == *regnet* ]]; }
 
+# images_at SIZE: the evaluation's transforms, the images resized to SIZE px.
+images_at() {
+    printf '[{"name":"Resize","size":%d},{"name":"ToTensor"},{"name":"Normalize","mean":[0.286,0.286,0.286],"std":[0.353,0.353,0.353]}]' "$1"
+}
+
 # The AlexNet quickstart's trunk (quickstart/rotnet_alexnet: alexnet_rotnet on 96 px images), read
 # at conv5 pooled 2x2 and at pool5 (256 x 2 x 2 at 96 px), in place of res4 and res5avg.
-ALEXNET_IMAGES='[{"name":"Resize","size":96},{"name":"ToTensor"},{"name":"Normalize","mean":[0.286,0.286,0.286],"std":[0.353,0.353,0.353]}]'
+ALEXNET_IMAGES=$(images_at 96)
 ALEXNET_TRUNK=(config.MODEL.TRUNK.NAME=alexnet_rotnet "config.DATA.TRAIN.TRANSFORMS=$ALEXNET_IMAGES"
     "config.DATA.TEST.TRANSFORMS=$ALEXNET_IMAGES"
     'config.MODEL.FEATURE_EVAL_SETTINGS.LINEAR_EVAL_FEAT_POOL_OPS_MAP=[["conv5",["AdaptiveAvgPool2d",[[2,2]]]],["pool5",["Identity",[]]]]')
@@ -44,7 +49,7 @@ is_alexnet() { [[ $1 == *alexnet* ]]; }
 
 # quickstart/extract_features reads SimCLR's trunk: the small-image stem at the images' own 28 px.
 # The other ResNet-18 quickstarts keep the ImageNet stem at 32 px, and are read so.
-RESNET32_IMAGES='[{"name":"Resize","size":32},{"name":"ToTensor"},{"name":"Normalize","mean":[0.286,0.286,0.286],"std":[0.353,0.353,0.353]}]'
+RESNET32_IMAGES=$(images_at 32)
 RESNET32_TRUNK=(config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.SMALL_STEM=False "config.DATA.TRAIN.TRANSFORMS=$RESNET32_IMAGES"
     "config.DATA.TEST.TRANSFORMS=$RESNET32_IMAGES")
 has_small_stem() {
@@ -52,9 +57,9 @@ has_small_stem() {
     [[ $cfg == clusterfit ]] && cfg=clusterfit_train
     [[ $("$selfsup" config show "quickstart/$cfg" --key config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.SMALL_STEM 2>/dev/null) == true ]]
 }
-small_stem=()
+declare -A small_stem=()
 for m in "${methods[@]}"; do
-    if ! is_regnet "$m" && ! is_alexnet "$m" && has_small_stem "$m"; then small_stem+=("$m"); fi
+    if ! is_regnet "$m" && ! is_alexnet "$m" && has_small_stem "$m"; then small_stem[$m]=1; fi
 done
 
 # evaluate NAME WEIGHTS [overrides...]: extract with the quickstart's evaluation config, then kNN.
@@ -100,7 +105,7 @@ for m in "${methods[@]}"; do
         evaluate "$m" "$run/$m/checkpoints/checkpoint.torch" "${REGNET_TRUNK[@]}"
     elif is_alexnet "$m"; then
         evaluate "$m" "$run/$m/checkpoints/checkpoint.torch" "${ALEXNET_TRUNK[@]}"
-    elif [[ " ${small_stem[*]} " == *" $m "* ]]; then
+    elif [[ -v small_stem[$m] ]]; then
         evaluate "$m" "$run/$m/checkpoints/checkpoint.torch"
     else
         evaluate "$m" "$run/$m/checkpoints/checkpoint.torch" "${RESNET32_TRUNK[@]}"
@@ -112,7 +117,7 @@ evaluate random "" "${RESNET32_TRUNK[@]}"
 if printf '%s\n' "${methods[@]}" | grep -q regnet; then evaluate random_regnet "" "${REGNET_TRUNK[@]}"; fi
 if printf '%s\n' "${methods[@]}" | grep -q alexnet; then evaluate random_alexnet "" "${ALEXNET_TRUNK[@]}"; fi
 
-SMALL_STEM="${small_stem[*]}" /usr/bin/python3 - "$run" "$epochs" "${methods[@]}" <<'PY'
+SMALL_STEM="${!small_stem[*]}" /usr/bin/python3 - "$run" "$epochs" "${methods[@]}" <<'PY'
 import json, os, sys
 run, epochs, methods = sys.argv[1], sys.argv[2], sys.argv[3:]
 small = os.environ["SMALL_STEM"].split()

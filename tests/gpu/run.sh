@@ -40,6 +40,7 @@ tar -C "$work" -xJf "$bundle" || { echo "cannot unpack $bundle" | tee "$summary"
 source tests/gpu/env.sh "$work/selfsup-gpu"
 export SELFSUP_CONFIGS=$repo/configs
 data="$work/selfsup-gpu/data"
+images=320 # the records and file lists the bundle holds (tests/gpu/bundle.sh)
 compare="python3 $repo/tests/gpu/compare.py"
 failed=0
 
@@ -64,7 +65,7 @@ train() {
     shift 4
     (cd "$work/selfsup-gpu" && selfsup-train -c "quickstart/$method" --in "file:$records" --threads 16 \
         config.MACHINE.DEVICE="$device" config.CHECKPOINT.DIR="$dir" config.LOG_FREQUENCY=1 \
-        config.DATA.TRAIN.DATA_LIMIT=320 config.OPTIMIZER.num_epochs=2 config.CHECKPOINT.OVERWRITE_EXISTING=True "$@")
+        config.DATA.TRAIN.DATA_LIMIT=$images config.OPTIMIZER.num_epochs=2 config.CHECKPOINT.OVERWRITE_EXISTING=True "$@")
 }
 
 final() { echo "$1/model_final_checkpoint_phase1.torch"; }
@@ -99,7 +100,7 @@ parity() {
 # had there: the same weights, one forward apart.
 cross() {
     local first=$1 second=$2 dir="$work/simclr-$1-then-$2"
-    local after=$((320 / $(selfsup config show quickstart/simclr --key config.DATA.TRAIN.BATCHSIZE_PER_REPLICA) + 1))
+    local after=$((images / $(selfsup config show quickstart/simclr --key config.DATA.TRAIN.BATCHSIZE_PER_REPLICA) + 1))
     train "$first" simclr "$dir" "$data/simclr_e0.rec"
     [ -e "$dir/checkpoint.torch" ] || { echo "no checkpoint from the $first run"; return 1; }
     train "$second" simclr "$dir" "$data/simclr.rec" config.CHECKPOINT.OVERWRITE_EXISTING=False &&
@@ -144,7 +145,7 @@ PY
 # SimCLR GPU run's final weights, 320 images.
 extract() {
     (cd "$work/selfsup-gpu" && selfsup-extract -c quickstart/extract_features --in "file:$data/extract.rec" \
-        --output "$2" --threads 16 config.MACHINE.DEVICE="$1" config.DATA.TRAIN.DATA_LIMIT=320 \
+        --output "$2" --threads 16 config.MACHINE.DEVICE="$1" config.DATA.TRAIN.DATA_LIMIT=$images \
         config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$(final "$work/simclr-gpu")")
 }
 
