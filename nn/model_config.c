@@ -661,8 +661,10 @@ static eng_precision precision_of(const cfg_node *config)
 bool model_backend_open(const cfg_node *config, int threads, int local_rank, eng_backend **be, cfg_err *err)
 {
     const char *device = cfg_str(config, "MACHINE.DEVICE"), *name = model_backend_for_device(device);
+    const cfg_node *wino = cfg_get(config, "MACHINE.CPU_WINOGRAD");
     eng_backend_options bo = {.threads = threads, .seed = (uint64_t)cfg_int(config, "SEED_VALUE"),
-                              .device = local_rank, .deterministic = true, .precision = precision_of(config)};
+                              .device = local_rank, .deterministic = true, .precision = precision_of(config),
+                              .winograd = wino && wino->kind == CFG_BOOL && wino->b};
     char *why = NULL;
     *be = name ? eng_backend_open(name, &bo, &why) : NULL;
     if (*be)

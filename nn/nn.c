@@ -169,6 +169,24 @@ static void expect_logical(const char *layer, const eng_tensor *const *ts, size_
     expect_logical((layer), (const eng_tensor *const[]){__VA_ARGS__}, \
                    sizeof((const eng_tensor *const[]){__VA_ARGS__}) / sizeof(const eng_tensor *))
 
+/* Abort unless the tensors (NULL entries skipped) share one layout: an elementwise layer, or
+ * one that walks its operands together, takes the native layout only for all of them. */
+static void expect_one_layout(const char *layer, const eng_tensor *const *ts, size_t n)
+{
+    const eng_tensor *first = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!ts[i])
+            continue;
+        if (!first)
+            first = ts[i];
+        else if (ts[i]->layout != first->layout)
+            invariant_failed("%s: tensor %zu is not in the layout of the others", layer, i + 1);
+    }
+}
+#define ONE_LAYOUT(layer, ...) \
+    expect_one_layout((layer), (const eng_tensor *const[]){__VA_ARGS__}, \
+                      sizeof((const eng_tensor *const[]){__VA_ARGS__}) / sizeof(const eng_tensor *))
+
 /* ---- memory ------------------------------------------------------------------------------ */
 
 void eng_upload_images(eng_backend *be, const eng_tensor *x, const uint8_t *src, int src_c, const int *map,
@@ -250,7 +268,7 @@ void eng_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst)
 void eng_relu_forward(eng_backend *be, const eng_tensor *x, const eng_tensor *y)
 {
     expect_same("relu", "output", y, x);
-    LOGICAL("relu", x, y);
+    ONE_LAYOUT("relu", x, y);
     be->ops->relu_forward(be, x, y);
 }
 
@@ -258,7 +276,7 @@ void eng_relu_backward(eng_backend *be, const eng_tensor *y, const eng_tensor *d
 {
     expect_same("relu backward", "dy", dy, y);
     expect_same("relu backward", "dx", dx, y);
-    LOGICAL("relu backward", y, dy, dx);
+    ONE_LAYOUT("relu backward", y, dy, dx);
     if (dx)
         be->ops->relu_backward(be, y, dy, dx);
 }
@@ -363,7 +381,7 @@ static void add_forward(eng_backend *be, const eng_tensor *a, const eng_tensor *
 {
     expect_same("add", "second input", b, a);
     expect_same("add", "output", y, a);
-    LOGICAL("add", a, b, y);
+    ONE_LAYOUT("add", a, b, y);
     be->ops->add_forward(be, a, b, relu, y);
 }
 
@@ -373,7 +391,7 @@ static void add_backward(eng_backend *be, const eng_tensor *relu_y, const eng_te
     expect_same("add backward", "y", relu_y, dy);
     expect_same("add backward", "da", da, dy);
     expect_same("add backward", "db", db, dy);
-    LOGICAL("add backward", relu_y, dy, da, db);
+    ONE_LAYOUT("add backward", relu_y, dy, da, db);
     be->ops->add_backward(be, relu_y, dy, da, db);
 }
 
@@ -681,7 +699,7 @@ void eng_conv_forward(eng_backend *be, eng_plan *plan, const eng_tensor *x, cons
                       const eng_tensor *b, const eng_tensor *y)
 {
     NEED(be, conv_forward);
-    LOGICAL("conv", x, w, b, y);
+    LOGICAL("conv", w, b);
     be->ops->conv_forward(be, plan, x, w, b, y);
 }
 
@@ -691,7 +709,7 @@ void eng_conv_backward(eng_backend *be, eng_plan *plan, const eng_tensor *x, con
     NEED(be, conv_backward);
     expect_same("conv backward", "dx", dx, x);
     expect_same("conv backward", "dw", dw, w);
-    LOGICAL("conv backward", x, w, dy, dx, dw, db);
+    LOGICAL("conv backward", w, dw, db);
     be->ops->conv_backward(be, plan, x, w, dy, dx, dw, db);
 }
 
@@ -731,7 +749,7 @@ static void bn_forward_train(eng_backend *be, double momentum, double eps, const
     const eng_tensor *pc[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
     check_channels("batchnorm", x, pc, ARRAY_LEN(pc));
     expect_same("batchnorm", "output", y, x);
-    LOGICAL("batchnorm", x, y);
+    ONE_LAYOUT("batchnorm", x, y);
     be->ops->batchnorm_forward_train(be, momentum, eps, x, gamma, beta, running_mean, running_var, save_mean,
                                      save_invstd, relu, y, across);
 }
@@ -759,7 +777,7 @@ static void bn_backward(eng_backend *be, const eng_tensor *x, const eng_tensor *
     expect_same("batchnorm backward", "y", relu_y, x);
     expect_same("batchnorm backward", "dy", dy, x);
     expect_same("batchnorm backward", "dx", dx, x);
-    LOGICAL("batchnorm backward", x, relu_y, dy, dx);
+    ONE_LAYOUT("batchnorm backward", x, relu_y, dy, dx);
     be->ops->batchnorm_backward(be, x, gamma, save_mean, save_invstd, relu_y, dy, dx, dgamma, dbeta, across);
 }
 
@@ -942,7 +960,7 @@ void eng_maxpool_backward(eng_backend *be, const eng_pool_desc *d, const eng_ten
     NEED(be, maxpool_backward);
     check_pool("maxpool backward", d, x, dy);
     expect_same("maxpool backward", "dx", dx, x);
-    LOGICAL("maxpool backward", x, dy, dx);
+    ONE_LAYOUT("maxpool backward", x, dy, dx);
     if (dx)
         be->ops->maxpool_backward(be, d, x, dy, dx);
 }
@@ -984,7 +1002,7 @@ void eng_adaptive_avgpool_backward(eng_backend *be, const eng_tensor *dy, const 
 {
     NEED(be, adaptive_avgpool_backward);
     check_adaptive("adaptive avgpool backward", dx, dy);
-    LOGICAL("adaptive avgpool backward", dy, dx);
+    LOGICAL("adaptive avgpool backward", dy);
     be->ops->adaptive_avgpool_backward(be, dy, dx);
 }
 

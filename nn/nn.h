@@ -48,11 +48,17 @@ typedef struct eng_backend eng_backend;
 /* How a tensor's elements sit in memory. LOGICAL is PyTorch's C-contiguous order, what every
  * layer accepts. NATIVE lets the backend keep it in whatever order its kernels like best for
  * that shape (oneDNN's channel-blocked nChw16c on the cpu; it may be the logical order), so a
- * chain of evaluation layers runs without converting between them. Model code chooses NATIVE
- * only for activations that go from one of the layers documented as accepting it to another:
- * eng_conv_bn_forward_eval (x, residual, y), eng_maxpool_forward (x and y alike),
- * eng_channel_scale_forward (x and y alike) and eng_adaptive_avgpool_forward (x, and y if x is). eng_zero, eng_upload, eng_download and eng_copy take
- * either and convert; every other layer refuses a NATIVE tensor (a programming error). */
+ * chain of layers runs without converting between them. Model code chooses NATIVE only for
+ * activations that go from one of the layers documented as accepting it to another:
+ *   - evaluation: eng_conv_bn_forward_eval (x, residual, y), eng_channel_scale_forward (x and y
+ *     alike), eng_adaptive_avgpool_forward (x, and y if x is);
+ *   - training (a ResNet's): eng_conv_forward and eng_conv_backward (each of x, y, dy, dx in
+ *     either; the weights and bias logical), and, each with all its activations in one layout,
+ *     eng_batchnorm[_relu]_forward_train, eng_batchnorm[_relu]_backward, eng_relu_*, eng_add_*,
+ *     eng_add_relu_*, eng_maxpool_forward and eng_maxpool_backward; eng_adaptive_avgpool_backward
+ *     (dx in either, dy logical).
+ * eng_zero, eng_upload, eng_download and eng_copy take either and convert; every other layer
+ * refuses a NATIVE tensor (a programming error). */
 typedef enum { ENG_LAYOUT_LOGICAL = 0, ENG_LAYOUT_NATIVE = 1 } eng_layout;
 
 /* A view of backend memory: opaque to model code. */
@@ -78,6 +84,7 @@ typedef struct {
     int device;         /* cuda: the GPU, the process's local rank (0 on one GPU) */
     bool deterministic; /* cuda: only algorithms whose results do not vary run to run */
     eng_precision precision; /* ENG_FP32, or cuda's mixed precision ENG_BF16 */
+    bool winograd;      /* cpu: training convolutions take Winograd's kernels where faster */
 } eng_backend_options;
 
 /* Open a backend by name ("cpu", "cuda"). NULL with *err when it is unknown or unavailable

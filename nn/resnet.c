@@ -354,26 +354,45 @@ static const eng_tensor *res1(const resnet *net) { return net->opt.small_stem ? 
 
 static eng_tensor *stage_out(resnet *net, int stage) { return &net->blocks[net->layer_end[stage]].out; }
 
-static void set_unit_layout(unit *u, eng_layout l) { u->out.layout = l; }
+/* The unit's activations and their gradients (the backward walks them in one layout). */
+static void set_unit_layout(unit *u, eng_layout l)
+{
+    u->conv_out.layout = u->conv_grad.layout = u->out.layout = u->out_grad.layout = u->pre_grad.layout = l;
+}
 
-/* The activations' layouts for this forward. Training: all logical (the norms and the
- * backward read them). Evaluation with batch norm: the trunk is conv+BN units and a max pool,
- * which all take the backend's native layout, so every activation between them keeps it and
- * nothing is converted from conv to conv, except the features a caller reads (exposed). The
- * stem's output and the max pool's share one layout (the pool's rule). */
+/* Whether a caller reads a feature from inside the trunk (res5avg and flatten are the pool's). */
+static bool inner_exposed(const resnet *net)
+{
+    unsigned inner = 0;
+    for (int f = RESNET_CONV1; f <= RESNET_RES5; f++)
+        inner |= 1u << f;
+    return (net->exposed & inner) != 0;
+}
+
+/* The activations' layouts for this forward. With batch norm the trunk is conv, BN, ReLU,
+ * residual adds and a max pool, which all take the backend's native layout (oneDNN's
+ * channel-blocked one on the cpu) in training and in evaluation, so every activation between
+ * them keeps it and nothing is converted from conv to conv. Training keeps the gradients in it
+ * too. The exceptions are the features a caller reads (exposed): evaluation writes those
+ * logical (its fused conv writes either); training, whose residual add takes one layout for
+ * all its operands, then runs the whole trunk logical. The stem's output and the max pool's
+ * share one layout (the pool's rule). */
 static void set_layouts(resnet *net, bool train)
 {
-    eng_layout inner = !train && net->opt.norm == RESNET_NORM_BATCH ? ENG_LAYOUT_NATIVE : ENG_LAYOUT_LOGICAL;
+    bool native = net->opt.norm == RESNET_NORM_BATCH && !(train && inner_exposed(net));
+    eng_layout inner = native ? ENG_LAYOUT_NATIVE : ENG_LAYOUT_LOGICAL;
     set_unit_layout(&net->stem, inner);
-    net->pool_out.layout = inner;
+    net->pool_out.layout = net->pool_grad.layout = inner;
     for (int i = 0; i < net->nblocks; i++) {
         block *b = &net->blocks[i];
         for (int j = 0; j < b->nu; j++)
             set_unit_layout(&b->u[j], inner);
         if (b->has_down)
             set_unit_layout(&b->down, inner);
-        b->out.layout = inner;
+        b->out.layout = b->out_grad.layout = inner;
     }
+    if (train)
+        return;
     if (net->exposed & (1u << RESNET_CONV1 | 1u << RESNET_RES1))
         net->stem.out.layout = net->pool_out.layout = ENG_LAYOUT_LOGICAL;
     for (int f = RESNET_RES2; f <= RESNET_RES5; f++)

@@ -2,8 +2,8 @@
  * batchnorm.c — the cpu backend's batch norm (PyTorch's BatchNorm2d over N×C×H×W and
  * BatchNorm1d over N×C), optionally fused with the ReLU that follows it in a ResNet.
  *
- * Both layouts are one: element (n, c, s) lives at (n·C + c)·S + s, with S = H·W for 4-D
- * and S = 1 for 2-D, so every function walks channel c over its N planes of S values.
+ * In the logical layout, element (n, c, s) lives at (n·C + c)·S + s, with S = H·W for 4-D
+ * and S = 1 for 2-D, so a function walks channel c over its N planes of S values.
  * Statistics are summed in double (two passes: mean, then squared deviations), which keeps
  * the result within float rounding of PyTorch for any batch size. Training normalises with
  * the biased variance and folds the unbiased one (m/(m−1)) into running_var, as PyTorch does.
@@ -25,7 +25,8 @@
  * every sum is taken in the same order whatever the thread count (results do not depend on
  * it); the per-plane loops are SIMD (CPU_HOT: compiled for AVX-512, AVX2 and the baseline).
  * Planes of a few values (small images' last stages, BatchNorm1d) take another path, channels
- * in blocks and the batch sample by sample: see "small planes" below.
+ * in blocks and the batch sample by sample: see "small planes" below. A channel-blocked tensor
+ * (a training ResNet's, cpu_blocking) is walked in its own order: see "channel-blocked".
  */
 #include "cpu.h"
 
@@ -205,6 +206,121 @@ static void channel_train(const float *px, float *py, const cpu_ncs *d, int64_t 
     channel_affine(px, py, d, c, mean, scale, cpu_at_or(a->beta, c, 0.0), a->relu);
 }
 
+/* ---- channel-blocked tensors: B channels interleaved per pixel --------------------------------
+ *
+ * A training ResNet keeps its activations in the layout oneDNN's convolutions read and write
+ * (nChwBc, cpu_blocking), so that nothing is converted between them. There sample n's channel
+ * block k is S pixels of B interleaved values, starting where its plane would (plane(d, n,
+ * kB)), and value (s, l) belongs to channel kB + l. A block is one thread's; each lane sums
+ * over n, then s, into its own double: each channel's order is fixed whatever the thread
+ * count, as in the logical layout. Per-channel arrays here are B long, indexed by lane. */
+
+enum { MAX_LANES = 16 }; /* cpu_blocking's blocks are 8 or 16 */
+
+/* Σ x (mu NULL) or Σ (x − mu)² per lane of the block at channel c0, into out. */
+CPU_HOT static void lanes_sums(const float *x, const cpu_ncs *d, int64_t c0, int b, const double *mu, double *out)
+{
+    double acc[MAX_LANES] = {0};
+    for (int64_t n = 0; n < d->n; n++) {
+        const float *r = x + plane(d, n, c0);
+        for (int64_t s = 0; s < d->s; s++, r += b) {
+            if (mu) {
+#pragma omp simd
+                for (int l = 0; l < b; l++)
+                    acc[l] += ((double)r[l] - mu[l]) * ((double)r[l] - mu[l]);
+            } else {
+#pragma omp simd
+                for (int l = 0; l < b; l++)
+                    acc[l] += r[l];
+            }
+        }
+    }
+    memcpy(out, acc, (size_t)b * sizeof *out);
+}
+
+/* y = (x − mu)·scale + shift per lane, then max(·, 0) when relu (plane_affine's arithmetic). */
+CPU_HOT static void lanes_affine(const float *x, float *y, const cpu_ncs *d, int64_t c0, int b, const double *mu,
+                                 const double *scale, const double *shift, bool relu)
+{
+    for (int64_t n = 0; n < d->n; n++) {
+        const float *r = x + plane(d, n, c0);
+        float *o = y + plane(d, n, c0);
+        for (int64_t s = 0; s < d->s; s++, r += b, o += b) {
+#pragma omp simd
+            for (int l = 0; l < b; l++) {
+                float v = (float)(((double)r[l] - mu[l]) * scale[l] + shift[l]);
+                o[l] = relu && v < 0.0f ? 0.0f : v;
+            }
+        }
+    }
+}
+
+/* Σ g and Σ g·(x − mu) per lane (plane_grad_sums' arithmetic), into sum_g and sum_gx. */
+CPU_HOT static void lanes_grad_sums(const float *x, const float *dy, const float *y, const cpu_ncs *d, int64_t c0,
+                                    int b, const double *mu, double *sum_g, double *sum_gx)
+{
+    double a[MAX_LANES] = {0}, ax[MAX_LANES] = {0};
+    for (int64_t n = 0; n < d->n; n++) {
+        int64_t at = plane(d, n, c0);
+        const float *r = x + at, *g = dy + at, *o = y ? y + at : NULL;
+        for (int64_t s = 0; s < d->s; s++, r += b, g += b, o = o ? o + b : NULL) {
+#pragma omp simd
+            for (int l = 0; l < b; l++) {
+                double gl = !o || o[l] > 0.0f ? g[l] : 0.0f;
+                a[l] += gl;
+                ax[l] += gl * ((double)r[l] - mu[l]);
+            }
+        }
+    }
+    memcpy(sum_g, a, (size_t)b * sizeof *sum_g);
+    memcpy(sum_gx, ax, (size_t)b * sizeof *sum_gx);
+}
+
+/* dx += kk·(m·g − sg − (x − mu)·t) per lane (plane_dx_train's formula). */
+CPU_HOT static void lanes_dx(const float *x, const float *dy, const float *y, float *dx, const cpu_ncs *d,
+                             int64_t c0, int b, const double *mu, const double *kk, const double *sg,
+                             const double *t, double m)
+{
+    for (int64_t n = 0; n < d->n; n++) {
+        int64_t at = plane(d, n, c0);
+        const float *r = x + at, *g = dy + at, *o = y ? y + at : NULL;
+        float *out = dx + at;
+        for (int64_t s = 0; s < d->s; s++, r += b, g += b, out += b, o = o ? o + b : NULL) {
+#pragma omp simd
+            for (int l = 0; l < b; l++) {
+                double gl = !o || o[l] > 0.0f ? g[l] : 0.0f;
+                out[l] += (float)(kk[l] * (m * gl - sg[l] - ((double)r[l] - mu[l]) * t[l]));
+            }
+        }
+    }
+}
+
+/* The lanes' training step from their channels' means and variances (channel_train's). */
+static void lanes_train(const float *px, float *py, const cpu_ncs *d, int64_t c0, int b, const double *mean,
+                        const double *var, double m, const bn_args *a)
+{
+    double scale[MAX_LANES], shift[MAX_LANES];
+    for (int l = 0; l < b; l++) {
+        scale[l] = channel_update(c0 + l, mean[l], var[l], m, a);
+        shift[l] = cpu_at_or(a->beta, c0 + l, 0.0);
+    }
+    lanes_affine(px, py, d, c0, b, mean, scale, shift, a->relu);
+}
+
+/* The block at c0's whole training forward (without a reducer): statistics, bookkeeping, y. */
+static void lanes_forward(const float *px, float *py, const cpu_ncs *d, int64_t c0, int b, double m,
+                          const bn_args *a)
+{
+    double mean[MAX_LANES], var[MAX_LANES];
+    lanes_sums(px, d, c0, b, NULL, mean);
+    for (int l = 0; l < b; l++)
+        mean[l] /= m;
+    lanes_sums(px, d, c0, b, mean, var);
+    for (int l = 0; l < b; l++)
+        var[l] /= m;
+    lanes_train(px, py, d, c0, b, mean, var, m, a);
+}
+
 /* ---- small planes: channels in blocks, the batch sample by sample ---------------------------
  *
  * Small images leave the last stages maps of a few pixels (ResNet-18's res5 is 1 × 1 at 24 and
@@ -369,8 +485,34 @@ typedef struct {
     tensor_ref *gamma, *dgamma, *dbeta;
 } bn_grad;
 
-/* The block's Σg and Σg·x̂ per channel into sum_g, sum_gxhat, added into dβ and dγ
+/* Channels [c0, c0 + nc)'s Σg·(x − mean) made Σg·x̂, and both sums added into dβ and dγ
  * (channel_sums' bookkeeping). */
+static void finish_grad_sums(const bn_grad *a, int64_t c0, int64_t nc, const double *sum_g, double *sum_gxhat)
+{
+    for (int64_t i = 0; i < nc; i++) {
+        int64_t c = c0 + i;
+        sum_gxhat[i] *= a->invstd[c];
+        if (a->dbeta)
+            cpu_ptr(a->dbeta)[c] += (float)sum_g[i];
+        if (a->dgamma)
+            cpu_ptr(a->dgamma)[c] += (float)sum_gxhat[i];
+    }
+}
+
+/* Channels [c0, c0 + nc)'s dx coefficients from their sums over m values: the mean, the
+ * scale γ·invstd/m and the slope invstd·Σg·x̂ (channel_dx's). */
+static void dx_coefficients(const bn_grad *a, int64_t c0, int64_t nc, double m, const double *sum_gxhat,
+                            double *mean, double *scale, double *slope)
+{
+    for (int64_t i = 0; i < nc; i++) {
+        int64_t c = c0 + i;
+        mean[i] = a->mean[c];
+        scale[i] = cpu_at_or(a->gamma, c, 1.0) * a->invstd[c] / m;
+        slope[i] = a->invstd[c] * sum_gxhat[i];
+    }
+}
+
+/* The block's Σg and Σg·x̂ per channel into sum_g, sum_gxhat, added into dβ and dγ. */
 static void block_grad_sums(const cpu_ncs *d, const block *k, const bn_grad *a, double *sum_g, double *sum_gxhat)
 {
     double mean[BLOCK], mu[BLOCK_VALUES], acc_g[BLOCK_VALUES], acc_gx[BLOCK_VALUES];
@@ -380,14 +522,7 @@ static void block_grad_sums(const cpu_ncs *d, const block *k, const bn_grad *a, 
     rows_grad_sums(a->x, a->dy, a->y, d, k, mu, acc_g, acc_gx);
     fold(d, k, acc_g, sum_g);
     fold(d, k, acc_gx, sum_gxhat);
-    for (int64_t i = 0; i < k->nc; i++) {
-        int64_t c = k->c0 + i;
-        sum_gxhat[i] *= a->invstd[c];
-        if (a->dbeta)
-            cpu_ptr(a->dbeta)[c] += (float)sum_g[i];
-        if (a->dgamma)
-            cpu_ptr(a->dgamma)[c] += (float)sum_gxhat[i];
-    }
+    finish_grad_sums(a, k->c0, k->nc, sum_g, sum_gxhat);
 }
 
 /* The block's dx from its channels' sums over m values (channel_dx's). */
@@ -395,12 +530,7 @@ static void block_dx(const cpu_ncs *d, const block *k, const bn_grad *a, double 
                      const double *sum_gxhat)
 {
     double mean[BLOCK], scale[BLOCK], slope[BLOCK];
-    for (int64_t i = 0; i < k->nc; i++) {
-        int64_t c = k->c0 + i;
-        mean[i] = a->mean[c];
-        scale[i] = cpu_at_or(a->gamma, c, 1.0) * a->invstd[c] / m;
-        slope[i] = a->invstd[c] * sum_gxhat[i];
-    }
+    dx_coefficients(a, k->c0, k->nc, m, sum_gxhat, mean, scale, slope);
     double mu[BLOCK_VALUES], kk[BLOCK_VALUES], sg[BLOCK_VALUES], t[BLOCK_VALUES];
     spread(d, k, mean, mu);
     spread(d, k, scale, kk);
@@ -419,6 +549,35 @@ static void block_backward(const cpu_ncs *d, int64_t b, const bn_grad *a, double
         block_dx(d, &k, a, m, sum_g, sum_gxhat);
 }
 
+/* The lanes' Σg and Σg·x̂ into sum_g, sum_gxhat, added into dβ and dγ. */
+static void lanes_grad_block(const cpu_ncs *d, int64_t c0, int b, const bn_grad *a, double *sum_g,
+                             double *sum_gxhat)
+{
+    double mean[MAX_LANES];
+    for (int l = 0; l < b; l++)
+        mean[l] = a->mean[c0 + l];
+    lanes_grad_sums(a->x, a->dy, a->y, d, c0, b, mean, sum_g, sum_gxhat);
+    finish_grad_sums(a, c0, b, sum_g, sum_gxhat);
+}
+
+/* The lanes' dx from their channels' sums over m values. */
+static void lanes_dx_block(const cpu_ncs *d, int64_t c0, int b, const bn_grad *a, double m, const double *sum_g,
+                           const double *sum_gxhat)
+{
+    double mean[MAX_LANES], scale[MAX_LANES], slope[MAX_LANES];
+    dx_coefficients(a, c0, b, m, sum_gxhat, mean, scale, slope);
+    lanes_dx(a->x, a->dy, a->y, a->dx, d, c0, b, mean, scale, sum_g, slope, m);
+}
+
+/* The block at c0's whole training backward (without a reducer). */
+static void lanes_backward(const cpu_ncs *d, int64_t c0, int b, const bn_grad *a, double m)
+{
+    double sum_g[MAX_LANES], sum_gxhat[MAX_LANES];
+    lanes_grad_block(d, c0, b, a, sum_g, sum_gxhat);
+    if (a->dx)
+        lanes_dx_block(d, c0, b, a, m, sum_g, sum_gxhat);
+}
+
 /* v[0..n) over the group; a failed reducer leaves the rank's own (nn.h). */
 static void over_group(const eng_reducer *r, double *v, size_t n)
 {
@@ -429,10 +588,17 @@ static void over_group(const eng_reducer *r, double *v, size_t n)
     free(mine);
 }
 
-/* Every channel's Σ x (mean NULL) or Σ (x − mean)² into out[c]: by blocks for small planes,
- * else channel by channel, the sums the layer without a reducer takes. */
-static void all_sums(const float *px, const cpu_ncs *d, const double *mean, double *out)
+/* Every channel's Σ x (mean NULL) or Σ (x − mean)² into out[c]: by lanes for a channel-blocked
+ * tensor (`lanes` channels a block, else 0), by blocks for small planes, else channel by
+ * channel, the sums the layer without a reducer takes. */
+static void all_sums(const float *px, const cpu_ncs *d, int lanes, const double *mean, double *out)
 {
+    if (lanes) {
+#pragma omp parallel for schedule(static)
+        for (int64_t c0 = 0; c0 < d->c; c0 += lanes)
+            lanes_sums(px, d, c0, lanes, mean ? mean + c0 : NULL, out + c0);
+        return;
+    }
     if (small_planes(d)) {
 #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < block_count(d); b++) {
@@ -447,9 +613,15 @@ static void all_sums(const float *px, const cpu_ncs *d, const double *mean, doub
 }
 
 /* Every channel's training step from its mean and variance over m values. */
-static void all_train(const float *px, float *py, const cpu_ncs *d, const double *mean, const double *var,
-                      double m, const bn_args *a)
+static void all_train(const float *px, float *py, const cpu_ncs *d, int lanes, const double *mean,
+                      const double *var, double m, const bn_args *a)
 {
+    if (lanes) {
+#pragma omp parallel for schedule(static)
+        for (int64_t c0 = 0; c0 < d->c; c0 += lanes)
+            lanes_train(px, py, d, c0, lanes, mean + c0, var + c0, m, a);
+        return;
+    }
     if (small_planes(d)) {
 #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < block_count(d); b++) {
@@ -464,11 +636,11 @@ static void all_train(const float *px, float *py, const cpu_ncs *d, const double
 }
 
 /* SyncBN's forward: the statistics of the group's batch, in two reduced passes. */
-static void forward_synced(const float *px, float *py, const cpu_ncs *d, const bn_args *a,
+static void forward_synced(const float *px, float *py, const cpu_ncs *d, int lanes, const bn_args *a,
                            const eng_reducer *r)
 {
     double *sum = xmalloc((size_t)(2 * d->c + 1) * sizeof *sum), *sq = sum + d->c + 1;
-    all_sums(px, d, NULL, sum);
+    all_sums(px, d, lanes, NULL, sum);
     sum[d->c] = (double)(d->n * d->s);
     over_group(r, sum, (size_t)d->c + 1);
     double m = sum[d->c];
@@ -476,11 +648,11 @@ static void forward_synced(const float *px, float *py, const cpu_ncs *d, const b
         die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %.0f)", m);
     for (int64_t c = 0; c < d->c; c++)
         sum[c] /= m; /* now the means */
-    all_sums(px, d, sum, sq);
+    all_sums(px, d, lanes, sum, sq);
     over_group(r, sq, (size_t)d->c);
     for (int64_t c = 0; c < d->c; c++)
         sq[c] /= m; /* now the variances */
-    all_train(px, py, d, sum, sq, m, a);
+    all_train(px, py, d, lanes, sum, sq, m, a);
     free(sum);
 }
 
@@ -502,13 +674,20 @@ void cpu_batchnorm_forward_train(eng_backend *be, double momentum, double eps, t
                        .relu = relu};
     const float *px = cpu_ptr(x);
     float *py = cpu_ptr(y);
+    int lanes = cpu_blocking(x);
     if (across) {
-        forward_synced(px, py, &d, &a, across);
+        forward_synced(px, py, &d, lanes, &a, across);
         return;
     }
     double m = (double)(d.n * d.s);
     if (m < 2)
         die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %.0f)", m);
+    if (lanes) {
+#pragma omp parallel for schedule(static)
+        for (int64_t c0 = 0; c0 < d.c; c0 += lanes)
+            lanes_forward(px, py, &d, c0, lanes, m, &a);
+        return;
+    }
     if (small_planes(&d)) {
 #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < block_count(&d); b++)
@@ -552,8 +731,14 @@ static void channel_dx(const cpu_ncs *d, int64_t c, const float *px, const float
 }
 
 /* Every channel's Σg and Σg·x̂ into sum_g[c], sum_gxhat[c], added into dβ and dγ. */
-static void all_grad_sums(const cpu_ncs *d, const bn_grad *a, double *sum_g, double *sum_gxhat)
+static void all_grad_sums(const cpu_ncs *d, int lanes, const bn_grad *a, double *sum_g, double *sum_gxhat)
 {
+    if (lanes) {
+#pragma omp parallel for schedule(static)
+        for (int64_t c0 = 0; c0 < d->c; c0 += lanes)
+            lanes_grad_block(d, c0, lanes, a, sum_g + c0, sum_gxhat + c0);
+        return;
+    }
     if (small_planes(d)) {
 #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < block_count(d); b++) {
@@ -569,8 +754,15 @@ static void all_grad_sums(const cpu_ncs *d, const bn_grad *a, double *sum_g, dou
 }
 
 /* Every channel's dx from its sums over m values. */
-static void all_dx(const cpu_ncs *d, const bn_grad *a, double m, const double *sum_g, const double *sum_gxhat)
+static void all_dx(const cpu_ncs *d, int lanes, const bn_grad *a, double m, const double *sum_g,
+                   const double *sum_gxhat)
 {
+    if (lanes) {
+#pragma omp parallel for schedule(static)
+        for (int64_t c0 = 0; c0 < d->c; c0 += lanes)
+            lanes_dx_block(d, c0, lanes, a, m, sum_g + c0, sum_gxhat + c0);
+        return;
+    }
     if (small_planes(d)) {
 #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < block_count(d); b++) {
@@ -586,14 +778,14 @@ static void all_dx(const cpu_ncs *d, const bn_grad *a, double m, const double *s
 }
 
 /* SyncBN's backward: dγ and dβ from this rank's sums, dx from the group's. */
-static void backward_synced(const cpu_ncs *d, const bn_grad *a, const eng_reducer *r)
+static void backward_synced(const cpu_ncs *d, int lanes, const bn_grad *a, const eng_reducer *r)
 {
     double *sums = xmalloc((size_t)(2 * d->c + 1) * sizeof *sums); /* Σg per channel, Σg·x̂ per channel, m */
-    all_grad_sums(d, a, sums, sums + d->c);
+    all_grad_sums(d, lanes, a, sums, sums + d->c);
     sums[2 * d->c] = (double)(d->n * d->s);
     over_group(r, sums, (size_t)(2 * d->c + 1));
     if (a->dx)
-        all_dx(d, a, sums[2 * d->c], sums, sums + d->c);
+        all_dx(d, lanes, a, sums[2 * d->c], sums, sums + d->c);
     free(sums);
 }
 
@@ -615,8 +807,15 @@ void cpu_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_ref *gamma, t
                        .gamma = gamma,
                        .dgamma = dgamma,
                        .dbeta = dbeta};
+    int lanes = cpu_blocking(x);
     if (across) {
-        backward_synced(&d, &a, across);
+        backward_synced(&d, lanes, &a, across);
+        return;
+    }
+    if (lanes) {
+#pragma omp parallel for schedule(static)
+        for (int64_t c0 = 0; c0 < d.c; c0 += lanes)
+            lanes_backward(&d, c0, lanes, &a, m);
         return;
     }
     if (small_planes(&d)) {

@@ -7,15 +7,24 @@
  * oneDNN's dilation counts the gaps (PyTorch's minus one).
  * Asymmetric padding (pad_extra) is oneDNN's own: its right padding may differ from its left.
  *
- * Layout. Our tensors are plain nchw / oihw, but on plain memory oneDNN falls back to its
+ * Layout. Logical tensors are plain nchw / oihw, but on plain memory oneDNN falls back to its
  * slow GEMM-based kernels. So the primitives are created with format_tag_any for the
  * activations and weights, letting oneDNN pick its blocked layouts (nChw16c, OIhw16i16o, ...)
- * and its direct JIT kernels; each primitive argument is a "port" that, where the chosen layout
- * differs from ours, reorders between the caller's plain tensor and a plan-owned blocked buffer
- * on every call (weights change every step; the forward's buffers are not reused by backward,
- * since a layer may run forward twice before its backward). The blocked buffers are shared by
- * role (x-, y- and w-sized) across the three primitives, which run one at a time. The bias
- * stays plain. Converting costs far less than the GEMM path loses.
+ * and its JIT kernels; each primitive argument is a "port" that, where the chosen layout
+ * differs from the caller's, reorders between the caller's tensor and a plan-owned blocked
+ * buffer on every call (weights change every step; the forward's buffers are not reused by
+ * backward, since a layer may run forward twice before its backward). The blocked buffers are
+ * shared by role (x-, y- and w-sized) across the three primitives, which run one at a time.
+ * The bias stays plain. Converting costs far less than the GEMM path loses, but it is not
+ * free: a training ResNet therefore keeps its activations and their gradients channel-blocked
+ * (NATIVE, cpu_blocking), and an activation argument has a second port for such a caller, made
+ * on first use (bport), which converts nothing where oneDNN chose the caller's layout.
+ *
+ * Algorithm. Direct kernels, as PyTorch's CPU convolutions. A backend opened with `winograd`
+ * (MACHINE.CPU_WINOGRAD) trains the 3 × 3 stride-1 convolutions with oneDNN's Winograd kernels
+ * where they measured faster (winograd_mask). Their transforms round differently: a ResNet's
+ * features come out a few 1e-4 relative from PyTorch's instead of 1e-5, so it is a choice, not
+ * the default. Evaluation stays direct.
  *
  * oneDNN overwrites its outputs, but nn.h's gradients accumulate (oneDNN 2.6 has no sum
  * post-op on backward primitives). Where a gradient comes out blocked, the reorder back to our
@@ -96,12 +105,17 @@ typedef struct {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     dnnl_primitive_t prim[NPRIM];
-    port port[NPORT];
+    port port[NPORT];                 /* for callers' tensors in our plain layout */
+    port bport[NPORT];                /* for channel-blocked ones (activations only), made on first use */
+    int bport_block[NPORT];           /* the block bport[i] was made for; 0: not made */
+    void *bbuf[NPORT];                /* bport[i]'s own converted side, where it has one */
+    dnnl_memory_desc_t chosen[NPORT]; /* the layout each primitive argument has */
     dnnl_memory_t mem[NMEM];
     bool bias;
     bool dy_shared; /* backward-weights reads the blocked dy that backward-data reordered */
     size_t x_count, w_count, o_count; /* elements of x, w, and output channels */
     float *tmp_dx, *tmp_dw, *tmp_db;  /* gradients land here; we add into the caller's */
+    float *tmp_x;                     /* a blocked x in our layout (one-pixel outputs' backward) */
     void *buf[NBUF];                  /* blocked copies (NULL when no port needs one) */
     size_t buf_bytes[NBUF];
     void *scratch;
@@ -226,8 +240,11 @@ static void conv_destroy(struct eng_plan *base)
     fused_destroy(p->fused);
     cpu_conv_gemm_free(p->gemm);
     cpu_conv_dw_free(p->dw);
-    for (int i = 0; i < NPORT; i++)
+    for (int i = 0; i < NPORT; i++) {
         port_destroy(&p->port[i]);
+        port_destroy(&p->bport[i]);
+        free(p->bbuf[i]);
+    }
     for (int i = 0; i < NMEM; i++)
         if (p->mem[i])
             dnnl_memory_destroy(p->mem[i]);
@@ -238,30 +255,72 @@ static void conv_destroy(struct eng_plan *base)
     dnnl_engine_destroy(p->engine);
     for (int i = 0; i < NBUF; i++)
         free(p->buf[i]);
-    free(p->tmp_dx), free(p->tmp_dw), free(p->tmp_db), free(p->scratch);
+    free(p->tmp_dx), free(p->tmp_dw), free(p->tmp_db), free(p->tmp_x), free(p->scratch);
     free(p);
 }
 
-/* The three primitive descriptors, the backward ones hinted by the forward. */
-static void make_pds(conv_plan *p, const conv_geom *g, dnnl_primitive_desc_t pd[NPRIM])
+/* The three operation descriptors with algorithm alg[i] each. */
+static void init_ops(conv_plan *p, const conv_geom *g, const dnnl_alg_kind_t alg[NPRIM], dnnl_convolution_desc_t op[NPRIM])
 {
-    const dnnl_alg_kind_t alg = dnnl_convolution_direct;
     const dnnl_memory_desc_t *bias = p->bias ? &g->bias : NULL;
-    dnnl_convolution_desc_t fwd, bwd_data, bwd_wei;
-    check(dnnl_dilated_convolution_forward_desc_init(&fwd, dnnl_forward_training, alg, &g->any_src, &g->any_wei,
-                                                     bias, &g->any_dst, g->strides, g->dilates, g->pad_l,
-                                                     g->pad_r),
+    check(dnnl_dilated_convolution_forward_desc_init(&op[FWD], dnnl_forward_training, alg[FWD], &g->any_src,
+                                                     &g->any_wei, bias, &g->any_dst, g->strides, g->dilates,
+                                                     g->pad_l, g->pad_r),
           "convolution forward descriptor");
-    check(dnnl_dilated_convolution_backward_data_desc_init(&bwd_data, alg, &g->any_src, &g->any_wei, &g->any_dst,
-                                                           g->strides, g->dilates, g->pad_l, g->pad_r),
+    check(dnnl_dilated_convolution_backward_data_desc_init(&op[BWD_DATA], alg[BWD_DATA], &g->any_src, &g->any_wei,
+                                                           &g->any_dst, g->strides, g->dilates, g->pad_l, g->pad_r),
           "convolution backward-data descriptor");
-    check(dnnl_dilated_convolution_backward_weights_desc_init(&bwd_wei, alg, &g->any_src, &g->any_wei, bias,
-                                                              &g->any_dst, g->strides, g->dilates, g->pad_l,
-                                                              g->pad_r),
+    check(dnnl_dilated_convolution_backward_weights_desc_init(&op[BWD_WEIGHTS], alg[BWD_WEIGHTS], &g->any_src,
+                                                              &g->any_wei, bias, &g->any_dst, g->strides,
+                                                              g->dilates, g->pad_l, g->pad_r),
           "convolution backward-weights descriptor");
-    pd[FWD] = make_pd(&fwd, p->engine, NULL, "convolution forward");
-    pd[BWD_DATA] = make_pd(&bwd_data, p->engine, pd[FWD], "convolution backward-data");
-    pd[BWD_WEIGHTS] = make_pd(&bwd_wei, p->engine, pd[FWD], "convolution backward-weights");
+}
+
+/* Which training primitives take oneDNN's Winograd kernels (bit i for primitive i): 3 × 3,
+ * stride 1, no dilation or groups, whole channel blocks (its F(4 × 4, 3 × 3) AVX-512 kernels
+ * take nothing else; make_pds falls back to direct where oneDNN has none). Its 6 × 6 tiles do
+ * 2.25 times fewer multiplications than the direct kernels on the maps they cover, but on a
+ * map of a few pixels they are mostly padding: measured on ResNet-18's small-stem step (28 px,
+ * batch 32, 2 cores), the forward and backward-data of res5's 4 × 4 maps got slower (17 → 19
+ * and 16 → 19 ms), its backward-weights faster (30 → 21), and every larger map faster in all
+ * three (the 28 × 28 ones nearly twice). So forward and backward-data from 7 × 7 up. */
+enum { WINO_MIN_MAP = 7 };
+
+static unsigned winograd_mask(const eng_backend *be, const conv_geom *g, const eng_conv_desc *d, const eng_shape *x,
+                              const eng_shape *w)
+{
+    if (!be->opt.winograd)
+        return 0;
+    int64_t groups = d->groups ? d->groups : 1;
+    bool fits = w->dim[2] == 3 && w->dim[3] == 3 && g->strides[0] == 1 && g->strides[1] == 1 && g->dilates[0] == 0 &&
+                g->dilates[1] == 0 && groups == 1 && x->dim[1] % 16 == 0 && w->dim[0] % 16 == 0;
+    if (!fits)
+        return 0;
+    bool large = x->dim[2] >= WINO_MIN_MAP && x->dim[3] >= WINO_MIN_MAP;
+    return 1u << BWD_WEIGHTS | (large ? 1u << FWD | 1u << BWD_DATA : 0u);
+}
+
+/* The three primitive descriptors, the backward ones hinted by the forward: each Winograd where
+ * `wino` asks and oneDNN has it, else direct. */
+static void make_pds(conv_plan *p, const conv_geom *g, unsigned wino, dnnl_primitive_desc_t pd[NPRIM])
+{
+    static const char *const what[NPRIM] = {"convolution forward", "convolution backward-data",
+                                            "convolution backward-weights"};
+    dnnl_alg_kind_t direct[NPRIM] = {dnnl_convolution_direct, dnnl_convolution_direct, dnnl_convolution_direct},
+                    chosen[NPRIM];
+    for (int i = 0; i < NPRIM; i++)
+        chosen[i] = wino >> i & 1 ? dnnl_convolution_winograd : dnnl_convolution_direct;
+    dnnl_convolution_desc_t op[NPRIM], op_direct[NPRIM];
+    init_ops(p, g, chosen, op);
+    init_ops(p, g, direct, op_direct);
+    for (int i = 0; i < NPRIM; i++) {
+        const_dnnl_primitive_desc_t hint = i == FWD ? NULL : pd[FWD];
+        dnnl_primitive_attr_t attr = user_scratch_attr();
+        if (chosen[i] == dnnl_convolution_direct ||
+            dnnl_primitive_desc_create(&pd[i], &op[i], attr, p->engine, hint) != dnnl_success)
+            pd[i] = make_pd(&op_direct[i], p->engine, hint, what[i]);
+        dnnl_primitive_attr_destroy(attr);
+    }
 }
 
 /* Where each port's layouts come from: its primitive, what to query, our plain layout, the
@@ -372,15 +431,17 @@ static bool uses_gemm(const_dnnl_primitive_desc_t pd)
  * depthwise weight gradient that conv_dw.c computes (oneDNN having only its GEMM fallback for
  * it) gets no backward-weights primitive: that fallback's im2col scratchpad would be the plan's
  * largest allocation, and never used. */
-static size_t make_primitives(conv_plan *p, const conv_geom *g, const eng_conv_desc *d, const eng_shape *x,
-                              const eng_shape *w)
+static size_t make_primitives(const eng_backend *be, conv_plan *p, const conv_geom *g, const eng_conv_desc *d,
+                              const eng_shape *x, const eng_shape *w)
 {
     dnnl_primitive_desc_t pd[NPRIM];
-    make_pds(p, g, pd);
+    make_pds(p, g, winograd_mask(be, g, d, x, w), pd);
     alloc_buffers(p, g, pd);
     size_t scratch = 0;
-    for (int i = 0; i < NPORT; i++)
+    for (int i = 0; i < NPORT; i++) {
+        p->chosen[i] = *chosen_md(pd, i);
         scratch = max_size(scratch, make_port(p, g, pd, i));
+    }
     p->dy_shared = p->port[P_BD_DDST].reorder && p->port[P_BW_DDST].reorder &&
                    dnnl_memory_desc_equal(chosen_md(pd, P_BD_DDST), chosen_md(pd, P_BW_DDST));
     if (uses_gemm(pd[BWD_WEIGHTS]))
@@ -412,7 +473,6 @@ static void set_scratch(conv_plan *p, size_t bytes)
 
 eng_plan *cpu_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape *x, const eng_shape *w, bool bias)
 {
-    (void)be;
     conv_plan *p = xcalloc(1, sizeof *p);
     p->base.kind = CPU_PLAN_CONV;
     p->base.destroy = conv_destroy;
@@ -422,7 +482,7 @@ eng_plan *cpu_conv_plan(eng_backend *be, const eng_conv_desc *d, const eng_shape
     conv_geom g = geometry(d, x, w);
     p->geom = g;
     p->gemm = cpu_conv_gemm_new(d, x, w, bias);
-    size_t scratch = make_primitives(p, &g, d, x, w);
+    size_t scratch = make_primitives(be, p, &g, d, x, w);
 
     p->x_count = (size_t)eng_numel(x);
     p->w_count = (size_t)eng_numel(w);
@@ -474,14 +534,52 @@ static void reorder_port(conv_plan *p, const port *pt, bool in)
     run(p, pt->reorder, 3, args);
 }
 
-static void convert(conv_plan *p, int i) { reorder_port(p, &p->port[i], specs[i].in); }
+static dnnl_memory_desc_t caller_md(const dnnl_memory_desc_t *plain, int block);
+
+/* Makes bport[i], argument i's port for a caller whose tensor is channel-blocked by b. Where
+ * the primitive chose that very layout (oneDNN's direct kernels take nChw16c, what a training
+ * trunk keeps) the port converts nothing: the primitive reads and writes the caller's tensor. */
+static void make_blocked_port(conv_plan *p, int i, int b)
+{
+    if (specs[i].role == BUF_W)
+        invariant_failed("conv: the weights are logical");
+    if (p->bport_block[i]) {
+        port_destroy(&p->bport[i]);
+        free(p->bbuf[i]);
+        p->bbuf[i] = NULL;
+        p->bport[i] = (port){0};
+    }
+    dnnl_memory_desc_t user = caller_md(plain_of(&p->geom, specs[i].role), b);
+    const dnnl_memory_desc_t *md = &p->chosen[i];
+    if (!dnnl_memory_desc_equal(md, &user))
+        p->bbuf[i] = xmalloc_large(dnnl_memory_desc_get_size(md));
+    size_t scratch = port_init(p, &p->bport[i], &user, md, p->bbuf[i], specs[i].in, i != P_FWD_DST);
+    if (scratch > p->scratch_size)
+        set_scratch(p, scratch);
+    if (i == P_BD_DSRC && !p->bport[i].reorder) /* as for the plain port: land, then add in */
+        check(dnnl_memory_set_data_handle(p->bport[i].user, p->tmp_dx), "dx handle");
+    p->bport_block[i] = b;
+}
+
+/* Argument i's port for the caller's tensor t, in t's layout. */
+static port *port_for(conv_plan *p, int i, const eng_tensor *t)
+{
+    int b = cpu_blocking(t);
+    if (!b)
+        return &p->port[i];
+    if (p->bport_block[i] != b)
+        make_blocked_port(p, i, b);
+    return &p->bport[i];
+}
 
 /* Points an input port at the caller's tensor and converts it in. oneDNN does not write
  * through const: the handles are the caller's tensors. */
-static void feed(conv_plan *p, int i, const eng_tensor *t)
+static port *feed(conv_plan *p, int i, const eng_tensor *t)
 {
-    check(dnnl_memory_set_data_handle(p->port[i].user, cpu_ptr(t)), "memory handle");
-    convert(p, i);
+    port *pt = port_for(p, i, t);
+    check(dnnl_memory_set_data_handle(pt->user, cpu_ptr(t)), "memory handle");
+    reorder_port(p, pt, specs[i].in);
+    return pt;
 }
 
 void cpu_conv_forward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *b,
@@ -491,20 +589,19 @@ void cpu_conv_forward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref
     conv_plan *p = as_conv(plan);
     if (p->bias != (b != NULL))
         invariant_failed("conv forward: the plan was made %s a bias", p->bias ? "with" : "without");
-    feed(p, P_FWD_SRC, x);
-    feed(p, P_FWD_WEI, w);
-    check(dnnl_memory_set_data_handle(p->port[P_FWD_DST].user, cpu_ptr(y)), "memory handle");
+    port *src = feed(p, P_FWD_SRC, x), *wei = feed(p, P_FWD_WEI, w), *dst = port_for(p, P_FWD_DST, y);
+    check(dnnl_memory_set_data_handle(dst->user, cpu_ptr(y)), "memory handle");
     dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, p->port[P_FWD_SRC].inner},
-        {DNNL_ARG_WEIGHTS, p->port[P_FWD_WEI].inner},
-        {DNNL_ARG_DST, p->port[P_FWD_DST].inner},
+        {DNNL_ARG_SRC, src->inner},
+        {DNNL_ARG_WEIGHTS, wei->inner},
+        {DNNL_ARG_DST, dst->inner},
         {DNNL_ARG_SCRATCHPAD, p->mem[M_SCRATCH]},
         {DNNL_ARG_BIAS, p->mem[M_BIAS]},
     };
     if (b)
         check(dnnl_memory_set_data_handle(p->mem[M_BIAS], cpu_ptr(b)), "memory handle");
     run(p, p->prim[FWD], b ? 5 : 4, args);
-    convert(p, P_FWD_DST);
+    reorder_port(p, dst, false);
 }
 
 CPU_HOT static void add_into(float *dst, const float *src, size_t n)
@@ -516,11 +613,11 @@ CPU_HOT static void add_into(float *dst, const float *src, size_t n)
 
 /* Adds a computed gradient into the caller's `d`: through the reorder's sum post-op when the
  * gradient came out blocked, else from the plain temporary it was written to. */
-static void accumulate(conv_plan *p, int i, const eng_tensor *d, const float *tmp, size_t n)
+static void accumulate(conv_plan *p, const port *pt, const eng_tensor *d, const float *tmp, size_t n)
 {
-    if (p->port[i].reorder) {
-        check(dnnl_memory_set_data_handle(p->port[i].user, cpu_ptr(d)), "memory handle");
-        convert(p, i);
+    if (pt->reorder) {
+        check(dnnl_memory_set_data_handle(pt->user, cpu_ptr(d)), "memory handle");
+        reorder_port(p, pt, false);
     } else {
         add_into(cpu_ptr(d), tmp, n);
     }
@@ -529,31 +626,30 @@ static void accumulate(conv_plan *p, int i, const eng_tensor *d, const float *tm
 /* dx += ∂L/∂x. */
 static void backward_data(conv_plan *p, tensor_ref *w, tensor_ref *dy, tensor_ref *dx)
 {
-    feed(p, P_BD_DDST, dy);
-    feed(p, P_BD_WEI, w);
+    port *ddst = feed(p, P_BD_DDST, dy), *wei = feed(p, P_BD_WEI, w), *dsrc = port_for(p, P_BD_DSRC, dx);
     dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_DIFF_DST, p->port[P_BD_DDST].inner},
-        {DNNL_ARG_WEIGHTS, p->port[P_BD_WEI].inner},
-        {DNNL_ARG_DIFF_SRC, p->port[P_BD_DSRC].inner},
+        {DNNL_ARG_DIFF_DST, ddst->inner},
+        {DNNL_ARG_WEIGHTS, wei->inner},
+        {DNNL_ARG_DIFF_SRC, dsrc->inner},
         {DNNL_ARG_SCRATCHPAD, p->mem[M_SCRATCH]},
     };
     run(p, p->prim[BWD_DATA], 4, args);
-    accumulate(p, P_BD_DSRC, dx, p->tmp_dx, p->x_count);
+    accumulate(p, dsrc, dx, p->tmp_dx, p->x_count);
 }
 
 /* dw += ∂L/∂w and db += ∂L/∂b. `dy_ready`: the blocked dy that
- * backward-data left in the y buffer is the one this primitive reads. */
+ * backward-data left in the y buffer is the one this primitive reads (a plain dy only). */
 static void backward_weights(conv_plan *p, tensor_ref *x, tensor_ref *dy, tensor_ref *dw, tensor_ref *db,
                              bool dy_ready)
 {
-    feed(p, P_BW_SRC, x);
+    port *src = feed(p, P_BW_SRC, x), *ddst = &p->port[P_BW_DDST];
     if (dy_ready)
-        check(dnnl_memory_set_data_handle(p->port[P_BW_DDST].user, cpu_ptr(dy)), "memory handle");
+        check(dnnl_memory_set_data_handle(ddst->user, cpu_ptr(dy)), "memory handle");
     else
-        feed(p, P_BW_DDST, dy);
+        ddst = feed(p, P_BW_DDST, dy);
     dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, p->port[P_BW_SRC].inner},
-        {DNNL_ARG_DIFF_DST, p->port[P_BW_DDST].inner},
+        {DNNL_ARG_SRC, src->inner},
+        {DNNL_ARG_DIFF_DST, ddst->inner},
         {DNNL_ARG_DIFF_WEIGHTS, p->port[P_BW_DWEI].inner},
         {DNNL_ARG_SCRATCHPAD, p->mem[M_SCRATCH]},
         {DNNL_ARG_DIFF_BIAS, p->mem[M_DBIAS]},
@@ -562,9 +658,33 @@ static void backward_weights(conv_plan *p, tensor_ref *x, tensor_ref *dy, tensor
      * only added when the caller asked. */
     run(p, p->prim[BWD_WEIGHTS], p->bias ? 5 : 4, args);
     if (dw)
-        accumulate(p, P_BW_DWEI, dw, p->tmp_dw, p->w_count);
+        accumulate(p, &p->port[P_BW_DWEI], dw, p->tmp_dw, p->w_count);
     if (db)
         add_into(cpu_ptr(db), p->tmp_db, p->o_count);
+}
+
+/* The backward of a one-pixel output as conv_gemm.c's matrix products, which read and write the
+ * logical layout. A one-pixel dy is the same bytes in either layout; a blocked x is converted
+ * into a temporary, and a blocked dx gets the gradient through one (zeroed, then added in). */
+static void gemm_backward(conv_plan *p, tensor_ref *x, tensor_ref *w, tensor_ref *dy, tensor_ref *dx,
+                          tensor_ref *dw)
+{
+    int xb = cpu_blocking(x), dxb = dx ? cpu_blocking(dx) : 0;
+    const float *px = cpu_ptr(x);
+    if (xb) {
+        if (!p->tmp_x)
+            p->tmp_x = xmalloc_large(p->x_count * sizeof(float));
+        cpu_reorder_blocked(px, p->tmp_x, &x->shape, xb, false, false);
+        px = p->tmp_x;
+    }
+    float *pdx = dx ? cpu_ptr(dx) : NULL;
+    if (dxb) {
+        memset(p->tmp_dx, 0, p->x_count * sizeof(float));
+        pdx = p->tmp_dx;
+    }
+    cpu_conv_gemm_backward(p->gemm, px, cpu_ptr(w), cpu_ptr(dy), pdx, dw ? cpu_ptr(dw) : NULL);
+    if (dxb)
+        cpu_reorder_blocked(p->tmp_dx, cpu_ptr(dx), &dx->shape, dxb, true, true);
 }
 
 void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_ref *w, tensor_ref *dy,
@@ -575,16 +695,18 @@ void cpu_conv_backward(eng_backend *be, eng_plan *plan, tensor_ref *x, tensor_re
     if (db && !p->bias)
         invariant_failed("conv backward: a bias gradient from a plan made without a bias");
     if (p->gemm) {
-        cpu_conv_gemm_backward(p->gemm, cpu_ptr(x), cpu_ptr(w), cpu_ptr(dy), dx ? cpu_ptr(dx) : NULL,
-                               dw ? cpu_ptr(dw) : NULL);
+        gemm_backward(p, x, w, dy, dx, dw);
         return;
     }
     if (dx)
         backward_data(p, w, dy, dx);
-    if (p->dw && dw)
+    if (p->dw && dw) {
+        if (cpu_blocking(x) || cpu_blocking(dy))
+            invariant_failed("conv backward: a depthwise weight gradient reads logical x and dy");
         cpu_conv_dw_backward_weights(p->dw, cpu_ptr(x), cpu_ptr(dy), cpu_ptr(dw));
-    else if (dw || db)
-        backward_weights(p, x, dy, dw, db, dx && p->dy_shared);
+    } else if (dw || db) {
+        backward_weights(p, x, dy, dw, db, dx && p->dy_shared && !cpu_blocking(dy));
+    }
 }
 
 /* ---- evaluation: conv + folded batch norm [+ residual] [+ ReLU] ------------------------------ */

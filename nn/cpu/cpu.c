@@ -57,7 +57,7 @@ int cpu_blocking(const eng_tensor *t)
 
 /* One 4-D tensor's element (n, c, s) (s = h·W + w) at logical[(n·C + c)·S + s] and at
  * blocked[((n·C/B + c/B)·S + s)·B + c%B]; each (n, channel block) is one thread's. */
-static void reorder_blocked(const float *from, float *to, const eng_shape *sh, int b, bool to_blocked)
+void cpu_reorder_blocked(const float *from, float *to, const eng_shape *sh, int b, bool to_blocked, bool add)
 {
     int64_t blocks = sh->dim[0] * (sh->dim[1] / b), hw = sh->dim[2] * sh->dim[3];
     /* (s, l) sits at s·b + l blocked and at l·hw + s logical: pick each side's strides once */
@@ -69,8 +69,10 @@ static void reorder_blocked(const float *from, float *to, const eng_shape *sh, i
         const float *src = from + k * hw * b;
         float *dst = to + k * hw * b;
         for (int64_t s = 0; s < hw; s++)
-            for (int l = 0; l < b; l++)
-                dst[s * to_s + l * to_l] = src[s * from_s + l * from_l];
+            for (int l = 0; l < b; l++) {
+                float v = src[s * from_s + l * from_l], *d = &dst[s * to_s + l * to_l];
+                *d = add ? *d + v : v;
+            }
     }
 }
 
@@ -82,9 +84,9 @@ static void transfer(const float *src, int src_block, float *dst, int dst_block,
     if (src_block == dst_block)
         memmove(dst, src, (size_t)eng_numel(sh) * sizeof(float));
     else if (src_block == 0)
-        reorder_blocked(src, dst, sh, dst_block, true);
+        cpu_reorder_blocked(src, dst, sh, dst_block, true, false);
     else if (dst_block == 0)
-        reorder_blocked(src, dst, sh, src_block, false);
+        cpu_reorder_blocked(src, dst, sh, src_block, false, false);
     else
         invariant_failed("cpu: a copy between two channel blockings (%d and %d)", src_block, dst_block);
 }

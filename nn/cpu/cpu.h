@@ -18,6 +18,9 @@ float *cpu_ptr(const eng_tensor *t);
  * then B channels innermost. That is a NATIVE 4-D tensor's order when B divides C; B is the
  * block oneDNN's direct convolutions use on this CPU (16 with AVX-512, else 8). */
 int cpu_blocking(const eng_tensor *t);
+/* Converts a 4-D tensor of shape sh between the logical order and nChwBc (b = B): into the
+ * blocked one when to_blocked, else out of it; `add`: adds into `to` instead of overwriting. */
+void cpu_reorder_blocked(const float *from, float *to, const eng_shape *sh, int b, bool to_blocked, bool add);
 
 /* An N×C×H×W (or N×C) tensor as the norms walk it: N samples of C channel planes of S = H·W
  * values (S = 1 for 2-D); element (n, c, s) lives at (n·C + c)·S + s. */

@@ -13,10 +13,11 @@
  * ResNet's stem pool on 24 px images (Jigsaw's patches) reads 3 × 3 windows of 12 × 12 maps,
  * where finding each window cost more than scanning it.
  *
- * The forward max pool and the adaptive average pool also read a channel-blocked (nChwBc)
- * input, as an evaluation trunk leaves it (cpu_blocking): a "plane" is then B channels
- * interleaved, element (h, w) of lane l at (h·W + w)·B + l, and each lane goes through exactly
- * the scan and the sum of the plain kernel, so both layouts give the same bits.
+ * The max pool and the adaptive average pool also take a channel-blocked (nChwBc) input, as
+ * an evaluation trunk leaves it and a training one keeps it (cpu_blocking), and its gradient:
+ * a "plane" is then B channels interleaved, element (h, w) of lane l at (h·W + w)·B + l, and
+ * each lane goes through exactly the scan and the sum of the plain kernel, so both layouts
+ * give the same bits.
  */
 #include "cpu.h"
 
@@ -120,19 +121,21 @@ static window window_of(const geometry *g, const span *sp, int64_t oh, int64_t o
     return (window){sp[oh].lo, sp[oh].hi, sp[g->oh + ow].lo, sp[g->oh + ow].hi, 0};
 }
 
-/* The index in the plane of the window's maximum, scanning rows then columns: the first of
- * equal maxima wins (strict >), and a NaN always takes over so it propagates — both as
- * PyTorch's CPU kernel does. Padding never wins: it is -inf. */
-static int64_t window_argmax(const float *plane, int64_t iw, const window *w)
+/* The index in the plane of lane l's maximum in the window (`lanes` channels interleaved),
+ * scanning rows then columns: the first of equal maxima wins (strict >), and a NaN always
+ * takes over so it propagates — both as PyTorch's CPU kernel does. Padding never wins: it is
+ * -inf. */
+static int64_t window_argmax(const float *plane, int64_t iw, int lanes, int l, const window *w)
 {
-    int64_t best = w->h0 * iw + w->w0;
+    int64_t best = (w->h0 * iw + w->w0) * lanes + l;
     float top = -INFINITY;
     for (int64_t h = w->h0; h < w->h1; h++)
         for (int64_t c = w->w0; c < w->w1; c++) {
-            float v = plane[h * iw + c];
+            int64_t at = (h * iw + c) * lanes + l;
+            float v = plane[at];
             if (v > top || isnan(v)) {
                 top = v;
-                best = h * iw + c;
+                best = at;
             }
         }
     return best;
@@ -198,10 +201,11 @@ static void max_forward_plane(const geometry *g, const span *sp, const float *in
 static void max_backward_plane(const geometry *g, const span *sp, const float *in, const float *gy, float *gx)
 {
     for (int64_t oh = 0; oh < g->oh; oh++)
-        for (int64_t ow = 0; ow < g->ow; ow++, gy++) {
+        for (int64_t ow = 0; ow < g->ow; ow++, gy += g->ystep) {
             window w = window_of(g, sp, oh, ow);
             if (w.h0 < w.h1 && w.w0 < w.w1)
-                gx[window_argmax(in, g->iw, &w)] += *gy;
+                for (int l = 0; l < g->lanes; l++)
+                    gx[window_argmax(in, g->iw, g->lanes, l, &w)] += gy[l * g->ylane];
         }
 }
 
@@ -223,14 +227,16 @@ static void avg_forward_plane(const eng_pool_desc *d, const geometry *g, const f
 static void avg_backward_plane(const eng_pool_desc *d, const geometry *g, const float *gy, float *gx)
 {
     for (int64_t oh = 0; oh < g->oh; oh++)
-        for (int64_t ow = 0; ow < g->ow; ow++, gy++) {
+        for (int64_t ow = 0; ow < g->ow; ow++, gy += g->ystep) {
             window w = window_at(d, g, oh, ow);
             if (w.divisor <= 0)
                 continue;
-            float share = *gy / (float)w.divisor;
-            for (int64_t h = w.h0; h < w.h1; h++)
-                for (int64_t c = w.w0; c < w.w1; c++)
-                    gx[h * g->iw + c] += share;
+            for (int l = 0; l < g->lanes; l++) {
+                float share = gy[l * g->ylane] / (float)w.divisor;
+                for (int64_t h = w.h0; h < w.h1; h++)
+                    for (int64_t c = w.w0; c < w.w1; c++)
+                        gx[(h * g->iw + c) * g->lanes + l] += share;
+            }
         }
 }
 
@@ -254,7 +260,8 @@ static void max_backward(const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy, 
     span *sp = spans_of(d, &g);
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < g.planes; p++)
-        max_backward_plane(&g, sp, in + p * g.ih * g.iw, gy + p * g.oh * g.ow, gx + p * g.ih * g.iw);
+        max_backward_plane(&g, sp, in + p * g.ih * g.iw * g.lanes, gy + p * g.oh * g.ow * g.lanes,
+                           gx + p * g.ih * g.iw * g.lanes);
     free(sp);
 }
 
@@ -275,7 +282,7 @@ static void avg_backward(const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx)
     float *gx = cpu_ptr(dx);
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < g.planes; p++)
-        avg_backward_plane(d, &g, gy + p * g.oh * g.ow, gx + p * g.ih * g.iw);
+        avg_backward_plane(d, &g, gy + p * g.oh * g.ow * g.lanes, gx + p * g.ih * g.iw * g.lanes);
 }
 
 void cpu_maxpool_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)

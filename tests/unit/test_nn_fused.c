@@ -13,8 +13,9 @@
  * The native layout (nn.h) the evaluation chain runs in: on the cpu, oneDNN's nChwBc, checked
  * element by element against its index formula, for both blocks the backend may pick (8 and
  * 16, forced through cpu_force_block whatever this CPU is); the eval convolution, the pools and
- * the channel product that take it must give what the logical path gives, and every other layer
- * must refuse it.
+ * the channel product that take it must give what the logical path gives, and so must the
+ * training layers a ResNet runs in it (convolution, batch norm, pools' and the residual add's
+ * backwards); every other layer must refuse it.
  */
 #include "cpu/cpu.h"
 #include "log.h"
@@ -525,12 +526,23 @@ Test(nn_layout, channel_scale_from_native_to_logical_is_refused, .signal = SIGAB
 
 /* A layer that only knows the logical layout refuses a native tensor (it would read it in
  * the wrong order): a broken invariant, so an abort with file and line, not wrong numbers. */
-Test(nn_layout, relu_refuses_a_native_tensor, .signal = SIGABRT)
+Test(nn_layout, silu_refuses_a_native_tensor, .signal = SIGABRT)
 {
     eng_backend *be = nnt_open_cpu();
     eng_tensor x = native(eng_tensor_new(be, eng_shape4(1, 16, 2, 2)));
     eng_zero(be, &x);
-    eng_relu_forward(be, &x, &x);
+    eng_silu_forward(be, &x, &x);
+}
+
+/* An elementwise layer takes the native layout only for all its operands. */
+Test(nn_layout, add_of_native_and_logical_is_refused, .signal = SIGABRT)
+{
+    eng_backend *be = nnt_open_cpu();
+    eng_shape s = eng_shape4(1, 16, 2, 2);
+    eng_tensor a = native(eng_tensor_new(be, s)), b = eng_tensor_new(be, s);
+    eng_zero(be, &a);
+    eng_zero(be, &b);
+    eng_add_relu_forward(be, &a, &b, &a);
 }
 
 Test(nn_layout, adaptive_pool_from_logical_to_native_is_refused, .signal = SIGABRT)
@@ -539,4 +551,224 @@ Test(nn_layout, adaptive_pool_from_logical_to_native_is_refused, .signal = SIGAB
     eng_tensor x = eng_tensor_new(be, eng_shape4(1, 16, 4, 4)), y = native(eng_tensor_new(be, eng_shape4(1, 16, 2, 2)));
     eng_zero(be, &x);
     eng_adaptive_avgpool_forward(be, &x, &y);
+}
+
+/* ---- native layout in training -------------------------------------------------------------- */
+
+static eng_tensor native_copy(eng_backend *be, const eng_tensor *t)
+{
+    eng_tensor n = native(eng_tensor_new(be, t->shape));
+    eng_copy(be, t, &n);
+    return n;
+}
+
+/* A copy of t in the native layout when `as_native`, else in the logical one. */
+static eng_tensor copy_as(eng_backend *be, const eng_tensor *t, bool as_native)
+{
+    return as_native ? native_copy(be, t) : copy_of(be, t);
+}
+
+/* The training convolutions a ResNet runs, and a one-pixel output (conv_gemm.c's backward). */
+static const conv_case TRAIN_CONV_CASES[] = {
+    {"stem 7x7/2 from 3 channels", 2, 3, 23, 19, 16, 7, {.stride = {2, 2}, .pad = {3, 3}}},
+    {"3x3 16->32", 2, 16, 9, 11, 32, 3, {.pad = {1, 1}}},
+    {"1x1/2 downsample 32->64", 3, 32, 9, 8, 64, 1, {.stride = {2, 2}}},
+    {"3x3/2 to one pixel 32->48", 3, 32, 2, 2, 48, 3, {.stride = {2, 2}, .pad = {1, 1}}},
+    {"3x3 odd channels", 1, 5, 6, 7, 7, 3, {.pad = {1, 1}}},
+};
+
+/* Forward and backward with each of x, y, dy and dx native or logical give the logical result
+ * (gradients accumulated onto non-zero ones): the same primitives run, only where a gradient
+ * is added in may round differently. */
+static void conv_train_native_case(int block)
+{
+    cpu_force_block(block);
+    eng_backend *be = nnt_open_cpu();
+    for (size_t i = 0; i < ARRAY_LEN(TRAIN_CONV_CASES); i++) {
+        const conv_case *k = &TRAIN_CONV_CASES[i];
+        eng_shape xs, ws, ys;
+        eng_plan *plan = conv_case_plan(be, k, &xs, &ws, &ys);
+        eng_tensor x = normal(be, xs, 80, 0.0f), w = normal(be, ws, 81, 0.0f), dy = normal(be, ys, 82, 0.0f),
+                   dx0 = normal(be, xs, 83, 0.0f), dw0 = normal(be, ws, 84, 0.0f), y = eng_tensor_new(be, ys),
+                   dx = copy_of(be, &dx0), dw = copy_of(be, &dw0);
+        eng_conv_forward(be, plan, &x, &w, NULL, &y);
+        eng_conv_backward(be, plan, &x, &w, &dy, &dx, &dw, NULL);
+        for (int mix = 1; mix < 16; mix++) {
+            eng_tensor xa = copy_as(be, &x, mix & 1), ya = copy_as(be, &y, mix & 2), dya = copy_as(be, &dy, mix & 4),
+                       dxa = copy_as(be, &dx0, mix & 8), dwa = copy_of(be, &dw0);
+            eng_zero(be, &ya);
+            eng_conv_forward(be, plan, &xa, &w, NULL, &ya);
+            eng_conv_backward(be, plan, &xa, &w, &dya, &dxa, &dwa, NULL);
+            double ey = rel_diff(be, &ya, &y), ex = rel_diff(be, &dxa, &dx), ew = rel_diff(be, &dwa, &dw);
+            cr_expect(ey <= 1e-6 && ex <= 1e-6 && ew <= 1e-6, "block %d, %s, mix %d: y %g, dx %g, dw %g", block,
+                      k->name, mix, ey, ex, ew);
+            eng_tensor some[] = {xa, ya, dya, dxa, dwa};
+            free_all(be, some, ARRAY_LEN(some));
+        }
+        eng_tensor all[] = {x, w, dy, dx0, dw0, y, dx, dw};
+        free_all(be, all, ARRAY_LEN(all));
+        eng_plan_free(be, plan);
+    }
+    eng_backend_close(be);
+}
+
+Test(nn_layout, conv_trains_on_native_16) { conv_train_native_case(16); }
+Test(nn_layout, conv_trains_on_native_8) { conv_train_native_case(8); }
+
+/* A reducer over a group of one (SyncBN's phases, with this rank's sums). */
+static int reduce_alone(void *ctx, double *v, size_t n, bool max)
+{
+    (void)ctx, (void)v, (void)n, (void)max;
+    return 0;
+}
+
+/* Batch norm's training forward and backward (with and without the fused ReLU, with and without
+ * a reducer) on a native x: the logical result within 1e-6 (each channel's sums run in another
+ * order), running and saved statistics included. */
+static void bn_train_native_case(int block, eng_shape s)
+{
+    cpu_force_block(block);
+    eng_backend *be = nnt_open_cpu();
+    const eng_reducer alone = {.reduce = reduce_alone, .world = 1};
+    eng_tensor x = normal(be, s, 90, 0.3f), dy = normal(be, s, 91, 0.0f), dx0 = normal(be, s, 92, 0.0f);
+    for (int variant = 0; variant < 4; variant++) {
+        bool relu = variant & 1;
+        const eng_reducer *across = variant & 2 ? &alone : NULL;
+        bn_params a = bn_new(be, s.dim[1], 93), b = bn_copy(be, &a);
+        eng_tensor y = eng_tensor_new(be, s), dx = copy_of(be, &dx0), xn = native_copy(be, &x),
+                   dyn = native_copy(be, &dy), yn = native(eng_tensor_new(be, s)), dxn = native_copy(be, &dx0);
+        void (*fwd)(eng_backend *, double, double, const eng_tensor *, const eng_tensor *, const eng_tensor *,
+                    const eng_tensor *, const eng_tensor *, const eng_tensor *, const eng_tensor *,
+                    const eng_tensor *, const eng_reducer *) =
+            relu ? eng_batchnorm_relu_forward_train : eng_batchnorm_forward_train;
+        fwd(be, 0.1, 1e-5, &x, &a.gamma, &a.beta, &a.rmean, &a.rvar, &a.mean, &a.invstd, &y, across);
+        fwd(be, 0.1, 1e-5, &xn, &b.gamma, &b.beta, &b.rmean, &b.rvar, &b.mean, &b.invstd, &yn, across);
+        if (relu) {
+            eng_batchnorm_relu_backward(be, &x, &a.gamma, &a.mean, &a.invstd, &y, &dy, &dx, &a.dgamma, &a.dbeta,
+                                        across);
+            eng_batchnorm_relu_backward(be, &xn, &b.gamma, &b.mean, &b.invstd, &yn, &dyn, &dxn, &b.dgamma,
+                                        &b.dbeta, across);
+        } else {
+            eng_batchnorm_backward(be, &x, &a.gamma, &a.mean, &a.invstd, &dy, &dx, &a.dgamma, &a.dbeta, across);
+            eng_batchnorm_backward(be, &xn, &b.gamma, &b.mean, &b.invstd, &dyn, &dxn, &b.dgamma, &b.dbeta, across);
+        }
+        const eng_tensor *got[] = {&yn, &b.rmean, &b.rvar, &b.mean, &b.invstd, &dxn, &b.dgamma, &b.dbeta},
+                         *want[] = {&y, &a.rmean, &a.rvar, &a.mean, &a.invstd, &dx, &a.dgamma, &a.dbeta};
+        for (size_t i = 0; i < ARRAY_LEN(got); i++) {
+            double e = rel_diff(be, got[i], want[i]);
+            cr_expect_leq(e, 1e-6, "block %d, %lld channels of %lld values, relu %d, reducer %d: output %zu off by %g",
+                          block, (long long)s.dim[1], (long long)(s.dim[2] * s.dim[3]), relu, across != NULL, i, e);
+        }
+        eng_tensor some[] = {y, dx, xn, dyn, yn, dxn};
+        free_all(be, some, ARRAY_LEN(some));
+        bn_free(be, &a), bn_free(be, &b);
+    }
+    eng_tensor all[] = {x, dy, dx0};
+    free_all(be, all, ARRAY_LEN(all));
+    eng_backend_close(be);
+}
+
+/* Large planes (the logical layer goes channel by channel) and small ones (in blocks). */
+Test(nn_layout, batchnorm_trains_on_native_16)
+{
+    bn_train_native_case(16, eng_shape4(3, 32, 9, 7));
+    bn_train_native_case(16, eng_shape4(5, 48, 2, 2));
+}
+
+Test(nn_layout, batchnorm_trains_on_native_8) { bn_train_native_case(8, eng_shape4(3, 24, 9, 7)); }
+
+/* The backwards of the max pool (NaN and ties in its windows) and of the adaptive average pool
+ * into a native dx, and the residual add + ReLU on native tensors: the logical bits. */
+static void pool_add_backward_native_case(int block)
+{
+    cpu_force_block(block);
+    eng_backend *be = nnt_open_cpu();
+    eng_shape xs = eng_shape4(2, 32, 9, 7);
+    float *h;
+    eng_tensor x = nnt_host_tensor(be, xs, 100, &h);
+    h[5 * 63 + 10] = NAN;
+    h[7 * 63 + 1] = h[7 * 63 + 2] = h[7 * 63 + 8] = 3.0f; /* a three-way tie */
+    eng_upload(be, &x, h);
+    eng_pool_desc d = {.kernel = {3, 3}, .stride = {2, 2}, .pad = {1, 1}};
+    eng_shape ps = eng_pool_output_shape(&xs, &d), one = eng_shape4(2, 32, 1, 1), some = eng_shape4(2, 32, 2, 3);
+    eng_tensor dy = normal(be, ps, 101, 0.0f), dx = normal(be, xs, 102, 0.0f), g1 = normal(be, one, 103, 0.0f),
+               g2 = normal(be, some, 104, 0.0f), xn = native_copy(be, &x), dyn = native_copy(be, &dy),
+               dxn = native_copy(be, &dx);
+    eng_maxpool_backward(be, &d, &x, &dy, &dx);
+    eng_maxpool_backward(be, &d, &xn, &dyn, &dxn);
+    cr_expect(same_bits(be, &dx, &dxn), "block %d: max pool backward", block);
+    eng_adaptive_avgpool_backward(be, &g1, &dx);
+    eng_adaptive_avgpool_backward(be, &g1, &dxn);
+    eng_adaptive_avgpool_backward(be, &g2, &dx);
+    eng_adaptive_avgpool_backward(be, &g2, &dxn);
+    cr_expect(same_bits(be, &dx, &dxn), "block %d: adaptive average pool backward", block);
+    eng_tensor y = eng_tensor_new(be, xs), yn = native(eng_tensor_new(be, xs)), da = copy_of(be, &dx),
+               dan = native_copy(be, &dx);
+    eng_add_relu_forward(be, &x, &dx, &y);
+    eng_add_relu_forward(be, &xn, &dxn, &yn);
+    eng_add_relu_backward(be, &y, &dx, &da, NULL);
+    eng_add_relu_backward(be, &yn, &dxn, &dan, NULL);
+    cr_expect(same_bits(be, &y, &yn) && same_bits(be, &da, &dan), "block %d: add + relu", block);
+    eng_tensor all[] = {x, dy, dx, g1, g2, xn, dyn, dxn, y, yn, da, dan};
+    free_all(be, all, ARRAY_LEN(all));
+    free(h);
+    eng_backend_close(be);
+}
+
+Test(nn_layout, pool_and_add_backwards_on_native_16) { pool_add_backward_native_case(16); }
+Test(nn_layout, pool_and_add_backwards_on_native_8) { pool_add_backward_native_case(8); }
+
+/* ---- Winograd (MACHINE.CPU_WINOGRAD) ---------------------------------------------------------- */
+
+static eng_backend *open_winograd(bool winograd)
+{
+    char *err = NULL;
+    eng_backend_options opt = {.threads = 2, .seed = 1234, .winograd = winograd};
+    eng_backend *be = eng_backend_open("cpu", &opt, &err);
+    cr_assert(be, "%s", err);
+    return be;
+}
+
+/* The values of a 3 × 3 stride-1 convolution's output, x and w gradients (in that order) on a
+ * backend opened with or without Winograd; its input native when `as_native`. */
+static void winograd_run(bool winograd, bool as_native, eng_shape xs, float *out[3])
+{
+    cpu_force_block(16);
+    eng_backend *be = open_winograd(winograd);
+    eng_conv_desc d = {.pad = {1, 1}};
+    eng_shape ws = eng_shape4(32, xs.dim[1], 3, 3), ys = eng_conv_output_shape(&xs, &ws, &d);
+    eng_plan *plan = eng_conv_plan(be, &d, &xs, &ws, false);
+    eng_tensor x0 = normal(be, xs, 110, 0.0f), dy0 = normal(be, ys, 111, 0.0f), w = normal(be, ws, 112, 0.0f),
+               x = copy_as(be, &x0, as_native), dy = copy_as(be, &dy0, as_native), y = copy_as(be, &dy0, as_native),
+               dx = copy_as(be, &x0, as_native), dw = eng_tensor_new(be, ws);
+    eng_zero(be, &dx);
+    eng_zero(be, &dw);
+    eng_conv_forward(be, plan, &x, &w, NULL, &y);
+    eng_conv_backward(be, plan, &x, &w, &dy, &dx, &dw, NULL);
+    out[0] = nnt_download(be, &y), out[1] = nnt_download(be, &dx), out[2] = nnt_download(be, &dw);
+    eng_tensor all[] = {x0, dy0, w, x, dy, y, dx, dw};
+    free_all(be, all, ARRAY_LEN(all));
+    eng_plan_free(be, plan);
+    eng_backend_close(be);
+}
+
+/* Winograd's results are the direct kernels' (checked against PyTorch in test_nn_conv.c) to
+ * within 1e-4 of the largest value, and not their bits (its kernels ran), on both layouts. */
+Test(nn_layout, winograd_training_is_direct_within_rounding)
+{
+    eng_shape xs = eng_shape4(4, 32, 14, 14);
+    size_t n[3] = {(size_t)(4 * 32 * 14 * 14), (size_t)(4 * 32 * 14 * 14), (size_t)(32 * 32 * 9)};
+    static const char *const what[3] = {"y", "dx", "dw"};
+    for (int as_native = 0; as_native < 2; as_native++) {
+        float *direct[3], *wino[3];
+        winograd_run(false, as_native, xs, direct);
+        winograd_run(true, as_native, xs, wino);
+        for (int i = 0; i < 3; i++) {
+            double e = nnt_rel_error_host(wino[i], direct[i], n[i]);
+            cr_expect_leq(e, 1e-4, "native %d, %s: %g", as_native, what[i], e);
+            cr_expect(memcmp(wino[i], direct[i], n[i] * sizeof(float)) != 0, "native %d, %s: the direct bits",
+                      as_native, what[i]);
+            free(direct[i]), free(wino[i]);
+        }
+    }
 }

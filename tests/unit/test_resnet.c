@@ -279,6 +279,53 @@ Test(resnet, eval_features_are_native_unless_exposed)
     eng_backend_close(be);
 }
 
+/* One training step (forward, backward of features·r) of a fresh ResNet-18; `expose`: a
+ * feature to expose first, or -1. Returns the gradients of every parameter, in one array. */
+static float *train_step_grads(eng_backend *be, bool small_stem, int expose, eng_layout *res3_layout)
+{
+    resnet *net = make(be, 18, small_stem);
+    if (expose >= 0)
+        resnet_expose(net, (resnet_feature_id)expose);
+    eng_tensor x = make_input(be, 32, 0);
+    resnet_plan(be, net, &x.shape);
+    const eng_tensor *feat = resnet_forward(be, net, &x, true);
+    *res3_layout = resnet_feature(net, RESNET_RES3)->layout;
+    eng_tensor r = eng_tensor_new(be, feat->shape);
+    float *rh = nnt_formula_fill(eng_numel(&r.shape), R_ALPHA, 0);
+    eng_upload(be, &r, rh);
+    free(rh);
+    resnet_zero_grad(be, net);
+    resnet_backward(be, net, &r);
+    eng_tensor grads = resnet_grads(net);
+    float *g = nnt_download(be, &grads);
+    eng_tensor_free(be, &r);
+    eng_tensor_free(be, &x);
+    resnet_free(be, net);
+    return g;
+}
+
+/* Training runs in the native layout too, unless a caller reads a feature inside the trunk
+ * (then all of it runs logical); both give the same gradients. Both stems: the ImageNet one
+ * has the max pool and, at 32 px, res5's one-pixel outputs. */
+Test(resnet, training_is_native_unless_an_inner_feature_is_exposed)
+{
+    eng_backend *be = nnt_open_cpu();
+    for (int small = 0; small < 2; small++) {
+        eng_layout native_run, logical_run;
+        float *a = train_step_grads(be, small, -1, &native_run), *b = train_step_grads(be, small, RESNET_RES4,
+                                                                                       &logical_run);
+        cr_expect_eq(native_run, ENG_LAYOUT_NATIVE, "small stem %d", small);
+        cr_expect_eq(logical_run, ENG_LAYOUT_LOGICAL, "small stem %d", small);
+        resnet *probe = make(be, 18, small);
+        size_t n = (size_t)resnet_param_count(probe);
+        resnet_free(be, probe);
+        double e = nnt_rel_error_host(a, b, n);
+        cr_expect_leq(e, 1e-5, "small stem %d: gradients differ by %g", small, e);
+        free(a), free(b);
+    }
+    eng_backend_close(be);
+}
+
 Test(resnet, small_stem_64px_matches_torchvision)
 {
     eng_backend *be = nnt_open_cpu();
