@@ -9,7 +9,8 @@
 # other for each method in turn, so that both are measured in the same minutes.
 #
 # METHODS="simclr swav ..." picks the quickstarts (default: all of them; clusterfit_train trains
-# on random cluster labels, as its speed does not depend on them). Each side reports images/s
+# on random cluster labels, as its speed does not depend on them). SELFSUP_OVERRIDES adds
+# overrides to every selfsup run (e.g. config.MACHINE.CPU_WINOGRAD=false). Each side reports images/s
 # (the batch over the median step time after the first 5 steps: DeepClusterV2's memory pass and
 # k-means land in the first step on selfsup's side and before it on PyTorch's) and the share of
 # the timed steps spent waiting for data. Exits non-zero when a side fails; never on a time.
@@ -43,8 +44,10 @@ overrides() {
 
 # selfsup_side NAME: one epoch of quickstart/NAME; prints methods_bench.py stats' two lines.
 selfsup_side() {
-    local dir=$work/$1 extra
+    local dir=$work/$1 extra more
     mapfile -t extra < <(overrides "$1")
+    read -r -a more <<<"${SELFSUP_OVERRIDES:-}"
+    extra+=("${more[@]}")
     "$build/selfsup" run "quickstart/$1" --run-dir "$dir/run" config.DATA.TRAIN.DATA_LIMIT="$n" \
         config.OPTIMIZER.num_epochs=1 config.LOG_FREQUENCY=1 config.TEST_MODEL=False \
         config.CHECKPOINT.DIR="$dir/ckpt" config.CHECKPOINT.AUTO_RESUME=False "${extra[@]}" >"$dir/selfsup.log" 2>&1 &&
