@@ -2,7 +2,7 @@
  * trunk_bench.c — the model engine's speed on its trunks (bench/trunks.sh runs it beside
  * bench/trunk_bench.py, PyTorch doing the same work).
  *
- *   trunk_bench --depth 50 --size 224 --batch 16 [--small-stem] [--threads N] [--reps N]
+ *   trunk_bench --depth 50 --size 224 --batch 16 [--small-stem] [--winograd] [--threads N] [--reps N]
  *   trunk_bench --regnet regnet_y_400mf --size 224 --batch 16 [--threads N] [--reps N]
  *   trunk_bench --efficientnet B0 --size 224 --batch 16 [--threads N] [--reps N]
  *   trunk_bench --alexnet rotnet --size 224 --batch 64 [--threads N] [--reps N]
@@ -22,7 +22,7 @@
 
 typedef struct {
     int depth, size, batch, threads, reps;
-    bool small_stem;
+    bool small_stem, winograd;
     const char *regnet;       /* a ClassyVision preset, or NULL */
     const char *efficientnet; /* an EfficientNet model_version, or NULL */
     const char *alexnet;      /* an AlexNet variant (rotnet, bvlc, ...), or NULL */
@@ -60,7 +60,7 @@ static options parse(int argc, char **argv)
         {"reps", required_argument, NULL, 'r'},  {"small-stem", no_argument, NULL, 'S'},
         {"regnet", required_argument, NULL, 'g'},
         {"efficientnet", required_argument, NULL, 'e'}, {"alexnet", required_argument, NULL, 'a'},
-        {NULL, 0, NULL, 0}};
+        {"winograd", no_argument, NULL, 'w'},   {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -73,9 +73,10 @@ static options parse(int argc, char **argv)
         case 'g': o.regnet = optarg; break;
         case 'e': o.efficientnet = optarg; break;
         case 'a': o.alexnet = optarg; break;
+        case 'w': o.winograd = true; break;
         default: fprintf(stderr, "usage: trunk_bench [--depth N | --regnet NAME | --efficientnet B0..B7 | --alexnet VARIANT] "
                                  "[--size N] [--batch N] "
-                                 "[--threads N] [--reps N] [--small-stem]\n");
+                                 "[--threads N] [--reps N] [--small-stem] [--winograd]\n");
                  exit(2);
         }
     }
@@ -121,7 +122,7 @@ int main(int argc, char **argv)
 {
     options o = parse(argc, argv);
     char *err = NULL;
-    eng_backend_options bopt = {.threads = o.threads};
+    eng_backend_options bopt = {.threads = o.threads, .winograd = o.winograd};
     eng_backend *be = eng_backend_open("cpu", &bopt, &err);
     trunk_options topt = trunk_of(&o);
     trunk *net = be ? trunk_new(be, &topt, 0, &err) : NULL;
