@@ -4,8 +4,8 @@
 # METHODS="a b" runs those quickstarts only.)
 #
 # Each method's quickstart (configs/quickstart/NAME.yaml: a ResNet-18 on Fashion-MNIST, sized
-# for a 2-core CPU, with the ImageNet stem at 32 px; SimCLR's, MoCo's and DeepClusterV2's with the
-# small-image stem at 28 px;
+# for a 2-core CPU, with the ImageNet stem at 32 px; SimCLR's, SwAV's, MoCo's, DeepClusterV2's and
+# Jigsaw's with the small-image stem at 28 px;
 # each judged against its own trunk at random init; swav_regnet: SwAV on a RegNetY-400MF, judged
 # on its avgpool against the RegNet at random init; rotnet_alexnet: RotNet on alexnet_rotnet at 96 px, judged on pool5 and
 # conv5 against the AlexNet at random init) is pre-trained for the same budget, EPOCHS epochs (default 4) over its
@@ -49,8 +49,8 @@ ALEXNET_TRUNK=(config.MODEL.TRUNK.NAME=alexnet_rotnet "config.DATA.TRAIN.TRANSFO
 is_alexnet() { [[ $1 == *alexnet* ]]; }
 
 # quickstart/extract_features reads the small-image stem at the images' own 28 px (SimCLR's,
-# MoCo's and DeepClusterV2's trunk); the ResNet-18 quickstarts on the ImageNet stem are read at
-# 32 px.
+# SwAV's, MoCo's, DeepClusterV2's and Jigsaw's trunk); the ResNet-18 quickstarts on the ImageNet
+# stem are read at 32 px.
 RESNET32_IMAGES=$(images_at 32)
 RESNET32_TRUNK=(config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.SMALL_STEM=False "config.DATA.TRAIN.TRANSFORMS=$RESNET32_IMAGES"
     "config.DATA.TEST.TRANSFORMS=$RESNET32_IMAGES")

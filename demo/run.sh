@@ -87,7 +87,7 @@ echo "   (selfsup-sink in the trainer's place saves the batches)"
 grep -h 'images decoded\|records/s' "$work/run/logs/decode.0.log" "$work/run/logs/train.0.log" | cut -d' ' -f3- | sed 's/^/  /'
 "$selfsup" inspect --count "$work/run.rec" | sed 's/^/  /'
 
-say "SwAV's multi-crop (2x32 + 4x16 px, multicrop_collator): one tensor per crop, crop by crop"
+say "SwAV's multi-crop (2x28 + 4x14 px, multicrop_collator): one tensor per crop, crop by crop"
 "$build/selfsup-decode" -c quickstart/swav config.DATA.TRAIN.DATA_LIMIT=64 2>/dev/null \
     | "$build/selfsup-augment" -c quickstart/swav 2>/dev/null \
     | "$build/selfsup-collate" -c quickstart/swav 2>/dev/null > "$work/swav.rec"
