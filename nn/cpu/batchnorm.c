@@ -258,7 +258,7 @@ CPU_HOT static void lanes_affine(const float *x, float *y, const cpu_ncs *d, int
 /* The gradient reaching the norm: dy, or dy where the fused ReLU's output y is positive (NULL:
  * no ReLU). The lanes' and rows' kernels below take their loop once per case, `relu` a constant
  * there, so that each inner loop is one branch-free vector loop: with the test inside, GCC left
- * them scalar, branching on the sign of every value (a tenth of a ResNet-18 training step). */
+ * them scalar, branching on the sign of every value (an eighth of a small-stem ResNet-18 step). */
 static inline __attribute__((always_inline)) double masked_grad(const float *g, const float *o, int64_t j, bool relu)
 {
     return relu && !(o[j] > 0.0f) ? 0.0 : (double)g[j];
