@@ -15,8 +15,7 @@
 # (k = 20, sigma 0.1), as `make demo` judges SimCLR. The same trunk at random initialisation is
 # the baseline. One table: method, kNN top-1 on res5avg and res4, the lead over random init, the
 # pre-training time. Not part of `make demo` (80 minutes for the nine ResNet-18 methods at 4
-# epochs on 2 cores); the
-# README shows its table. Everything goes to runs/methods-DATE-TIME.
+# epochs on 2 cores); the README shows its table. Everything goes to runs/methods-DATE-TIME.
 set -euo pipefail
 build=${1:-build}
 epochs=${2:-4}
