@@ -157,7 +157,9 @@ BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 # The backend conformance test (tests/gpu/): every operation on the cuda backend against the
-# cpu one. Built everywhere; without a GPU it says so in one line and passes.
+# cpu one. Built everywhere; without a GPU it says so in one line and passes. `unit` also runs
+# it cpu against cpu, every case's calls on the reference side (not under TSan: oneDNN's
+# OpenMP threads are not instrumented).
 GPU_TEST_BIN := $(BUILD)/tests/backend-ops
 # The NCCL world against the collectives' definitions, one rank per GPU (tests/gpu/nccl_world.c);
 # without a GPU it checks the world ids and passes.
@@ -286,6 +288,7 @@ ifeq ($(SANITIZE),thread)
 endif
 unit: $(UNIT_BIN) $(BINS) $(TSTAGE_BINS) $(GPU_TEST_BIN) $(NCCL_TEST_BIN)
 	$(GPU_TEST_BIN)
+	$(if $(filter thread,$(SANITIZE)),,SELFSUP_BACKEND_OPS_PEER=cpu $(GPU_TEST_BIN))
 	$(NCCL_TEST_BIN)
 	rm -f $(BUILD)/unit-report.xml
 	SELFSUP_BUILD=$(abspath $(BUILD)) SELFSUP_CONFIGS=$(abspath configs) LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \

@@ -73,9 +73,12 @@ typedef struct {
 
 /* What a backend computes in. ENG_BF16 is VISSL's MODEL.AMP_PARAMS.USE_AMP on the cuda backend:
  * convolutions run in bf16 on the tensor cores with fp32 accumulation (their inputs rounded to
- * bf16 on the way in, their results to bf16 on the way out, as torch.autocast's), while
- * activations in memory, parameters, gradients, norms, losses and the optimizer stay fp32. The
- * cpu backend computes in fp32 only and refuses ENG_BF16 at open. */
+ * bf16 on the way in, their results to bf16 on the way out, as torch.autocast's), and a NATIVE
+ * tensor is stored in bf16 (NHWC), so the activations and activation gradients a model keeps
+ * native between those layers (a ResNet trunk's in training) are bf16 values: each layer reads
+ * them widened and rounds its result once. LOGICAL tensors, parameters, their gradients, the
+ * norms' statistics, losses and the optimizer stay fp32. The cpu backend computes in fp32 only
+ * and refuses ENG_BF16 at open. */
 typedef enum { ENG_FP32 = 0, ENG_BF16 = 1 } eng_precision;
 
 typedef struct {

@@ -1,11 +1,12 @@
 /*
- * amp.cu — the layout-and-precision conversions behind mixed precision (dnn.c's bf16 plans).
+ * amp.cu — the layout-and-precision conversions behind mixed precision (dnn.c's bf16 plans,
+ * and cuda.c's upload, download and copy of a NATIVE tensor, which is bf16 NHWC then).
  *
- * With ENG_BF16 a convolution runs in cuDNN's bf16 NHWC kernels (the tensor cores' layout)
- * while activations and gradients stay fp32 NCHW in memory: its input goes through
- * to_nhwc_bf16 into a scratch slot, its weight too (O×I×KH×KW is, per output channel, the
- * same C×S to S×C transpose), and its bf16 result comes back through from_nhwc_bf16, written
- * (a forward's output) or added (nn.h's accumulating gradients). Both are one tiled transpose:
+ * With ENG_BF16 a convolution runs in cuDNN's bf16 NHWC kernels (the tensor cores' layout).
+ * A NATIVE activation already is one; a LOGICAL fp32 NCHW one goes through to_nhwc_bf16 into
+ * a scratch slot, the weight too (O×I×KH×KW is, per output channel, the same C×S to S×C
+ * transpose), and a bf16 result meant for a LOGICAL tensor comes back through from_nhwc_bf16,
+ * written (a forward's output) or added (nn.h's accumulating gradients). Both are one tiled transpose:
  * a 32×32 tile of the C×S plane goes through shared memory so that reads and writes are both
  * along contiguous addresses, and each value is rounded to bf16 (nearest, ties to even) or
  * widened from it exactly.
@@ -73,4 +74,27 @@ extern "C" void cuda_from_nhwc_bf16(eng_backend *be, const void *src, float *dst
     transpose_kernel<<<transpose_grid(n, s, c), dim3(TILE, TILE_ROWS), 0, cuda_stream(be)>>>(
         (const __nv_bfloat16 *)src, dst, n, s, c, accumulate);
     CUDA_LAUNCHED();
+}
+
+__global__ static void add_bf16_kernel(const __nv_bfloat16 *src, __nv_bfloat16 *dst, int64_t n)
+{
+    GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(__bfloat162float(dst[i]) + __bfloat162float(src[i]));
+}
+
+extern "C" void cuda_add_bf16(eng_backend *be, const void *src, void *dst, int64_t n)
+{
+    if (n == 0)
+        return;
+    add_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream(be)>>>((const __nv_bfloat16 *)src,
+                                                                     (__nv_bfloat16 *)dst, n);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_ncs(const eng_shape *s, int64_t *n, int64_t *c, int64_t *hw)
+{
+    *n = s->ndim > 0 ? s->dim[0] : 1;
+    *c = s->ndim > 1 ? s->dim[1] : 1;
+    *hw = 1;
+    for (int i = 2; i < s->ndim; i++)
+        *hw *= s->dim[i];
 }

@@ -90,8 +90,8 @@ static int cuda_open(eng_backend *be, const eng_backend_options *opt, char **err
     cuda_blas_check(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     be->impl = c;
     if (c->precision == ENG_BF16)
-        log_info("cuda: mixed precision (MODEL.AMP_PARAMS.USE_AMP): convolutions in bf16 on the tensor cores; "
-                 "weights, gradients, norms, losses and the optimizer in fp32");
+        log_info("cuda: mixed precision (MODEL.AMP_PARAMS.USE_AMP): convolutions in bf16 on the tensor cores, a "
+                 "ResNet trunk's activations in bf16; weights, norms' statistics, losses and the optimizer in fp32");
     return 0;
 }
 
@@ -191,24 +191,57 @@ static void cuda_zero(eng_backend *be, const eng_tensor *t)
     CUDA_CHECK(cudaMemsetAsync(cuda_ptr(t), 0, cuda_bytes(be, &t->shape), cuda_stream(be)));
 }
 
+/* fp32 logical `src` into t: straight, or through to_nhwc_bf16 into a NATIVE bf16 t. */
+static void store_logical(eng_backend *be, const float *src, const eng_tensor *t)
+{
+    int64_t n, c, hw;
+    cuda_ncs(&t->shape, &n, &c, &hw);
+    if (cuda_native_bf16(be, t))
+        cuda_to_nhwc_bf16(be, src, cuda_ptr(t), n, c, hw);
+    else if (src != cuda_ptr(t))
+        CUDA_CHECK(cudaMemcpyAsync(cuda_ptr(t), src, cuda_bytes(be, &t->shape), cudaMemcpyDeviceToDevice,
+                                   cuda_stream(be)));
+}
+
+/* t as fp32 logical: itself, or a NATIVE bf16 t widened into scratch slot `slot`. */
+static const float *as_logical(eng_backend *be, const eng_tensor *t, int slot)
+{
+    if (!cuda_native_bf16(be, t))
+        return cuda_ptr(t);
+    int64_t n, c, hw;
+    cuda_ncs(&t->shape, &n, &c, &hw);
+    float *wide = cuda_scratch(be, slot, cuda_bytes(be, &t->shape));
+    cuda_from_nhwc_bf16(be, cuda_ptr(t), wide, n, c, hw, false);
+    return wide;
+}
+
 static void cuda_upload(eng_backend *be, const eng_tensor *dst, const float *src)
 {
     /* from pageable memory the call returns once src is staged: the caller may reuse it */
-    CUDA_CHECK(cudaMemcpyAsync(cuda_ptr(dst), src, cuda_bytes(be, &dst->shape), cudaMemcpyHostToDevice,
-                               cuda_stream(be)));
+    float *at = cuda_native_bf16(be, dst) ? cuda_scratch(be, 0, cuda_bytes(be, &dst->shape)) : cuda_ptr(dst);
+    CUDA_CHECK(cudaMemcpyAsync(at, src, cuda_bytes(be, &dst->shape), cudaMemcpyHostToDevice, cuda_stream(be)));
+    store_logical(be, at, dst);
 }
 
 static void cuda_download(eng_backend *be, const eng_tensor *src, float *dst)
 {
-    CUDA_CHECK(cudaMemcpyAsync(dst, cuda_ptr(src), cuda_bytes(be, &src->shape), cudaMemcpyDeviceToHost,
+    CUDA_CHECK(cudaMemcpyAsync(dst, as_logical(be, src, 0), cuda_bytes(be, &src->shape), cudaMemcpyDeviceToHost,
                                cuda_stream(be)));
     cuda_sync(be);
 }
 
+/* Same storage: one copy of its bytes (bf16 ones for NATIVE bf16); otherwise a conversion. */
 static void cuda_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst)
 {
-    CUDA_CHECK(cudaMemcpyAsync(cuda_ptr(dst), cuda_ptr(src), cuda_bytes(be, &dst->shape), cudaMemcpyDeviceToDevice,
-                               cuda_stream(be)));
+    bool bf16_src = cuda_native_bf16(be, src), bf16_dst = cuda_native_bf16(be, dst);
+    if (bf16_src && bf16_dst)
+        CUDA_CHECK(cudaMemcpyAsync(cuda_ptr(dst), cuda_ptr(src), (size_t)eng_numel(&dst->shape) * 2,
+                                   cudaMemcpyDeviceToDevice, cuda_stream(be)));
+    else if (bf16_dst)
+        store_logical(be, cuda_ptr(src), dst);
+    else /* the shapes may differ (a flatten); the element order is logical on both sides */
+        CUDA_CHECK(cudaMemcpyAsync(cuda_ptr(dst), as_logical(be, src, 0), cuda_bytes(be, &dst->shape),
+                                   cudaMemcpyDeviceToDevice, cuda_stream(be)));
 }
 
 void *cuda_scratch(eng_backend *be, int slot, size_t bytes)

@@ -2,9 +2,13 @@
  * cuda.h — the cuda backend's parts, gathered into eng_cuda_ops by cuda.c.
  *
  * Tensors are fp32 in PyTorch's logical layout (C-contiguous NCHW / N×F) in device memory,
- * with mixed precision too (a bf16 convolution converts at its edges: amp.cu, dnn.c);
- * a NATIVE tensor is laid out the same way on this backend (nn.h allows that), so upload,
- * download and copy are plain copies. Everything runs in order on one stream per backend
+ * and so is a NATIVE one in fp32 (nn.h allows that). Under mixed precision (ENG_BF16) a NATIVE
+ * tensor is bf16 in NHWC order instead, what cuDNN's tensor-core convolutions read and write:
+ * a ResNet's trunk keeps its activations and their gradients so from convolution to
+ * convolution (through batch norm, ReLU, the residual adds and the pools, whose kernels take
+ * either: elem.cuh), and only a LOGICAL tensor meeting a bf16 convolution is converted at its
+ * edges (amp.cu, dnn.c). Upload, download and copy convert a NATIVE bf16 tensor from and to
+ * fp32 logical. Everything runs in order on one stream per backend
  * (cuda_impl.stream): kernels, cuDNN and cuBLAS calls are queued there and the host waits
  * only where a value must come back (a loss, a norm) or memory comes back to it.
  *
@@ -31,7 +35,7 @@ extern "C" {
 #endif
 
 /* Device scratch slots: each op may use any of them for the length of its call. */
-enum { CUDA_SCRATCH_SLOTS = 4 };
+enum { CUDA_SCRATCH_SLOTS = 5 };
 
 /* cuDNN's algorithms for one convolution key, chosen once (dnn.c). */
 typedef struct {
@@ -67,6 +71,11 @@ static inline cuda_impl *cuda_of(eng_backend *be) { return (cuda_impl *)be->impl
 static inline cudaStream_t cuda_stream(eng_backend *be) { return cuda_of(be)->stream; }
 /* The first element of a tensor (its allocation plus its offset). */
 static inline float *cuda_ptr(const eng_tensor *t) { return (float *)((char *)t->base + t->offset); }
+/* Whether t is stored as bf16 NHWC: a NATIVE tensor under mixed precision. */
+static inline bool cuda_native_bf16(eng_backend *be, const eng_tensor *t)
+{
+    return t->layout == ENG_LAYOUT_NATIVE && cuda_of(be)->precision == ENG_BF16;
+}
 
 /* Abort with the failed call and where it was made. */
 void cuda_fail(const char *what, const char *detail, const char *file, int line);
@@ -117,6 +126,10 @@ void cuda_to_nhwc_bf16(eng_backend *be, const float *src, void *dst, int64_t n, 
 /* dst N×C×S fp32 = src N×S×C bf16 widened, or with `accumulate` dst += it. */
 void cuda_from_nhwc_bf16(eng_backend *be, const void *src, float *dst, int64_t n, int64_t c, int64_t s,
                          bool accumulate);
+/* dst[i] += src[i] for n bf16 values (a bf16 convolution's data gradient into a NATIVE dx). */
+void cuda_add_bf16(eng_backend *be, const void *src, void *dst, int64_t n);
+/* N, C and S (H·W) of a tensor as the conversions see it: N×C×H×W, N×C (S 1) or N (C, S 1). */
+void cuda_ncs(const eng_shape *s, int64_t *n, int64_t *c, int64_t *hw);
 
 /* ---- elementwise (eltwise.cu) ------------------------------------------------------------------ */
 void cuda_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);

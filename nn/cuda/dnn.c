@@ -15,12 +15,14 @@
  * backend's one, grown to the largest plan's need. Bias gradients are our own fixed-order sum
  * (eltwise.cu) rather than cuDNN's, for the same repeatability.
  *
- * Mixed precision (ENG_BF16) changes the convolutions only: their plans describe bf16 tensors
- * in NHWC, which the tensor cores' kernels want, and each call converts at its edges (amp.cu)
- * into the scratch slots: the input and the weight to bf16 NHWC, the result back to fp32 NCHW,
- * written by a forward and added by a backward (the data and the filter gradient are computed
- * in bf16 with beta 0, then accumulated in fp32). That is torch.autocast's arithmetic for a
- * convolution; the rest of the step stays fp32. Linear layers stay fp32 (the heads' few GFLOP).
+ * Mixed precision (ENG_BF16): the plans describe bf16 tensors in NHWC, which the tensor cores'
+ * kernels want. A NATIVE activation is stored so (cuda.h) and cuDNN reads or writes it in
+ * place; a LOGICAL one is converted at the call's edges (amp.cu) through the scratch slots: an
+ * input to bf16 NHWC, a result back to fp32 NCHW, written by a forward and added by a backward.
+ * The weight is always converted (weights stay fp32), and its gradient, computed in bf16 with
+ * beta 0, is added into the fp32 one; a NATIVE dx gets the data gradient, computed with beta
+ * 0 into scratch, added in bf16 (cuda_add_bf16). That is torch.autocast's arithmetic for a
+ * convolution. Linear layers stay fp32 (the heads' few GFLOP).
  *
  * Asymmetric padding (eng_conv_desc's pad_extra, TensorFlow's "same"): cuDNN pads symmetrically
  * only, so such a plan describes x with the extra zero rows and columns appended (H + extra_h by
@@ -28,7 +30,9 @@
  * copies x into that padded shape in a scratch slot (eltwise.cu's cuda_pad_bottom_right), which
  * the forward and the filter gradient read; the data gradient is computed for the padded x (beta
  * 0, into the same slot once the copy is consumed: the stream orders them) and its image part
- * added into dx (cuda_crop_add). In bf16 the padded fp32 copy is what is converted. The algorithm
+ * added into dx (cuda_crop_add). In bf16 the padded fp32 copy is what is converted (a NATIVE x
+ * widened first; a NATIVE dx of such a plan is refused: only a ResNet trains NATIVE, and its
+ * paddings are symmetric). The algorithm
  * cache's key holds pad_extra: the padded shape is another convolution to cuDNN.
  */
 #include "cuda.h"
@@ -236,8 +240,9 @@ void cuda_plan_free(eng_backend *be, eng_plan *p)
 
 /* The scratch slots a convolution's copies take: for bf16, the input (or the output's gradient),
  * the weight (or its gradient), and the third activation-sized one; for an asymmetric padding,
- * x with its extra zeros (or the gradient of that padded x), in fp32. */
-enum { SLOT_FIRST = 0, SLOT_WEIGHT = 1, SLOT_SECOND = 2, SLOT_PADDED = 3 };
+ * x with its extra zeros (or the gradient of that padded x), in fp32, and a NATIVE x widened
+ * to fp32 NCHW before it is padded. */
+enum { SLOT_FIRST = 0, SLOT_WEIGHT = 1, SLOT_SECOND = 2, SLOT_PADDED = 3, SLOT_WIDE = 4 };
 
 static bool padded(const eng_plan *p) { return p->extra[0] || p->extra[1]; }
 
@@ -247,14 +252,26 @@ static float *padded_slot(eng_backend *be, const eng_plan *p)
     return cuda_scratch(be, SLOT_PADDED, (size_t)eng_numel(&p->xshape) * sizeof(float));
 }
 
-/* x as cuDNN reads it: the caller's tensor, or a copy with the extra zero rows and columns. */
+/* x in fp32 NCHW: the caller's tensor, or a NATIVE bf16 one widened into SLOT_WIDE. */
+static const float *x_logical(eng_backend *be, tensor_ref *x)
+{
+    if (!cuda_native_bf16(be, x))
+        return cuda_ptr(x);
+    const int64_t *s = x->shape.dim;
+    float *wide = cuda_scratch(be, SLOT_WIDE, (size_t)eng_numel(&x->shape) * sizeof(float));
+    cuda_from_nhwc_bf16(be, cuda_ptr(x), wide, s[0], s[1], s[2] * s[3], false);
+    return wide;
+}
+
+/* x as an fp32 plan reads it, or as a bf16 plan converts it: the caller's tensor, or a copy
+ * with the extra zero rows and columns. */
 static const float *x_as_read(eng_backend *be, const eng_plan *p, tensor_ref *x)
 {
     if (!padded(p))
         return cuda_ptr(x);
     float *xp = padded_slot(be, p);
     const int64_t *s = x->shape.dim;
-    cuda_pad_bottom_right(be, cuda_ptr(x), xp, s[0] * s[1], s[2], s[3], p->extra[0], p->extra[1]);
+    cuda_pad_bottom_right(be, x_logical(be, x), xp, s[0] * s[1], s[2], s[3], p->extra[0], p->extra[1]);
     return xp;
 }
 
@@ -265,7 +282,7 @@ static void crop_into(eng_backend *be, const eng_plan *p, const float *dxp, tens
     cuda_crop_add(be, dxp, cuda_ptr(dx), s[0] * s[1], s[2], s[3], p->extra[0], p->extra[1]);
 }
 
-/* ---- the bf16 path: copies in the scratch slots ------------------------------------------------------ */
+/* ---- the bf16 path: NATIVE tensors in place, copies of the others in the scratch slots --------------- */
 
 static size_t bf16_bytes(const eng_shape *s) { return (size_t)eng_numel(s) * 2; }
 
@@ -283,22 +300,43 @@ static void from_bf16(eng_backend *be, const void *src, const eng_shape *s, floa
     cuda_from_nhwc_bf16(be, src, dst, s->dim[0], s->dim[1], s->dim[2] * s->dim[3], accumulate);
 }
 
+/* x as cuDNN reads it: a NATIVE x of an unpadded plan in place, else a copy in `slot`. */
+static const void *x_bf16(eng_backend *be, const eng_plan *p, int slot, tensor_ref *x)
+{
+    if (cuda_native_bf16(be, x) && !padded(p))
+        return cuda_ptr(x);
+    return nhwc_bf16_copy(be, slot, &p->xshape, x_as_read(be, p, x));
+}
+
+/* An activation-shaped operand t of shape s (y or dy): in place when NATIVE, else a copy in `slot`. */
+static const void *act_bf16(eng_backend *be, int slot, const eng_shape *s, tensor_ref *t)
+{
+    return cuda_native_bf16(be, t) ? (const void *)cuda_ptr(t) : nhwc_bf16_copy(be, slot, s, cuda_ptr(t));
+}
+
 static void conv_forward_bf16(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *w, tensor_ref *y)
 {
     cuda_impl *c = cuda_of(be);
-    void *xb = nhwc_bf16_copy(be, SLOT_FIRST, &p->xshape, x_as_read(be, p, x)),
-         *wb = nhwc_bf16_copy(be, SLOT_WEIGHT, &p->wshape, cuda_ptr(w)),
-         *yb = cuda_scratch(be, SLOT_SECOND, bf16_bytes(&p->yshape));
+    bool direct = cuda_native_bf16(be, y);
+    const void *xb = x_bf16(be, p, SLOT_FIRST, x), *wb = nhwc_bf16_copy(be, SLOT_WEIGHT, &p->wshape, cuda_ptr(w));
+    void *yb = direct ? (void *)cuda_ptr(y) : cuda_scratch(be, SLOT_SECOND, bf16_bytes(&p->yshape));
     cuda_dnn_check(cudnnConvolutionForward(c->dnn, &ONE, p->x, xb, p->w, wb, p->conv, p->a.fwd, c->workspace,
                                            c->workspace_bytes, &ZERO, p->y, yb),
                    "cudnnConvolutionForward (bf16)");
-    from_bf16(be, yb, &p->yshape, cuda_ptr(y), false);
+    if (!direct)
+        from_bf16(be, yb, &p->yshape, cuda_ptr(y), false);
 }
 
-/* dx += a bf16 NHWC gradient of x as cuDNN saw it: widened straight into dx, or into the padded
- * slot and then cropped in. */
+/* dx += a bf16 NHWC gradient of x as cuDNN saw it: added in bf16 into a NATIVE dx, widened
+ * straight into a LOGICAL one, or into the padded slot and then cropped in. */
 static void dx_from_bf16(eng_backend *be, const eng_plan *p, const void *dxb, tensor_ref *dx)
 {
+    if (cuda_native_bf16(be, dx)) {
+        if (padded(p))
+            invariant_failed("cuda: a native gradient for a convolution with asymmetric padding");
+        cuda_add_bf16(be, dxb, cuda_ptr(dx), eng_numel(&p->xshape));
+        return;
+    }
     if (!padded(p)) {
         from_bf16(be, dxb, &p->xshape, cuda_ptr(dx), true);
         return;
@@ -312,7 +350,7 @@ static void conv_backward_bf16(eng_backend *be, eng_plan *p, tensor_ref *x, tens
                                tensor_ref *dx, tensor_ref *dw)
 {
     cuda_impl *c = cuda_of(be);
-    void *dyb = nhwc_bf16_copy(be, SLOT_FIRST, &p->yshape, cuda_ptr(dy));
+    const void *dyb = act_bf16(be, SLOT_FIRST, &p->yshape, dy);
     if (dx) {
         void *wb = nhwc_bf16_copy(be, SLOT_WEIGHT, &p->wshape, cuda_ptr(w)),
              *dxb = cuda_scratch(be, SLOT_SECOND, bf16_bytes(&p->xshape));
@@ -322,8 +360,8 @@ static void conv_backward_bf16(eng_backend *be, eng_plan *p, tensor_ref *x, tens
         dx_from_bf16(be, p, dxb, dx);
     }
     if (dw) {
-        void *xb = nhwc_bf16_copy(be, SLOT_SECOND, &p->xshape, x_as_read(be, p, x)),
-             *dwb = cuda_scratch(be, SLOT_WEIGHT, bf16_bytes(&p->wshape));
+        const void *xb = x_bf16(be, p, SLOT_SECOND, x);
+        void *dwb = cuda_scratch(be, SLOT_WEIGHT, bf16_bytes(&p->wshape));
         cuda_dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &ONE, p->x, xb, p->y, dyb, p->conv, p->a.bwd_filter,
                                                       c->workspace, c->workspace_bytes, &ZERO, p->w, dwb),
                        "cudnnConvolutionBackwardFilter (bf16)");
@@ -344,6 +382,8 @@ void cuda_conv_forward(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref *
 {
     cuda_impl *c = cuda_of(be);
     expect_bias(p, b != NULL);
+    if (b && cuda_native_bf16(be, y))
+        invariant_failed("cuda: a convolution with a bias into a native bf16 output");
     if (p->bf16)
         conv_forward_bf16(be, p, x, w, y);
     else
@@ -384,6 +424,8 @@ void cuda_conv_backward(eng_backend *be, eng_plan *p, tensor_ref *x, tensor_ref 
 {
     if (db)
         expect_bias(p, true);
+    if (db && cuda_native_bf16(be, dy))
+        invariant_failed("cuda: a bias gradient from a native bf16 output gradient");
     if (p->bf16)
         conv_backward_bf16(be, p, x, w, dy, dx, dw);
     if (dx && !p->bf16)

@@ -20,6 +20,7 @@
  * elements on either backend, and backward recomputes the mask instead of storing it.
  */
 #include "cuda.h"
+#include "elem.cuh"
 #include "../../lib/rng.h"
 
 #include <string.h>
@@ -42,61 +43,103 @@ __device__ static double block_sum(double v, double *shared)
 }
 
 /* ---- ReLU, add -------------------------------------------------------------------------------- */
+/* Their operands share one layout (nn.c), so one stored type T: bf16 where they are NATIVE
+ * under mixed precision (elem.cuh), fp32 otherwise. */
 
-__global__ static void relu_kernel(const float *x, float *y, int64_t n)
-{
-    GRID_STRIDE(i, n) y[i] = x[i] < 0.0f ? 0.0f : x[i];
-}
-
-/* dx += dy·[y > 0] */
-__global__ static void relu_grad_kernel(const float *y, const float *dy, float *dx, int64_t n)
-{
-    GRID_STRIDE(i, n) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
-}
-
-__global__ static void add_kernel(const float *a, const float *b, float *y, int64_t n, bool relu)
+template <class T> __global__ static void relu_kernel(const T *x, T *y, int64_t n)
 {
     GRID_STRIDE(i, n)
     {
-        float v = __fadd_rn(a[i], b[i]);
-        y[i] = relu && v < 0.0f ? 0.0f : v;
+        float v = to_float(x[i]);
+        store(&y[i], v < 0.0f ? 0.0f : v);
+    }
+}
+
+/* dx += dy·[y > 0] */
+template <class T> __global__ static void relu_grad_kernel(const T *y, const T *dy, T *dx, int64_t n)
+{
+    GRID_STRIDE(i, n) store(&dx[i], to_float(dx[i]) + (to_float(y[i]) > 0.0f ? to_float(dy[i]) : 0.0f));
+}
+
+template <class T> __global__ static void add_kernel(const T *a, const T *b, T *y, int64_t n, bool relu)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = __fadd_rn(to_float(a[i]), to_float(b[i]));
+        store(&y[i], relu && v < 0.0f ? 0.0f : v);
     }
 }
 
 /* da += g and db += g, g = dy or dy·[y > 0]; da or db may be NULL. */
-__global__ static void add_grad_kernel(const float *y, const float *dy, float *da, float *db, int64_t n)
+template <class T> __global__ static void add_grad_kernel(const T *y, const T *dy, T *da, T *db, int64_t n)
 {
     GRID_STRIDE(i, n)
     {
-        float g = !y || y[i] > 0.0f ? dy[i] : 0.0f;
+        float g = !y || to_float(y[i]) > 0.0f ? to_float(dy[i]) : 0.0f;
         if (da)
-            da[i] += g;
+            store(&da[i], to_float(da[i]) + g);
         if (db)
-            db[i] += g;
+            store(&db[i], to_float(db[i]) + g);
     }
+}
+
+/* A tensor's elements as stored (T), or NULL for a NULL tensor. */
+template <class T> static T *elems(tensor_ref *t) { return t ? (T *)(void *)cuda_ptr(t) : NULL; }
+
+template <class T> static void relu_forward_as(eng_backend *be, tensor_ref *x, tensor_ref *y)
+{
+    int64_t n = eng_numel(&x->shape);
+    relu_kernel<T><<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(elems<T>(x), elems<T>(y), n);
+    CUDA_LAUNCHED();
+}
+
+template <class T> static void relu_backward_as(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx)
+{
+    int64_t n = eng_numel(&y->shape);
+    relu_grad_kernel<T><<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(elems<T>(y), elems<T>(dy),
+                                                                                   elems<T>(dx), n);
+    CUDA_LAUNCHED();
+}
+
+template <class T> static void add_forward_as(eng_backend *be, tensor_ref *a, tensor_ref *b, bool relu, tensor_ref *y)
+{
+    int64_t n = eng_numel(&a->shape);
+    add_kernel<T><<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(elems<T>(a), elems<T>(b), elems<T>(y),
+                                                                             n, relu);
+    CUDA_LAUNCHED();
+}
+
+template <class T>
+static void add_backward_as(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *da, tensor_ref *db)
+{
+    int64_t n = eng_numel(&dy->shape);
+    add_grad_kernel<T><<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(
+        elems<T>(relu_y), elems<T>(dy), elems<T>(da), elems<T>(db), n);
+    CUDA_LAUNCHED();
 }
 
 extern "C" void cuda_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y)
 {
-    int64_t n = eng_numel(&x->shape);
-    relu_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(y), n);
-    CUDA_LAUNCHED();
+    if (cuda_native_bf16(be, x))
+        relu_forward_as<bf16>(be, x, y);
+    else
+        relu_forward_as<float>(be, x, y);
 }
 
 extern "C" void cuda_relu_backward(eng_backend *be, tensor_ref *y, tensor_ref *dy, tensor_ref *dx)
 {
-    int64_t n = eng_numel(&y->shape);
-    relu_grad_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(y), cuda_ptr(dy),
-                                                                                cuda_ptr(dx), n);
-    CUDA_LAUNCHED();
+    if (cuda_native_bf16(be, y))
+        relu_backward_as<bf16>(be, y, dy, dx);
+    else
+        relu_backward_as<float>(be, y, dy, dx);
 }
 
 extern "C" void cuda_add_forward(eng_backend *be, tensor_ref *a, tensor_ref *b, bool relu, tensor_ref *y)
 {
-    int64_t n = eng_numel(&a->shape);
-    add_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(a), cuda_ptr(b), cuda_ptr(y), n,
-                                                                          relu);
-    CUDA_LAUNCHED();
+    if (cuda_native_bf16(be, a))
+        add_forward_as<bf16>(be, a, b, relu, y);
+    else
+        add_forward_as<float>(be, a, b, relu, y);
 }
 
 extern "C" void cuda_add_backward(eng_backend *be, tensor_ref *relu_y, tensor_ref *dy, tensor_ref *da,
@@ -104,10 +147,10 @@ extern "C" void cuda_add_backward(eng_backend *be, tensor_ref *relu_y, tensor_re
 {
     if (!da && !db)
         return;
-    int64_t n = eng_numel(&dy->shape);
-    add_grad_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(
-        relu_y ? cuda_ptr(relu_y) : NULL, cuda_ptr(dy), da ? cuda_ptr(da) : NULL, db ? cuda_ptr(db) : NULL, n);
-    CUDA_LAUNCHED();
+    if (cuda_native_bf16(be, dy))
+        add_backward_as<bf16>(be, relu_y, dy, da, db);
+    else
+        add_backward_as<float>(be, relu_y, dy, da, db);
 }
 
 /* ---- sigmoid, SiLU ------------------------------------------------------------------------------- */
@@ -174,10 +217,18 @@ extern "C" void cuda_silu_backward(eng_backend *be, tensor_ref *x, tensor_ref *d
 
 /* ---- the per-channel product (squeeze-and-excitation) ------------------------------------------- */
 
-/* y = x·s[plane] over planes of hw values. */
+/* y = x·s[plane] over planes of hw values (NCHW). */
 __global__ static void channel_scale_kernel(const float *x, const float *s, float *y, int64_t n, int64_t hw)
 {
     GRID_STRIDE(i, n) y[i] = __fmul_rn(x[i], s[i / hw]);
+}
+
+/* The same on NATIVE bf16 tensors: element i of an N×H×W×C map is channel i % C of sample
+ * i / (hw·C), whose factor is s[sample·C + channel]. */
+__global__ static void channel_scale_nhwc_kernel(const bf16 *x, const float *s, bf16 *y, int64_t n, int64_t hw,
+                                                 int64_t c)
+{
+    GRID_STRIDE(i, n) store(&y[i], __fmul_rn(to_float(x[i]), s[i / (hw * c) * c + i % c]));
 }
 
 /* One block per plane p: dx += dy·s[p] and ds[p] += Σ dy·x, in double in a fixed tree, rounded
@@ -205,8 +256,12 @@ __global__ static void channel_scale_grad_kernel(const float *x, const float *s,
 extern "C" void cuda_channel_scale_forward(eng_backend *be, tensor_ref *x, tensor_ref *s, tensor_ref *y)
 {
     int64_t n = eng_numel(&x->shape), hw = x->shape.dim[2] * x->shape.dim[3];
-    channel_scale_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(s),
-                                                                                    cuda_ptr(y), n, hw);
+    if (cuda_native_bf16(be, x))
+        channel_scale_nhwc_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(
+            cuda_bf16_ptr(x), cuda_ptr(s), cuda_bf16_ptr(y), n, hw, x->shape.dim[1]);
+    else
+        channel_scale_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(cuda_ptr(x), cuda_ptr(s),
+                                                                                        cuda_ptr(y), n, hw);
     CUDA_LAUNCHED();
 }
 

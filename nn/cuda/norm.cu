@@ -23,11 +23,19 @@
  * Scratch: slot 0 holds the partial sums, slot 1 one seg_info per segment (the statistics
  * and coefficients the map kernels read), slot 2 SyncBN's per-channel sums.
  *
+ * NATIVE tensors under mixed precision are bf16 N×H×W×C (cuda.h), where a channel's values are
+ * C apart: batch norm walks them with nhwc_walk instead, whose blocks are tiles of CT channels
+ * × a part of the rows (N·H·W), each thread one channel of the tile, so a warp reads CT
+ * neighbouring channels of a row; its partials land where the walk's would, so every
+ * per-segment kernel and SyncBN's steps serve both. The element operations are templates over
+ * the stored type (elem.cuh): values widened on reading, the result rounded once to bf16.
+ *
  * SyncBN (a reducer, nn.h): the cpu's steps, with the per-channel sums going to the host and
  * through the reducer between the passes (Σx and the count, then Σ(x − mean)²; backward Σg,
  * Σg·x̂ and the count): C or 2C doubles a pass, a host round trip each.
  */
 #include "cuda.h"
+#include "elem.cuh"
 
 #include "../../lib/log.h"
 
@@ -98,6 +106,30 @@ static walk sample_walk(tensor_ref *x)
     ncs_of(x, &n, &c, &s);
     walk w = {n, c * s, c * s, s, s, 0};
     w.parts = parts_for(w.count, w.segs);
+    return w;
+}
+
+/* Batch norm on a NATIVE bf16 tensor (N×H×W×C): segment c is channel c, its elements the
+ * N·H·W rows, element (row r, channel c) at r·C + c. A block is CT channels × part p of the
+ * rows. Parts aim at TARGET_BLOCKS blocks in all, counting tiles of channels, of at least
+ * MIN_ROWS rows each (a block then covers as many elements as channel_walk's at least), and
+ * at most MAX_PARTS, which the finish kernels add one by one. Shape alone decides. */
+enum { CT = 32, RT = THREADS / CT, MIN_ROWS = MIN_PER_BLOCK / CT * 4, MAX_PARTS = 256 };
+
+typedef struct {
+    int64_t segs, count; /* channels, rows */
+    int parts;
+} nhwc_walk;
+
+static nhwc_walk nhwc_channel_walk(tensor_ref *x)
+{
+    int64_t n, c, s;
+    ncs_of(x, &n, &c, &s);
+    nhwc_walk w = {c, n * s, 0};
+    int64_t tiles = (c + CT - 1) / CT, by_size = (w.count + MIN_ROWS - 1) / MIN_ROWS,
+            by_grid = (TARGET_BLOCKS + tiles - 1) / tiles;
+    int64_t p = by_size < by_grid ? by_size : by_grid;
+    w.parts = (int)(p < 1 ? 1 : p > (int64_t)MAX_PARTS ? (int64_t)MAX_PARTS : p);
     return w;
 }
 
@@ -176,6 +208,72 @@ template <class Op> __global__ static void __launch_bounds__(THREADS) map_kernel
     walk_part(w, [&](int64_t run, int64_t at) { op(s, run, at); });
 }
 
+/* nhwc_walk's partials: thread (tx, ty) of block (tile, p) sums channel tile·CT + tx over
+ * every RT-th row of part p from row ty, then the RT threads of a channel add up in a fixed
+ * tree; part p of channel c lands in part[(c·parts + p)·2 + {0, 1}], as partials_kernel's. */
+template <class Op>
+__global__ static void __launch_bounds__(THREADS)
+    nhwc_partials_kernel(nhwc_walk w, Op op, const seg_info *info, double *part)
+{
+    __shared__ double sa[THREADS], sb[THREADS];
+    unsigned tx = threadIdx.x % CT, ty = threadIdx.x / CT;
+    int64_t c = (int64_t)blockIdx.x * CT + tx, p = blockIdx.y;
+    double a = 0.0, b = 0.0;
+    if (c < w.segs) {
+        seg_info s = {};
+        if (info)
+            s = info[c];
+        int64_t lo = p * w.count / w.parts, hi = (p + 1) * w.count / w.parts;
+        for (int64_t r = lo + ty; r < hi; r += RT)
+            op(s, r, r * w.segs + c, &a, &b);
+    }
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    __syncthreads();
+    for (unsigned half = RT / 2; half > 0; half /= 2) {
+        if (ty < half) {
+            sa[threadIdx.x] += sa[threadIdx.x + half * CT];
+            sb[threadIdx.x] += sb[threadIdx.x + half * CT];
+        }
+        __syncthreads();
+    }
+    if (ty == 0 && c < w.segs) {
+        part[(c * w.parts + p) * 2] = sa[tx];
+        part[(c * w.parts + p) * 2 + 1] = sb[tx];
+    }
+}
+
+/* nhwc_walk's map: the same threads visit the same elements and write each. */
+template <class Op>
+__global__ static void __launch_bounds__(THREADS) nhwc_map_kernel(nhwc_walk w, Op op, const seg_info *info)
+{
+    unsigned tx = threadIdx.x % CT, ty = threadIdx.x / CT;
+    int64_t c = (int64_t)blockIdx.x * CT + tx, p = blockIdx.y;
+    if (c >= w.segs)
+        return;
+    seg_info s = {};
+    if (info)
+        s = info[c];
+    int64_t lo = p * w.count / w.parts, hi = (p + 1) * w.count / w.parts;
+    for (int64_t r = lo + ty; r < hi; r += RT)
+        op(s, r, r * w.segs + c);
+}
+
+template <class Op>
+static void launch_partials(eng_backend *be, const nhwc_walk &w, Op op, const seg_info *info, double *part)
+{
+    dim3 grid((unsigned)((w.segs + CT - 1) / CT), (unsigned)w.parts);
+    nhwc_partials_kernel<Op><<<grid, THREADS, 0, cuda_stream(be)>>>(w, op, info, part);
+    CUDA_LAUNCHED();
+}
+
+template <class Op> static void launch_map(eng_backend *be, const nhwc_walk &w, Op op, const seg_info *info)
+{
+    dim3 grid((unsigned)((w.segs + CT - 1) / CT), (unsigned)w.parts);
+    nhwc_map_kernel<Op><<<grid, THREADS, 0, cuda_stream(be)>>>(w, op, info);
+    CUDA_LAUNCHED();
+}
+
 template <class Op>
 static void launch_partials(eng_backend *be, const walk &w, Op op, const seg_info *info, double *part)
 {
@@ -210,60 +308,64 @@ __device__ static double at_or(const float *p, int64_t i, double fallback) { ret
 /* Each op sees its block's segment info `s`: a channel's for batch norm, a sample's for layer
  * norm (the channel walk of layer norm's dγ, dβ reads its samples' from `sample` instead). */
 
-struct sum_op {
-    const float *x;
-    __device__ void operator()(const seg_info &, int64_t, int64_t at, double *a, double *) const { *a += x[at]; }
+template <class T> struct sum_op {
+    const T *x;
+    __device__ void operator()(const seg_info &, int64_t, int64_t at, double *a, double *) const
+    {
+        *a += to_float(x[at]);
+    }
 };
 
 /* Σ (x − mean)² with the segment's mean. */
-struct sqdev_op {
-    const float *x;
+template <class T> struct sqdev_op {
+    const T *x;
     __device__ void operator()(const seg_info &s, int64_t, int64_t at, double *a, double *) const
     {
-        double d = (double)x[at] - s.mean;
+        double d = (double)to_float(x[at]) - s.mean;
         *a += d * d;
     }
 };
 
 /* Batch norm backward: Σ g and Σ g·x̂ over a channel, g = dy masked by the fused ReLU's y. */
-struct bn_grad_op {
-    const float *x, *dy, *relu_y;
+template <class T> struct bn_grad_op {
+    const T *x, *dy, *relu_y;
     __device__ void operator()(const seg_info &s, int64_t, int64_t at, double *a, double *b) const
     {
-        double grad = relu_y ? (relu_y[at] > 0.0f ? dy[at] : 0.0f) : dy[at];
+        double grad = relu_y ? (to_float(relu_y[at]) > 0.0f ? to_float(dy[at]) : 0.0f) : to_float(dy[at]);
         *a += grad;
-        *b += grad * (((double)x[at] - s.mean) * s.invstd);
+        *b += grad * (((double)to_float(x[at]) - s.mean) * s.invstd);
     }
 };
 
 /* y = act((x − mean)·scale + shift [+ residual]); a NaN stays NaN through the ReLU; SiLU as
  * eltwise.cu's silu_kernel (x / (1 + e^−x), PyTorch's). */
-struct bn_affine_op {
-    const float *x, *residual;
-    float *y;
+template <class T> struct bn_affine_op {
+    const T *x, *residual;
+    T *y;
     eng_eval_act act;
     __device__ void operator()(const seg_info &s, int64_t, int64_t at) const
     {
-        float v = (float)(((double)x[at] - s.mean) * s.scale + s.shift);
+        float v = (float)(((double)to_float(x[at]) - s.mean) * s.scale + s.shift);
         if (residual)
-            v += residual[at];
+            v += to_float(residual[at]);
         if (act == ENG_EVAL_ACT_RELU && v < 0.0f)
             v = 0.0f;
         else if (act == ENG_EVAL_ACT_SILU)
             v = __fdiv_rn(v, __fadd_rn(1.0f, expf(-v)));
-        y[at] = v;
+        store(&y[at], v);
     }
 };
 
 /* dx += k·(m·g − Σg − x̂·Σg·x̂), the training backward. */
-struct bn_dx_train_op {
-    const float *x, *dy, *relu_y;
-    float *dx;
+template <class T> struct bn_dx_train_op {
+    const T *x, *dy, *relu_y;
+    T *dx;
     double m;
     __device__ void operator()(const seg_info &s, int64_t, int64_t at) const
     {
-        double grad = relu_y ? (relu_y[at] > 0.0f ? dy[at] : 0.0f) : dy[at];
-        dx[at] += (float)(s.k * (m * grad - s.sum_g - ((double)x[at] - s.mean) * s.invstd * s.sum_gxhat));
+        double grad = relu_y ? (to_float(relu_y[at]) > 0.0f ? to_float(dy[at]) : 0.0f) : to_float(dy[at]);
+        double xhat = ((double)to_float(x[at]) - s.mean) * s.invstd;
+        store(&dx[at], to_float(dx[at]) + (float)(s.k * (m * grad - s.sum_g - xhat * s.sum_gxhat)));
     }
 };
 
@@ -464,9 +566,9 @@ __global__ static void finish_grads_kernel(const double *part, int parts, int64_
 
 /* ---- host side ---------------------------------------------------------------------------------- */
 
-static unsigned seg_blocks(const walk &w) { return cuda_blocks(w.segs, THREADS); }
+template <class W> static unsigned seg_blocks(const W &w) { return cuda_blocks(w.segs, THREADS); }
 
-static double *partials_scratch(eng_backend *be, const walk &w)
+template <class W> static double *partials_scratch(eng_backend *be, const W &w)
 {
     return (double *)cuda_scratch(be, 0, (size_t)(w.segs * w.parts) * 2 * sizeof(double));
 }
@@ -478,22 +580,23 @@ static seg_info *info_scratch(eng_backend *be, int64_t segs)
 
 /* Two passes over each segment: the mean, then the squared deviations; finish_stats_kernel
  * then writes what `s` asks for and info's mean, invstd, scale and shift. */
-static void segment_stats(eng_backend *be, const walk &w, const float *x, const stats_args &s, seg_info *info)
+template <class W, class T>
+static void segment_stats(eng_backend *be, const W &w, const T *x, const stats_args &s, seg_info *info)
 {
     double *part = partials_scratch(be, w);
     cudaStream_t st = cuda_stream(be);
-    launch_partials(be, w, sum_op{x}, NULL, part);
+    launch_partials(be, w, sum_op<T>{x}, NULL, part);
     finish_mean_kernel<<<seg_blocks(w), THREADS, 0, st>>>(part, w.parts, w.segs, (double)w.count, info);
     CUDA_LAUNCHED();
-    launch_partials(be, w, sqdev_op{x}, info, part);
+    launch_partials(be, w, sqdev_op<T>{x}, info, part);
     finish_stats_kernel<<<seg_blocks(w), THREADS, 0, st>>>(part, w.parts, w.segs, s, info);
     CUDA_LAUNCHED();
 }
 
 /* Reduce with op (reading the segments' info `in`), then per segment Σa, Σb into `out`'s
  * sum_g, sum_gxhat and added into dbeta, dgamma (each skipped when NULL). */
-template <class Op>
-static void segment_grads(eng_backend *be, const walk &w, Op op, const seg_info *in, seg_info *out, float *dgamma,
+template <class W, class Op>
+static void segment_grads(eng_backend *be, const W &w, Op op, const seg_info *in, seg_info *out, float *dgamma,
                           float *dbeta)
 {
     double *part = partials_scratch(be, w);
@@ -502,7 +605,7 @@ static void segment_grads(eng_backend *be, const walk &w, Op op, const seg_info 
     CUDA_LAUNCHED();
 }
 
-static bool empty(const walk &w) { return w.segs == 0 || w.count == 0; }
+template <class W> static bool empty(const W &w) { return w.segs == 0 || w.count == 0; }
 
 /* dev[0..n) (device doubles) and *count summed over the group on the host, in place; a failed
  * reducer leaves the rank's own values, as the cpu backend's batch norm does (nn.h). */
@@ -525,12 +628,13 @@ static void over_group(eng_backend *be, double *dev, int64_t n, double *count, c
 
 /* SyncBN's forward (the cpu's steps): Σx and the count over the group, then Σ(x − mean)² around
  * the group's mean, then the statistics with the group's count. */
-static void forward_synced(eng_backend *be, const walk &w, const float *x, stats_args s, seg_info *info,
+template <class W, class T>
+static void forward_synced(eng_backend *be, const W &w, const T *x, stats_args s, seg_info *info,
                            const eng_reducer *r)
 {
     double *part = partials_scratch(be, w), *tot = (double *)cuda_scratch(be, 2, (size_t)w.segs * sizeof(double));
     cudaStream_t st = cuda_stream(be);
-    launch_partials(be, w, sum_op{x}, NULL, part);
+    launch_partials(be, w, sum_op<T>{x}, NULL, part);
     totals_kernel<<<seg_blocks(w), THREADS, 0, st>>>(part, w.parts, w.segs, tot);
     CUDA_LAUNCHED();
     double m = (double)w.count, unused = 0.0;
@@ -539,7 +643,7 @@ static void forward_synced(eng_backend *be, const walk &w, const float *x, stats
         die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %.0f)", m);
     set_mean_kernel<<<seg_blocks(w), THREADS, 0, st>>>(tot, w.segs, m, info);
     CUDA_LAUNCHED();
-    launch_partials(be, w, sqdev_op{x}, info, part);
+    launch_partials(be, w, sqdev_op<T>{x}, info, part);
     totals_kernel<<<seg_blocks(w), THREADS, 0, st>>>(part, w.parts, w.segs, tot);
     CUDA_LAUNCHED();
     over_group(be, tot, w.segs, &unused, r);
@@ -550,7 +654,8 @@ static void forward_synced(eng_backend *be, const walk &w, const float *x, stats
 
 /* SyncBN's backward: dγ and dβ from this rank's sums (added by segment_grads), dx from the
  * group's Σg, Σg·x̂ and count. info holds the saved statistics; returns the group's count. */
-static double backward_group_sums(eng_backend *be, const walk &w, const float *gamma, seg_info *info,
+template <class W>
+static double backward_group_sums(eng_backend *be, const W &w, const float *gamma, seg_info *info,
                                   const eng_reducer *r)
 {
     double *tot = (double *)cuda_scratch(be, 2, (size_t)(2 * w.segs) * sizeof(double)), m = (double)w.count;
@@ -563,7 +668,8 @@ static double backward_group_sums(eng_backend *be, const walk &w, const float *g
 }
 
 /* Running statistics (mean 0, var 1 where missing) make batch norm a per-channel affine map. */
-static seg_info *eval_info(eng_backend *be, const walk &w, double eps, tensor_ref *gamma, tensor_ref *beta,
+template <class W>
+static seg_info *eval_info(eng_backend *be, const W &w, double eps, tensor_ref *gamma, tensor_ref *beta,
                            tensor_ref *mean, tensor_ref *var)
 {
     seg_info *info = info_scratch(be, w.segs);
@@ -573,6 +679,58 @@ static seg_info *eval_info(eng_backend *be, const walk &w, double eps, tensor_re
     return info;
 }
 
+/* Batch norm's training forward over walk w (either kind), x and y stored as T. */
+template <class W, class T>
+static void forward_train(eng_backend *be, const W &w, const T *x, stats_args s, bool relu, T *y,
+                          const eng_reducer *across)
+{
+    if (w.count < 2 && !across)
+        die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %lld)",
+            (long long)w.count);
+    if (empty(w) && !across) /* with a reducer every rank makes the group's calls */
+        return;
+    seg_info *info = info_scratch(be, w.segs);
+    s.count = (double)w.count;
+    if (across)
+        forward_synced(be, w, x, s, info, across);
+    else
+        segment_stats(be, w, x, s, info);
+    launch_map(be, w, bn_affine_op<T>{x, NULL, y, relu ? ENG_EVAL_ACT_RELU : ENG_EVAL_ACT_NONE}, info);
+}
+
+/* Batch norm's training backward over walk w, the activations stored as T. */
+template <class W, class T>
+static void backward_train(eng_backend *be, const W &w, tensor_ref *gamma, tensor_ref *save_mean,
+                           tensor_ref *save_invstd, const T *x, const T *relu_y, const T *dy, T *dx, float *dgamma,
+                           float *dbeta, const eng_reducer *across)
+{
+    if (empty(w) && !across)
+        return;
+    seg_info *info = info_scratch(be, w.segs);
+    saved_info_kernel<<<seg_blocks(w), THREADS, 0, cuda_stream(be)>>>(
+        w.segs, (double)w.count, ptr_or_null(gamma), cuda_ptr(save_mean), cuda_ptr(save_invstd), info);
+    CUDA_LAUNCHED();
+    segment_grads(be, w, bn_grad_op<T>{x, dy, relu_y}, info, info, dgamma, dbeta);
+    double m = across ? backward_group_sums(be, w, ptr_or_null(gamma), info, across) : (double)w.count;
+    if (dx)
+        launch_map(be, w, bn_dx_train_op<T>{x, dy, relu_y, dx, m}, info);
+}
+
+/* y = act(BN_eval(y) [+ residual]) in place, over walk w, y and the residual stored as T. */
+template <class W, class T>
+static void eval_epilogue(eng_backend *be, const W &w, double eps, tensor_ref *gamma, tensor_ref *beta,
+                          tensor_ref *mean, tensor_ref *var, const T *residual, eng_eval_act act, T *y)
+{
+    if (empty(w))
+        return;
+    seg_info *info = eval_info(be, w, eps, gamma, beta, mean, var);
+    /* in place: each element is read, then written, by the same thread */
+    launch_map(be, w, bn_affine_op<T>{y, residual, y, act}, info);
+}
+
+/* The stored elements of a NATIVE bf16 tensor (NULL for NULL). */
+static bf16 *bf16_or_null(tensor_ref *t) { return t ? cuda_bf16_ptr(t) : NULL; }
+
 } // namespace
 
 extern "C" void cuda_batchnorm_forward_train(eng_backend *be, double momentum, double eps, tensor_ref *x,
@@ -581,28 +739,19 @@ extern "C" void cuda_batchnorm_forward_train(eng_backend *be, double momentum, d
                                              tensor_ref *save_invstd, bool relu, tensor_ref *y,
                                              const eng_reducer *across)
 {
-    walk w = channel_walk(x);
-    if (w.count < 2 && !across)
-        die(EXIT_RUNTIME, "batchnorm: training needs more than one value per channel (got %lld)",
-            (long long)w.count);
-    if (empty(w) && !across) /* with a reducer every rank makes the group's calls */
-        return;
-    seg_info *info = info_scratch(be, w.segs);
     stats_args s = {};
     s.eps = eps;
     s.momentum = momentum;
-    s.count = (double)w.count;
     s.gamma = ptr_or_null(gamma);
     s.beta = ptr_or_null(beta);
     s.running_mean = mut_or_null(running_mean);
     s.running_var = mut_or_null(running_var);
     s.save_mean = mut_or_null(save_mean);
     s.save_invstd = mut_or_null(save_invstd);
-    if (across)
-        forward_synced(be, w, cuda_ptr(x), s, info, across);
+    if (cuda_native_bf16(be, x))
+        forward_train(be, nhwc_channel_walk(x), (const bf16 *)cuda_bf16_ptr(x), s, relu, cuda_bf16_ptr(y), across);
     else
-        segment_stats(be, w, cuda_ptr(x), s, info);
-    launch_map(be, w, bn_affine_op{cuda_ptr(x), NULL, cuda_ptr(y), relu ? ENG_EVAL_ACT_RELU : ENG_EVAL_ACT_NONE}, info);
+        forward_train(be, channel_walk(x), (const float *)cuda_ptr(x), s, relu, cuda_ptr(y), across);
 }
 
 extern "C" void cuda_batchnorm_forward_eval(eng_backend *be, double eps, tensor_ref *x, tensor_ref *gamma,
@@ -613,19 +762,29 @@ extern "C" void cuda_batchnorm_forward_eval(eng_backend *be, double eps, tensor_
     if (empty(w))
         return;
     seg_info *info = eval_info(be, w, eps, gamma, beta, running_mean, running_var);
-    launch_map(be, w, bn_affine_op{cuda_ptr(x), NULL, cuda_ptr(y), relu ? ENG_EVAL_ACT_RELU : ENG_EVAL_ACT_NONE}, info);
+    launch_map(be, w, bn_affine_op<float>{cuda_ptr(x), NULL, cuda_ptr(y), relu ? ENG_EVAL_ACT_RELU : ENG_EVAL_ACT_NONE},
+               info);
 }
 
+/* The residual is read in y's storage: one in the other layout is converted into scratch slot 4
+ * first (a block whose input was a feature a caller reads, LOGICAL, and whose output is not). */
 extern "C" void cuda_bn_eval_epilogue(eng_backend *be, double eps, tensor_ref *gamma, tensor_ref *beta,
                                       tensor_ref *mean, tensor_ref *var, tensor_ref *residual,
                                       eng_eval_act act, tensor_ref *y)
 {
-    walk w = channel_walk(y);
-    if (empty(w))
-        return;
-    seg_info *info = eval_info(be, w, eps, gamma, beta, mean, var);
-    /* in place: each element is read, then written, by the same thread */
-    launch_map(be, w, bn_affine_op{cuda_ptr(y), ptr_or_null(residual), cuda_ptr(y), act}, info);
+    eng_tensor moved;
+    if (residual && cuda_native_bf16(be, residual) != cuda_native_bf16(be, y)) {
+        moved = (eng_tensor){.shape = y->shape, .base = cuda_scratch(be, 4, eng_bytes(be, &y->shape)),
+                             .offset = 0, .layout = y->layout};
+        eng_copy(be, residual, &moved);
+        residual = &moved;
+    }
+    if (cuda_native_bf16(be, y))
+        eval_epilogue(be, nhwc_channel_walk(y), eps, gamma, beta, mean, var, (const bf16 *)bf16_or_null(residual), act,
+                      cuda_bf16_ptr(y));
+    else
+        eval_epilogue(be, channel_walk(y), eps, gamma, beta, mean, var, (const float *)ptr_or_null(residual), act,
+                      cuda_ptr(y));
 }
 
 /* With x̂ = (x − mean)·invstd, g the gradient reaching the norm and m values per channel:
@@ -635,18 +794,14 @@ extern "C" void cuda_batchnorm_backward(eng_backend *be, tensor_ref *x, tensor_r
                                         tensor_ref *dy, tensor_ref *dx, tensor_ref *dgamma, tensor_ref *dbeta,
                                         const eng_reducer *across)
 {
-    walk w = channel_walk(x);
-    if (empty(w) && !across)
-        return;
-    seg_info *info = info_scratch(be, w.segs);
-    saved_info_kernel<<<seg_blocks(w), THREADS, 0, cuda_stream(be)>>>(
-        w.segs, (double)w.count, ptr_or_null(gamma), cuda_ptr(save_mean), cuda_ptr(save_invstd), info);
-    CUDA_LAUNCHED();
-    const float *px = cuda_ptr(x), *pdy = cuda_ptr(dy), *py = ptr_or_null(relu_y);
-    segment_grads(be, w, bn_grad_op{px, pdy, py}, info, info, mut_or_null(dgamma), mut_or_null(dbeta));
-    double m = across ? backward_group_sums(be, w, ptr_or_null(gamma), info, across) : (double)w.count;
-    if (dx)
-        launch_map(be, w, bn_dx_train_op{px, pdy, py, cuda_ptr(dx), m}, info);
+    if (cuda_native_bf16(be, x))
+        backward_train(be, nhwc_channel_walk(x), gamma, save_mean, save_invstd, (const bf16 *)cuda_bf16_ptr(x),
+                       (const bf16 *)bf16_or_null(relu_y), (const bf16 *)cuda_bf16_ptr(dy), bf16_or_null(dx),
+                       mut_or_null(dgamma), mut_or_null(dbeta), across);
+    else
+        backward_train(be, channel_walk(x), gamma, save_mean, save_invstd, (const float *)cuda_ptr(x),
+                       ptr_or_null(relu_y), (const float *)cuda_ptr(dy), mut_or_null(dx), mut_or_null(dgamma),
+                       mut_or_null(dbeta), across);
 }
 
 /* The eval forward is affine per channel, so: dx += dy·γ·invstd, dγ += Σ dy·x̂, dβ += Σ dy
@@ -661,7 +816,7 @@ extern "C" void cuda_batchnorm_backward_eval(eng_backend *be, double eps, tensor
         return;
     seg_info *info = eval_info(be, w, eps, gamma, NULL, running_mean, running_var);
     if (dgamma || dbeta)
-        segment_grads(be, w, bn_grad_op{cuda_ptr(x), cuda_ptr(dy), NULL}, info, NULL, mut_or_null(dgamma),
+        segment_grads(be, w, bn_grad_op<float>{cuda_ptr(x), cuda_ptr(dy), NULL}, info, NULL, mut_or_null(dgamma),
                       mut_or_null(dbeta));
     if (dx)
         launch_map(be, w, bn_dx_eval_op{cuda_ptr(dy), cuda_ptr(dx)}, info);

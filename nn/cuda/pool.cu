@@ -17,11 +17,19 @@
  * again from x (one thread per window, the forward's scan), into scratch slot 0, and an input
  * element then takes the gradient of the windows whose argmax it is.
  *
+ * A NATIVE tensor under mixed precision is bf16 N×H×W×C (cuda.h): the geometry says which side
+ * is (in_nhwc, out_nhwc), the kernels are templates over each side's stored type (elem.cuh),
+ * and a grid walks its tensor in memory order, channels fastest on an NHWC one, so that
+ * neighbouring threads touch neighbouring addresses. A window's values are read wherever the
+ * layout puts them (plane_at); a plane is still (sample, channel) and the argmax an index
+ * within it.
+ *
  * Indices within a plane (and window bounds) are int: the layers check that a plane and the
  * adaptive rule's products fit. A grid-stride index is 32-bit whenever the tensor allows it,
  * as the divisions that split it into (plane, row, column) are much cheaper so.
  */
 #include "cuda.h"
+#include "elem.cuh"
 
 #include "../../lib/log.h"
 
@@ -40,6 +48,8 @@ typedef struct {
     int in[2], out[2];
     int kernel[2], stride[2], pad[2];
     bool adaptive, include_pad;
+    bool in_nhwc, out_nhwc; /* each side NCHW, or a NATIVE bf16 N×H×W×C */
+    int64_t chans;
 } pool_geom;
 
 /* An output element's input span along one axis, clipped, and its length counting padding. */
@@ -102,17 +112,77 @@ __device__ static void axis_outputs(const pool_geom &g, int axis, int i, int *fi
     *last = min((i + p) / s, out - 1);
 }
 
+/* ---- the grid ----------------------------------------------------------------------------------- */
+
+/* Where a plane of rows × cols sits: its (row r, column c) at origin + (r·cols + c)·step, step
+ * 1 in NCHW and C in NHWC (plane = n·C + c). Worked once per thread's element, not per read. */
+typedef struct {
+    int64_t origin, step;
+    int cols;
+} plane_at;
+
+__device__ static plane_at plane_of(bool nhwc, int64_t chans, int64_t plane, int rows, int cols)
+{
+    if (!nhwc)
+        return {plane * rows * cols, 1, cols};
+    int64_t n = plane / chans;
+    return {n * rows * cols * chans + (plane - n * chans), chans, cols};
+}
+
+__device__ static int64_t at(const plane_at &p, int r, int c) { return p.origin + ((int64_t)r * p.cols + c) * p.step; }
+
+/* The input side's plane and the output side's. */
+__device__ static plane_at in_plane(const pool_geom &g, int64_t plane)
+{
+    return plane_of(g.in_nhwc, g.chans, plane, g.in[0], g.in[1]);
+}
+
+__device__ static plane_at out_plane(const pool_geom &g, int64_t plane)
+{
+    return plane_of(g.out_nhwc, g.chans, plane, g.out[0], g.out[1]);
+}
+
+/* f(i, plane, row, column) for each element i < n of planes of rows × cols, grid-stride, i
+ * being the element's place in memory: NCHW, or with `nhwc` N×rows×cols×chans. */
+template <typename Idx, class F>
+__device__ static void each_position_as(int64_t n, int rows, int cols, bool nhwc, int64_t chans, F f)
+{
+    Idx stride = (Idx)gridDim.x * blockDim.x;
+    for (Idx i = (Idx)blockIdx.x * blockDim.x + threadIdx.x; i < (Idx)n; i += stride) {
+        Idx q = i, ch = 0;
+        if (nhwc) {
+            q = i / (Idx)chans;
+            ch = i - q * (Idx)chans;
+        }
+        Idx p = q / (Idx)cols;
+        int c = (int)(q - p * (Idx)cols);
+        Idx s = p / (Idx)rows;
+        int r = (int)(p - s * (Idx)rows);
+        f((int64_t)i, nhwc ? (int64_t)s * chans + (int64_t)ch : (int64_t)s, r, c);
+    }
+}
+
+/* 32-bit when i + stride cannot wrap (n ≤ 2³¹, stride < 2³¹). */
+template <class F> __device__ static void each_position(int64_t n, int rows, int cols, bool nhwc, int64_t chans, F f)
+{
+    if (n <= INT32_MAX)
+        each_position_as<uint32_t>(n, rows, cols, nhwc, chans, f);
+    else
+        each_position_as<uint64_t>(n, rows, cols, nhwc, chans, f);
+}
+
+
 /* The plane index of the window's maximum, scanning rows then columns: the first of equal
  * maxima wins (strict >) and a NaN always takes over, as on the cpu; -1 for an empty window. */
-__device__ static int window_argmax(const float *plane, int iw, const window &w)
+template <class T> __device__ static int window_argmax(const T *x, const plane_at &in, const window &w)
 {
     if (w.h.lo >= w.h.hi || w.w.lo >= w.w.hi)
         return -1;
-    int best = w.h.lo * iw + w.w.lo;
+    int iw = in.cols, best = w.h.lo * iw + w.w.lo;
     float top = -INFINITY;
     for (int h = w.h.lo; h < w.h.hi; h++)
         for (int c = w.w.lo; c < w.w.hi; c++) {
-            float v = plane[h * iw + c];
+            float v = to_float(x[at(in, h, c)]);
             if (v > top || isnan(v)) {
                 top = v;
                 best = h * iw + c;
@@ -121,103 +191,81 @@ __device__ static int window_argmax(const float *plane, int iw, const window &w)
     return best;
 }
 
-/* ---- the grid ----------------------------------------------------------------------------------- */
-
-/* f(i, plane, row, column) for each element i < n of planes of rows × cols, grid-stride. */
-template <typename Idx, class F> __device__ static void each_position_as(int64_t n, int rows, int cols, F f)
-{
-    Idx stride = (Idx)gridDim.x * blockDim.x;
-    for (Idx i = (Idx)blockIdx.x * blockDim.x + threadIdx.x; i < (Idx)n; i += stride) {
-        Idx q = i / (Idx)cols;
-        int c = (int)(i - q * (Idx)cols);
-        Idx plane = q / (Idx)rows;
-        int r = (int)(q - plane * (Idx)rows);
-        f((int64_t)i, (int64_t)plane, r, c);
-    }
-}
-
-/* 32-bit when i + stride cannot wrap (n ≤ 2³¹, stride < 2³¹). */
-template <class F> __device__ static void each_position(int64_t n, int rows, int cols, F f)
-{
-    if (n <= INT32_MAX)
-        each_position_as<uint32_t>(n, rows, cols, f);
-    else
-        each_position_as<uint64_t>(n, rows, cols, f);
-}
-
 /* ---- kernels ------------------------------------------------------------------------------------ */
+/* Each walks the tensor it writes in memory order (i), the other side through at(). */
 
 /* The window's maximum (window_argmax's rule; -inf for an empty window, as PyTorch). */
-__global__ static void max_forward_kernel(pool_geom g, int64_t n, const float *x, float *y)
+template <class T> __global__ static void max_forward_kernel(pool_geom g, int64_t n, const T *x, T *y)
 {
-    each_position(n, g.out[0], g.out[1], [&](int64_t i, int64_t plane, int oh, int ow) {
+    each_position(n, g.out[0], g.out[1], g.out_nhwc, g.chans, [&](int64_t i, int64_t plane, int oh, int ow) {
         window w = window_at(g, oh, ow);
-        const float *in = x + plane * g.in[0] * g.in[1];
+        plane_at in = in_plane(g, plane);
         float top = -INFINITY;
         for (int h = w.h.lo; h < w.h.hi; h++)
             for (int c = w.w.lo; c < w.w.hi; c++) {
-                float v = in[h * g.in[1] + c];
+                float v = to_float(x[at(in, h, c)]);
                 top = v > top || isnan(v) ? v : top;
             }
-        y[i] = top;
+        store(&y[i], top);
     });
 }
 
-__global__ static void argmax_kernel(pool_geom g, int64_t n, const float *x, int *arg)
+/* arg[i] for output element i (its place in memory) */
+template <class T> __global__ static void argmax_kernel(pool_geom g, int64_t n, const T *x, int *arg)
 {
-    each_position(n, g.out[0], g.out[1], [&](int64_t i, int64_t plane, int oh, int ow) {
-        arg[i] = window_argmax(x + plane * g.in[0] * g.in[1], g.in[1], window_at(g, oh, ow));
+    each_position(n, g.out[0], g.out[1], g.out_nhwc, g.chans, [&](int64_t i, int64_t plane, int oh, int ow) {
+        arg[i] = window_argmax(x, in_plane(g, plane), window_at(g, oh, ow));
     });
 }
 
 /* dx[h, c] += dy of each window whose argmax is (h, c), in the cpu's window order. */
-__global__ static void max_backward_kernel(pool_geom g, int64_t n, const int *arg, const float *dy, float *dx)
+template <class T> __global__ static void max_backward_kernel(pool_geom g, int64_t n, const int *arg, const T *dy, T *dx)
 {
-    each_position(n, g.in[0], g.in[1], [&](int64_t i, int64_t plane, int h, int c) {
+    each_position(n, g.in[0], g.in[1], g.in_nhwc, g.chans, [&](int64_t i, int64_t plane, int h, int c) {
         int oh0, oh1, ow0, ow1, self = h * g.in[1] + c;
         axis_outputs(g, 0, h, &oh0, &oh1);
         axis_outputs(g, 1, c, &ow0, &ow1);
-        int64_t out0 = plane * g.out[0] * g.out[1];
-        float acc = dx[i];
+        plane_at out = out_plane(g, plane);
+        float acc = to_float(dx[i]);
         for (int oh = oh0; oh <= oh1; oh++)
             for (int ow = ow0; ow <= ow1; ow++) {
-                int64_t o = out0 + oh * g.out[1] + ow;
+                int64_t o = at(out, oh, ow);
                 if (arg[o] == self)
-                    acc += dy[o];
+                    acc += to_float(dy[o]);
             }
-        dx[i] = acc;
+        store(&dx[i], acc);
     });
 }
 
-__global__ static void avg_forward_kernel(pool_geom g, int64_t n, const float *x, float *y)
+template <class TI, class TO> __global__ static void avg_forward_kernel(pool_geom g, int64_t n, const TI *x, TO *y)
 {
-    each_position(n, g.out[0], g.out[1], [&](int64_t i, int64_t plane, int oh, int ow) {
+    each_position(n, g.out[0], g.out[1], g.out_nhwc, g.chans, [&](int64_t i, int64_t plane, int oh, int ow) {
         window w = window_at(g, oh, ow);
-        const float *in = x + plane * g.in[0] * g.in[1];
+        plane_at in = in_plane(g, plane);
         double sum = 0.0; /* double: a large adaptive window sums many terms */
         for (int h = w.h.lo; h < w.h.hi; h++)
             for (int c = w.w.lo; c < w.w.hi; c++)
-                sum += in[h * g.in[1] + c];
-        y[i] = w.divisor > 0 ? (float)(sum / (double)w.divisor) : 0.0f;
+                sum += to_float(x[at(in, h, c)]);
+        store(&y[i], w.divisor > 0 ? (float)(sum / (double)w.divisor) : 0.0f);
     });
 }
 
 /* dx[h, c] += dy / divisor of each window containing (h, c), in the cpu's window order. */
-__global__ static void avg_backward_kernel(pool_geom g, int64_t n, const float *dy, float *dx)
+template <class TI, class TO> __global__ static void avg_backward_kernel(pool_geom g, int64_t n, const TO *dy, TI *dx)
 {
-    each_position(n, g.in[0], g.in[1], [&](int64_t i, int64_t plane, int h, int c) {
+    each_position(n, g.in[0], g.in[1], g.in_nhwc, g.chans, [&](int64_t i, int64_t plane, int h, int c) {
         int oh0, oh1, ow0, ow1;
         axis_outputs(g, 0, h, &oh0, &oh1);
         axis_outputs(g, 1, c, &ow0, &ow1);
-        int64_t out0 = plane * g.out[0] * g.out[1];
-        float acc = dx[i];
+        plane_at out = out_plane(g, plane);
+        float acc = to_float(dx[i]);
         for (int oh = oh0; oh <= oh1; oh++)
             for (int ow = ow0; ow <= ow1; ow++) {
                 window w = window_at(g, oh, ow);
                 if (w.divisor > 0 && contains(w, h, c))
-                    acc += dy[out0 + oh * g.out[1] + ow] / (float)w.divisor;
+                    acc += to_float(dy[at(out, oh, ow)]) / (float)w.divisor;
             }
-        dx[i] = acc;
+        store(&dx[i], acc);
     });
 }
 
@@ -225,11 +273,14 @@ __global__ static void avg_backward_kernel(pool_geom g, int64_t n, const float *
 
 /* The geometry between input `in` and output `out` (both N×C×H×W); d NULL: adaptive. Aborts
  * when a plane or the adaptive rule's products would overflow the kernels' int. */
-static pool_geom geom_of(const eng_pool_desc *d, tensor_ref *in, tensor_ref *out)
+static pool_geom geom_of(eng_backend *be, const eng_pool_desc *d, tensor_ref *in, tensor_ref *out)
 {
     pool_geom g = {};
     g.adaptive = d == NULL;
     g.include_pad = d && d->count_include_pad;
+    g.in_nhwc = cuda_native_bf16(be, in);
+    g.out_nhwc = cuda_native_bf16(be, out);
+    g.chans = in->shape.dim[1];
     for (int a = 0; a < 2; a++) {
         int64_t i = in->shape.dim[2 + a], o = out->shape.dim[2 + a];
         int64_t k = d ? d->kernel[a] : 0, s = d ? (d->stride[a] ? d->stride[a] : d->kernel[a]) : 0;
@@ -257,12 +308,36 @@ static int64_t numel(tensor_ref *t)
     return n;
 }
 
+/* A tensor's elements as stored (T). */
+template <class T> static T *elems(tensor_ref *t) { return (T *)(void *)cuda_ptr(t); }
+
+/* A max pool's input and output share a layout (nn.c), so one stored type T. */
+template <class T> static void max_forward_as(eng_backend *be, const pool_geom &g, tensor_ref *x, tensor_ref *y)
+{
+    int64_t n = numel(y);
+    max_forward_kernel<T><<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, elems<T>(x), elems<T>(y));
+    CUDA_LAUNCHED();
+}
+
+template <class T>
+static void max_backward_as(eng_backend *be, const pool_geom &g, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
+{
+    int64_t n_out = numel(dy), n_in = numel(x);
+    int *arg = (int *)cuda_scratch(be, 0, (size_t)n_out * sizeof(int));
+    cudaStream_t st = cuda_stream(be);
+    argmax_kernel<T><<<cuda_blocks(n_out, THREADS), THREADS, 0, st>>>(g, n_out, elems<T>(x), arg);
+    CUDA_LAUNCHED();
+    max_backward_kernel<T><<<cuda_blocks(n_in, THREADS), THREADS, 0, st>>>(g, n_in, arg, elems<T>(dy), elems<T>(dx));
+    CUDA_LAUNCHED();
+}
+
 static void max_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
-    pool_geom g = geom_of(d, x, y);
-    int64_t n = numel(y);
-    max_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, cuda_ptr(x), cuda_ptr(y));
-    CUDA_LAUNCHED();
+    pool_geom g = geom_of(be, d, x, y);
+    if (g.in_nhwc)
+        max_forward_as<bf16>(be, g, x, y);
+    else
+        max_forward_as<float>(be, g, x, y);
 }
 
 static void max_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy,
@@ -270,33 +345,60 @@ static void max_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x,
 {
     if (!dx)
         return;
-    pool_geom g = geom_of(d, x, dy);
-    int64_t n_out = numel(dy), n_in = numel(x);
-    int *arg = (int *)cuda_scratch(be, 0, (size_t)n_out * sizeof(int));
-    cudaStream_t st = cuda_stream(be);
-    argmax_kernel<<<cuda_blocks(n_out, THREADS), THREADS, 0, st>>>(g, n_out, cuda_ptr(x), arg);
+    pool_geom g = geom_of(be, d, x, dy);
+    if (g.in_nhwc)
+        max_backward_as<bf16>(be, g, x, dy, dx);
+    else
+        max_backward_as<float>(be, g, x, dy, dx);
+}
+
+/* An average pool's sides may differ: a trunk's last NATIVE map pooled into a LOGICAL feature
+ * (nn.c allows a NATIVE output only from a NATIVE input). TI is the input side's type, TO the
+ * output side's. */
+template <class TI, class TO>
+static void avg_forward_as(eng_backend *be, const pool_geom &g, tensor_ref *x, tensor_ref *y)
+{
+    int64_t n = numel(y);
+    avg_forward_kernel<TI, TO>
+        <<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, elems<TI>(x), elems<TO>(y));
     CUDA_LAUNCHED();
-    max_backward_kernel<<<cuda_blocks(n_in, THREADS), THREADS, 0, st>>>(g, n_in, arg, cuda_ptr(dy), cuda_ptr(dx));
+}
+
+template <class TI, class TO>
+static void avg_backward_as(eng_backend *be, const pool_geom &g, tensor_ref *dy, tensor_ref *dx)
+{
+    int64_t n = numel(dx);
+    avg_backward_kernel<TI, TO>
+        <<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, elems<TO>(dy), elems<TI>(dx));
     CUDA_LAUNCHED();
 }
 
 static void avg_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
-    pool_geom g = geom_of(d, x, y);
-    int64_t n = numel(y);
-    avg_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, cuda_ptr(x), cuda_ptr(y));
-    CUDA_LAUNCHED();
+    pool_geom g = geom_of(be, d, x, y);
+    if (g.in_nhwc && g.out_nhwc)
+        avg_forward_as<bf16, bf16>(be, g, x, y);
+    else if (g.in_nhwc)
+        avg_forward_as<bf16, float>(be, g, x, y);
+    else if (g.out_nhwc)
+        invariant_failed("cuda: an average pool from a logical input into a native output");
+    else
+        avg_forward_as<float, float>(be, g, x, y);
 }
 
 static void avg_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx)
 {
     if (!dx)
         return;
-    pool_geom g = geom_of(d, dx, dy);
-    int64_t n = numel(dx);
-    avg_backward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, cuda_ptr(dy),
-                                                                                  cuda_ptr(dx));
-    CUDA_LAUNCHED();
+    pool_geom g = geom_of(be, d, dx, dy);
+    if (g.in_nhwc && g.out_nhwc)
+        avg_backward_as<bf16, bf16>(be, g, dy, dx);
+    else if (g.in_nhwc)
+        avg_backward_as<bf16, float>(be, g, dy, dx);
+    else if (g.out_nhwc)
+        avg_backward_as<float, bf16>(be, g, dy, dx);
+    else
+        avg_backward_as<float, float>(be, g, dy, dx);
 }
 
 } // namespace

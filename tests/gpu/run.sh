@@ -13,7 +13,8 @@
 #   5. checkpoints across devices: epoch 0 on one device, resumed for epoch 1 on the other, both
 #      ways, against the run that stayed on one; and on the GPU, stop-and-resume bitwise equal to
 #      the uninterrupted run (deterministic algorithms);
-#   6. mixed precision (MODEL.AMP_PARAMS.USE_AMP: bf16 convolutions): the SimCLR and SwAV
+#   6. mixed precision (MODEL.AMP_PARAMS.USE_AMP: bf16 convolutions, a ResNet trunk's activations
+#      kept in bf16 NHWC between them): the SimCLR and SwAV
 #      quickstarts' first 5 steps on the GPU against the fp32 cpu runs of 3, loss within 1e-2,
 #      and its stop-and-resume bitwise too;
 #   7. the benchmark: the ResNet-50 SimCLR step of selfsup-train (bench/gpu_train.sh), in fp32
@@ -121,7 +122,8 @@ resume_bitwise() {
 }
 
 # amp_parity METHOD: parity's run with mixed precision on the GPU, against its fp32 cpu run.
-# bf16 rounds each convolution's inputs and outputs to 8 bits of mantissa, so the loss moves
+# bf16 rounds each convolution's inputs and outputs (and a ResNet trunk's activations and their
+# gradients, which stay bf16 from layer to layer) to 8 bits of mantissa, so the loss moves
 # by about 1e-3; training then amplifies any difference (parity's noise run), so the first 5
 # steps are held to 1e-2, the later ones only printed.
 amp_parity() {
