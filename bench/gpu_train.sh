@@ -5,8 +5,11 @@
 # ImageNet stem, not the quickstart's small one) at SIZE px (224), 2 views of BATCH images (128)
 # per step, VISSL's SimCLR head (2048-2048-128) and info-NCE loss at temperature 0.1, SGD + LARC
 # at lr 0.3. The batches are random uint8 images written once into a records file in memory
-# (/dev/shm), so the figure is the training step, not the data path. selfsup-train logs every
-# step's time; the first WARMUP steps (cuDNN's plans, the first touches of memory) are left out.
+# (/dev/shm), so the figure is the training step, not the data path; they reach the trainer
+# through a shm ring (selfsup-test-passthru replays the file into it, on a core of its own), as
+# collate's batches do, so the trainer copies each batch to the GPU from its pinned ring memory
+# (eng_pin_host) while the step before still computes. selfsup-train logs every step's time;
+# the first WARMUP steps (cuDNN's plans, the first touches of memory) are left out.
 # Prints images/s and ms/step and, with JSON, writes them there. AMP=1 turns on mixed precision (MODEL.AMP_PARAMS.USE_AMP: the
 # convolutions in bf16), the peer of PyTorch's eager_bf16 mode. Needs the bundle's binaries on
 # PATH and python3 with numpy.
@@ -47,15 +50,22 @@ np.save(sys.argv[1] + "/train_labels.npy", np.zeros(n, np.int64))
 PY
 
 heads='[["mlp", {"dims": [2048, 2048], "use_relu": True}], ["mlp", {"dims": [2048, 128]}]]'
+# Two slots: the replay stays one batch ahead, and with more steps than slots it is still
+# writing when the trainer attaches (a producer done before any reader came removes its ring).
+ring=selfsup-bench-$$ slot=$((2 * batch * size * size * 3 + (1 << 20)))
+selfsup-test-passthru --slot-bytes "$slot" --depth 2 --in "file:$work/batches.rec" --out "shm:$ring" \
+    > "$work/replay.log" 2>&1 &
 # TRAIN_PREFIX (bench/gpu_profile.sh) runs the trainer under a profiler.
-(cd "$work" && ${TRAIN_PREFIX:-} selfsup-train -c quickstart/simclr --in "file:$work/batches.rec" \
+(cd "$work" && ${TRAIN_PREFIX:-} selfsup-train -c quickstart/simclr --in "shm:$ring" \
     config.MACHINE.DEVICE="${DEVICE:-gpu}" config.CHECKPOINT.DIR="$work/ckpt" config.LOG_FREQUENCY=1 \
     config.DATA.TRAIN.DATA_LIMIT=$((steps * batch)) config.DATA.TRAIN.BATCHSIZE_PER_REPLICA="$batch" \
     config.OPTIMIZER.num_epochs=1 config.MODEL.AMP_PARAMS.USE_AMP=$amp \
     config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.DEPTH=50 config.MODEL.TRUNK.TRUNK_PARAMS.RESNETS.SMALL_STEM=False \
     "config.MODEL.HEAD.PARAMS=$heads" \
     config.LOSS.simclr_info_nce_loss.temperature=0.1 config.CHECKPOINT.CHECKPOINT_FREQUENCY=100) \
-    > "$work/train.log" 2>&1 || { tail -20 "$work/train.log"; exit 1; }
+    > "$work/train.log" 2>&1 || { tail -n 20 "$work/train.log" "$work/replay.log"; exit 1; }
+wait
+grep -m1 -o 'the input ring.s memory is not pinned.*' "$work/train.log" || true
 grep -m1 -o 'training .* parameters' "$work/train.log"
 
 python3 - "$work/ckpt/stdout.json" "$warmup" "$batch" "$size" "$json" "$precision" <<'PY'

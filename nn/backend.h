@@ -35,6 +35,9 @@ typedef struct {
     void *(*device_queue)(eng_backend *be);
     void *(*device_address_queued)(eng_backend *be, tensor_ref *t);
     size_t (*memory_peak)(eng_backend *be);
+    /* Optional (NULL where tensors are host memory): page-lock host memory inputs come from. */
+    bool (*pin_host)(eng_backend *be, void *p, size_t bytes, char **why);
+    void (*unpin_host)(eng_backend *be, void *p);
     void (*copy)(eng_backend *be, tensor_ref *src, tensor_ref *dst);
     /* x[n, c, h, w] = lut[c·256 + src[((n·H + h)·W + w)·src_c + map[c]]]: nn.c works the table */
     void (*upload_images)(eng_backend *be, tensor_ref *x, const uint8_t *src, int src_c, const int *map,

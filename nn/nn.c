@@ -88,6 +88,17 @@ const char *eng_backend_name(const eng_backend *be) { return be->ops->name; }
 
 void eng_sync(eng_backend *be) { be->ops->sync(be); }
 
+bool eng_pin_host(eng_backend *be, void *p, size_t bytes, char **why)
+{
+    return !be->ops->pin_host || be->ops->pin_host(be, p, bytes, why);
+}
+
+void eng_unpin_host(eng_backend *be, void *p)
+{
+    if (be->ops->unpin_host)
+        be->ops->unpin_host(be, p);
+}
+
 void *eng_device_address(eng_backend *be, const eng_tensor *t)
 {
     return be->ops->device_address ? be->ops->device_address(be, t) : NULL;

@@ -108,6 +108,14 @@ void *eng_device_address(eng_backend *be, const eng_tensor *t);
  * waiting for that work. NULL on a backend whose tensors are host memory (cpu). */
 void *eng_device_queue(eng_backend *be);
 void *eng_device_address_queued(eng_backend *be, const eng_tensor *t);
+/* Host memory that inputs are read from in place (a shm ring's data area, where the collate
+ * stage writes its batches: stage_input_memory) made page-locked for the device, so that
+ * eng_upload_images copies from it by DMA, without staging, on a copy queue of its own while
+ * the previous step still computes. A backend whose tensors are host memory (cpu) has nothing
+ * to do: true. false with *why when the device refuses (uploads then still work, staged).
+ * eng_unpin_host undoes it; it must come before the memory is unmapped. */
+bool eng_pin_host(eng_backend *be, void *p, size_t bytes, char **why);
+void eng_unpin_host(eng_backend *be, void *p);
 /* The most device memory the backend has held at once, in bytes: its allocations, scratch and
  * workspace (torch.cuda.max_memory_allocated's figure, for the log lines). 0 on a backend whose
  * memory is the host's (cpu), where the process's peak resident size says it. */
@@ -159,7 +167,8 @@ void eng_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *dst);
  * channel c of x is source channel map[c], each value (float(px) / norm[k] − norm[3 + k]) /
  * norm[6 + k] with k = map[c], rounded to float32 after every step. norm is a batch record's
  * `normalize` rows (divisor, mean, std); map takes channels in another order (BGR) or fewer
- * of them (LAB's L). The bytes travel, a quarter of the floats, and the device normalises. */
+ * of them (LAB's L). The bytes travel, a quarter of the floats, and the device normalises.
+ * src may be reused once this returns; a GPU copies it beside the work queued before it. */
 void eng_upload_images(eng_backend *be, const eng_tensor *x, const uint8_t *src, int src_c, const int *map,
                        const float norm[9]);
 

@@ -11,6 +11,7 @@
 
 #include "control.h"
 #include "log.h"
+#include "ring.h"
 #include "timer.h"
 #include "transport.h"
 #include "util.h"
@@ -576,6 +577,12 @@ static int read_from(stage *s, transport *in, rec_view *view)
 int stage_read(stage *s, rec_view *view) { return read_from(s, s->in, view); }
 
 void stage_read_done(stage *s) { tp_read_done(s->in); }
+
+void *stage_input_memory(stage *s, size_t *bytes)
+{
+    struct ring *r = s->in ? tp_ring(s->in) : NULL;
+    return r ? ring_data_area(r, bytes) : NULL;
+}
 
 struct stage_input {
     stage *s;

@@ -68,6 +68,10 @@ enum { STAGE_FAILED = -1, STAGE_END = 0, STAGE_RECORD = 1 };
  * stop was asked for (see stage_stopping), STAGE_FAILED on an error (already logged). */
 int stage_read(stage *s, rec_view *view);
 void stage_read_done(stage *s);
+/* Where the main input's records are read in place: a shm ring's data area (*bytes its size),
+ * for a trainer to pin for its GPU's copies (eng_pin_host); NULL for the other transports,
+ * which read into memory of their own. Valid until run() returns. */
+void *stage_input_memory(stage *s, size_t *bytes);
 
 /* A second input, which the stage opens itself (the trainer's test batches: --test-in).
  * Read like the main one, heartbeats, control commands and stops included. NULL when the

@@ -82,6 +82,9 @@ static int cuda_open(eng_backend *be, const eng_backend_options *opt, char **err
     c->deterministic = opt->deterministic;
     c->precision = opt->precision;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->input_copied, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->input_consumed, cudaEventDisableTiming));
     cuda_dnn_check(cudnnCreate(&c->dnn), "cudnnCreate");
     cuda_dnn_check(cudnnSetStream(c->dnn, c->stream), "cudnnSetStream");
     cuda_blas_check(cublasCreate(&c->blas), "cublasCreate");
@@ -101,12 +104,17 @@ static void cuda_close(eng_backend *be)
     if (!c)
         return;
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->copy_stream));
     cudnnDestroy(c->dnn);
     cublasDestroy(c->blas);
     cudaFree(c->workspace);
     for (int i = 0; i < CUDA_SCRATCH_SLOTS; i++)
         cudaFree(c->scratch[i]);
     cudaFreeHost(c->host_result);
+    cudaFree(c->input_dev);
+    cudaEventDestroy(c->input_copied);
+    cudaEventDestroy(c->input_consumed);
+    cudaStreamDestroy(c->copy_stream);
     cudaStreamDestroy(c->stream);
     free(c->algos);
     free(c->live);
@@ -258,6 +266,38 @@ void *cuda_scratch(eng_backend *be, int slot, size_t bytes)
     return c->scratch[slot];
 }
 
+void *cuda_input_buffer(eng_backend *be, size_t bytes)
+{
+    cuda_impl *c = cuda_of(be);
+    if (c->input_bytes >= bytes)
+        return c->input_dev;
+    CUDA_CHECK(cudaStreamSynchronize(c->copy_stream));
+    cuda_free(be, c->input_dev); /* waits for the compute stream, the last reader */
+    c->input_dev = cuda_alloc(be, bytes);
+    c->input_bytes = bytes;
+    return c->input_dev;
+}
+
+/* cudaHostRegister: the memory is mapped read-write (a ring's data area); a failure leaves
+ * the uploads staged, which is slower, not wrong. */
+static bool cuda_pin_host(eng_backend *be, void *p, size_t bytes, char **why)
+{
+    (void)be;
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (e == cudaSuccess)
+        return true;
+    (void)cudaGetLastError(); /* not sticky, but leave no error for the next check to find */
+    report_failure(why, "cudaHostRegister of %.1f MiB: %s", (double)bytes / (1 << 20), cudaGetErrorString(e));
+    return false;
+}
+
+static void cuda_unpin_host(eng_backend *be, void *p)
+{
+    cuda_sync(be); /* no copy from it may still be queued */
+    CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->copy_stream));
+    CUDA_CHECK(cudaHostUnregister(p));
+}
+
 void *cuda_scratch_from_host(eng_backend *be, int slot, const void *host, size_t bytes)
 {
     void *dst = cuda_scratch(be, slot, bytes);
@@ -295,6 +335,8 @@ const eng_ops eng_cuda_ops = {
     .device_queue = cuda_device_queue,
     .device_address_queued = cuda_device_address_queued,
     .memory_peak = cuda_memory_peak,
+    .pin_host = cuda_pin_host,
+    .unpin_host = cuda_unpin_host,
     .copy = cuda_copy,
     .upload_images = cuda_upload_images,
     .relu_forward = cuda_relu_forward,

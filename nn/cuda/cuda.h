@@ -56,6 +56,11 @@ typedef struct {
     void *scratch[CUDA_SCRATCH_SLOTS]; /* grown on demand (cuda_scratch) */
     size_t scratch_bytes[CUDA_SCRATCH_SLOTS];
     double *host_result;        /* pinned host doubles for values read back (cuda_read_doubles) */
+    cudaStream_t copy_stream;   /* the images' copies (cuda_upload_images), beside `stream` */
+    cudaEvent_t input_copied;   /* the last images' copy is done (copy_stream) */
+    cudaEvent_t input_consumed; /* the kernel that read them is done with input_dev (stream) */
+    void *input_dev;            /* the images' bytes on the device */
+    size_t input_bytes;
     size_t host_result_len;
     bool deterministic;         /* only deterministic cuDNN algorithms */
     eng_precision precision;    /* ENG_BF16: convolutions in bf16 NHWC (mixed precision) */
@@ -116,7 +121,12 @@ static inline unsigned cuda_blocks(int64_t n, unsigned threads)
 #endif
 
 /* ---- input (eltwise.cu) ------------------------------------------------------------------------- */
-/* The images' bytes to the device, then x = lut[channel][byte] (nn.c's eng_upload_images). */
+/* The images' bytes to the device, then x = lut[channel][byte] (nn.c's eng_upload_images). The
+ * bytes go on copy_stream into input_dev (cuda_input_buffer), which waits for the kernel that
+ * read the last ones; the compute stream waits for the copy, and the host for the copy alone
+ * (the caller may reuse src when this returns), not for the work queued before it. From
+ * memory pinned with eng_pin_host the copy is DMA, without staging. */
+void *cuda_input_buffer(eng_backend *be, size_t bytes);
 void cuda_upload_images(eng_backend *be, tensor_ref *x, const uint8_t *src, int src_c, const int *map,
                         const float *lut);
 

@@ -411,11 +411,15 @@ __global__ static void images_kernel(const uint8_t *src, float *x, int64_t c, in
 extern "C" void cuda_upload_images(eng_backend *be, tensor_ref *x, const uint8_t *src, int src_c,
                                    const int *map, const float *lut)
 {
+    cuda_impl *ci = cuda_of(be);
     int64_t n = x->shape.dim[0], c = x->shape.dim[1], hw = x->shape.dim[2] * x->shape.dim[3], total = n * c * hw;
     size_t bytes = (size_t)(n * hw * src_c);
-    uint8_t *dev = (uint8_t *)cuda_scratch(be, 0, bytes);
-    /* from pageable memory the copy returns once `src` is staged: the caller may reuse it */
-    CUDA_CHECK(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
+    uint8_t *dev = (uint8_t *)cuda_input_buffer(be, bytes);
+    CUDA_CHECK(cudaStreamWaitEvent(ci->copy_stream, ci->input_consumed, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, ci->copy_stream));
+    CUDA_CHECK(cudaEventRecord(ci->input_copied, ci->copy_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(ci->stream, ci->input_copied, 0));
+    CUDA_CHECK(cudaEventSynchronize(ci->input_copied)); /* the caller may reuse src now */
     image_tables t = {};
     for (int64_t k = 0; k < c; k++) {
         memcpy(t.lut[k], lut + k * 256, sizeof t.lut[k]);
@@ -424,6 +428,7 @@ extern "C" void cuda_upload_images(eng_backend *be, tensor_ref *x, const uint8_t
     images_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream(be)>>>(dev, cuda_ptr(x), c, hw, src_c, total,
                                                                                  t);
     CUDA_LAUNCHED();
+    CUDA_CHECK(cudaEventRecord(ci->input_consumed, ci->stream));
 }
 
 /* ---- bias ------------------------------------------------------------------------------------------- */

@@ -65,6 +65,7 @@
 #include "cuda/coll_nccl.h"
 #endif
 #include "log.h"
+#include "nn.h"
 #include "stage.h"
 #include "train/trainer.h"
 #include "util.h"
@@ -280,9 +281,24 @@ static int train_batches(stage *s, train_stage *ts, trainer_input *mine, trainer
     return 0;
 }
 
-static int run(stage *s, void *state)
+/* The input ring's memory pinned for the GPU's copies of the batches (nothing on the cpu); a
+ * refusal only costs speed. Returns what to unpin, or NULL. */
+static void *pin_input(stage *s, train_stage *ts)
 {
-    train_stage *ts = state;
+    size_t bytes = 0;
+    void *area = stage_input_memory(s, &bytes);
+    char *why = NULL;
+    if (!area || !eng_pin_host(trainer_backend(ts->t), area, bytes, &why)) {
+        if (why)
+            log_warn("the input ring's memory is not pinned (%s): batches are copied to the GPU through staging", why);
+        free(why);
+        return NULL;
+    }
+    return area;
+}
+
+static int train(stage *s, train_stage *ts)
+{
     ts->s = ts->test.s = ts->memory.s = s;
     if (ts->test.uri && !(ts->test.in = stage_open_input(s, ts->test.uri)))
         return EXIT_RUNTIME;
@@ -303,6 +319,16 @@ static int run(stage *s, void *state)
         return EXIT_RUNTIME;
     log_info("done: %lld iterations, last loss %.5g", (long long)trainer_iteration(ts->t), trainer_last_loss(ts->t));
     return stage_exit_status(s);
+}
+
+static int run(stage *s, void *state)
+{
+    train_stage *ts = state;
+    void *pinned = pin_input(s, ts);
+    int status = train(s, ts);
+    if (pinned)
+        eng_unpin_host(trainer_backend(ts->t), pinned);
+    return status;
 }
 
 int main(int argc, char **argv)

@@ -4,7 +4,8 @@
 # A GPU machine here has the NVIDIA driver, CUDA 13 and PyTorch (whose Python packages carry
 # cuDNN, cuBLAS and NCCL), but none of the Debian libraries our binaries link and no package
 # registry. So the bundle holds:
-#   bin/   every selfsup binary, the backend conformance test and the NCCL world's (built here,
+#   bin/   every selfsup binary, the backend conformance test and the NCCL world's, and the
+#          tests' passthru stage (bench/gpu_train.sh feeds the trainer a ring with it) (built here,
 #          with nvcc), without their debug sections (the symbols stay, for backtraces): DWARF
 #          would double the bundle and, on a sanitizer build, push it past the limit;
 #   lib/   the shared libraries they need from this machine, found with ldd, except the C
@@ -13,7 +14,8 @@
 #   data/  the records the end-to-end runs train on: 2 epochs of 5 batches (20) of the SimCLR and
 #          SwAV quickstarts and 5 of the extraction quickstart, made here by decode | augment |
 #          collate on Fashion-MNIST, and the first 320 entries of its file lists (the trainer
-#          counts its steps from them).
+#          counts its steps from them); and photos/, 128 JPEGs of ImageNet's sizes
+#          (bench/make-photo-corpus, about 5 MB) that bench/gpu_pipeline.sh decodes.
 # tests/gpu/env.sh, run there, points the loader at lib/ and at the machine's CUDA libraries.
 # BUNDLE_DATA=0 leaves data/ empty (the unit test of the bundle).
 # The result is one xz-compressed tar under 40 MB, which the device tool carries with the checkout.
@@ -27,7 +29,8 @@ stage="$top/selfsup-gpu"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
 
 bins=()
-for f in "$build"/selfsup "$build"/selfsup-* "$build"/tests/backend-ops "$build"/tests/nccl-world; do
+for f in "$build"/selfsup "$build"/selfsup-* "$build"/tests/backend-ops "$build"/tests/nccl-world \
+    "$build"/tests/selfsup-test-passthru; do
     [[ -f $f && -x $f ]] && bins+=("$f") # not the bundle itself (selfsup-gpu.tar.xz)
 done
 cp "${bins[@]}" "$stage/bin/"
@@ -73,6 +76,7 @@ add_data() {
     records deepclusterv2 2 "$stage/data/deepclusterv2.rec" config.OPTIMIZER.num_epochs=2
     records deepclusterv2 1 "$stage/data/deepclusterv2_e0.rec" config.OPTIMIZER.num_epochs=2
     records extract_features 1 "$stage/data/extract.rec" "config.MODEL.WEIGHTS_INIT.PARAMS_FILE=''"
+    ./bench/make-photo-corpus --classes 8 128 "$stage/data/photos" >/dev/null
 }
 [ "${BUNDLE_DATA:-1}" = 1 ] && add_data
 

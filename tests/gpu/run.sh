@@ -18,7 +18,10 @@
 #      quickstarts' first 5 steps on the GPU against the fp32 cpu runs of 3, loss within 1e-2,
 #      and its stop-and-resume bitwise too;
 #   7. the benchmark: the ResNet-50 SimCLR step of selfsup-train (bench/gpu_train.sh), in fp32
-#      and in mixed precision, and of PyTorch (bench/gpu_train_torch.py) on the same card.
+#      and in mixed precision, and of PyTorch (bench/gpu_train_torch.py) on the same card; and
+#      the same recipe under `selfsup run` fed by decode → augment → collate on the machine's
+#      cores from the bundle's photos (bench/gpu_pipeline.sh: the share of the step spent
+#      waiting for data).
 # Everything it prints goes to $OUT/runbook.log (or gpu-out/ without OUT), one line per check to
 # $OUT/summary.txt; the exit status is 1 if any check failed. BENCH_MODES picks the PyTorch
 # modes (default eager32,eager_bf16,compile_bf16; torch.compile takes minutes; none skips them);
@@ -161,6 +164,7 @@ extract_parity() {
 
 bench_selfsup() { bench/gpu_train.sh "$out/bench_selfsup.json"; }
 bench_selfsup_amp() { AMP=1 bench/gpu_train.sh "$out/bench_selfsup_bf16.json"; }
+bench_pipeline() { PHOTOS="$data/photos" timeout 300 bench/gpu_pipeline.sh "$out/bench_pipeline.json"; }
 
 bench_torch() {
     [ "${BENCH_MODES:-}" = none ] && { echo "skipped (BENCH_MODES=none)"; return 0; }
@@ -193,6 +197,7 @@ check amp-swav amp_parity swav
 check resume-gpu-bitwise-amp resume_bitwise simclr-gpu-amp config.MODEL.AMP_PARAMS.USE_AMP=True
 check bench-selfsup bench_selfsup
 check bench-selfsup-bf16 bench_selfsup_amp
+check bench-pipeline bench_pipeline
 check bench-torch bench_torch
 [ "${PROFILE:-0}" = 1 ] && check profile env AMP=1 bench/gpu_profile.sh "$out/profile.txt"
 rm -rf "$work"

@@ -62,6 +62,24 @@ Test(backend_choice, the_cpu_reports_no_device_memory_and_refuses_bf16)
     free(err);
 }
 
+/* Pinning the trainer's input ring is for a device's copies: the cpu, whose tensors are host
+ * memory, has nothing to do and says yes, and the memory stays as it was (the cuda backend's
+ * cudaHostRegister runs in the GPU runbook's benchmark, bench/gpu_train.sh). */
+Test(backend_choice, the_cpu_pins_host_memory_by_doing_nothing)
+{
+    eng_backend *cpu = eng_backend_open("cpu", &(eng_backend_options){.threads = 1}, NULL);
+    cr_assert_null(eng_cpu_ops.pin_host);
+    unsigned char area[4096];
+    memset(area, 7, sizeof area);
+    char *why = NULL;
+    cr_expect(eng_pin_host(cpu, area, sizeof area, &why));
+    cr_expect_null(why);
+    eng_unpin_host(cpu, area);
+    for (size_t i = 0; i < sizeof area; i++)
+        cr_assert_eq(area[i], 7);
+    eng_backend_close(cpu);
+}
+
 /* A backend's table must be whole: the first gap is named (and eng_backend_open refuses it). */
 Test(backend_choice, a_backend_that_lacks_an_operation_is_named)
 {

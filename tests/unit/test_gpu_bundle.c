@@ -43,6 +43,7 @@ Test(gpu_bundle, holds_the_binaries_and_their_libraries_but_not_the_machines_own
     static const char *const WANTED[] = {"selfsup-gpu/bin/selfsup\n", "selfsup-gpu/bin/selfsup-train\n",
                                          "selfsup-gpu/bin/selfsup-extract\n", "selfsup-gpu/bin/backend-ops\n",
                                          "selfsup-gpu/bin/nccl-world\n", "selfsup-gpu/bin/selfsup-cluster\n",
+                                         "selfsup-gpu/bin/selfsup-test-passthru\n",
                                          "selfsup-gpu/lib/libdnnl.so.2\n", "selfsup-gpu/lib/libzmq.so.5\n",
                                          "selfsup-gpu/lib/libyaml-0.so.2\n"};
     for (size_t i = 0; i < ARRAY_LEN(WANTED); i++)
