@@ -328,7 +328,7 @@ bench: deps
 # The GPU runbook's bundle (tests/gpu/bundle.sh): binaries, their Debian libraries and the
 # end-to-end records in one file; tests/gpu/run.sh runs it on a GPU machine.
 gpu-bundle: deps
-	$(MAKE) all $(GPU_TEST_BIN) $(NCCL_TEST_BIN) $(BUILD)/tests/selfsup-test-passthru
+	$(MAKE) all $(GPU_TEST_BIN) $(NCCL_TEST_BIN) $(BUILD)/tests/selfsup-test-passthru $(BUILD)/bench/farm_bench
 	./tests/gpu/bundle.sh $(BUILD)
 
 install: all

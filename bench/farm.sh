@@ -11,11 +11,16 @@
 # times (default 3), alternating; medians. The trainer host's collate is not pinned: on a
 # 2-core machine it shares the cores with the farm, which the 2-host figure pays for.
 # Targets (issue 24): the transport moves >= 80% of raw ZeroMQ; 2 hosts give >= 1.8x one.
+# SELFSUP and FARM_BENCH name the binaries where they are not under BUILD_DIR, FARM_CORPUS a
+# photo corpus to use as it is (the GPU runbook runs this on its machine's cores with the
+# bundle's binaries and photos: a 2-core machine cannot give each farm host a core of its own
+# and the trainer host a third).
 set -euo pipefail
 build=${1:-build}
 n=${2:-600}
 cd "$(dirname "$0")/.."
-[[ -x $build/bench/farm_bench ]] || { echo "bench/farm.sh: $build/bench/farm_bench not found (make $build/bench/farm_bench)" >&2; exit 2; }
+selfsup=${SELFSUP:-$build/selfsup} farm_bench=${FARM_BENCH:-$build/bench/farm_bench}
+[[ -x $farm_bench ]] || { echo "bench/farm.sh: $farm_bench not found (make $build/bench/farm_bench)" >&2; exit 2; }
 rounds=${FARM_ROUNDS:-3}
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
@@ -23,7 +28,7 @@ echo "## farm: the decode farm's wire and its hosts"
 echo
 echo "Machine: $(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $(date -u '+%Y-%m-%d %H:%M UTC')."
 echo
-wire=$("$build/bench/farm_bench" -m 256 -r 3 | grep -v '^#')
+wire=$("$farm_bench" -m 256 -r 3 | grep -v '^#')
 echo "| message | raw ZeroMQ msgs/s | raw MB/s | transport msgs/s | transport MB/s | transport / raw |"
 echo "|---|--:|--:|--:|--:|--:|"
 awk '{v[$2 " " $3] = $4 " " $5; s[$3] = 1}
@@ -35,11 +40,12 @@ echo "The transport builds a record in place, sends it, and the reader copies it
 echo "buffer and validates it (rec_parse); raw ZeroMQ sends a buffer and drops what it receives."
 echo
 
-corpus=${SELFSUP_BENCH_DATA:-/tmp/selfsup-bench}/photos-farm
+corpus=${FARM_CORPUS:-${SELFSUP_BENCH_DATA:-/tmp/selfsup-bench}/photos-farm}
 [[ -d $corpus/train ]] || ./bench/make-photo-corpus "$n" "$corpus" >&2
+n=$(find "$corpus/train" -name '*.JPEG' | wc -l)
 work=$(mktemp -d "${TMPDIR:-/tmp}/selfsup-farm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-"$build/selfsup" keygen "$work/keys" --clients 'h0:farm.*' 'h1:farm.*' >/dev/null 2>&1
+"$selfsup" keygen "$work/keys" --clients 'h0:farm.*' 'h1:farm.*' >/dev/null 2>&1
 port=$((20000 + RANDOM % 20000))
 transforms='[{"name":"ImgReplicatePil","num_times":2},{"name":"RandomResizedCrop","size":224},{"name":"RandomHorizontalFlip","p":0.5},{"name":"ImgPilColorDistortion","strength":1.0},{"name":"ImgPilGaussianBlur","p":0.5,"radius_min":0.1,"radius_max":2.0},{"name":"ToTensor"},{"name":"Normalize","mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]}]'
 common=(quickstart/simclr config.DATA.TRAIN.DATA_SOURCES=[disk_folder] "config.DATA.TRAIN.DATA_PATHS=[$corpus/train]"
@@ -51,11 +57,11 @@ common=(quickstart/simclr config.DATA.TRAIN.DATA_SOURCES=[disk_folder] "config.D
 one_run() {
     local hosts=$1 p=$((port++)) q=$((port++)) pids=()
     local ports=(config.SELFSUP.FARM.DATA_PORT=$p config.SELFSUP.FARM.LEASE_PORT=$q)
-    "$build/selfsup" run "${common[@]}" "${ports[@]}" --role train --run-dir "$work/t" \
+    "$selfsup" run "${common[@]}" "${ports[@]}" --role train --run-dir "$work/t" \
         config.SELFSUP.TRANSPORT.SERVER_KEYS_DIR="$work/keys" '+config.SELFSUP.STAGES.train=selfsup-sink' >"$work/t.log" 2>&1 &
     local t=$!
     for ((h = 0; h < hosts; h++)); do
-        taskset -c $((h % $(nproc))) "$build/selfsup" run "${common[@]}" "${ports[@]}" --role farm --node-rank $h \
+        taskset -c $((h % $(nproc))) "$selfsup" run "${common[@]}" "${ports[@]}" --role farm --node-rank $h \
             --run-dir "$work/f$h" config.SELFSUP.TRANSPORT.CLIENT_KEY_FILE="$work/keys/h$h.key" >"$work/f$h.log" 2>&1 &
         pids+=($!)
     done

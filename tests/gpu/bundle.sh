@@ -4,9 +4,9 @@
 # A GPU machine here has the NVIDIA driver, CUDA 13 and PyTorch (whose Python packages carry
 # cuDNN, cuBLAS and NCCL), but none of the Debian libraries our binaries link and no package
 # registry. So the bundle holds:
-#   bin/   every selfsup binary, the backend conformance test and the NCCL world's, and the
-#          tests' passthru stage (bench/gpu_train.sh feeds the trainer a ring with it) (built here,
-#          with nvcc), without their debug sections (the symbols stay, for backtraces): DWARF
+#   bin/   every selfsup binary, the backend conformance test and the NCCL world's, the tests'
+#          passthru stage (bench/gpu_train.sh feeds the trainer a ring with it) and the decode
+#          farm's wire benchmark (bench/farm.sh runs there on 16 cores) (built here, with nvcc), without their debug sections (the symbols stay, for backtraces): DWARF
 #          would double the bundle and, on a sanitizer build, push it past the limit;
 #   lib/   the shared libraries they need from this machine, found with ldd, except the C
 #          library family (the GPU machine's own is newer, and ours would fight its libstdc++)
@@ -15,7 +15,8 @@
 #          SwAV quickstarts and 5 of the extraction quickstart, made here by decode | augment |
 #          collate on Fashion-MNIST, and the first 320 entries of its file lists (the trainer
 #          counts its steps from them); and photos/, 128 JPEGs of ImageNet's sizes
-#          (bench/make-photo-corpus, about 5 MB) that bench/gpu_pipeline.sh decodes.
+#          (bench/make-photo-corpus, about 5 MB) that bench/gpu_pipeline.sh and bench/farm.sh
+#          decode.
 # tests/gpu/env.sh, run there, points the loader at lib/ and at the machine's CUDA libraries.
 # BUNDLE_DATA=0 leaves data/ empty (the unit test of the bundle).
 # The result is one xz-compressed tar under 40 MB, which the device tool carries with the checkout.
@@ -30,7 +31,7 @@ mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
 
 bins=()
 for f in "$build"/selfsup "$build"/selfsup-* "$build"/tests/backend-ops "$build"/tests/nccl-world \
-    "$build"/tests/selfsup-test-passthru; do
+    "$build"/tests/selfsup-test-passthru "$build"/bench/farm_bench; do
     [[ -f $f && -x $f ]] && bins+=("$f") # not the bundle itself (selfsup-gpu.tar.xz)
 done
 cp "${bins[@]}" "$stage/bin/"

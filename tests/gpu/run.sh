@@ -21,7 +21,8 @@
 #      and in mixed precision, and of PyTorch (bench/gpu_train_torch.py) on the same card; and
 #      the same recipe under `selfsup run` fed by decode → augment → collate on the machine's
 #      cores from the bundle's photos (bench/gpu_pipeline.sh: the share of the step spent
-#      waiting for data).
+#      waiting for data);
+#   8. the decode farm's figures (bench/farm.sh, issue 24) on this machine's 16 cores.
 # Everything it prints goes to $OUT/runbook.log (or gpu-out/ without OUT), one line per check to
 # $OUT/summary.txt; the exit status is 1 if any check failed. BENCH_MODES picks the PyTorch
 # modes (default eager32,eager_bf16,compile_bf16; torch.compile takes minutes; none skips them);
@@ -165,6 +166,15 @@ extract_parity() {
 bench_selfsup() { bench/gpu_train.sh "$out/bench_selfsup.json"; }
 bench_selfsup_amp() { AMP=1 bench/gpu_train.sh "$out/bench_selfsup_bf16.json"; }
 bench_pipeline() { PHOTOS="$data/photos" timeout 300 bench/gpu_pipeline.sh "$out/bench_pipeline.json"; }
+# farm_scaling: issue 24's farm figures (bench/farm.sh) on this machine's cores, which a 2-core
+# development machine lacks: the tcp transport against raw ZeroMQ, and 1 against 2 farm hosts.
+farm_scaling() {
+    SELFSUP=$(command -v selfsup) FARM_BENCH=$(command -v farm_bench) FARM_CORPUS="$data/photos" FARM_EPOCHS=8 \
+        FARM_ROUNDS=2 timeout 300 bench/farm.sh > "$out/farm.md" || return 1
+    cat "$out/farm.md"
+    awk -F'|' '/ bytes \|/ {w = w $7} /^\| 2 \|/ {h = $5} END {print "farm: transport / raw ZeroMQ" w "; 2 hosts" h "x one"}' \
+        "$out/farm.md"
+}
 
 bench_torch() {
     [ "${BENCH_MODES:-}" = none ] && { echo "skipped (BENCH_MODES=none)"; return 0; }
@@ -198,6 +208,7 @@ check resume-gpu-bitwise-amp resume_bitwise simclr-gpu-amp config.MODEL.AMP_PARA
 check bench-selfsup bench_selfsup
 check bench-selfsup-bf16 bench_selfsup_amp
 check bench-pipeline bench_pipeline
+check farm-scaling farm_scaling
 check bench-torch bench_torch
 [ "${PROFILE:-0}" = 1 ] && check profile env AMP=1 bench/gpu_profile.sh "$out/profile.txt"
 rm -rf "$work"
