@@ -207,9 +207,10 @@ check amp-swav amp_parity swav
 check resume-gpu-bitwise-amp resume_bitwise simclr-gpu-amp config.MODEL.AMP_PARAMS.USE_AMP=True
 check bench-selfsup bench_selfsup
 check bench-selfsup-bf16 bench_selfsup_amp
+check bench-torch bench_torch
+# last: newer, and the ones a tight time limit should cut
 check bench-pipeline bench_pipeline
 check farm-scaling farm_scaling
-check bench-torch bench_torch
 [ "${PROFILE:-0}" = 1 ] && check profile env AMP=1 bench/gpu_profile.sh "$out/profile.txt"
 rm -rf "$work"
 echo "runbook: $(grep -c '^ok' "$summary") passed, $(grep -c '^FAIL' "$summary") failed" | tee -a "$summary"
