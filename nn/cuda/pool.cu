@@ -219,7 +219,8 @@ template <class T> __global__ static void argmax_kernel(pool_geom g, int64_t n, 
 }
 
 /* dx[h, c] += dy of each window whose argmax is (h, c), in the cpu's window order. */
-template <class T> __global__ static void max_backward_kernel(pool_geom g, int64_t n, const int *arg, const T *dy, T *dx)
+template <class T>
+__global__ static void max_backward_kernel(pool_geom g, int64_t n, const int *arg, const T *dy, T *dx)
 {
     each_position(n, g.in[0], g.in[1], g.in_nhwc, g.chans, [&](int64_t i, int64_t plane, int h, int c) {
         int oh0, oh1, ow0, ow1, self = h * g.in[1] + c;
@@ -311,33 +312,32 @@ static int64_t numel(tensor_ref *t)
 /* A tensor's elements as stored (T). */
 template <class T> static T *elems(tensor_ref *t) { return (T *)(void *)cuda_ptr(t); }
 
-/* A max pool's input and output share a layout (nn.c), so one stored type T. */
-template <class T> static void max_forward_as(eng_backend *be, const pool_geom &g, tensor_ref *x, tensor_ref *y)
+/* kernel<<<…>>>(g, n, args…) over n elements, on the backend's stream. */
+template <class... P, class... A>
+static void launch(eng_backend *be, void (*kernel)(pool_geom, int64_t, P...), const pool_geom &g, int64_t n,
+                   A... args)
 {
-    int64_t n = numel(y);
-    max_forward_kernel<T><<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, elems<T>(x), elems<T>(y));
+    kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, args...);
     CUDA_LAUNCHED();
 }
 
+/* A max pool's input and output share a layout (nn.c), so one stored type T. */
 template <class T>
 static void max_backward_as(eng_backend *be, const pool_geom &g, tensor_ref *x, tensor_ref *dy, tensor_ref *dx)
 {
-    int64_t n_out = numel(dy), n_in = numel(x);
+    int64_t n_out = numel(dy);
     int *arg = (int *)cuda_scratch(be, 0, (size_t)n_out * sizeof(int));
-    cudaStream_t st = cuda_stream(be);
-    argmax_kernel<T><<<cuda_blocks(n_out, THREADS), THREADS, 0, st>>>(g, n_out, elems<T>(x), arg);
-    CUDA_LAUNCHED();
-    max_backward_kernel<T><<<cuda_blocks(n_in, THREADS), THREADS, 0, st>>>(g, n_in, arg, elems<T>(dy), elems<T>(dx));
-    CUDA_LAUNCHED();
+    launch(be, argmax_kernel<T>, g, n_out, (const T *)elems<T>(x), arg);
+    launch(be, max_backward_kernel<T>, g, numel(x), (const int *)arg, (const T *)elems<T>(dy), elems<T>(dx));
 }
 
 static void max_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
     pool_geom g = geom_of(be, d, x, y);
     if (g.in_nhwc)
-        max_forward_as<bf16>(be, g, x, y);
+        launch(be, max_forward_kernel<bf16>, g, numel(y), (const bf16 *)elems<bf16>(x), elems<bf16>(y));
     else
-        max_forward_as<float>(be, g, x, y);
+        launch(be, max_forward_kernel<float>, g, numel(y), (const float *)elems<float>(x), elems<float>(y));
 }
 
 static void max_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *dy,
@@ -353,37 +353,28 @@ static void max_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x,
 }
 
 /* An average pool's sides may differ: a trunk's last NATIVE map pooled into a LOGICAL feature
- * (nn.c allows a NATIVE output only from a NATIVE input). TI is the input side's type, TO the
- * output side's. */
-template <class TI, class TO>
-static void avg_forward_as(eng_backend *be, const pool_geom &g, tensor_ref *x, tensor_ref *y)
+ * (nn.c allows a NATIVE output only from a NATIVE input). f(TI(), TO()) with the stored types
+ * of the input side and of the output side. */
+template <class F> static void with_types(const pool_geom &g, F f)
 {
-    int64_t n = numel(y);
-    avg_forward_kernel<TI, TO>
-        <<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, elems<TI>(x), elems<TO>(y));
-    CUDA_LAUNCHED();
-}
-
-template <class TI, class TO>
-static void avg_backward_as(eng_backend *be, const pool_geom &g, tensor_ref *dy, tensor_ref *dx)
-{
-    int64_t n = numel(dx);
-    avg_backward_kernel<TI, TO>
-        <<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(be)>>>(g, n, elems<TO>(dy), elems<TI>(dx));
-    CUDA_LAUNCHED();
+    if (g.in_nhwc && g.out_nhwc)
+        f(bf16(), bf16());
+    else if (g.in_nhwc)
+        f(bf16(), float());
+    else if (g.out_nhwc)
+        f(float(), bf16());
+    else
+        f(float(), float());
 }
 
 static void avg_forward(eng_backend *be, const eng_pool_desc *d, tensor_ref *x, tensor_ref *y)
 {
     pool_geom g = geom_of(be, d, x, y);
-    if (g.in_nhwc && g.out_nhwc)
-        avg_forward_as<bf16, bf16>(be, g, x, y);
-    else if (g.in_nhwc)
-        avg_forward_as<bf16, float>(be, g, x, y);
-    else if (g.out_nhwc)
-        invariant_failed("cuda: an average pool from a logical input into a native output");
-    else
-        avg_forward_as<float, float>(be, g, x, y);
+    with_types(g, [&](auto in, auto out) {
+        using TI = decltype(in);
+        using TO = decltype(out);
+        launch(be, avg_forward_kernel<TI, TO>, g, numel(y), (const TI *)elems<TI>(x), elems<TO>(y));
+    });
 }
 
 static void avg_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *dy, tensor_ref *dx)
@@ -391,14 +382,11 @@ static void avg_backward(eng_backend *be, const eng_pool_desc *d, tensor_ref *dy
     if (!dx)
         return;
     pool_geom g = geom_of(be, d, dx, dy);
-    if (g.in_nhwc && g.out_nhwc)
-        avg_backward_as<bf16, bf16>(be, g, dy, dx);
-    else if (g.in_nhwc)
-        avg_backward_as<bf16, float>(be, g, dy, dx);
-    else if (g.out_nhwc)
-        avg_backward_as<float, bf16>(be, g, dy, dx);
-    else
-        avg_backward_as<float, float>(be, g, dy, dx);
+    with_types(g, [&](auto in, auto out) {
+        using TI = decltype(in);
+        using TO = decltype(out);
+        launch(be, avg_backward_kernel<TI, TO>, g, numel(dx), (const TO *)elems<TO>(dy), elems<TI>(dx));
+    });
 }
 
 } // namespace
