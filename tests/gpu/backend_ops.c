@@ -80,7 +80,7 @@
  * Crashes. The test must report a wrong op, not die of it: the cases run in a child process
  * that opens both backends and reports each case over a pipe. When the child dies inside a
  * case (an abort, a bad address, a CUDA error that poisons the context, no result within
- * CASE_TIMEOUT_S), the parent reports that case as FAIL ... crashed and starts a fresh child
+ * case_timeout_s()), the parent reports that case as FAIL ... crashed and starts a fresh child
  * at the next case. An op that crashes twice has its other cases reported as not run, and
  * after RESTART_BUDGET_S of wall time no new child is started, so a run stays short.
  *
@@ -118,7 +118,10 @@
 #define TOL_BF16 3e-2
 
 static const uint64_t SEED = 0x5e1f5a9ULL; /* the backends' dropout seed and the inputs' */
-enum { CASE_TIMEOUT_S = 10 };              /* a case that hangs longer is reported as crashed */
+/* A case that hangs longer is reported as crashed: 10 s on a GPU, where a case takes well under
+ * a second; cpu against cpu runs both sides of the largest cases on the cpu (4 s for the
+ * k-means argmax under ASan on 2 busy cores here), so there a minute. */
+enum { CASE_TIMEOUT_S = 10, CPU_CASE_TIMEOUT_S = 60 };
 static const double RESTART_BUDGET_S = 45.0;
 
 enum { MAX_INPUTS = 40, MAX_OWNED = 40, MAX_RESULTS = 24, MAX_PLANS = 2, LINE_MAX_LEN = 512 };
@@ -1857,6 +1860,8 @@ static struct {
 
 /* Records, one line each: "S <why>" skipped (the tested backend did not open), "B <i>" case i
  * begins, "E <i> <pass> <tested s> <cpu s> <line>" it ended, "D" all done. */
+static int case_timeout_s(void) { return g_run.has_bf16 ? CASE_TIMEOUT_S : CPU_CASE_TIMEOUT_S; }
+
 static void child_open(FILE *out, eng_backend **dut, eng_backend **dut_bf16, eng_backend **ref)
 {
     eng_backend_options opt = {.threads = 0, .seed = SEED};
@@ -1893,7 +1898,7 @@ static noreturn void child_main(int first, int fd)
             continue;
         fprintf(out, "B %d\n", i);
         fflush(out);
-        alarm(CASE_TIMEOUT_S); /* a hung kernel ends the child; the parent reports the case */
+        alarm((unsigned)case_timeout_s()); /* a hung kernel ends the child; the parent reports the case */
         outcome o = run_case(CASES[i].p.flags & F_BF16 && g_run.has_bf16 ? dut_bf16 : dut, ref, i);
         alarm(0);
         fprintf(out, "E %d %d %.6f %.6f %s\n", i, o.pass, o.dut_s, o.ref_s, o.line);
@@ -1995,7 +2000,7 @@ static pid_t spawn(int first, FILE **in)
 static void describe_exit(int status, char *out, size_t size)
 {
     if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-        snprintf(out, size, "no result within %d s", CASE_TIMEOUT_S);
+        snprintf(out, size, "no result within %d s", case_timeout_s());
     else if (WIFSIGNALED(status))
         snprintf(out, size, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
     else
