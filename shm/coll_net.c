@@ -44,6 +44,7 @@
 #define HEARTBEAT_IVL_MS 1000
 #define RECONNECT_IVL_MS 20
 #define ROOT_LINGER_MS 5000 /* rank 0's last results still go out after it closes */
+#define DRAIN_MS 200        /* after rank 0's disconnect, how long what it sent before may take to show */
 #define HOST_BYTES 64
 #define PIECE_BYTES ((size_t)1 << 23) /* the default: ZeroMQ moves messages of tens of MB far slower */
 
@@ -74,6 +75,7 @@ typedef struct {
     size_t piece; /* bytes of values a message carries at most */
     uint64_t calls;
     char *broken;
+    bool root_gone; /* rank 0's connection closed: a loss once what it sent before is read */
     peer peers[COLL_MAX_WORLD];
 } net_world;
 
@@ -269,8 +271,8 @@ static uint16_t next_event(net_world *w, int *value)
 }
 
 /* A connection event that ends the wait: a known rank's connection closed (rank 0), or
- * rank 0's (the others), unless that rank had finished; or rank 0 refused this rank's
- * handshake. Breaks the world. */
+ * rank 0's (the others: see root_lost), unless that rank had finished; or rank 0 refused this
+ * rank's handshake. Breaks the world. */
 static void judge_event(net_world *w, uint16_t ev, int value, const char *what)
 {
     char who[128];
@@ -284,12 +286,24 @@ static void judge_event(net_world *w, uint16_t ev, int value, const char *what)
                                 w->name, who, what);
             }
     } else if (w->rank != 0 && ev == ZMQ_EVENT_DISCONNECTED && !w->peers[0].finished)
-        break_world(w, "collectives %s: rank 0 left the world (its connection closed) while rank %d waited in %s",
-                    w->name, w->rank, what);
+        w->root_gone = true;
     else if (w->rank != 0 && ev >= ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && ev != ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
         break_world(w, "collectives %s: rank 0 refused rank %d's handshake: its allow-list must hold this "
                        "rank's client key (with ids world.*), and the key file rank 0's public key",
                     w->name, w->rank);
+}
+
+/* Rank 0 closed its connection: a loss unless a message it sent before is still to be read.
+ * The monitor is a socket of its own, so its event can be seen before the last messages that
+ * came in ahead of the close (rank 0's last results, when it closes right after sending them)
+ * show on the data socket; they are there within DRAIN_MS if they are coming at all. */
+static void root_lost(net_world *w, const char *what)
+{
+    zmq_pollitem_t item = {w->sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, DRAIN_MS) > 0 && (item.revents & ZMQ_POLLIN))
+        return;
+    break_world(w, "collectives %s: rank 0 left the world (its connection closed) while rank %d waited in %s",
+                w->name, w->rank, what);
 }
 
 static bool connection_lost(net_world *w, const char *what)
@@ -297,6 +311,8 @@ static bool connection_lost(net_world *w, const char *what)
     int value;
     for (uint16_t ev; (ev = next_event(w, &value));)
         judge_event(w, ev, value, what);
+    if (w->root_gone && !w->broken && !w->peers[0].finished)
+        root_lost(w, what);
     return w->broken != NULL;
 }
 
@@ -677,6 +693,8 @@ static int net_check_peers(void *state, const char *what, char **err)
             take_watch_message(w, &m);
     for (int i = 0; i < n; i++)
         judge_event(w, events[i], values[i], what);
+    if (w->root_gone && !w->broken && !w->peers[0].finished)
+        root_lost(w, what);
     return w->broken ? broken_error(w, err) : 0;
 }
 
