@@ -154,13 +154,20 @@ PY
 extract() {
     (cd "$work/selfsup-gpu" && selfsup-extract -c quickstart/extract_features --in "file:$data/extract.rec" \
         --output "$2" --threads 16 config.MACHINE.DEVICE="$1" config.DATA.TRAIN.DATA_LIMIT=$images \
-        config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$(final "$work/simclr-gpu")")
+        config.MODEL.WEIGHTS_INIT.PARAMS_FILE="$(final "$work/simclr-gpu")" "${@:3}")
 }
 
 # extract_parity: the same features on both devices, to fp32 rounding of a forward pass.
 extract_parity() {
     extract gpu "$work/features-gpu" && extract cpu "$work/features-cpu" &&
         $compare features "$work/features-gpu" "$work/features-cpu" --rtol 1e-4
+}
+
+# extract_parity_amp: the features in mixed precision (the trunk's activations bf16 NHWC from
+# convolution to convolution) against the cpu's fp32 ones: 2^-9 of rounding a layer, so 5e-2.
+extract_parity_amp() {
+    extract gpu "$work/features-gpu-amp" config.MODEL.AMP_PARAMS.USE_AMP=True &&
+        $compare features "$work/features-gpu-amp" "$work/features-cpu" --rtol 5e-2
 }
 
 bench_selfsup() { bench/gpu_train.sh "$out/bench_selfsup.json"; }
@@ -199,6 +206,7 @@ check dc-parity parity deepclusterv2 --memory-in "file:$data/deepclusterv2_e0.re
     "config.LOSS.deepclusterv2_loss.num_clusters=[10,10,10]"
 check gpu-memory device_memory "$work/simclr-gpu"
 check extract-parity extract_parity
+check extract-parity-amp extract_parity_amp
 check resume-gpu-to-cpu cross gpu cpu
 check resume-cpu-to-gpu cross cpu gpu
 check resume-gpu-bitwise resume_bitwise simclr-gpu
