@@ -293,12 +293,14 @@ static void judge_event(net_world *w, uint16_t ev, int value, const char *what)
                     w->name, w->rank);
 }
 
-/* Rank 0 closed its connection: a loss unless a message it sent before is still to be read.
- * The monitor is a socket of its own, so its event can be seen before the last messages that
- * came in ahead of the close (rank 0's last results, when it closes right after sending them)
- * show on the data socket; they are there within DRAIN_MS if they are coming at all. */
+/* Rank 0 closed its connection (and had not finished): a loss unless a message it sent before
+ * is still to be read. The monitor is a socket of its own, so its event can be seen before the
+ * last messages that came in ahead of the close (rank 0's last results, when it closes right
+ * after sending them) show on the data socket; they are there within DRAIN_MS if at all. */
 static void root_lost(net_world *w, const char *what)
 {
+    if (!w->root_gone || w->broken || w->peers[0].finished)
+        return;
     zmq_pollitem_t item = {w->sock, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, DRAIN_MS) > 0 && (item.revents & ZMQ_POLLIN))
         return;
@@ -311,8 +313,7 @@ static bool connection_lost(net_world *w, const char *what)
     int value;
     for (uint16_t ev; (ev = next_event(w, &value));)
         judge_event(w, ev, value, what);
-    if (w->root_gone && !w->broken && !w->peers[0].finished)
-        root_lost(w, what);
+    root_lost(w, what);
     return w->broken != NULL;
 }
 
@@ -693,8 +694,7 @@ static int net_check_peers(void *state, const char *what, char **err)
             take_watch_message(w, &m);
     for (int i = 0; i < n; i++)
         judge_event(w, events[i], values[i], what);
-    if (w->root_gone && !w->broken && !w->peers[0].finished)
-        root_lost(w, what);
+    root_lost(w, what);
     return w->broken ? broken_error(w, err) : 0;
 }
 
