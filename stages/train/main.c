@@ -8,7 +8,8 @@
  *       | selfsup-train -c CONFIG
  *
  * Reads the collate stage's batch records and runs VISSL's standard_train_step on each
- * (trainer.h): forward, loss, backward, optimizer step at the scheduled learning rate, a log
+ * (trainer.h; on a GPU the input ring's memory is pinned, so a batch goes from its slot to
+ * the device by DMA): forward, loss, backward, optimizer step at the scheduled learning rate, a log
  * line every LOG_FREQUENCY iterations. At every epoch's end it appends to metrics.json and
  * checkpoints per CHECKPOINT_FREQUENCY into CHECKPOINT.DIR (the last epoch writes
  * model_final_checkpoint_phase{N}.torch; checkpoint.torch links the latest). A stop (Ctrl-C,
