@@ -76,25 +76,3 @@ extern "C" void cuda_from_nhwc_bf16(eng_backend *be, const void *src, float *dst
     CUDA_LAUNCHED();
 }
 
-__global__ static void add_bf16_kernel(const __nv_bfloat16 *src, __nv_bfloat16 *dst, int64_t n)
-{
-    GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(__bfloat162float(dst[i]) + __bfloat162float(src[i]));
-}
-
-extern "C" void cuda_add_bf16(eng_backend *be, const void *src, void *dst, int64_t n)
-{
-    if (n == 0)
-        return;
-    add_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream(be)>>>((const __nv_bfloat16 *)src,
-                                                                     (__nv_bfloat16 *)dst, n);
-    CUDA_LAUNCHED();
-}
-
-extern "C" void cuda_ncs(const eng_shape *s, int64_t *n, int64_t *c, int64_t *hw)
-{
-    *n = s->ndim > 0 ? s->dim[0] : 1;
-    *c = s->ndim > 1 ? s->dim[1] : 1;
-    *hw = 1;
-    for (int i = 2; i < s->ndim; i++)
-        *hw *= s->dim[i];
-}

@@ -199,11 +199,21 @@ static void cuda_zero(eng_backend *be, const eng_tensor *t)
     CUDA_CHECK(cudaMemsetAsync(cuda_ptr(t), 0, cuda_bytes(be, &t->shape), cuda_stream(be)));
 }
 
+/* N, C and S (H·W) of a tensor as the conversions see it: N×C×H×W, N×C (S 1) or N (C, S 1). */
+static void ncs_of(const eng_shape *s, int64_t *n, int64_t *c, int64_t *hw)
+{
+    *n = s->ndim > 0 ? s->dim[0] : 1;
+    *c = s->ndim > 1 ? s->dim[1] : 1;
+    *hw = 1;
+    for (int i = 2; i < s->ndim; i++)
+        *hw *= s->dim[i];
+}
+
 /* fp32 logical `src` into t: straight, or through to_nhwc_bf16 into a NATIVE bf16 t. */
 static void store_logical(eng_backend *be, const float *src, const eng_tensor *t)
 {
     int64_t n, c, hw;
-    cuda_ncs(&t->shape, &n, &c, &hw);
+    ncs_of(&t->shape, &n, &c, &hw);
     if (cuda_native_bf16(be, t))
         cuda_to_nhwc_bf16(be, src, cuda_ptr(t), n, c, hw);
     else if (src != cuda_ptr(t))
@@ -211,13 +221,12 @@ static void store_logical(eng_backend *be, const float *src, const eng_tensor *t
                                    cuda_stream(be)));
 }
 
-/* t as fp32 logical: itself, or a NATIVE bf16 t widened into scratch slot `slot`. */
-static const float *as_logical(eng_backend *be, const eng_tensor *t, int slot)
+const float *cuda_as_logical(eng_backend *be, const eng_tensor *t, int slot)
 {
     if (!cuda_native_bf16(be, t))
         return cuda_ptr(t);
     int64_t n, c, hw;
-    cuda_ncs(&t->shape, &n, &c, &hw);
+    ncs_of(&t->shape, &n, &c, &hw);
     float *wide = cuda_scratch(be, slot, cuda_bytes(be, &t->shape));
     cuda_from_nhwc_bf16(be, cuda_ptr(t), wide, n, c, hw, false);
     return wide;
@@ -233,7 +242,7 @@ static void cuda_upload(eng_backend *be, const eng_tensor *dst, const float *src
 
 static void cuda_download(eng_backend *be, const eng_tensor *src, float *dst)
 {
-    CUDA_CHECK(cudaMemcpyAsync(dst, as_logical(be, src, 0), cuda_bytes(be, &src->shape), cudaMemcpyDeviceToHost,
+    CUDA_CHECK(cudaMemcpyAsync(dst, cuda_as_logical(be, src, 0), cuda_bytes(be, &src->shape), cudaMemcpyDeviceToHost,
                                cuda_stream(be)));
     cuda_sync(be);
 }
@@ -248,7 +257,7 @@ static void cuda_copy(eng_backend *be, const eng_tensor *src, const eng_tensor *
     else if (bf16_dst)
         store_logical(be, cuda_ptr(src), dst);
     else /* the shapes may differ (a flatten); the element order is logical on both sides */
-        CUDA_CHECK(cudaMemcpyAsync(cuda_ptr(dst), as_logical(be, src, 0), cuda_bytes(be, &dst->shape),
+        CUDA_CHECK(cudaMemcpyAsync(cuda_ptr(dst), cuda_as_logical(be, src, 0), cuda_bytes(be, &dst->shape),
                                    cudaMemcpyDeviceToDevice, cuda_stream(be)));
 }
 

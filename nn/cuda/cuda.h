@@ -136,10 +136,8 @@ void cuda_to_nhwc_bf16(eng_backend *be, const float *src, void *dst, int64_t n, 
 /* dst N×C×S fp32 = src N×S×C bf16 widened, or with `accumulate` dst += it. */
 void cuda_from_nhwc_bf16(eng_backend *be, const void *src, float *dst, int64_t n, int64_t c, int64_t s,
                          bool accumulate);
-/* dst[i] += src[i] for n bf16 values (a bf16 convolution's data gradient into a NATIVE dx). */
-void cuda_add_bf16(eng_backend *be, const void *src, void *dst, int64_t n);
-/* N, C and S (H·W) of a tensor as the conversions see it: N×C×H×W, N×C (S 1) or N (C, S 1). */
-void cuda_ncs(const eng_shape *s, int64_t *n, int64_t *c, int64_t *hw);
+/* t as fp32 logical: itself, or a NATIVE bf16 t widened into scratch slot `slot` (cuda.c). */
+const float *cuda_as_logical(eng_backend *be, const eng_tensor *t, int slot);
 
 /* ---- elementwise (eltwise.cu) ------------------------------------------------------------------ */
 void cuda_relu_forward(eng_backend *be, tensor_ref *x, tensor_ref *y);

@@ -21,7 +21,7 @@
  * input to bf16 NHWC, a result back to fp32 NCHW, written by a forward and added by a backward.
  * The weight is always converted (weights stay fp32), and its gradient, computed in bf16 with
  * beta 0, is added into the fp32 one; a NATIVE dx gets the data gradient, computed with beta
- * 0 into scratch, added in bf16 (cuda_add_bf16). That is torch.autocast's arithmetic for a
+ * 0 into scratch, added in bf16 (the residual add's kernel). That is torch.autocast's arithmetic for a
  * convolution. Linear layers stay fp32 (the heads' few GFLOP).
  *
  * Asymmetric padding (eng_conv_desc's pad_extra, TensorFlow's "same"): cuDNN pads symmetrically
@@ -252,17 +252,6 @@ static float *padded_slot(eng_backend *be, const eng_plan *p)
     return cuda_scratch(be, SLOT_PADDED, (size_t)eng_numel(&p->xshape) * sizeof(float));
 }
 
-/* x in fp32 NCHW: the caller's tensor, or a NATIVE bf16 one widened into SLOT_WIDE. */
-static const float *x_logical(eng_backend *be, tensor_ref *x)
-{
-    if (!cuda_native_bf16(be, x))
-        return cuda_ptr(x);
-    const int64_t *s = x->shape.dim;
-    float *wide = cuda_scratch(be, SLOT_WIDE, (size_t)eng_numel(&x->shape) * sizeof(float));
-    cuda_from_nhwc_bf16(be, cuda_ptr(x), wide, s[0], s[1], s[2] * s[3], false);
-    return wide;
-}
-
 /* x as an fp32 plan reads it, or as a bf16 plan converts it: the caller's tensor, or a copy
  * with the extra zero rows and columns. */
 static const float *x_as_read(eng_backend *be, const eng_plan *p, tensor_ref *x)
@@ -271,7 +260,8 @@ static const float *x_as_read(eng_backend *be, const eng_plan *p, tensor_ref *x)
         return cuda_ptr(x);
     float *xp = padded_slot(be, p);
     const int64_t *s = x->shape.dim;
-    cuda_pad_bottom_right(be, x_logical(be, x), xp, s[0] * s[1], s[2], s[3], p->extra[0], p->extra[1]);
+    cuda_pad_bottom_right(be, cuda_as_logical(be, x, SLOT_WIDE), xp, s[0] * s[1], s[2], s[3], p->extra[0],
+                          p->extra[1]);
     return xp;
 }
 
@@ -334,7 +324,8 @@ static void dx_from_bf16(eng_backend *be, const eng_plan *p, const void *dxb, te
     if (cuda_native_bf16(be, dx)) {
         if (padded(p))
             invariant_failed("cuda: a native gradient for a convolution with asymmetric padding");
-        cuda_add_bf16(be, dxb, cuda_ptr(dx), eng_numel(&p->xshape));
+        eng_tensor grad = {.shape = dx->shape, .base = (void *)dxb, .layout = ENG_LAYOUT_NATIVE};
+        cuda_add_forward(be, dx, &grad, false, dx);
         return;
     }
     if (!padded(p)) {
